@@ -1,0 +1,282 @@
+//! Everything that speaks to Alibaba Cloud: the signed RPC OpenAPI (ECS and
+//! VPC), the instance metadata service, credentials, retries and client-side
+//! rate limits.
+//!
+//! The rest of the daemon sees one trait, [`CloudApi`] (the seed's
+//! `ipam.API`), implemented over HTTP by [`aliyun::AliyunCloud`] and in
+//! memory by test fakes. Implementations do their own retrying: an error
+//! returned from a trait method is final for that call. Release paths treat
+//! "already gone" answers as success.
+
+pub mod aliyun;
+pub mod credentials;
+pub mod ecs;
+pub mod error;
+pub mod metadata;
+pub mod ratelimit;
+pub mod retry;
+pub mod rpc;
+pub mod sign;
+pub mod vpc;
+pub mod wait;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+pub use error::{CloudError, CloudErrorKind};
+
+/// The ECS OpenAPI version.
+pub const ECS_VERSION: &str = "2014-05-26";
+/// The VPC OpenAPI version.
+pub const VPC_VERSION: &str = "2016-04-28";
+
+/// Tag key/value every ENI eniipd creates carries.
+pub const TAG_CREATOR_KEY: &str = "creator";
+/// See [`TAG_CREATOR_KEY`].
+pub const TAG_CREATOR_VALUE: &str = "eniipd";
+/// Tag key naming the instance an ENI was created for.
+pub const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
+
+/// Facts about this instance, from the metadata service.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InstanceIdentity {
+    /// `i-...`
+    pub instance_id: String,
+    /// `cn-hangzhou`
+    pub region_id: String,
+    /// `cn-hangzhou-i`
+    pub zone_id: String,
+    /// `ecs.g7.xlarge`
+    pub instance_type: String,
+    /// MAC of the primary ENI (eth0).
+    pub primary_mac: String,
+    /// The vswitch of the primary ENI.
+    pub vswitch_id: String,
+    /// The VPC of the instance.
+    pub vpc_id: String,
+}
+
+/// Per-instance-type ENI limits (DescribeInstanceTypes).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InstanceTypeLimits {
+    /// `ecs.g7.xlarge`
+    pub instance_type: String,
+    /// `EniQuantity`: ENIs the instance can hold, the primary included.
+    pub eni_quantity: u32,
+    /// `EniPrivateIpAddressQuantity`: IPv4 addresses per ENI, primary included.
+    pub ipv4_per_eni: u32,
+    /// `EniIpv6AddressQuantity`: IPv6 addresses per ENI.
+    pub ipv6_per_eni: u32,
+}
+
+/// A vswitch (DescribeVSwitches).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct VSwitch {
+    /// `vsw-...`
+    pub id: String,
+    /// Its zone.
+    pub zone_id: String,
+    /// IPv4 CIDR, e.g. `192.168.0.0/22`.
+    pub cidr: String,
+    /// IPv6 CIDR when IPv6 is enabled.
+    pub ipv6_cidr: Option<String>,
+    /// `AvailableIpAddressCount`.
+    pub available_ips: u64,
+}
+
+/// ENI status strings of the OpenAPI.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum EniStatus {
+    /// Created, not attached.
+    Available,
+    /// Attach in progress.
+    Attaching,
+    /// Attached.
+    InUse,
+    /// Detach in progress.
+    Detaching,
+    /// Delete in progress.
+    Deleting,
+    /// A status this build does not know.
+    Other(String),
+}
+
+impl EniStatus {
+    /// Parses the OpenAPI status string.
+    pub fn parse(s: &str) -> EniStatus {
+        match s {
+            "Available" => EniStatus::Available,
+            "Attaching" => EniStatus::Attaching,
+            "InUse" => EniStatus::InUse,
+            "Detaching" => EniStatus::Detaching,
+            "Deleting" => EniStatus::Deleting,
+            other => EniStatus::Other(other.to_string()),
+        }
+    }
+
+    /// The OpenAPI status string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            EniStatus::Available => "Available",
+            EniStatus::Attaching => "Attaching",
+            EniStatus::InUse => "InUse",
+            EniStatus::Detaching => "Detaching",
+            EniStatus::Deleting => "Deleting",
+            EniStatus::Other(s) => s,
+        }
+    }
+}
+
+impl fmt::Display for EniStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An ENI as the OpenAPI describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eni {
+    /// `eni-...`
+    pub id: String,
+    /// `00:16:3e:..`
+    pub mac: String,
+    /// Lifecycle status.
+    pub status: EniStatus,
+    /// `Primary`, `Secondary`, `Trunk`, `Member` (empty if not given).
+    pub eni_type: String,
+    /// The instance it is attached to (falls back to `Attachment.InstanceId`).
+    pub instance_id: Option<String>,
+    /// Its vswitch.
+    pub vswitch_id: String,
+    /// Its zone.
+    pub zone_id: String,
+    /// The primary private IPv4.
+    pub primary_ip: Option<Ipv4Addr>,
+    /// Every private IPv4, the primary included.
+    pub private_ips: Vec<Ipv4Addr>,
+    /// Every IPv6.
+    pub ipv6s: Vec<Ipv6Addr>,
+    /// Security groups.
+    pub security_group_ids: Vec<String>,
+    /// Tags (`TagKey` -> `TagValue`).
+    pub tags: BTreeMap<String, String>,
+    /// `CreationTime`, Unix seconds, if given.
+    pub created_at: Option<u64>,
+}
+
+impl Eni {
+    /// True when the ENI carries `creator=eniipd` and this instance's tag.
+    pub fn is_managed_by(&self, instance_id: &str) -> bool {
+        self.tags.get(TAG_CREATOR_KEY).map(String::as_str) == Some(TAG_CREATOR_VALUE)
+            && self.tags.get(TAG_INSTANCE_KEY).map(String::as_str) == Some(instance_id)
+    }
+}
+
+/// CreateNetworkInterface parameters.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CreateEni {
+    /// Where the ENI goes.
+    pub vswitch_id: String,
+    /// `SecurityGroupIds.N` (at least one).
+    pub security_group_ids: Vec<String>,
+    /// `SecondaryPrivateIpAddressCount` (0 = primary only).
+    pub secondary_ipv4_count: usize,
+    /// `Ipv6AddressCount` (0 = none).
+    pub ipv6_count: usize,
+    /// `Tag.N.Key` / `Tag.N.Value`.
+    pub tags: Vec<(String, String)>,
+    /// `Description`.
+    pub description: String,
+}
+
+/// DescribeNetworkInterfaces filters; the implementation pages through
+/// every result.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EniQuery {
+    /// `NetworkInterfaceId.N` (empty: any).
+    pub eni_ids: Vec<String>,
+    /// `InstanceId`.
+    pub instance_id: Option<String>,
+    /// `Status`.
+    pub status: Option<EniStatus>,
+    /// `Tag.N.Key` / `Tag.N.Value`.
+    pub tags: Vec<(String, String)>,
+}
+
+/// An ENI as the metadata service shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetadataEni {
+    /// The MAC (the directory name).
+    pub mac: String,
+    /// `network-interface-id`
+    pub eni_id: String,
+    /// `primary-ip-address`
+    pub primary_ip: Option<Ipv4Addr>,
+    /// `gateway`
+    pub gateway: Option<Ipv4Addr>,
+    /// `vswitch-id`
+    pub vswitch_id: String,
+    /// `vswitch-cidr-block`
+    pub vswitch_cidr: String,
+    /// `private-ipv4s` (primary included)
+    pub ipv4s: Vec<Ipv4Addr>,
+    /// `ipv6s` (404 = empty)
+    pub ipv6s: Vec<Ipv6Addr>,
+    /// `ipv6-gateway` (dual stack only)
+    pub ipv6_gateway: Option<Ipv6Addr>,
+    /// `vswitch-ipv6-cidr-block` (dual stack only)
+    pub vswitch_ipv6_cidr: Option<String>,
+}
+
+/// The instance metadata service, as the allocator reads it.
+pub trait MetadataApi: Send + Sync {
+    /// Instance id, region, zone, type, primary MAC, vswitch, VPC.
+    fn identity(&self) -> Result<InstanceIdentity, CloudError>;
+    /// MACs of every attached ENI (`network/interfaces/macs/`).
+    fn macs(&self) -> Result<Vec<String>, CloudError>;
+    /// Everything about one attached ENI; `NotFound` if the MAC is not there.
+    fn eni(&self, mac: &str) -> Result<MetadataEni, CloudError>;
+    /// Only the addresses of one ENI (`private-ipv4s`, `ipv6s` when
+    /// `with_ipv6`); cheaper than [`MetadataApi::eni`] for polling.
+    fn eni_ips(
+        &self,
+        mac: &str,
+        with_ipv6: bool,
+    ) -> Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr>), CloudError>;
+}
+
+/// The OpenAPI actions the allocator uses, plus the metadata service.
+///
+/// Methods block for at most their own retry budget and timeouts.
+/// Creates and assigns carry a ClientToken that is reused across retries,
+/// so a retried call cannot allocate twice. Unassign, detach and delete
+/// return `Ok` when the target is already gone.
+pub trait CloudApi: Send + Sync {
+    /// DescribeInstanceTypes for one type.
+    fn instance_type_limits(&self, instance_type: &str) -> Result<InstanceTypeLimits, CloudError>;
+    /// DescribeInstanceAttribute: the instance's security groups.
+    fn instance_security_groups(&self, instance_id: &str) -> Result<Vec<String>, CloudError>;
+    /// DescribeVSwitches (VPC API) for the given ids.
+    fn describe_vswitches(&self, ids: &[String]) -> Result<Vec<VSwitch>, CloudError>;
+    /// CreateNetworkInterface; the ENI is `Available` when this returns.
+    fn create_eni(&self, req: &CreateEni) -> Result<Eni, CloudError>;
+    /// AttachNetworkInterface (asynchronous: poll for `InUse`).
+    fn attach_eni(&self, eni_id: &str, instance_id: &str) -> Result<(), CloudError>;
+    /// DetachNetworkInterface (asynchronous); `Ok` if the ENI is gone.
+    fn detach_eni(&self, eni_id: &str, instance_id: &str) -> Result<(), CloudError>;
+    /// DeleteNetworkInterface (asynchronous); `Ok` if the ENI is gone.
+    fn delete_eni(&self, eni_id: &str) -> Result<(), CloudError>;
+    /// DescribeNetworkInterfaces, every page.
+    fn describe_enis(&self, query: &EniQuery) -> Result<Vec<Eni>, CloudError>;
+    /// AssignPrivateIpAddresses with a count; returns the new addresses.
+    fn assign_ipv4(&self, eni_id: &str, count: usize) -> Result<Vec<Ipv4Addr>, CloudError>;
+    /// UnassignPrivateIpAddresses; addresses already gone count as success.
+    fn unassign_ipv4(&self, eni_id: &str, ips: &[Ipv4Addr]) -> Result<(), CloudError>;
+    /// AssignIpv6Addresses with a count; returns the new addresses.
+    fn assign_ipv6(&self, eni_id: &str, count: usize) -> Result<Vec<Ipv6Addr>, CloudError>;
+    /// UnassignIpv6Addresses; addresses already gone count as success.
+    fn unassign_ipv6(&self, eni_id: &str, ips: &[Ipv6Addr]) -> Result<(), CloudError>;
+    /// The metadata service of this instance.
+    fn metadata(&self) -> &dyn MetadataApi;
+}

@@ -1,0 +1,29 @@
+//! eniipd: keeps a warm pool of secondary private IPs on the elastic network
+//! interfaces of one Alibaba Cloud ECS instance and hands them out over a
+//! Unix-socket line protocol. A synchronous re-implementation of Terway's
+//! ENI multi-IP mode: OS threads and crossbeam channels, no async runtime.
+//!
+//! Layout (the folders follow the architecture):
+//! - [`config`]: `eni.json` -> validated [`config::Config`].
+//! - [`cloud`]: signed OpenAPI client, metadata, credentials, retries; the
+//!   [`cloud::CloudApi`] trait the allocator is written against.
+//! - [`alloc`]: the allocator (per-ENI workers, ENI lifecycle, planning).
+//! - [`pool`]: pool state (idle, inuse, reserved, cooling, invalid).
+//! - [`store`]: durable state; the only code that touches the state files.
+//! - [`server`]: the line protocol (pure) and the socket listener.
+//! - [`sim`]: `eniip-sim`, the OpenAPI and metadata emulator.
+//! - [`daemon`]: wires it all together for `eniipd`.
+
+pub mod alloc;
+pub mod cloud;
+pub mod config;
+pub mod daemon;
+pub mod httpd;
+pub mod logging;
+pub mod metrics;
+pub mod pool;
+pub mod server;
+pub mod sim;
+pub mod store;
+pub mod systemd;
+pub mod util;

@@ -1,0 +1,359 @@
+//! Process-wide metrics in the Prometheus text exposition format (SPEC
+//! section 7). Counters and histograms are recorded where things happen
+//! (cloud client, allocator, store); gauges are read from a pool snapshot at
+//! render time, so they can never drift from the state they describe.
+//!
+//! Hand-rolled: a dozen families do not justify a metrics crate, and the
+//! official Rust client would pull a second `parking_lot`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+
+use parking_lot::Mutex;
+
+/// Latency buckets (seconds) for requests served from memory or one fsync.
+const FAST_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+/// Latency buckets (seconds) for cloud calls.
+const CLOUD_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 60.0,
+];
+
+#[derive(Debug, Clone)]
+struct Histogram {
+    bounds: &'static [f64],
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len()],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, v: f64) {
+        if let Some(i) = self.bounds.iter().position(|b| v <= *b) {
+            self.counts[i] += 1;
+        }
+        self.sum += v;
+        self.count += 1;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (b, c) in self.bounds.iter().zip(&self.counts) {
+            cumulative += c;
+            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cumulative}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let braces = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(out, "{name}_sum{braces} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{braces} {}", self.count);
+    }
+}
+
+#[derive(Debug)]
+struct Registry {
+    alloc_total: BTreeMap<String, u64>,
+    alloc_duration: Histogram,
+    release_total: BTreeMap<String, u64>,
+    openapi_total: BTreeMap<(String, String), u64>,
+    openapi_duration: BTreeMap<String, Histogram>,
+    metadata_total: BTreeMap<String, u64>,
+    commit_duration: Histogram,
+    connections_rejected: u64,
+}
+
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
+    Mutex::new(Registry {
+        alloc_total: BTreeMap::new(),
+        alloc_duration: Histogram::new(FAST_BUCKETS),
+        release_total: BTreeMap::new(),
+        openapi_total: BTreeMap::new(),
+        openapi_duration: BTreeMap::new(),
+        metadata_total: BTreeMap::new(),
+        commit_duration: Histogram::new(FAST_BUCKETS),
+        connections_rejected: 0,
+    })
+});
+
+/// Records one `alloc` answer (`result` is `ok` or an error code) and how
+/// long it took.
+pub fn record_alloc(result: &str, seconds: f64) {
+    let mut r = REGISTRY.lock();
+    *r.alloc_total.entry(result.to_string()).or_default() += 1;
+    r.alloc_duration.observe(seconds);
+}
+
+/// Records one `release` answer (`ok`, `none` or an error code).
+pub fn record_release(result: &str) {
+    *REGISTRY
+        .lock()
+        .release_total
+        .entry(result.to_string())
+        .or_default() += 1;
+}
+
+/// Records one OpenAPI attempt: `code` is `OK`, the service's error code,
+/// or `transport`/`timeout` when no answer came.
+pub fn record_openapi(action: &str, code: &str, seconds: f64) {
+    let mut r = REGISTRY.lock();
+    *r.openapi_total
+        .entry((action.to_string(), code.to_string()))
+        .or_default() += 1;
+    r.openapi_duration
+        .entry(action.to_string())
+        .or_insert_with(|| Histogram::new(CLOUD_BUCKETS))
+        .observe(seconds);
+}
+
+/// Records one metadata request (`ok`, `not-found`, `error`).
+pub fn record_metadata(result: &str) {
+    *REGISTRY
+        .lock()
+        .metadata_total
+        .entry(result.to_string())
+        .or_default() += 1;
+}
+
+/// Records one state commit (one fsync, however many records it carried).
+pub fn record_commit(seconds: f64) {
+    REGISTRY.lock().commit_duration.observe(seconds);
+}
+
+/// Records a connection closed to admit another (SPEC section 4).
+pub fn record_connection_evicted() {
+    REGISTRY.lock().connections_rejected += 1;
+}
+
+/// OpenAPI attempts recorded so far, by action (all codes).
+pub fn openapi_counts() -> BTreeMap<String, u64> {
+    let r = REGISTRY.lock();
+    let mut out = BTreeMap::new();
+    for ((action, _), n) in &r.openapi_total {
+        *out.entry(action.clone()).or_default() += n;
+    }
+    out
+}
+
+/// Point-in-time values of the pool, supplied by the caller of [`render`].
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    /// IPs by state name (`idle`, `inuse`, ...).
+    pub ips_by_state: Vec<(&'static str, u64)>,
+    /// Managed ENIs.
+    pub enis: u64,
+    /// Capacity in IPs.
+    pub capacity: u64,
+    /// IPs requested from the cloud and not yet answered.
+    pub pending: u64,
+    /// Open client connections.
+    pub connections: u64,
+    /// ENI operations in flight.
+    pub eni_ops: u64,
+    /// Vswitches currently inhibited for exhaustion.
+    pub inhibited_vswitches: u64,
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// The whole exposition text.
+pub fn render(g: &Gauges) -> String {
+    let mut out = String::with_capacity(4096);
+    header(&mut out, "eniipd_ips", "gauge", "Pool IPs by state.");
+    for (state, n) in &g.ips_by_state {
+        let _ = writeln!(out, "eniipd_ips{{state=\"{state}\"}} {n}");
+    }
+    header(&mut out, "eniipd_enis", "gauge", "Managed ENIs.");
+    let _ = writeln!(out, "eniipd_enis {}", g.enis);
+    header(
+        &mut out,
+        "eniipd_capacity_ips",
+        "gauge",
+        "IPs the node can hold on managed ENIs.",
+    );
+    let _ = writeln!(out, "eniipd_capacity_ips {}", g.capacity);
+    header(
+        &mut out,
+        "eniipd_pending_ips",
+        "gauge",
+        "IPs asked of the cloud and not yet answered.",
+    );
+    let _ = writeln!(out, "eniipd_pending_ips {}", g.pending);
+    header(
+        &mut out,
+        "eniipd_connections",
+        "gauge",
+        "Open client connections.",
+    );
+    let _ = writeln!(out, "eniipd_connections {}", g.connections);
+    header(
+        &mut out,
+        "eniipd_eni_operations",
+        "gauge",
+        "ENI create/delete operations in flight.",
+    );
+    let _ = writeln!(out, "eniipd_eni_operations {}", g.eni_ops);
+    header(
+        &mut out,
+        "eniipd_inhibited_vswitches",
+        "gauge",
+        "Vswitches skipped after exhaustion.",
+    );
+    let _ = writeln!(out, "eniipd_inhibited_vswitches {}", g.inhibited_vswitches);
+
+    let r = REGISTRY.lock();
+    header(
+        &mut out,
+        "eniipd_alloc_total",
+        "counter",
+        "alloc answers by result.",
+    );
+    for (k, v) in &r.alloc_total {
+        let _ = writeln!(out, "eniipd_alloc_total{{result=\"{}\"}} {v}", escape(k));
+    }
+    header(
+        &mut out,
+        "eniipd_alloc_duration_seconds",
+        "histogram",
+        "Time to answer alloc.",
+    );
+    r.alloc_duration
+        .render(&mut out, "eniipd_alloc_duration_seconds", "");
+    header(
+        &mut out,
+        "eniipd_release_total",
+        "counter",
+        "release answers by result.",
+    );
+    for (k, v) in &r.release_total {
+        let _ = writeln!(out, "eniipd_release_total{{result=\"{}\"}} {v}", escape(k));
+    }
+    header(
+        &mut out,
+        "eniipd_openapi_requests_total",
+        "counter",
+        "OpenAPI attempts by action and answer code.",
+    );
+    for ((a, c), v) in &r.openapi_total {
+        let _ = writeln!(
+            out,
+            "eniipd_openapi_requests_total{{action=\"{}\",code=\"{}\"}} {v}",
+            escape(a),
+            escape(c)
+        );
+    }
+    header(
+        &mut out,
+        "eniipd_openapi_duration_seconds",
+        "histogram",
+        "OpenAPI attempt latency.",
+    );
+    for (a, h) in &r.openapi_duration {
+        h.render(
+            &mut out,
+            "eniipd_openapi_duration_seconds",
+            &format!("action=\"{}\"", escape(a)),
+        );
+    }
+    header(
+        &mut out,
+        "eniipd_metadata_requests_total",
+        "counter",
+        "Metadata requests by result.",
+    );
+    for (k, v) in &r.metadata_total {
+        let _ = writeln!(
+            out,
+            "eniipd_metadata_requests_total{{result=\"{}\"}} {v}",
+            escape(k)
+        );
+    }
+    header(
+        &mut out,
+        "eniipd_state_commit_duration_seconds",
+        "histogram",
+        "Time of one durable state commit.",
+    );
+    r.commit_duration
+        .render(&mut out, "eniipd_state_commit_duration_seconds", "");
+    header(
+        &mut out,
+        "eniipd_connections_evicted_total",
+        "counter",
+        "Idle connections closed to admit new ones.",
+    );
+    let _ = writeln!(
+        out,
+        "eniipd_connections_evicted_total {}",
+        r.connections_rejected
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_spec_family() {
+        record_alloc("ok", 0.002);
+        record_release("ok");
+        record_openapi("AssignPrivateIpAddresses", "OK", 0.05);
+        record_metadata("ok");
+        record_commit(0.001);
+        let text = render(&Gauges {
+            ips_by_state: vec![("idle", 3), ("inuse", 2)],
+            enis: 1,
+            capacity: 10,
+            pending: 0,
+            ..Gauges::default()
+        });
+        for family in [
+            "eniipd_ips{state=\"idle\"} 3",
+            "eniipd_enis 1",
+            "eniipd_capacity_ips 10",
+            "eniipd_pending_ips 0",
+            "eniipd_alloc_total{result=\"ok\"}",
+            "eniipd_alloc_duration_seconds_bucket{le=\"+Inf\"}",
+            "eniipd_release_total{result=\"ok\"}",
+            "eniipd_openapi_requests_total{action=\"AssignPrivateIpAddresses\",code=\"OK\"}",
+            "eniipd_openapi_duration_seconds_bucket{action=\"AssignPrivateIpAddresses\",le=\"0.05\"}",
+            "eniipd_metadata_requests_total{result=\"ok\"}",
+            "eniipd_state_commit_duration_seconds_count",
+        ] {
+            assert!(text.contains(family), "missing {family} in\n{text}");
+        }
+        // No line may look like a protocol final line.
+        assert!(text
+            .lines()
+            .all(|l| !l.starts_with("OK") && !l.starts_with("ERR")));
+    }
+}
