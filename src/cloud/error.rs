@@ -97,7 +97,11 @@ impl std::ops::Deref for CloudError {
 
 impl CloudError {
     /// An error of `kind` for `action` with a description.
-    pub fn new(kind: CloudErrorKind, action: impl Into<String>, message: impl Into<String>) -> CloudError {
+    pub fn new(
+        kind: CloudErrorKind,
+        action: impl Into<String>,
+        message: impl Into<String>,
+    ) -> CloudError {
         CloudError(Arc::new(Detail {
             kind,
             action: action.into(),
@@ -240,7 +244,10 @@ impl fmt::Debug for CloudError {
 
 impl Error for CloudError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
-        self.0.source.as_deref().map(|e| e as &(dyn Error + 'static))
+        self.0
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn Error + 'static))
     }
 }
 

@@ -1,1 +1,140 @@
-//! Placeholder: filled in by the cloud-layer work.
+//! Wait-with-deadline helpers for the cloud's eventual consistency
+//! (provisional version; the cloud-layer branch supplies the final one with
+//! the same signatures).
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
+
+use super::{CloudApi, CloudError, CloudErrorKind, Eni, EniQuery, EniStatus, MetadataApi};
+
+fn poll<T>(
+    what: &str,
+    deadline: Instant,
+    mut probe: impl FnMut() -> Result<Option<T>, CloudError>,
+) -> Result<T, CloudError> {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        if let Some(v) = probe()? {
+            return Ok(v);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(CloudError::new(
+                CloudErrorKind::Timeout,
+                "wait",
+                format!("timed out waiting for {what}"),
+            ));
+        }
+        std::thread::sleep(delay.min(deadline - now));
+        delay = (delay * 3 / 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Waits until metadata lists every given address on `mac`.
+pub fn wait_ips_present(
+    md: &dyn MetadataApi,
+    mac: &str,
+    v4: &[Ipv4Addr],
+    v6: &[Ipv6Addr],
+    deadline: Instant,
+) -> Result<(), CloudError> {
+    poll(
+        &format!("addresses on {mac} in metadata"),
+        deadline,
+        || match md.eni_ips(mac, !v6.is_empty()) {
+            Ok((have4, have6)) => Ok((v4.iter().all(|a| have4.contains(a))
+                && v6.iter().all(|a| have6.contains(a)))
+            .then_some(())),
+            Err(e) if e.kind == CloudErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// Waits until metadata lists none of the given addresses on `mac`.
+pub fn wait_ips_absent(
+    md: &dyn MetadataApi,
+    mac: &str,
+    v4: &[Ipv4Addr],
+    v6: &[Ipv6Addr],
+    deadline: Instant,
+) -> Result<(), CloudError> {
+    poll(
+        &format!("addresses to leave {mac} in metadata"),
+        deadline,
+        || match md.eni_ips(mac, !v6.is_empty()) {
+            Ok((have4, have6)) => Ok((!v4.iter().any(|a| have4.contains(a))
+                && !v6.iter().any(|a| have6.contains(a)))
+            .then_some(())),
+            Err(e) if e.kind == CloudErrorKind::NotFound => Ok(Some(())),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// Waits until metadata lists `mac` among the attached interfaces.
+pub fn wait_mac_present(
+    md: &dyn MetadataApi,
+    mac: &str,
+    deadline: Instant,
+) -> Result<(), CloudError> {
+    poll(&format!("{mac} in metadata"), deadline, || {
+        Ok(md
+            .macs()?
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(mac))
+            .then_some(()))
+    })
+}
+
+/// Waits until metadata no longer lists `mac`.
+pub fn wait_mac_absent(
+    md: &dyn MetadataApi,
+    mac: &str,
+    deadline: Instant,
+) -> Result<(), CloudError> {
+    poll(&format!("{mac} to leave metadata"), deadline, || {
+        Ok((!md.macs()?.iter().any(|m| m.eq_ignore_ascii_case(mac))).then_some(()))
+    })
+}
+
+fn describe_one(api: &dyn CloudApi, eni_id: &str) -> Result<Option<Eni>, CloudError> {
+    let q = EniQuery {
+        eni_ids: vec![eni_id.to_string()],
+        ..EniQuery::default()
+    };
+    Ok(api.describe_enis(&q)?.into_iter().find(|e| e.id == eni_id))
+}
+
+/// Waits until the OpenAPI shows the ENI in `want`; `NotFound` if it is gone.
+pub fn wait_eni_status(
+    api: &dyn CloudApi,
+    eni_id: &str,
+    want: EniStatus,
+    deadline: Instant,
+) -> Result<Eni, CloudError> {
+    poll(
+        &format!("{eni_id} to be {want}"),
+        deadline,
+        || match describe_one(api, eni_id)? {
+            Some(e) if e.status == want => Ok(Some(e)),
+            Some(_) => Ok(None),
+            None => Err(CloudError::new(
+                CloudErrorKind::NotFound,
+                "DescribeNetworkInterfaces",
+                format!("{eni_id} disappeared while waiting for {want}"),
+            )),
+        },
+    )
+}
+
+/// Waits until the OpenAPI no longer lists the ENI.
+pub fn wait_eni_gone(
+    api: &dyn CloudApi,
+    eni_id: &str,
+    deadline: Instant,
+) -> Result<(), CloudError> {
+    poll(&format!("{eni_id} to be deleted"), deadline, || {
+        Ok(describe_one(api, eni_id)?.is_none().then_some(()))
+    })
+}

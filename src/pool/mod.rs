@@ -1,1 +1,1024 @@
-//! Placeholder: filled in by its issue.
+//! The pool: every address on the managed ENIs and who holds it.
+//!
+//! States (SPEC section 4): `idle` (free for anyone), `inuse` (held by an
+//! owner), `reserved` (kept for its last owner until `ip_stick_time` runs
+//! out), `cooling` (kept from other owners until `ip_cooldown` runs out; its
+//! last owner may still take it back), `invalid` (never handed out: refused
+//! by the cloud, or half of an unpaired dual-stack pair). After a state
+//! rebuild, addresses with no known owner are quarantined (listed as
+//! `reserved` with owner `-`) until the quarantine ends.
+//!
+//! This module is pure data and transitions: no I/O, no threads, no clock
+//! (callers pass `now_ms`). Invariants, checked by [`PoolState::check`]:
+//! an owner holds at most one address and an address has at most one
+//! holder; the owner indexes agree with the address states; every address
+//! belongs to a known ENI.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::server::protocol::{Allocation, EniEntry, ListEntry, Owner, SandboxId, StatusCounts};
+use crate::store::{Allocation as StoredAllocation, Hold};
+
+/// Where an ENI is in its life, once it exists locally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EniPhase {
+    /// Attached and serving.
+    Ready,
+    /// Being detached and deleted: none of its addresses is handed out.
+    Freeing,
+}
+
+/// A managed ENI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolEni {
+    /// `eni-...`
+    pub id: String,
+    /// Its MAC.
+    pub mac: String,
+    /// Its vswitch.
+    pub vswitch: String,
+    /// The vswitch CIDR (from metadata).
+    pub cidr: String,
+    /// The vswitch gateway (from metadata).
+    pub gateway: Ipv4Addr,
+    /// Its primary IPv4: handed out last, never unassigned.
+    pub primary_ip: Ipv4Addr,
+    /// Ready or freeing.
+    pub phase: EniPhase,
+    /// Addresses asked of the cloud for it and not yet answered.
+    pub pending: usize,
+    /// The cloud said it holds all it can (per-ENI limit): no more asks
+    /// until the next reconcile.
+    pub at_limit: bool,
+}
+
+/// The state of one address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpState {
+    /// Free.
+    Idle,
+    /// Held by an owner.
+    InUse {
+        /// The holder.
+        owner: Owner,
+        /// Its sandbox, if it gave one.
+        sandbox: Option<SandboxId>,
+        /// When it was handed out (Unix ms).
+        since_ms: u64,
+    },
+    /// Kept for its last owner.
+    Reserved {
+        /// The last owner.
+        owner: Owner,
+        /// End of the reservation (Unix ms).
+        until_ms: u64,
+        /// End of the cool-down that follows (Unix ms; may be earlier).
+        cool_until_ms: u64,
+    },
+    /// Kept from owners other than the last one.
+    Cooling {
+        /// The last owner.
+        owner: Owner,
+        /// End of the cool-down (Unix ms).
+        until_ms: u64,
+    },
+    /// Owner unknown after a state rebuild: out of circulation until then.
+    Quarantined {
+        /// End of the quarantine (Unix ms).
+        until_ms: u64,
+    },
+    /// Never handed out.
+    Invalid {
+        /// Why.
+        reason: String,
+    },
+}
+
+impl IpState {
+    /// The protocol name of the state.
+    pub fn name(&self) -> &'static str {
+        match self {
+            IpState::Idle => "idle",
+            IpState::InUse { .. } => "inuse",
+            IpState::Reserved { .. } | IpState::Quarantined { .. } => "reserved",
+            IpState::Cooling { .. } => "cooling",
+            IpState::Invalid { .. } => "invalid",
+        }
+    }
+}
+
+/// One pool address (an IPv4, with its IPv6 pair in dual stack).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolIp {
+    /// The IPv4 address (the key).
+    pub v4: Ipv4Addr,
+    /// The paired IPv6 address (dual stack).
+    pub v6: Option<Ipv6Addr>,
+    /// The ENI it is on.
+    pub eni: String,
+    /// True for the ENI's primary IPv4.
+    pub primary: bool,
+    /// Who holds it.
+    pub state: IpState,
+    /// An unassign is in flight: not handed out.
+    pub releasing: bool,
+    /// The cloud no longer has it although an owner holds it: never handed
+    /// out again; dropped from the pool when released.
+    pub lost: bool,
+}
+
+/// What `release` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The owner held nothing.
+    NotHeld,
+    /// Held by another sandbox than the one named: nothing changed.
+    SandboxMismatch,
+    /// Released; `hold` is what to persist (reservation / cool-down).
+    Released {
+        /// The address.
+        v4: Ipv4Addr,
+        /// Its IPv6 pair.
+        v6: Option<Ipv6Addr>,
+        /// The reservation or cool-down now on it, if any.
+        hold: Option<Hold>,
+    },
+}
+
+/// All managed ENIs and addresses.
+#[derive(Debug, Clone, Default)]
+pub struct PoolState {
+    /// Managed ENIs by id.
+    pub enis: BTreeMap<String, PoolEni>,
+    /// Addresses by IPv4.
+    pub ips: BTreeMap<Ipv4Addr, PoolIp>,
+    /// Dual stack: IPv6 addresses with no IPv4 pair (invalid), by ENI.
+    pub unpaired_v6: BTreeMap<Ipv6Addr, String>,
+    owners: HashMap<Owner, Ipv4Addr>,
+    held_for: HashMap<Owner, Ipv4Addr>,
+    dual: bool,
+}
+
+impl PoolState {
+    /// An empty pool; `dual` when every allocation is an IPv4+IPv6 pair.
+    pub fn new(dual: bool) -> PoolState {
+        PoolState {
+            dual,
+            ..PoolState::default()
+        }
+    }
+
+    /// True in dual stack.
+    pub fn is_dual(&self) -> bool {
+        self.dual
+    }
+
+    /// Adds an ENI (its addresses are added separately).
+    pub fn add_eni(&mut self, eni: PoolEni) {
+        self.enis.insert(eni.id.clone(), eni);
+    }
+
+    /// Adds an address as idle (or invalid when dual stack lacks its pair).
+    /// An address already known is left as it is.
+    pub fn add_ip(&mut self, eni: &str, v4: Ipv4Addr, v6: Option<Ipv6Addr>) {
+        if self.ips.contains_key(&v4) {
+            return;
+        }
+        let primary = self.enis.get(eni).is_some_and(|e| e.primary_ip == v4);
+        let state = if self.dual && v6.is_none() {
+            IpState::Invalid {
+                reason: "no IPv6 pair".into(),
+            }
+        } else {
+            IpState::Idle
+        };
+        self.ips.insert(
+            v4,
+            PoolIp {
+                v4,
+                v6,
+                eni: eni.to_string(),
+                primary,
+                state,
+                releasing: false,
+                lost: false,
+            },
+        );
+    }
+
+    /// Records an unpaired IPv6 address (dual stack; invalid).
+    pub fn add_unpaired_v6(&mut self, eni: &str, v6: Ipv6Addr) {
+        self.unpaired_v6.insert(v6, eni.to_string());
+    }
+
+    /// Removes addresses that left the cloud (unassigned or gone). Owners
+    /// and holds on them are dropped from the indexes.
+    pub fn remove_ips(&mut self, v4s: &[Ipv4Addr]) {
+        for v4 in v4s {
+            if let Some(ip) = self.ips.remove(v4) {
+                self.unindex(&ip);
+            }
+        }
+    }
+
+    /// Removes an ENI and every address on it.
+    pub fn remove_eni(&mut self, id: &str) -> Option<PoolEni> {
+        let on_it: Vec<Ipv4Addr> = self
+            .ips
+            .values()
+            .filter(|ip| ip.eni == id)
+            .map(|ip| ip.v4)
+            .collect();
+        self.remove_ips(&on_it);
+        self.unpaired_v6.retain(|_, e| e != id);
+        self.enis.remove(id)
+    }
+
+    fn unindex(&mut self, ip: &PoolIp) {
+        match &ip.state {
+            IpState::InUse { owner, .. } if self.owners.get(owner) == Some(&ip.v4) => {
+                self.owners.remove(owner);
+            }
+            IpState::Reserved { owner, .. } | IpState::Cooling { owner, .. }
+                if self.held_for.get(owner) == Some(&ip.v4) =>
+            {
+                self.held_for.remove(owner);
+            }
+            _ => {}
+        }
+    }
+
+    fn set_state(&mut self, v4: Ipv4Addr, state: IpState) {
+        let Some(ip) = self.ips.get(&v4).cloned() else {
+            return;
+        };
+        self.unindex(&ip);
+        match &state {
+            IpState::InUse { owner, .. } => {
+                self.owners.insert(owner.clone(), v4);
+                if self.held_for.get(owner) == Some(&v4) {
+                    self.held_for.remove(owner);
+                }
+            }
+            IpState::Reserved { owner, .. } | IpState::Cooling { owner, .. } => {
+                // An owner keeps at most one held address: the newest wins.
+                if let Some(old) = self.held_for.insert(owner.clone(), v4) {
+                    if old != v4 {
+                        self.end_hold(old);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if let Some(ip) = self.ips.get_mut(&v4) {
+            ip.state = state;
+        }
+    }
+
+    fn end_hold(&mut self, v4: Ipv4Addr) {
+        if let Some(ip) = self.ips.get_mut(&v4) {
+            if matches!(ip.state, IpState::Reserved { .. } | IpState::Cooling { .. }) {
+                ip.state = IpState::Idle;
+            }
+        }
+    }
+
+    /// Restores an allocation from the state file.
+    pub fn restore_allocation(&mut self, a: &StoredAllocation) -> bool {
+        let Ok(owner) = Owner::parse(&a.owner) else {
+            return false;
+        };
+        match self.ips.get(&a.ipv4) {
+            Some(ip) if ip.eni == a.eni || a.eni.is_empty() => {}
+            _ => return false,
+        }
+        let sandbox = a.sandbox.as_deref().and_then(|s| SandboxId::parse(s).ok());
+        if let Some(v6) = a.ipv6 {
+            if let Some(ip) = self.ips.get_mut(&a.ipv4) {
+                if ip.v6.is_none() {
+                    ip.v6 = Some(v6);
+                    self.unpaired_v6.remove(&v6);
+                }
+            }
+        }
+        self.set_state(
+            a.ipv4,
+            IpState::InUse {
+                owner,
+                sandbox,
+                since_ms: a.at_ms,
+            },
+        );
+        true
+    }
+
+    /// Restores a reservation / cool-down / quarantine from the state file.
+    pub fn restore_hold(&mut self, h: &Hold, now_ms: u64) -> bool {
+        match self.ips.get(&h.ipv4) {
+            Some(ip) if matches!(ip.state, IpState::Idle) => {}
+            _ => return false,
+        }
+        let state = match &h.last_owner {
+            None if h.reserved_until_ms > now_ms => IpState::Quarantined {
+                until_ms: h.reserved_until_ms,
+            },
+            None => return false,
+            Some(o) => {
+                let Ok(owner) = Owner::parse(o) else {
+                    return false;
+                };
+                if h.reserved_until_ms > now_ms {
+                    IpState::Reserved {
+                        owner,
+                        until_ms: h.reserved_until_ms,
+                        cool_until_ms: h.cooling_until_ms,
+                    }
+                } else if h.cooling_until_ms > now_ms {
+                    IpState::Cooling {
+                        owner,
+                        until_ms: h.cooling_until_ms,
+                    }
+                } else {
+                    return false;
+                }
+            }
+        };
+        self.set_state(h.ipv4, state);
+        true
+    }
+
+    /// Puts an idle address in quarantine until `until_ms`.
+    pub fn quarantine(&mut self, v4: Ipv4Addr, until_ms: u64) -> Option<Hold> {
+        let ip = self.ips.get(&v4)?;
+        if ip.state != IpState::Idle {
+            return None;
+        }
+        let hold = Hold {
+            ipv4: v4,
+            ipv6: ip.v6,
+            eni: ip.eni.clone(),
+            last_owner: None,
+            reserved_until_ms: until_ms,
+            cooling_until_ms: 0,
+        };
+        self.set_state(v4, IpState::Quarantined { until_ms });
+        Some(hold)
+    }
+
+    /// Ends expired holds. Returns the addresses that became idle (their
+    /// hold records can be cleared).
+    pub fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
+        let mut freed = Vec::new();
+        let mut cooled = Vec::new();
+        for ip in self.ips.values() {
+            match &ip.state {
+                IpState::Reserved {
+                    owner,
+                    until_ms,
+                    cool_until_ms,
+                } if *until_ms <= now_ms => {
+                    if *cool_until_ms > now_ms {
+                        cooled.push((ip.v4, owner.clone(), *cool_until_ms));
+                    } else {
+                        freed.push(ip.v4);
+                    }
+                }
+                IpState::Cooling { until_ms, .. } | IpState::Quarantined { until_ms }
+                    if *until_ms <= now_ms =>
+                {
+                    freed.push(ip.v4);
+                }
+                _ => {}
+            }
+        }
+        for (v4, owner, until_ms) in cooled {
+            self.set_state(v4, IpState::Cooling { owner, until_ms });
+        }
+        for v4 in &freed {
+            self.set_state(*v4, IpState::Idle);
+        }
+        freed
+    }
+
+    /// The earliest hold expiry, if any (so the caller can wake then).
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.ips
+            .values()
+            .filter_map(|ip| match &ip.state {
+                IpState::Reserved { until_ms, .. }
+                | IpState::Cooling { until_ms, .. }
+                | IpState::Quarantined { until_ms } => Some(*until_ms),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The address an owner holds.
+    pub fn owner_ip(&self, owner: &Owner) -> Option<&PoolIp> {
+        self.owners.get(owner).and_then(|v4| self.ips.get(v4))
+    }
+
+    fn allocatable(&self, ip: &PoolIp) -> bool {
+        !ip.releasing
+            && !ip.lost
+            && self
+                .enis
+                .get(&ip.eni)
+                .is_some_and(|e| e.phase == EniPhase::Ready)
+    }
+
+    /// Picks an address for `owner` (who holds none): its reservation or
+    /// cool-down first, then `prefer` if free, then the best idle address.
+    /// Call [`PoolState::settle`] first.
+    pub fn pick(&self, owner: &Owner, prefer: Option<IpAddr>) -> Option<Ipv4Addr> {
+        if let Some(v4) = self.held_for.get(owner) {
+            if let Some(ip) = self.ips.get(v4) {
+                if self.allocatable(ip) {
+                    return Some(*v4);
+                }
+            }
+        }
+        if let Some(p) = prefer {
+            let found = match p {
+                IpAddr::V4(v4) => self.ips.get(&v4),
+                IpAddr::V6(v6) => self.ips.values().find(|ip| ip.v6 == Some(v6)),
+            };
+            if let Some(ip) = found {
+                if ip.state == IpState::Idle && self.allocatable(ip) {
+                    return Some(ip.v4);
+                }
+            }
+        }
+        self.best_idle()
+    }
+
+    /// The idle address to hand out next: secondary addresses before
+    /// primaries (so ENIs can drain), then the ENI with the most addresses
+    /// in use (packing), then the lowest address.
+    fn best_idle(&self) -> Option<Ipv4Addr> {
+        let inuse = self.inuse_by_eni();
+        self.ips
+            .values()
+            .filter(|ip| ip.state == IpState::Idle && self.allocatable(ip))
+            .min_by_key(|ip| {
+                (
+                    ip.primary,
+                    std::cmp::Reverse(inuse.get(ip.eni.as_str()).copied().unwrap_or(0)),
+                    ip.v4,
+                )
+            })
+            .map(|ip| ip.v4)
+    }
+
+    fn inuse_by_eni(&self) -> HashMap<&str, usize> {
+        let mut m: HashMap<&str, usize> = HashMap::new();
+        for ip in self.ips.values() {
+            if !matches!(ip.state, IpState::Idle) {
+                *m.entry(ip.eni.as_str()).or_default() += 1;
+            }
+        }
+        m
+    }
+
+    /// Hands `v4` to `owner`; returns the record to persist.
+    pub fn take(
+        &mut self,
+        v4: Ipv4Addr,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+        now_ms: u64,
+    ) -> Option<StoredAllocation> {
+        let ip = self.ips.get(&v4)?.clone();
+        self.set_state(
+            v4,
+            IpState::InUse {
+                owner: owner.clone(),
+                sandbox: sandbox.cloned(),
+                since_ms: now_ms,
+            },
+        );
+        Some(StoredAllocation {
+            owner: owner.to_string(),
+            sandbox: sandbox.map(|s| s.to_string()),
+            ipv4: v4,
+            ipv6: ip.v6,
+            eni: ip.eni,
+            at_ms: now_ms,
+        })
+    }
+
+    /// Moves an owner's allocation to another sandbox; returns the record
+    /// to persist, or `None` if nothing changed.
+    pub fn move_sandbox(
+        &mut self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+    ) -> Option<StoredAllocation> {
+        let v4 = *self.owners.get(owner)?;
+        let ip = self.ips.get_mut(&v4)?;
+        let IpState::InUse {
+            sandbox: current,
+            since_ms,
+            ..
+        } = &mut ip.state
+        else {
+            return None;
+        };
+        match sandbox {
+            Some(new) if current.as_ref() != Some(new) => *current = Some(new.clone()),
+            _ => return None,
+        }
+        Some(StoredAllocation {
+            owner: owner.to_string(),
+            sandbox: sandbox.map(|s| s.to_string()),
+            ipv4: v4,
+            ipv6: ip.v6,
+            eni: ip.eni.clone(),
+            at_ms: *since_ms,
+        })
+    }
+
+    /// Releases an owner's address. With `sandbox`, only if the allocation
+    /// belongs to that sandbox (or was made without one).
+    pub fn release(
+        &mut self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+        now_ms: u64,
+        stick_ms: u64,
+        cool_ms: u64,
+    ) -> ReleaseOutcome {
+        let Some(ip) = self.owner_ip(owner).cloned() else {
+            return ReleaseOutcome::NotHeld;
+        };
+        if let (
+            Some(want),
+            IpState::InUse {
+                sandbox: Some(have),
+                ..
+            },
+        ) = (sandbox, &ip.state)
+        {
+            if want != have {
+                return ReleaseOutcome::SandboxMismatch;
+            }
+        }
+        if ip.lost {
+            self.remove_ips(&[ip.v4]);
+            return ReleaseOutcome::Released {
+                v4: ip.v4,
+                v6: ip.v6,
+                hold: None,
+            };
+        }
+        let (state, hold) = if stick_ms > 0 || cool_ms > 0 {
+            let reserved_until_ms = if stick_ms > 0 { now_ms + stick_ms } else { 0 };
+            let cooling_until_ms = if cool_ms > 0 { now_ms + cool_ms } else { 0 };
+            let state = if stick_ms > 0 {
+                IpState::Reserved {
+                    owner: owner.clone(),
+                    until_ms: reserved_until_ms,
+                    cool_until_ms: cooling_until_ms,
+                }
+            } else {
+                IpState::Cooling {
+                    owner: owner.clone(),
+                    until_ms: cooling_until_ms,
+                }
+            };
+            let hold = Hold {
+                ipv4: ip.v4,
+                ipv6: ip.v6,
+                eni: ip.eni.clone(),
+                last_owner: Some(owner.to_string()),
+                reserved_until_ms,
+                cooling_until_ms,
+            };
+            (state, Some(hold))
+        } else {
+            (IpState::Idle, None)
+        };
+        self.set_state(ip.v4, state);
+        ReleaseOutcome::Released {
+            v4: ip.v4,
+            v6: ip.v6,
+            hold,
+        }
+    }
+
+    /// The reply text for an owner's allocation.
+    pub fn allocation_of(&self, v4: Ipv4Addr) -> Option<Allocation> {
+        let ip = self.ips.get(&v4)?;
+        let eni = self.enis.get(&ip.eni)?;
+        Some(Allocation {
+            ip: ip.v4,
+            ipv6: ip.v6,
+            eni: eni.id.clone(),
+            mac: eni.mac.clone(),
+            vswitch: eni.vswitch.clone(),
+            cidr: eni.cidr.clone(),
+            gateway: eni.gateway,
+        })
+    }
+
+    /// Addresses free for anyone right now.
+    pub fn idle_count(&self) -> usize {
+        self.ips
+            .values()
+            .filter(|ip| ip.state == IpState::Idle && self.allocatable(ip))
+            .count()
+    }
+
+    /// Addresses (and unpaired IPv6) on one ENI.
+    pub fn ips_on(&self, eni: &str) -> usize {
+        self.ips.values().filter(|ip| ip.eni == eni).count()
+            + self.unpaired_v6.values().filter(|e| *e == eni).count()
+    }
+
+    /// Counters for `status` (pending and capacity are the caller's).
+    pub fn counts(&self) -> StatusCounts {
+        let mut c = StatusCounts {
+            enis: self.enis.len(),
+            ips: self.ips.len() + self.unpaired_v6.len(),
+            ..StatusCounts::default()
+        };
+        for ip in self.ips.values() {
+            match ip.state {
+                IpState::Idle => c.idle += 1,
+                IpState::InUse { .. } => c.inuse += 1,
+                IpState::Reserved { .. } | IpState::Quarantined { .. } => c.reserved += 1,
+                IpState::Cooling { .. } => c.cooling += 1,
+                IpState::Invalid { .. } => {}
+            }
+        }
+        c
+    }
+
+    /// Counts by state name, invalid included (for metrics).
+    pub fn counts_by_state(&self) -> Vec<(&'static str, u64)> {
+        let c = self.counts();
+        let invalid = (c.ips - c.idle - c.inuse - c.reserved - c.cooling) as u64;
+        vec![
+            ("idle", c.idle as u64),
+            ("inuse", c.inuse as u64),
+            ("reserved", c.reserved as u64),
+            ("cooling", c.cooling as u64),
+            ("invalid", invalid),
+        ]
+    }
+
+    /// `list` data.
+    pub fn list(&self) -> Vec<ListEntry> {
+        let mut out: Vec<ListEntry> = self
+            .ips
+            .values()
+            .map(|ip| ListEntry {
+                ip: IpAddr::V4(ip.v4),
+                state: ip.state.name(),
+                owner: match &ip.state {
+                    IpState::InUse { owner, .. }
+                    | IpState::Reserved { owner, .. }
+                    | IpState::Cooling { owner, .. } => Some(owner.to_string()),
+                    _ => None,
+                },
+                eni: ip.eni.clone(),
+            })
+            .collect();
+        out.extend(self.unpaired_v6.iter().map(|(v6, eni)| ListEntry {
+            ip: IpAddr::V6(*v6),
+            state: "invalid",
+            owner: None,
+            eni: eni.clone(),
+        }));
+        out
+    }
+
+    /// `enis` data for the ENIs that exist (the caller adds ones being created).
+    pub fn eni_entries(&self, inhibited: impl Fn(&str) -> Option<String>) -> Vec<EniEntry> {
+        self.enis
+            .values()
+            .map(|e| EniEntry {
+                eni: e.id.clone(),
+                mac: e.mac.clone(),
+                vswitch: e.vswitch.clone(),
+                ips: self.ips_on(&e.id),
+                pending: e.pending,
+                inhibited_until: inhibited(&e.vswitch),
+            })
+            .collect()
+    }
+
+    /// Chooses up to `n` idle secondary addresses to give back to the cloud,
+    /// from the ENIs with the fewest addresses in use first (so whole ENIs
+    /// drain), grouped by ENI.
+    pub fn shed_candidates(&self, n: usize) -> Vec<(String, Vec<Ipv4Addr>)> {
+        if n == 0 {
+            return Vec::new();
+        }
+        let inuse = self.inuse_by_eni();
+        let mut idle: Vec<&PoolIp> = self
+            .ips
+            .values()
+            .filter(|ip| ip.state == IpState::Idle && !ip.primary && self.allocatable(ip))
+            .collect();
+        idle.sort_by_key(|ip| {
+            (
+                inuse.get(ip.eni.as_str()).copied().unwrap_or(0),
+                ip.eni.clone(),
+                std::cmp::Reverse(ip.v4),
+            )
+        });
+        let mut grouped: Vec<(String, Vec<Ipv4Addr>)> = Vec::new();
+        for ip in idle.into_iter().take(n) {
+            match grouped.last_mut() {
+                Some((eni, v)) if *eni == ip.eni => v.push(ip.v4),
+                _ => grouped.push((ip.eni.clone(), vec![ip.v4])),
+            }
+        }
+        grouped
+    }
+
+    /// Invalid secondary addresses (and unpaired IPv6) to unassign, by ENI.
+    pub fn invalid_to_release(&self) -> Vec<(String, Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
+        let mut by_eni: BTreeMap<String, (Vec<Ipv4Addr>, Vec<Ipv6Addr>)> = BTreeMap::new();
+        for ip in self.ips.values() {
+            if matches!(ip.state, IpState::Invalid { .. }) && !ip.primary && !ip.releasing {
+                by_eni.entry(ip.eni.clone()).or_default().0.push(ip.v4);
+            }
+        }
+        for (v6, eni) in &self.unpaired_v6 {
+            by_eni.entry(eni.clone()).or_default().1.push(*v6);
+        }
+        by_eni
+            .into_iter()
+            .filter(|(eni, _)| {
+                self.enis
+                    .get(eni)
+                    .is_some_and(|e| e.phase == EniPhase::Ready)
+            })
+            .map(|(eni, (v4, v6))| (eni, v4, v6))
+            .collect()
+    }
+
+    /// ENIs holding nothing but their idle primary address, with nothing in
+    /// flight: they can be detached and deleted.
+    pub fn freeable_enis(&self) -> Vec<String> {
+        self.enis
+            .values()
+            .filter(|e| e.phase == EniPhase::Ready && e.pending == 0)
+            .filter(|e| {
+                let mut on = self.ips.values().filter(|ip| ip.eni == e.id);
+                matches!(
+                    (on.next(), on.next()),
+                    (Some(ip), None) if ip.primary && ip.state == IpState::Idle && !ip.releasing
+                ) && !self.unpaired_v6.values().any(|x| *x == e.id)
+            })
+            .map(|e| e.id.clone())
+            .collect()
+    }
+
+    /// Marks or unmarks addresses as being unassigned.
+    pub fn set_releasing(&mut self, v4s: &[Ipv4Addr], releasing: bool) {
+        for v4 in v4s {
+            if let Some(ip) = self.ips.get_mut(v4) {
+                ip.releasing = releasing;
+            }
+        }
+    }
+
+    /// Marks an owned address the cloud no longer has: the owner keeps
+    /// seeing it until it releases it, and it is never handed out again.
+    pub fn mark_lost(&mut self, v4: Ipv4Addr) {
+        if let Some(ip) = self.ips.get_mut(&v4) {
+            ip.lost = true;
+        }
+    }
+
+    /// Marks an address invalid (refused by the cloud).
+    pub fn invalidate(&mut self, v4: Ipv4Addr, reason: &str) {
+        self.set_state(
+            v4,
+            IpState::Invalid {
+                reason: reason.into(),
+            },
+        );
+    }
+
+    /// Every owner and its address.
+    pub fn owners(&self) -> impl Iterator<Item = (&Owner, &Ipv4Addr)> {
+        self.owners.iter()
+    }
+
+    /// Checks the invariants; `Err` names the first violation.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen_owner: HashMap<&Owner, Ipv4Addr> = HashMap::new();
+        for ip in self.ips.values() {
+            if !self.enis.contains_key(&ip.eni) {
+                return Err(format!("{} is on unknown ENI {}", ip.v4, ip.eni));
+            }
+            if let IpState::InUse { owner, .. } = &ip.state {
+                if let Some(other) = seen_owner.insert(owner, ip.v4) {
+                    return Err(format!("owner {owner} holds {other} and {}", ip.v4));
+                }
+                if self.owners.get(owner) != Some(&ip.v4) {
+                    return Err(format!("owner index disagrees for {owner}"));
+                }
+            }
+        }
+        if seen_owner.len() != self.owners.len() {
+            return Err("owner index has stale entries".into());
+        }
+        let mut v6s = std::collections::HashSet::new();
+        for v6 in self
+            .ips
+            .values()
+            .filter_map(|ip| ip.v6)
+            .chain(self.unpaired_v6.keys().copied())
+        {
+            if !v6s.insert(v6) {
+                return Err(format!("{v6} appears twice"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eni(id: &str, primary: &str) -> PoolEni {
+        PoolEni {
+            id: id.into(),
+            mac: format!("00:16:3e:00:00:{}", &id[id.len() - 2..]),
+            vswitch: "vsw-1".into(),
+            cidr: "10.0.0.0/22".into(),
+            gateway: "10.0.3.253".parse().unwrap(),
+            primary_ip: primary.parse().unwrap(),
+            phase: EniPhase::Ready,
+            pending: 0,
+            at_limit: false,
+        }
+    }
+
+    fn ip(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    fn owner(s: &str) -> Owner {
+        Owner::parse(s).unwrap()
+    }
+
+    fn pool() -> PoolState {
+        let mut p = PoolState::new(false);
+        p.add_eni(eni("eni-01", "10.0.0.10"));
+        for a in ["10.0.0.10", "10.0.0.11", "10.0.0.12"] {
+            p.add_ip("eni-01", ip(a), None);
+        }
+        p
+    }
+
+    #[test]
+    fn primary_is_handed_out_last() {
+        let mut p = pool();
+        let mut got = Vec::new();
+        for i in 0..3 {
+            let o = owner(&format!("o{i}"));
+            let v4 = p.pick(&o, None).unwrap();
+            p.take(v4, &o, None, 1).unwrap();
+            got.push(v4);
+        }
+        assert_eq!(got, vec![ip("10.0.0.11"), ip("10.0.0.12"), ip("10.0.0.10")]);
+        assert!(p.pick(&owner("o3"), None).is_none());
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn prefer_and_reservation() {
+        let mut p = pool();
+        let a = owner("a");
+        let v4 = p.pick(&a, Some("10.0.0.12".parse().unwrap())).unwrap();
+        assert_eq!(v4, ip("10.0.0.12"));
+        p.take(v4, &a, None, 0);
+        // Reserved for `a` for 1000 ms, then cooling until 5000.
+        let out = p.release(&a, None, 100, 1000, 5000);
+        let ReleaseOutcome::Released { hold: Some(h), .. } = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!((h.reserved_until_ms, h.cooling_until_ms), (1100, 5100));
+        let b = owner("b");
+        // b may not take a's reserved address even when preferring it.
+        assert_ne!(
+            p.pick(&b, Some("10.0.0.12".parse().unwrap())),
+            Some(ip("10.0.0.12"))
+        );
+        // a gets it back.
+        assert_eq!(p.pick(&a, None), Some(ip("10.0.0.12")));
+        // After the reservation, it cools: still a's, not b's.
+        assert!(p.settle(1200).is_empty());
+        assert_eq!(p.ips[&ip("10.0.0.12")].state.name(), "cooling");
+        assert_eq!(p.pick(&a, None), Some(ip("10.0.0.12")));
+        assert_eq!(p.next_expiry(), Some(5100));
+        assert_eq!(p.settle(5100), vec![ip("10.0.0.12")]);
+        assert_eq!(p.ips[&ip("10.0.0.12")].state, IpState::Idle);
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn sandbox_rules() {
+        let mut p = pool();
+        let a = owner("a");
+        let sx = SandboxId::parse("x").unwrap();
+        let sy = SandboxId::parse("y").unwrap();
+        let v4 = p.pick(&a, None).unwrap();
+        p.take(v4, &a, Some(&sx), 0);
+        // A new sandbox of the same owner moves the allocation.
+        let moved = p.move_sandbox(&a, Some(&sy)).unwrap();
+        assert_eq!(moved.sandbox.as_deref(), Some("y"));
+        assert!(p.move_sandbox(&a, Some(&sy)).is_none());
+        // A late release from x changes nothing.
+        assert_eq!(
+            p.release(&a, Some(&sx), 0, 0, 0),
+            ReleaseOutcome::SandboxMismatch
+        );
+        assert!(p.owner_ip(&a).is_some());
+        assert!(matches!(
+            p.release(&a, Some(&sy), 0, 0, 0),
+            ReleaseOutcome::Released { hold: None, .. }
+        ));
+        assert_eq!(p.release(&a, None, 0, 0, 0), ReleaseOutcome::NotHeld);
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn shedding_and_freeing_order() {
+        let mut p = pool();
+        p.add_eni(eni("eni-02", "10.0.1.10"));
+        for a in ["10.0.1.10", "10.0.1.11", "10.0.1.12"] {
+            p.add_ip("eni-02", ip(a), None);
+        }
+        let o = owner("busy");
+        p.take(ip("10.0.0.11"), &o, None, 0);
+        // eni-02 has nothing in use: its secondaries go first; primaries never.
+        let shed = p.shed_candidates(3);
+        assert_eq!(shed[0].0, "eni-02");
+        assert_eq!(shed[0].1.len(), 2);
+        assert_eq!(shed[1], ("eni-01".to_string(), vec![ip("10.0.0.12")]));
+        assert!(p.freeable_enis().is_empty());
+        p.remove_ips(&[ip("10.0.1.11"), ip("10.0.1.12")]);
+        assert_eq!(p.freeable_enis(), vec!["eni-02".to_string()]);
+        p.enis.get_mut("eni-02").unwrap().pending = 1;
+        assert!(p.freeable_enis().is_empty());
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn dual_stack_unpaired_is_invalid() {
+        let mut p = PoolState::new(true);
+        p.add_eni(eni("eni-01", "10.0.0.10"));
+        p.add_ip("eni-01", ip("10.0.0.10"), Some("fd00::10".parse().unwrap()));
+        p.add_ip("eni-01", ip("10.0.0.11"), None);
+        p.add_unpaired_v6("eni-01", "fd00::12".parse().unwrap());
+        let c = p.counts();
+        assert_eq!((c.ips, c.idle), (3, 1));
+        assert_eq!(p.list().iter().filter(|e| e.state == "invalid").count(), 2);
+        let inv = p.invalid_to_release();
+        assert_eq!(inv.len(), 1);
+        assert_eq!(inv[0].1, vec![ip("10.0.0.11")]);
+        assert_eq!(inv[0].2.len(), 1);
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn restore_and_quarantine() {
+        let mut p = pool();
+        let a = StoredAllocation {
+            owner: "ns/a".into(),
+            sandbox: None,
+            ipv4: ip("10.0.0.11"),
+            ipv6: None,
+            eni: "eni-01".into(),
+            at_ms: 5,
+        };
+        assert!(p.restore_allocation(&a));
+        let gone = StoredAllocation {
+            ipv4: ip("10.9.9.9"),
+            ..a.clone()
+        };
+        assert!(!p.restore_allocation(&gone));
+        let h = p.quarantine(ip("10.0.0.12"), 1000).unwrap();
+        assert_eq!(h.last_owner, None);
+        assert!(p.pick(&owner("x"), Some("10.0.0.12".parse().unwrap())) != Some(ip("10.0.0.12")));
+        assert_eq!(
+            p.list()
+                .iter()
+                .find(|e| e.ip == IpAddr::V4(ip("10.0.0.12")))
+                .unwrap()
+                .state,
+            "reserved"
+        );
+        assert_eq!(p.settle(1000), vec![ip("10.0.0.12")]);
+        p.check().unwrap();
+    }
+}

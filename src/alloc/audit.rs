@@ -1,0 +1,126 @@
+//! `audit`: settled local state against the OpenAPI (DescribeNetworkInterfaces
+//! is the source of truth; metadata lag is not a difference).
+//!
+//! The cloud is read between two snapshots of the local state; a
+//! difference counts only if both snapshots show it, and nothing with an
+//! operation in flight (addresses pending or being released, ENIs being
+//! created or freed) counts. So a healthy daemon under load audits
+//! consistent.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use crate::cloud::{CloudApi, Eni, EniStatus};
+use crate::server::protocol::{ErrCode, ProtoError};
+
+use super::maint::{attached_managed, drift, tagged_unattached};
+use super::Snapshot;
+
+/// The differences, one line each (empty: consistent).
+pub fn audit(
+    cloud: &dyn CloudApi,
+    instance_id: &str,
+    security_groups: &[String],
+    snapshot: impl Fn() -> Result<Snapshot, ProtoError>,
+) -> Result<Vec<String>, ProtoError> {
+    let before = snapshot()?;
+    let cloud_err = |e: crate::cloud::CloudError| {
+        ProtoError::new(
+            ErrCode::Cloud,
+            format!("{} {}", e.code_or_kind(), e.message),
+        )
+    };
+    let attached = attached_managed(cloud, instance_id).map_err(cloud_err)?;
+    let loose = tagged_unattached(cloud, instance_id).map_err(cloud_err)?;
+    let after = snapshot()?;
+    let a: BTreeSet<String> = differences(&before, &attached, &loose)
+        .into_iter()
+        .collect();
+    let b: BTreeSet<String> = differences(&after, &attached, &loose).into_iter().collect();
+    let mut out: Vec<String> = a.intersection(&b).cloned().collect();
+    out.extend(drift(&attached, security_groups));
+    Ok(out)
+}
+
+fn differences(s: &Snapshot, attached: &[Eni], loose: &[Eni]) -> Vec<String> {
+    let mut out = Vec::new();
+    let busy: BTreeSet<&str> = s
+        .creating
+        .iter()
+        .chain(&s.freeing)
+        .map(String::as_str)
+        .collect();
+    let cloud: BTreeMap<&str, &Eni> = attached
+        .iter()
+        .filter(|e| e.status == EniStatus::InUse)
+        .map(|e| (e.id.as_str(), e))
+        .collect();
+    for e in loose {
+        if !busy.contains(e.id.as_str()) {
+            out.push(format!(
+                "eni {} is tagged for this instance but not attached ({})",
+                e.id, e.status
+            ));
+        }
+    }
+    for (id, e) in &cloud {
+        if busy.contains(id) {
+            continue;
+        }
+        let Some(local) = s.pool.enis.get(*id) else {
+            out.push(format!(
+                "eni {id} is attached and managed but unknown locally"
+            ));
+            continue;
+        };
+        if local.pending > 0 {
+            continue;
+        }
+        let remote: BTreeSet<Ipv4Addr> = e.private_ips.iter().copied().collect();
+        for a in &remote {
+            if !s.pool.ips.contains_key(a) {
+                out.push(format!(
+                    "address {a} is on eni {id} in the cloud but unknown locally"
+                ));
+            }
+        }
+        for ip in s
+            .pool
+            .ips
+            .values()
+            .filter(|ip| ip.eni == *id && !ip.releasing)
+        {
+            if !remote.contains(&ip.v4) {
+                out.push(format!(
+                    "address {} ({}) is missing from eni {id} in the cloud",
+                    ip.v4,
+                    ip.state.name()
+                ));
+            }
+        }
+        let v6: BTreeSet<std::net::Ipv6Addr> = e.ipv6s.iter().copied().collect();
+        for ip in s
+            .pool
+            .ips
+            .values()
+            .filter(|ip| ip.eni == *id && !ip.releasing)
+        {
+            if let Some(b) = ip.v6 {
+                if !v6.contains(&b) {
+                    out.push(format!(
+                        "address {b} ({}) is missing from eni {id} in the cloud",
+                        ip.state.name()
+                    ));
+                }
+            }
+        }
+    }
+    for id in s.pool.enis.keys() {
+        if !cloud.contains_key(id.as_str()) && !busy.contains(id.as_str()) {
+            out.push(format!(
+                "eni {id} is known locally but not attached in the cloud"
+            ));
+        }
+    }
+    out
+}

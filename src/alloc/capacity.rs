@@ -1,0 +1,168 @@
+//! Capacity math (SPEC section 3), following Terway: usable ENIs =
+//! floor(EniQuantity x eni_cap_ratio) + eni_cap_shift - 1 (the primary ENI is
+//! not usable), capped by `max_eni`; IPs per ENI = EniPrivateIpAddressQuantity
+//! (dual stack: the smaller of it and EniIpv6AddressQuantity); capacity =
+//! usable ENIs x IPs per ENI. `min_eni` sets the min pool; pool sizes are
+//! clamped to capacity and min <= max.
+
+use crate::cloud::InstanceTypeLimits;
+use crate::config::{Config, IpStack};
+
+/// The numbers the allocator plans with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// ENIs eniipd may hold (the primary ENI excluded).
+    pub usable_enis: usize,
+    /// Pool IPs per ENI, its primary IP included.
+    pub ips_per_eni: usize,
+    /// `usable_enis * ips_per_eni`.
+    pub total_ips: usize,
+    /// Idle IPs to keep at least.
+    pub min_idle: usize,
+    /// Idle IPs to keep at most.
+    pub max_idle: usize,
+}
+
+/// Pool-size inputs that SIGHUP may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSizes {
+    /// `min_pool_size`
+    pub min_pool_size: usize,
+    /// `max_pool_size`
+    pub max_pool_size: usize,
+    /// `min_eni`
+    pub min_eni: usize,
+}
+
+impl PoolSizes {
+    /// The pool-size keys of a config.
+    pub fn of(cfg: &Config) -> PoolSizes {
+        PoolSizes {
+            min_pool_size: cfg.min_pool_size,
+            max_pool_size: cfg.max_pool_size,
+            min_eni: cfg.min_eni,
+        }
+    }
+}
+
+/// Computes capacity; `notes` receives one line per adjustment made, for the
+/// start-up log (Terway logs the same clamps).
+pub fn compute(
+    limits: &InstanceTypeLimits,
+    cfg: &Config,
+    sizes: PoolSizes,
+    notes: &mut Vec<String>,
+) -> Capacity {
+    let scaled = (f64::from(limits.eni_quantity) * cfg.eni_cap_ratio).floor() as i64;
+    let mut usable = (scaled + cfg.eni_cap_shift - 1).max(0) as usize;
+    if cfg.max_eni != 0 && cfg.max_eni < usable {
+        notes.push(format!(
+            "max_eni {} caps usable ENIs (instance allows {usable})",
+            cfg.max_eni
+        ));
+        usable = cfg.max_eni;
+    }
+    let mut ips_per_eni = limits.ipv4_per_eni as usize;
+    if cfg.ip_stack == IpStack::Dual {
+        ips_per_eni = ips_per_eni.min(limits.ipv6_per_eni as usize);
+    }
+    let total = usable * ips_per_eni;
+    let mut min_idle = if sizes.min_eni != 0 {
+        sizes.min_eni * ips_per_eni
+    } else {
+        sizes.min_pool_size
+    };
+    let mut max_idle = sizes.max_pool_size;
+    if min_idle > total {
+        notes.push(format!(
+            "min pool size {min_idle} exceeds capacity {total}: clamped"
+        ));
+        min_idle = total;
+    }
+    if max_idle > total {
+        notes.push(format!(
+            "max pool size {max_idle} exceeds capacity {total}: clamped"
+        ));
+        max_idle = total;
+    }
+    if min_idle > max_idle {
+        notes.push(format!(
+            "min pool size {min_idle} exceeds max pool size {max_idle}: max raised"
+        ));
+        max_idle = min_idle;
+    }
+    Capacity {
+        usable_enis: usable,
+        ips_per_eni,
+        total_ips: total,
+        min_idle,
+        max_idle,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::RawConfig;
+
+    fn limits(enis: u32, v4: u32, v6: u32) -> InstanceTypeLimits {
+        InstanceTypeLimits {
+            instance_type: "t".into(),
+            eni_quantity: enis,
+            ipv4_per_eni: v4,
+            ipv6_per_eni: v6,
+        }
+    }
+
+    fn cfg(json: &str) -> Config {
+        RawConfig::parse(json).unwrap().validate().unwrap()
+    }
+
+    #[test]
+    fn terway_formula() {
+        let c = cfg("{}");
+        let cap = compute(&limits(4, 15, 15), &c, PoolSizes::of(&c), &mut Vec::new());
+        assert_eq!(cap.usable_enis, 3);
+        assert_eq!(cap.ips_per_eni, 15);
+        assert_eq!(cap.total_ips, 45);
+        assert_eq!((cap.min_idle, cap.max_idle), (0, 5));
+    }
+
+    #[test]
+    fn ratio_shift_and_max_eni() {
+        let c = cfg(r#"{"eni_cap_ratio": 0.5, "eni_cap_shift": 1}"#);
+        let cap = compute(&limits(8, 30, 30), &c, PoolSizes::of(&c), &mut Vec::new());
+        assert_eq!(cap.usable_enis, 4); // floor(8*0.5)+1-1
+        let c = cfg(r#"{"max_eni": 2}"#);
+        let mut notes = Vec::new();
+        let cap = compute(&limits(8, 30, 30), &c, PoolSizes::of(&c), &mut notes);
+        assert_eq!(cap.usable_enis, 2);
+        assert_eq!(cap.total_ips, 60);
+        assert_eq!(notes.len(), 1);
+        let c = cfg(r#"{"eni_cap_shift": -5}"#);
+        assert_eq!(
+            compute(&limits(3, 6, 6), &c, PoolSizes::of(&c), &mut Vec::new()).total_ips,
+            0
+        );
+    }
+
+    #[test]
+    fn dual_stack_takes_the_smaller_per_eni_count() {
+        let c = cfg(r#"{"ip_stack": "dual"}"#);
+        let cap = compute(&limits(3, 10, 1), &c, PoolSizes::of(&c), &mut Vec::new());
+        assert_eq!(cap.ips_per_eni, 1);
+        assert_eq!(cap.total_ips, 2);
+    }
+
+    #[test]
+    fn pool_sizes_clamp() {
+        let c = cfg(r#"{"min_eni": 2, "max_pool_size": 3}"#);
+        let mut notes = Vec::new();
+        let cap = compute(&limits(4, 15, 15), &c, PoolSizes::of(&c), &mut notes);
+        assert_eq!(cap.min_idle, 30);
+        assert_eq!(cap.max_idle, 30, "max raised to min");
+        let c = cfg(r#"{"min_pool_size": 100, "max_pool_size": 200}"#);
+        let cap = compute(&limits(4, 15, 15), &c, PoolSizes::of(&c), &mut Vec::new());
+        assert_eq!((cap.min_idle, cap.max_idle), (45, 45));
+    }
+}

@@ -1,0 +1,275 @@
+//! ENI operations: create (create with the initial addresses, attach, wait
+//! until the API says `InUse` and metadata shows the MAC) and free (detach,
+//! wait until `Available`, delete). Each runs on its own named thread and
+//! holds an operation permit for its whole life, so at most
+//! `max_concurrent_eni_ops` run at once whatever path started them.
+//!
+//! Unlike the seed, a failure after the ENI exists rolls it back (detach if
+//! attached, delete) before reporting, and the report carries any ENI the
+//! rollback could not remove. Local state changes only when the actor gets
+//! the report: nothing is forgotten before the cloud agreed.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use log::{debug, info, warn};
+
+use crate::cloud::{
+    wait, CloudApi, CloudError, CloudErrorKind, CreateEni, EniStatus, TAG_CREATOR_KEY,
+    TAG_CREATOR_VALUE, TAG_INSTANCE_KEY,
+};
+use crate::util::sem::Permit;
+
+use super::msg::{Event, FreeFailure, OpId, ReadyEni};
+
+/// What a create operation needs.
+#[derive(Debug, Clone)]
+pub struct CreateJob {
+    /// The operation id.
+    pub op: OpId,
+    /// The vswitch.
+    pub vswitch: String,
+    /// Security groups.
+    pub security_groups: Vec<String>,
+    /// Extra tags (`eni_tags`).
+    pub extra_tags: Vec<(String, String)>,
+    /// This instance.
+    pub instance_id: String,
+    /// Addresses to create it with, its primary included (>= 1).
+    pub init: usize,
+    /// Also give it as many IPv6 addresses.
+    pub dual: bool,
+    /// Deadline for attach + InUse + metadata.
+    pub ready_timeout: Duration,
+    /// How long to wait for metadata to list the initial addresses.
+    pub metadata_wait: Duration,
+}
+
+/// The tags every eniipd ENI carries, then `extra`.
+pub fn eni_tags(instance_id: &str, extra: &[(String, String)]) -> Vec<(String, String)> {
+    let mut tags = vec![
+        (TAG_CREATOR_KEY.to_string(), TAG_CREATOR_VALUE.to_string()),
+        (TAG_INSTANCE_KEY.to_string(), instance_id.to_string()),
+    ];
+    tags.extend(extra.iter().cloned());
+    tags
+}
+
+/// Runs a create operation on a new thread holding `permit`.
+pub fn spawn_create(
+    job: CreateJob,
+    cloud: Arc<dyn CloudApi>,
+    events: Sender<Event>,
+    permit: Permit,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name(format!("eni-create-{}", job.op))
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let _permit = permit;
+            let op = job.op;
+            let event = match create(&job, &*cloud, &events) {
+                Ok(eni) => Event::EniReady { op, eni },
+                Err((error, leaked)) => Event::EniFailed { op, error, leaked },
+            };
+            let _ = events.send(event);
+        })
+        .map(|_| ())
+}
+
+type CreateFailure = (CloudError, Option<String>);
+
+fn create(
+    job: &CreateJob,
+    cloud: &dyn CloudApi,
+    events: &Sender<Event>,
+) -> Result<ReadyEni, CreateFailure> {
+    let init = job.init.max(1);
+    let req = CreateEni {
+        vswitch_id: job.vswitch.clone(),
+        security_group_ids: job.security_groups.clone(),
+        secondary_ipv4_count: init - 1,
+        ipv6_count: if job.dual { init } else { 0 },
+        tags: eni_tags(&job.instance_id, &job.extra_tags),
+        description: "interface created by eniipd".into(),
+    };
+    let eni = cloud.create_eni(&req).map_err(|e| (e, None))?;
+    info!(
+        "created {} on {} with {} address(es)",
+        eni.id,
+        job.vswitch,
+        eni.private_ips.len()
+    );
+    let _ = events.send(Event::EniCreated {
+        op: job.op,
+        eni: eni.id.clone(),
+    });
+    let deadline = Instant::now() + job.ready_timeout;
+    let attached = cloud.attach_eni(&eni.id, &job.instance_id);
+    // Metadata lags the API, so once it lists the MAC the API normally says
+    // InUse already: waiting on metadata first (free) usually leaves a
+    // single DescribeNetworkInterfaces to confirm.
+    let ready = attached.and_then(|()| {
+        wait::wait_mac_present(cloud.metadata(), &eni.mac, deadline)?;
+        wait::wait_eni_status(cloud, &eni.id, EniStatus::InUse, deadline)?;
+        ready_info(cloud, &eni.id, &eni.mac, &job.vswitch, deadline)
+    });
+    match ready {
+        Ok(mut ready) => {
+            // The create answer is authoritative for the initial addresses;
+            // metadata may still lag behind it.
+            ready.v4 = eni.private_ips.clone();
+            ready.v6 = eni.ipv6s.clone();
+            if let Some(p) = eni.primary_ip {
+                ready.primary_ip = p;
+            }
+            let md_deadline = Instant::now() + job.metadata_wait;
+            if let Err(e) = wait::wait_ips_present(
+                cloud.metadata(),
+                &eni.mac,
+                &ready.v4,
+                &ready.v6,
+                md_deadline,
+            ) {
+                warn!(
+                    "{}: initial addresses not yet in metadata ({e}); using them anyway",
+                    eni.id
+                );
+            }
+            Ok(ready)
+        }
+        Err(error) => {
+            warn!(
+                "{} could not be made ready: {error}; rolling it back",
+                eni.id
+            );
+            let leaked = match rollback(cloud, &eni.id, &job.instance_id) {
+                Ok(()) => None,
+                Err(e) => {
+                    warn!(
+                        "rollback of {} failed: {e}; the sweeper will delete it",
+                        eni.id
+                    );
+                    Some(eni.id.clone())
+                }
+            };
+            Err((error, leaked))
+        }
+    }
+}
+
+/// Reads the gateway and CIDR of an attached ENI from metadata, waiting for
+/// the per-MAC items to appear.
+pub fn ready_info(
+    cloud: &dyn CloudApi,
+    eni_id: &str,
+    mac: &str,
+    vswitch: &str,
+    deadline: Instant,
+) -> Result<ReadyEni, CloudError> {
+    let mut delay = Duration::from_millis(100);
+    loop {
+        match cloud.metadata().eni(mac) {
+            Ok(md) => {
+                if let (Some(gateway), false) = (md.gateway, md.vswitch_cidr.is_empty()) {
+                    return Ok(ReadyEni {
+                        id: eni_id.to_string(),
+                        mac: mac.to_string(),
+                        vswitch: if md.vswitch_id.is_empty() {
+                            vswitch.to_string()
+                        } else {
+                            md.vswitch_id
+                        },
+                        cidr: md.vswitch_cidr,
+                        gateway,
+                        primary_ip: md.primary_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+                        v4: md.ipv4s,
+                        v6: md.ipv6s,
+                    });
+                }
+            }
+            Err(e) if e.kind == CloudErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(CloudError::new(
+                CloudErrorKind::Timeout,
+                "metadata",
+                format!("gateway and CIDR of {mac} ({eni_id}) did not appear in metadata"),
+            ));
+        }
+        std::thread::sleep(delay.min(deadline - now));
+        delay = (delay * 3 / 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Detaches (if attached) and deletes an ENI, waiting in between.
+pub fn rollback(cloud: &dyn CloudApi, eni_id: &str, instance_id: &str) -> Result<(), CloudError> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let q = crate::cloud::EniQuery {
+        eni_ids: vec![eni_id.to_string()],
+        ..Default::default()
+    };
+    let Some(eni) = cloud
+        .describe_enis(&q)?
+        .into_iter()
+        .find(|e| e.id == eni_id)
+    else {
+        return Ok(());
+    };
+    match eni.status {
+        EniStatus::Available => {}
+        EniStatus::Deleting => return Ok(()),
+        EniStatus::Attaching => {
+            // Let the attach settle before undoing it.
+            let _ = wait::wait_eni_status(cloud, eni_id, EniStatus::InUse, deadline);
+            cloud.detach_eni(eni_id, instance_id)?;
+            wait::wait_eni_status(cloud, eni_id, EniStatus::Available, deadline)?;
+        }
+        _ => {
+            if eni.status == EniStatus::InUse {
+                cloud.detach_eni(eni_id, instance_id)?;
+            }
+            wait::wait_eni_status(cloud, eni_id, EniStatus::Available, deadline)?;
+        }
+    }
+    cloud.delete_eni(eni_id)
+}
+
+/// Runs a free operation (detach, wait, delete) on a new thread holding
+/// `permit`.
+pub fn spawn_free(
+    eni: String,
+    instance_id: String,
+    cloud: Arc<dyn CloudApi>,
+    events: Sender<Event>,
+    permit: Permit,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name(format!("eni-free-{}", eni.trim_start_matches("eni-")))
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let _permit = permit;
+            let result = free(&*cloud, &eni, &instance_id);
+            let _ = events.send(Event::EniFreed { eni, result });
+        })
+        .map(|_| ())
+}
+
+fn free(cloud: &dyn CloudApi, eni: &str, instance_id: &str) -> Result<(), FreeFailure> {
+    cloud
+        .detach_eni(eni, instance_id)
+        .map_err(FreeFailure::Detach)?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    match wait::wait_eni_status(cloud, eni, EniStatus::Available, deadline) {
+        Ok(_) => {}
+        Err(e) if e.kind == CloudErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(FreeFailure::Delete(e)),
+    }
+    cloud.delete_eni(eni).map_err(FreeFailure::Delete)?;
+    debug!("{eni} detached and deleted");
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! Messages to the allocator's actor thread.
+//!
+//! Two bounded channels feed it: [`Request`]s from clients (connection
+//! threads, the daemon) and [`Event`]s from its own helpers (per-ENI
+//! workers, ENI operation threads, the maintenance thread). Every
+//! request carries its own bounded(1) reply channel.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Instant;
+
+use crossbeam_channel::Sender;
+
+use crate::cloud::CloudError;
+use crate::server::protocol::{
+    Allocation, EniEntry, ListEntry, Owner, ProtoError, SandboxId, StatusCounts,
+};
+
+use super::capacity::Capacity;
+use super::Snapshot;
+
+/// One unit of demand sent to the cloud: an address asked of an ENI.
+pub type TicketId = u64;
+/// One ENI create or free operation.
+pub type OpId = u64;
+
+/// A client's (or the daemon's) request.
+#[derive(Debug)]
+pub enum Request {
+    /// `alloc`
+    Alloc {
+        /// Who.
+        owner: Owner,
+        /// Its sandbox.
+        sandbox: Option<SandboxId>,
+        /// Preferred address.
+        prefer: Option<IpAddr>,
+        /// When the client asked.
+        started: Instant,
+        /// The answer, once durable.
+        reply: Sender<Result<Allocation, ProtoError>>,
+    },
+    /// `release`
+    Release {
+        /// Who.
+        owner: Owner,
+        /// Only if held by this sandbox.
+        sandbox: Option<SandboxId>,
+        /// The released address, once durable.
+        reply: Sender<Result<Option<IpAddr>, ProtoError>>,
+    },
+    /// `show`
+    Show {
+        /// Who.
+        owner: Owner,
+        /// The allocation or `not-found`.
+        reply: Sender<Result<Allocation, ProtoError>>,
+    },
+    /// `list`
+    List(Sender<Vec<ListEntry>>),
+    /// `status`
+    Status(Sender<StatusCounts>),
+    /// `enis`
+    Enis(Sender<Vec<EniEntry>>),
+    /// A copy of the state, for `audit` and metrics.
+    Snapshot(Sender<Snapshot>),
+    /// Ids of every ENI known locally, being created or being freed.
+    KnownEnis(Sender<Vec<String>>),
+    /// SIGHUP: new pool sizes (min/max idle of `capacity` are applied).
+    Reload {
+        /// Capacity computed from the reloaded keys.
+        capacity: Capacity,
+        /// The capacity now in force.
+        reply: Sender<Capacity>,
+    },
+    /// Liveness probe (watchdog).
+    Ping(Sender<()>),
+}
+
+/// An ENI that is attached, in use and visible in metadata.
+#[derive(Debug, Clone)]
+pub struct ReadyEni {
+    /// `eni-...`
+    pub id: String,
+    /// Its MAC.
+    pub mac: String,
+    /// Its vswitch.
+    pub vswitch: String,
+    /// The vswitch CIDR.
+    pub cidr: String,
+    /// The vswitch gateway.
+    pub gateway: Ipv4Addr,
+    /// Its primary address.
+    pub primary_ip: Ipv4Addr,
+    /// Every IPv4 on it, primary included.
+    pub v4: Vec<Ipv4Addr>,
+    /// Every IPv6 on it.
+    pub v6: Vec<Ipv6Addr>,
+}
+
+/// Where freeing an ENI stopped.
+#[derive(Debug, Clone)]
+pub enum FreeFailure {
+    /// Detach refused: the ENI is still attached and usable.
+    Detach(CloudError),
+    /// Detached, but not deleted: it is no longer usable; the sweeper
+    /// deletes it later.
+    Delete(CloudError),
+}
+
+/// What the actor's helpers report.
+#[derive(Debug)]
+pub enum Event {
+    /// A worker's AssignPrivateIpAddresses (+ AssignIpv6Addresses) ended.
+    /// Addresses that came back are in `v4`/`v6` even when `error` is set
+    /// (IPv4 granted, IPv6 refused).
+    Assigned {
+        /// The ENI.
+        eni: String,
+        /// The tickets the batch served, in order.
+        tickets: Vec<TicketId>,
+        /// Granted IPv4.
+        v4: Vec<Ipv4Addr>,
+        /// Granted IPv6.
+        v6: Vec<Ipv6Addr>,
+        /// Why fewer than asked came back, if a call failed.
+        error: Option<CloudError>,
+    },
+    /// A worker's unassign ended.
+    Unassigned {
+        /// The ENI.
+        eni: String,
+        /// IPv4 given back.
+        v4: Vec<Ipv4Addr>,
+        /// IPv6 given back.
+        v6: Vec<Ipv6Addr>,
+        /// Failure, if any (the addresses are then still there).
+        result: Result<(), CloudError>,
+    },
+    /// CreateNetworkInterface returned this id (before attaching).
+    EniCreated {
+        /// The operation.
+        op: OpId,
+        /// The new ENI.
+        eni: String,
+    },
+    /// The ENI of an operation is ready.
+    EniReady {
+        /// The operation.
+        op: OpId,
+        /// The ENI.
+        eni: ReadyEni,
+    },
+    /// Creating failed; `leaked` names an ENI the rollback could not delete.
+    EniFailed {
+        /// The operation.
+        op: OpId,
+        /// Why.
+        error: CloudError,
+        /// An ENI left behind (the sweeper deletes it).
+        leaked: Option<String>,
+    },
+    /// Freeing an ENI ended.
+    EniFreed {
+        /// The ENI.
+        eni: String,
+        /// Failure stage, if any.
+        result: Result<(), FreeFailure>,
+    },
+    /// DescribeVSwitches free counts.
+    VSwitchFree(Vec<(String, u64)>),
+    /// Security-group drift lines (empty: none).
+    SecurityGroupDrift(Vec<String>),
+    /// The cloud's view of the managed ENIs, taken after `started`.
+    Reconcile {
+        /// When the Describe call began.
+        started: Instant,
+        /// Managed ENIs attached to this instance.
+        enis: Vec<CloudEniView>,
+    },
+    /// The state could not be made durable: the daemon must stop.
+    Fatal(String),
+}
+
+/// A managed, attached ENI as the cloud shows it (for reconcile).
+#[derive(Debug, Clone)]
+pub struct CloudEniView {
+    /// Ready information (metadata included) when it is visible there.
+    pub eni: ReadyEni,
+    /// True when metadata had it (gateway and CIDR are real).
+    pub in_metadata: bool,
+}

@@ -1,0 +1,260 @@
+//! Planning: where the addresses for the demand waiting right now come
+//! from. Pure: the actor gathers the inputs, this decides, the actor acts.
+//!
+//! The seed submits one request at a time and creates an ENI whenever every
+//! ENI's backlog is busy, so a burst creates ENIs it does not need and asks
+//! the cloud for one address per call. Here the whole waiting demand is
+//! planned at once: existing ENIs are filled a batch (up to
+//! `max_ips_per_call`) at a time, a full backlog only defers demand (it
+//! never causes an ENI to be created), and new ENIs are created only for
+//! demand that no existing or already-creating ENI can hold, each sized by
+//! that demand. That keeps the calls near the lower bound of
+//! ceil(demand / max_ips_per_call) assign-or-create calls plus the attaches.
+
+/// An ENI that can take more addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EniRoom {
+    /// Its id.
+    pub id: String,
+    /// Addresses it can still take (per-ENI limit minus held and pending).
+    pub room: usize,
+    /// Free places in its worker's backlog right now.
+    pub backlog_free: usize,
+}
+
+/// A vswitch a new ENI may go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VswChoice {
+    /// Its id.
+    pub id: String,
+    /// Free addresses, if known (`ordered` policy).
+    pub free: Option<u64>,
+}
+
+/// What the planner looks at.
+#[derive(Debug, Clone, Default)]
+pub struct PlanInput {
+    /// Units of demand not yet planned (clients first, then pool top-up).
+    pub demand: usize,
+    /// How many of `demand` are clients (the rest is pool top-up, which is
+    /// never reported as unplaceable).
+    pub client_demand: usize,
+    /// Usable ENIs in preference order (vswitch policy, then fewest addresses).
+    pub enis: Vec<EniRoom>,
+    /// Room that ENIs being created will add once ready (beyond their
+    /// initial addresses).
+    pub creating_room: usize,
+    /// Vswitches a new ENI may go on, in preference order (inhibited ones
+    /// already removed).
+    pub vswitches: Vec<VswChoice>,
+    /// ENIs that may still be created (capacity).
+    pub eni_slots: usize,
+    /// ENI operations that may start now.
+    pub op_slots: usize,
+    /// Addresses per Assign/Create call.
+    pub max_per_call: usize,
+    /// Addresses an ENI holds at most, its primary included.
+    pub ips_per_eni: usize,
+}
+
+/// What to do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Queue this many units on this ENI's worker.
+    pub submits: Vec<(String, usize)>,
+    /// Create an ENI on this vswitch with this many initial addresses.
+    pub creates: Vec<(String, usize)>,
+    /// Client units that no source can ever serve now (capacity reached or
+    /// every vswitch exhausted): they fail at once with `exhausted`.
+    pub unplaceable: usize,
+}
+
+/// Decides where the waiting demand goes.
+pub fn plan(input: &PlanInput) -> Plan {
+    let mut out = Plan::default();
+    let per_call = input.max_per_call.max(1);
+    let mut left = input.demand;
+    let mut deferred_room = input.creating_room;
+    for e in &input.enis {
+        let n = left.min(e.room).min(e.backlog_free);
+        if n > 0 {
+            out.submits.push((e.id.clone(), n));
+            left -= n;
+        }
+        deferred_room += e.room - n;
+    }
+
+    let mut need_new = left.saturating_sub(deferred_room);
+    let mut slots = input.eni_slots.min(input.op_slots);
+    let mut eni_slots = input.eni_slots;
+    let mut free: Vec<Option<u64>> = input.vswitches.iter().map(|v| v.free).collect();
+    let mut new_room = 0;
+    while need_new > 0 && slots > 0 && !input.vswitches.is_empty() && input.ips_per_eni > 0 {
+        let init = need_new.min(per_call).min(input.ips_per_eni);
+        let pick = free
+            .iter()
+            .position(|f| f.is_none_or(|f| f >= init as u64))
+            .unwrap_or(0);
+        if let Some(Some(f)) = free.get_mut(pick) {
+            *f = f.saturating_sub(input.ips_per_eni as u64);
+        }
+        out.creates.push((input.vswitches[pick].id.clone(), init));
+        left -= init;
+        new_room += input.ips_per_eni - init;
+        need_new = need_new.saturating_sub(input.ips_per_eni);
+        slots -= 1;
+        eni_slots -= 1;
+    }
+
+    let future_enis = if input.vswitches.is_empty() {
+        0
+    } else {
+        eni_slots
+    };
+    let potential = deferred_room + new_room + future_enis * input.ips_per_eni;
+    let clients_left = left.min(input.client_demand.saturating_sub(input.demand - left));
+    out.unplaceable = clients_left.saturating_sub(potential);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(demand: usize) -> PlanInput {
+        PlanInput {
+            demand,
+            client_demand: demand,
+            vswitches: vec![VswChoice {
+                id: "vsw-a".into(),
+                free: None,
+            }],
+            eni_slots: 7,
+            op_slots: 3,
+            max_per_call: 10,
+            ips_per_eni: 30,
+            ..PlanInput::default()
+        }
+    }
+
+    #[test]
+    fn cold_burst_creates_only_the_enis_it_needs() {
+        let p = plan(&input(100));
+        // 3 ops at most; each ENI sized by the demand; the rest waits for room.
+        assert_eq!(
+            p.creates,
+            vec![
+                ("vsw-a".into(), 10),
+                ("vsw-a".into(), 10),
+                ("vsw-a".into(), 10)
+            ]
+        );
+        assert_eq!(p.unplaceable, 0);
+        // Once they are ready with backlogs free, 10 per ENI are queued and a
+        // fourth ENI covers what the three cannot hold.
+        let mut i = input(70);
+        i.enis = (0..3)
+            .map(|k| EniRoom {
+                id: format!("eni-{k}"),
+                room: 20,
+                backlog_free: 10,
+            })
+            .collect();
+        i.eni_slots = 4;
+        let p = plan(&i);
+        assert_eq!(p.submits.iter().map(|s| s.1).sum::<usize>(), 30);
+        assert_eq!(p.creates, vec![("vsw-a".into(), 10)]);
+    }
+
+    #[test]
+    fn full_backlog_defers_instead_of_creating() {
+        let mut i = input(15);
+        i.enis = vec![EniRoom {
+            id: "eni-0".into(),
+            room: 20,
+            backlog_free: 0,
+        }];
+        let p = plan(&i);
+        assert!(p.submits.is_empty());
+        assert!(p.creates.is_empty(), "{p:?}");
+        assert_eq!(p.unplaceable, 0);
+    }
+
+    #[test]
+    fn batches_fill_one_eni_before_the_next() {
+        let mut i = input(12);
+        i.enis = vec![
+            EniRoom {
+                id: "a".into(),
+                room: 25,
+                backlog_free: 10,
+            },
+            EniRoom {
+                id: "b".into(),
+                room: 25,
+                backlog_free: 10,
+            },
+        ];
+        let p = plan(&i);
+        assert_eq!(p.submits, vec![("a".into(), 10), ("b".into(), 2)]);
+    }
+
+    #[test]
+    fn exhaustion_is_reported_for_clients_only() {
+        let mut i = input(5);
+        i.vswitches.clear();
+        i.enis = vec![EniRoom {
+            id: "a".into(),
+            room: 2,
+            backlog_free: 10,
+        }];
+        let p = plan(&i);
+        assert_eq!(p.submits, vec![("a".into(), 2)]);
+        assert_eq!(p.unplaceable, 3);
+        // Pool top-up beyond capacity is not an error.
+        let mut i = input(5);
+        i.client_demand = 1;
+        i.vswitches.clear();
+        assert_eq!(plan(&i).unplaceable, 1);
+        // Capacity reached.
+        let mut i = input(1);
+        i.eni_slots = 0;
+        assert_eq!(plan(&i).unplaceable, 1);
+    }
+
+    #[test]
+    fn creating_room_counts_before_new_enis() {
+        let mut i = input(20);
+        i.creating_room = 20;
+        assert_eq!(plan(&i), Plan::default());
+    }
+
+    #[test]
+    fn ordered_vswitches_skip_ones_without_room() {
+        let mut i = input(10);
+        i.vswitches = vec![
+            VswChoice {
+                id: "small".into(),
+                free: Some(3),
+            },
+            VswChoice {
+                id: "big".into(),
+                free: Some(500),
+            },
+        ];
+        assert_eq!(plan(&i).creates, vec![("big".into(), 10)]);
+        // Unknown counts are tried in order.
+        i.vswitches[0].free = None;
+        assert_eq!(plan(&i).creates, vec![("small".into(), 10)]);
+    }
+
+    #[test]
+    fn small_eni_types_cap_the_initial_count() {
+        let mut i = input(4);
+        i.ips_per_eni = 3;
+        i.op_slots = 1;
+        let p = plan(&i);
+        assert_eq!(p.creates, vec![("vsw-a".into(), 3)]);
+        assert_eq!(p.unplaceable, 0);
+    }
+}

@@ -1,0 +1,207 @@
+//! Start-up recovery: the state file plus the cloud give the initial pool.
+//!
+//! The cloud decides which addresses exist: the ENIs tagged `creator=eniipd`
+//! for this instance and attached to it, with their addresses from
+//! DescribeNetworkInterfaces (metadata lags, so where the two disagree the
+//! OpenAPI wins and the difference is logged). The state file decides who
+//! holds them: recorded owners whose address is still there keep it;
+//! addresses nobody recorded become idle; recorded owners whose address is
+//! gone are dropped (logged, and `Forget` records make that durable).
+//! Tagged ENIs left unattached (a crash between create and attach) are
+//! deleted; ones caught mid-attach are waited for and adopted; ones caught
+//! mid-detach are finished off.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
+
+use log::{info, warn};
+
+use crate::cloud::{wait, CloudApi, CloudError, Eni, EniStatus};
+use crate::pool::{EniPhase, PoolEni, PoolState};
+use crate::store::{PersistedState, Record};
+use crate::util::time::unix_ms;
+
+use super::eniops;
+use super::maint::{attached_managed, tagged_unattached};
+
+/// The pool to start with and the records that make the corrections
+/// durable.
+#[derive(Debug)]
+pub struct Recovered {
+    /// The pool.
+    pub pool: PoolState,
+    /// Records to commit before serving (dropped owners, stale holds,
+    /// quarantine).
+    pub records: Vec<Record>,
+    /// Human-readable lines for the start-up log.
+    pub notes: Vec<String>,
+}
+
+/// Rebuilds the pool. `quarantine`: after a state rebuild, keep every
+/// address with no known owner out of circulation this long.
+pub fn recover(
+    cloud: &dyn CloudApi,
+    instance_id: &str,
+    dual: bool,
+    persisted: &PersistedState,
+    quarantine: Option<Duration>,
+) -> Result<Recovered, CloudError> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut notes = Vec::new();
+
+    for e in tagged_unattached(cloud, instance_id)? {
+        match e.status {
+            EniStatus::Available | EniStatus::Detaching => {
+                if e.status == EniStatus::Detaching {
+                    wait::wait_eni_status(cloud, &e.id, EniStatus::Available, deadline)?;
+                }
+                cloud.delete_eni(&e.id)?;
+                notes.push(format!(
+                    "deleted {}: tagged for this instance but not attached",
+                    e.id
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    let mut adopted: Vec<Eni> = Vec::new();
+    for e in attached_managed(cloud, instance_id)? {
+        match e.status {
+            EniStatus::InUse => adopted.push(e),
+            EniStatus::Attaching => adopted.push(wait::wait_eni_status(
+                cloud,
+                &e.id,
+                EniStatus::InUse,
+                deadline,
+            )?),
+            EniStatus::Detaching => {
+                wait::wait_eni_status(cloud, &e.id, EniStatus::Available, deadline)?;
+                cloud.delete_eni(&e.id)?;
+                notes.push(format!("deleted {}: it was being detached", e.id));
+            }
+            _ => {}
+        }
+    }
+
+    let mut pool = PoolState::new(dual);
+    // Pairs known from the state file, to keep dual-stack pairs stable.
+    let mut known_pairs: BTreeMap<Ipv4Addr, Ipv6Addr> = BTreeMap::new();
+    for a in persisted.allocations.values() {
+        if let Some(v6) = a.ipv6 {
+            known_pairs.insert(a.ipv4, v6);
+        }
+    }
+    for h in persisted.holds.values() {
+        if let Some(v6) = h.ipv6 {
+            known_pairs.insert(h.ipv4, v6);
+        }
+    }
+
+    for e in &adopted {
+        wait::wait_mac_present(cloud.metadata(), &e.mac, deadline)?;
+        let info = eniops::ready_info(cloud, &e.id, &e.mac, &e.vswitch_id, deadline)?;
+        let md4: BTreeSet<Ipv4Addr> = info.v4.iter().copied().collect();
+        let api4: BTreeSet<Ipv4Addr> = e.private_ips.iter().copied().collect();
+        if md4 != api4 {
+            info!(
+                "{}: metadata lists {} address(es), the OpenAPI {}; using the OpenAPI",
+                e.id,
+                md4.len(),
+                api4.len()
+            );
+        }
+        let primary = e
+            .primary_ip
+            .or_else(|| e.private_ips.first().copied())
+            .unwrap_or(info.primary_ip);
+        pool.add_eni(PoolEni {
+            id: e.id.clone(),
+            mac: e.mac.clone(),
+            vswitch: e.vswitch_id.clone(),
+            cidr: info.cidr.clone(),
+            gateway: info.gateway,
+            primary_ip: primary,
+            phase: EniPhase::Ready,
+            pending: 0,
+            at_limit: false,
+        });
+        let mut v6_left: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
+        let mut unpaired4 = Vec::new();
+        for a in &e.private_ips {
+            match known_pairs.get(a) {
+                Some(b) if dual && v6_left.remove(b) => pool.add_ip(&e.id, *a, Some(*b)),
+                _ if dual => unpaired4.push(*a),
+                _ => pool.add_ip(&e.id, *a, None),
+            }
+        }
+        let mut v6_iter = v6_left.into_iter();
+        for a in unpaired4 {
+            pool.add_ip(&e.id, a, v6_iter.next());
+        }
+        for b in v6_iter {
+            pool.add_unpaired_v6(&e.id, b);
+        }
+        notes.push(format!(
+            "adopted {} on {} with {} address(es)",
+            e.id,
+            e.vswitch_id,
+            e.private_ips.len()
+        ));
+    }
+
+    let now_ms = unix_ms();
+    let mut records = Vec::new();
+    for a in persisted.allocations.values() {
+        if !pool.restore_allocation(a) {
+            warn!(
+                "{} held {} on {}, which the cloud no longer has: dropped",
+                a.owner, a.ipv4, a.eni
+            );
+            records.push(Record::Forget {
+                owner: a.owner.clone(),
+            });
+        }
+    }
+    for h in persisted.holds.values() {
+        if !pool.restore_hold(h, now_ms) {
+            records.push(Record::ClearHold { ipv4: h.ipv4 });
+        }
+    }
+    if let Some(q) = quarantine {
+        let until = now_ms + q.as_millis() as u64;
+        let idle: Vec<Ipv4Addr> = pool
+            .ips
+            .values()
+            .filter(|ip| ip.state == crate::pool::IpState::Idle)
+            .map(|ip| ip.v4)
+            .collect();
+        let n = idle.len();
+        for v4 in idle {
+            if let Some(hold) = pool.quarantine(v4, until) {
+                // An empty owner: the release of nobody, carrying the hold.
+                records.push(Record::Release {
+                    owner: String::new(),
+                    hold: Some(hold),
+                });
+            }
+        }
+        notes.push(format!(
+            "{n} address(es) with no known owner quarantined for {} s",
+            q.as_secs()
+        ));
+    }
+    if let Err(e) = pool.check() {
+        return Err(CloudError::new(
+            crate::cloud::CloudErrorKind::Api,
+            "recovery",
+            format!("inconsistent state after recovery: {e}"),
+        ));
+    }
+    Ok(Recovered {
+        pool,
+        records,
+        notes,
+    })
+}

@@ -1,0 +1,523 @@
+//! Allocator tests against the in-process fake cloud.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::capacity::{self, PoolSizes};
+use super::fake::{FakeCloud, FakeEni, MemJournal, INSTANCE};
+use super::recover::recover;
+use super::{Allocator, AllocatorOptions};
+use crate::cloud::{EniStatus, TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY};
+use crate::config::RawConfig;
+use crate::pool::PoolState;
+use crate::server::protocol::{ErrCode, Owner};
+use crate::store::{Allocation as Stored, PersistedState};
+
+fn options(fake: &FakeCloud, json: &str) -> AllocatorOptions {
+    let cfg = RawConfig::parse(json).unwrap().validate().unwrap();
+    let cap = capacity::compute(&fake.limits, &cfg, PoolSizes::of(&cfg), &mut Vec::new());
+    let mut o = AllocatorOptions::new(
+        &cfg,
+        INSTANCE,
+        vec!["vsw-a".into()],
+        vec!["sg-1".into()],
+        cap,
+    );
+    o.aggregation_window = Duration::from_millis(50);
+    o.metadata_wait = Duration::from_secs(2);
+    o.eni_ready_timeout = Duration::from_secs(5);
+    o
+}
+
+fn start(fake: &Arc<FakeCloud>, o: AllocatorOptions) -> (Allocator, Arc<MemJournal>) {
+    start_with(fake, o, PoolState::new(false))
+}
+
+fn start_with(
+    fake: &Arc<FakeCloud>,
+    o: AllocatorOptions,
+    pool: PoolState,
+) -> (Allocator, Arc<MemJournal>) {
+    let journal = Arc::new(MemJournal::default());
+    let a = Allocator::start(o, fake.clone(), journal.clone(), pool).unwrap();
+    (a, journal)
+}
+
+fn owner(s: &str) -> Owner {
+    Owner::parse(s).unwrap()
+}
+
+/// Polls `f` until true or the deadline; returns its last answer.
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn burst(a: &Allocator, n: usize, prefix: &str) -> Vec<Result<Ipv4Addr, ErrCode>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let o = owner(&format!("{prefix}-{i}"));
+                s.spawn(move || a.alloc(&o, None, None).map(|r| r.ip).map_err(|e| e.code))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn assert_no_double_hand(journal: &MemJournal) {
+    let st = journal.state.lock();
+    let ips: Vec<Ipv4Addr> = st.allocations.values().map(|a| a.ipv4).collect();
+    let set: BTreeSet<Ipv4Addr> = ips.iter().copied().collect();
+    assert_eq!(
+        ips.len(),
+        set.len(),
+        "an address is held twice: {:?}",
+        st.allocations
+    );
+}
+
+#[test]
+fn burst_of_25_on_an_empty_pool_is_batched() {
+    let fake = FakeCloud::new(8, 30, 1000);
+    let (a, journal) = start(&fake, options(&fake, "{}"));
+    let got = burst(&a, 25, "web");
+    let ips: BTreeSet<Ipv4Addr> = got.iter().map(|r| *r.as_ref().unwrap()).collect();
+    assert_eq!(ips.len(), 25);
+    let creates = fake.calls("CreateNetworkInterface");
+    let assigns = fake.calls("AssignPrivateIpAddresses");
+    println!(
+        "creates {creates}, assigns {assigns} ({:?})",
+        fake.assign_sizes()
+    );
+    // Lower bound: ceil(25/10) assign-or-create calls.
+    assert_eq!(creates, 1);
+    assert!(
+        creates + assigns <= 3,
+        "creates {creates} + assigns {assigns}"
+    );
+    assert_eq!(a.status().unwrap().pending, 0);
+    assert_no_double_hand(&journal);
+    let cloud_ips: BTreeSet<Ipv4Addr> = fake.managed_ips().into_iter().collect();
+    assert!(ips.is_subset(&cloud_ips));
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn eni_operations_and_count_stay_within_their_caps() {
+    let fake = FakeCloud::new(8, 2, 1000).with_latency(Duration::from_millis(40));
+    let (a, journal) = start(&fake, options(&fake, r#"{"max_pool_size": 0}"#));
+    let got = burst(&a, 25, "pod");
+    let ok = got.iter().filter(|r| r.is_ok()).count();
+    let exhausted = got
+        .iter()
+        .filter(|r| **r == Err(ErrCode::Exhausted))
+        .count();
+    println!(
+        "ok {ok}, exhausted {exhausted}, max concurrent ops {}",
+        fake.max_concurrent_ops()
+    );
+    assert_eq!(ok, 14, "capacity is 7 ENIs x 2: {got:?}");
+    assert_eq!(exhausted, 11);
+    assert!(
+        fake.max_concurrent_ops() <= 3,
+        "{}",
+        fake.max_concurrent_ops()
+    );
+    let attached = fake
+        .enis()
+        .iter()
+        .filter(|e| !e.primary && e.instance.is_some())
+        .count();
+    assert_eq!(attached, 7);
+    assert_no_double_hand(&journal);
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn pending_returns_to_zero_after_injected_errors() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, journal) = start(&fake, options(&fake, "{}"));
+    a.alloc(&owner("first"), None, None).unwrap();
+    fake.fail("AssignPrivateIpAddresses", "InternalError", 500, 1);
+    let got = burst(&a, 12, "pod");
+    let ok = got.iter().filter(|r| r.is_ok()).count();
+    let cloud = got.iter().filter(|r| **r == Err(ErrCode::Cloud)).count();
+    println!("ok {ok}, cloud errors {cloud}");
+    assert!(cloud > 0, "the injected error reached no request: {got:?}");
+    assert_eq!(ok + cloud, 12, "{got:?}");
+    let s = a.status().unwrap();
+    assert_eq!(s.pending, 0);
+    assert!(a.enis().unwrap().iter().all(|e| e.pending == 0));
+    // Failed requests can be retried and succeed.
+    for (i, r) in got.iter().enumerate() {
+        if r.is_err() {
+            a.alloc(&owner(&format!("pod-{i}")), None, None).unwrap();
+        }
+    }
+    assert_eq!(a.status().unwrap().inuse, 13);
+    assert_no_double_hand(&journal);
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn exhausted_vswitch_is_inhibited_for_the_window() {
+    let fake = FakeCloud::new(4, 15, 2);
+    let mut o = options(&fake, "{}");
+    o.inhibit = Duration::from_millis(700);
+    let (a, _journal) = start(&fake, o);
+    a.alloc(&owner("a"), None, None).unwrap();
+    // Two more need an assign of 2, the vswitch has 1 left.
+    let got = burst(&a, 2, "b");
+    assert!(got.iter().all(|r| *r == Err(ErrCode::Exhausted)), "{got:?}");
+    let enis = a.enis().unwrap();
+    assert!(enis[0].inhibited_until.is_some(), "{enis:?}");
+    let calls = (
+        fake.calls("AssignPrivateIpAddresses"),
+        fake.calls("CreateNetworkInterface"),
+    );
+    // During the window: refused at once, without asking the cloud.
+    let started = Instant::now();
+    assert_eq!(
+        a.alloc(&owner("c"), None, None).unwrap_err().code,
+        ErrCode::Exhausted
+    );
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(
+        calls,
+        (
+            fake.calls("AssignPrivateIpAddresses"),
+            fake.calls("CreateNetworkInterface")
+        )
+    );
+    // After it, allocation resumes.
+    fake.set_free("vsw-a", 100);
+    assert!(eventually(Duration::from_secs(3), || a.enis().unwrap()[0]
+        .inhibited_until
+        .is_none()));
+    a.alloc(&owner("d"), None, None).unwrap();
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn failed_eni_creation_is_rolled_back_and_fails_its_requests() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    fake.fail(
+        "AttachNetworkInterface",
+        "InvalidOperation.InvalidEcsState",
+        400,
+        1,
+    );
+    let (a, _journal) = start(&fake, options(&fake, "{}"));
+    let started = Instant::now();
+    let err = a.alloc(&owner("a"), None, None).unwrap_err();
+    assert_eq!(err.code, ErrCode::Cloud);
+    assert!(
+        err.message.starts_with("InvalidOperation.InvalidEcsState"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2), "failed at once");
+    assert!(
+        fake.enis().iter().all(|e| e.primary),
+        "the ENI was deleted: {:?}",
+        fake.enis()
+    );
+    let log = fake.log();
+    assert!(
+        log[0].starts_with("create") && log.last().unwrap().starts_with("delete"),
+        "{log:?}"
+    );
+    assert_eq!(a.status().unwrap().pending, 0);
+    // The ENI slot and the operation slot came back.
+    a.alloc(&owner("b"), None, None).unwrap();
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn dispose_order_secondaries_then_the_eni_and_never_the_primary() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let mut o = options(&fake, r#"{"max_pool_size": 0}"#);
+    o.pool_check_interval = Duration::from_millis(100);
+    let (a, journal) = start(&fake, o);
+    let got = burst(&a, 12, "pod");
+    assert!(got.iter().all(|r| r.is_ok()));
+    for i in 0..12 {
+        assert!(a
+            .release(&owner(&format!("pod-{i}")), None)
+            .unwrap()
+            .is_some());
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || fake.enis().len() == 1),
+        "{:?}",
+        fake.enis()
+    );
+    let log = fake.log();
+    let first_detach = log.iter().position(|l| l.starts_with("detach")).unwrap();
+    let unassigned: usize = log
+        .iter()
+        .filter(|l| l.starts_with("unassign"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(
+        unassigned, 11,
+        "every secondary, never the primary: {log:?}"
+    );
+    assert!(
+        log.iter().rposition(|l| l.starts_with("unassign")).unwrap() < first_detach,
+        "{log:?}"
+    );
+    assert!(log[first_detach + 1..]
+        .iter()
+        .any(|l| l.starts_with("delete")));
+    assert_eq!(a.status().unwrap().enis, 0);
+    assert!(journal.state.lock().allocations.is_empty());
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn alloc_is_idempotent_and_concurrent_allocs_of_one_owner_share_an_address() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, _journal) = start(&fake, options(&fake, "{}"));
+    let got: Vec<Ipv4Addr> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| a.alloc(&owner("same"), None, None).unwrap().ip))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(got.iter().all(|ip| *ip == got[0]), "{got:?}");
+    assert_eq!(a.alloc(&owner("same"), None, None).unwrap().ip, got[0]);
+    assert_eq!(a.status().unwrap().inuse, 1);
+    assert_eq!(a.show(&owner("same")).unwrap().ip, got[0]);
+    assert_eq!(a.show(&owner("other")).unwrap_err().code, ErrCode::NotFound);
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn sticky_addresses_return_to_their_owner() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, journal) = start(
+        &fake,
+        options(&fake, r#"{"ip_stick_time": 60, "min_pool_size": 3}"#),
+    );
+    let ip = a.alloc(&owner("sts/web-0"), None, None).unwrap().ip;
+    assert_eq!(
+        a.release(&owner("sts/web-0"), None).unwrap(),
+        Some(ip.into())
+    );
+    assert!(journal.state.lock().holds.contains_key(&ip));
+    for i in 0..3 {
+        assert_ne!(
+            a.alloc(&owner(&format!("other-{i}")), None, None)
+                .unwrap()
+                .ip,
+            ip
+        );
+    }
+    assert_eq!(a.alloc(&owner("sts/web-0"), None, None).unwrap().ip, ip);
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn a_cold_alloc_times_out_and_its_address_is_not_lost() {
+    let fake = FakeCloud::new(4, 15, 1000).with_latency(Duration::from_millis(400));
+    let mut o = options(&fake, "{}");
+    o.alloc_timeout = Duration::from_millis(300);
+    let (a, _journal) = start(&fake, o);
+    let started = Instant::now();
+    let err = a.alloc(&owner("slow"), None, None).unwrap_err();
+    assert_eq!(err.code, ErrCode::Timeout);
+    assert!(started.elapsed() < Duration::from_millis(1500));
+    assert!(eventually(Duration::from_secs(5), || {
+        let s = a.status().unwrap();
+        s.pending == 0 && s.idle == 1
+    }));
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn shutdown_answers_waiting_allocs() {
+    let fake = FakeCloud::new(4, 15, 1000).with_latency(Duration::from_millis(1500));
+    let (a, _journal) = start(&fake, options(&fake, "{}"));
+    std::thread::scope(|s| {
+        let h = s.spawn(|| a.alloc(&owner("late"), None, None));
+        assert!(eventually(Duration::from_secs(2), || a
+            .snapshot()
+            .unwrap()
+            .waiters
+            == 1));
+        let _ = a.stop.try_send(());
+        let err = h.join().unwrap().unwrap_err();
+        assert_eq!(err.code, ErrCode::ShuttingDown);
+    });
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn dual_stack_allocations_are_pairs() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, _journal) = start(&fake, options(&fake, r#"{"ip_stack": "dual"}"#));
+    let got = burst(&a, 3, "dual");
+    assert!(got.iter().all(|r| r.is_ok()));
+    for i in 0..3 {
+        assert!(a.show(&owner(&format!("dual-{i}"))).unwrap().ipv6.is_some());
+    }
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn a_failed_commit_is_an_internal_error_and_fatal() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, journal) = start(&fake, options(&fake, r#"{"min_pool_size": 2}"#));
+    assert!(eventually(Duration::from_secs(3), || a
+        .status()
+        .unwrap()
+        .idle
+        >= 1));
+    journal.fail.store(true, Ordering::SeqCst);
+    let err = a.alloc(&owner("x"), None, None).unwrap_err();
+    assert_eq!(err.code, ErrCode::Internal);
+    assert!(a.fatal().recv_timeout(Duration::from_secs(2)).is_ok());
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn min_pool_is_filled_in_the_background() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, _journal) = start(
+        &fake,
+        options(&fake, r#"{"min_pool_size": 12, "max_pool_size": 20}"#),
+    );
+    assert!(eventually(Duration::from_secs(5), || a
+        .status()
+        .unwrap()
+        .idle
+        >= 12));
+    let s = a.status().unwrap();
+    assert_eq!(s.pending, 0);
+    assert!(s.idle <= 15, "{s:?}");
+    a.shutdown(Duration::from_secs(5));
+}
+
+fn managed(id: &str, mac: &str, ips: &[&str]) -> FakeEni {
+    let mut tags = std::collections::BTreeMap::new();
+    tags.insert(TAG_CREATOR_KEY.to_string(), TAG_CREATOR_VALUE.to_string());
+    tags.insert(TAG_INSTANCE_KEY.to_string(), INSTANCE.to_string());
+    FakeEni {
+        id: id.into(),
+        mac: mac.into(),
+        status: EniStatus::InUse,
+        instance: Some(INSTANCE.into()),
+        vswitch: "vsw-a".into(),
+        v4: ips.iter().map(|s| s.parse().unwrap()).collect(),
+        v6: Vec::new(),
+        tags,
+        sgs: vec!["sg-1".into()],
+        primary: false,
+    }
+}
+
+#[test]
+fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    fake.insert(managed(
+        "eni-kept",
+        "00:16:3e:aa:00:01",
+        &["10.0.9.1", "10.0.9.2", "10.0.9.3"],
+    ));
+    let mut loose = managed("eni-loose", "00:16:3e:aa:00:02", &["10.0.9.9"]);
+    loose.status = EniStatus::Available;
+    loose.instance = None;
+    fake.insert(loose);
+    let mut foreign = managed("eni-terway", "00:16:3e:aa:00:03", &["10.0.8.1"]);
+    foreign.tags.insert(TAG_CREATOR_KEY.into(), "terway".into());
+    fake.insert(foreign);
+    let mut persisted = PersistedState::default();
+    for (o, ip) in [("ns/a", "10.0.9.2"), ("ns/gone", "10.0.9.7")] {
+        persisted.allocations.insert(
+            o.into(),
+            Stored {
+                owner: o.into(),
+                sandbox: None,
+                ipv4: ip.parse().unwrap(),
+                ipv6: None,
+                eni: "eni-kept".into(),
+                at_ms: 1,
+            },
+        );
+    }
+    let r = recover(&*fake, INSTANCE, false, &persisted, None).unwrap();
+    assert_eq!(r.pool.enis.len(), 1, "only the managed, attached ENI");
+    let counts = r.pool.counts();
+    assert_eq!((counts.inuse, counts.idle), (1, 2));
+    assert_eq!(
+        r.pool.owner_ip(&owner("ns/a")).unwrap().v4,
+        "10.0.9.2".parse::<Ipv4Addr>().unwrap()
+    );
+    assert!(r.records.contains(&crate::store::Record::Forget {
+        owner: "ns/gone".into()
+    }));
+    assert!(
+        !fake.enis().iter().any(|e| e.id == "eni-loose"),
+        "unattached leftover deleted"
+    );
+    assert!(
+        fake.enis().iter().any(|e| e.id == "eni-terway"),
+        "foreign ENI untouched"
+    );
+    // With quarantine (state rebuild), unowned addresses stay out of use.
+    let r = recover(
+        &*fake,
+        INSTANCE,
+        false,
+        &persisted,
+        Some(Duration::from_secs(3600)),
+    )
+    .unwrap();
+    assert_eq!(r.pool.counts().reserved, 2);
+    assert_eq!(r.pool.pick(&owner("new"), None), None);
+    // The recovered pool serves.
+    let (a, _j) = start_with(
+        &fake,
+        options(&fake, "{}"),
+        recover(&*fake, INSTANCE, false, &persisted, None)
+            .unwrap()
+            .pool,
+    );
+    assert_eq!(
+        a.show(&owner("ns/a")).unwrap().ip,
+        "10.0.9.2".parse::<Ipv4Addr>().unwrap()
+    );
+    assert!(a.audit().unwrap().is_empty(), "{:?}", a.audit());
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn audit_reports_a_leak_and_an_unknown_address() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, _journal) = start(&fake, options(&fake, "{}"));
+    a.alloc(&owner("x"), None, None).unwrap();
+    assert!(a.audit().unwrap().is_empty(), "{:?}", a.audit());
+    let eni = fake.enis().into_iter().find(|e| !e.primary).unwrap();
+    fake.assign_ipv4_direct(&eni.id);
+    let mut loose = managed("eni-leak", "00:16:3e:aa:00:09", &["10.0.9.9"]);
+    loose.status = EniStatus::Available;
+    loose.instance = None;
+    fake.insert(loose);
+    let diffs = a.audit().unwrap();
+    assert_eq!(diffs.len(), 2, "{diffs:?}");
+    assert!(diffs.iter().any(|d| d.contains("eni-leak")));
+    assert!(diffs.iter().any(|d| d.contains("unknown locally")));
+    a.shutdown(Duration::from_secs(5));
+}

@@ -1,0 +1,131 @@
+//! Vswitch choice and exhaustion inhibition.
+//!
+//! Exhaustion belongs to the vswitch, not to one ENI (the seed inhibited
+//! only the ENI that saw `InvalidVSwitchId.IpNotEnough`, so its siblings on
+//! the same vswitch kept asking): for the inhibit window no address is
+//! asked of any ENI on an exhausted vswitch and no ENI is created on it.
+
+use std::collections::HashMap;
+
+use crate::config::VSwitchPolicy;
+use crate::util::rand::Rng;
+
+use super::planner::VswChoice;
+
+/// The configured vswitches of this zone, their cached free counts and
+/// their inhibitions.
+#[derive(Debug)]
+pub struct VSwitches {
+    ids: Vec<String>,
+    policy: VSwitchPolicy,
+    free: HashMap<String, u64>,
+    inhibited_until_ms: HashMap<String, u64>,
+    rng: Rng,
+}
+
+impl VSwitches {
+    /// The vswitches new ENIs may use, in configuration order.
+    pub fn new(ids: Vec<String>, policy: VSwitchPolicy) -> VSwitches {
+        VSwitches {
+            ids,
+            policy,
+            free: HashMap::new(),
+            inhibited_until_ms: HashMap::new(),
+            rng: Rng::from_entropy(),
+        }
+    }
+
+    /// The configured ids.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// Records free-address counts (DescribeVSwitches).
+    pub fn set_free(&mut self, counts: impl IntoIterator<Item = (String, u64)>) {
+        self.free.extend(counts);
+    }
+
+    /// Inhibits a vswitch until `until_ms` (Unix ms).
+    pub fn inhibit(&mut self, id: &str, until_ms: u64) {
+        self.inhibited_until_ms.insert(id.to_string(), until_ms);
+    }
+
+    /// Until when a vswitch is inhibited, if it is at `now_ms`.
+    pub fn inhibited_until(&self, id: &str, now_ms: u64) -> Option<u64> {
+        self.inhibited_until_ms
+            .get(id)
+            .copied()
+            .filter(|u| *u > now_ms)
+    }
+
+    /// Vswitches currently inhibited.
+    pub fn inhibited_count(&self, now_ms: u64) -> usize {
+        self.inhibited_until_ms
+            .values()
+            .filter(|u| **u > now_ms)
+            .count()
+    }
+
+    /// Usable vswitches in preference order: `ordered` by cached free
+    /// addresses (most first; unknown last), `random` shuffled each time.
+    pub fn order(&mut self, now_ms: u64) -> Vec<VswChoice> {
+        let mut v: Vec<VswChoice> = self
+            .ids
+            .iter()
+            .filter(|id| self.inhibited_until(id, now_ms).is_none())
+            .map(|id| VswChoice {
+                id: id.clone(),
+                free: self.free.get(id).copied(),
+            })
+            .collect();
+        match self.policy {
+            VSwitchPolicy::Ordered => {
+                v.sort_by_key(|c| std::cmp::Reverse(c.free.map(|f| f + 1).unwrap_or(0)))
+            }
+            VSwitchPolicy::Random => self.rng.shuffle(&mut v),
+        }
+        v
+    }
+
+    /// Rank of a vswitch in `order` (for sorting ENIs); unknown vswitches
+    /// (an ENI on a vswitch no longer configured) rank last but stay usable.
+    pub fn rank(order: &[VswChoice], id: &str) -> usize {
+        order.iter().position(|c| c.id == id).unwrap_or(order.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordered_policy_sorts_by_free_and_skips_inhibited() {
+        let mut v = VSwitches::new(
+            vec!["a".into(), "b".into(), "c".into()],
+            VSwitchPolicy::Ordered,
+        );
+        v.set_free([("a".to_string(), 10), ("b".to_string(), 300)]);
+        let ids: Vec<String> = v.order(0).into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, vec!["b", "a", "c"]);
+        v.inhibit("b", 1000);
+        assert_eq!(v.inhibited_until("b", 999), Some(1000));
+        assert_eq!(v.inhibited_until("b", 1000), None);
+        let ids: Vec<String> = v.order(500).into_iter().map(|c| c.id).collect();
+        assert_eq!(ids, vec!["a", "c"]);
+        assert_eq!(v.inhibited_count(500), 1);
+        assert_eq!(v.order(2000).len(), 3);
+    }
+
+    #[test]
+    fn random_policy_keeps_every_usable_vswitch() {
+        let mut v = VSwitches::new(
+            vec!["a".into(), "b".into(), "c".into()],
+            VSwitchPolicy::Random,
+        );
+        for _ in 0..10 {
+            let mut ids: Vec<String> = v.order(0).into_iter().map(|c| c.id).collect();
+            ids.sort();
+            assert_eq!(ids, vec!["a", "b", "c"]);
+        }
+    }
+}
