@@ -197,8 +197,7 @@ pub struct Allocator {
     requests: Sender<Request>,
     stop: Sender<()>,
     maint_stop: Sender<()>,
-    actor: Option<JoinHandle<()>>,
-    maint: Option<JoinHandle<()>>,
+    threads: parking_lot::Mutex<Vec<(&'static str, JoinHandle<()>)>>,
     fatal: Receiver<String>,
     opts: Arc<AllocatorOptions>,
     cloud: Arc<dyn CloudApi>,
@@ -254,8 +253,7 @@ impl Allocator {
             requests: req_tx,
             stop: stop_tx,
             maint_stop: maint_stop_tx,
-            actor: Some(actor),
-            maint: Some(maint),
+            threads: parking_lot::Mutex::new(vec![("eniipd-pool", actor), ("eniipd-maint", maint)]),
             fatal: fatal_rx,
             opts,
             cloud,
@@ -389,19 +387,15 @@ impl Allocator {
     }
 
     /// Stops the maintenance thread and the actor (waiting clients get
-    /// `shutting-down`), joining them within `deadline`.
-    pub fn shutdown(mut self, deadline: Duration) {
+    /// `shutting-down`), joining them within `deadline`. Idempotent.
+    pub fn shutdown(&self, deadline: Duration) {
         let until = Instant::now() + deadline;
         let _ = self.maint_stop.try_send(());
         let _ = self.stop.try_send(());
-        for (name, h) in [
-            ("eniipd-pool", self.actor.take()),
-            ("eniipd-maint", self.maint.take()),
-        ] {
-            if let Some(h) = h {
-                if !join_until(h, until) {
-                    warn!("thread {name} did not stop in time; abandoned");
-                }
+        let threads: Vec<_> = self.threads.lock().drain(..).collect();
+        for (name, h) in threads {
+            if !join_until(h, until) {
+                warn!("thread {name} did not stop in time; abandoned");
             }
         }
     }

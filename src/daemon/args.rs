@@ -1,0 +1,183 @@
+//! `eniipd`'s command line (SPEC section 2), hand-parsed: flags and their
+//! values, `--flag=value` accepted too. Usage errors name the flag and are
+//! exit 2.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// What the command line asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `--help`
+    Help,
+    /// `--version`
+    Version,
+    /// Run (or `--check-config`).
+    Run(Args),
+}
+
+/// Flags of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Args {
+    /// `--config FILE`
+    pub config: Option<PathBuf>,
+    /// `--socket PATH`
+    pub socket: Option<PathBuf>,
+    /// `--state-dir DIR`
+    pub state_dir: Option<PathBuf>,
+    /// `--log-level LEVEL`
+    pub log_level: Option<String>,
+    /// `--ecs-endpoint URL`
+    pub ecs_endpoint: Option<String>,
+    /// `--vpc-endpoint URL`
+    pub vpc_endpoint: Option<String>,
+    /// `--metadata-endpoint URL`
+    pub metadata_endpoint: Option<String>,
+    /// `--simulate`
+    pub simulate: bool,
+    /// `--check-config`
+    pub check_config: bool,
+    /// `--recover-state`
+    pub recover_state: bool,
+}
+
+/// A bad command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (try --help)", self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// `--help` text.
+pub const HELP: &str = "\
+eniipd - keeps a warm pool of secondary private IPs on the ENIs of this
+Alibaba Cloud ECS instance and hands them out over a Unix socket.
+
+Usage:
+  eniipd [--config FILE] [--socket PATH] [--state-dir DIR] [--log-level LEVEL]
+         [--ecs-endpoint URL] [--vpc-endpoint URL] [--metadata-endpoint URL]
+         [--simulate] [--check-config] [--recover-state] [--version] [--help]
+
+Options:
+  --config FILE            config file (default /etc/eniipd/eni.json)
+  --socket PATH            client socket (default /run/eniipd/eniipd.sock)
+  --state-dir DIR          state directory (default /var/lib/eniipd)
+  --log-level LEVEL        error, warn, info (default), debug, trace, or
+                           directives such as info,eniipd::cloud=debug
+  --ecs-endpoint URL       ECS OpenAPI (default https://ecs-vpc.<region>.aliyuncs.com)
+  --vpc-endpoint URL       VPC OpenAPI (default https://vpc-vpc.<region>.aliyuncs.com)
+  --metadata-endpoint URL  metadata service (default http://100.100.100.200)
+  --simulate               run against a built-in emulator on 127.0.0.1: no
+                           config, credentials or root needed
+  --check-config           validate the config, print it (secrets masked), exit
+  --recover-state          move corrupt state files aside, keep what is valid,
+                           and hold every address with no known owner back
+                           for an hour (see eniipd(8))
+  --version                print the version
+  --help                   print this help
+
+Flags override config keys. Exit codes: 0 clean stop, 1 other error, 2 usage,
+65 corrupt state, 69 cloud unreachable at start, 75 state directory in use,
+78 bad config. See eniipd(8).
+";
+
+/// Parses the arguments after the program name.
+pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Command, UsageError> {
+    let mut a = Args::default();
+    let mut it = argv.into_iter();
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| -> Result<String, UsageError> {
+            match inline.clone().or_else(|| it.next()) {
+                Some(v) if !v.is_empty() => Ok(v),
+                _ => Err(UsageError(format!("{name} needs a value"))),
+            }
+        };
+        let no_value = |name: &str| -> Result<(), UsageError> {
+            match &inline {
+                Some(_) => Err(UsageError(format!("{name} takes no value"))),
+                None => Ok(()),
+            }
+        };
+        match flag.as_str() {
+            "--help" | "-h" => return Ok(Command::Help),
+            "--version" | "-V" => return Ok(Command::Version),
+            "--config" => a.config = Some(PathBuf::from(value("--config")?)),
+            "--socket" => a.socket = Some(PathBuf::from(value("--socket")?)),
+            "--state-dir" => a.state_dir = Some(PathBuf::from(value("--state-dir")?)),
+            "--log-level" => a.log_level = Some(value("--log-level")?),
+            "--ecs-endpoint" => a.ecs_endpoint = Some(value("--ecs-endpoint")?),
+            "--vpc-endpoint" => a.vpc_endpoint = Some(value("--vpc-endpoint")?),
+            "--metadata-endpoint" => a.metadata_endpoint = Some(value("--metadata-endpoint")?),
+            "--simulate" => {
+                no_value("--simulate")?;
+                a.simulate = true;
+            }
+            "--check-config" => {
+                no_value("--check-config")?;
+                a.check_config = true;
+            }
+            "--recover-state" => {
+                no_value("--recover-state")?;
+                a.recover_state = true;
+            }
+            other if other.starts_with('-') => {
+                return Err(UsageError(format!("unknown option {other}")))
+            }
+            other => return Err(UsageError(format!("unexpected argument {other}"))),
+        }
+    }
+    Ok(Command::Run(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Command, UsageError> {
+        parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn flags_and_values() {
+        let Command::Run(a) = p(&[
+            "--config",
+            "/x.json",
+            "--socket=/s.sock",
+            "--simulate",
+            "--log-level",
+            "debug",
+        ])
+        .unwrap() else {
+            panic!()
+        };
+        assert_eq!(a.config, Some(PathBuf::from("/x.json")));
+        assert_eq!(a.socket, Some(PathBuf::from("/s.sock")));
+        assert!(a.simulate && !a.check_config);
+        assert_eq!(a.log_level.as_deref(), Some("debug"));
+        assert_eq!(p(&["--help"]).unwrap(), Command::Help);
+        assert_eq!(p(&["--version"]).unwrap(), Command::Version);
+    }
+
+    #[test]
+    fn usage_errors_name_the_flag() {
+        for (args, needle) in [
+            (&["--config"][..], "--config needs a value"),
+            (&["--bogus"][..], "unknown option --bogus"),
+            (&["stray"][..], "unexpected argument stray"),
+            (&["--simulate=yes"][..], "--simulate takes no value"),
+            (&["--socket="][..], "--socket needs a value"),
+        ] {
+            let e = p(args).unwrap_err();
+            assert!(e.to_string().contains(needle), "{e}");
+        }
+    }
+}
