@@ -224,12 +224,11 @@ impl Store {
                 Ok(())
             };
         let (mut generation, mut state) = (0, PersistedState::default());
-        match read_opt(&dir.join(SNAPSHOT))? {
-            Some(b) => match snapshot::decode(&b) {
+        if let Some(b) = read_opt(&dir.join(SNAPSHOT))? {
+            match snapshot::decode(&b) {
                 Ok((g, s)) => (generation, state) = (g, s),
                 Err(why) => move_aside(SNAPSHOT, why, &mut report)?,
-            },
-            None => {}
+            }
         }
         if let Some(b) = read_opt(&dir.join(WAL))? {
             let (frames, why) = match wal::scan(&b) {
