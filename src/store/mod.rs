@@ -418,7 +418,6 @@ fn load(dir: &Path) -> Result<(u64, PersistedState, u64, File), StoreError> {
         )
     })?;
     let f = OpenOptions::new()
-        .write(true)
         .append(true)
         .open(&wal_path)
         .map_err(|e| StoreError::io("cannot open wal", e))?;
