@@ -5,6 +5,8 @@
 //! everything else is asked of a [`Backend`], which the daemon implements on
 //! top of the allocator (and tests implement with fakes).
 
+pub mod listener;
+pub mod peer;
 pub mod protocol;
 
 use std::net::IpAddr;

@@ -1,0 +1,579 @@
+//! The socket listener: an accept thread and one thread per connection.
+//!
+//! Hostile-client rules (SPEC section 4): a request line must arrive whole
+//! within `line_timeout` of its first byte; a connection with no request
+//! for `idle_timeout` is closed; lines over 4096 bytes get
+//! `ERR line-too-long` and the connection is closed, without ever buffering
+//! more than that; at `max_connections` the connection idle longest is
+//! closed to admit the new one (`ERR busy` if every one is busy). Writes
+//! have a timeout. A request whose client left is still completed: the
+//! backend call runs to the end and only the reply is dropped.
+//!
+//! The accept thread sleeps in `poll` on the listener and a wake-up pipe,
+//! so an idle daemon uses no CPU here.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use log::{debug, info, warn};
+use parking_lot::Mutex;
+
+use super::peer::{may_mutate, supplementary_groups, Peer};
+use super::protocol::{self, ErrCode, ProtoError, Reply, Request, MAX_LINE};
+use super::Backend;
+use crate::log_limited;
+use crate::logging::RateLimit;
+
+/// Listener settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Open connections at most.
+    pub max_connections: usize,
+    /// Uids that may alloc/release.
+    pub allowed_uids: Vec<u32>,
+    /// Members of this group may alloc/release.
+    pub socket_gid: Option<u32>,
+    /// A request line must be complete this long after its first byte.
+    pub line_timeout: Duration,
+    /// A connection with no request this long is closed.
+    pub idle_timeout: Duration,
+    /// A reply must be written within this.
+    pub write_timeout: Duration,
+    /// Daemon version for `version`.
+    pub version: String,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            max_connections: 256,
+            allowed_uids: vec![0],
+            socket_gid: None,
+            line_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(10),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+struct Conn {
+    stream: UnixStream,
+    busy: bool,
+    last_active: Instant,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    cfg: ServerConfig,
+    backend: Arc<dyn Backend>,
+    conns: Mutex<HashMap<u64, Conn>>,
+    stopping: AtomicBool,
+    next: AtomicU64,
+}
+
+/// A running listener.
+pub struct Server {
+    shared: Arc<Shared>,
+    wake: Mutex<Option<OwnedFd>>,
+    accept: Mutex<Option<JoinHandle<()>>>,
+}
+
+static CLIENT_LOG: std::sync::LazyLock<RateLimit> =
+    std::sync::LazyLock::new(|| RateLimit::new(10, Duration::from_secs(10)));
+
+impl Server {
+    /// Starts serving `listener`.
+    pub fn start(
+        listener: UnixListener,
+        cfg: ServerConfig,
+        backend: Arc<dyn Backend>,
+    ) -> io::Result<Server> {
+        listener.set_nonblocking(true)?;
+        let (wake_rx, wake_tx) = nix::unistd::pipe()?;
+        let shared = Arc::new(Shared {
+            cfg,
+            backend,
+            conns: Mutex::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
+            next: AtomicU64::new(1),
+        });
+        let sh = Arc::clone(&shared);
+        let accept = std::thread::Builder::new()
+            .name("eniipd-accept".into())
+            .spawn(move || accept_loop(&sh, &listener, &wake_rx))?;
+        Ok(Server {
+            shared,
+            wake: Mutex::new(Some(wake_tx)),
+            accept: Mutex::new(Some(accept)),
+        })
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.shared.conns.lock().len()
+    }
+
+    /// A counter of open connections, for the metrics gauge.
+    pub fn connection_counter(&self) -> Box<dyn Fn() -> usize + Send + Sync> {
+        let sh = Arc::downgrade(&self.shared);
+        Box::new(move || sh.upgrade().map(|s| s.conns.lock().len()).unwrap_or(0))
+    }
+
+    /// Stops accepting, closes idle connections, lets requests in progress
+    /// finish (new ones get `ERR shutting-down`) and joins every thread
+    /// within `deadline`. Idempotent.
+    pub fn shutdown(&self, deadline: Duration) {
+        let until = Instant::now() + deadline;
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        if let Some(w) = self.wake.lock().take() {
+            let _ = nix::unistd::write(&w, b"x");
+        }
+        if let Some(h) = self.accept.lock().take() {
+            if !crate::alloc::join_until(h, until) {
+                warn!("accept thread did not stop in time");
+            }
+        }
+        let threads: Vec<JoinHandle<()>> = {
+            let mut conns = self.shared.conns.lock();
+            for c in conns.values() {
+                if !c.busy {
+                    let _ = c.stream.shutdown(std::net::Shutdown::Both);
+                }
+            }
+            conns.values_mut().filter_map(|c| c.thread.take()).collect()
+        };
+        let mut abandoned = 0;
+        for t in threads {
+            if !crate::alloc::join_until(t, until) {
+                abandoned += 1;
+            }
+        }
+        if abandoned > 0 {
+            warn!("{abandoned} connection thread(s) still busy at shutdown; abandoned");
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown(Duration::from_secs(1));
+    }
+}
+
+fn accept_loop(sh: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        if sh.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                warn!("poll on the listening socket failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            return;
+        }
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => admit(sh, stream),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of fds and the like: back off instead of spinning.
+                    log_limited!(CLIENT_LOG, log::Level::Warn, "accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn admit(sh: &Arc<Shared>, stream: UnixStream) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(sh.cfg.write_timeout));
+    let id = sh.next.fetch_add(1, Ordering::Relaxed);
+    {
+        let mut conns = sh.conns.lock();
+        if conns.len() >= sh.cfg.max_connections {
+            let victim = conns
+                .iter()
+                .filter(|(_, c)| !c.busy)
+                .min_by_key(|(_, c)| c.last_active)
+                .map(|(id, _)| *id);
+            match victim {
+                Some(v) => {
+                    if let Some(c) = conns.get(&v) {
+                        let _ = c.stream.shutdown(std::net::Shutdown::Both);
+                    }
+                    // Its thread removes it; count it out now so the limit holds.
+                    if let Some(mut c) = conns.remove(&v) {
+                        drop(c.thread.take());
+                    }
+                    crate::metrics::record_connection_evicted();
+                    debug!("closed the connection idle longest to admit a new one");
+                }
+                None => {
+                    drop(conns);
+                    let mut s = stream;
+                    let _ = s.write_all(
+                        Reply::err(ProtoError::new(ErrCode::Busy, "too many connections"))
+                            .render()
+                            .as_bytes(),
+                    );
+                    return;
+                }
+            }
+        }
+        let clone = match stream.try_clone() {
+            Ok(c) => c,
+            Err(e) => {
+                log_limited!(
+                    CLIENT_LOG,
+                    log::Level::Warn,
+                    "cannot clone a client socket: {e}"
+                );
+                return;
+            }
+        };
+        conns.insert(
+            id,
+            Conn {
+                stream: clone,
+                busy: false,
+                last_active: Instant::now(),
+                thread: None,
+            },
+        );
+    }
+    let sh2 = Arc::clone(sh);
+    let t = std::thread::Builder::new()
+        .name(format!("eniipd-conn-{id}"))
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            serve(&sh2, id, stream);
+            sh2.conns.lock().remove(&id);
+        });
+    match t {
+        Ok(t) => {
+            if let Some(c) = sh.conns.lock().get_mut(&id) {
+                c.thread = Some(t);
+            }
+        }
+        Err(e) => {
+            log_limited!(
+                CLIENT_LOG,
+                log::Level::Warn,
+                "cannot start a connection thread: {e}"
+            );
+            if let Some(c) = sh.conns.lock().remove(&id) {
+                let mut s = c.stream;
+                let _ = s.write_all(
+                    Reply::err(ProtoError::new(
+                        ErrCode::Busy,
+                        "no thread for this connection",
+                    ))
+                    .render()
+                    .as_bytes(),
+                );
+            }
+        }
+    }
+}
+
+fn set_state(sh: &Shared, id: u64, busy: bool) {
+    if let Some(c) = sh.conns.lock().get_mut(&id) {
+        c.busy = busy;
+        c.last_active = Instant::now();
+    }
+}
+
+enum Next {
+    Line(Vec<u8>),
+    TooLong,
+    Closed,
+}
+
+/// Reads one request line under the timeouts. `buf` keeps bytes read past
+/// the line for the next call.
+fn read_line(sh: &Shared, stream: &mut UnixStream, buf: &mut Vec<u8>) -> Next {
+    let mut line_started: Option<Instant> = if buf.is_empty() {
+        None
+    } else {
+        Some(Instant::now())
+    };
+    let idle_since = Instant::now();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).take(pos).collect();
+            return Next::Line(line);
+        }
+        if buf.len() > MAX_LINE + 1 {
+            return Next::TooLong;
+        }
+        if sh.stopping.load(Ordering::SeqCst) && buf.is_empty() {
+            return Next::Closed;
+        }
+        let deadline = match line_started {
+            Some(t) => t + sh.cfg.line_timeout,
+            None => idle_since + sh.cfg.idle_timeout,
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            debug!(
+                "closing a connection: {}",
+                if line_started.is_some() {
+                    "request line too slow"
+                } else {
+                    "idle"
+                }
+            );
+            return Next::Closed;
+        }
+        let _ = stream.set_read_timeout(Some(deadline - now));
+        match stream.read(&mut chunk) {
+            Ok(0) => {
+                // EOF: a last line without its newline is still a request.
+                if buf.is_empty() || buf.len() > MAX_LINE + 1 {
+                    return Next::Closed;
+                }
+                return Next::Line(std::mem::take(buf));
+            }
+            Ok(n) => {
+                if line_started.is_none() {
+                    line_started = Some(Instant::now());
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return Next::Closed,
+        }
+    }
+}
+
+fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
+    let peer = Peer::of(&stream).ok();
+    let mut buf = Vec::with_capacity(256);
+    loop {
+        let line = match read_line(sh, &mut stream, &mut buf) {
+            Next::Line(l) => l,
+            Next::TooLong => {
+                let _ = stream.write_all(
+                    Reply::err(ProtoError::bare(ErrCode::LineTooLong))
+                        .render()
+                        .as_bytes(),
+                );
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            Next::Closed => return,
+        };
+        set_state(sh, id, true);
+        let (reply, quit) = if sh.stopping.load(Ordering::SeqCst) {
+            (
+                Reply::err(ProtoError::new(
+                    ErrCode::ShuttingDown,
+                    "the daemon is stopping",
+                )),
+                false,
+            )
+        } else {
+            match protocol::parse_request(&line) {
+                Ok(req) => {
+                    let quit = req == Request::Quit;
+                    (handle(sh, &stream, peer.as_ref(), req), quit)
+                }
+                Err(e) => {
+                    debug!("bad request: {e}");
+                    let close = e.code == ErrCode::LineTooLong;
+                    (Reply::err(e), close)
+                }
+            }
+        };
+        let written = stream.write_all(reply.render().as_bytes());
+        set_state(sh, id, false);
+        if let Err(e) = written {
+            debug!("reply not delivered (client gone?): {e}");
+            return;
+        }
+        if quit {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+        // When stopping, requests already received still get their
+        // `ERR shutting-down` (read_line returns them before it closes).
+    }
+}
+
+fn handle(sh: &Shared, stream: &UnixStream, peer: Option<&Peer>, req: Request) -> Reply {
+    if req.is_mutating() {
+        let allowed = peer.is_some_and(|p| {
+            may_mutate(p, &sh.cfg.allowed_uids, sh.cfg.socket_gid, || {
+                supplementary_groups(stream, p.pid)
+            })
+        });
+        if !allowed {
+            log_limited!(
+                CLIENT_LOG,
+                log::Level::Info,
+                "{} refused to uid {:?} pid {:?}",
+                req.name(),
+                peer.map(|p| p.uid),
+                peer.map(|p| p.pid)
+            );
+            return Reply::err(ProtoError::new(
+                ErrCode::Denied,
+                "this uid may not alloc or release",
+            ));
+        }
+    }
+    let b = &sh.backend;
+    let ok = |text: String| Reply::ok(text);
+    let result: Result<Reply, ProtoError> = match req {
+        Request::Ping => Ok(ok("pong".into())),
+        Request::Version => Ok(ok(format!(
+            "eniipd {} protocol={}",
+            sh.cfg.version,
+            protocol::PROTOCOL_VERSION
+        ))),
+        Request::Help => Ok(Reply::with_data(
+            protocol::HELP.iter().map(|s| s.to_string()).collect(),
+            "",
+        )),
+        Request::Quit => Ok(ok("bye".into())),
+        Request::Alloc {
+            owner,
+            sandbox,
+            prefer,
+        } => {
+            let r = b
+                .alloc(&owner, sandbox.as_ref(), prefer)
+                .map(|a| ok(a.to_text()));
+            if let Some(p) = peer {
+                debug!(
+                    "alloc {owner} by uid {} pid {}: {}",
+                    p.uid,
+                    p.pid,
+                    if r.is_ok() { "ok" } else { "error" }
+                );
+            }
+            r
+        }
+        Request::Release { owner, sandbox } => {
+            b.release(&owner, sandbox.as_ref()).map(|ip| match ip {
+                Some(ip) => ok(format!("released={ip}")),
+                None => ok("released=none".into()),
+            })
+        }
+        Request::Show { owner } => b.show(&owner).map(|a| ok(a.to_text())),
+        Request::List => b.list().map(|l| {
+            let n = l.len();
+            Reply::with_data(l.iter().map(|e| e.to_line()).collect(), n.to_string())
+        }),
+        Request::Status => b.status().map(|s| ok(s.to_text())),
+        Request::Enis => b.enis().map(|l| {
+            let n = l.len();
+            Reply::with_data(l.iter().map(|e| e.to_line()).collect(), n.to_string())
+        }),
+        Request::Audit => b.audit().map(|d| {
+            if d.is_empty() {
+                ok("consistent".into())
+            } else {
+                let n = d.len();
+                Reply {
+                    data: d,
+                    outcome: Err(ProtoError::new(ErrCode::Inconsistent, n.to_string())),
+                }
+            }
+        }),
+        Request::Metrics => Ok(Reply::with_data(
+            b.metrics().lines().map(str::to_string).collect(),
+            "",
+        )),
+        Request::Config => Ok(Reply::with_data(
+            b.config()
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+            "",
+        )),
+    };
+    result.unwrap_or_else(Reply::err)
+}
+
+/// Binds the client socket. The caller holds the state lock, so a socket
+/// file left at `path` is stale and may be removed (only if it is a
+/// socket). The socket is bound under a umask that gives it `mode` from
+/// the start (no window with wider permissions), then handed to `gid`.
+pub fn bind_socket(path: &Path, mode: u32, gid: Option<u32>) -> io::Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Some(parent) = path.parent() {
+        if !parent.exists() {
+            std::fs::create_dir_all(parent)?;
+            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            info!("removing stale socket {}", path.display());
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mask = nix::sys::stat::Mode::from_bits_truncate(!mode & 0o777);
+    let old = nix::sys::stat::umask(mask);
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    if let Some(g) = gid {
+        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(g)))?;
+    }
+    Ok(listener)
+}
+
+/// A group name or numeric gid.
+pub fn resolve_group(spec: &str) -> io::Result<u32> {
+    if let Ok(n) = spec.parse::<u32>() {
+        return Ok(n);
+    }
+    match nix::unistd::Group::from_name(spec)? {
+        Some(g) => Ok(g.gid.as_raw()),
+        None => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no group named {spec}"),
+        )),
+    }
+}

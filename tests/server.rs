@@ -1,0 +1,551 @@
+//! The socket server with a fake backend: every command, pipelining,
+//! access control, hostile clients, eviction, shutdown, socat and eniipctl.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::IpAddr;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use eniipd::server::listener::{bind_socket, Server, ServerConfig};
+use eniipd::server::protocol::{
+    is_final_line, Allocation, EniEntry, ErrCode, ListEntry, Owner, ProtoError, SandboxId,
+    StatusCounts,
+};
+use eniipd::server::Backend;
+
+#[derive(Default)]
+struct Fake {
+    held: Mutex<HashMap<String, Allocation>>,
+    alloc_delay_ms: AtomicU64,
+    completed: AtomicU64,
+}
+
+fn allocation(n: usize) -> Allocation {
+    Allocation {
+        ip: format!("10.0.0.{}", 10 + n).parse().unwrap(),
+        ipv6: None,
+        eni: "eni-test".into(),
+        mac: "00:16:3e:00:00:01".into(),
+        vswitch: "vsw-test".into(),
+        cidr: "10.0.0.0/24".into(),
+        gateway: "10.0.0.253".parse().unwrap(),
+    }
+}
+
+impl Backend for Fake {
+    fn alloc(
+        &self,
+        owner: &Owner,
+        _s: Option<&SandboxId>,
+        _p: Option<IpAddr>,
+    ) -> Result<Allocation, ProtoError> {
+        std::thread::sleep(Duration::from_millis(
+            self.alloc_delay_ms.load(Ordering::SeqCst),
+        ));
+        if owner.as_str() == "exhaust/me" {
+            return Err(ProtoError::new(ErrCode::Exhausted, "capacity reached"));
+        }
+        let mut held = self.held.lock().unwrap();
+        let n = held.len();
+        let a = held
+            .entry(owner.to_string())
+            .or_insert_with(|| allocation(n))
+            .clone();
+        self.completed.fetch_add(1, Ordering::SeqCst);
+        Ok(a)
+    }
+    fn release(&self, owner: &Owner, _s: Option<&SandboxId>) -> Result<Option<IpAddr>, ProtoError> {
+        Ok(self
+            .held
+            .lock()
+            .unwrap()
+            .remove(owner.as_str())
+            .map(|a| IpAddr::V4(a.ip)))
+    }
+    fn show(&self, owner: &Owner) -> Result<Allocation, ProtoError> {
+        self.held
+            .lock()
+            .unwrap()
+            .get(owner.as_str())
+            .cloned()
+            .ok_or_else(|| ProtoError::bare(ErrCode::NotFound))
+    }
+    fn list(&self) -> Result<Vec<ListEntry>, ProtoError> {
+        Ok(self
+            .held
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(o, a)| ListEntry {
+                ip: IpAddr::V4(a.ip),
+                state: "inuse",
+                owner: Some(o.clone()),
+                eni: a.eni.clone(),
+            })
+            .collect())
+    }
+    fn status(&self) -> Result<StatusCounts, ProtoError> {
+        let n = self.held.lock().unwrap().len();
+        Ok(StatusCounts {
+            enis: 1,
+            ips: 10,
+            idle: 10 - n,
+            inuse: n,
+            capacity: 10,
+            ..StatusCounts::default()
+        })
+    }
+    fn enis(&self) -> Result<Vec<EniEntry>, ProtoError> {
+        Ok(vec![EniEntry {
+            eni: "eni-test".into(),
+            mac: "00:16:3e:00:00:01".into(),
+            vswitch: "vsw-test".into(),
+            ips: 10,
+            pending: 0,
+            inhibited_until: None,
+        }])
+    }
+    fn audit(&self) -> Result<Vec<String>, ProtoError> {
+        Ok(if self.held.lock().unwrap().contains_key("drift") {
+            vec!["address 10.0.0.99 is on eni eni-test in the cloud but unknown locally".into()]
+        } else {
+            Vec::new()
+        })
+    }
+    fn metrics(&self) -> String {
+        "# HELP eniipd_enis Managed ENIs.\n# TYPE eniipd_enis gauge\neniipd_enis 1\n".into()
+    }
+    fn config(&self) -> Vec<(String, String)> {
+        vec![
+            ("access_secret".into(), "***".into()),
+            ("max_pool_size".into(), "5".into()),
+        ]
+    }
+}
+
+struct Harness {
+    dir: PathBuf,
+    path: PathBuf,
+    server: Option<Server>,
+    fake: Arc<Fake>,
+}
+
+impl Harness {
+    fn new(cfg: ServerConfig) -> Harness {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = PathBuf::from(format!(
+            "/tmp/eniipd-srv-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("s.sock");
+        let listener: UnixListener = bind_socket(&path, 0o660, None).unwrap();
+        let fake = Arc::new(Fake::default());
+        let server = Server::start(listener, cfg, fake.clone()).unwrap();
+        Harness {
+            dir,
+            path,
+            server: Some(server),
+            fake,
+        }
+    }
+
+    fn me() -> ServerConfig {
+        ServerConfig {
+            allowed_uids: vec![nix::unistd::getuid().as_raw()],
+            ..ServerConfig::default()
+        }
+    }
+
+    fn connect(&self) -> UnixStream {
+        let s = UnixStream::connect(&self.path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    /// Sends one line and reads the whole reply.
+    fn ask(&self, line: &str) -> Vec<String> {
+        let mut s = self.connect();
+        s.write_all(format!("{line}\n").as_bytes()).unwrap();
+        read_reply(&mut BufReader::new(s))
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown(Duration::from_secs(2));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn read_reply(r: &mut impl BufRead) -> Vec<String> {
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l).unwrap() == 0 {
+            panic!("connection closed before the final line; got {lines:?}");
+        }
+        let l = l.trim_end().to_string();
+        let done = is_final_line(&l);
+        lines.push(l);
+        if done {
+            return lines;
+        }
+    }
+}
+
+fn last(v: &[String]) -> &str {
+    v.last().unwrap()
+}
+
+#[test]
+fn every_command_with_success_and_error_replies() {
+    let h = Harness::new(Harness::me());
+    assert_eq!(h.ask("ping"), vec!["OK pong"]);
+    assert_eq!(
+        h.ask("VERSION"),
+        vec![format!(
+            "OK eniipd {} protocol=1",
+            env!("CARGO_PKG_VERSION")
+        )]
+    );
+    let help = h.ask("help");
+    assert_eq!(help.len(), eniipd::server::protocol::HELP.len() + 1);
+    assert_eq!(last(&help), "OK");
+    let a = h.ask("alloc default/web-1 sandbox=abc");
+    assert!(a[0].starts_with("OK ip=10.0.0.10 eni=eni-test mac=00:16:3e:00:00:01 vswitch=vsw-test cidr=10.0.0.0/24 gateway=10.0.0.253"), "{a:?}");
+    assert_eq!(
+        h.ask("alloc exhaust/me"),
+        vec!["ERR exhausted capacity reached"]
+    );
+    assert!(h.ask("show default/web-1")[0].starts_with("OK ip=10.0.0.10"));
+    assert_eq!(h.ask("show nobody"), vec!["ERR not-found"]);
+    let list = h.ask("list");
+    assert_eq!(list, vec!["10.0.0.10 inuse default/web-1 eni-test", "OK 1"]);
+    assert_eq!(
+        h.ask("status"),
+        vec!["OK enis=1 ips=10 idle=9 inuse=1 reserved=0 cooling=0 pending=0 capacity=10"]
+    );
+    assert_eq!(
+        h.ask("enis"),
+        vec![
+            "eni-test 00:16:3e:00:00:01 vsw-test ips=10 pending=0 inhibited=-",
+            "OK 1"
+        ]
+    );
+    assert_eq!(h.ask("audit"), vec!["OK consistent"]);
+    h.ask("alloc drift");
+    let audit = h.ask("audit");
+    assert_eq!(last(&audit), "ERR inconsistent 1");
+    let m = h.ask("metrics");
+    assert!(m.contains(&"eniipd_enis 1".to_string()) && last(&m) == "OK");
+    assert_eq!(
+        h.ask("config"),
+        vec!["access_secret=***", "max_pool_size=5", "OK"]
+    );
+    assert_eq!(
+        h.ask("release default/web-1"),
+        vec!["OK released=10.0.0.10"]
+    );
+    assert_eq!(h.ask("release default/web-1"), vec!["OK released=none"]);
+    assert_eq!(h.ask("quit"), vec!["OK bye"]);
+    assert!(h.ask("frobnicate")[0].starts_with("ERR unknown-command"));
+    assert!(h.ask("alloc bad|owner")[0].starts_with("ERR bad-request"));
+    assert!(h.ask("alloc x colour=red")[0].starts_with("ERR bad-request"));
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order_and_quit_closes() {
+    let h = Harness::new(Harness::me());
+    let mut s = h.connect();
+    s.write_all(b"ping\r\nalloc a\nshow a\nstatus\nquit\nping\n")
+        .unwrap();
+    let mut r = BufReader::new(s);
+    assert_eq!(read_reply(&mut r), vec!["OK pong"]);
+    assert!(read_reply(&mut r)[0].starts_with("OK ip="));
+    assert!(read_reply(&mut r)[0].starts_with("OK ip="));
+    assert!(read_reply(&mut r)[0].starts_with("OK enis="));
+    assert_eq!(read_reply(&mut r), vec!["OK bye"]);
+    let mut rest = String::new();
+    r.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "", "nothing after quit");
+}
+
+#[test]
+fn a_peer_outside_allowed_uids_may_read_but_not_allocate() {
+    let h = Harness::new(ServerConfig {
+        allowed_uids: vec![nix::unistd::getuid().as_raw() + 4242],
+        socket_gid: None,
+        ..ServerConfig::default()
+    });
+    assert!(h.ask("alloc a")[0].starts_with("ERR denied"));
+    assert!(h.ask("release a")[0].starts_with("ERR denied"));
+    assert!(h.ask("status")[0].starts_with("OK enis="));
+    assert_eq!(h.fake.completed.load(Ordering::SeqCst), 0);
+    // Membership of the socket group is enough.
+    let h = Harness::new(ServerConfig {
+        allowed_uids: vec![nix::unistd::getuid().as_raw() + 4242],
+        socket_gid: Some(nix::unistd::getgid().as_raw()),
+        ..ServerConfig::default()
+    });
+    assert!(h.ask("alloc a")[0].starts_with("OK ip="));
+}
+
+#[test]
+fn hostile_input_is_refused_while_another_client_is_served() {
+    let h = Harness::new(ServerConfig {
+        line_timeout: Duration::from_millis(800),
+        ..Harness::me()
+    });
+    // Oversized line: ERR line-too-long, then closed.
+    let mut s = h.connect();
+    let _ = s.write_all(&vec![b'a'; 10_000]);
+    let mut r = BufReader::new(s);
+    assert_eq!(read_reply(&mut r), vec!["ERR line-too-long"]);
+    let mut rest = String::new();
+    let _ = r.read_to_string(&mut rest);
+    assert_eq!(rest, "");
+    // Binary garbage and invalid UTF-8.
+    let mut s = h.connect();
+    s.write_all(b"\xff\xfe\x00\x01garbage\n").unwrap();
+    assert!(read_reply(&mut BufReader::new(s))[0].starts_with("ERR bad-request"));
+    // One byte a second: cut after the line timeout; others are served meanwhile.
+    let mut slow = h.connect();
+    let started = Instant::now();
+    let t = std::thread::spawn(move || {
+        for b in b"alloc slow\n" {
+            if slow.write_all(&[*b]).is_err() {
+                return started.elapsed();
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        started.elapsed()
+    });
+    assert_eq!(h.ask("ping"), vec!["OK pong"]);
+    let cut_after = t.join().unwrap();
+    assert!(
+        cut_after < Duration::from_millis(3300),
+        "slow client not cut: {cut_after:?}"
+    );
+    assert!(h.ask("show slow")[0].starts_with("ERR not-found"));
+}
+
+#[test]
+fn two_hundred_idle_connections_evict_the_oldest_and_a_client_is_served() {
+    let h = Harness::new(ServerConfig {
+        max_connections: 64,
+        ..Harness::me()
+    });
+    let idle: Vec<UnixStream> = (0..200).map(|_| h.connect()).collect();
+    let started = Instant::now();
+    assert!(h.ask("alloc fresh/client")[0].starts_with("OK ip="));
+    println!(
+        "alloc with 200 idle connections open: {:?}",
+        started.elapsed()
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while h.server.as_ref().unwrap().connections() > 64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(h.server.as_ref().unwrap().connections() <= 64);
+    // The oldest were closed.
+    let mut first = &idle[0];
+    let mut b = [0u8; 1];
+    first
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    assert_eq!(first.read(&mut b).unwrap_or(0), 0);
+    drop(idle);
+
+    let h = Harness::new(Harness::me());
+    let idle: Vec<UnixStream> = (0..200).map(|_| h.connect()).collect();
+    assert!(h.ask("alloc another")[0].starts_with("OK ip="));
+    assert!(h.server.as_ref().unwrap().connections() >= 200);
+    drop(idle);
+}
+
+#[test]
+fn a_client_that_leaves_mid_alloc_still_gets_it_completed() {
+    let h = Harness::new(Harness::me());
+    h.fake.alloc_delay_ms.store(300, Ordering::SeqCst);
+    let mut s = h.connect();
+    s.write_all(b"alloc gone/away\n").unwrap();
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while h.fake.completed.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(h.fake.held.lock().unwrap().contains_key("gone/away"));
+}
+
+#[test]
+fn shutdown_answers_in_flight_refuses_new_and_returns_in_time() {
+    let mut h = Harness::new(Harness::me());
+    h.fake.alloc_delay_ms.store(500, Ordering::SeqCst);
+    let _idle: Vec<UnixStream> = (0..5).map(|_| h.connect()).collect();
+    let mut busy = h.connect();
+    busy.write_all(b"alloc in/flight\nping\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let server = h.server.take().unwrap();
+    let started = Instant::now();
+    let t = std::thread::spawn(move || {
+        server.shutdown(Duration::from_secs(3));
+        started.elapsed()
+    });
+    let mut r = BufReader::new(busy);
+    assert!(
+        read_reply(&mut r)[0].starts_with("OK ip="),
+        "in-flight request answered"
+    );
+    assert_eq!(
+        read_reply(&mut r),
+        vec!["ERR shutting-down the daemon is stopping"]
+    );
+    let took = t.join().unwrap();
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(
+        UnixStream::connect(&h.path).is_err() || {
+            // The file may remain, but nobody accepts any more.
+            let mut s = UnixStream::connect(&h.path).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            let _ = s.write_all(b"ping\n");
+            let mut b = [0u8; 8];
+            !matches!(s.read(&mut b), Ok(n) if n > 0)
+        }
+    );
+}
+
+fn socat() -> Option<PathBuf> {
+    let found = ["/usr/bin/socat", "/bin/socat", "/usr/local/bin/socat"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    if found.is_none() {
+        if std::env::var("ENIIPD_CI").as_deref() == Ok("1") {
+            panic!("socat is required in CI (ENIIPD_CI=1)");
+        }
+        eprintln!("SKIPPED: socat is not installed (apt-get install socat)");
+    }
+    found
+}
+
+#[test]
+fn socat_sessions() {
+    let Some(socat) = socat() else { return };
+    let h = Harness::new(Harness::me());
+    h.fake.alloc_delay_ms.store(1500, Ordering::SeqCst);
+    // The documented form: -t 90 waits for a slow alloc.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo 'alloc demo/web-1' | {} -t 90 - UNIX-CONNECT:{}",
+            socat.display(),
+            h.path.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("OK ip=10.0.0.10 "), "{text}");
+    h.fake.alloc_delay_ms.store(0, Ordering::SeqCst);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "printf 'status\\nlist\\nquit\\n' | {} - UNIX-CONNECT:{}",
+            socat.display(),
+            h.path.display()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "OK enis=1 ips=10 idle=9 inuse=1 reserved=0 cooling=0 pending=0 capacity=10",
+            "10.0.0.10 inuse demo/web-1 eni-test",
+            "OK 1",
+            "OK bye"
+        ]
+    );
+}
+
+fn ctl(h: &Harness, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+        .arg("--socket")
+        .arg(&h.path)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn eniipctl_exit_codes_and_output() {
+    let h = Harness::new(Harness::me());
+    let (code, out, _) = ctl(&h, &["alloc", "ns/pod", "sandbox=1"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("OK ip=10.0.0.10"));
+    let (code, out, _) = ctl(&h, &["list"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "10.0.0.10 inuse ns/pod eni-test\nOK 1\n")
+    );
+    let (code, out, _) = ctl(&h, &["show", "nobody"]);
+    assert_eq!((code, out.as_str()), (1, "ERR not-found\n"));
+    let (code, out, _) = ctl(&h, &["alloc", "exhaust/me"]);
+    assert_eq!(code, 1, "{out}");
+    h.fake.alloc_delay_ms.store(3000, Ordering::SeqCst);
+    let started = Instant::now();
+    let (code, _, err) = ctl(&h, &["--timeout", "0.5", "alloc", "slow/one"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no complete reply"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+        .args(["--socket", "/tmp/eniipd-no-such-dir/none.sock", "ping"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/tmp/eniipd-no-such-dir/none.sock"));
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn bind_socket_replaces_a_stale_socket_but_not_a_file() {
+    let dir = PathBuf::from(format!("/tmp/eniipd-bind-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let p = dir.join("x.sock");
+    let l = bind_socket(&p, 0o600, None).unwrap();
+    drop(l);
+    let _l = bind_socket(&p, 0o640, None).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
+    let f = dir.join("plain");
+    std::fs::write(&f, "x").unwrap();
+    assert!(bind_socket(&f, 0o600, None).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
