@@ -1,1 +1,616 @@
-//! Placeholder: filled in by the cloud-layer work.
+//! ECS actions (API version 2014-05-26): typed requests and responses.
+//!
+//! Responses are read through [`jv`], which tolerates what real answers
+//! contain: `null`, `{}`, `[]` or a missing key wherever a value or a list
+//! is expected (`"Tags": {"Tag": null}`, `"Ipv6Set": []`,
+//! `"AssociatedPublicIp": {}`, a missing `AssignedPrivateIpAddressesSet`),
+//! numbers sent as strings, and a single object where a list is expected.
+
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use serde_json::Value;
+
+use super::error::{CloudError, CloudErrorKind};
+use super::rpc::{CallOpts, RpcClient};
+use super::{CreateEni, Eni, EniQuery, EniStatus, InstanceTypeLimits};
+
+/// Tolerant JSON access.
+pub mod jv {
+    use serde_json::Value;
+
+    /// A string field; numbers and booleans as text; null/missing as "".
+    pub fn s(v: &Value, key: &str) -> String {
+        match v.get(key) {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            Some(Value::Bool(b)) => b.to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// An integer field (numbers or numeric strings); otherwise 0.
+    pub fn u(v: &Value, key: &str) -> u64 {
+        match v.get(key) {
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .or_else(|| n.as_f64().map(|f| f.max(0.0) as u64))
+                .unwrap_or(0),
+            Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    /// A boolean field (also "true"/"false" strings).
+    pub fn b(v: &Value, key: &str) -> bool {
+        match v.get(key) {
+            Some(Value::Bool(b)) => *b,
+            Some(Value::String(s)) => s.eq_ignore_ascii_case("true"),
+            _ => false,
+        }
+    }
+
+    /// The items at `path` (e.g. `["Tags", "Tag"]`): an array's items, a
+    /// single object as one item, and nothing for null, `{}`, `[]` or a
+    /// missing key anywhere along the path.
+    pub fn list<'a>(v: &'a Value, path: &[&str]) -> Vec<&'a Value> {
+        let mut cur = v;
+        for k in path {
+            match cur.get(*k) {
+                Some(next) => cur = next,
+                None => return Vec::new(),
+            }
+        }
+        match cur {
+            Value::Array(a) => a.iter().collect(),
+            Value::Object(o) if !o.is_empty() => vec![cur],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Strings at `path` (items that are strings or numbers).
+    pub fn strings(v: &Value, path: &[&str]) -> Vec<String> {
+        list(v, path)
+            .into_iter()
+            .filter_map(|x| match x {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn decode(action: &str, what: String) -> CloudError {
+    CloudError::new(CloudErrorKind::Decode, action, what)
+}
+
+fn parse_v4(action: &str, s: &str) -> Result<Ipv4Addr, CloudError> {
+    s.trim()
+        .parse()
+        .map_err(|_| decode(action, format!("{s:?} is not an IPv4 address")))
+}
+
+fn parse_v6(action: &str, s: &str) -> Result<Ipv6Addr, CloudError> {
+    s.trim()
+        .parse()
+        .map_err(|_| decode(action, format!("{s:?} is not an IPv6 address")))
+}
+
+/// Adds `Name.N` parameters (1-based).
+pub fn repeated(
+    params: &mut Vec<(String, String)>,
+    name: &str,
+    values: impl IntoIterator<Item = impl ToString>,
+) {
+    for (i, v) in values.into_iter().enumerate() {
+        params.push((format!("{name}.{}", i + 1), v.to_string()));
+    }
+}
+
+/// Adds `Tag.N.Key` / `Tag.N.Value` parameters.
+pub fn tags(params: &mut Vec<(String, String)>, tags: &[(String, String)]) {
+    for (i, (k, v)) in tags.iter().enumerate() {
+        params.push((format!("Tag.{}.Key", i + 1), k.clone()));
+        params.push((format!("Tag.{}.Value", i + 1), v.clone()));
+    }
+}
+
+/// One `NetworkInterfaceSet` item (or a CreateNetworkInterface answer) as
+/// an [`Eni`].
+pub fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> {
+    let id = jv::s(v, "NetworkInterfaceId");
+    if id.is_empty() {
+        return Err(decode(
+            action,
+            "an answer without NetworkInterfaceId".into(),
+        ));
+    }
+    let mut private_ips = Vec::new();
+    let mut primary_ip = None;
+    for item in jv::list(v, &["PrivateIpSets", "PrivateIpSet"]) {
+        let ip = parse_v4(action, &jv::s(item, "PrivateIpAddress"))?;
+        if jv::b(item, "Primary") {
+            primary_ip = Some(ip);
+        }
+        private_ips.push(ip);
+    }
+    let top_primary = jv::s(v, "PrivateIpAddress");
+    if !top_primary.is_empty() {
+        let p = parse_v4(action, &top_primary)?;
+        primary_ip = Some(p);
+        if !private_ips.contains(&p) {
+            private_ips.insert(0, p);
+        }
+    }
+    let mut ipv6s = Vec::new();
+    for item in jv::list(v, &["Ipv6Sets", "Ipv6Set"]) {
+        let s = match item {
+            Value::String(s) => s.clone(),
+            _ => jv::s(item, "Ipv6Address"),
+        };
+        if !s.is_empty() {
+            ipv6s.push(parse_v6(action, &s)?);
+        }
+    }
+    let mut tags = BTreeMap::new();
+    for t in jv::list(v, &["Tags", "Tag"]) {
+        let k = jv::s(t, "TagKey");
+        let k = if k.is_empty() { jv::s(t, "Key") } else { k };
+        let val = jv::s(t, "TagValue");
+        let val = if val.is_empty() {
+            jv::s(t, "Value")
+        } else {
+            val
+        };
+        if !k.is_empty() {
+            tags.insert(k, val);
+        }
+    }
+    let instance = jv::s(v, "InstanceId");
+    let instance = if instance.is_empty() {
+        v.get("Attachment")
+            .map(|a| jv::s(a, "InstanceId"))
+            .unwrap_or_default()
+    } else {
+        instance
+    };
+    let eni_type = jv::s(v, "Type");
+    let created = jv::s(v, "CreationTime");
+    Ok(Eni {
+        id,
+        mac: jv::s(v, "MacAddress"),
+        status: EniStatus::parse(&jv::s(v, "Status")),
+        eni_type: if eni_type.is_empty() {
+            "Secondary".into()
+        } else {
+            eni_type
+        },
+        instance_id: (!instance.is_empty()).then_some(instance),
+        vswitch_id: jv::s(v, "VSwitchId"),
+        zone_id: jv::s(v, "ZoneId"),
+        primary_ip,
+        private_ips,
+        ipv6s,
+        security_group_ids: jv::strings(v, &["SecurityGroupIds", "SecurityGroupId"]),
+        tags,
+        created_at: crate::util::time::parse_rfc3339(&created),
+    })
+}
+
+/// CreateNetworkInterface (with its initial addresses, tags and a ClientToken).
+pub fn create_network_interface(c: &RpcClient, req: &CreateEni) -> Result<Eni, CloudError> {
+    const A: &str = "CreateNetworkInterface";
+    let mut p = vec![
+        ("VSwitchId".to_string(), req.vswitch_id.clone()),
+        ("Description".to_string(), req.description.clone()),
+        ("InstanceType".to_string(), "Secondary".to_string()),
+    ];
+    repeated(&mut p, "SecurityGroupIds", &req.security_group_ids);
+    if req.secondary_ipv4_count > 0 {
+        p.push((
+            "SecondaryPrivateIpAddressCount".into(),
+            req.secondary_ipv4_count.to_string(),
+        ));
+    }
+    if req.ipv6_count > 0 {
+        p.push(("Ipv6AddressCount".into(), req.ipv6_count.to_string()));
+    }
+    tags(&mut p, &req.tags);
+    let v = c.call(
+        A,
+        &p,
+        CallOpts {
+            client_token: true,
+            success_codes: &[],
+        },
+    )?;
+    eni_from_json(A, &v)
+}
+
+/// AttachNetworkInterface.
+pub fn attach_network_interface(
+    c: &RpcClient,
+    eni: &str,
+    instance: &str,
+) -> Result<(), CloudError> {
+    let p = vec![
+        ("NetworkInterfaceId".to_string(), eni.to_string()),
+        ("InstanceId".to_string(), instance.to_string()),
+    ];
+    c.call("AttachNetworkInterface", &p, CallOpts::default())
+        .map(|_| ())
+}
+
+/// DetachNetworkInterface; an ENI or instance already gone is success.
+pub fn detach_network_interface(
+    c: &RpcClient,
+    eni: &str,
+    instance: &str,
+) -> Result<(), CloudError> {
+    let p = vec![
+        ("NetworkInterfaceId".to_string(), eni.to_string()),
+        ("InstanceId".to_string(), instance.to_string()),
+    ];
+    c.call(
+        "DetachNetworkInterface",
+        &p,
+        CallOpts {
+            client_token: false,
+            success_codes: &["InvalidEniId.NotFound", "InvalidEcsId.NotFound"],
+        },
+    )
+    .map(|_| ())
+}
+
+/// DeleteNetworkInterface; an ENI already gone is success.
+pub fn delete_network_interface(c: &RpcClient, eni: &str) -> Result<(), CloudError> {
+    let p = vec![("NetworkInterfaceId".to_string(), eni.to_string())];
+    c.call(
+        "DeleteNetworkInterface",
+        &p,
+        CallOpts {
+            client_token: false,
+            success_codes: &["InvalidEniId.NotFound"],
+        },
+    )
+    .map(|_| ())
+}
+
+/// DescribeNetworkInterfaces, every page (MaxResults 500 + NextToken).
+pub fn describe_network_interfaces(c: &RpcClient, q: &EniQuery) -> Result<Vec<Eni>, CloudError> {
+    const A: &str = "DescribeNetworkInterfaces";
+    let mut out = Vec::new();
+    // At most 100 ids per request.
+    let id_chunks: Vec<&[String]> = if q.eni_ids.is_empty() {
+        vec![&[][..]]
+    } else {
+        q.eni_ids.chunks(100).collect()
+    };
+    for ids in id_chunks {
+        let mut base = Vec::new();
+        repeated(&mut base, "NetworkInterfaceId", ids);
+        if let Some(i) = &q.instance_id {
+            base.push(("InstanceId".into(), i.clone()));
+        }
+        if let Some(s) = &q.status {
+            base.push(("Status".into(), s.as_str().to_string()));
+        }
+        tags(&mut base, &q.tags);
+        base.push(("MaxResults".into(), "500".into()));
+        let mut next = String::new();
+        for _page in 0..1000 {
+            let mut p = base.clone();
+            if !next.is_empty() {
+                p.push(("NextToken".into(), next.clone()));
+            }
+            let v = c.call(A, &p, CallOpts::default())?;
+            let items = jv::list(&v, &["NetworkInterfaceSets", "NetworkInterfaceSet"]);
+            let n = items.len();
+            for item in items {
+                out.push(eni_from_json(A, item)?);
+            }
+            next = jv::s(&v, "NextToken");
+            if next.is_empty() || n < 500 {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// AssignPrivateIpAddresses with a count; returns the new addresses.
+pub fn assign_private_ip_addresses(
+    c: &RpcClient,
+    eni: &str,
+    count: usize,
+) -> Result<Vec<Ipv4Addr>, CloudError> {
+    const A: &str = "AssignPrivateIpAddresses";
+    let p = vec![
+        ("NetworkInterfaceId".to_string(), eni.to_string()),
+        (
+            "SecondaryPrivateIpAddressCount".to_string(),
+            count.to_string(),
+        ),
+    ];
+    let v = c.call(
+        A,
+        &p,
+        CallOpts {
+            client_token: true,
+            success_codes: &[],
+        },
+    )?;
+    jv::strings(
+        &v,
+        &[
+            "AssignedPrivateIpAddressesSet",
+            "PrivateIpSet",
+            "PrivateIpAddress",
+        ],
+    )
+    .iter()
+    .map(|s| parse_v4(A, s))
+    .collect()
+}
+
+/// UnassignPrivateIpAddresses; an address (or ENI) already gone is success.
+/// eniipd never unassigns a primary address, so `InvalidIp.IpUnassigned`
+/// (also the answer for a primary) cannot hide a mistake.
+pub fn unassign_private_ip_addresses(
+    c: &RpcClient,
+    eni: &str,
+    ips: &[Ipv4Addr],
+) -> Result<(), CloudError> {
+    let mut p = vec![("NetworkInterfaceId".to_string(), eni.to_string())];
+    repeated(&mut p, "PrivateIpAddress", ips);
+    c.call(
+        "UnassignPrivateIpAddresses",
+        &p,
+        CallOpts {
+            client_token: false,
+            success_codes: &["InvalidIp.IpUnassigned", "InvalidEniId.NotFound"],
+        },
+    )
+    .map(|_| ())
+}
+
+/// AssignIpv6Addresses with a count.
+pub fn assign_ipv6_addresses(
+    c: &RpcClient,
+    eni: &str,
+    count: usize,
+) -> Result<Vec<Ipv6Addr>, CloudError> {
+    const A: &str = "AssignIpv6Addresses";
+    let p = vec![
+        ("NetworkInterfaceId".to_string(), eni.to_string()),
+        ("Ipv6AddressCount".to_string(), count.to_string()),
+    ];
+    let v = c.call(
+        A,
+        &p,
+        CallOpts {
+            client_token: true,
+            success_codes: &[],
+        },
+    )?;
+    jv::strings(&v, &["Ipv6Sets", "Ipv6Address"])
+        .iter()
+        .map(|s| parse_v6(A, s))
+        .collect()
+}
+
+/// UnassignIpv6Addresses; already gone is success.
+pub fn unassign_ipv6_addresses(
+    c: &RpcClient,
+    eni: &str,
+    ips: &[Ipv6Addr],
+) -> Result<(), CloudError> {
+    let mut p = vec![("NetworkInterfaceId".to_string(), eni.to_string())];
+    repeated(&mut p, "Ipv6Address", ips);
+    c.call(
+        "UnassignIpv6Addresses",
+        &p,
+        CallOpts {
+            client_token: false,
+            success_codes: &["InvalidIp.IpUnassigned", "InvalidEniId.NotFound"],
+        },
+    )
+    .map(|_| ())
+}
+
+/// DescribeInstanceTypes for the given types (every page).
+pub fn describe_instance_types(
+    c: &RpcClient,
+    types: &[String],
+) -> Result<Vec<InstanceTypeLimits>, CloudError> {
+    const A: &str = "DescribeInstanceTypes";
+    let mut base = Vec::new();
+    repeated(&mut base, "InstanceTypes", types);
+    base.push(("MaxResults".into(), "100".into()));
+    let mut out = Vec::new();
+    let mut next = String::new();
+    for _ in 0..100 {
+        let mut p = base.clone();
+        if !next.is_empty() {
+            p.push(("NextToken".into(), next.clone()));
+        }
+        let v = c.call(A, &p, CallOpts::default())?;
+        for t in jv::list(&v, &["InstanceTypes", "InstanceType"]) {
+            out.push(InstanceTypeLimits {
+                instance_type: jv::s(t, "InstanceTypeId"),
+                eni_quantity: jv::u(t, "EniQuantity") as u32,
+                ipv4_per_eni: jv::u(t, "EniPrivateIpAddressQuantity") as u32,
+                ipv6_per_eni: jv::u(t, "EniIpv6AddressQuantity") as u32,
+            });
+        }
+        next = jv::s(&v, "NextToken");
+        if next.is_empty() {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// DescribeInstanceAttribute: the instance's security groups.
+pub fn describe_instance_attribute(
+    c: &RpcClient,
+    instance: &str,
+) -> Result<Vec<String>, CloudError> {
+    let p = vec![("InstanceId".to_string(), instance.to_string())];
+    let v = c.call("DescribeInstanceAttribute", &p, CallOpts::default())?;
+    Ok(jv::strings(&v, &["SecurityGroupIds", "SecurityGroupId"]))
+}
+
+/// DescribeSecurityGroups: the ids among `ids` that exist.
+pub fn describe_security_groups(c: &RpcClient, ids: &[String]) -> Result<Vec<String>, CloudError> {
+    let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".into());
+    let p = vec![
+        ("SecurityGroupIds".to_string(), list),
+        ("MaxResults".to_string(), "100".to_string()),
+    ];
+    let v = c.call("DescribeSecurityGroups", &p, CallOpts::default())?;
+    Ok(jv::list(&v, &["SecurityGroups", "SecurityGroup"])
+        .into_iter()
+        .map(|g| jv::s(g, "SecurityGroupId"))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DESCRIBE: &str = r#"{
+      "RequestId": "R", "NextToken": "", "TotalCount": 1, "PageNumber": 1, "PageSize": 10,
+      "NetworkInterfaceSets": {"NetworkInterfaceSet": [ {
+          "NetworkInterfaceId": "eni-1", "Status": "InUse", "Type": "Secondary", "MacAddress": "00:16:3e:09:6b:f6",
+          "InstanceId": "i-1", "VpcId": "vpc-1", "VSwitchId": "vsw-1", "ZoneId": "cn-hangzhou-g",
+          "PrivateIpAddress": "172.16.226.33", "CreationTime": "2019-04-15T09:43:45Z",
+          "SecurityGroupIds": {"SecurityGroupId": ["sg-1"]},
+          "PrivateIpSets": {"PrivateIpSet": [ {"PrivateIpAddress": "172.16.226.33", "Primary": true,
+                                               "AssociatedPublicIp": {"PublicIpAddress": "", "AllocationId": ""}},
+                                              {"PrivateIpAddress": "172.16.226.34", "Primary": false} ]},
+          "Ipv6Sets": {"Ipv6Set": [ {"Ipv6Address": "2408:4005:300::1"} ]},
+          "Ipv4PrefixSets": {"Ipv4PrefixSet": []},
+          "Tags": {"Tag": [ {"TagKey": "creator", "TagValue": "eniipd"} ]},
+          "AssociatedPublicIp": {},
+          "Attachment": {"InstanceId": "i-1", "DeviceIndex": 1}
+      } ]}}"#;
+
+    #[test]
+    fn describe_sample_parses() {
+        let v: Value = serde_json::from_str(DESCRIBE).unwrap();
+        let items = jv::list(&v, &["NetworkInterfaceSets", "NetworkInterfaceSet"]);
+        let e = eni_from_json("D", items[0]).unwrap();
+        assert_eq!(e.id, "eni-1");
+        assert_eq!(e.status, EniStatus::InUse);
+        assert_eq!(e.private_ips.len(), 2);
+        assert_eq!(e.primary_ip, Some("172.16.226.33".parse().unwrap()));
+        assert_eq!(e.ipv6s.len(), 1);
+        assert_eq!(e.security_group_ids, vec!["sg-1"]);
+        assert_eq!(e.tags.get("creator").map(String::as_str), Some("eniipd"));
+        assert_eq!(e.created_at, Some(1_555_321_425));
+    }
+
+    #[test]
+    fn null_empty_and_missing_are_tolerated() {
+        for body in [
+            r#"{"NetworkInterfaceId":"eni-2","Tags":{"Tag":null},"Ipv6Sets":{"Ipv6Set":[]},"PrivateIpSets":null,"SecurityGroupIds":{}}"#,
+            r#"{"NetworkInterfaceId":"eni-2","Tags":[],"Ipv6Sets":{},"SecurityGroupIds":null,"Attachment":null}"#,
+            r#"{"NetworkInterfaceId":"eni-2"}"#,
+        ] {
+            let v: Value = serde_json::from_str(body).unwrap();
+            let e = eni_from_json("D", &v).unwrap();
+            assert!(
+                e.tags.is_empty()
+                    && e.ipv6s.is_empty()
+                    && e.private_ips.is_empty()
+                    && e.security_group_ids.is_empty()
+            );
+            assert_eq!(e.eni_type, "Secondary");
+            assert_eq!(e.instance_id, None);
+        }
+        // Member ENIs carry the instance only in Attachment.
+        let v: Value = serde_json::from_str(
+            r#"{"NetworkInterfaceId":"eni-3","InstanceId":"","Attachment":{"InstanceId":"i-9"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            eni_from_json("D", &v).unwrap().instance_id.as_deref(),
+            Some("i-9")
+        );
+        // A single object where a list is expected.
+        let v: Value = serde_json::from_str(r#"{"NetworkInterfaceId":"eni-4","PrivateIpSets":{"PrivateIpSet":{"PrivateIpAddress":"10.0.0.1","Primary":"true"}}}"#).unwrap();
+        assert_eq!(
+            eni_from_json("D", &v).unwrap().primary_ip,
+            Some("10.0.0.1".parse().unwrap())
+        );
+        assert!(eni_from_json("D", &serde_json::json!({})).is_err());
+        assert!(eni_from_json(
+            "D",
+            &serde_json::json!({"NetworkInterfaceId":"x","PrivateIpAddress":"nope"})
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn assign_answers() {
+        let v: Value = serde_json::from_str(
+            r#"{"RequestId":"R","AssignedPrivateIpAddressesSet":{"NetworkInterfaceId":"eni-1","PrivateIpSet":{"PrivateIpAddress":["192.168.0.12","192.168.0.13"]}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            jv::strings(
+                &v,
+                &[
+                    "AssignedPrivateIpAddressesSet",
+                    "PrivateIpSet",
+                    "PrivateIpAddress"
+                ]
+            )
+            .len(),
+            2
+        );
+        let old: Value = serde_json::from_str(r#"{"RequestId":"R"}"#).unwrap();
+        assert!(jv::strings(
+            &old,
+            &[
+                "AssignedPrivateIpAddressesSet",
+                "PrivateIpSet",
+                "PrivateIpAddress"
+            ]
+        )
+        .is_empty());
+        let v6: Value = serde_json::from_str(
+            r#"{"RequestId":"R","Ipv6Sets":{"Ipv6Address":["2408::1","2408::2"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(jv::strings(&v6, &["Ipv6Sets", "Ipv6Address"]).len(), 2);
+    }
+
+    #[test]
+    fn instance_type_fields_tolerate_strings() {
+        let v: Value = serde_json::from_str(
+            r#"{"InstanceTypes":{"InstanceType":[{"InstanceTypeId":"ecs.g7.xlarge","EniQuantity":4,"EniPrivateIpAddressQuantity":"15","EniIpv6AddressQuantity":null}]}}"#,
+        )
+        .unwrap();
+        let t = jv::list(&v, &["InstanceTypes", "InstanceType"])[0];
+        assert_eq!(
+            (
+                jv::u(t, "EniQuantity"),
+                jv::u(t, "EniPrivateIpAddressQuantity"),
+                jv::u(t, "EniIpv6AddressQuantity")
+            ),
+            (4, 15, 0)
+        );
+    }
+
+    #[test]
+    fn repeated_and_tag_params() {
+        let mut p = Vec::new();
+        repeated(&mut p, "SecurityGroupIds", ["sg-a", "sg-b"]);
+        tags(&mut p, &[("creator".into(), "eniipd".into())]);
+        assert_eq!(p[1], ("SecurityGroupIds.2".to_string(), "sg-b".to_string()));
+        assert_eq!(p[3], ("Tag.1.Value".to_string(), "eniipd".to_string()));
+    }
+}

@@ -147,6 +147,18 @@ impl CloudError {
         self
     }
 
+    /// Records the HTTP status of the answer.
+    pub fn with_status(mut self, status: u16) -> CloudError {
+        Arc::make_mut(&mut self.0).http_status = Some(status);
+        self
+    }
+
+    /// Records the service's RequestId.
+    pub fn with_request_id(mut self, id: Option<String>) -> CloudError {
+        Arc::make_mut(&mut self.0).request_id = id;
+        self
+    }
+
     /// Overrides the kind (e.g. a `Server` error that ran out of retries
     /// stays `Server`; a wait that expired becomes `Timeout`).
     pub fn with_kind(mut self, kind: CloudErrorKind) -> CloudError {

@@ -1,1 +1,178 @@
-//! Placeholder: filled in by the cloud-layer work.
+//! Retry policy for OpenAPI calls, as pure functions.
+//!
+//! Retried (with the same ClientToken and a fresh nonce, timestamp and
+//! signature): transport errors and timeouts, HTTP 5xx, `InternalError`,
+//! `ServiceUnavailable`, `Throttling*` (waiting what the `x-ratelimit`
+//! headers' TimeLeft says, else a capped exponential backoff with jitter,
+//! at least 1 s since ECS throttles per minute), `Operation.Conflict` and
+//! `InvalidOperation.Conflict`. Never retried: exhaustion, clock skew,
+//! credential errors, anything else a client sent wrong. Every call has a
+//! budget in attempts and in total time, so a persistent throttle ends in
+//! bounded time with a clear error.
+
+use std::time::Duration;
+
+use super::error::{CloudError, CloudErrorKind};
+
+/// Attempt and time budget of one logical call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts at most (1 = no retry).
+    pub max_attempts: u32,
+    /// Stop retrying once this much time has passed since the first attempt.
+    pub max_elapsed: Duration,
+    /// First backoff after a 5xx or transport error.
+    pub base: Duration,
+    /// First backoff after throttling without a TimeLeft header.
+    pub throttle_base: Duration,
+    /// Largest single backoff.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 6,
+            max_elapsed: Duration::from_secs(60),
+            base: Duration::from_millis(200),
+            throttle_base: Duration::from_secs(1),
+            max_delay: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Should this failure be retried?
+pub fn retryable(e: &CloudError) -> bool {
+    match e.kind {
+        CloudErrorKind::Transport
+        | CloudErrorKind::Timeout
+        | CloudErrorKind::Throttled
+        | CloudErrorKind::Server => true,
+        CloudErrorKind::InvalidState => matches!(
+            e.code.as_deref(),
+            Some("Operation.Conflict" | "InvalidOperation.Conflict")
+        ),
+        _ => false,
+    }
+}
+
+/// Milliseconds to wait from `x-ratelimit-*` values such as
+/// `Limit:1,Remain:0,TimeLeft:2000,Reset:1234` (the largest TimeLeft).
+pub fn time_left_ms<'a>(headers: impl IntoIterator<Item = &'a str>) -> Option<u64> {
+    headers
+        .into_iter()
+        .filter_map(|h| {
+            h.split(',').find_map(|kv| {
+                let (k, v) = kv.split_once(':')?;
+                (k.trim().eq_ignore_ascii_case("TimeLeft"))
+                    .then(|| v.trim().parse::<u64>().ok())
+                    .flatten()
+            })
+        })
+        .max()
+}
+
+/// The wait before attempt `attempt + 1` (attempt counts from 1), given the
+/// failure and a jitter factor in `[0.5, 1.5)`.
+pub fn backoff(
+    policy: &RetryPolicy,
+    attempt: u32,
+    e: &CloudError,
+    time_left: Option<u64>,
+    jitter: f64,
+) -> Duration {
+    if e.kind == CloudErrorKind::Throttled {
+        if let Some(ms) = time_left {
+            // The server said when the window reopens; add a little so we
+            // are not early.
+            return Duration::from_millis(ms + 50).min(policy.max_delay);
+        }
+    }
+    let base = if e.kind == CloudErrorKind::Throttled {
+        policy.throttle_base
+    } else {
+        policy.base
+    };
+    let exp = base.saturating_mul(1u32 << (attempt.saturating_sub(1)).min(16));
+    exp.mul_f64(jitter.clamp(0.5, 1.5)).min(policy.max_delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(status: u16, code: &str) -> CloudError {
+        CloudError::api("X", status, code, "m", None)
+    }
+
+    #[test]
+    fn what_is_retried() {
+        for (status, code) in [
+            (400, "Throttling"),
+            (400, "Throttling.User"),
+            (400, "Throttling.Api"),
+            (400, "Rejected.Throttling"),
+            (500, "InternalError"),
+            (503, "ServiceUnavailable"),
+            (502, "BadGateway"),
+            (403, "Operation.Conflict"),
+            (409, "InvalidOperation.Conflict"),
+        ] {
+            assert!(retryable(&api(status, code)), "{code}");
+        }
+        for (status, code) in [
+            (403, "InvalidVSwitchId.IpNotEnough"),
+            (400, "QuotaExceeded.PrivateIpAddress"),
+            (400, "InvalidTimeStamp.Expired"),
+            (400, "SignatureDoesNotMatch"),
+            (404, "InvalidAccessKeyId.NotFound"),
+            (400, "MissingParameter"),
+            (400, "InvalidOperation.InvalidEniState"),
+            (404, "InvalidEniId.NotFound"),
+        ] {
+            assert!(!retryable(&api(status, code)), "{code}");
+        }
+        assert!(retryable(&CloudError::new(
+            CloudErrorKind::Transport,
+            "X",
+            "reset"
+        )));
+        assert!(retryable(&CloudError::new(
+            CloudErrorKind::Timeout,
+            "X",
+            "slow"
+        )));
+    }
+
+    #[test]
+    fn time_left_headers() {
+        assert_eq!(
+            time_left_ms(["Limit:1,Remain:0,TimeLeft:2000,Reset:1234"]),
+            Some(2000)
+        );
+        assert_eq!(
+            time_left_ms(["Limit:1,Remain:0,TimeLeft:200", "Limit:5, TimeLeft: 900 "]),
+            Some(900)
+        );
+        assert_eq!(time_left_ms(["garbage", "TimeLeft:x"]), None);
+        assert_eq!(time_left_ms([]), None);
+    }
+
+    #[test]
+    fn backoff_bounds() {
+        let p = RetryPolicy::default();
+        let t = api(400, "Throttling.User");
+        assert_eq!(
+            backoff(&p, 1, &t, Some(1000), 1.0),
+            Duration::from_millis(1050)
+        );
+        assert_eq!(backoff(&p, 1, &t, Some(999_999), 1.0), p.max_delay);
+        assert_eq!(backoff(&p, 1, &t, None, 1.0), Duration::from_secs(1));
+        assert_eq!(backoff(&p, 3, &t, None, 1.0), Duration::from_secs(4));
+        let s = api(500, "InternalError");
+        assert_eq!(backoff(&p, 1, &s, None, 1.0), Duration::from_millis(200));
+        assert_eq!(backoff(&p, 2, &s, None, 1.0), Duration::from_millis(400));
+        assert!(backoff(&p, 40, &s, None, 1.5) <= p.max_delay);
+        assert_eq!(backoff(&p, 1, &s, None, 9.0), Duration::from_millis(300));
+    }
+}

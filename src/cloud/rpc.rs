@@ -1,1 +1,361 @@
-//! Placeholder: filled in by the cloud-layer work.
+//! The RPC-style OpenAPI client for one endpoint and API version.
+//!
+//! Each attempt takes a client-side rate-limit token, adds the common
+//! parameters (fresh SignatureNonce and Timestamp), signs with signature
+//! 1.0 over `POST`, and sends `POST <endpoint>/?<signed query>` with an
+//! empty body. The query string is built here, with the signature's own
+//! percent-encoding, so no URL library re-encodes it. A ClientToken, when
+//! the action takes one, is chosen once per logical call and reused by
+//! every retry, so a retried create or assign cannot allocate twice.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use log::{debug, warn};
+use serde_json::Value;
+
+use super::credentials::CredentialProvider;
+use super::error::{CloudError, CloudErrorKind};
+use super::ratelimit::RateLimiter;
+use super::retry::{backoff, retryable, time_left_ms, RetryPolicy};
+use super::sign;
+use crate::util::encoding::percent_encode;
+
+/// Per-call timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// TCP/TLS connect.
+    pub connect: Duration,
+    /// Assign/Unassign calls (the Go SDK's 10 s).
+    pub short: Duration,
+    /// ENI create/attach/detach/delete/describe (16 s).
+    pub long: Duration,
+    /// DescribeInstanceTypes (17 s).
+    pub types: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            short: Duration::from_secs(10),
+            long: Duration::from_secs(16),
+            types: Duration::from_secs(17),
+        }
+    }
+}
+
+impl Timeouts {
+    /// All timeouts set to `d` (tests).
+    pub fn all(d: Duration) -> Timeouts {
+        Timeouts {
+            connect: d,
+            short: d,
+            long: d,
+            types: d,
+        }
+    }
+
+    fn for_action(&self, action: &str) -> Duration {
+        if action.contains("Assign") {
+            self.short
+        } else if action == "DescribeInstanceTypes" {
+            self.types
+        } else {
+            self.long
+        }
+    }
+}
+
+/// How one call behaves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallOpts {
+    /// Send a ClientToken (same on every retry).
+    pub client_token: bool,
+    /// Error codes that mean the goal is already reached ("already gone"
+    /// on release paths): answered as success with a null body.
+    pub success_codes: &'static [&'static str],
+}
+
+/// A client for one endpoint and version.
+#[derive(Debug)]
+pub struct RpcClient {
+    agent: ureq::Agent,
+    endpoint: String,
+    version: &'static str,
+    region: String,
+    creds: Arc<CredentialProvider>,
+    limiter: Arc<RateLimiter>,
+    policy: RetryPolicy,
+    timeouts: Timeouts,
+}
+
+fn first_str(v: &Value, keys: &[&str]) -> Option<String> {
+    keys.iter()
+        .find_map(|k| v.get(*k).and_then(Value::as_str))
+        .map(str::to_string)
+}
+
+impl RpcClient {
+    /// A client.
+    pub fn new(
+        endpoint: &str,
+        version: &'static str,
+        region: &str,
+        creds: Arc<CredentialProvider>,
+        limiter: Arc<RateLimiter>,
+        policy: RetryPolicy,
+        timeouts: Timeouts,
+    ) -> RpcClient {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(timeouts.connect))
+            .max_redirects(0)
+            .user_agent(concat!("eniipd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        RpcClient {
+            agent,
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            version,
+            region: region.to_string(),
+            creds,
+            limiter,
+            policy,
+            timeouts,
+        }
+    }
+
+    /// Calls `action` with `params`, retrying as the policy says.
+    pub fn call(
+        &self,
+        action: &str,
+        params: &[(String, String)],
+        opts: CallOpts,
+    ) -> Result<Value, CloudError> {
+        let token = opts.client_token.then(crate::util::rand::uuid);
+        let started = Instant::now();
+        let budget_end = started + self.policy.max_elapsed;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if !self.limiter.acquire(action, budget_end) {
+                return Err(CloudError::new(
+                    CloudErrorKind::Throttled,
+                    action,
+                    "client-side rate limit: no call slot within the retry budget",
+                )
+                .with_attempts(attempt));
+            }
+            let (result, time_left) = self.attempt(action, params, token.as_deref());
+            let e = match result {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            };
+            if e.code
+                .as_deref()
+                .is_some_and(|c| opts.success_codes.contains(&c))
+            {
+                debug!("{action}: {} counts as success here", e.code_or_kind());
+                return Ok(Value::Null);
+            }
+            let wait = backoff(
+                &self.policy,
+                attempt,
+                &e,
+                time_left,
+                crate::util::rand::jitter(0.3),
+            );
+            if !retryable(&e)
+                || attempt >= self.policy.max_attempts
+                || Instant::now() + wait > budget_end
+            {
+                if retryable(&e) {
+                    warn!("{action}: giving up after {attempt} attempt(s): {e}");
+                }
+                return Err(e.with_attempts(attempt));
+            }
+            debug!(
+                "{action}: attempt {attempt} failed ({}); retrying in {wait:?}",
+                e.code_or_kind()
+            );
+            std::thread::sleep(wait);
+        }
+    }
+
+    /// One signed request. Returns the outcome and any TimeLeft hint.
+    fn attempt(
+        &self,
+        action: &str,
+        params: &[(String, String)],
+        token: Option<&str>,
+    ) -> (Result<Value, CloudError>, Option<u64>) {
+        let creds = match self.creds.get() {
+            Ok(c) => c,
+            Err(e) => return (Err(e), None),
+        };
+        let timestamp = crate::util::time::now_utc();
+        let mut all: Vec<(String, String)> = vec![
+            ("Action".into(), action.into()),
+            ("Version".into(), self.version.into()),
+            ("Format".into(), "JSON".into()),
+            ("AccessKeyId".into(), creds.access_key_id.clone()),
+            ("SignatureMethod".into(), "HMAC-SHA1".into()),
+            ("SignatureVersion".into(), "1.0".into()),
+            ("SignatureNonce".into(), crate::util::rand::uuid()),
+            ("Timestamp".into(), timestamp.clone()),
+        ];
+        if !params.iter().any(|(k, _)| k == "RegionId") && !self.region.is_empty() {
+            all.push(("RegionId".into(), self.region.clone()));
+        }
+        if let Some(t) = &creds.security_token {
+            all.push(("SecurityToken".into(), t.expose().to_string()));
+        }
+        if let Some(t) = token {
+            all.push(("ClientToken".into(), t.to_string()));
+        }
+        all.extend(params.iter().filter(|(_, v)| !v.is_empty()).cloned());
+        let sig = sign::signature(
+            creds.access_key_secret.expose(),
+            &sign::string_to_sign("POST", &all),
+        );
+        all.push(("Signature".into(), sig));
+        let query: Vec<String> = all
+            .iter()
+            .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+            .collect();
+        let url = format!("{}/?{}", self.endpoint, query.join("&"));
+        drop(all);
+
+        let t0 = Instant::now();
+        let resp = self
+            .agent
+            .post(&url)
+            .config()
+            .timeout_global(Some(self.timeouts.for_action(action)))
+            .build()
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .header("Accept", "application/json")
+            .header("x-acs-action", action)
+            .header("x-acs-version", self.version)
+            .send_empty();
+        let secs = || t0.elapsed().as_secs_f64();
+        let mut resp = match resp {
+            Ok(r) => r,
+            Err(ureq::Error::Timeout(t)) => {
+                crate::metrics::record_openapi(action, "timeout", secs());
+                let e = CloudError::new(
+                    CloudErrorKind::Timeout,
+                    action,
+                    format!(
+                        "no answer within {:?} ({t})",
+                        self.timeouts.for_action(action)
+                    ),
+                );
+                return (Err(e), None);
+            }
+            Err(e) => {
+                crate::metrics::record_openapi(action, "transport", secs());
+                let msg = format!("cannot reach {}: {e}", self.endpoint);
+                return (
+                    Err(CloudError::new(CloudErrorKind::Transport, action, msg).with_source(e)),
+                    None,
+                );
+            }
+        };
+        let status = resp.status().as_u16();
+        let hints: Vec<String> = ["x-ratelimit-user-api", "x-ratelimit-user"]
+            .iter()
+            .filter_map(|h| {
+                resp.headers()
+                    .get(*h)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            })
+            .collect();
+        let time_left = time_left_ms(hints.iter().map(String::as_str));
+        let header_rid = resp
+            .headers()
+            .get("x-acs-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = match resp
+            .body_mut()
+            .with_config()
+            .limit(16 << 20)
+            .read_to_string()
+        {
+            Ok(b) => b,
+            Err(ureq::Error::Timeout(_)) => {
+                crate::metrics::record_openapi(action, "timeout", secs());
+                return (
+                    Err(CloudError::new(
+                        CloudErrorKind::Timeout,
+                        action,
+                        "answer body too slow",
+                    )),
+                    None,
+                );
+            }
+            Err(e) => {
+                crate::metrics::record_openapi(action, "transport", secs());
+                return (
+                    Err(
+                        CloudError::new(CloudErrorKind::Transport, action, "reading the answer")
+                            .with_source(e),
+                    ),
+                    None,
+                );
+            }
+        };
+        let json: Option<Value> = serde_json::from_str(&body).ok();
+        if (200..300).contains(&status) {
+            crate::metrics::record_openapi(action, "OK", secs());
+            return match json {
+                Some(v) => (Ok(v), None),
+                None => (
+                    Err(CloudError::new(
+                        CloudErrorKind::Decode,
+                        action,
+                        format!("HTTP {status} with a body that is not JSON"),
+                    )
+                    .with_status(status)),
+                    None,
+                ),
+            };
+        }
+        let (code, message, rid) = match &json {
+            Some(v) => (
+                first_str(v, &["Code", "code"]),
+                first_str(v, &["Message", "message", "description"]).unwrap_or_default(),
+                first_str(v, &["RequestId", "requestId"]).or(header_rid),
+            ),
+            None => (
+                None,
+                format!(
+                    "HTTP {status}: {}",
+                    body.chars().take(200).collect::<String>().trim()
+                ),
+                header_rid,
+            ),
+        };
+        let e = match code {
+            Some(code) => {
+                crate::metrics::record_openapi(action, &code, secs());
+                let mut message = message;
+                if code.starts_with("InvalidTimeStamp") {
+                    message = format!("{message} (this host's clock said {timestamp} UTC: check its time synchronisation)");
+                }
+                CloudError::api(action, status, code, message, rid)
+            }
+            None => {
+                crate::metrics::record_openapi(action, &format!("HTTP{status}"), secs());
+                let kind = super::error::classify(status, "");
+                CloudError::new(kind, action, message)
+                    .with_status(status)
+                    .with_request_id(rid)
+            }
+        };
+        (Err(e), time_left)
+    }
+}
