@@ -1,1 +1,530 @@
-//! Placeholder: filled in by its issue.
+//! A minimal HTTP/1.1 server on `std::net`, for the emulator and for
+//! `GET /metrics`: keep-alive, `Content-Length` bodies only, bounded
+//! headers and bodies, read timeouts, one named thread per connection, a
+//! bounded number of connections, and a shutdown that returns promptly even
+//! with idle keep-alive clients. Garbage gets `400`, never a panic.
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// A request.
+#[derive(Debug, Clone)]
+pub struct HttpRequest {
+    /// `GET`, `POST`, ...
+    pub method: String,
+    /// The path, without the query.
+    pub path: String,
+    /// The raw query string (after `?`), possibly empty.
+    pub query: String,
+    /// Headers in order (names as sent).
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+    /// The client.
+    pub peer: Option<SocketAddr>,
+}
+
+impl HttpRequest {
+    /// A header value by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A response.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Extra headers (Content-Length is added).
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// A `text/plain` response.
+    pub fn text(status: u16, body: impl Into<String>) -> HttpResponse {
+        HttpResponse {
+            status,
+            headers: vec![("Content-Type".into(), "text/plain; charset=utf-8".into())],
+            body: body.into().into_bytes(),
+        }
+    }
+
+    /// An `application/json` response.
+    pub fn json(status: u16, v: &serde_json::Value) -> HttpResponse {
+        HttpResponse {
+            status,
+            headers: vec![(
+                "Content-Type".into(),
+                "application/json;charset=utf-8".into(),
+            )],
+            body: serde_json::to_vec(v).unwrap_or_default(),
+        }
+    }
+
+    /// Adds (or replaces) a header.
+    pub fn with_header(mut self, name: &str, value: impl Into<String>) -> HttpResponse {
+        self.headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+        self.headers.push((name.to_string(), value.into()));
+        self
+    }
+}
+
+/// Limits.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Open connections at most; more are answered 503 and closed.
+    pub max_connections: usize,
+    /// An idle keep-alive connection (or a slow request) is closed after this.
+    pub read_timeout: Duration,
+    /// Largest request body.
+    pub max_body: usize,
+    /// Largest request line plus headers.
+    pub max_head: usize,
+}
+
+impl Default for HttpOptions {
+    fn default() -> HttpOptions {
+        HttpOptions {
+            max_connections: 256,
+            read_timeout: Duration::from_secs(30),
+            max_body: 1 << 20,
+            max_head: 32 << 10,
+        }
+    }
+}
+
+/// An open connection: a handle to close it, and its thread.
+type ConnEntry = (TcpStream, Option<JoinHandle<()>>);
+
+/// The handler type.
+pub type Handler = Arc<dyn Fn(&HttpRequest) -> HttpResponse + Send + Sync>;
+
+struct Shared {
+    handler: Handler,
+    opts: HttpOptions,
+    stopping: AtomicBool,
+    conns: Mutex<HashMap<u64, ConnEntry>>,
+    next: AtomicU64,
+    name: String,
+}
+
+/// A running server.
+pub struct HttpServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    wake: Option<OwnedFd>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HttpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpServer")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpServer {
+    /// Binds `addr` and serves with `handler`; threads are named after `name`.
+    pub fn bind(
+        addr: SocketAddr,
+        name: &str,
+        handler: Handler,
+        opts: HttpOptions,
+    ) -> io::Result<HttpServer> {
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let local = listener.local_addr()?;
+        let (wake_rx, wake_tx) = nix::unistd::pipe()?;
+        let shared = Arc::new(Shared {
+            handler,
+            opts,
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            next: AtomicU64::new(1),
+            name: name.to_string(),
+        });
+        let sh = Arc::clone(&shared);
+        let accept = std::thread::Builder::new()
+            .name(format!("{name}-accept"))
+            .spawn(move || accept_loop(&sh, &listener, &wake_rx))?;
+        Ok(HttpServer {
+            shared,
+            addr: local,
+            wake: Some(wake_tx),
+            accept: Some(accept),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, closes every connection and joins the threads
+    /// (within a couple of seconds; stragglers are abandoned).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        if let Some(w) = self.wake.take() {
+            let _ = nix::unistd::write(&w, b"x");
+        }
+        let until = Instant::now() + Duration::from_secs(3);
+        if let Some(h) = self.accept.take() {
+            let _ = crate::alloc::join_until(h, until);
+        }
+        let threads: Vec<JoinHandle<()>> = {
+            let mut conns = self.shared.conns.lock();
+            for (s, _) in conns.values() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            conns.values_mut().filter_map(|(_, t)| t.take()).collect()
+        };
+        for t in threads {
+            let _ = crate::alloc::join_until(t, until);
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener, wake: &OwnedFd) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    while !sh.stopping.load(Ordering::SeqCst) {
+        let mut fds = [
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            return;
+        }
+        loop {
+            match listener.accept() {
+                Ok((stream, peer)) => admit(sh, stream, peer),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(50));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn admit(sh: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+    let mut conns = sh.conns.lock();
+    if conns.len() >= sh.opts.max_connections {
+        drop(conns);
+        let _ = write_response(
+            &mut &stream,
+            &HttpResponse::text(503, "too many connections\n"),
+            false,
+        );
+        return;
+    }
+    let Ok(clone) = stream.try_clone() else {
+        return;
+    };
+    let id = sh.next.fetch_add(1, Ordering::Relaxed);
+    conns.insert(id, (clone, None));
+    drop(conns);
+    let sh2 = Arc::clone(sh);
+    let t = std::thread::Builder::new()
+        .name(format!("{}-{id}", sh.name))
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            serve(&sh2, stream, peer);
+            sh2.conns.lock().remove(&id);
+        });
+    match t {
+        Ok(t) => {
+            if let Some(c) = sh.conns.lock().get_mut(&id) {
+                c.1 = Some(t);
+            }
+        }
+        Err(_) => {
+            sh.conns.lock().remove(&id);
+        }
+    }
+}
+
+enum ReadError {
+    Closed,
+    Bad(u16, &'static str),
+}
+
+fn read_request(
+    sh: &Shared,
+    r: &mut BufReader<TcpStream>,
+    peer: SocketAddr,
+) -> Result<HttpRequest, ReadError> {
+    let mut head = Vec::new();
+    // Skip blank lines between requests (RFC 9112 allows one).
+    loop {
+        let mut line = Vec::new();
+        let n = r
+            .by_ref()
+            .take((sh.opts.max_head - head.len()) as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|_| ReadError::Closed)?;
+        if n == 0 {
+            return Err(if head.is_empty() {
+                ReadError::Closed
+            } else {
+                ReadError::Bad(400, "truncated request")
+            });
+        }
+        if !line.ends_with(b"\n") {
+            return Err(ReadError::Bad(431, "request head too large"));
+        }
+        if head.is_empty() && (line == b"\r\n" || line == b"\n") {
+            continue;
+        }
+        let end = line == b"\r\n" || line == b"\n";
+        head.extend_from_slice(&line);
+        if head.len() > sh.opts.max_head {
+            return Err(ReadError::Bad(431, "request head too large"));
+        }
+        if end {
+            break;
+        }
+    }
+    let text =
+        std::str::from_utf8(&head).map_err(|_| ReadError::Bad(400, "request head is not UTF-8"))?;
+    let mut lines = text.split('\n').map(|l| l.trim_end_matches('\r'));
+    let request_line = lines.next().unwrap_or("");
+    let mut parts = request_line.split(' ');
+    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(m), Some(t), Some(v), None) if !m.is_empty() && v.starts_with("HTTP/1.") => (m, t, v),
+        _ => return Err(ReadError::Bad(400, "bad request line")),
+    };
+    if !method.bytes().all(|b| b.is_ascii_uppercase()) || !target.starts_with('/') {
+        return Err(ReadError::Bad(400, "bad request line"));
+    }
+    let mut headers = Vec::new();
+    for l in lines.filter(|l| !l.is_empty()) {
+        let (k, v) = l
+            .split_once(':')
+            .ok_or(ReadError::Bad(400, "bad header line"))?;
+        if k.is_empty() || k.contains(' ') {
+            return Err(ReadError::Bad(400, "bad header name"));
+        }
+        headers.push((k.to_string(), v.trim().to_string()));
+    }
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut req = HttpRequest {
+        method: method.to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        headers,
+        body: Vec::new(),
+        peer: Some(peer),
+    };
+    if req.header("transfer-encoding").is_some() {
+        return Err(ReadError::Bad(
+            411,
+            "chunked request bodies are not supported; send Content-Length",
+        ));
+    }
+    let len = match req.header("content-length") {
+        Some(v) => v
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| ReadError::Bad(400, "bad Content-Length"))?,
+        None => 0,
+    };
+    if len > sh.opts.max_body {
+        return Err(ReadError::Bad(413, "request body too large"));
+    }
+    req.body = vec![0; len];
+    r.read_exact(&mut req.body)
+        .map_err(|_| ReadError::Bad(400, "truncated body"))?;
+    if version == "HTTP/1.0"
+        && !req
+            .header("connection")
+            .is_some_and(|c| c.eq_ignore_ascii_case("keep-alive"))
+    {
+        req.headers.push(("Connection".into(), "close".into()));
+    }
+    Ok(req)
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Payload Too Large",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
+
+fn write_response(w: &mut impl Write, resp: &HttpResponse, keep_alive: bool) -> io::Result<()> {
+    let mut head = format!("HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
+    for (k, v) in &resp.headers {
+        if !k.eq_ignore_ascii_case("content-length") && !k.eq_ignore_ascii_case("connection") {
+            head.push_str(&format!("{k}: {}\r\n", v.replace(['\r', '\n'], " ")));
+        }
+    }
+    head.push_str(&format!("Content-Length: {}\r\n", resp.body.len()));
+    head.push_str(if keep_alive {
+        "Connection: keep-alive\r\n\r\n"
+    } else {
+        "Connection: close\r\n\r\n"
+    });
+    let mut buf = head.into_bytes();
+    buf.extend_from_slice(&resp.body);
+    w.write_all(&buf)?;
+    w.flush()
+}
+
+fn serve(sh: &Shared, stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_read_timeout(Some(sh.opts.read_timeout));
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
+    let mut w = write_half;
+    let mut r = BufReader::new(stream);
+    while !sh.stopping.load(Ordering::SeqCst) {
+        match read_request(sh, &mut r, peer) {
+            Ok(req) => {
+                let keep = !req
+                    .header("connection")
+                    .is_some_and(|c| c.eq_ignore_ascii_case("close"));
+                let resp = (sh.handler)(&req);
+                if write_response(&mut w, &resp, keep).is_err() || !keep {
+                    break;
+                }
+            }
+            Err(ReadError::Closed) => break,
+            Err(ReadError::Bad(status, why)) => {
+                let _ = write_response(
+                    &mut w,
+                    &HttpResponse::text(status, format!("{why}\n")),
+                    false,
+                );
+                break;
+            }
+        }
+    }
+    let _ = w.shutdown(Shutdown::Both);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server() -> HttpServer {
+        let h: Handler = Arc::new(|req: &HttpRequest| {
+            HttpResponse::text(
+                200,
+                format!(
+                    "{} {} {} {}",
+                    req.method,
+                    req.path,
+                    req.query,
+                    String::from_utf8_lossy(&req.body)
+                ),
+            )
+        });
+        HttpServer::bind(
+            "127.0.0.1:0".parse().unwrap(),
+            "test-http",
+            h,
+            HttpOptions::default(),
+        )
+        .unwrap()
+    }
+
+    fn raw(addr: SocketAddr, data: &[u8]) -> String {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(data).unwrap();
+        let _ = s.shutdown(Shutdown::Write);
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    }
+
+    #[test]
+    fn keep_alive_and_bodies() {
+        let srv = server();
+        let out = raw(
+            srv.local_addr(),
+            b"POST /a?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
+        assert!(out.contains("POST /a x=1 abc"), "{out}");
+        assert!(out.contains("GET /b  "), "{out}");
+        srv.shutdown();
+    }
+
+    #[test]
+    fn garbage_gets_4xx() {
+        let srv = server();
+        for bad in [
+            &b"\x00\x01\x02\r\n\r\n"[..],
+            b"GET\r\n\r\n",
+            b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET / HTTP/1.1\r\nno colon\r\n\r\n",
+        ] {
+            let out = raw(srv.local_addr(), bad);
+            assert!(out.starts_with("HTTP/1.1 4"), "{bad:?} -> {out}");
+        }
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(40_000));
+        assert!(raw(srv.local_addr(), big.as_bytes()).starts_with("HTTP/1.1 431"));
+        srv.shutdown();
+    }
+
+    #[test]
+    fn shutdown_is_prompt_with_idle_clients() {
+        let srv = server();
+        let _idle: Vec<TcpStream> = (0..5)
+            .map(|_| TcpStream::connect(srv.local_addr()).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let t = Instant::now();
+        srv.shutdown();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+}

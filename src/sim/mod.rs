@@ -1,1 +1,556 @@
-//! Placeholder: filled in by its issue.
+//! `eniip-sim`: a faithful emulator of the Alibaba Cloud ECS/VPC OpenAPI and
+//! the instance metadata service, on loopback, with real signatures.
+//!
+//! - [`world`]: the emulated instance, vswitches and ENIs and every action.
+//! - [`openapi`]: the RPC listener (signature 1.0, timestamp window, nonce
+//!   reuse, fault rules, latency, ClientToken replay) and `/__sim/` admin.
+//! - [`metadata`]: the metadata listener, lagging the API, with token mode.
+//!
+//! It runs in-process ([`Simulator::start`], used by `eniipd --simulate`,
+//! the tests and the benchmarks) or as the `eniip-sim` binary.
+
+pub mod metadata;
+pub mod net;
+pub mod openapi;
+pub mod types;
+pub mod world;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use crate::httpd::{HttpOptions, HttpServer};
+use crate::util::rand::Rng;
+use net::{Net4, Net6};
+use world::{World, WorldConfig};
+
+/// The default access key id (emulator only).
+pub const DEFAULT_ACCESS_KEY_ID: &str = "LTAI5tEniipSimulatorKey00";
+/// The default access key secret (emulator only; not a real credential).
+pub const DEFAULT_ACCESS_KEY_SECRET: &str = "eniip-sim-secret-not-for-production";
+
+/// A vswitch on the command line: `ID=CIDR[,ipv6=CIDR6][,free=N]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VSwitchSpec {
+    /// `vsw-...`
+    pub id: String,
+    /// IPv4 CIDR.
+    pub cidr: String,
+    /// IPv6 CIDR (dual stack).
+    pub ipv6_cidr: Option<String>,
+    /// Free addresses (default: the whole usable block).
+    pub free: Option<u64>,
+}
+
+impl VSwitchSpec {
+    /// Parses `ID=CIDR[,ipv6=CIDR6][,free=N]`.
+    pub fn parse(s: &str) -> Result<VSwitchSpec, String> {
+        let mut parts = s.split(',');
+        let first = parts.next().unwrap_or("");
+        let (id, cidr) = first
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?}: expected ID=CIDR[,ipv6=CIDR6][,free=N]"))?;
+        if !id.starts_with("vsw-") || id.len() < 5 {
+            return Err(format!("{s:?}: the id must look like vsw-..."));
+        }
+        Net4::parse(cidr)?;
+        let mut spec = VSwitchSpec {
+            id: id.to_string(),
+            cidr: cidr.to_string(),
+            ipv6_cidr: None,
+            free: None,
+        };
+        for p in parts {
+            match p.split_once('=') {
+                Some(("ipv6", c)) => {
+                    Net6::parse(c)?;
+                    spec.ipv6_cidr = Some(c.to_string());
+                }
+                Some(("free", n)) => {
+                    spec.free = Some(
+                        n.parse()
+                            .map_err(|_| format!("{s:?}: free must be a number"))?,
+                    )
+                }
+                _ => {
+                    return Err(format!(
+                        "{s:?}: unknown option {p:?} (ipv6=CIDR6 or free=N)"
+                    ))
+                }
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// A fault rule (`POST /__sim/faults`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultRule {
+    /// An Action, or `*`.
+    pub action: String,
+    /// The error code to answer (none: only `latency_ms`).
+    pub code: Option<String>,
+    /// The HTTP status (default: the code's real status).
+    pub status: Option<u16>,
+    /// Chance per matching call (0..=1).
+    pub probability: f64,
+    /// How many times it fires at most (none: unlimited).
+    pub count: Option<u64>,
+    /// Delay added when it fires.
+    pub latency_ms: u64,
+}
+
+impl FaultRule {
+    /// An error on every call of `action`.
+    pub fn error(action: &str, code: &str) -> FaultRule {
+        FaultRule {
+            action: action.into(),
+            code: Some(code.into()),
+            status: None,
+            probability: 1.0,
+            count: None,
+            latency_ms: 0,
+        }
+    }
+
+    /// From the admin JSON.
+    pub fn from_json(v: &Value) -> Result<FaultRule, String> {
+        let action = v
+            .get("action")
+            .and_then(Value::as_str)
+            .ok_or("\"action\" (an Action or \"*\") is required")?;
+        let code = match v.get("code") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(c)) if !c.is_empty() => Some(c.clone()),
+            _ => return Err("\"code\" must be a non-empty string".into()),
+        };
+        let latency_ms = match v.get("latency_ms") {
+            None | Some(Value::Null) => 0,
+            Some(x) => x
+                .as_u64()
+                .filter(|n| *n <= 600_000)
+                .ok_or("\"latency_ms\" must be an integer up to 600000")?,
+        };
+        if code.is_none() && latency_ms == 0 {
+            return Err("give \"code\", or \"latency_ms\" for a latency-only rule".into());
+        }
+        let status = match v.get("status") {
+            None | Some(Value::Null) => None,
+            Some(x) => Some(
+                x.as_u64()
+                    .filter(|s| (400..=599).contains(s))
+                    .ok_or("\"status\" must be from 400 to 599")? as u16,
+            ),
+        };
+        let probability = match v.get("probability") {
+            None | Some(Value::Null) => 1.0,
+            Some(x) => x
+                .as_f64()
+                .filter(|p| (0.0..=1.0).contains(p))
+                .ok_or("\"probability\" must be from 0 to 1")?,
+        };
+        let count = match v.get("count") {
+            None | Some(Value::Null) => None,
+            Some(x) => Some(
+                x.as_u64()
+                    .ok_or("\"count\" must be a non-negative integer")?,
+            ),
+        };
+        Ok(FaultRule {
+            action: action.to_string(),
+            code,
+            status,
+            probability,
+            count,
+            latency_ms,
+        })
+    }
+}
+
+/// Emulator settings.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// OpenAPI (ECS, VPC, admin) listener.
+    pub listen: SocketAddr,
+    /// Metadata listener.
+    pub metadata_listen: SocketAddr,
+    /// Instance type (see [`types::TYPES`]).
+    pub instance_type: String,
+    /// Region id.
+    pub region: String,
+    /// Zone id.
+    pub zone: String,
+    /// Vswitches; the first carries the primary ENI.
+    pub vswitches: Vec<VSwitchSpec>,
+    /// Access key id.
+    pub access_key_id: String,
+    /// Access key secret.
+    pub access_key_secret: String,
+    /// Added to every OpenAPI call.
+    pub latency: Duration,
+    /// Attaching/Detaching/Deleting take this long.
+    pub attach_delay: Duration,
+    /// Metadata shows API changes this late.
+    pub metadata_lag: Duration,
+    /// Tokenless metadata requests are refused.
+    pub metadata_hardened: bool,
+    /// Fixes every random choice.
+    pub seed: Option<u64>,
+    /// The RAM role metadata serves, if any.
+    pub ram_role: Option<String>,
+    /// Lifetime of role credentials.
+    pub sts_ttl: Duration,
+}
+
+impl Default for SimOptions {
+    fn default() -> SimOptions {
+        SimOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metadata_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            instance_type: types::DEFAULT.into(),
+            region: "cn-hangzhou".into(),
+            zone: "cn-hangzhou-i".into(),
+            vswitches: vec![VSwitchSpec {
+                id: "vsw-bp1sim0000000000000001".into(),
+                cidr: "192.168.0.0/22".into(),
+                ipv6_cidr: None,
+                free: Some(1000),
+            }],
+            access_key_id: DEFAULT_ACCESS_KEY_ID.into(),
+            access_key_secret: DEFAULT_ACCESS_KEY_SECRET.into(),
+            latency: Duration::ZERO,
+            attach_delay: Duration::from_millis(100),
+            metadata_lag: Duration::from_millis(100),
+            metadata_hardened: false,
+            seed: None,
+            ram_role: Some("EniipdSimRole".into()),
+            sts_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Why the emulator could not start.
+#[derive(Debug)]
+pub enum SimError {
+    /// Settings that make no sense.
+    Config(String),
+    /// A listener could not be bound.
+    Bind {
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimError::Config(s) => write!(f, "{s}"),
+            SimError::Bind { addr, .. } => write!(f, "cannot listen on {addr}"),
+        }
+    }
+}
+
+impl std::error::Error for SimError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SimError::Bind { source, .. } => Some(source),
+            SimError::Config(_) => None,
+        }
+    }
+}
+
+/// Role credentials handed out by metadata.
+#[derive(Debug, Clone)]
+pub struct StsCredentials {
+    /// `STS.…`
+    pub id: String,
+    /// Secret.
+    pub secret: String,
+    /// Token.
+    pub token: String,
+    /// Issued (Unix s).
+    pub issued_unix: u64,
+    /// Expires (Unix s).
+    pub expires_unix: u64,
+}
+
+/// State shared by both listeners.
+#[derive(Debug)]
+pub struct Shared {
+    /// The world.
+    pub world: Mutex<World>,
+    /// Gateway state (faults, nonces, replays).
+    pub gateway: Mutex<openapi::Gateway>,
+    /// Metadata tokens and their expiry.
+    pub md_tokens: Mutex<HashMap<String, Instant>>,
+    /// Role credentials issued so far.
+    pub sts: Mutex<Vec<StsCredentials>>,
+    /// Static key pair.
+    pub key_id: String,
+    /// Static secret.
+    pub key_secret: String,
+    /// Per-call latency.
+    pub latency: Duration,
+    /// Region.
+    pub region: String,
+    /// RAM role name.
+    pub ram_role: Option<String>,
+    /// Role credential lifetime.
+    pub sts_ttl: Duration,
+    /// Tokenless metadata refused.
+    pub metadata_hardened: bool,
+    /// The VPC block metadata reports.
+    pub vpc_cidr: String,
+}
+
+impl Shared {
+    /// The secret of an access key id, and for role credentials the token
+    /// (`Err` when expired).
+    #[allow(clippy::type_complexity)]
+    pub fn secret_for(&self, ak: &str) -> Option<(String, Option<Result<String, ()>>)> {
+        if ak == self.key_id {
+            return Some((self.key_secret.clone(), None));
+        }
+        let now = crate::util::time::unix_secs();
+        self.sts.lock().iter().find(|c| c.id == ak).map(|c| {
+            let token = if c.expires_unix > now {
+                Ok(c.token.clone())
+            } else {
+                Err(())
+            };
+            (c.secret.clone(), Some(token))
+        })
+    }
+
+    /// Current role credentials, rotated when half their life is gone.
+    pub fn sts_credentials(&self) -> StsCredentials {
+        let now = crate::util::time::unix_secs();
+        let mut sts = self.sts.lock();
+        if let Some(c) = sts.last() {
+            if now < c.issued_unix + (c.expires_unix - c.issued_unix) / 2 {
+                return c.clone();
+            }
+        }
+        let mut w = self.world.lock();
+        let id: String = format!("STS.{}", w.rng.hex(10).to_ascii_uppercase());
+        let c = StsCredentials {
+            id,
+            secret: w.rng.hex(15),
+            token: format!("CAES{}", w.rng.hex(32)),
+            issued_unix: now,
+            expires_unix: now + self.sts_ttl.as_secs().max(1),
+        };
+        sts.retain(|c| c.expires_unix + 3600 > now);
+        sts.push(c.clone());
+        c
+    }
+}
+
+/// A running emulator.
+#[derive(Debug)]
+pub struct Simulator {
+    shared: Arc<Shared>,
+    api: HttpServer,
+    md: HttpServer,
+}
+
+fn loopback(addr: SocketAddr) -> Result<SocketAddr, SimError> {
+    if addr.ip().is_loopback() {
+        Ok(addr)
+    } else {
+        Err(SimError::Config(format!(
+            "{addr} is not a loopback address: eniip-sim listens on 127.0.0.1 or ::1 only"
+        )))
+    }
+}
+
+fn vpc_cidr(nets: &[Net4]) -> String {
+    let mut prefix = 16u8.min(nets.iter().map(|n| n.prefix).min().unwrap_or(16));
+    let base = nets.first().map(|n| n.base).unwrap_or(0);
+    while prefix > 8 {
+        let mask = u32::MAX << (32 - prefix);
+        if nets.iter().all(|n| n.base & mask == base & mask) {
+            break;
+        }
+        prefix -= 1;
+    }
+    let mask = u32::MAX << (32 - prefix);
+    format!("{}/{prefix}", std::net::Ipv4Addr::from(base & mask))
+}
+
+impl Simulator {
+    /// Starts both listeners.
+    pub fn start(opts: SimOptions) -> Result<Simulator, SimError> {
+        let listen = loopback(opts.listen)?;
+        let md_listen = loopback(opts.metadata_listen)?;
+        let itype = types::find(&opts.instance_type).ok_or_else(|| {
+            SimError::Config(format!(
+                "unknown instance type {} (known: {})",
+                opts.instance_type,
+                types::known()
+            ))
+        })?;
+        if opts.access_key_id.is_empty() || opts.access_key_secret.is_empty() {
+            return Err(SimError::Config(
+                "the access key id and secret must not be empty".into(),
+            ));
+        }
+        let mut vsw = Vec::new();
+        for v in &opts.vswitches {
+            let cidr = Net4::parse(&v.cidr).map_err(SimError::Config)?;
+            let cidr6 = v
+                .ipv6_cidr
+                .as_deref()
+                .map(Net6::parse)
+                .transpose()
+                .map_err(SimError::Config)?;
+            vsw.push((v.id.clone(), cidr, cidr6, v.free));
+        }
+        let nets: Vec<Net4> = vsw.iter().map(|v| v.1).collect();
+        let rng = match opts.seed {
+            Some(s) => Rng::seeded(s),
+            None => Rng::from_entropy(),
+        };
+        let world = World::new(
+            WorldConfig {
+                region: opts.region.clone(),
+                zone: opts.zone.clone(),
+                itype,
+                vswitches: vsw,
+                attach_delay: opts.attach_delay,
+                metadata_lag: opts.metadata_lag,
+            },
+            rng,
+        )
+        .map_err(SimError::Config)?;
+        let shared = Arc::new(Shared {
+            world: Mutex::new(world),
+            gateway: Mutex::new(openapi::Gateway::default()),
+            md_tokens: Mutex::new(HashMap::new()),
+            sts: Mutex::new(Vec::new()),
+            key_id: opts.access_key_id.clone(),
+            key_secret: opts.access_key_secret.clone(),
+            latency: opts.latency,
+            region: opts.region.clone(),
+            ram_role: opts.ram_role.clone(),
+            sts_ttl: opts.sts_ttl,
+            metadata_hardened: opts.metadata_hardened,
+            vpc_cidr: vpc_cidr(&nets),
+        });
+        let http = HttpOptions {
+            max_connections: 1024,
+            ..HttpOptions::default()
+        };
+        let sh = Arc::clone(&shared);
+        let api = HttpServer::bind(
+            listen,
+            "sim-api",
+            Arc::new(move |r| openapi::handle(&sh, r)),
+            http.clone(),
+        )
+        .map_err(|source| SimError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let sh = Arc::clone(&shared);
+        let md = HttpServer::bind(
+            md_listen,
+            "sim-md",
+            Arc::new(move |r| metadata::handle(&sh, r)),
+            http,
+        )
+        .map_err(|source| SimError::Bind {
+            addr: md_listen,
+            source,
+        })?;
+        Ok(Simulator { shared, api, md })
+    }
+
+    /// `http://127.0.0.1:P`
+    pub fn ecs_url(&self) -> String {
+        format!("http://{}", self.api.local_addr())
+    }
+
+    /// Same listener as ECS.
+    pub fn vpc_url(&self) -> String {
+        self.ecs_url()
+    }
+
+    /// `http://127.0.0.1:Q`
+    pub fn metadata_url(&self) -> String {
+        format!("http://{}", self.md.local_addr())
+    }
+
+    /// The instance id.
+    pub fn instance_id(&self) -> String {
+        self.shared.world.lock().instance_id.clone()
+    }
+
+    /// The region id.
+    pub fn region_id(&self) -> String {
+        self.shared.region.clone()
+    }
+
+    /// The access key id.
+    pub fn access_key_id(&self) -> &str {
+        &self.shared.key_id
+    }
+
+    /// The access key secret.
+    pub fn access_key_secret(&self) -> &str {
+        &self.shared.key_secret
+    }
+
+    /// The line SPEC section 5 prints when ready.
+    pub fn ready_line(&self) -> String {
+        format!(
+            "ready ecs={} vpc={} metadata={} instance={} region={}",
+            self.ecs_url(),
+            self.vpc_url(),
+            self.metadata_url(),
+            self.instance_id(),
+            self.region_id()
+        )
+    }
+
+    /// The state JSON of `GET /__sim/state`.
+    pub fn state(&self) -> Value {
+        self.shared.world.lock().state_json(Instant::now())
+    }
+
+    /// Adds a fault rule.
+    pub fn add_fault(&self, rule: FaultRule) {
+        let remaining = rule.count;
+        self.shared
+            .gateway
+            .lock()
+            .faults
+            .push(openapi::Fault { rule, remaining });
+    }
+
+    /// Removes every fault rule.
+    pub fn clear_faults(&self) {
+        self.shared.gateway.lock().faults.clear();
+    }
+
+    /// Sets a vswitch's free addresses; false if unknown.
+    pub fn set_vswitch_free(&self, id: &str, free: u64) -> bool {
+        self.shared.world.lock().set_free(id, free)
+    }
+
+    /// Stops both listeners.
+    pub fn shutdown(self) {
+        self.api.shutdown();
+        self.md.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests;

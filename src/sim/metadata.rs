@@ -1,0 +1,229 @@
+//! The metadata listener (`/latest/meta-data/...`), fed from the world as
+//! it was `metadata_lag` ago, with token mode (`PUT /latest/api/token`),
+//! hardened mode (tokenless GETs refused) and RAM role credentials.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::world::MdEni;
+use super::Shared;
+use crate::httpd::{HttpRequest, HttpResponse};
+
+const TOKEN_TTL_HEADER: &str = "X-aliyun-ecs-metadata-token-ttl-seconds";
+const TOKEN_HEADER: &str = "X-aliyun-ecs-metadata-token";
+
+fn not_found() -> HttpResponse {
+    HttpResponse::text(404, "Not Found\n")
+}
+
+/// Handles one request on the metadata listener.
+pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
+    if req.path == "/latest/api/token" {
+        if req.method != "PUT" {
+            return HttpResponse::text(405, "Method Not Allowed\n");
+        }
+        if req.header("X-Forwarded-For").is_some() {
+            return HttpResponse::text(403, "Forbidden\n");
+        }
+        let ttl = req
+            .header(TOKEN_TTL_HEADER)
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|t| (1..=21_600).contains(t));
+        let Some(ttl) = ttl else {
+            return HttpResponse::text(400, "Missing or Invalid Parameters\n");
+        };
+        let token = sh.world.lock().rng.hex(24);
+        let mut tokens = sh.md_tokens.lock();
+        let now = Instant::now();
+        tokens.retain(|_, until| *until > now);
+        tokens.insert(token.clone(), now + Duration::from_secs(ttl));
+        return HttpResponse::text(200, token);
+    }
+    if req.method != "GET" {
+        return HttpResponse::text(405, "Method Not Allowed\n");
+    }
+    let token_ok = |t: &str| {
+        sh.md_tokens
+            .lock()
+            .get(t)
+            .is_some_and(|until| *until > Instant::now())
+    };
+    match req.header(TOKEN_HEADER) {
+        Some(t) if !token_ok(t) => return HttpResponse::text(401, "Unauthorized\n"),
+        Some(_) => {}
+        None if sh.metadata_hardened => return HttpResponse::text(403, "Forbidden\n"),
+        None => {}
+    }
+    let Some(path) = req
+        .path
+        .strip_prefix("/latest/meta-data/")
+        .or_else(|| (req.path == "/latest/meta-data").then_some(""))
+    else {
+        return not_found();
+    };
+    serve(sh, path)
+}
+
+fn listing(items: &[&str]) -> HttpResponse {
+    HttpResponse::text(200, items.join("\n"))
+}
+
+fn serve(sh: &Shared, path: &str) -> HttpResponse {
+    let now = Instant::now();
+    let (enis, ids) = {
+        let mut w = sh.world.lock();
+        let enis = w.metadata_enis(now);
+        (
+            enis,
+            (
+                w.instance_id.clone(),
+                w.vpc_id.clone(),
+                w.cfg.region.clone(),
+                w.cfg.zone.clone(),
+                w.cfg.itype.id,
+            ),
+        )
+    };
+    let (instance_id, vpc_id, region, zone, itype) = ids;
+    let primary: Option<&MdEni> = enis.iter().find(|e| e.primary);
+    let vpc_cidr = sh.vpc_cidr.clone();
+    let text = |s: String| HttpResponse::text(200, s);
+    match path {
+        "" => listing(&[
+            "instance-id",
+            "region-id",
+            "zone-id",
+            "instance/",
+            "mac",
+            "private-ipv4",
+            "vpc-id",
+            "vswitch-id",
+            "vpc-cidr-block",
+            "vswitch-cidr-block",
+            "network/",
+            "ram/",
+        ]),
+        "instance-id" => text(instance_id),
+        "region-id" => text(region),
+        "zone-id" => text(zone),
+        "instance/" => listing(&["instance-type"]),
+        "instance/instance-type" => text(itype.to_string()),
+        "vpc-id" => text(vpc_id),
+        "vpc-cidr-block" => text(vpc_cidr),
+        "mac" => primary
+            .map(|e| text(e.mac.clone()))
+            .unwrap_or_else(not_found),
+        "private-ipv4" => primary
+            .and_then(|e| e.primary_ip)
+            .map(|ip| text(ip.to_string()))
+            .unwrap_or_else(not_found),
+        "vswitch-id" => primary
+            .map(|e| text(e.vswitch.clone()))
+            .unwrap_or_else(not_found),
+        "vswitch-cidr-block" => primary
+            .and_then(|e| e.cidr)
+            .map(|c| text(c.to_string()))
+            .unwrap_or_else(not_found),
+        "network/" => listing(&["interfaces/"]),
+        "network/interfaces/" => listing(&["macs/"]),
+        "network/interfaces/macs/" | "network/interfaces/macs" => text(
+            enis.iter()
+                .map(|e| format!("{}/", e.mac))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        "ram/" => listing(&["security-credentials/"]),
+        "ram/security-credentials/" | "ram/security-credentials" => match &sh.ram_role {
+            Some(r) => text(r.clone()),
+            None => not_found(),
+        },
+        p if p.starts_with("ram/security-credentials/") => {
+            let role = &p["ram/security-credentials/".len()..];
+            match &sh.ram_role {
+                Some(r) if r == role => {
+                    let c = sh.sts_credentials();
+                    HttpResponse::json(
+                        200,
+                        &json!({"AccessKeyId": c.id, "AccessKeySecret": c.secret, "SecurityToken": c.token,
+                                "Expiration": crate::util::time::format_utc(c.expires_unix),
+                                "LastUpdated": crate::util::time::format_utc(c.issued_unix), "Code": "Success"}),
+                    )
+                }
+                _ => not_found(),
+            }
+        }
+        p if p.starts_with("network/interfaces/macs/") => {
+            let rest = &p["network/interfaces/macs/".len()..];
+            let (mac, item) = rest.split_once('/').unwrap_or((rest, ""));
+            let Some(e) = enis.iter().find(|e| e.mac.eq_ignore_ascii_case(mac)) else {
+                return not_found();
+            };
+            eni_item(e, item, &vpc_id, &vpc_cidr)
+        }
+        _ => not_found(),
+    }
+}
+
+fn eni_item(e: &MdEni, item: &str, vpc_id: &str, vpc_cidr: &str) -> HttpResponse {
+    let text = |s: String| HttpResponse::text(200, s);
+    match item {
+        "" => {
+            let mut items = vec![
+                "network-interface-id",
+                "primary-ip-address",
+                "private-ipv4s",
+                "netmask",
+                "gateway",
+                "vswitch-id",
+                "vpc-id",
+                "vswitch-cidr-block",
+                "vpc-cidr-block",
+            ];
+            if e.cidr6.is_some() {
+                items.extend(["ipv6s", "ipv6-gateway", "vswitch-ipv6-cidr-block"]);
+            }
+            listing(&items)
+        }
+        "network-interface-id" => text(e.id.clone()),
+        "primary-ip-address" => e
+            .primary_ip
+            .map(|ip| text(ip.to_string()))
+            .unwrap_or_else(not_found),
+        "private-ipv4s" => text(
+            serde_json::to_string(&e.v4.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+                .unwrap_or_default(),
+        ),
+        "netmask" => e
+            .cidr
+            .map(|c| text(c.netmask().to_string()))
+            .unwrap_or_else(not_found),
+        "gateway" => e
+            .cidr
+            .map(|c| text(c.gateway().to_string()))
+            .unwrap_or_else(not_found),
+        "vswitch-id" => text(e.vswitch.clone()),
+        "vpc-id" => text(vpc_id.to_string()),
+        "vswitch-cidr-block" => e
+            .cidr
+            .map(|c| text(c.to_string()))
+            .unwrap_or_else(not_found),
+        "vpc-cidr-block" => text(vpc_cidr.to_string()),
+        "ipv6s" if !e.v6.is_empty() => text(format!(
+            "[{}]",
+            e.v6.iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        )),
+        "ipv6-gateway" => e
+            .cidr6
+            .map(|c| text(c.gateway().to_string()))
+            .unwrap_or_else(not_found),
+        "vswitch-ipv6-cidr-block" => e
+            .cidr6
+            .map(|c| text(c.to_string()))
+            .unwrap_or_else(not_found),
+        _ => not_found(),
+    }
+}
