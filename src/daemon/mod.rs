@@ -1,5 +1,642 @@
 //! `eniipd` itself: start-up (config, state, cloud, recovery), serving, and
 //! shutdown, with the exit codes of SPEC section 2.
+//!
+//! Order matters: the state lock is taken before anything else touches the
+//! state directory or the socket; the pool is restored from state and cloud
+//! before the socket accepts (so an answering `ping` means ready); on
+//! SIGTERM the listener stops first, then the allocator, then the store is
+//! flushed and closed.
 
 pub mod args;
 pub mod backend;
+
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, tick, Receiver};
+use log::{error, info, warn};
+
+use crate::alloc::capacity::{self, Capacity, PoolSizes};
+use crate::alloc::recover::recover;
+use crate::alloc::{Allocator, AllocatorOptions};
+use crate::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
+use crate::cloud::credentials::CredentialSource;
+use crate::cloud::{CloudApi, CloudError, InstanceIdentity};
+use crate::config::{Config, RawConfig, DEFAULT_CONFIG_PATH};
+use crate::server::listener::{bind_socket, resolve_group, Server, ServerConfig};
+use crate::sim::{SimOptions, Simulator};
+use crate::store::{Store, StoreError, StoreOptions};
+use crate::systemd::Notifier;
+
+use args::Args;
+use backend::DaemonBackend;
+
+/// Exit codes (SPEC section 2).
+pub mod exit {
+    /// Clean stop.
+    pub const OK: i32 = 0;
+    /// Anything else.
+    pub const FAILURE: i32 = 1;
+    /// Usage.
+    pub const USAGE: i32 = 2;
+    /// Corrupt state files.
+    pub const DATAERR: i32 = 65;
+    /// Cloud or metadata unreachable at start.
+    pub const UNAVAILABLE: i32 = 69;
+    /// State directory held by another instance.
+    pub const TEMPFAIL: i32 = 75;
+    /// Bad configuration.
+    pub const CONFIG: i32 = 78;
+}
+
+/// A start-up or run failure with its exit code.
+#[derive(Debug)]
+pub struct DaemonError {
+    /// Exit code.
+    pub code: i32,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl DaemonError {
+    fn new(code: i32, message: impl Into<String>) -> DaemonError {
+        DaemonError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for DaemonError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DaemonError {}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn store_error(e: &StoreError) -> DaemonError {
+    DaemonError::new(e.exit_code(), chain(e))
+}
+
+/// Loads the config and applies flag overrides (and the `--simulate`
+/// defaults).
+pub fn load_config(
+    args: &Args,
+    sim: Option<&Simulator>,
+    sim_dir: Option<&Path>,
+) -> Result<(Config, Vec<String>), DaemonError> {
+    let mut raw = match (&args.config, args.simulate) {
+        (Some(p), _) => {
+            RawConfig::load(p).map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?
+        }
+        (None, true) => RawConfig::default(),
+        (None, false) => RawConfig::load(Path::new(DEFAULT_CONFIG_PATH))
+            .map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?,
+    };
+    let warnings = raw.warnings();
+    if let Some(sim) = sim {
+        raw.access_key = Some(sim.access_key_id().to_string());
+        raw.access_secret = Some(crate::util::Secret::new(sim.access_key_secret()));
+        raw.ecs_endpoint = Some(sim.ecs_url());
+        raw.vpc_endpoint = Some(sim.vpc_url());
+        raw.metadata_endpoint = Some(sim.metadata_url());
+        raw.allowed_uids = Some(vec![serde_json::Value::from(
+            nix::unistd::getuid().as_raw(),
+        )]);
+        raw.socket_mode = Some(serde_json::Value::from("0600"));
+        if raw.pool_check_interval.is_none() {
+            raw.pool_check_interval = Some(serde_json::Value::from(30));
+        }
+    }
+    if let Some(dir) = sim_dir {
+        raw.socket_path = Some(dir.join("eniipd.sock").display().to_string());
+        raw.state_dir = Some(dir.join("state").display().to_string());
+    } else {
+        // systemd's directories are the defaults under a unit.
+        if raw.state_dir.is_none() {
+            if let Ok(d) = std::env::var("STATE_DIRECTORY") {
+                raw.state_dir = d.split(':').next().map(str::to_string);
+            }
+        }
+        if raw.socket_path.is_none() {
+            if let Ok(d) = std::env::var("RUNTIME_DIRECTORY") {
+                raw.socket_path = d.split(':').next().map(|d| format!("{d}/eniipd.sock"));
+            }
+        }
+    }
+    let path_string = |p: &PathBuf| p.display().to_string();
+    if let Some(p) = &args.socket {
+        raw.socket_path = Some(path_string(p));
+    }
+    if let Some(p) = &args.state_dir {
+        raw.state_dir = Some(path_string(p));
+    }
+    for (flag, slot) in [
+        (&args.ecs_endpoint, &mut raw.ecs_endpoint),
+        (&args.vpc_endpoint, &mut raw.vpc_endpoint),
+        (&args.metadata_endpoint, &mut raw.metadata_endpoint),
+    ] {
+        if let Some(v) = flag {
+            *slot = Some(v.clone());
+        }
+    }
+    let cfg = raw
+        .validate()
+        .map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?;
+    Ok((cfg, warnings))
+}
+
+/// A fresh private directory for `--simulate`.
+fn simulate_dir() -> Result<PathBuf, DaemonError> {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("eniipd-sim-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        })
+        .map_err(|e| {
+            DaemonError::new(
+                exit::FAILURE,
+                format!("cannot create {}: {e}", dir.display()),
+            )
+        })?;
+    Ok(dir)
+}
+
+/// Retries a start-up cloud read for up to `budget`; failure is exit 69.
+fn at_start<T>(
+    what: &str,
+    budget: Duration,
+    mut f: impl FnMut() -> Result<T, CloudError>,
+) -> Result<T, DaemonError> {
+    let end = Instant::now() + budget;
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e)
+                if e.kind == crate::cloud::CloudErrorKind::Auth
+                    || e.kind == crate::cloud::CloudErrorKind::ClockSkew =>
+            {
+                return Err(DaemonError::new(
+                    exit::UNAVAILABLE,
+                    format!("{what}: {}", chain(&e)),
+                ));
+            }
+            Err(e) if Instant::now() + delay >= end => {
+                return Err(DaemonError::new(
+                    exit::UNAVAILABLE,
+                    format!("{what}: {}", chain(&e)),
+                ));
+            }
+            Err(e) => {
+                warn!("{what}: {e}; retrying");
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+fn build_cloud(cfg: &Config, identity: &InstanceIdentity) -> AliyunCloud {
+    let region = cfg
+        .region_id
+        .clone()
+        .unwrap_or_else(|| identity.region_id.clone());
+    let credentials = match (&cfg.access_key, &cfg.access_secret) {
+        (Some(id), Some(secret)) => CredentialSource::Static {
+            id: id.clone(),
+            secret: secret.clone(),
+            token: None,
+        },
+        _ => CredentialSource::from_env_or_role(cfg.ram_role.clone()),
+    };
+    info!("credentials: {}", credentials.describe());
+    let mut opts = AliyunCloudOptions::new(&region, &cfg.metadata_endpoint, credentials);
+    if let Some(e) = &cfg.ecs_endpoint {
+        opts.ecs_endpoint = e.clone();
+    }
+    if let Some(e) = &cfg.vpc_endpoint {
+        opts.vpc_endpoint = e.clone();
+    }
+    info!(
+        "endpoints: ECS {}, VPC {}, metadata {}",
+        opts.ecs_endpoint, opts.vpc_endpoint, opts.metadata_endpoint
+    );
+    AliyunCloud::new(opts)
+}
+
+/// Everything that runs once start-up is done.
+struct Running {
+    server: Server,
+    alloc: Arc<Allocator>,
+    committer: Arc<crate::store::Committer>,
+    socket: Option<PathBuf>,
+    metrics_http: Option<crate::httpd::HttpServer>,
+    sim: Option<Simulator>,
+    notifier: Notifier,
+    cfg: Config,
+    config_path: Option<PathBuf>,
+    limits: crate::cloud::InstanceTypeLimits,
+    sim_dir: Option<PathBuf>,
+}
+
+/// Runs the daemon; returns the exit code.
+pub fn run(args: Args) -> i32 {
+    let level = args.log_level.clone().unwrap_or_else(|| "info".into());
+    if let Err(e) = crate::logging::init(&level) {
+        eprintln!("eniipd: {e} (try --help)");
+        return exit::USAGE;
+    }
+    match start(&args) {
+        Ok(Some(running)) => serve(running),
+        Ok(None) => exit::OK,
+        Err(e) => {
+            error!("{e}");
+            e.code
+        }
+    }
+}
+
+fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
+    if args.check_config {
+        let (cfg, warnings) = load_config(args, None, None)?;
+        for w in warnings {
+            warn!("{w}");
+        }
+        let mut out = std::io::stdout().lock();
+        for (k, v) in cfg.effective() {
+            let _ = writeln!(out, "{k}={v}");
+        }
+        return Ok(None);
+    }
+    let (sim, sim_dir) = if args.simulate {
+        let sim = Simulator::start(SimOptions::default()).map_err(|e| {
+            DaemonError::new(
+                exit::FAILURE,
+                format!("cannot start the emulator: {}", chain(&e)),
+            )
+        })?;
+        info!("emulator: {}", sim.ready_line());
+        (Some(sim), Some(simulate_dir()?))
+    } else {
+        (None, None)
+    };
+    let (cfg, warnings) = load_config(args, sim.as_ref(), sim_dir.as_deref())?;
+    for w in warnings {
+        warn!("{w}");
+    }
+    let notifier = Notifier::from_env();
+
+    // The state lock first: nothing else may touch the directory or the
+    // socket without it.
+    let (store, persisted, quarantine) = if args.recover_state {
+        let (store, state, report) =
+            Store::open_recovering(&cfg.state_dir, StoreOptions::default())
+                .map_err(|e| store_error(&e))?;
+        warn!("state recovered: {report:?}");
+        let q = report
+            .quarantine_needed
+            .then_some(Duration::from_secs(3600));
+        (store, state, q)
+    } else {
+        let (store, state) =
+            Store::open(&cfg.state_dir, StoreOptions::default()).map_err(|e| store_error(&e))?;
+        (store, state, None)
+    };
+    let committer = Arc::new(store.start());
+    info!(
+        "state: {} allocation(s), {} hold(s) in {}",
+        persisted.allocations.len(),
+        persisted.holds.len(),
+        cfg.state_dir.display()
+    );
+
+    let md = crate::cloud::metadata::MetadataClient::new(&cfg.metadata_endpoint);
+    let mut identity = at_start("reading instance metadata", Duration::from_secs(60), || {
+        crate::cloud::MetadataApi::identity(&md)
+    })?;
+    if let Some(id) = &cfg.instance_id {
+        identity.instance_id = id.clone();
+    }
+    let cloud: Arc<dyn CloudApi> = Arc::new(build_cloud(&cfg, &identity));
+    let limits = at_start("DescribeInstanceTypes", Duration::from_secs(60), || {
+        cloud.instance_type_limits(&identity.instance_type)
+    })?;
+    let security_groups = if cfg.security_groups.is_empty() {
+        at_start("DescribeInstanceAttribute", Duration::from_secs(60), || {
+            cloud.instance_security_groups(&identity.instance_id)
+        })?
+    } else {
+        cfg.security_groups.clone()
+    };
+    let vswitches = match cfg.vswitches.get(&identity.zone_id) {
+        Some(v) if !v.is_empty() => v.clone(),
+        _ => vec![identity.vswitch_id.clone()],
+    };
+    let mut notes = Vec::new();
+    let cap = capacity::compute(&limits, &cfg, PoolSizes::of(&cfg), &mut notes);
+    for n in &notes {
+        info!("{n}");
+    }
+    if cap.total_ips == 0 {
+        return Err(DaemonError::new(
+            exit::CONFIG,
+            format!(
+                "no capacity: {} allows {} ENI(s) of {} address(es); with eni_cap_ratio {}, eni_cap_shift {} and max_eni {} no secondary ENI is usable",
+                limits.instance_type, limits.eni_quantity, cap.ips_per_eni, cfg.eni_cap_ratio, cfg.eni_cap_shift, cfg.max_eni
+            ),
+        ));
+    }
+    info!(
+        "{} in {}: {} usable ENI(s) x {} address(es) = capacity {}; idle pool {}..{}",
+        identity.instance_type,
+        identity.zone_id,
+        cap.usable_enis,
+        cap.ips_per_eni,
+        cap.total_ips,
+        cap.min_idle,
+        cap.max_idle
+    );
+    let mut opts =
+        AllocatorOptions::new(&cfg, &identity.instance_id, vswitches, security_groups, cap);
+    if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
+        match cloud.describe_vswitches(&opts.vswitches) {
+            Ok(v) => opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect(),
+            Err(e) => warn!("DescribeVSwitches failed ({e}); vswitches start unordered"),
+        }
+    }
+
+    let recovered = at_start(
+        "restoring the pool from the cloud",
+        Duration::from_secs(180),
+        || {
+            recover(
+                &*cloud,
+                &identity.instance_id,
+                opts.dual,
+                &persisted,
+                quarantine,
+            )
+        },
+    )?;
+    for n in &recovered.notes {
+        info!("{n}");
+    }
+    if !recovered.records.is_empty() {
+        committer
+            .commit(recovered.records, Duration::from_secs(30))
+            .map_err(|e| store_error(&e))?;
+    }
+    let alloc = Arc::new(
+        Allocator::start(opts, Arc::clone(&cloud), committer.clone(), recovered.pool).map_err(
+            |e| DaemonError::new(exit::FAILURE, format!("cannot start the allocator: {e}")),
+        )?,
+    );
+
+    let backend = Arc::new(DaemonBackend::new(Arc::clone(&alloc), &cfg));
+    let gid = match &cfg.socket_group {
+        Some(g) => Some(
+            resolve_group(g)
+                .map_err(|e| DaemonError::new(exit::CONFIG, format!("socket_group {g}: {e}")))?,
+        ),
+        None => None,
+    };
+    let (listener, socket) = match crate::systemd::take_listener()
+        .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?
+    {
+        Some(l) => {
+            info!("using the socket passed by systemd");
+            (l, None)
+        }
+        None => {
+            let l = bind_socket(&cfg.socket_path, cfg.socket_mode, gid).map_err(|e| {
+                DaemonError::new(
+                    exit::FAILURE,
+                    format!("cannot bind {}: {e}", cfg.socket_path.display()),
+                )
+            })?;
+            (l, Some(cfg.socket_path.clone()))
+        }
+    };
+    let server = Server::start(
+        listener,
+        ServerConfig {
+            max_connections: cfg.max_connections,
+            allowed_uids: cfg.allowed_uids.clone(),
+            socket_gid: gid,
+            line_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(10),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        },
+        backend.clone(),
+    )
+    .map_err(|e| {
+        DaemonError::new(
+            exit::FAILURE,
+            format!("cannot start the socket server: {e}"),
+        )
+    })?;
+    backend.set_connection_counter(server.connection_counter());
+
+    let metrics_http = match cfg.metrics_listen {
+        Some(addr) => Some(metrics_server(addr, Arc::clone(&backend))?),
+        None => None,
+    };
+
+    let status = alloc.status().map(|s| s.to_text()).unwrap_or_default();
+    info!(
+        "eniipd {} ready on {}: {status}",
+        env!("CARGO_PKG_VERSION"),
+        cfg.socket_path.display()
+    );
+    if sim.is_some() {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "eniipd is running against the built-in emulator.");
+        let _ = writeln!(out, "socket: {}", cfg.socket_path.display());
+        let _ = writeln!(
+            out,
+            "try:    echo 'alloc demo/web-1' | socat -t 90 - UNIX-CONNECT:{}",
+            cfg.socket_path.display()
+        );
+        let _ = writeln!(
+            out,
+            "or:     eniipctl --socket {} status",
+            cfg.socket_path.display()
+        );
+        let _ = writeln!(out, "stop with Ctrl-C.");
+        let _ = out.flush();
+    }
+    let _ = notifier.ready();
+    let _ = notifier.status(&status);
+    Ok(Some(Running {
+        server,
+        alloc,
+        committer,
+        socket,
+        metrics_http,
+        sim,
+        notifier,
+        cfg,
+        config_path: args.config.clone(),
+        limits,
+        sim_dir,
+    }))
+}
+
+fn metrics_server(
+    addr: std::net::SocketAddr,
+    backend: Arc<DaemonBackend>,
+) -> Result<crate::httpd::HttpServer, DaemonError> {
+    use crate::httpd::{HttpOptions, HttpResponse, HttpServer};
+    let handler = Arc::new(move |req: &crate::httpd::HttpRequest| {
+        if req.method == "GET" && req.path == "/metrics" {
+            HttpResponse::text(200, backend.metrics_text())
+                .with_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        } else {
+            HttpResponse::text(404, "not found\n".to_string())
+        }
+    });
+    HttpServer::bind(addr, "eniipd-metrics", handler, HttpOptions::default())
+        .map_err(|e| DaemonError::new(exit::CONFIG, format!("metrics_listen {addr}: {e}")))
+}
+
+enum Stop {
+    Signal(i32),
+    Fatal(String),
+}
+
+fn signals() -> Result<(Receiver<i32>, signal_hook::iterator::Handle), std::io::Error> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let handle = signals.handle();
+    let (tx, rx) = bounded(8);
+    std::thread::Builder::new()
+        .name("eniipd-signals".into())
+        .spawn(move || {
+            for s in signals.forever() {
+                if tx.send(s).is_err() {
+                    break;
+                }
+            }
+        })?;
+    Ok((rx, handle))
+}
+
+fn reload(r: &Running) {
+    let Some(path) = r
+        .config_path
+        .clone()
+        .or_else(|| (r.sim.is_none()).then(|| PathBuf::from(DEFAULT_CONFIG_PATH)))
+    else {
+        info!("SIGHUP: no config file to reload");
+        return;
+    };
+    match RawConfig::load(&path).and_then(|raw| raw.validate()) {
+        Ok(new) => {
+            let cap: Capacity =
+                capacity::compute(&r.limits, &r.cfg, PoolSizes::of(&new), &mut Vec::new());
+            match r.alloc.reload(cap) {
+                Ok(c) => info!("SIGHUP: idle pool now {}..{}", c.min_idle, c.max_idle),
+                Err(e) => warn!("SIGHUP: reload failed: {e}"),
+            }
+        }
+        Err(e) => warn!("SIGHUP: {}; keeping the current pool sizes", chain(&e)),
+    }
+}
+
+fn serve(r: Running) -> i32 {
+    let (sig_rx, sig_handle) = match signals() {
+        Ok(s) => s,
+        Err(e) => {
+            error!("cannot install signal handlers: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let watchdog = crate::systemd::watchdog_interval().map(|d| tick(d / 2));
+    let never = crossbeam_channel::never();
+    let stop = loop {
+        select! {
+            recv(sig_rx) -> s => match s {
+                Ok(signal_hook::consts::SIGHUP) => reload(&r),
+                Ok(s) => break Stop::Signal(s),
+                Err(_) => break Stop::Fatal("signal thread ended".into()),
+            },
+            recv(r.alloc.fatal()) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "allocator stopped".into())),
+            recv(watchdog.as_ref().unwrap_or(&never)) -> _ => {
+                // Only while the allocator answers: a wedged pool thread
+                // lets systemd's watchdog restart the daemon.
+                if r.alloc.ping(Duration::from_secs(2)) {
+                    let _ = r.notifier.watchdog();
+                }
+            }
+        }
+    };
+    let code = match &stop {
+        Stop::Signal(s) => {
+            info!("signal {s}: stopping");
+            exit::OK
+        }
+        Stop::Fatal(m) => {
+            error!("stopping: {m}");
+            exit::FAILURE
+        }
+    };
+    let _ = r.notifier.stopping();
+    let started = Instant::now();
+    r.server.shutdown(Duration::from_secs(4));
+    r.alloc.shutdown(Duration::from_secs(2));
+    if let Some(m) = r.metrics_http {
+        m.shutdown();
+    }
+    // Everything acknowledged is already durable; this orders a final
+    // barrier and then writes a snapshot so the next start replays nothing.
+    if code == exit::OK {
+        if let Err(e) = r.committer.commit(Vec::new(), Duration::from_secs(2)) {
+            error!("final state flush failed: {e}");
+        }
+    }
+    drop(r.alloc);
+    match Arc::try_unwrap(r.committer) {
+        Ok(c) => {
+            if let Err(e) = c.close() {
+                error!("closing the state failed: {e}");
+            }
+        }
+        Err(_) => warn!("state store still in use by abandoned threads; its log is complete, the snapshot is skipped"),
+    }
+    if let Some(p) = &r.socket {
+        let _ = std::fs::remove_file(p);
+    }
+    if let Some(sim) = r.sim {
+        sim.shutdown();
+    }
+    // The emulator's world is gone with it: its state directory is too.
+    if let Some(d) = &r.sim_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    sig_handle.close();
+    info!("stopped in {:?}", started.elapsed());
+    code
+}
