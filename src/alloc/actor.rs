@@ -30,6 +30,7 @@ use crate::util::sem::{Permit, Semaphore};
 use crate::util::time::{format_utc, unix_ms};
 
 use super::capacity::Capacity;
+use super::describe::StatusBatcher;
 use super::eniops::{self, CreateJob};
 use super::msg::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, Request, TicketId};
 use super::planner::{self, EniRoom, PlanInput};
@@ -127,6 +128,7 @@ pub(super) struct Actor {
     next_maintenance: Instant,
     sg_drift: Vec<String>,
     stopping: bool,
+    batcher: Arc<StatusBatcher>,
 }
 
 impl Actor {
@@ -163,6 +165,7 @@ impl Actor {
             );
         }
         let now = Instant::now();
+        let cloud_for_batcher = Arc::clone(&cloud);
         Actor {
             cap: opts.capacity,
             pool_backoff: Backoff::new(opts.pool_backoff_max),
@@ -187,6 +190,10 @@ impl Actor {
             last_change: HashMap::new(),
             sg_drift: Vec::new(),
             stopping: false,
+            batcher: Arc::new(StatusBatcher::new(
+                Arc::clone(&cloud_for_batcher),
+                Duration::from_millis(30),
+            )),
         }
     }
 
@@ -869,6 +876,7 @@ impl Actor {
             if let Err(e) = eniops::spawn_create(
                 job,
                 Arc::clone(&self.cloud),
+                Arc::clone(&self.batcher),
                 self.events_tx.clone(),
                 op_permit,
             ) {

@@ -22,6 +22,7 @@ use crate::cloud::{
 };
 use crate::util::sem::Permit;
 
+use super::describe::StatusBatcher;
 use super::msg::{Event, FreeFailure, OpId, ReadyEni};
 
 /// What a create operation needs.
@@ -61,6 +62,7 @@ pub fn eni_tags(instance_id: &str, extra: &[(String, String)]) -> Vec<(String, S
 pub fn spawn_create(
     job: CreateJob,
     cloud: Arc<dyn CloudApi>,
+    batcher: Arc<StatusBatcher>,
     events: Sender<Event>,
     permit: Permit,
 ) -> io::Result<()> {
@@ -70,7 +72,7 @@ pub fn spawn_create(
         .spawn(move || {
             let _permit = permit;
             let op = job.op;
-            let event = match create(&job, &*cloud, &events) {
+            let event = match create(&job, &*cloud, &batcher, &events) {
                 Ok(eni) => Event::EniReady { op, eni },
                 Err((error, leaked)) => Event::EniFailed { op, error, leaked },
             };
@@ -84,6 +86,7 @@ type CreateFailure = (CloudError, Option<String>);
 fn create(
     job: &CreateJob,
     cloud: &dyn CloudApi,
+    batcher: &StatusBatcher,
     events: &Sender<Event>,
 ) -> Result<ReadyEni, CreateFailure> {
     let init = job.init.max(1);
@@ -110,10 +113,11 @@ fn create(
     let attached = cloud.attach_eni(&eni.id, &job.instance_id);
     // Metadata lags the API, so once it lists the MAC the API normally says
     // InUse already: waiting on metadata first (free) usually leaves a
-    // single DescribeNetworkInterfaces to confirm.
+    // single DescribeNetworkInterfaces to confirm, shared with the other
+    // ENI operations running now.
     let ready = attached.and_then(|()| {
         wait::wait_mac_present(cloud.metadata(), &eni.mac, deadline)?;
-        wait::wait_eni_status(cloud, &eni.id, EniStatus::InUse, deadline)?;
+        batcher.wait_status(&eni.id, EniStatus::InUse, deadline)?;
         ready_info(cloud, &eni.id, &eni.mac, &job.vswitch, deadline)
     });
     match ready {

@@ -16,6 +16,7 @@
 pub mod actor;
 pub mod audit;
 pub mod capacity;
+pub mod describe;
 pub mod eniops;
 pub mod maint;
 pub mod msg;

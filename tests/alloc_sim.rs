@@ -1,0 +1,211 @@
+//! The allocator end to end (real binaries): a burst of 100, giving
+//! addresses back under max_pool_size, and kill -9 in the middle of a
+//! burst followed by a restart.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::{config, eventually, field, tempdir, Daemon, Sim};
+use serde_json::{json, Value};
+
+fn large_sim(extra: &[&str]) -> Sim {
+    let mut args = vec![
+        "--instance-type",
+        "ecs.g7.4xlarge",
+        "--attach-delay-ms",
+        "100",
+        "--metadata-lag-ms",
+        "100",
+    ];
+    args.extend_from_slice(extra);
+    Sim::start(&args)
+}
+
+/// Every managed address in the emulator, with its ENI.
+fn cloud_ips(sim: &Sim) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for e in sim.managed() {
+        for ip in e["private_ips"].as_array().unwrap() {
+            let prev = out.insert(
+                ip.as_str().unwrap().to_string(),
+                e["id"].as_str().unwrap().to_string(),
+            );
+            assert!(prev.is_none(), "{ip} on two ENIs");
+        }
+    }
+    out
+}
+
+fn list(d: &Daemon) -> Vec<(String, String, String, String)> {
+    let r = d.ask("list");
+    r[..r.len() - 1]
+        .iter()
+        .map(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            (
+                w[0].to_string(),
+                w[1].to_string(),
+                w[2].to_string(),
+                w[3].to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_burst_of_100_gives_every_owner_exactly_one_address() {
+    let sim = large_sim(&[]);
+    let dir = tempdir("burst");
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({"max_pool_size": 0})));
+    let replies: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..100)
+            .map(|i| {
+                let d = &d;
+                s.spawn(move || d.ok(&format!("alloc burst/pod-{i}")))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let owners: BTreeMap<String, String> = replies
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (format!("burst/pod-{i}"), field(r, "ip")))
+        .collect();
+    let ips: BTreeSet<&String> = owners.values().collect();
+    assert_eq!(ips.len(), 100, "every owner a different address");
+    let cloud = cloud_ips(&sim);
+    for (o, ip) in &owners {
+        let eni = cloud
+            .get(ip)
+            .unwrap_or_else(|| panic!("{o}'s {ip} is not on any ENI in the cloud"));
+        let r = &replies[o.trim_start_matches("burst/pod-").parse::<usize>().unwrap()];
+        assert_eq!(&field(r, "eni"), eni);
+    }
+    let creates = sim.calls("CreateNetworkInterface");
+    let assigns = sim.calls("AssignPrivateIpAddresses");
+    let attaches = sim.calls("AttachNetworkInterface");
+    println!(
+        "100 allocations: {creates} creates, {assigns} assigns, {attaches} attaches, {} describes",
+        sim.calls("DescribeNetworkInterfaces")
+    );
+    assert!(
+        creates + assigns <= 12,
+        "far from the lower bound of 10: {creates} + {assigns}"
+    );
+    let st = d.ok("status");
+    assert!(
+        st.contains(" inuse=100 ") && st.contains(" pending=0 "),
+        "{st}"
+    );
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+}
+
+#[test]
+fn releases_and_max_pool_size_give_addresses_back() {
+    let sim = large_sim(&[]);
+    let dir = tempdir("giveback");
+    let d = Daemon::start(
+        &dir,
+        &config(
+            &sim,
+            &dir,
+            json!({"max_pool_size": 2, "pool_check_interval": 1}),
+        ),
+    );
+    for i in 0..25 {
+        d.ok(&format!("alloc gb/{i}"));
+    }
+    let at_peak = cloud_ips(&sim).len();
+    assert!(at_peak >= 25);
+    for i in 0..25 {
+        assert!(d.ok(&format!("release gb/{i}")).starts_with("released=1"));
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || cloud_ips(&sim).len() <= 2),
+        "cloud still holds {} addresses; daemon: {}",
+        cloud_ips(&sim).len(),
+        d.ok("status")
+    );
+    assert!(sim.calls("UnassignPrivateIpAddresses") >= 1);
+    let st = d.ok("status");
+    assert!(
+        st.contains(" inuse=0 ") && st.contains(" pending=0 "),
+        "{st}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || d.ask("audit")
+            == vec!["OK consistent"]),
+        "{:?}",
+        d.ask("audit")
+    );
+}
+
+#[test]
+fn kill_9_mid_burst_loses_no_acknowledged_allocation_and_leaks_nothing() {
+    let sim = large_sim(&["--latency-ms", "20"]);
+    let dir = tempdir("crash");
+    let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
+    let mut d = Daemon::start(&dir, &cfg);
+    let acked: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (sock, acked) = (d.socket.clone(), &acked);
+            s.spawn(move || {
+                for i in 0..10 {
+                    let owner = format!("crash/{t}-{i}");
+                    let r = common::ask(&sock, &format!("alloc {owner}"));
+                    match r.last().map(String::as_str) {
+                        Some(l) if l.starts_with("OK ip=") => {
+                            acked.lock().unwrap().insert(owner, field(l, "ip"));
+                        }
+                        _ => return,
+                    }
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(700));
+        d.kill9();
+    });
+    let acked = acked.into_inner().unwrap();
+    println!("{} allocations acknowledged before kill -9", acked.len());
+    drop(d);
+    let d = Daemon::start(&dir, &cfg);
+    for (owner, ip) in &acked {
+        let r = d.ask(&format!("show {owner}"));
+        assert_eq!(
+            field(&r[0], "ip"),
+            *ip,
+            "{owner} lost or changed its address: {r:?}"
+        );
+    }
+    let rows = list(&d);
+    let mut by_ip: BTreeSet<&str> = BTreeSet::new();
+    let mut owners: BTreeSet<&str> = BTreeSet::new();
+    for (ip, state, owner, _) in &rows {
+        assert!(by_ip.insert(ip), "{ip} listed twice");
+        if state == "inuse" {
+            assert!(owners.insert(owner), "{owner} holds two addresses");
+        }
+    }
+    // Everything the cloud has is known to the daemon, and nothing leaked.
+    let cloud = cloud_ips(&sim);
+    let known: BTreeMap<String, String> = rows
+        .iter()
+        .map(|(ip, _, _, eni)| (ip.clone(), eni.clone()))
+        .collect();
+    assert_eq!(cloud, known, "cloud vs daemon");
+    let managed: Vec<Value> = sim.managed();
+    assert!(
+        managed.iter().all(|e| e["status"] == "InUse"),
+        "an unattached tagged ENI was left: {managed:?}"
+    );
+    let enis = d.ask("enis");
+    assert_eq!(enis.len() - 1, managed.len());
+    assert!(eventually(Duration::from_secs(10), || d
+        .ok("status")
+        .contains(" pending=0 ")));
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+}

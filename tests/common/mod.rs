@@ -1,0 +1,354 @@
+//! Test harness: the real `eniip-sim` and `eniipd` binaries on loopback,
+//! in private temporary directories, with readiness taken from a test
+//! `NOTIFY_SOCKET` (never from sleeps).
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn tempdir(tag: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = PathBuf::from(format!(
+        "/tmp/eniipd-it-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Polls `f` every 20 ms until it returns true or `limit` passes.
+pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The emulator as a child process.
+pub struct Sim {
+    child: Child,
+    pub ecs: String,
+    pub metadata: String,
+    pub instance: String,
+    pub region: String,
+}
+
+impl Sim {
+    pub fn start(args: &[&str]) -> Sim {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_eniip-sim"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .unwrap_or_else(|| panic!("no {k} in {line:?}"))
+                .to_string()
+        };
+        Sim {
+            ecs: field("ecs"),
+            metadata: field("metadata"),
+            instance: field("instance"),
+            region: field("region"),
+            child,
+        }
+    }
+
+    fn admin(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let url = format!("{}{path}", self.ecs);
+        let mut r = match method {
+            "GET" => agent.get(&url).call(),
+            "DELETE" => agent.delete(&url).call(),
+            _ => agent.post(&url).content_type("application/json").send(body),
+        }
+        .unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    }
+
+    pub fn state(&self) -> Value {
+        serde_json::from_str(&self.admin("GET", "/__sim/state", "").1).unwrap()
+    }
+
+    pub fn fault(&self, json: &str) {
+        assert_eq!(self.admin("POST", "/__sim/faults", json).0, 200);
+    }
+
+    pub fn clear_faults(&self) {
+        assert_eq!(self.admin("DELETE", "/__sim/faults", "").0, 200);
+    }
+
+    pub fn set_free(&self, vsw: &str, free: u64) {
+        assert_eq!(
+            self.admin(
+                "POST",
+                "/__sim/vswitch",
+                &format!(r#"{{"id":"{vsw}","free":{free}}}"#)
+            )
+            .0,
+            200
+        );
+    }
+
+    pub fn calls(&self, action: &str) -> u64 {
+        self.state()["calls"][action].as_u64().unwrap_or(0)
+    }
+
+    /// Managed ENIs (tagged creator=eniipd) in the emulator.
+    pub fn managed(&self) -> Vec<Value> {
+        self.state()["enis"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["tags"]["creator"] == "eniipd")
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The daemon as a child process.
+pub struct Daemon {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+    child: Option<Child>,
+    log: PathBuf,
+    notify: UnixDatagram,
+}
+
+/// A config for the daemon against `sim`: loopback endpoints, the
+/// emulator's key pair, our uid allowed, fast maintenance.
+pub fn config(sim: &Sim, dir: &Path, extra: Value) -> Value {
+    let mut c = serde_json::json!({
+        "access_key": eniipd::sim::DEFAULT_ACCESS_KEY_ID,
+        "access_secret": eniipd::sim::DEFAULT_ACCESS_KEY_SECRET,
+        "ecs_endpoint": sim.ecs,
+        "vpc_endpoint": sim.ecs,
+        "metadata_endpoint": sim.metadata,
+        "socket_path": dir.join("d.sock").display().to_string(),
+        "state_dir": dir.join("state").display().to_string(),
+        "allowed_uids": [nix::unistd::getuid().as_raw()],
+        "pool_check_interval": 1,
+        "aggregation_window_ms": 100,
+    });
+    if let (Value::Object(base), Value::Object(more)) = (&mut c, extra) {
+        base.extend(more);
+    }
+    c
+}
+
+impl Daemon {
+    /// Writes `cfg` and starts the daemon; waits for READY=1.
+    pub fn start(dir: &Path, cfg: &Value) -> Daemon {
+        let d = Daemon::spawn(dir, cfg, &[]);
+        d.wait_ready(Duration::from_secs(60));
+        d
+    }
+
+    /// Starts without waiting.
+    pub fn spawn(dir: &Path, cfg: &Value, extra_args: &[&str]) -> Daemon {
+        let config = dir.join("eni.json");
+        fs::write(&config, serde_json::to_vec_pretty(cfg).unwrap()).unwrap();
+        let notify_path = dir.join(format!("n{}.sock", rand_suffix()));
+        let notify = UnixDatagram::bind(&notify_path).unwrap();
+        let log = dir.join("daemon.log");
+        let logf = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+            .arg("--config")
+            .arg(&config)
+            .args(extra_args)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("LISTEN_FDS")
+            .env_remove("ENIIPD_LOG")
+            .stdout(Stdio::null())
+            .stderr(logf)
+            .spawn()
+            .unwrap();
+        Daemon {
+            dir: dir.to_path_buf(),
+            socket: PathBuf::from(cfg["socket_path"].as_str().unwrap()),
+            config,
+            child: Some(child),
+            log,
+            notify,
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id() as i32
+    }
+
+    /// Blocks until READY=1 arrives (panics with the log otherwise).
+    pub fn wait_ready(&self, limit: Duration) {
+        let end = Instant::now() + limit;
+        let mut buf = [0u8; 512];
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                panic!("no READY=1 within {limit:?}; log:\n{}", self.log_text());
+            }
+            self.notify
+                .set_read_timeout(Some(left.min(Duration::from_millis(200))))
+                .unwrap();
+            if let Ok(n) = self.notify.recv(&mut buf) {
+                if String::from_utf8_lossy(&buf[..n])
+                    .lines()
+                    .any(|l| l == "READY=1")
+                {
+                    return;
+                }
+            }
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// One request, the whole reply.
+    pub fn ask(&self, line: &str) -> Vec<String> {
+        ask(&self.socket, line)
+    }
+
+    /// The `OK` text of a request that must succeed.
+    pub fn ok(&self, line: &str) -> String {
+        let r = self.ask(line);
+        let last = r.last().unwrap();
+        assert!(
+            last.starts_with("OK"),
+            "{line} -> {r:?}\nlog:\n{}",
+            self.log_text()
+        );
+        last.trim_start_matches("OK").trim().to_string()
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait (at most `limit`) for the exit status.
+    pub fn terminate(&mut self, limit: Duration) -> (ExitStatus, Duration) {
+        let mut c = self.child.take().unwrap();
+        let t = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(c.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                return (s, t.elapsed());
+            }
+            if t.elapsed() > limit {
+                let _ = c.kill();
+                panic!("no exit within {limit:?}; log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the process to exit by itself.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let mut c = self.child.take().unwrap();
+        let t = Instant::now();
+        loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                return s;
+            }
+            if t.elapsed() > limit {
+                let _ = c.kill();
+                panic!("no exit within {limit:?}; log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn rand_suffix() -> String {
+    eniipd::util::rand::with_thread_rng(|r| r.hex(4))
+}
+
+/// One request on a socket; returns every reply line.
+pub fn ask(socket: &Path, line: &str) -> Vec<String> {
+    let mut s =
+        UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let mut out = Vec::new();
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l).unwrap_or(0) == 0 {
+            out.push("<closed>".into());
+            return out;
+        }
+        let l = l.trim_end().to_string();
+        let done = eniipd::server::protocol::is_final_line(&l);
+        out.push(l);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// Fields of an `OK ip=.. eni=..` reply.
+pub fn field(reply: &str, key: &str) -> String {
+    reply
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {reply:?}"))
+        .to_string()
+}
+
+/// Reads a process's whole stdout (for one-shot commands).
+pub fn read_all(mut r: impl Read) -> String {
+    let mut s = String::new();
+    let _ = r.read_to_string(&mut s);
+    s
+}

@@ -1,0 +1,341 @@
+//! The real `eniipd` against the real `eniip-sim`, through the socket:
+//! every command, socat, access control, signals and restart, readiness,
+//! the state lock, configuration errors, socket activation, metrics.
+
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{config, field, tempdir, Daemon, Sim};
+use serde_json::json;
+
+fn fast_sim() -> Sim {
+    Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"])
+}
+
+#[test]
+fn every_command_through_the_real_daemon() {
+    let sim = fast_sim();
+    let dir = tempdir("cmds");
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
+    assert!(
+        d.log_text().lines().any(|l| l.contains("ready")),
+        "{}",
+        d.log_text()
+    );
+    assert_eq!(d.ask("ping"), vec!["OK pong"]);
+    assert_eq!(
+        d.ask("version"),
+        vec![format!(
+            "OK eniipd {} protocol=1",
+            env!("CARGO_PKG_VERSION")
+        )]
+    );
+    assert_eq!(d.ask("help").last().unwrap(), "OK");
+    let a = d.ok("alloc default/web-1 sandbox=s1");
+    let ip = field(&a, "ip");
+    let eni = field(&a, "eni");
+    for k in ["mac", "vswitch", "cidr", "gateway"] {
+        field(&a, k);
+    }
+    assert_eq!(d.ok("alloc default/web-1 sandbox=s1"), a, "idempotent");
+    assert_eq!(d.ok("show default/web-1"), a);
+    let list = d.ask("list");
+    assert!(
+        list.contains(&format!("{ip} inuse default/web-1 {eni}")),
+        "{list:?}"
+    );
+    let status = d.ok("status");
+    assert!(
+        status.starts_with("enis=1 ips=")
+            && status.contains(" inuse=1 ")
+            && status.ends_with("capacity=45"),
+        "{status}"
+    );
+    let enis = d.ask("enis");
+    assert!(
+        enis[0].starts_with(&format!("{eni} ")) && enis[0].ends_with("inhibited=-"),
+        "{enis:?}"
+    );
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+    let m = d.ask("metrics");
+    for family in [
+        "eniipd_ips{state=\"inuse\"} 1",
+        "eniipd_alloc_total{result=\"ok\"}",
+        "eniipd_openapi_requests_total{action=\"CreateNetworkInterface\",code=\"OK\"}",
+        "eniipd_state_commit_duration_seconds_count",
+    ] {
+        assert!(m.iter().any(|l| l.starts_with(family)), "{family} missing");
+    }
+    let cfg = d.ask("config");
+    assert!(cfg.contains(&"access_secret=***".to_string()));
+    assert!(!cfg
+        .iter()
+        .any(|l| l.contains(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET)));
+    assert_eq!(
+        d.ask("release default/web-1 sandbox=other"),
+        vec!["OK released=none"],
+        "other sandbox"
+    );
+    assert_eq!(
+        d.ask("release default/web-1"),
+        vec![format!("OK released={ip}")]
+    );
+    assert_eq!(d.ask("release default/web-1"), vec!["OK released=none"]);
+    assert_eq!(d.ask("show default/web-1"), vec!["ERR not-found"]);
+    assert!(d.ask("alloc bad|owner")[0].starts_with("ERR bad-request"));
+    assert!(d.ask("teleport")[0].starts_with("ERR unknown-command"));
+    assert_eq!(d.ask("quit"), vec!["OK bye"]);
+    // The emulator agrees: our ENI is tagged for this instance.
+    let managed = sim.managed();
+    assert_eq!(managed.len(), 1);
+    assert_eq!(
+        managed[0]["tags"]["eniipd/instance-id"],
+        sim.instance.as_str()
+    );
+}
+
+#[test]
+fn a_socat_session() {
+    if !std::path::Path::new("/usr/bin/socat").exists() {
+        assert!(
+            std::env::var("ENIIPD_CI").as_deref() != Ok("1"),
+            "socat is required in CI"
+        );
+        eprintln!("SKIPPED: socat is not installed");
+        return;
+    }
+    let sim = fast_sim();
+    let dir = tempdir("socat");
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo 'alloc demo/web-1' | socat -t 90 - UNIX-CONNECT:{}",
+            d.socket.display()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.starts_with("OK ip="), "{text}");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "printf 'show demo/web-1\\nstatus\\nquit\\n' | socat -t 5 - UNIX-CONNECT:{}",
+            d.socket.display()
+        ))
+        .output()
+        .unwrap();
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[0], text.trim());
+    assert_eq!(lines[2], "OK bye");
+}
+
+#[test]
+fn a_peer_outside_allowed_uids_is_refused_for_alloc() {
+    let sim = fast_sim();
+    let dir = tempdir("uid");
+    let other = nix::unistd::getuid().as_raw() + 4242;
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({"allowed_uids": [other]})));
+    assert!(d.ask("alloc x")[0].starts_with("ERR denied"));
+    assert!(d.ask("release x")[0].starts_with("ERR denied"));
+    assert!(d.ask("status")[0].starts_with("OK enis=0"));
+    assert_eq!(sim.calls("CreateNetworkInterface"), 0);
+}
+
+#[test]
+fn sigterm_exits_0_in_time_and_a_restart_keeps_the_allocations() {
+    let sim = fast_sim();
+    let dir = tempdir("restart");
+    let cfg = config(&sim, &dir, json!({}));
+    let mut d = Daemon::start(&dir, &cfg);
+    let before: Vec<String> = (0..3).map(|i| d.ok(&format!("alloc ns/pod-{i}"))).collect();
+    let (status, took) = d.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}\n{}", d.log_text());
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    drop(d);
+    let d = Daemon::start(&dir, &cfg);
+    for (i, a) in before.iter().enumerate() {
+        assert_eq!(&d.ok(&format!("show ns/pod-{i}")), a);
+    }
+    assert!(d.ok("status").contains(" inuse=3 "));
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+}
+
+#[test]
+fn a_second_daemon_on_the_same_state_directory_exits_75() {
+    let sim = fast_sim();
+    let dir = tempdir("lock");
+    let cfg = config(&sim, &dir, json!({}));
+    let _first = Daemon::start(&dir, &cfg);
+    let mut cfg2 = cfg.clone();
+    cfg2["socket_path"] = json!(dir.join("other.sock").display().to_string());
+    let mut second = Daemon::spawn(&dir, &cfg2, &[]);
+    let status = second.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(75), "{}", second.log_text());
+    assert!(second.log_text().contains("in use by another eniipd"));
+}
+
+#[test]
+fn bad_config_exits_78_naming_the_key_and_check_config_masks_secrets() {
+    let sim = fast_sim();
+    let dir = tempdir("cfg");
+    let cfg = config(&sim, &dir, json!({"max_ips_per_call": 11}));
+    let mut d = Daemon::spawn(&dir, &cfg, &[]);
+    assert_eq!(d.wait_exit(Duration::from_secs(10)).code(), Some(78));
+    let log = d.log_text();
+    assert!(
+        log.contains("`max_ips_per_call`") && log.contains("11") && log.contains("allowed"),
+        "{log}"
+    );
+    let cfg = config(
+        &sim,
+        &dir,
+        json!({"frobnicate": true, "service_cidr": "10.0.0.0/16"}),
+    );
+    std::fs::write(dir.join("ok.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .args(["--check-config", "--config"])
+        .arg(dir.join("ok.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("access_secret=***") && stdout.contains("max_ips_per_call=10"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET)
+            && !stderr.contains(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET)
+    );
+    assert!(
+        stderr.contains("frobnicate") && stderr.contains("service_cidr"),
+        "{stderr}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .arg("--bogus")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .args(["--check-config", "--config", "/nonexistent/eni.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+}
+
+#[test]
+fn corrupt_state_exits_65_and_recover_state_salvages() {
+    let sim = fast_sim();
+    let dir = tempdir("corrupt");
+    let cfg = config(&sim, &dir, json!({}));
+    let mut d = Daemon::start(&dir, &cfg);
+    let a = d.ok("alloc keep/me");
+    d.terminate(Duration::from_secs(15));
+    drop(d);
+    let snap = dir.join("state").join("state.json");
+    let text = std::fs::read_to_string(&snap).unwrap();
+    std::fs::write(&snap, text.replace("keep/me", "keep/mE")).unwrap();
+    let mut d = Daemon::spawn(&dir, &cfg, &[]);
+    assert_eq!(d.wait_exit(Duration::from_secs(20)).code(), Some(65));
+    assert!(
+        d.log_text().contains("state.json") && d.log_text().contains("checksum"),
+        "{}",
+        d.log_text()
+    );
+    drop(d);
+    let d = Daemon::spawn(&dir, &cfg, &["--recover-state"]);
+    d.wait_ready(Duration::from_secs(60));
+    // Nothing was salvageable from the tampered snapshot: the address is
+    // held back (quarantined) rather than handed to someone new.
+    let ip = field(&a, "ip");
+    let list = d.ask("list");
+    assert!(
+        list.contains(&format!("{ip} reserved - {}", field(&a, "eni"))),
+        "{list:?}"
+    );
+    assert!(std::fs::read_dir(dir.join("state"))
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("corrupt-")));
+}
+
+#[test]
+fn metrics_over_http() {
+    let sim = fast_sim();
+    let dir = tempdir("metrics");
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let d = Daemon::start(
+        &dir,
+        &config(
+            &sim,
+            &dir,
+            json!({"metrics_listen": format!("127.0.0.1:{port}")}),
+        ),
+    );
+    d.ok("alloc m/one");
+    let body = ureq::get(&format!("http://127.0.0.1:{port}/metrics"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert!(body.contains("eniipd_ips{state=\"inuse\"} 1"), "{body}");
+    assert!(body.contains("eniipd_connections "));
+}
+
+#[test]
+fn socket_activation_through_systemd_socket_activate() {
+    let tool = std::path::Path::new("/usr/bin/systemd-socket-activate");
+    if !tool.exists() {
+        assert!(
+            std::env::var("ENIIPD_CI").as_deref() != Ok("1"),
+            "systemd-socket-activate is required in CI"
+        );
+        eprintln!("SKIPPED: systemd-socket-activate is not installed");
+        return;
+    }
+    let sim = fast_sim();
+    let dir = tempdir("activate");
+    let sock = dir.join("act.sock");
+    let cfg = config(
+        &sim,
+        &dir,
+        json!({"socket_path": dir.join("never-bound.sock").display().to_string()}),
+    );
+    std::fs::write(dir.join("eni.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let mut child = Command::new(tool)
+        .arg("-l")
+        .arg(&sock)
+        .arg(env!("CARGO_BIN_EXE_eniipd"))
+        .arg("--config")
+        .arg(dir.join("eni.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(10), || sock.exists()));
+    // The first connection starts the daemon; it answers once ready.
+    let r = common::ask(&sock, "ping");
+    assert_eq!(r, vec!["OK pong"]);
+    assert!(common::ask(&sock, "alloc act/one")[0].starts_with("OK ip="));
+    assert!(
+        !dir.join("never-bound.sock").exists(),
+        "the inherited socket was used"
+    );
+    let _ = child.kill();
+    let mut err = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    let _ = child.wait();
+}
