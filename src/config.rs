@@ -857,3 +857,91 @@ mod tests {
         assert!(RawConfig::parse("{").is_err());
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| Value::from(n)),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(|f| Value::from(f)),
+            "[ -~]{0,20}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z_]{1,12}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    const KEYS: &[&str] = &[
+        "max_pool_size",
+        "min_pool_size",
+        "min_eni",
+        "max_eni",
+        "eni_cap_ratio",
+        "eni_cap_shift",
+        "vswitches",
+        "security_group",
+        "security_groups",
+        "ip_stack",
+        "vswitch_selection_policy",
+        "eni_tags",
+        "socket_mode",
+        "socket_group",
+        "allowed_uids",
+        "alloc_timeout",
+        "max_ips_per_call",
+        "metrics_listen",
+        "socket_path",
+        "state_dir",
+        "access_key",
+        "access_secret",
+        "aggregation_window_ms",
+        "ecs_endpoint",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// Arbitrary text never panics the loader.
+        #[test]
+        fn arbitrary_text(text in "[ -~\n]{0,400}") {
+            if let Ok(raw) = RawConfig::parse(&text) {
+                let _ = raw.warnings();
+                let _ = raw.validate();
+            }
+        }
+
+        /// Known keys with arbitrary JSON values: a config or an error that
+        /// names the key; never a panic; a valid config keeps its promises.
+        #[test]
+        fn known_keys_any_values(entries in proptest::collection::vec((proptest::sample::select(KEYS), json_value()), 0..6)) {
+            let obj: serde_json::Map<String, Value> = entries.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+            let text = Value::Object(obj).to_string();
+            match RawConfig::parse(&text) {
+                Ok(raw) => match raw.validate() {
+                    Ok(c) => {
+                        prop_assert!((1..=10).contains(&c.max_ips_per_call));
+                        prop_assert!(c.eni_cap_ratio > 0.0 && c.eni_cap_ratio <= 1.0);
+                        prop_assert!(c.socket_mode <= 0o777);
+                        prop_assert!(!c.effective().iter().any(|(_, v)| c.access_secret.as_ref().is_some_and(|s| !s.is_empty() && v.contains(s.expose()))));
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        prop_assert!(msg.contains('`') && msg.contains("allowed"), "{}", msg);
+                    }
+                },
+                Err(_) => {}
+            }
+        }
+    }
+}

@@ -779,3 +779,79 @@ mod tests {
         assert!(!is_final_line(" OK"));
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn id() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9._:@/-]{1,40}"
+    }
+
+    fn request() -> impl Strategy<Value = Request> {
+        prop_oneof![
+            Just(Request::Ping),
+            Just(Request::Status),
+            Just(Request::List),
+            Just(Request::Quit),
+            (
+                id(),
+                proptest::option::of(id()),
+                proptest::option::of(any::<[u8; 4]>())
+            )
+                .prop_map(|(o, s, p)| Request::Alloc {
+                    owner: Owner::parse(&o).unwrap(),
+                    sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
+                    prefer: p.map(|b| IpAddr::V4(Ipv4Addr::from(b))),
+                }),
+            (id(), proptest::option::of(id())).prop_map(|(o, s)| Request::Release {
+                owner: Owner::parse(&o).unwrap(),
+                sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
+            }),
+            id().prop_map(|o| Request::Show {
+                owner: Owner::parse(&o).unwrap()
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Any bytes: a request or an error, never a panic; errors render
+        /// as exactly one final line.
+        #[test]
+        fn never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..5000)) {
+            match parse_request(&bytes) {
+                Ok(r) => prop_assert!(parse_request(r.to_line().as_bytes()).is_ok()),
+                Err(e) => {
+                    let text = Reply::err(e).render();
+                    prop_assert_eq!(text.matches('\n').count(), 1);
+                    prop_assert!(text.starts_with("ERR "));
+                }
+            }
+        }
+
+        /// Printable lines too (closer to what parses).
+        #[test]
+        fn never_panics_on_text(line in "[ -~]{0,300}") {
+            let _ = parse_request(line.as_bytes());
+        }
+
+        /// Rendering a request and parsing it gives it back.
+        #[test]
+        fn round_trip(r in request()) {
+            prop_assert_eq!(parse_request(r.to_line().as_bytes()).unwrap(), r);
+        }
+
+        /// Whatever the data, a reply has exactly one final line, last.
+        #[test]
+        fn replies_are_framed(data in proptest::collection::vec("[ -~\n\r\t]{0,60}", 0..8), ok in any::<bool>(), text in "[ -~\n]{0,40}") {
+            let outcome = if ok { Ok(text) } else { Err(ProtoError::new(ErrCode::Cloud, text)) };
+            let rendered = Reply { data, outcome }.render();
+            let lines: Vec<&str> = rendered.split_terminator('\n').collect();
+            prop_assert_eq!(lines.iter().filter(|l| is_final_line(l)).count(), 1);
+            prop_assert!(is_final_line(lines.last().unwrap()));
+        }
+    }
+}

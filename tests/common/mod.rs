@@ -352,3 +352,22 @@ pub fn read_all(mut r: impl Read) -> String {
     let _ = r.read_to_string(&mut s);
     s
 }
+
+/// One request; the final line, or `None` if the connection failed or
+/// closed before it (a killed daemon).
+pub fn try_ask(socket: &Path, line: &str) -> Option<String> {
+    let mut s = UnixStream::connect(socket).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
+    s.write_all(format!("{line}\n").as_bytes()).ok()?;
+    let mut r = BufReader::new(s);
+    loop {
+        let mut l = String::new();
+        if r.read_line(&mut l).ok()? == 0 {
+            return None;
+        }
+        let l = l.trim_end().to_string();
+        if eniipd::server::protocol::is_final_line(&l) {
+            return Some(l);
+        }
+    }
+}

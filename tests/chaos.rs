@@ -1,0 +1,258 @@
+//! Model-based chaos: clients issue random alloc/release (owners repeat)
+//! while eniipd is killed with SIGKILL at random moments and restarted,
+//! with emulator faults on (20 % Throttling.User, 5 % InternalError,
+//! latency spikes, one vswitch exhausted part of the time, metadata lag).
+//! The test keeps its own model of what was acknowledged and checks after
+//! every restart and at the end:
+//! - every acknowledged allocation is held by the same owner, same address;
+//! - no address is held by two owners;
+//! - every address and ENI in the emulator is known to the daemon, and no
+//!   tagged ENI is left unattached;
+//! - pending is 0 once idle, and `audit` is consistent.
+//!
+//! Bounded: `ENIIPD_CHAOS_ROUNDS` rounds (default 8, well under a minute),
+//! each at most a few seconds of traffic. `ENIIPD_CHAOS_ROUNDS=50` is a soak.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::{config, eventually, field, tempdir, Daemon, Sim};
+use eniipd::util::rand::Rng;
+use serde_json::json;
+
+/// What the test knows about one owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Known {
+    /// Acknowledged: holds this address.
+    Holds(String),
+    /// Acknowledged release (or never allocated).
+    Free,
+    /// A request was in flight when the daemon died.
+    Unknown,
+}
+
+#[derive(Default)]
+struct Counts {
+    allocs: AtomicU64,
+    releases: AtomicU64,
+    errors: AtomicU64,
+    lost_replies: AtomicU64,
+}
+
+fn rounds() -> usize {
+    std::env::var("ENIIPD_CHAOS_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8)
+}
+
+#[test]
+fn chaos_kill_restart_with_faults() {
+    let seed = std::env::var("ENIIPD_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| Rng::from_entropy().next_u64());
+    println!("chaos seed {seed} (ENIIPD_CHAOS_SEED to replay the test's choices)");
+    let mut rng = Rng::seeded(seed);
+    let sim = Sim::start(&[
+        "--instance-type",
+        "ecs.g7.4xlarge",
+        "--vswitch",
+        "vsw-chaosa=10.10.0.0/22,free=1000",
+        "--vswitch",
+        "vsw-chaosb=10.20.0.0/22,free=1000",
+        "--attach-delay-ms",
+        "80",
+        "--metadata-lag-ms",
+        "150",
+        "--seed",
+        &seed.to_string(),
+    ]);
+    let dir = tempdir("chaos");
+    let zone = sim.state()["instance"]["zone"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cfg = config(
+        &sim,
+        &dir,
+        json!({"max_pool_size": 3, "vswitches": {zone: ["vsw-chaosa", "vsw-chaosb"]}, "alloc_timeout": 30}),
+    );
+    let faults = || {
+        sim.fault(r#"{"action":"*","code":"Throttling.User","probability":0.2}"#);
+        sim.fault(r#"{"action":"*","code":"InternalError","probability":0.05}"#);
+        sim.fault(r#"{"action":"*","latency_ms":300,"probability":0.05}"#);
+    };
+    let owners_per_client = 15;
+    let clients = 4;
+    let model: Mutex<BTreeMap<String, Known>> = Mutex::new(BTreeMap::new());
+    let counts = Counts::default();
+    let mut kills = 0;
+    let mut exhausted_rounds = 0;
+    for round in 0..rounds() {
+        // Faults off while the daemon starts, so start-up does not spend
+        // its retry budget; on for the traffic.
+        sim.clear_faults();
+        let mut d = Daemon::start(&dir, &cfg);
+        check_restart(&sim, &d, &model, round);
+        faults();
+        let exhaust = rng.below(2) == 0;
+        if exhaust {
+            exhausted_rounds += 1;
+            sim.set_free("vsw-chaosb", 0);
+        } else {
+            sim.set_free("vsw-chaosb", 1000);
+        }
+        let stop = AtomicBool::new(false);
+        let kill_after = Duration::from_millis(500 + rng.below(2500));
+        let seeds: Vec<u64> = (0..clients).map(|_| rng.next_u64()).collect();
+        let sock = d.socket.clone();
+        std::thread::scope(|s| {
+            for (c, seed) in seeds.iter().enumerate() {
+                let (sock, model, counts, stop) = (&sock, &model, &counts, &stop);
+                let mut r = Rng::seeded(*seed);
+                s.spawn(move || {
+                    let until = Instant::now() + Duration::from_secs(8);
+                    while !stop.load(Ordering::SeqCst) && Instant::now() < until {
+                        let owner = format!("chaos/c{c}-{}", r.below(owners_per_client));
+                        let release = r.below(2) == 0;
+                        let line = if release {
+                            format!("release {owner}")
+                        } else {
+                            format!("alloc {owner}")
+                        };
+                        model.lock().unwrap().insert(owner.clone(), Known::Unknown);
+                        let reply = common::try_ask(sock, &line);
+                        let mut m = model.lock().unwrap();
+                        match reply.as_deref() {
+                            Some(l) if l.starts_with("OK ip=") => {
+                                counts.allocs.fetch_add(1, Ordering::Relaxed);
+                                m.insert(owner, Known::Holds(field(l, "ip")));
+                            }
+                            Some(l) if l.starts_with("OK released=") => {
+                                counts.releases.fetch_add(1, Ordering::Relaxed);
+                                m.insert(owner, Known::Free);
+                            }
+                            Some(_) => {
+                                // An ERR changes nothing that was acknowledged
+                                // before, but this owner's earlier state is now
+                                // only known by asking.
+                                counts.errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                            None => {
+                                counts.lost_replies.fetch_add(1, Ordering::Relaxed);
+                                return;
+                            }
+                        }
+                        drop(m);
+                        std::thread::sleep(Duration::from_millis(r.below(40)));
+                    }
+                });
+            }
+            std::thread::sleep(kill_after);
+            d.kill9();
+            kills += 1;
+            stop.store(true, Ordering::SeqCst);
+        });
+        drop(d);
+    }
+    sim.clear_faults();
+    sim.set_free("vsw-chaosb", 1000);
+    let d = Daemon::start(&dir, &cfg);
+    check_restart(&sim, &d, &model, rounds());
+    assert!(
+        eventually(Duration::from_secs(30), || d
+            .ok("status")
+            .contains(" pending=0 ")),
+        "pending never returned to 0"
+    );
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+    println!(
+        "chaos: {} rounds, {kills} kill -9, {exhausted_rounds} with a vswitch exhausted; {} allocs, {} releases acknowledged, {} ERR replies, {} replies lost to kills; {} OpenAPI calls made under 20 % Throttling.User, 5 % InternalError and 5 % +300 ms faults",
+        rounds(),
+        counts.allocs.load(Ordering::Relaxed),
+        counts.releases.load(Ordering::Relaxed),
+        counts.errors.load(Ordering::Relaxed),
+        counts.lost_replies.load(Ordering::Relaxed),
+        sim.state()["calls"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>(),
+    );
+}
+
+/// Checks right after a restart (nothing in flight yet), and learns the
+/// truth about owners whose last request had no reply.
+fn check_restart(sim: &Sim, d: &Daemon, model: &Mutex<BTreeMap<String, Known>>, round: usize) {
+    let mut m = model.lock().unwrap();
+    for (owner, known) in m.iter_mut() {
+        let r = d.ask(&format!("show {owner}"));
+        let now = if r[0].starts_with("OK ip=") {
+            Known::Holds(field(&r[0], "ip"))
+        } else {
+            Known::Free
+        };
+        match known {
+            Known::Unknown => *known = now,
+            k => assert_eq!(
+                *k, now,
+                "round {round}: {owner} acknowledged {k:?} but the daemon says {now:?}"
+            ),
+        }
+    }
+    drop(m);
+    let list = d.ask("list");
+    let mut ips = BTreeSet::new();
+    let mut holders = BTreeSet::new();
+    let mut known_ips = BTreeMap::new();
+    for l in &list[..list.len() - 1] {
+        let w: Vec<&str> = l.split(' ').collect();
+        assert!(
+            ips.insert(w[0].to_string()),
+            "round {round}: {} listed twice",
+            w[0]
+        );
+        if w[1] == "inuse" {
+            assert!(
+                holders.insert(w[2].to_string()),
+                "round {round}: {} holds two addresses",
+                w[2]
+            );
+        }
+        known_ips.insert(w[0].to_string(), w[3].to_string());
+    }
+    // The first maintenance pass may be giving idle addresses back right
+    // after start: compare once that has settled.
+    let mut last = (BTreeMap::new(), BTreeMap::new());
+    let settled = eventually(Duration::from_secs(20), || {
+        let mut cloud = BTreeMap::new();
+        let mut unattached = false;
+        for e in sim.managed() {
+            unattached |= e["status"] != "InUse";
+            for ip in e["private_ips"].as_array().unwrap() {
+                cloud.insert(
+                    ip.as_str().unwrap().to_string(),
+                    e["id"].as_str().unwrap().to_string(),
+                );
+            }
+        }
+        let list = d.ask("list");
+        let daemon: BTreeMap<String, String> = list[..list.len() - 1]
+            .iter()
+            .map(|l| {
+                let w: Vec<&str> = l.split(' ').collect();
+                (w[0].to_string(), w[3].to_string())
+            })
+            .collect();
+        let same = cloud == daemon && !unattached;
+        last = (cloud, daemon);
+        same
+    });
+    assert!(
+        settled,
+        "round {round}: the cloud's addresses and the daemon's differ:\ncloud  {:?}\ndaemon {:?}",
+        last.0, last.1
+    );
+    let _ = known_ips;
+}
