@@ -867,7 +867,7 @@ mod proptests {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
-            any::<i64>().prop_map(|n| Value::from(n)),
+            any::<i64>().prop_map(Value::from),
             any::<f64>()
                 .prop_filter("finite", |f| f.is_finite())
                 .prop_map(|f| Value::from(f)),
@@ -927,8 +927,8 @@ mod proptests {
         fn known_keys_any_values(entries in proptest::collection::vec((proptest::sample::select(KEYS), json_value()), 0..6)) {
             let obj: serde_json::Map<String, Value> = entries.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
             let text = Value::Object(obj).to_string();
-            match RawConfig::parse(&text) {
-                Ok(raw) => match raw.validate() {
+            if let Ok(raw) = RawConfig::parse(&text) {
+                match raw.validate() {
                     Ok(c) => {
                         prop_assert!((1..=10).contains(&c.max_ips_per_call));
                         prop_assert!(c.eni_cap_ratio > 0.0 && c.eni_cap_ratio <= 1.0);
@@ -939,8 +939,7 @@ mod proptests {
                         let msg = e.to_string();
                         prop_assert!(msg.contains('`') && msg.contains("allowed"), "{}", msg);
                     }
-                },
-                Err(_) => {}
+                }
             }
         }
     }
