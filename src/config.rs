@@ -870,7 +870,7 @@ mod proptests {
             any::<i64>().prop_map(Value::from),
             any::<f64>()
                 .prop_filter("finite", |f| f.is_finite())
-                .prop_map(|f| Value::from(f)),
+                .prop_map(Value::from),
             "[ -~]{0,20}".prop_map(Value::String),
         ];
         leaf.prop_recursive(3, 16, 4, |inner| {
