@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use log::Level;
 use parking_lot::Mutex;
 
+/// Dependencies whose logs could carry credentials.
+const QUIET: &[&str] = &["ureq", "ureq_proto", "rustls"];
+
 /// The syslog priority journald reads from a `<N>` prefix.
 pub fn journal_priority(level: Level) -> u8 {
     match level {
@@ -57,6 +60,13 @@ pub fn init(level: &str) -> Result<(), String> {
     let journal = std::env::var_os("JOURNAL_STREAM").is_some();
     let mut b = env_logger::Builder::new();
     b.parse_filters(&spec);
+    // The HTTP client logs request URIs (which carry SecurityToken) at
+    // debug and hex dumps of bodies (role credentials) at trace. Its
+    // failures reach us as errors anyway, so it is silenced whatever level
+    // is asked for: secrets must never reach a log.
+    for module in QUIET {
+        b.filter_module(module, log::LevelFilter::Off);
+    }
     b.target(env_logger::Target::Stderr);
     if journal {
         b.format(|buf, r| {
