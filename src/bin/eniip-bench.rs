@@ -1,0 +1,661 @@
+//! `eniip-bench`: measures eniipd against eniip-sim and prints one table
+//! (or, with `--json`, one JSON object). Every figure that has a target is
+//! shown next to a floor measured in the same run, because these machines
+//! are noisy:
+//!
+//! - floors: a Unix-socket line round trip, and an atomic write + fsync of
+//!   a state-sized file;
+//! - warm alloc/release over the socket with a pre-filled pool: p50/p99 of
+//!   one client, ops/s of 1 and 16 clients;
+//! - a cold burst of 100 allocations on an empty pool with 50 ms emulator
+//!   latency: wall time and OpenAPI calls against the lower bound;
+//! - restart recovery time with the largest built-in instance type full;
+//! - footprint: idle RSS, threads, CPU time while idle, binary size.
+//!
+//! Run: `cargo run --release --bin eniip-bench [-- --json] [--idle-secs N]`.
+//! It uses the eniipd and eniip-sim binaries next to it (building them
+//! with cargo if they are missing).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+struct Opts {
+    json: bool,
+    idle_secs: u64,
+    warm_iters: usize,
+}
+
+fn main() {
+    let mut o = Opts {
+        json: false,
+        idle_secs: 60,
+        warm_iters: 1000,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--json" => o.json = true,
+            "--idle-secs" => {
+                o.idle_secs = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| usage("--idle-secs needs seconds"))
+            }
+            "--warm-iters" => {
+                o.warm_iters = args
+                    .next()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or_else(|| usage("--warm-iters needs a count"))
+            }
+            "--help" | "-h" => {
+                println!("eniip-bench [--json] [--idle-secs N (60)] [--warm-iters N (1000)]");
+                return;
+            }
+            other => usage(&format!("unknown option {other}")),
+        }
+    }
+    let bins = binaries();
+    let work = std::env::temp_dir().join(format!("eniip-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).expect("a work directory");
+    let report = run(&o, &bins, &work);
+    let _ = std::fs::remove_dir_all(&work);
+    if o.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        print_table(&report);
+    }
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("eniip-bench: {msg}");
+    std::process::exit(2)
+}
+
+struct Bins {
+    eniipd: PathBuf,
+    sim: PathBuf,
+}
+
+fn binaries() -> Bins {
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_default();
+    let b = Bins {
+        eniipd: dir.join("eniipd"),
+        sim: dir.join("eniip-sim"),
+    };
+    if !b.eniipd.exists() || !b.sim.exists() {
+        let profile = if dir.ends_with("release") {
+            "--release"
+        } else {
+            "--profile=dev"
+        };
+        eprintln!("building eniipd and eniip-sim ({profile})...");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let ok = Command::new(cargo)
+            .args(["build", profile, "--bin", "eniipd", "--bin", "eniip-sim"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok || !b.eniipd.exists() {
+            usage("eniipd and eniip-sim must be built first: cargo build --release");
+        }
+    }
+    b
+}
+
+// ---- processes -------------------------------------------------------------
+
+struct Sim {
+    child: Child,
+    ecs: String,
+    metadata: String,
+}
+
+impl Sim {
+    fn start(bins: &Bins, args: &[&str]) -> Sim {
+        let mut child = Command::new(&bins.sim)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("eniip-sim");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("ready line");
+        let f = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                .unwrap_or_default()
+                .to_string()
+        };
+        Sim {
+            ecs: f("ecs"),
+            metadata: f("metadata"),
+            child,
+        }
+    }
+
+    fn calls(&self) -> Value {
+        let body = ureq::get(&format!("{}/__sim/state", self.ecs))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .unwrap_or_default();
+        serde_json::from_str::<Value>(&body)
+            .map(|v| v["calls"].clone())
+            .unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    notify: UnixDatagram,
+}
+
+fn daemon_config(sim: &Sim, dir: &Path, extra: Value) -> PathBuf {
+    let mut c = json!({
+        "access_key": eniipd::sim::DEFAULT_ACCESS_KEY_ID,
+        "access_secret": eniipd::sim::DEFAULT_ACCESS_KEY_SECRET,
+        "ecs_endpoint": sim.ecs, "vpc_endpoint": sim.ecs, "metadata_endpoint": sim.metadata,
+        "socket_path": dir.join("d.sock").display().to_string(),
+        "state_dir": dir.join("state").display().to_string(),
+        "allowed_uids": [nix::unistd::getuid().as_raw()],
+    });
+    if let (Value::Object(a), Value::Object(b)) = (&mut c, extra) {
+        a.extend(b);
+    }
+    let p = dir.join("eni.json");
+    std::fs::write(&p, serde_json::to_vec(&c).unwrap_or_default()).expect("config");
+    p
+}
+
+impl Daemon {
+    fn start(bins: &Bins, dir: &Path, config: &Path) -> (Daemon, Duration) {
+        let notify_path = dir.join(format!(
+            "n{}.sock",
+            eniipd::util::rand::with_thread_rng(|r| r.hex(4))
+        ));
+        let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
+        let t = Instant::now();
+        let child = Command::new(&bins.eniipd)
+            .arg("--config")
+            .arg(config)
+            .env("NOTIFY_SOCKET", &notify_path)
+            .env("ENIIPD_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("eniipd");
+        let d = Daemon {
+            child,
+            socket: dir.join("d.sock"),
+            notify,
+        };
+        let mut buf = [0u8; 256];
+        let end = Instant::now() + Duration::from_secs(120);
+        loop {
+            let _ = d.notify.set_read_timeout(Some(Duration::from_millis(200)));
+            if let Ok(n) = d.notify.recv(&mut buf) {
+                if String::from_utf8_lossy(&buf[..n])
+                    .lines()
+                    .any(|l| l == "READY=1")
+                {
+                    break;
+                }
+            }
+            assert!(Instant::now() < end, "eniipd did not become ready");
+        }
+        (d, t.elapsed())
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn stop(mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Conn {
+    w: UnixStream,
+    r: BufReader<UnixStream>,
+    line: String,
+}
+
+impl Conn {
+    fn open(p: &Path) -> Conn {
+        let s = UnixStream::connect(p).expect("connect");
+        Conn {
+            r: BufReader::new(s.try_clone().expect("clone")),
+            w: s,
+            line: String::new(),
+        }
+    }
+
+    /// One request; the final line.
+    fn ask(&mut self, req: &str) -> String {
+        self.w.write_all(req.as_bytes()).expect("send");
+        loop {
+            self.line.clear();
+            if self.r.read_line(&mut self.line).unwrap_or(0) == 0 {
+                return "<closed>".into();
+            }
+            let l = self.line.trim_end();
+            if eniipd::server::protocol::is_final_line(l) {
+                return l.to_string();
+            }
+        }
+    }
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return 0.0;
+    }
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+// ---- measurements ------------------------------------------------------------
+
+fn floors(work: &Path) -> (f64, f64, usize) {
+    let path = work.join("rtt.sock");
+    let l = UnixListener::bind(&path).expect("bind");
+    let t = std::thread::spawn(move || {
+        if let Ok((s, _)) = l.accept() {
+            let mut r = BufReader::new(s.try_clone().expect("clone"));
+            let mut w = s;
+            let mut line = String::new();
+            while r.read_line(&mut line).unwrap_or(0) > 0 {
+                let _ = w.write_all(b"OK pong\n");
+                line.clear();
+            }
+        }
+    });
+    let mut c = Conn::open(&path);
+    let mut rtt = Vec::new();
+    for i in 0..3000 {
+        let t0 = Instant::now();
+        c.ask("ping\n");
+        if i >= 200 {
+            rtt.push(ms(t0.elapsed()));
+        }
+    }
+    drop(c);
+    let _ = t.join();
+    // State-sized: a snapshot of a full large node (210 allocations).
+    let mut state = eniipd::store::PersistedState::default();
+    for i in 0..210u32 {
+        state.apply(&eniipd::store::Record::Alloc(eniipd::store::Allocation {
+            owner: format!("namespace-{}/pod-name-{i}", i % 7),
+            sandbox: Some(format!("{:064x}", u128::from(i) * 7919)),
+            ipv4: std::net::Ipv4Addr::from(0x0a00_0000 + i),
+            ipv6: None,
+            eni: "eni-bp1abcdefghijklmnopq".into(),
+            at_ms: 1_700_000_000_000,
+        }));
+    }
+    let size = serde_json::to_vec_pretty(&state)
+        .map(|v| v.len())
+        .unwrap_or(16 << 10);
+    let mut fs = Vec::new();
+    for _ in 0..60 {
+        if let Ok(d) = eniipd::store::measure_atomic_write(work, size) {
+            fs.push(ms(d));
+        }
+    }
+    (pct(&mut rtt, 0.5), pct(&mut fs, 0.5), size)
+}
+
+fn warm(o: &Opts, bins: &Bins, work: &Path) -> Value {
+    let dir = work.join("warm");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let sim = Sim::start(
+        bins,
+        &[
+            "--instance-type",
+            "ecs.g7.4xlarge",
+            "--attach-delay-ms",
+            "50",
+            "--metadata-lag-ms",
+            "50",
+        ],
+    );
+    let cfg = daemon_config(
+        &sim,
+        &dir,
+        json!({"min_pool_size": 40, "max_pool_size": 60}),
+    );
+    let (d, _) = Daemon::start(bins, &dir, &cfg);
+    let mut c = Conn::open(&d.socket);
+    let end = Instant::now() + Duration::from_secs(60);
+    while !c.ask("status\n").contains(" idle=4") && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // One client.
+    let mut lat_alloc = Vec::new();
+    let mut lat_release = Vec::new();
+    let t = Instant::now();
+    for i in 0..o.warm_iters {
+        let t0 = Instant::now();
+        let r = c.ask(&format!("alloc bench/one-{i}\n"));
+        lat_alloc.push(ms(t0.elapsed()));
+        assert!(r.starts_with("OK ip="), "{r}");
+        let t0 = Instant::now();
+        c.ask(&format!("release bench/one-{i}\n"));
+        lat_release.push(ms(t0.elapsed()));
+    }
+    let one_ops = (2 * o.warm_iters) as f64 / t.elapsed().as_secs_f64();
+    let mut all: Vec<f64> = lat_alloc.iter().chain(&lat_release).copied().collect();
+    let (p50, p99) = (pct(&mut all.clone(), 0.5), pct(&mut all, 0.99));
+    let (a50, r50) = (pct(&mut lat_alloc, 0.5), pct(&mut lat_release, 0.5));
+    // Sixteen clients.
+    let per = (o.warm_iters / 4).max(50);
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for k in 0..16 {
+            let sock = d.socket.clone();
+            s.spawn(move || {
+                let mut c = Conn::open(&sock);
+                for i in 0..per {
+                    let r = c.ask(&format!("alloc bench/c{k}-{i}\n"));
+                    assert!(r.starts_with("OK ip="), "{r}");
+                    c.ask(&format!("release bench/c{k}-{i}\n"));
+                }
+            });
+        }
+    });
+    let sixteen_ops = (16 * 2 * per) as f64 / t.elapsed().as_secs_f64();
+    d.stop();
+    json!({"requests_one_client": 2 * o.warm_iters, "p50_ms": p50, "p99_ms": p99, "alloc_p50_ms": a50, "release_p50_ms": r50,
+           "ops_per_sec_1": one_ops, "ops_per_sec_16": sixteen_ops, "scaling_16_over_1": sixteen_ops / one_ops})
+}
+
+fn cold(bins: &Bins, work: &Path) -> Value {
+    let dir = work.join("cold");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let sim = Sim::start(
+        bins,
+        &[
+            "--instance-type",
+            "ecs.g7.4xlarge",
+            "--latency-ms",
+            "50",
+            "--attach-delay-ms",
+            "100",
+            "--metadata-lag-ms",
+            "100",
+        ],
+    );
+    let cfg = daemon_config(&sim, &dir, json!({"min_pool_size": 0, "max_pool_size": 0}));
+    let (d, _) = Daemon::start(bins, &dir, &cfg);
+    let before = sim.calls();
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for i in 0..100 {
+            let sock = d.socket.clone();
+            s.spawn(move || {
+                let r = Conn::open(&sock).ask(&format!("alloc cold/pod-{i}\n"));
+                assert!(r.starts_with("OK ip="), "{r}");
+            });
+        }
+    });
+    let wall = t.elapsed();
+    let after = sim.calls();
+    let mut by_action = serde_json::Map::new();
+    let mut total = 0;
+    if let Value::Object(a) = &after {
+        for (k, v) in a {
+            let n = v.as_u64().unwrap_or(0) - before.get(k).and_then(Value::as_u64).unwrap_or(0);
+            if n > 0 {
+                by_action.insert(k.clone(), json!(n));
+                total += n;
+            }
+        }
+    }
+    let get = |k: &str| by_action.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let assign_or_create = get("AssignPrivateIpAddresses") + get("CreateNetworkInterface");
+    // ceil(100/10) assign-or-create calls plus the attaches of the
+    // ceil(100/30) ENIs a g7.4xlarge needs.
+    let lower = 10 + 100u64.div_ceil(30);
+    d.stop();
+    json!({"wall_ms": ms(wall), "calls_by_action": by_action, "calls_total": total, "assign_or_create": assign_or_create,
+           "lower_bound": lower, "ratio_total_to_lower_bound": total as f64 / lower as f64,
+           "ratio_assign_create_to_10": assign_or_create as f64 / 10.0})
+}
+
+fn restart(bins: &Bins, work: &Path) -> Value {
+    let dir = work.join("restart");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let sim = Sim::start(
+        bins,
+        &[
+            "--instance-type",
+            "ecs.g7.8xlarge",
+            "--attach-delay-ms",
+            "50",
+            "--metadata-lag-ms",
+            "50",
+        ],
+    );
+    let cfg = daemon_config(&sim, &dir, json!({"max_pool_size": 0}));
+    let (d, _) = Daemon::start(bins, &dir, &cfg);
+    let cap = 7 * 30;
+    std::thread::scope(|s| {
+        for k in 0..10 {
+            let sock = d.socket.clone();
+            s.spawn(move || {
+                let mut c = Conn::open(&sock);
+                for i in (k..cap).step_by(10) {
+                    let r = c.ask(&format!("alloc full/pod-{i}\n"));
+                    assert!(r.starts_with("OK ip="), "{r}");
+                }
+            });
+        }
+    });
+    d.stop();
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let (d, took) = Daemon::start(bins, &dir, &cfg);
+        let st = Conn::open(&d.socket).ask("status\n");
+        assert!(st.contains(&format!(" inuse={cap} ")), "{st}");
+        times.push(ms(took));
+        d.stop();
+    }
+    json!({"instance_type": "ecs.g7.8xlarge", "allocations": cap, "recovery_ms_median": pct(&mut times, 0.5)})
+}
+
+fn proc_stat(pid: i32) -> (u64, u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let get = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (get("VmRSS:"), get("Threads:"), ticks)
+}
+
+fn footprint(o: &Opts, bins: &Bins, work: &Path) -> Value {
+    let dir = work.join("idle");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let sim = Sim::start(bins, &[]);
+    // The default configuration (only the endpoints, key and paths set).
+    let cfg = daemon_config(&sim, &dir, json!({}));
+    let (d, _) = Daemon::start(bins, &dir, &cfg);
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss0, threads, t0) = proc_stat(d.pid());
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs(o.idle_secs));
+    let (rss1, _, t1) = proc_stat(d.pid());
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let cpu_ms = (t1 - t0) as f64 * 1000.0 / hz;
+    let per_minute = cpu_ms * 60.0 / start.elapsed().as_secs_f64();
+    d.stop();
+    let size = std::fs::metadata(&bins.eniipd)
+        .map(|m| m.len())
+        .unwrap_or(0);
+    json!({"idle_rss_kib": rss0.max(rss1), "threads": threads, "idle_secs": o.idle_secs, "cpu_ms_per_minute": per_minute,
+           "binary_bytes": size, "binary": bins.eniipd.display().to_string()})
+}
+
+fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
+    eprintln!("floors...");
+    let (rtt, fsync, state_bytes) = floors(work);
+    let floor = rtt + fsync;
+    eprintln!("warm alloc/release...");
+    let w = warm(o, bins, work);
+    eprintln!("cold burst of 100 (50 ms emulator latency)...");
+    let c = cold(bins, work);
+    eprintln!("restart recovery, ecs.g7.8xlarge full...");
+    let r = restart(bins, work);
+    eprintln!("footprint ({} s idle)...", o.idle_secs);
+    let f = footprint(o, bins, work);
+    let p50 = w["p50_ms"].as_f64().unwrap_or(0.0);
+    let targets = json!({
+        "warm_p50_over_floor": {"value": p50 / floor, "target": "<= 1.5", "met": p50 / floor <= 1.5},
+        "scaling_16_over_1": {"value": w["scaling_16_over_1"], "target": ">= 4", "met": w["scaling_16_over_1"].as_f64().unwrap_or(0.0) >= 4.0},
+        "cold_calls_over_lower_bound": {"value": c["ratio_total_to_lower_bound"], "target": "<= 1.2", "met": c["ratio_total_to_lower_bound"].as_f64().unwrap_or(9.0) <= 1.2},
+        "idle_rss_mib": {"value": f["idle_rss_kib"].as_f64().unwrap_or(0.0) / 1024.0, "target": "<= 8", "met": f["idle_rss_kib"].as_f64().unwrap_or(1e9) <= 8.0 * 1024.0},
+        "idle_cpu_ms_per_minute": {"value": f["cpu_ms_per_minute"], "target": "<= 60", "met": f["cpu_ms_per_minute"].as_f64().unwrap_or(1e9) <= 60.0},
+        "binary_mib": {"value": f["binary_bytes"].as_f64().unwrap_or(0.0) / 1048576.0, "target": "<= 8", "met": f["binary_bytes"].as_u64().unwrap_or(u64::MAX) <= 8 << 20},
+    });
+    json!({
+        "machine": {"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "when": eniipd::util::time::now_utc()},
+        "floors": {"socket_rtt_p50_ms": rtt, "atomic_write_fsync_p50_ms": fsync, "state_bytes": state_bytes, "floor_ms": floor},
+        "warm": w, "cold_burst": c, "restart": r, "footprint": f, "targets": targets,
+    })
+}
+
+fn print_table(r: &Value) {
+    let f = |v: &Value| match v {
+        Value::Number(n) if n.is_f64() => format!("{:.3}", n.as_f64().unwrap_or(0.0)),
+        other => other.to_string(),
+    };
+    println!(
+        "eniip-bench ({} CPUs, {})",
+        r["machine"]["cpus"],
+        r["machine"]["when"].as_str().unwrap_or("")
+    );
+    println!();
+    println!("| measure | value |");
+    println!("|---|---|");
+    let rows: &[(&str, &str, &str)] = &[
+        (
+            "floor: Unix-socket line round trip, p50 (ms)",
+            "floors",
+            "socket_rtt_p50_ms",
+        ),
+        (
+            "floor: atomic write + fsync of a state-sized file, p50 (ms)",
+            "floors",
+            "atomic_write_fsync_p50_ms",
+        ),
+        ("floor: state-sized file (bytes)", "floors", "state_bytes"),
+        ("floor: RTT + fsync (ms)", "floors", "floor_ms"),
+        ("warm: request p50, one client (ms)", "warm", "p50_ms"),
+        ("warm: request p99, one client (ms)", "warm", "p99_ms"),
+        ("warm: alloc p50 (ms)", "warm", "alloc_p50_ms"),
+        ("warm: release p50 (ms)", "warm", "release_p50_ms"),
+        ("warm: ops/s, 1 client", "warm", "ops_per_sec_1"),
+        ("warm: ops/s, 16 clients", "warm", "ops_per_sec_16"),
+        ("cold 100: wall time (ms)", "cold_burst", "wall_ms"),
+        (
+            "cold 100: OpenAPI calls in all",
+            "cold_burst",
+            "calls_total",
+        ),
+        (
+            "cold 100: assign + create calls",
+            "cold_burst",
+            "assign_or_create",
+        ),
+        (
+            "cold 100: lower bound (10 assign-or-create + attaches)",
+            "cold_burst",
+            "lower_bound",
+        ),
+        (
+            "restart: recovery with 210 allocations (ms, median of 3)",
+            "restart",
+            "recovery_ms_median",
+        ),
+        ("footprint: idle RSS (KiB)", "footprint", "idle_rss_kib"),
+        ("footprint: threads", "footprint", "threads"),
+        (
+            "footprint: CPU while idle (ms per minute)",
+            "footprint",
+            "cpu_ms_per_minute",
+        ),
+        (
+            "footprint: eniipd binary (bytes, stripped)",
+            "footprint",
+            "binary_bytes",
+        ),
+    ];
+    for (label, sec, key) in rows {
+        println!("| {label} | {} |", f(&r[sec][key]));
+    }
+    println!(
+        "| cold 100: calls by action | {} |",
+        r["cold_burst"]["calls_by_action"]
+    );
+    println!();
+    println!("| target | value | goal | met |");
+    println!("|---|---|---|---|");
+    if let Value::Object(t) = &r["targets"] {
+        for (k, v) in t {
+            println!(
+                "| {k} | {} | {} | {} |",
+                f(&v["value"]),
+                v["target"].as_str().unwrap_or(""),
+                if v["met"] == true { "yes" } else { "NO" }
+            );
+        }
+    }
+}
