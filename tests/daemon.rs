@@ -339,3 +339,182 @@ fn socket_activation_through_systemd_socket_activate() {
     let _ = child.stderr.take().unwrap().read_to_string(&mut err);
     let _ = child.wait();
 }
+
+#[test]
+fn sighup_reloads_the_pool_sizes() {
+    let sim = fast_sim();
+    let dir = tempdir("hup");
+    let cfg = config(&sim, &dir, json!({"min_pool_size": 0}));
+    let d = Daemon::start(&dir, &cfg);
+    assert!(d.ok("status").contains(" idle=0 "));
+    let mut cfg2 = cfg.clone();
+    cfg2["min_pool_size"] = json!(6);
+    cfg2["max_pool_size"] = json!(8);
+    std::fs::write(&d.config, serde_json::to_vec(&cfg2).unwrap()).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid()),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(20), || {
+            let s = d.ok("status");
+            s.contains(" idle=6 ") || s.contains(" idle=7 ") || s.contains(" idle=8 ")
+        }),
+        "{}",
+        d.ok("status")
+    );
+    assert!(d.log_text().contains("SIGHUP"), "{}", d.log_text());
+    // A broken file is refused and the daemon keeps running.
+    std::fs::write(&d.config, "{ not json").unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid()),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    assert!(common::eventually(Duration::from_secs(5), || d
+        .log_text()
+        .contains("keeping the current pool sizes")));
+    assert_eq!(d.ask("ping"), vec!["OK pong"]);
+}
+
+#[test]
+fn watchdog_pings_and_journald_prefixes() {
+    use std::os::unix::net::UnixDatagram;
+    let sim = fast_sim();
+    let dir = tempdir("watchdog");
+    let cfg = config(&sim, &dir, json!({}));
+    std::fs::write(dir.join("eni.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
+    let notify = dir.join("wd.sock");
+    let rx = UnixDatagram::bind(&notify).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .arg("--config")
+        .arg(dir.join("eni.json"))
+        .env("NOTIFY_SOCKET", &notify)
+        .env("WATCHDOG_USEC", "400000")
+        .env("JOURNAL_STREAM", "8:1234")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while std::time::Instant::now() < end
+        && !(seen.iter().any(|m: &String| m.contains("READY=1"))
+            && seen.iter().filter(|m| m.contains("WATCHDOG=1")).count() >= 2)
+    {
+        if let Ok(n) = rx.recv(&mut buf) {
+            seen.push(String::from_utf8_lossy(&buf[..n]).to_string());
+        }
+    }
+    assert!(seen.iter().any(|m| m.contains("READY=1")), "{seen:?}");
+    assert!(
+        seen.iter().any(|m| m.starts_with("STATUS=enis=")),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().filter(|m| m.contains("WATCHDOG=1")).count() >= 2,
+        "{seen:?}"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let mut stopping = false;
+    while let Ok(n) = rx.recv(&mut buf) {
+        if String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1") {
+            stopping = true;
+            break;
+        }
+    }
+    assert!(stopping);
+    assert!(child.wait().unwrap().success());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l.starts_with('<')),
+        "{err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("<6>eniipd::daemon: eniipd") && l.contains("ready")),
+        "{err}"
+    );
+}
+
+#[test]
+fn simulate_runs_with_no_config_credentials_or_root() {
+    let dir = tempdir("simulate");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .arg("--simulate")
+        .env("XDG_RUNTIME_DIR", &dir)
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("ALIBABA_CLOUD_ACCESS_KEY_ID")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut printed = String::new();
+    let mut socket = None;
+    while socket.is_none() {
+        let mut l = String::new();
+        if std::io::BufRead::read_line(&mut out, &mut l).unwrap() == 0 {
+            break;
+        }
+        printed.push_str(&l);
+        socket = l
+            .strip_prefix("socket: ")
+            .map(|s| std::path::PathBuf::from(s.trim()));
+    }
+    let socket = socket.unwrap_or_else(|| panic!("no socket line in {printed:?}"));
+    assert!(
+        socket.starts_with(&dir),
+        "{socket:?} is not under XDG_RUNTIME_DIR"
+    );
+    let mut l = String::new();
+    std::io::BufRead::read_line(&mut out, &mut l).unwrap();
+    assert_eq!(
+        l.trim(),
+        format!(
+            "try:    echo 'alloc demo/web-1' | socat -t 90 - UNIX-CONNECT:{}",
+            socket.display()
+        )
+    );
+    assert!(common::ask(&socket, "alloc demo/web-1")[0].starts_with("OK ip="));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn an_unreachable_metadata_service_at_start_is_exit_69() {
+    let sim = fast_sim();
+    let dir = tempdir("unreachable");
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let cfg = config(
+        &sim,
+        &dir,
+        json!({"metadata_endpoint": format!("http://127.0.0.1:{closed}")}),
+    );
+    let mut d = Daemon::spawn(&dir, &cfg, &[]);
+    let status = d.wait_exit(Duration::from_secs(150));
+    assert_eq!(status.code(), Some(69), "{}", d.log_text());
+    assert!(d.log_text().contains("metadata"), "{}", d.log_text());
+}
