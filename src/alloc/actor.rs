@@ -23,7 +23,7 @@ use crossbeam_channel::{select, Receiver, Sender};
 use log::{debug, error, info, warn};
 
 use crate::cloud::{CloudApi, CloudError, CloudErrorKind};
-use crate::pool::{EniPhase, IpState, PoolEni, PoolState, ReleaseOutcome};
+use crate::pool::{EniPhase, IpState, PoolState, ReleaseOutcome};
 use crate::server::protocol::{Allocation, EniEntry, ErrCode, Owner, ProtoError, SandboxId};
 use crate::store::Record;
 use crate::util::sem::{Permit, Semaphore};
@@ -1075,17 +1075,7 @@ impl Actor {
             r.v4.len()
         );
         self.eni_permits.insert(r.id.clone(), permit);
-        self.pool.add_eni(PoolEni {
-            id: r.id.clone(),
-            mac: r.mac.clone(),
-            vswitch: r.vswitch.clone(),
-            cidr: r.cidr.clone(),
-            gateway: r.gateway,
-            primary_ip: r.primary_ip,
-            phase: EniPhase::Ready,
-            pending: 0,
-            at_limit: false,
-        });
+        self.pool.add_eni(r.pool_eni());
         let valid = self.add_addresses(&r.id, &r.v4, &r.v6);
         self.pool_backoff.succeed();
         for (i, t) in tickets.into_iter().enumerate() {
@@ -1179,17 +1169,7 @@ impl Actor {
                     .try_acquire()
                     .unwrap_or_else(|| self.eni_sem.acquire_over_limit());
                 self.eni_permits.insert(r.id.clone(), permit);
-                self.pool.add_eni(PoolEni {
-                    id: r.id.clone(),
-                    mac: r.mac.clone(),
-                    vswitch: r.vswitch.clone(),
-                    cidr: r.cidr.clone(),
-                    gateway: r.gateway,
-                    primary_ip: r.primary_ip,
-                    phase: EniPhase::Ready,
-                    pending: 0,
-                    at_limit: false,
-                });
+                self.pool.add_eni(r.pool_eni());
                 self.add_addresses(&r.id, &r.v4, &r.v6);
                 self.start_worker(&r.id, &r.mac);
                 continue;

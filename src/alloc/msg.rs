@@ -11,6 +11,7 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use crate::cloud::CloudError;
+use crate::pool::PoolEni;
 use crate::server::protocol::{
     Allocation, EniEntry, ListEntry, Owner, ProtoError, SandboxId, StatusCounts,
 };
@@ -95,6 +96,20 @@ pub struct ReadyEni {
     pub v4: Vec<Ipv4Addr>,
     /// Every IPv6 on it.
     pub v6: Vec<Ipv6Addr>,
+}
+
+impl ReadyEni {
+    /// The pool's record of it, with nothing pending.
+    pub fn pool_eni(&self) -> PoolEni {
+        PoolEni::ready(
+            &self.id,
+            &self.mac,
+            &self.vswitch,
+            &self.cidr,
+            self.gateway,
+            self.primary_ip,
+        )
+    }
 }
 
 /// Where freeing an ENI stopped.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use log::{info, warn};
 
 use crate::cloud::{wait, CloudApi, CloudError, Eni, EniStatus};
-use crate::pool::{EniPhase, PoolEni, PoolState};
+use crate::pool::{PoolEni, PoolState};
 use crate::store::{PersistedState, Record};
 use crate::util::time::unix_ms;
 
@@ -116,17 +116,14 @@ pub fn recover(
             .primary_ip
             .or_else(|| e.private_ips.first().copied())
             .unwrap_or(info.primary_ip);
-        pool.add_eni(PoolEni {
-            id: e.id.clone(),
-            mac: e.mac.clone(),
-            vswitch: e.vswitch_id.clone(),
-            cidr: info.cidr.clone(),
-            gateway: info.gateway,
-            primary_ip: primary,
-            phase: EniPhase::Ready,
-            pending: 0,
-            at_limit: false,
-        });
+        pool.add_eni(PoolEni::ready(
+            &e.id,
+            &e.mac,
+            &e.vswitch_id,
+            &info.cidr,
+            info.gateway,
+            primary,
+        ));
         let mut v6_left: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
         let mut unpaired4 = Vec::new();
         for a in &e.private_ips {

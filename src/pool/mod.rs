@@ -53,6 +53,30 @@ pub struct PoolEni {
     pub at_limit: bool,
 }
 
+impl PoolEni {
+    /// A ready ENI with nothing pending.
+    pub fn ready(
+        id: &str,
+        mac: &str,
+        vswitch: &str,
+        cidr: &str,
+        gateway: Ipv4Addr,
+        primary_ip: Ipv4Addr,
+    ) -> PoolEni {
+        PoolEni {
+            id: id.to_string(),
+            mac: mac.to_string(),
+            vswitch: vswitch.to_string(),
+            cidr: cidr.to_string(),
+            gateway,
+            primary_ip,
+            phase: EniPhase::Ready,
+            pending: 0,
+            at_limit: false,
+        }
+    }
+}
+
 /// The state of one address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IpState {

@@ -165,11 +165,16 @@ const SNAPSHOT: &str = "state.json";
 const WAL: &str = "wal";
 
 impl Store {
-    /// Opens (creating if needed) and loads a state directory.
-    pub fn open(dir: &Path, opts: StoreOptions) -> Result<(Store, PersistedState), StoreError> {
-        let lock = lock_dir(dir)?;
-        let (generation, state, wal_len, wal) = load(dir)?;
-        let s = Store {
+    fn new(
+        dir: &Path,
+        lock: File,
+        wal: File,
+        generation: u64,
+        wal_len: u64,
+        state: &PersistedState,
+        opts: StoreOptions,
+    ) -> Store {
+        Store {
             dir: dir.to_path_buf(),
             _lock: lock,
             wal,
@@ -177,7 +182,14 @@ impl Store {
             wal_len,
             state: state.clone(),
             opts,
-        };
+        }
+    }
+
+    /// Opens (creating if needed) and loads a state directory.
+    pub fn open(dir: &Path, opts: StoreOptions) -> Result<(Store, PersistedState), StoreError> {
+        let lock = lock_dir(dir)?;
+        let (generation, state, wal_len, wal) = load(dir)?;
+        let s = Store::new(dir, lock, wal, generation, wal_len, &state, opts);
         Ok((s, state))
     }
 
@@ -195,15 +207,7 @@ impl Store {
                 holds: state.holds.len(),
                 ..RecoveryReport::default()
             };
-            let s = Store {
-                dir: dir.to_path_buf(),
-                _lock: lock,
-                wal,
-                generation,
-                wal_len,
-                state: state.clone(),
-                opts,
-            };
+            let s = Store::new(dir, lock, wal, generation, wal_len, &state, opts);
             return Ok((s, state, report));
         }
         let mut report = RecoveryReport {
@@ -226,7 +230,12 @@ impl Store {
         let (mut generation, mut state) = (0, PersistedState::default());
         if let Some(b) = read_opt(&dir.join(SNAPSHOT))? {
             match snapshot::decode(&b) {
-                Ok((g, s)) => (generation, state) = (g, s),
+                Ok((g, s)) => {
+                    if let Err(why) = s.check() {
+                        move_aside(SNAPSHOT, format!("inconsistent state: {why}"), &mut report)?;
+                    }
+                    (generation, state) = (g, s);
+                }
                 Err(why) => move_aside(SNAPSHOT, why, &mut report)?,
             }
         }
@@ -250,19 +259,23 @@ impl Store {
                 ),
             };
             report.frames_salvaged = frames.len();
+            let was_consistent = state.check().is_ok();
             for f in &frames {
                 for r in f {
                     state.apply(r);
                 }
             }
+            let why = why.or_else(|| {
+                let w = state.check().err().filter(|_| was_consistent)?;
+                Some(format!("replay gives an inconsistent state: {w}"))
+            });
             if let Some(why) = why {
                 move_aside(WAL, why, &mut report)?;
             }
         }
-        if state.check().is_err() {
-            // Keep the allocations that do not collide; drop the holds
-            // (they only delay reuse).
-            state.holds.clear();
+        if let Err(why) = state.check() {
+            warn!("the salvaged state does not add up ({why}); dropping what collides");
+            report.problems.extend(state.drop_collisions());
         }
         generation += 1;
         snapshot::write_atomic(dir, SNAPSHOT, &snapshot::encode(generation, &state))
@@ -270,15 +283,7 @@ impl Store {
         let (wal, wal_len) = fresh_wal(dir, generation)?;
         report.allocations = state.allocations.len();
         report.holds = state.holds.len();
-        let s = Store {
-            dir: dir.to_path_buf(),
-            _lock: lock,
-            wal,
-            generation,
-            wal_len,
-            state: state.clone(),
-            opts,
-        };
+        let s = Store::new(dir, lock, wal, generation, wal_len, &state, opts);
         Ok((s, state, report))
     }
 
@@ -373,6 +378,9 @@ fn load(dir: &Path) -> Result<(u64, PersistedState, u64, File), StoreError> {
         Some(b) => snapshot::decode(b).map_err(|w| corrupt(&snap_path, None, w))?,
         None => (0, PersistedState::default()),
     };
+    state
+        .check()
+        .map_err(|w| corrupt(&snap_path, None, format!("inconsistent state: {w}")))?;
     let Some(bytes) = read_opt(&wal_path)? else {
         if snap.is_some() {
             return Err(corrupt(

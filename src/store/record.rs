@@ -134,6 +134,35 @@ impl PersistedState {
     }
 }
 
+impl PersistedState {
+    /// Makes the state pass [`check`](Self::check) the conservative way,
+    /// for a rebuild from damaged files: every allocation whose address is
+    /// also claimed by another is dropped (neither claimant can be trusted,
+    /// and the address is then quarantined as one with no known owner), and
+    /// holds on allocated addresses end. Returns what was dropped.
+    pub fn drop_collisions(&mut self) -> Vec<String> {
+        let mut claims4: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
+        let mut claims6: BTreeMap<Ipv6Addr, usize> = BTreeMap::new();
+        for a in self.allocations.values() {
+            *claims4.entry(a.ipv4).or_default() += 1;
+            if let Some(b) = a.ipv6 {
+                *claims6.entry(b).or_default() += 1;
+            }
+        }
+        let mut dropped = Vec::new();
+        self.allocations.retain(|owner, a| {
+            let twice = claims4[&a.ipv4] > 1 || a.ipv6.is_some_and(|b| claims6[&b] > 1);
+            if twice {
+                dropped.push(format!("{owner}: {} is claimed twice", a.ipv4));
+            }
+            !twice
+        });
+        let allocated: HashSet<Ipv4Addr> = self.allocations.values().map(|a| a.ipv4).collect();
+        self.holds.retain(|ip, _| !allocated.contains(ip));
+        dropped
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +224,30 @@ mod tests {
         s.apply(&Record::Alloc(alloc("a", "10.0.0.1")));
         s.apply(&Record::Alloc(alloc("b", "10.0.0.1")));
         assert!(s.check().is_err());
+    }
+
+    #[test]
+    fn drop_collisions_keeps_only_what_one_claimant_holds() {
+        let mut s = PersistedState::default();
+        s.apply(&Record::Alloc(alloc("a", "10.0.0.1")));
+        s.apply(&Record::Alloc(alloc("b", "10.0.0.1")));
+        s.apply(&Record::Alloc(alloc("c", "10.0.0.2")));
+        s.holds.insert(
+            "10.0.0.2".parse().unwrap(),
+            Hold {
+                ipv4: "10.0.0.2".parse().unwrap(),
+                ipv6: None,
+                eni: "eni-1".into(),
+                last_owner: None,
+                reserved_until_ms: 0,
+                cooling_until_ms: 1,
+            },
+        );
+        assert!(s.check().is_err());
+        let dropped = s.drop_collisions();
+        assert_eq!(dropped.len(), 2, "{dropped:?}");
+        assert_eq!(s.allocations.keys().collect::<Vec<_>>(), ["c"]);
+        assert!(s.holds.is_empty());
+        assert!(s.check().is_ok());
     }
 }

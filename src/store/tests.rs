@@ -196,6 +196,31 @@ fn recovery_moves_damage_aside_and_keeps_the_valid_prefix() {
 }
 
 #[test]
+fn recovery_drops_both_claimants_of_an_address_claimed_twice() {
+    let d = TempDir::new("twice");
+    let (s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let c = s.start();
+    c.commit(vec![alloc("a", 1), alloc("c", 3)], T).unwrap();
+    // The committer stores what it is given; the actor never asks this.
+    c.commit(vec![alloc("b", 1)], T).unwrap();
+    c.close().unwrap();
+    let e = Store::open(&d.0, StoreOptions::default()).unwrap_err();
+    assert_eq!(e.exit_code(), 65, "{e}");
+    assert!(e.to_string().contains("allocated twice"), "{e}");
+    let (s, state, report) = Store::open_recovering(&d.0, StoreOptions::default()).unwrap();
+    assert!(report.quarantine_needed);
+    assert_eq!(state.allocations.keys().collect::<Vec<_>>(), vec!["c"]);
+    assert_eq!(report.moved.len(), 1, "{report:?}");
+    assert!(
+        report.problems.iter().any(|p| p.starts_with("a: 10.0.1.1")),
+        "{report:?}"
+    );
+    drop(s);
+    let (_s, again) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    assert_eq!(again, state);
+}
+
+#[test]
 fn concurrent_commits_share_fsyncs() {
     let d = TempDir::new("group");
     let (s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
