@@ -942,9 +942,10 @@ impl Actor {
             Event::Unassigned {
                 eni,
                 v4,
-                v6,
-                result,
-            } => self.on_unassigned(&eni, &v4, &v6, result),
+                gone_v4,
+                gone_v6,
+                error,
+            } => self.on_unassigned(&eni, &v4, &gone_v4, &gone_v6, error),
             Event::EniCreated { op, eni } => {
                 if let Some(Op::Create { eni: slot, .. }) = self.ops.get_mut(&op) {
                     *slot = Some(eni);
@@ -1036,26 +1037,43 @@ impl Actor {
     fn on_unassigned(
         &mut self,
         eni: &str,
-        v4: &[Ipv4Addr],
-        v6: &[Ipv6Addr],
-        result: Result<(), CloudError>,
+        asked: &[Ipv4Addr],
+        gone_v4: &[Ipv4Addr],
+        gone_v6: &[Ipv6Addr],
+        error: Option<CloudError>,
     ) {
-        match result {
-            Ok(()) => {
-                self.pool.remove_ips(v4);
-                for b in v6 {
-                    self.pool.unpaired_v6.remove(b);
-                }
-                self.last_change.insert(eni.to_string(), Instant::now());
-                self.shed_backoff.succeed();
-                info!(
-                    "gave {} address(es) of {eni} back to the cloud",
-                    v4.len() + v6.len()
-                );
+        // The pair of an IPv4 that left stays on the ENI if its own
+        // unassign did not happen: it is unpaired now, and goes back with
+        // the next invalid sweep.
+        for b in self.pool.pairs_of(gone_v4) {
+            if !gone_v6.contains(&b) {
+                self.pool.add_unpaired_v6(eni, b);
             }
-            Err(e) => {
-                warn!("giving addresses of {eni} back failed: {e}; they stay in the pool");
-                self.pool.set_releasing(v4, false);
+        }
+        self.pool.remove_ips(gone_v4);
+        for b in gone_v6 {
+            self.pool.unpaired_v6.remove(b);
+        }
+        let kept: Vec<Ipv4Addr> = asked
+            .iter()
+            .filter(|a| !gone_v4.contains(a))
+            .copied()
+            .collect();
+        self.pool.set_releasing(&kept, false);
+        if !gone_v4.is_empty() || !gone_v6.is_empty() {
+            self.last_change.insert(eni.to_string(), Instant::now());
+            info!(
+                "gave {} address(es) of {eni} back to the cloud",
+                gone_v4.len() + gone_v6.len()
+            );
+        }
+        match error {
+            None => self.shed_backoff.succeed(),
+            Some(e) => {
+                warn!(
+                    "giving addresses of {eni} back failed: {e}; {} stay in the pool",
+                    kept.len()
+                );
                 self.shed_backoff.fail(Instant::now());
             }
         }
@@ -1259,7 +1277,8 @@ impl Actor {
                 v4.len(),
                 self.cap.max_idle
             );
-            let _ = w.unassign(v4, Vec::new());
+            let v6 = self.pool.pairs_of(&v4);
+            let _ = w.unassign(v4, v6);
         }
         let mut freeable = self.pool.freeable_enis();
         freeable.retain(|e| self.free_backoff.get(e).is_none_or(|t| *t <= now));

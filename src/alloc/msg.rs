@@ -144,12 +144,14 @@ pub enum Event {
     Unassigned {
         /// The ENI.
         eni: String,
-        /// IPv4 given back.
+        /// IPv4 asked to give back.
         v4: Vec<Ipv4Addr>,
-        /// IPv6 given back.
-        v6: Vec<Ipv6Addr>,
-        /// Failure, if any (the addresses are then still there).
-        result: Result<(), CloudError>,
+        /// IPv4 the cloud took back (all of `v4` unless `error`).
+        gone_v4: Vec<Ipv4Addr>,
+        /// IPv6 the cloud took back (all asked unless `error`).
+        gone_v6: Vec<Ipv6Addr>,
+        /// Where it stopped, if it did: what is not gone is still there.
+        error: Option<CloudError>,
     },
     /// CreateNetworkInterface returned this id (before attaching).
     EniCreated {

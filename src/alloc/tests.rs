@@ -377,6 +377,67 @@ fn dual_stack_allocations_are_pairs() {
 }
 
 #[test]
+fn dual_stack_shedding_gives_back_both_halves_of_a_pair() {
+    shed_dual(false);
+}
+
+#[test]
+fn dual_stack_shedding_retries_an_ipv6_half_that_failed() {
+    shed_dual(true);
+}
+
+fn shed_dual(fail_v6_once: bool) {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let mut o = options(&fake, r#"{"ip_stack": "dual", "max_pool_size": 0}"#);
+    o.pool_check_interval = Duration::from_millis(100);
+    let (a, _journal) = start(&fake, o);
+    let got = burst(&a, 12, "pod");
+    assert!(got.iter().all(|r| r.is_ok()), "{got:?}");
+    if fail_v6_once {
+        fake.fail("UnassignIpv6Addresses", "InternalError", 500, 1);
+    }
+    // Keep one owner on a secondary address so the ENI stays.
+    let kept = (0..12)
+        .map(|i| owner(&format!("pod-{i}")))
+        .find(|o| {
+            let ip = a.show(o).unwrap().ip;
+            fake.enis().iter().all(|e| e.v4.first() != Some(&ip))
+        })
+        .unwrap();
+    for i in 0..12 {
+        let o = owner(&format!("pod-{i}"));
+        if o != kept {
+            a.release(&o, None).unwrap();
+        }
+    }
+    let managed = |fake: &FakeCloud| -> Vec<FakeEni> {
+        fake.enis().into_iter().filter(|e| !e.primary).collect()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let m = managed(&fake);
+            m.len() == 1 && m[0].v4.len() == 2
+        }),
+        "{:?}",
+        managed(&fake)
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let m = managed(&fake);
+            m[0].v6.len() == m[0].v4.len()
+        }),
+        "every IPv6 given back with its IPv4: {:?}",
+        managed(&fake)
+    );
+    if fail_v6_once {
+        assert_eq!(fake.calls("UnassignIpv6Addresses"), 2, "{:?}", fake.log());
+    }
+    assert!(a.show(&kept).unwrap().ipv6.is_some());
+    assert_eq!(a.status().unwrap().ips, 2);
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
 fn a_failed_commit_is_an_internal_error_and_fatal() {
     let fake = FakeCloud::new(4, 15, 1000);
     let (a, journal) = start(&fake, options(&fake, r#"{"min_pool_size": 2}"#));

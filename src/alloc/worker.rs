@@ -128,8 +128,8 @@ fn run(
         select! {
             recv(control) -> msg => match msg {
                 Ok(Control::Unassign { v4, v6 }) => {
-                    let result = unassign(cloud, eni, &v4, &v6);
-                    if events.send(Event::Unassigned { eni: eni.to_string(), v4, v6, result }).is_err() {
+                    let event = unassign(cloud, eni, v4, &v6);
+                    if events.send(event).is_err() {
                         return;
                     }
                 }
@@ -220,22 +220,43 @@ fn assign(
     }
 }
 
-fn unassign(
-    cloud: &dyn CloudApi,
-    eni: &str,
-    v4: &[Ipv4Addr],
-    v6: &[Ipv6Addr],
-) -> Result<(), crate::cloud::CloudError> {
-    for chunk in v6.chunks(10) {
-        cloud.unassign_ipv6(eni, chunk)?;
-    }
+/// Gives addresses back, IPv4 first: an IPv6 whose IPv4 is gone while
+/// its own unassign failed is left unpaired (and retried later), never an
+/// IPv4 whose IPv6 is gone. Reports exactly what the cloud took back.
+fn unassign(cloud: &dyn CloudApi, eni: &str, v4: Vec<Ipv4Addr>, v6: &[Ipv6Addr]) -> Event {
+    let mut gone_v4 = Vec::new();
+    let mut gone_v6 = Vec::new();
+    let mut error = None;
     for chunk in v4.chunks(10) {
-        cloud.unassign_ipv4(eni, chunk)?;
+        match cloud.unassign_ipv4(eni, chunk) {
+            Ok(()) => gone_v4.extend_from_slice(chunk),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    if error.is_none() {
+        for chunk in v6.chunks(10) {
+            match cloud.unassign_ipv6(eni, chunk) {
+                Ok(()) => gone_v6.extend_from_slice(chunk),
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
     }
     debug!(
         "{eni}: gave back {} IPv4 and {} IPv6 address(es)",
-        v4.len(),
-        v6.len()
+        gone_v4.len(),
+        gone_v6.len()
     );
-    Ok(())
+    Event::Unassigned {
+        eni: eni.to_string(),
+        v4,
+        gone_v4,
+        gone_v6,
+        error,
+    }
 }

@@ -763,12 +763,22 @@ impl PoolState {
         grouped
     }
 
-    /// Invalid secondary addresses (and unpaired IPv6) to unassign, by ENI.
+    /// The IPv6 pairs of these addresses (dual stack).
+    pub fn pairs_of(&self, v4s: &[Ipv4Addr]) -> Vec<Ipv6Addr> {
+        v4s.iter()
+            .filter_map(|a| self.ips.get(a).and_then(|ip| ip.v6))
+            .collect()
+    }
+
+    /// Invalid secondary addresses (with their IPv6 pairs) and unpaired
+    /// IPv6 to unassign, by ENI.
     pub fn invalid_to_release(&self) -> Vec<(String, Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
         let mut by_eni: BTreeMap<String, (Vec<Ipv4Addr>, Vec<Ipv6Addr>)> = BTreeMap::new();
         for ip in self.ips.values() {
             if matches!(ip.state, IpState::Invalid { .. }) && !ip.primary && !ip.releasing {
-                by_eni.entry(ip.eni.clone()).or_default().0.push(ip.v4);
+                let e = by_eni.entry(ip.eni.clone()).or_default();
+                e.0.push(ip.v4);
+                e.1.extend(ip.v6);
             }
         }
         for (v6, eni) in &self.unpaired_v6 {
