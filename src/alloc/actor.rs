@@ -1290,9 +1290,8 @@ impl Actor {
                 p.phase = EniPhase::Freeing;
             }
             info!("freeing {eni}: it holds only its idle primary address");
-            self.ops
-                .insert(self.next_id + 1, Op::Free { eni: eni.clone() });
-            self.next_id += 1;
+            let op = self.id();
+            self.ops.insert(op, Op::Free { eni: eni.clone() });
             if let Err(e) = eniops::spawn_free(
                 eni,
                 self.opts.instance_id.clone(),
