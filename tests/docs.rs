@@ -1,0 +1,130 @@
+//! The man pages document everything the programs accept and answer: every
+//! flag each `--help` lists, every config key, command, error code, metric
+//! and exit code. The lists come from the code and the binaries, so a new
+//! flag or key without documentation fails here.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use eniipd::config::RawConfig;
+use eniipd::metrics::{render, Gauges};
+use eniipd::server::protocol::{ErrCode, HELP};
+
+/// A man page as plain words: escapes and font changes removed.
+fn page(name: &str) -> String {
+    let path = format!("{}/man/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut out = text
+        .replace("\\-", "-")
+        .replace("\\&", "")
+        .replace("\\(em", "--")
+        .replace("\\e", "\\");
+    for f in ["\\fB", "\\fI", "\\fR", "\\fP"] {
+        out = out.replace(f, "");
+    }
+    out
+}
+
+/// The text of one `.SH` section.
+fn section(page: &str, title: &str) -> String {
+    let start = page
+        .find(&format!(".SH {title}\n"))
+        .unwrap_or_else(|| panic!("no section {title}"));
+    let rest = &page[start + 4..];
+    let end = rest.find("\n.SH ").map_or(rest.len(), |i| i + 1);
+    rest[..end].to_string()
+}
+
+/// The long options a program's `--help` lists.
+fn flags(bin: &str) -> BTreeSet<String> {
+    let out = Command::new(bin).arg("--help").output().unwrap();
+    assert!(out.status.success(), "{bin} --help");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut found = BTreeSet::new();
+    for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+        if let Some(name) = word.strip_prefix("--") {
+            if !name.is_empty() && !name.starts_with('-') {
+                found.insert(format!("--{}", name.trim_end_matches('-')));
+            }
+        }
+    }
+    assert!(found.len() >= 3, "{bin}: {found:?}");
+    found
+}
+
+fn missing<'a>(text: &str, words: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    words.into_iter().filter(|w| !text.contains(w)).collect()
+}
+
+#[test]
+fn every_flag_is_in_the_options_of_its_page() {
+    for (bin, man) in [
+        (env!("CARGO_BIN_EXE_eniipd"), "eniipd.8"),
+        (env!("CARGO_BIN_EXE_eniipctl"), "eniipctl.1"),
+        (env!("CARGO_BIN_EXE_eniip-sim"), "eniip-sim.1"),
+    ] {
+        let options = section(&page(man), "OPTIONS");
+        let fl = flags(bin);
+        let gaps = missing(&options, fl.iter().map(String::as_str));
+        assert!(gaps.is_empty(), "{man} OPTIONS lacks {gaps:?}");
+    }
+}
+
+#[test]
+fn every_config_key_is_in_eniipd_conf() {
+    let cfg = RawConfig::parse("{}").unwrap().validate().unwrap();
+    let keys: Vec<String> = cfg.effective().into_iter().map(|(k, _)| k).collect();
+    assert!(keys.len() >= 30, "{keys:?}");
+    let man = page("eniipd.conf.5");
+    let gaps = missing(&man, keys.iter().map(String::as_str));
+    assert!(gaps.is_empty(), "eniipd.conf(5) lacks {gaps:?}");
+}
+
+#[test]
+fn every_command_and_error_code_is_in_the_protocol_page() {
+    let man = page("eniipd-protocol.7");
+    let commands = section(&man, "COMMANDS");
+    let names: Vec<&str> = HELP.iter().map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(names.len(), 13);
+    let gaps = missing(&commands, names.iter().copied());
+    assert!(
+        gaps.is_empty(),
+        "eniipd-protocol(7) COMMANDS lacks {gaps:?}"
+    );
+    let ctl = section(&page("eniipctl.1"), "COMMANDS");
+    let gaps = missing(&ctl, names.iter().copied());
+    assert!(gaps.is_empty(), "eniipctl(1) COMMANDS lacks {gaps:?}");
+
+    let errors = section(&man, "ERRORS");
+    let gaps = missing(&errors, ErrCode::ALL.iter().map(|c| c.as_str()));
+    assert!(gaps.is_empty(), "eniipd-protocol(7) ERRORS lacks {gaps:?}");
+}
+
+#[test]
+fn every_metric_is_in_eniipd_8() {
+    let text = render(&Gauges::default());
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(names.len() >= 11, "{names:?}");
+    let man = section(&page("eniipd.8"), "METRICS");
+    let gaps = missing(&man, names.iter().copied());
+    assert!(gaps.is_empty(), "eniipd(8) METRICS lacks {gaps:?}");
+}
+
+#[test]
+fn every_exit_code_is_in_exit_status() {
+    let man = section(&page("eniipd.8"), "EXIT STATUS");
+    let documented: BTreeSet<&str> = man.lines().filter_map(|l| l.strip_prefix(".B ")).collect();
+    let want: BTreeSet<&str> = ["0", "1", "2", "65", "69", "75", "78"].into();
+    assert_eq!(documented, want);
+    let ctl = section(&page("eniipctl.1"), "EXIT STATUS");
+    for code in ["0", "1", "2"] {
+        assert!(
+            ctl.contains(&format!(".B {code}\n")),
+            "eniipctl(1) exit {code}"
+        );
+    }
+}
