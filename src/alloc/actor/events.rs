@@ -1,0 +1,322 @@
+//! Reports from workers, ENI operations and the maintenance thread.
+
+use super::*;
+
+impl Actor {
+    // ---- events --------------------------------------------------------
+
+    pub(super) fn on_event(&mut self, e: Event) {
+        match e {
+            Event::Assigned {
+                eni,
+                tickets,
+                v4,
+                v6,
+                error,
+            } => self.on_assigned(eni, tickets, v4, v6, error),
+            Event::Unassigned {
+                eni,
+                v4,
+                gone_v4,
+                gone_v6,
+                error,
+            } => self.on_unassigned(&eni, &v4, &gone_v4, &gone_v6, error),
+            Event::EniCreated { op, eni } => {
+                if let Some(Op::Create { eni: slot, .. }) = self.ops.get_mut(&op) {
+                    *slot = Some(eni);
+                }
+            }
+            Event::EniReady { op, eni } => self.on_eni_ready(op, eni),
+            Event::EniFailed { op, error, leaked } => self.on_eni_failed(op, &error, leaked),
+            Event::EniFreed { eni, result } => self.on_eni_freed(eni, result),
+            Event::VSwitchFree(counts) => self.vsw.set_free(counts),
+            Event::SecurityGroupDrift(lines) => {
+                for l in &lines {
+                    warn!("security group drift: {l}");
+                }
+                self.sg_drift = lines;
+            }
+            Event::Reconcile { started, enis } => self.on_reconcile(started, enis),
+            Event::Fatal(msg) => self.fatal(msg),
+        }
+    }
+
+    pub(super) fn inhibit(&mut self, vswitch: &str, err: &CloudError) {
+        let until = unix_ms() + self.opts.inhibit.as_millis() as u64;
+        warn!(
+            "{vswitch} is out of addresses ({}); not used until {}",
+            err.code_or_kind(),
+            format_utc(until / 1000)
+        );
+        self.vsw.inhibit(vswitch, until);
+    }
+
+    pub(super) fn add_addresses(&mut self, eni: &str, v4: &[Ipv4Addr], v6: &[Ipv6Addr]) -> usize {
+        let dual = self.opts.dual;
+        let mut valid = 0;
+        for (i, a) in v4.iter().enumerate() {
+            let pair = if dual { v6.get(i).copied() } else { None };
+            self.pool.add_ip(eni, *a, pair);
+            if !dual || pair.is_some() {
+                valid += 1;
+            }
+        }
+        if dual {
+            for b in v6.iter().skip(v4.len()) {
+                self.pool.add_unpaired_v6(eni, *b);
+            }
+        }
+        self.last_change.insert(eni.to_string(), Instant::now());
+        valid
+    }
+
+    pub(super) fn on_assigned(
+        &mut self,
+        eni: String,
+        tickets: Vec<TicketId>,
+        v4: Vec<Ipv4Addr>,
+        v6: Vec<Ipv6Addr>,
+        error: Option<CloudError>,
+    ) {
+        if let Some(e) = self.pool.enis.get_mut(&eni) {
+            e.pending = e.pending.saturating_sub(tickets.len());
+        }
+        let valid = self.add_addresses(&eni, &v4, &v6);
+        if let Some(err) = &error {
+            warn!("assigning addresses to {eni} failed: {err}");
+            match err.kind {
+                CloudErrorKind::Exhausted => {
+                    if let Some(vsw) = self.pool.enis.get(&eni).map(|e| e.vswitch.clone()) {
+                        self.inhibit(&vsw, err);
+                    }
+                }
+                CloudErrorKind::LimitExceeded => {
+                    if let Some(e) = self.pool.enis.get_mut(&eni) {
+                        e.at_limit = true;
+                    }
+                }
+                _ => {}
+            }
+        } else {
+            self.pool_backoff.succeed();
+        }
+        for (i, t) in tickets.into_iter().enumerate() {
+            if i < valid {
+                self.ticket_done(t);
+            } else {
+                self.ticket_failed(t, error.as_ref());
+            }
+        }
+    }
+
+    pub(super) fn on_unassigned(
+        &mut self,
+        eni: &str,
+        asked: &[Ipv4Addr],
+        gone_v4: &[Ipv4Addr],
+        gone_v6: &[Ipv6Addr],
+        error: Option<CloudError>,
+    ) {
+        // The pair of an IPv4 that left stays on the ENI if its own
+        // unassign did not happen: it is unpaired now, and goes back with
+        // the next invalid sweep.
+        for b in self.pool.pairs_of(gone_v4) {
+            if !gone_v6.contains(&b) {
+                self.pool.add_unpaired_v6(eni, b);
+            }
+        }
+        self.pool.remove_ips(gone_v4);
+        for b in gone_v6 {
+            self.pool.unpaired_v6.remove(b);
+        }
+        let kept: Vec<Ipv4Addr> = asked
+            .iter()
+            .filter(|a| !gone_v4.contains(a))
+            .copied()
+            .collect();
+        self.pool.set_releasing(&kept, false);
+        if !gone_v4.is_empty() || !gone_v6.is_empty() {
+            self.last_change.insert(eni.to_string(), Instant::now());
+            info!(
+                "gave {} address(es) of {eni} back to the cloud",
+                gone_v4.len() + gone_v6.len()
+            );
+        }
+        match error {
+            None => self.shed_backoff.succeed(),
+            Some(e) => {
+                warn!(
+                    "giving addresses of {eni} back failed: {e}; {} stay in the pool",
+                    kept.len()
+                );
+                self.shed_backoff.fail(Instant::now());
+            }
+        }
+    }
+
+    pub(super) fn on_eni_ready(&mut self, op: OpId, r: ReadyEni) {
+        let Some(Op::Create {
+            tickets, permit, ..
+        }) = self.ops.remove(&op)
+        else {
+            return;
+        };
+        info!(
+            "{} is ready on {} with {} address(es)",
+            r.id,
+            r.vswitch,
+            r.v4.len()
+        );
+        self.eni_permits.insert(r.id.clone(), permit);
+        self.pool.add_eni(r.pool_eni());
+        let valid = self.add_addresses(&r.id, &r.v4, &r.v6);
+        self.pool_backoff.succeed();
+        for (i, t) in tickets.into_iter().enumerate() {
+            if i < valid {
+                self.ticket_done(t);
+            } else {
+                self.ticket_failed(t, None);
+            }
+        }
+        if !self.stopping {
+            self.start_worker(&r.id, &r.mac);
+        }
+    }
+
+    pub(super) fn on_eni_failed(&mut self, op: OpId, err: &CloudError, leaked: Option<String>) {
+        let Some(Op::Create {
+            vswitch, tickets, ..
+        }) = self.ops.remove(&op)
+        else {
+            return;
+        };
+        if let Some(eni) = leaked {
+            error!("{eni} was left behind by a failed creation; the sweeper will delete it");
+        }
+        warn!("creating an ENI on {vswitch} failed: {err}");
+        if err.kind == CloudErrorKind::Exhausted {
+            self.inhibit(&vswitch, err);
+        }
+        for t in tickets {
+            self.ticket_failed(t, Some(err));
+        }
+    }
+
+    pub(super) fn on_eni_freed(&mut self, eni: String, result: Result<(), FreeFailure>) {
+        self.ops
+            .retain(|_, op| !matches!(op, Op::Free { eni: e } if *e == eni));
+        match result {
+            Ok(()) => {
+                info!("{eni} detached and deleted");
+                self.forget_eni(&eni);
+            }
+            Err(FreeFailure::Detach(e)) => {
+                warn!("detaching {eni} failed: {e}; it stays in the pool");
+                if let Some(p) = self.pool.enis.get_mut(&eni) {
+                    p.phase = EniPhase::Ready;
+                }
+                self.free_backoff
+                    .insert(eni, Instant::now() + Duration::from_secs(60));
+            }
+            Err(FreeFailure::Delete(e)) => {
+                warn!("{eni} is detached but deleting it failed: {e}; the sweeper will retry");
+                self.forget_eni(&eni);
+            }
+        }
+    }
+
+    pub(super) fn forget_eni(&mut self, eni: &str) {
+        if let Some(w) = self.workers.remove(eni) {
+            drop(w.stop());
+        }
+        self.pool.remove_eni(eni);
+        self.eni_permits.remove(eni);
+        self.last_change.remove(eni);
+    }
+
+    pub(super) fn on_reconcile(&mut self, started: Instant, cloud: Vec<CloudEniView>) {
+        let busy: Vec<String> = self
+            .ops
+            .values()
+            .filter_map(|op| match op {
+                Op::Create { eni, .. } => eni.clone(),
+                Op::Free { eni } => Some(eni.clone()),
+            })
+            .collect();
+        for view in &cloud {
+            let r = &view.eni;
+            if busy.contains(&r.id) {
+                continue;
+            }
+            if !self.pool.enis.contains_key(&r.id) {
+                if !view.in_metadata {
+                    continue;
+                }
+                warn!(
+                    "adopting {} (managed, attached, unknown locally) with {} address(es)",
+                    r.id,
+                    r.v4.len()
+                );
+                let permit = self
+                    .eni_sem
+                    .try_acquire()
+                    .unwrap_or_else(|| self.eni_sem.acquire_over_limit());
+                self.eni_permits.insert(r.id.clone(), permit);
+                self.pool.add_eni(r.pool_eni());
+                self.add_addresses(&r.id, &r.v4, &r.v6);
+                self.start_worker(&r.id, &r.mac);
+                continue;
+            }
+            let Some(local) = self.pool.enis.get(&r.id) else {
+                continue;
+            };
+            if local.pending > 0 || local.phase != EniPhase::Ready {
+                continue;
+            }
+            // Addresses the cloud has and we do not: adopt (a result lost
+            // after the cloud granted it).
+            let unknown: Vec<Ipv4Addr> =
+                r.v4.iter()
+                    .copied()
+                    .filter(|a| !self.pool.ips.contains_key(a))
+                    .collect();
+            if !unknown.is_empty() {
+                warn!(
+                    "adopting {} address(es) found on {} but unknown locally",
+                    unknown.len(),
+                    r.id
+                );
+                for a in unknown {
+                    self.pool.add_ip(&r.id, a, None);
+                }
+            }
+            // Addresses we have and the cloud does not, unchanged since
+            // before the cloud was asked: out of circulation.
+            let changed_after = self.last_change.get(&r.id).is_some_and(|t| *t >= started);
+            if !changed_after {
+                let missing: Vec<(Ipv4Addr, bool)> = self
+                    .pool
+                    .ips
+                    .values()
+                    .filter(|ip| ip.eni == r.id && !ip.releasing && !r.v4.contains(&ip.v4))
+                    .map(|ip| (ip.v4, matches!(ip.state, IpState::InUse { .. })))
+                    .collect();
+                for (a, owned) in missing {
+                    if owned {
+                        error!(
+                            "{a} is held by an owner but is no longer on {} in the cloud",
+                            r.id
+                        );
+                        self.pool.mark_lost(a);
+                    } else {
+                        warn!("{a} is no longer on {} in the cloud; dropped", r.id);
+                        self.pool.remove_ips(&[a]);
+                    }
+                }
+            }
+            if let Some(e) = self.pool.enis.get_mut(&r.id) {
+                e.at_limit = false;
+            }
+        }
+    }
+}

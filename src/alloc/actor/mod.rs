@@ -1,0 +1,428 @@
+//! The actor: the one thread that owns the pool.
+//!
+//! Clients, workers, ENI operations and the maintenance thread talk to it by
+//! message; it never calls the cloud and never touches the disk itself (it
+//! hands records to the journal, whose thread answers the client once they
+//! are durable). So no lock is held across I/O, and a slow cloud can never
+//! stall an allocation that idle addresses can serve.
+//!
+//! Demand is tracked as waiters (clients wanting an address, FIFO) and
+//! tickets (addresses asked of the cloud: one per unit, on an ENI's worker
+//! or in an ENI creation). Every ticket ends exactly once, with an address
+//! or an error, and is removed then, so an ENI's `pending` returns to zero
+//! after any burst, errors included. Addresses that arrive go to the pool
+//! and are handed to waiters oldest first; a ticket is bound to at most one
+//! waiter so that a cloud error reaches a request that asked for it.
+//!
+//! This file holds the state, the loop and the views; `requests` the
+//! client side (waiters, tickets), `plan` where demand goes and what the
+//! pool gives back, `events` what workers and ENI operations report.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{select, Receiver, Sender};
+use log::{debug, error, info, warn};
+
+use crate::cloud::{CloudApi, CloudError, CloudErrorKind};
+use crate::pool::{EniPhase, IpState, PoolState, ReleaseOutcome};
+use crate::server::protocol::{Allocation, EniEntry, ErrCode, Owner, ProtoError, SandboxId};
+use crate::store::Record;
+use crate::util::sem::{Permit, Semaphore};
+use crate::util::time::{format_utc, unix_ms};
+
+use super::capacity::Capacity;
+use super::describe::StatusBatcher;
+use super::eniops::{self, CreateJob};
+use super::msg::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, Request, TicketId};
+use super::planner::{self, EniRoom, PlanInput};
+use super::vswitch::VSwitches;
+use super::worker::{self, WorkerConfig, WorkerHandle};
+use super::{AllocatorOptions, Journal, Snapshot};
+
+mod events;
+mod plan;
+mod requests;
+
+type AllocReply = Sender<Result<Allocation, ProtoError>>;
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    since: Instant,
+    owner: Owner,
+    sandbox: Option<SandboxId>,
+    prefer: Option<IpAddr>,
+    replies: Vec<(AllocReply, Instant)>,
+    deadline: Instant,
+    ticket: Option<TicketId>,
+}
+
+#[derive(Debug)]
+struct Ticket {
+    waiter: Option<u64>,
+}
+
+#[derive(Debug)]
+enum Op {
+    Create {
+        vswitch: String,
+        init: usize,
+        eni: Option<String>,
+        tickets: Vec<TicketId>,
+        permit: Permit,
+    },
+    Free {
+        eni: String,
+    },
+}
+
+/// Capped exponential backoff for background work that failed.
+#[derive(Debug)]
+struct Backoff {
+    until: Option<Instant>,
+    delay: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    fn new(max: Duration) -> Backoff {
+        Backoff {
+            until: None,
+            delay: Duration::from_secs(1),
+            max,
+        }
+    }
+
+    fn active(&self, now: Instant) -> bool {
+        self.until.is_some_and(|u| u > now)
+    }
+
+    fn fail(&mut self, now: Instant) {
+        let d = self.delay.mul_f64(crate::util::rand::jitter(0.2));
+        self.until = Some(now + d);
+        self.delay = (self.delay * 2).min(self.max);
+    }
+
+    fn succeed(&mut self) {
+        self.until = None;
+        self.delay = Duration::from_secs(1);
+    }
+}
+
+pub(super) struct Actor {
+    opts: Arc<AllocatorOptions>,
+    cloud: Arc<dyn CloudApi>,
+    journal: Arc<dyn Journal>,
+    cap: Capacity,
+    pool: PoolState,
+    vsw: VSwitches,
+    waiters: VecDeque<Waiter>,
+    tickets: HashMap<TicketId, Ticket>,
+    ops: BTreeMap<OpId, Op>,
+    workers: HashMap<String, WorkerHandle>,
+    eni_permits: HashMap<String, Permit>,
+    eni_sem: Semaphore,
+    op_sem: Semaphore,
+    events_tx: Sender<Event>,
+    fatal_tx: Sender<String>,
+    next_id: u64,
+    pool_backoff: Backoff,
+    shed_backoff: Backoff,
+    free_backoff: HashMap<String, Instant>,
+    last_change: HashMap<String, Instant>,
+    next_maintenance: Instant,
+    sg_drift: Vec<String>,
+    stopping: bool,
+    batcher: Arc<StatusBatcher>,
+}
+
+impl Actor {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        opts: Arc<AllocatorOptions>,
+        cloud: Arc<dyn CloudApi>,
+        journal: Arc<dyn Journal>,
+        pool: PoolState,
+        eni_sem: Semaphore,
+        op_sem: Semaphore,
+        events_tx: Sender<Event>,
+        fatal_tx: Sender<String>,
+    ) -> Actor {
+        let mut vsw = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
+        vsw.set_free(opts.vswitch_free.iter().cloned());
+        let eni_permits = pool
+            .enis
+            .keys()
+            .map(|id| {
+                (
+                    id.clone(),
+                    eni_sem
+                        .try_acquire()
+                        .unwrap_or_else(|| eni_sem.acquire_over_limit()),
+                )
+            })
+            .collect();
+        if eni_sem.used() > eni_sem.limit() {
+            warn!(
+                "{} managed ENIs are attached but the capacity allows {}: no new ENI will be created",
+                eni_sem.used(),
+                eni_sem.limit()
+            );
+        }
+        let now = Instant::now();
+        let cloud_for_batcher = Arc::clone(&cloud);
+        Actor {
+            cap: opts.capacity,
+            pool_backoff: Backoff::new(opts.pool_backoff_max),
+            shed_backoff: Backoff::new(opts.pool_backoff_max),
+            next_maintenance: now,
+            opts,
+            cloud,
+            journal,
+            pool,
+            vsw,
+            waiters: VecDeque::new(),
+            tickets: HashMap::new(),
+            ops: BTreeMap::new(),
+            workers: HashMap::new(),
+            eni_permits,
+            eni_sem,
+            op_sem,
+            events_tx,
+            fatal_tx,
+            next_id: 1,
+            free_backoff: HashMap::new(),
+            last_change: HashMap::new(),
+            sg_drift: Vec::new(),
+            stopping: false,
+            batcher: Arc::new(StatusBatcher::new(
+                Arc::clone(&cloud_for_batcher),
+                Duration::from_millis(30),
+            )),
+        }
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn worker_config(&self) -> WorkerConfig {
+        WorkerConfig {
+            window: self.opts.aggregation_window,
+            max_per_call: self.opts.max_ips_per_call,
+            dual: self.opts.dual,
+            metadata_wait: self.opts.metadata_wait,
+        }
+    }
+
+    fn start_worker(&mut self, eni: &str, mac: &str) {
+        match worker::spawn(
+            eni.to_string(),
+            mac.to_string(),
+            Arc::clone(&self.cloud),
+            self.worker_config(),
+            self.events_tx.clone(),
+        ) {
+            Ok(h) => {
+                self.workers.insert(eni.to_string(), h);
+            }
+            Err(e) => self.fatal(format!("cannot start the worker thread of {eni}: {e}")),
+        }
+    }
+
+    fn fatal(&mut self, msg: String) {
+        error!("{msg}");
+        let _ = self.fatal_tx.try_send(msg);
+        self.begin_stop();
+    }
+
+    /// Runs until `stop` fires or every request sender is gone.
+    pub(super) fn run(
+        mut self,
+        requests: Receiver<Request>,
+        events: Receiver<Event>,
+        stop: Receiver<()>,
+    ) {
+        let enis: Vec<(String, String)> = self
+            .pool
+            .enis
+            .values()
+            .map(|e| (e.id.clone(), e.mac.clone()))
+            .collect();
+        for (id, mac) in enis {
+            self.start_worker(&id, &mac);
+        }
+        self.step(Instant::now());
+        loop {
+            let now = Instant::now();
+            let wake = self.next_wakeup(now);
+            select! {
+                recv(stop) -> _ => break,
+                recv(requests) -> r => match r {
+                    Ok(r) => self.on_request(r),
+                    Err(_) => break,
+                },
+                recv(events) -> e => if let Ok(e) = e {
+                    self.on_event(e);
+                },
+                default(wake.saturating_duration_since(now)) => {}
+            }
+            if self.stopping {
+                break;
+            }
+            self.step(Instant::now());
+        }
+        self.begin_stop();
+        // Answer what is queued so no client waits for a reply that will
+        // never come.
+        while let Ok(r) = requests.try_recv() {
+            self.on_request(r);
+        }
+    }
+
+    fn begin_stop(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        for w in self.waiters.drain(..) {
+            for (r, _) in w.replies {
+                let _ = r.send(Err(ProtoError::new(
+                    ErrCode::ShuttingDown,
+                    "the daemon is stopping",
+                )));
+            }
+        }
+        for (_, w) in self.workers.drain() {
+            drop(w.stop());
+        }
+        info!(
+            "allocator stopped: {} ENI operation(s) still in flight are abandoned",
+            self.ops.len()
+        );
+    }
+
+    fn next_wakeup(&self, now: Instant) -> Instant {
+        let mut wake = self.next_maintenance;
+        for w in &self.waiters {
+            wake = wake.min(w.deadline);
+            if w.ticket.is_none() {
+                let gathered = w.since + self.opts.aggregation_window;
+                if gathered > now {
+                    wake = wake.min(gathered);
+                }
+            }
+        }
+        if let Some(ms) = self.pool.next_expiry() {
+            let in_ms = ms.saturating_sub(unix_ms());
+            wake = wake.min(now + Duration::from_millis(in_ms));
+        }
+        for u in [self.pool_backoff.until, self.shed_backoff.until]
+            .into_iter()
+            .flatten()
+        {
+            wake = wake.min(u);
+        }
+        wake.max(now + Duration::from_millis(1))
+    }
+
+    /// Everything that follows a change: holds, deadlines, maintenance,
+    /// serving and planning.
+    fn step(&mut self, now: Instant) {
+        if self.stopping {
+            return;
+        }
+        let freed = self.pool.settle(unix_ms());
+        if !freed.is_empty() {
+            let records = freed
+                .into_iter()
+                .map(|ipv4| Record::ClearHold { ipv4 })
+                .collect();
+            self.journal.submit(records, Box::new(|_| {}));
+        }
+        self.expire_waiters(now);
+        if now >= self.next_maintenance {
+            self.maintain(now);
+            let jitter = crate::util::rand::jitter(0.2);
+            self.next_maintenance = now + self.opts.pool_check_interval.mul_f64(jitter);
+        }
+        self.serve_waiters();
+        self.plan(now);
+    }
+
+    // ---- views ---------------------------------------------------------
+
+    fn eni_entries(&self) -> Vec<EniEntry> {
+        let now_ms = unix_ms();
+        let mut out = self.pool.eni_entries(|vsw| {
+            self.vsw
+                .inhibited_until(vsw, now_ms)
+                .map(|u| format_utc(u / 1000))
+        });
+        for op in self.ops.values() {
+            if let Op::Create {
+                vswitch,
+                eni,
+                tickets,
+                ..
+            } = op
+            {
+                out.push(EniEntry {
+                    eni: eni.clone().unwrap_or_else(|| "creating".into()),
+                    mac: "-".into(),
+                    vswitch: vswitch.clone(),
+                    ips: 0,
+                    pending: tickets.len(),
+                    inhibited_until: self
+                        .vsw
+                        .inhibited_until(vswitch, now_ms)
+                        .map(|u| format_utc(u / 1000)),
+                });
+            }
+        }
+        out
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let now_ms = unix_ms();
+        let mut creating = Vec::new();
+        let mut freeing = Vec::new();
+        for op in self.ops.values() {
+            match op {
+                Op::Create { eni: Some(e), .. } => creating.push(e.clone()),
+                Op::Create { eni: None, .. } => {}
+                Op::Free { eni } => freeing.push(eni.clone()),
+            }
+        }
+        Snapshot {
+            pool: self.pool.clone(),
+            pending: self.tickets.len(),
+            capacity: self.cap,
+            creating,
+            freeing,
+            eni_ops: self.op_sem.used(),
+            inhibited_vswitches: self.vsw.inhibited_count(now_ms),
+            sg_drift: self.sg_drift.clone(),
+            waiters: self.waiters.len(),
+        }
+    }
+}
+
+/// The protocol error for a cloud failure.
+pub(super) fn cloud_error(e: &CloudError) -> ProtoError {
+    match e.kind {
+        CloudErrorKind::Exhausted => ProtoError::new(
+            ErrCode::Exhausted,
+            format!("{} {}", e.code_or_kind(), e.message),
+        ),
+        CloudErrorKind::Timeout => ProtoError::new(ErrCode::Timeout, e.to_string()),
+        _ => ProtoError::new(
+            ErrCode::Cloud,
+            format!("{} {}", e.code_or_kind(), e.message),
+        ),
+    }
+}

@@ -1,0 +1,381 @@
+//! Client requests, and the waiters and tickets that carry their demand
+//! until an address or an error answers them.
+
+use super::*;
+
+impl Actor {
+    // ---- requests --------------------------------------------------------
+
+    pub(super) fn on_request(&mut self, r: Request) {
+        match r {
+            Request::Alloc {
+                owner,
+                sandbox,
+                prefer,
+                started,
+                reply,
+            } => self.on_alloc(owner, sandbox, prefer, started, reply),
+            Request::Release {
+                owner,
+                sandbox,
+                reply,
+            } => self.on_release(owner, sandbox, reply),
+            Request::Show { owner, reply } => {
+                let a = self
+                    .pool
+                    .owner_ip(&owner)
+                    .and_then(|ip| self.pool.allocation_of(ip.v4))
+                    .ok_or_else(|| ProtoError::bare(ErrCode::NotFound));
+                let _ = reply.send(a);
+            }
+            Request::List(reply) => {
+                let _ = reply.send(self.pool.list());
+            }
+            Request::Status(reply) => {
+                let mut c = self.pool.counts();
+                c.pending = self.tickets.len();
+                c.capacity = self.cap.total_ips;
+                let _ = reply.send(c);
+            }
+            Request::Enis(reply) => {
+                let _ = reply.send(self.eni_entries());
+            }
+            Request::Snapshot(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+            Request::KnownEnis(reply) => {
+                let mut ids: Vec<String> = self.pool.enis.keys().cloned().collect();
+                for op in self.ops.values() {
+                    match op {
+                        Op::Create { eni: Some(e), .. } | Op::Free { eni: e } => {
+                            ids.push(e.clone())
+                        }
+                        Op::Create { eni: None, .. } => {}
+                    }
+                }
+                let _ = reply.send(ids);
+            }
+            Request::Reload { capacity, reply } => {
+                info!(
+                    "pool sizes reloaded: min idle {} -> {}, max idle {} -> {}",
+                    self.cap.min_idle, capacity.min_idle, self.cap.max_idle, capacity.max_idle
+                );
+                self.cap.min_idle = capacity.min_idle;
+                self.cap.max_idle = capacity.max_idle;
+                self.next_maintenance = Instant::now();
+                let _ = reply.send(self.cap);
+            }
+            Request::Ping(reply) => {
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    pub(super) fn on_alloc(
+        &mut self,
+        owner: Owner,
+        sandbox: Option<SandboxId>,
+        prefer: Option<IpAddr>,
+        started: Instant,
+        reply: AllocReply,
+    ) {
+        if self.stopping {
+            let _ = reply.send(Err(ProtoError::new(
+                ErrCode::ShuttingDown,
+                "the daemon is stopping",
+            )));
+            return;
+        }
+        self.pool.settle(unix_ms());
+        if let Some(v4) = self.pool.owner_ip(&owner).map(|ip| ip.v4) {
+            // Idempotent: the same reply again (a new sandbox moves it). The
+            // answer still goes through the journal so that it is only sent
+            // once the original allocation is durable.
+            let moved = self.pool.move_sandbox(&owner, sandbox.as_ref());
+            let records = moved.map(Record::Alloc).into_iter().collect();
+            match self.pool.allocation_of(v4) {
+                Some(a) => self.commit_alloc(records, a, vec![(reply, started)]),
+                None => {
+                    let _ = reply.send(Err(ProtoError::new(
+                        ErrCode::Internal,
+                        "allocation on an unknown ENI",
+                    )));
+                }
+            }
+            return;
+        }
+        if let Some(w) = self.waiters.iter_mut().find(|w| w.owner == owner) {
+            // Two concurrent allocs for one owner get one address.
+            w.replies.push((reply, started));
+            if sandbox.is_some() {
+                w.sandbox = sandbox;
+            }
+            return;
+        }
+        if let Some(v4) = self.pool.pick(&owner, prefer) {
+            self.hand_out(v4, &owner, sandbox.as_ref(), vec![(reply, started)]);
+            return;
+        }
+        let id = self.id();
+        self.waiters.push_back(Waiter {
+            id,
+            since: Instant::now(),
+            owner,
+            sandbox,
+            prefer,
+            replies: vec![(reply, started)],
+            deadline: started + self.opts.alloc_timeout,
+            ticket: None,
+        });
+    }
+
+    pub(super) fn hand_out(
+        &mut self,
+        v4: Ipv4Addr,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+        replies: Vec<(AllocReply, Instant)>,
+    ) {
+        let Some(rec) = self.pool.take(v4, owner, sandbox, unix_ms()) else {
+            return;
+        };
+        match self.pool.allocation_of(v4) {
+            Some(a) => {
+                debug!("{owner} gets {v4}");
+                self.commit_alloc(vec![Record::Alloc(rec)], a, replies);
+            }
+            None => {
+                for (r, _) in replies {
+                    let _ = r.send(Err(ProtoError::new(
+                        ErrCode::Internal,
+                        "address on an unknown ENI",
+                    )));
+                }
+            }
+        }
+    }
+
+    pub(super) fn commit_alloc(
+        &self,
+        records: Vec<Record>,
+        a: Allocation,
+        replies: Vec<(AllocReply, Instant)>,
+    ) {
+        let fatal = self.fatal_tx.clone();
+        self.journal.submit(
+            records,
+            Box::new(move |res| match res {
+                Ok(()) => {
+                    for (r, started) in replies {
+                        crate::metrics::record_alloc("ok", started.elapsed().as_secs_f64());
+                        let _ = r.send(Ok(a.clone()));
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("state commit failed: {e}");
+                    for (r, _) in replies {
+                        crate::metrics::record_alloc("internal", 0.0);
+                        let _ = r.send(Err(ProtoError::new(ErrCode::Internal, msg.clone())));
+                    }
+                    let _ = fatal.try_send(msg);
+                }
+            }),
+        );
+    }
+
+    pub(super) fn on_release(
+        &mut self,
+        owner: Owner,
+        sandbox: Option<SandboxId>,
+        reply: Sender<Result<Option<IpAddr>, ProtoError>>,
+    ) {
+        if self.stopping {
+            let _ = reply.send(Err(ProtoError::new(
+                ErrCode::ShuttingDown,
+                "the daemon is stopping",
+            )));
+            return;
+        }
+        let now_ms = unix_ms();
+        let outcome = self.pool.release(
+            &owner,
+            sandbox.as_ref(),
+            now_ms,
+            self.opts.ip_stick_time.as_millis() as u64,
+            self.opts.ip_cooldown.as_millis() as u64,
+        );
+        let (records, released) = match outcome {
+            ReleaseOutcome::NotHeld => {
+                // A release while the owner's alloc still waits: the client
+                // gave up, so the alloc is cancelled rather than completed
+                // for nobody.
+                if let Some(pos) = self.waiters.iter().position(|w| w.owner == owner) {
+                    if let Some(w) = self.remove_waiter(pos) {
+                        for (r, _) in w.replies {
+                            let _ = r.send(Err(ProtoError::new(
+                                ErrCode::Timeout,
+                                "cancelled by a release of the same owner",
+                            )));
+                        }
+                    }
+                }
+                (Vec::new(), None)
+            }
+            ReleaseOutcome::SandboxMismatch => (Vec::new(), None),
+            ReleaseOutcome::Released { v4, hold, .. } => {
+                debug!("{owner} released {v4}");
+                if self.pool.idle_count() > self.cap.max_idle {
+                    let soon =
+                        Instant::now() + self.opts.pool_check_interval.min(Duration::from_secs(10));
+                    self.next_maintenance = self.next_maintenance.min(soon);
+                }
+                (
+                    vec![Record::Release {
+                        owner: owner.to_string(),
+                        hold,
+                    }],
+                    Some(IpAddr::V4(v4)),
+                )
+            }
+        };
+        let fatal = self.fatal_tx.clone();
+        self.journal.submit(
+            records,
+            Box::new(move |res| match res {
+                Ok(()) => {
+                    crate::metrics::record_release(if released.is_some() { "ok" } else { "none" });
+                    let _ = reply.send(Ok(released));
+                }
+                Err(e) => {
+                    let msg = format!("state commit failed: {e}");
+                    crate::metrics::record_release("internal");
+                    let _ = reply.send(Err(ProtoError::new(ErrCode::Internal, msg.clone())));
+                    let _ = fatal.try_send(msg);
+                }
+            }),
+        );
+    }
+
+    // ---- waiters and tickets -------------------------------------------
+
+    pub(super) fn remove_waiter(&mut self, pos: usize) -> Option<Waiter> {
+        let w = self.waiters.remove(pos)?;
+        if let Some(t) = w.ticket {
+            self.rebind(t);
+        }
+        Some(w)
+    }
+
+    /// Gives an outstanding ticket whose waiter left to the oldest waiter
+    /// that has none (or to the pool), so demand is never asked twice.
+    pub(super) fn rebind(&mut self, t: TicketId) {
+        let Some(ticket) = self.tickets.get_mut(&t) else {
+            return;
+        };
+        ticket.waiter = None;
+        if let Some(w) = self.waiters.iter_mut().find(|w| w.ticket.is_none()) {
+            w.ticket = Some(t);
+            ticket.waiter = Some(w.id);
+        }
+    }
+
+    pub(super) fn expire_waiters(&mut self, now: Instant) {
+        while let Some(pos) = self.waiters.iter().position(|w| w.deadline <= now) {
+            if let Some(w) = self.remove_waiter(pos) {
+                info!(
+                    "alloc for {} timed out after {:?}",
+                    w.owner, self.opts.alloc_timeout
+                );
+                for (r, started) in w.replies {
+                    crate::metrics::record_alloc("timeout", started.elapsed().as_secs_f64());
+                    let _ = r.send(Err(ProtoError::new(
+                        ErrCode::Timeout,
+                        format!("no address within {} s", self.opts.alloc_timeout.as_secs()),
+                    )));
+                }
+            }
+        }
+    }
+
+    pub(super) fn fail_waiter(&mut self, id: u64, err: ProtoError) {
+        if let Some(pos) = self.waiters.iter().position(|w| w.id == id) {
+            if let Some(w) = self.remove_waiter(pos) {
+                info!("alloc for {} failed: {err}", w.owner);
+                for (r, started) in w.replies {
+                    crate::metrics::record_alloc(
+                        err.code.as_str(),
+                        started.elapsed().as_secs_f64(),
+                    );
+                    let _ = r.send(Err(err.clone()));
+                }
+            }
+        }
+    }
+
+    /// Hands idle addresses to waiters, oldest first.
+    pub(super) fn serve_waiters(&mut self) {
+        let mut i = 0;
+        while i < self.waiters.len() {
+            let (owner, prefer) = (self.waiters[i].owner.clone(), self.waiters[i].prefer);
+            match self.pool.pick(&owner, prefer) {
+                Some(v4) => {
+                    if let Some(w) = self.remove_waiter(i) {
+                        self.hand_out(v4, &w.owner, w.sandbox.as_ref(), w.replies);
+                    }
+                }
+                None => {
+                    if self.pool.idle_count() == 0 {
+                        break;
+                    }
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// A ticket ended without an address: its waiter is re-planned, or
+    /// failed when the error is one that re-planning cannot cure.
+    pub(super) fn ticket_failed(&mut self, t: TicketId, err: Option<&CloudError>) {
+        let Some(ticket) = self.tickets.remove(&t) else {
+            return;
+        };
+        let Some(wid) = ticket.waiter else {
+            if err.is_some() {
+                self.pool_backoff.fail(Instant::now());
+            }
+            return;
+        };
+        if let Some(w) = self.waiters.iter_mut().find(|w| w.id == wid) {
+            w.ticket = None;
+        }
+        if let Some(e) = err {
+            if !matches!(
+                e.kind,
+                CloudErrorKind::Exhausted | CloudErrorKind::LimitExceeded
+            ) {
+                self.fail_waiter(wid, cloud_error(e));
+            }
+        }
+    }
+
+    pub(super) fn ticket_done(&mut self, t: TicketId) {
+        if let Some(ticket) = self.tickets.remove(&t) {
+            if let Some(wid) = ticket.waiter {
+                if let Some(w) = self.waiters.iter_mut().find(|w| w.id == wid) {
+                    w.ticket = None;
+                }
+            }
+        }
+    }
+
+    pub(super) fn new_ticket(&mut self, waiter: Option<u64>) -> TicketId {
+        let t = self.id();
+        self.tickets.insert(t, Ticket { waiter });
+        if let Some(wid) = waiter {
+            if let Some(w) = self.waiters.iter_mut().find(|w| w.id == wid) {
+                w.ticket = Some(t);
+            }
+        }
+        t
+    }
+}
