@@ -1,0 +1,338 @@
+//! The dispatcher and the ENI actions: create, attach, detach, delete,
+//! describe.
+
+use super::*;
+
+impl World {
+    /// Runs one action (already authenticated). `Ok` is the answer body
+    /// without RequestId.
+    pub fn act(
+        &mut self,
+        action: &str,
+        version: &str,
+        p: &Params,
+        now: Instant,
+    ) -> Result<Value, ApiError> {
+        self.settle(now);
+        match (version, action) {
+            ("2014-05-26", "CreateNetworkInterface") => self.create(p, now),
+            ("2014-05-26", "AttachNetworkInterface") => self.attach(p, now),
+            ("2014-05-26", "DetachNetworkInterface") => self.detach(p, now),
+            ("2014-05-26", "DeleteNetworkInterface") => self.delete(p, now),
+            ("2014-05-26", "DescribeNetworkInterfaces") => self.describe(p),
+            ("2014-05-26", "AssignPrivateIpAddresses") => self.assign4(p, now),
+            ("2014-05-26", "UnassignPrivateIpAddresses") => self.unassign4(p, now),
+            ("2014-05-26", "AssignIpv6Addresses") => self.assign6(p, now),
+            ("2014-05-26", "UnassignIpv6Addresses") => self.unassign6(p, now),
+            ("2014-05-26", "DescribeInstanceTypes") => self.instance_types(p),
+            ("2014-05-26", "DescribeInstanceAttribute") => self.instance_attribute(p),
+            ("2014-05-26", "DescribeSecurityGroups") => self.security_groups(p),
+            ("2016-04-28", "DescribeVSwitches") => self.describe_vswitches(p),
+            _ => Err(err(
+                404,
+                "InvalidApi.NotFound",
+                format!("Specified api is not found, please check your url and method. ({action}, version {version})"),
+            )),
+        }
+    }
+
+    pub(super) fn create(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let vsw = need(p, "VSwitchId")?.to_string();
+        let mut sgs = list(p, "SecurityGroupIds", 10)?;
+        if let Some(sg) = p.get("SecurityGroupId").filter(|s| !s.is_empty()) {
+            if !sgs.is_empty() {
+                return Err(invalid(
+                    "SecurityGroupId",
+                    "give SecurityGroupId or SecurityGroupIds.N, not both",
+                ));
+            }
+            sgs.push(sg.clone());
+        }
+        if sgs.is_empty() {
+            return Err(missing("SecurityGroupId"));
+        }
+        if let Some(bad) = sgs.iter().find(|s| **s != self.sg_id) {
+            return Err(err(
+                404,
+                "InvalidSecurityGroupId.NotFound",
+                format!("The specified SecurityGroupId \"{bad}\" does not exist."),
+            ));
+        }
+        let secondary = int(p, "SecondaryPrivateIpAddressCount", 1, 10)?.unwrap_or(0) as usize;
+        let v6 = int(p, "Ipv6AddressCount", 1, 10)?.unwrap_or(0) as usize;
+        let tags = tags(p)?;
+        let description = p.get("Description").cloned().unwrap_or_default();
+        if !description.is_empty()
+            && (description.len() < 2
+                || description.len() > 256
+                || description.starts_with("http://")
+                || description.starts_with("https://"))
+        {
+            return Err(err(
+                400,
+                "InvalidDescription.Malformed",
+                "The specified description is wrongly formed.",
+            ));
+        }
+        let name = p.get("NetworkInterfaceName").cloned().unwrap_or_default();
+        if self.vswitches.iter().all(|v| v.id != vsw) {
+            return Err(err(
+                404,
+                "InvalidVSwitchId.NotFound",
+                format!("The specified VSwitch \"{vsw}\" does not exist."),
+            ));
+        }
+        if v6 > 0
+            && self
+                .vswitches
+                .iter()
+                .any(|v| v.id == vsw && v.cidr6.is_none())
+        {
+            return Err(err(
+                403,
+                "InvalidVSwitch.Ipv6NotTurnOn",
+                format!("The VSwitch \"{vsw}\" does not have IPv6 enabled."),
+            ));
+        }
+        let v4 = self.take_v4(&vsw, secondary + 1)?;
+        let v6s = match self.take_v6(&vsw, v6) {
+            Ok(v) => v,
+            Err(e) => {
+                self.give_v4(&vsw, &v4);
+                return Err(e);
+            }
+        };
+        let id = self.new_eni_id();
+        let mac = self.new_mac();
+        let eni = SimEni {
+            id: id.clone(),
+            mac,
+            vswitch: vsw,
+            status: EniStatus::Available,
+            pending: None,
+            instance: None,
+            primary_eni: false,
+            v4: v4
+                .iter()
+                .enumerate()
+                .map(|(i, ip)| Addr {
+                    ip: *ip,
+                    primary: i == 0,
+                    added: now,
+                    removed: None,
+                })
+                .collect(),
+            v6: v6s
+                .iter()
+                .map(|ip| Addr {
+                    ip: *ip,
+                    primary: false,
+                    added: now,
+                    removed: None,
+                })
+                .collect(),
+            tags,
+            sgs,
+            created: crate::util::time::unix_secs(),
+            description,
+            name,
+            attached_since: None,
+            detach_started: None,
+            deleted_at: None,
+        };
+        let body = self.eni_json(&eni);
+        self.enis.insert(id, eni);
+        Ok(body)
+    }
+
+    pub(super) fn instance_check(&self, p: &Params) -> Result<(), ApiError> {
+        let i = need(p, "InstanceId")?;
+        if i != self.instance_id {
+            return Err(err(
+                404,
+                "InvalidEcsId.NotFound",
+                format!("The specified InstanceId \"{i}\" does not exist."),
+            ));
+        }
+        Ok(())
+    }
+
+    pub(super) fn attach(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let id = need(p, "NetworkInterfaceId")?.to_string();
+        self.instance_check(p)?;
+        let e = self.eni(&id)?;
+        Self::not_busy(e)?;
+        if e.status != EniStatus::Available {
+            return Err(Self::state_error("Available", &e.status));
+        }
+        let attached = self
+            .enis
+            .values()
+            .filter(|e| e.deleted_at.is_none() && e.instance.as_deref() == Some(&self.instance_id))
+            .count();
+        if attached >= self.cfg.itype.enis as usize {
+            return Err(err(
+                403,
+                "EniPerInstanceLimitExceeded",
+                "The number of ENIs attached to the instance has reached the upper limit.",
+            ));
+        }
+        let delay = self.cfg.attach_delay;
+        let instance = self.instance_id.clone();
+        let e = self.eni_mut(&id)?;
+        e.instance = Some(instance);
+        if delay.is_zero() {
+            e.status = EniStatus::InUse;
+            e.attached_since = Some(now);
+            e.detach_started = None;
+        } else {
+            e.status = EniStatus::Attaching;
+            e.pending = Some((EniStatus::InUse, now + delay));
+        }
+        Ok(json!({}))
+    }
+
+    pub(super) fn detach(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let id = need(p, "NetworkInterfaceId")?.to_string();
+        self.instance_check(p)?;
+        let e = self.eni(&id)?;
+        if e.primary_eni {
+            return Err(err(
+                400,
+                "InvalidOperation.DetachPrimaryEniNotAllowed",
+                "The primary ENI cannot be detached.",
+            ));
+        }
+        Self::not_busy(e)?;
+        if e.status != EniStatus::InUse {
+            return Err(Self::state_error("InUse", &e.status));
+        }
+        let delay = self.cfg.attach_delay;
+        let e = self.eni_mut(&id)?;
+        e.detach_started = Some(now);
+        if delay.is_zero() {
+            e.status = EniStatus::Available;
+            e.instance = None;
+        } else {
+            e.status = EniStatus::Detaching;
+            e.pending = Some((EniStatus::Available, now + delay));
+        }
+        Ok(json!({}))
+    }
+
+    pub(super) fn delete(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let id = need(p, "NetworkInterfaceId")?.to_string();
+        let e = self.eni(&id)?;
+        Self::not_busy(e)?;
+        if e.status != EniStatus::Available || e.primary_eni {
+            return Err(Self::state_error("Available", &e.status));
+        }
+        let delay = self.cfg.attach_delay;
+        let e = self.eni_mut(&id)?;
+        e.status = EniStatus::Deleting;
+        e.pending = Some((EniStatus::Other("Gone".into()), now + delay));
+        self.settle(now);
+        Ok(json!({}))
+    }
+
+    pub(super) fn describe(&mut self, p: &Params) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let ids = list(p, "NetworkInterfaceId", 100)?;
+        let ips = list(p, "PrivateIpAddress", 100)?;
+        let tags = tags(p)?;
+        let status = p.get("Status").filter(|s| !s.is_empty()).cloned();
+        if let Some(s) = &status {
+            if matches!(EniStatus::parse(s), EniStatus::Other(_)) {
+                return Err(invalid(
+                    "Status",
+                    "expected Available, Attaching, InUse, Detaching or Deleting",
+                ));
+            }
+        }
+        let filter = |k: &str| p.get(k).filter(|s| !s.is_empty()).cloned();
+        let (instance, vswitch, eni_type, primary_ip, vpc) = (
+            filter("InstanceId"),
+            filter("VSwitchId"),
+            filter("Type"),
+            filter("PrimaryIpAddress"),
+            filter("VpcId"),
+        );
+        let matched: Vec<&SimEni> = self
+            .enis
+            .values()
+            .filter(|e| e.deleted_at.is_none())
+            .filter(|e| ids.is_empty() || ids.contains(&e.id))
+            .filter(|e| ips.is_empty() || e.live_v4().any(|a| ips.contains(&a.ip.to_string())))
+            .filter(|e| {
+                tags.iter()
+                    .all(|(k, v)| e.tags.iter().any(|(ek, ev)| ek == k && ev == v))
+            })
+            .filter(|e| status.as_deref().is_none_or(|s| e.status.as_str() == s))
+            .filter(|e| {
+                instance
+                    .as_deref()
+                    .is_none_or(|i| e.instance.as_deref() == Some(i))
+            })
+            .filter(|e| vswitch.as_deref().is_none_or(|v| e.vswitch == v))
+            .filter(|_| vpc.as_deref().is_none_or(|v| v == self.vpc_id))
+            .filter(|e| {
+                eni_type
+                    .as_deref()
+                    .is_none_or(|t| (t == "Primary") == e.primary_eni)
+            })
+            .filter(|e| {
+                primary_ip
+                    .as_deref()
+                    .is_none_or(|ip| e.primary_ip().map(|a| a.to_string()).as_deref() == Some(ip))
+            })
+            .collect();
+        let total = matched.len();
+        if p.contains_key("PageNumber") || p.contains_key("PageSize") {
+            let page = int(p, "PageNumber", 1, 1_000_000)?.unwrap_or(1) as usize;
+            let size = int(p, "PageSize", 1, 1000)?.unwrap_or(10) as usize;
+            let items: Vec<Value> = matched
+                .iter()
+                .skip((page - 1) * size)
+                .take(size)
+                .map(|e| self.eni_json(e))
+                .collect();
+            return Ok(
+                json!({"TotalCount": total, "PageNumber": page, "PageSize": size,
+                "NetworkInterfaceSets": {"NetworkInterfaceSet": items}}),
+            );
+        }
+        let max = match p.get("MaxResults") {
+            None => 10,
+            Some(v) => v
+                .trim()
+                .parse::<usize>()
+                .map_err(|_| invalid("MaxResults", "expected an integer"))?
+                .clamp(10, 500),
+        };
+        let start = match p.get("NextToken").filter(|s| !s.is_empty()) {
+            None => 0,
+            Some(t) => t
+                .strip_prefix("nt-")
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|n| *n <= total)
+                .ok_or_else(|| invalid("NextToken", "unknown token"))?,
+        };
+        let end = (start + max).min(total);
+        let items: Vec<Value> = matched[start..end]
+            .iter()
+            .map(|e| self.eni_json(e))
+            .collect();
+        let next = if end < total {
+            format!("nt-{end}")
+        } else {
+            String::new()
+        };
+        Ok(
+            json!({"NextToken": next, "TotalCount": total, "NetworkInterfaceSets": {"NetworkInterfaceSet": items}}),
+        )
+    }
+}

@@ -1,0 +1,211 @@
+//! Assigning and unassigning IPv4 and IPv6 addresses.
+
+use super::*;
+
+impl World {
+    pub(super) fn assignable(&self, id: &str) -> Result<(), ApiError> {
+        let e = self.eni(id)?;
+        Self::not_busy(e)?;
+        if !matches!(e.status, EniStatus::Available | EniStatus::InUse) {
+            return Err(Self::state_error("Available or InUse", &e.status));
+        }
+        Ok(())
+    }
+
+    pub(super) fn assign4(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let id = need(p, "NetworkInterfaceId")?.to_string();
+        let wanted = list(p, "PrivateIpAddress", 10)?;
+        let count = int(p, "SecondaryPrivateIpAddressCount", 1, 10)?;
+        let n = match (count, wanted.is_empty()) {
+            (Some(n), true) => n as usize,
+            (None, false) => wanted.len(),
+            (Some(_), false) => {
+                return Err(invalid(
+                    "SecondaryPrivateIpAddressCount",
+                    "give a count or addresses, not both",
+                ))
+            }
+            (None, true) => return Err(missing("SecondaryPrivateIpAddressCount")),
+        };
+        self.assignable(&id)?;
+        let e = self.eni(&id)?;
+        if e.live_v4().count() + n > self.cfg.itype.ipv4_per_eni as usize {
+            return Err(err(
+                403,
+                "InvalidOperation.Ipv4CountExceeded",
+                "The number of private IPv4 addresses on the ENI exceeds the upper limit.",
+            ));
+        }
+        let vsw = e.vswitch.clone();
+        let ips = if wanted.is_empty() {
+            self.take_v4(&vsw, n)?
+        } else {
+            self.take_specific(&vsw, &wanted)?
+        };
+        let e = self.eni_mut(&id)?;
+        e.v4.extend(ips.iter().map(|ip| Addr {
+            ip: *ip,
+            primary: false,
+            added: now,
+            removed: None,
+        }));
+        Ok(
+            json!({"AssignedPrivateIpAddressesSet": {"NetworkInterfaceId": id,
+            "PrivateIpSet": {"PrivateIpAddress": ips.iter().map(|a| a.to_string()).collect::<Vec<_>>()},
+            "Ipv4PrefixSet": {"Ipv4Prefixes": []}}}),
+        )
+    }
+
+    pub(super) fn take_specific(
+        &mut self,
+        vsw: &str,
+        wanted: &[String],
+    ) -> Result<Vec<Ipv4Addr>, ApiError> {
+        let v = self
+            .vsw_mut(vsw)
+            .ok_or_else(|| err(404, "InvalidVSwitchId.NotFound", vsw.to_string()))?;
+        let mut offs = Vec::new();
+        for w in wanted {
+            let ip: Ipv4Addr = w.parse().map_err(|_| {
+                err(
+                    403,
+                    "InvalidIp.Address",
+                    format!("The specified IP \"{w}\" is not valid."),
+                )
+            })?;
+            let off = u64::from(u32::from(ip).wrapping_sub(v.cidr.base));
+            if !v.cidr.contains(ip) || !v.cidr.usable().contains(&off) {
+                return Err(err(
+                    403,
+                    "InvalidVSwitchId.IpInvalid",
+                    format!("The specified IP \"{w}\" is not in the VSwitch."),
+                ));
+            }
+            if v.used.contains(&off) || offs.contains(&off) {
+                return Err(err(
+                    403,
+                    "InvalidIp.IpAssigned",
+                    format!("The specified IP \"{w}\" is already assigned."),
+                ));
+            }
+            offs.push(off);
+        }
+        if v.free < offs.len() as u64 {
+            return Err(err(
+                403,
+                "InvalidVSwitchId.IpNotEnough",
+                format!("The specified VSwitch \"{vsw}\" has not enough IpAddress."),
+            ));
+        }
+        v.free -= offs.len() as u64;
+        Ok(offs
+            .into_iter()
+            .map(|o| {
+                v.used.insert(o);
+                v.cidr.at(o)
+            })
+            .collect())
+    }
+
+    pub(super) fn unassign4(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let id = need(p, "NetworkInterfaceId")?.to_string();
+        let ips = list(p, "PrivateIpAddress", 50)?;
+        if ips.is_empty() {
+            return Err(missing("PrivateIpAddress.1"));
+        }
+        self.assignable(&id)?;
+        let e = self.eni(&id)?;
+        let mut gone = Vec::new();
+        for s in &ips {
+            match e.live_v4().find(|a| a.ip.to_string() == *s) {
+                Some(a) if !a.primary => gone.push(a.ip),
+                _ => {
+                    return Err(err(
+                        403,
+                        "InvalidIp.IpUnassigned",
+                        format!("The specified IP \"{s}\" is not assigned on this ENI."),
+                    ))
+                }
+            }
+        }
+        let vsw = e.vswitch.clone();
+        let e = self.eni_mut(&id)?;
+        for a in
+            e.v4.iter_mut()
+                .filter(|a| a.removed.is_none() && gone.contains(&a.ip))
+        {
+            a.removed = Some(now);
+        }
+        self.give_v4(&vsw, &gone);
+        Ok(json!({}))
+    }
+
+    pub(super) fn assign6(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let id = need(p, "NetworkInterfaceId")?.to_string();
+        let n =
+            int(p, "Ipv6AddressCount", 1, 10)?.ok_or_else(|| missing("Ipv6AddressCount"))? as usize;
+        self.assignable(&id)?;
+        let e = self.eni(&id)?;
+        if e.live_v6().count() + n > self.cfg.itype.ipv6_per_eni as usize {
+            return Err(err(
+                403,
+                "InvalidOperation.Ipv6CountExceeded",
+                "The number of IPv6 addresses on the ENI exceeds the upper limit.",
+            ));
+        }
+        let vsw = e.vswitch.clone();
+        let ips = self.take_v6(&vsw, n)?;
+        let e = self.eni_mut(&id)?;
+        e.v6.extend(ips.iter().map(|ip| Addr {
+            ip: *ip,
+            primary: false,
+            added: now,
+            removed: None,
+        }));
+        Ok(
+            json!({"NetworkInterfaceId": id, "Ipv6Sets": {"Ipv6Address": ips.iter().map(|a| a.to_string()).collect::<Vec<_>>()},
+            "Ipv6PrefixSets": {"Ipv6Prefix": []}}),
+        )
+    }
+
+    pub(super) fn unassign6(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let id = need(p, "NetworkInterfaceId")?.to_string();
+        let ips = list(p, "Ipv6Address", 50)?;
+        if ips.is_empty() {
+            return Err(missing("Ipv6Address.1"));
+        }
+        self.assignable(&id)?;
+        let e = self.eni(&id)?;
+        let mut gone = Vec::new();
+        for s in &ips {
+            match s
+                .parse::<Ipv6Addr>()
+                .ok()
+                .and_then(|ip| e.live_v6().find(|a| a.ip == ip))
+            {
+                Some(a) => gone.push(a.ip),
+                None => {
+                    return Err(err(
+                        403,
+                        "InvalidIp.IpUnassigned",
+                        format!("The specified IP \"{s}\" is not assigned on this ENI."),
+                    ))
+                }
+            }
+        }
+        let vsw = e.vswitch.clone();
+        let e = self.eni_mut(&id)?;
+        for a in
+            e.v6.iter_mut()
+                .filter(|a| a.removed.is_none() && gone.contains(&a.ip))
+        {
+            a.removed = Some(now);
+        }
+        self.give_v6(&vsw, &gone);
+        Ok(json!({}))
+    }
+}

@@ -1,0 +1,582 @@
+//! The emulated cloud: one instance with its primary ENI, vswitches with
+//! finite free addresses, ENIs with the asynchronous state machine of the
+//! real API, and a log of every address's life so the metadata service can
+//! show the world as it was `metadata_lag` ago.
+//!
+//! State transitions (Attaching -> InUse, Detaching -> Available,
+//! Deleting -> gone) are settled lazily, on every access, from the
+//! monotonic clock. Everything random comes from one seeded generator.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::net::{Net4, Net6};
+use super::types::InstanceType;
+use crate::cloud::EniStatus;
+use crate::util::rand::Rng;
+
+mod catalog;
+mod enis;
+mod ips;
+mod params;
+
+pub use params::{err, status_of, ApiError, Params};
+use params::{int, invalid, list, missing, need, tags};
+
+/// A vswitch.
+#[derive(Debug)]
+pub struct Vsw {
+    /// `vsw-...`
+    pub id: String,
+    /// Its zone.
+    pub zone: String,
+    /// IPv4 block.
+    pub cidr: Net4,
+    /// IPv6 block, if enabled.
+    pub cidr6: Option<Net6>,
+    /// AvailableIpAddressCount.
+    pub free: u64,
+    used: HashSet<u64>,
+    used6: HashSet<u128>,
+}
+
+/// An address and its life, for the lagging metadata view.
+#[derive(Debug, Clone)]
+struct Addr<T> {
+    ip: T,
+    primary: bool,
+    added: Instant,
+    removed: Option<Instant>,
+}
+
+/// An ENI.
+#[derive(Debug)]
+pub struct SimEni {
+    /// `eni-...`
+    pub id: String,
+    /// MAC.
+    pub mac: String,
+    /// Vswitch.
+    pub vswitch: String,
+    status: EniStatus,
+    pending: Option<(EniStatus, Instant)>,
+    instance: Option<String>,
+    primary_eni: bool,
+    v4: Vec<Addr<Ipv4Addr>>,
+    v6: Vec<Addr<Ipv6Addr>>,
+    tags: Vec<(String, String)>,
+    sgs: Vec<String>,
+    created: u64,
+    description: String,
+    name: String,
+    attached_since: Option<Instant>,
+    detach_started: Option<Instant>,
+    deleted_at: Option<Instant>,
+}
+
+impl SimEni {
+    fn live_v4(&self) -> impl Iterator<Item = &Addr<Ipv4Addr>> {
+        self.v4.iter().filter(|a| a.removed.is_none())
+    }
+
+    fn live_v6(&self) -> impl Iterator<Item = &Addr<Ipv6Addr>> {
+        self.v6.iter().filter(|a| a.removed.is_none())
+    }
+
+    fn primary_ip(&self) -> Option<Ipv4Addr> {
+        self.v4.iter().find(|a| a.primary).map(|a| a.ip)
+    }
+
+    fn busy(&self) -> bool {
+        self.pending.is_some()
+    }
+}
+
+/// Emulator settings the world needs.
+#[derive(Debug, Clone)]
+pub struct WorldConfig {
+    /// Region id.
+    pub region: String,
+    /// Zone id.
+    pub zone: String,
+    /// Instance type.
+    pub itype: &'static InstanceType,
+    /// Vswitches: (id, CIDR, IPv6 CIDR, free).
+    pub vswitches: Vec<(String, Net4, Option<Net6>, Option<u64>)>,
+    /// Async transition time.
+    pub attach_delay: Duration,
+    /// Metadata lag.
+    pub metadata_lag: Duration,
+}
+
+/// The whole emulated cloud.
+#[derive(Debug)]
+pub struct World {
+    /// Settings.
+    pub cfg: WorldConfig,
+    /// The generator.
+    pub rng: Rng,
+    /// Instance id.
+    pub instance_id: String,
+    /// VPC id.
+    pub vpc_id: String,
+    /// The security group of the instance.
+    pub sg_id: String,
+    /// Vswitches in configuration order.
+    pub vswitches: Vec<Vsw>,
+    /// ENIs by id (deleted ones linger for the metadata lag).
+    pub enis: BTreeMap<String, SimEni>,
+    /// Calls by action.
+    pub calls: BTreeMap<String, u64>,
+    region_prefix: String,
+    macs: HashSet<String>,
+    created_at: Instant,
+}
+
+impl World {
+    /// A world with its instance and primary ENI.
+    pub fn new(cfg: WorldConfig, mut rng: Rng) -> Result<World, String> {
+        if cfg.vswitches.is_empty() {
+            return Err("at least one vswitch is needed".into());
+        }
+        let region_prefix = match cfg.region.as_str() {
+            "cn-hangzhou" => "bp".to_string(),
+            "cn-beijing" => "2z".to_string(),
+            "cn-shanghai" => "uf".to_string(),
+            r => r
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .take(2)
+                .collect::<String>()
+                .to_ascii_lowercase(),
+        };
+        let mut ids = HashSet::new();
+        let mut vswitches = Vec::new();
+        for (id, cidr, cidr6, free) in &cfg.vswitches {
+            if !ids.insert(id.clone()) {
+                return Err(format!("vswitch {id} is given twice"));
+            }
+            let usable = cidr.usable().end - cidr.usable().start;
+            vswitches.push(Vsw {
+                id: id.clone(),
+                zone: cfg.zone.clone(),
+                cidr: *cidr,
+                cidr6: *cidr6,
+                free: free.unwrap_or(usable).min(usable),
+                used: HashSet::new(),
+                used6: HashSet::new(),
+            });
+        }
+        let instance_id = format!(
+            "i-{region_prefix}{}",
+            rng.hex(9).chars().take(17).collect::<String>()
+        );
+        let vpc_id = format!(
+            "vpc-{region_prefix}{}",
+            rng.hex(9).chars().take(17).collect::<String>()
+        );
+        let sg_id = format!(
+            "sg-{region_prefix}{}",
+            rng.hex(9).chars().take(17).collect::<String>()
+        );
+        let now = Instant::now();
+        let mut w = World {
+            cfg,
+            rng,
+            instance_id,
+            vpc_id,
+            sg_id,
+            vswitches,
+            enis: BTreeMap::new(),
+            calls: BTreeMap::new(),
+            region_prefix,
+            macs: HashSet::new(),
+            created_at: now,
+        };
+        let vsw = w.vswitches[0].id.clone();
+        let ip = w.take_v4(&vsw, 1).map_err(|e| e.message)?;
+        let id = w.new_eni_id();
+        let mac = w.new_mac();
+        let since = now.checked_sub(Duration::from_secs(3600)).unwrap_or(now);
+        let eni = SimEni {
+            id: id.clone(),
+            mac,
+            vswitch: vsw,
+            status: EniStatus::InUse,
+            pending: None,
+            instance: Some(w.instance_id.clone()),
+            primary_eni: true,
+            v4: vec![Addr {
+                ip: ip[0],
+                primary: true,
+                added: since,
+                removed: None,
+            }],
+            v6: Vec::new(),
+            tags: Vec::new(),
+            sgs: vec![w.sg_id.clone()],
+            created: crate::util::time::unix_secs().saturating_sub(86_400),
+            description: String::new(),
+            name: "primary".into(),
+            attached_since: Some(since),
+            detach_started: None,
+            deleted_at: None,
+        };
+        w.enis.insert(id, eni);
+        Ok(w)
+    }
+
+    fn new_eni_id(&mut self) -> String {
+        format!(
+            "eni-{}{}",
+            self.region_prefix,
+            self.rng.hex(9).chars().take(17).collect::<String>()
+        )
+    }
+
+    fn new_mac(&mut self) -> String {
+        loop {
+            let b = self.rng.next_u64();
+            let mac = format!(
+                "00:16:3e:{:02x}:{:02x}:{:02x}",
+                (b >> 16) as u8,
+                (b >> 8) as u8,
+                b as u8
+            );
+            if self.macs.insert(mac.clone()) {
+                return mac;
+            }
+        }
+    }
+
+    /// The request id for a new answer.
+    pub fn request_id(&mut self) -> String {
+        self.rng.uuid().to_ascii_uppercase()
+    }
+
+    fn vsw_mut(&mut self, id: &str) -> Option<&mut Vsw> {
+        self.vswitches.iter_mut().find(|v| v.id == id)
+    }
+
+    fn take_v4(&mut self, vsw: &str, n: usize) -> Result<Vec<Ipv4Addr>, ApiError> {
+        let rng_seed = self.rng.next_u64();
+        let v = self.vsw_mut(vsw).ok_or_else(|| {
+            err(
+                404,
+                "InvalidVSwitchId.NotFound",
+                format!("The specified VSwitch \"{vsw}\" does not exist."),
+            )
+        })?;
+        let usable = v.cidr.usable();
+        let room = (usable.end - usable.start).saturating_sub(v.used.len() as u64);
+        if v.free < n as u64 || room < n as u64 {
+            return Err(err(
+                403,
+                "InvalidVSwitchId.IpNotEnough",
+                format!("The specified VSwitch \"{vsw}\" has not enough IpAddress."),
+            ));
+        }
+        let span = usable.end - usable.start;
+        let mut r = Rng::seeded(rng_seed);
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let mut off = usable.start + r.below(span);
+            while v.used.contains(&off) {
+                off = usable.start + (off - usable.start + 1) % span;
+            }
+            v.used.insert(off);
+            out.push(v.cidr.at(off));
+        }
+        v.free -= n as u64;
+        Ok(out)
+    }
+
+    fn give_v4(&mut self, vsw: &str, ips: &[Ipv4Addr]) {
+        if let Some(v) = self.vsw_mut(vsw) {
+            for ip in ips {
+                let off = u64::from(u32::from(*ip).wrapping_sub(v.cidr.base));
+                if v.used.remove(&off) {
+                    v.free += 1;
+                }
+            }
+        }
+    }
+
+    fn take_v6(&mut self, vsw: &str, n: usize) -> Result<Vec<Ipv6Addr>, ApiError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let seed = self.rng.next_u64();
+        let v = self.vsw_mut(vsw).ok_or_else(|| {
+            err(
+                404,
+                "InvalidVSwitchId.NotFound",
+                format!("The specified VSwitch \"{vsw}\" does not exist."),
+            )
+        })?;
+        let Some(net) = v.cidr6 else {
+            return Err(err(
+                403,
+                "InvalidVSwitch.Ipv6NotTurnOn",
+                format!("The VSwitch \"{vsw}\" does not have IPv6 enabled."),
+            ));
+        };
+        let mut r = Rng::seeded(seed);
+        let mut out = Vec::new();
+        while out.len() < n {
+            let host = u128::from(r.next_u64() >> 16) + 16;
+            if v.used6.insert(host) {
+                out.push(net.at(host));
+            }
+        }
+        Ok(out)
+    }
+
+    fn give_v6(&mut self, vsw: &str, ips: &[Ipv6Addr]) {
+        if let Some(v) = self.vsw_mut(vsw) {
+            if let Some(net) = v.cidr6 {
+                for ip in ips {
+                    let host = u128::from(*ip) & !(u128::MAX << (128 - net.prefix));
+                    v.used6.remove(&host);
+                }
+            }
+        }
+    }
+
+    /// Applies due transitions and forgets what the metadata lag no longer
+    /// needs.
+    pub fn settle(&mut self, now: Instant) {
+        let lag = self.cfg.metadata_lag;
+        let mut freed: Vec<(String, Vec<Ipv4Addr>, Vec<Ipv6Addr>)> = Vec::new();
+        for e in self.enis.values_mut() {
+            if let Some((target, at)) = e.pending.clone() {
+                if at <= now {
+                    e.pending = None;
+                    match target {
+                        EniStatus::InUse => {
+                            e.status = EniStatus::InUse;
+                            e.attached_since = Some(at);
+                            e.detach_started = None;
+                        }
+                        EniStatus::Available => {
+                            e.status = EniStatus::Available;
+                            e.instance = None;
+                        }
+                        _ => {
+                            e.deleted_at = Some(at);
+                            let v4: Vec<Ipv4Addr> = e.live_v4().map(|a| a.ip).collect();
+                            let v6: Vec<Ipv6Addr> = e.live_v6().map(|a| a.ip).collect();
+                            for a in e.v4.iter_mut() {
+                                a.removed.get_or_insert(at);
+                            }
+                            for a in e.v6.iter_mut() {
+                                a.removed.get_or_insert(at);
+                            }
+                            freed.push((e.vswitch.clone(), v4, v6));
+                        }
+                    }
+                }
+            }
+            e.v4.retain(|a| a.removed.is_none_or(|r| r + lag > now));
+            e.v6.retain(|a| a.removed.is_none_or(|r| r + lag > now));
+        }
+        for (vsw, v4, v6) in freed {
+            self.give_v4(&vsw, &v4);
+            self.give_v6(&vsw, &v6);
+        }
+        self.enis
+            .retain(|_, e| e.deleted_at.is_none_or(|d| d + lag > now));
+    }
+
+    fn eni(&self, id: &str) -> Result<&SimEni, ApiError> {
+        self.enis
+            .get(id)
+            .filter(|e| e.deleted_at.is_none())
+            .ok_or_else(|| {
+                err(
+                    404,
+                    "InvalidEniId.NotFound",
+                    format!("The specified NetworkInterfaceId \"{id}\" does not exist."),
+                )
+            })
+    }
+
+    fn eni_mut(&mut self, id: &str) -> Result<&mut SimEni, ApiError> {
+        self.eni(id)?;
+        self.enis
+            .get_mut(id)
+            .ok_or_else(|| err(404, "InvalidEniId.NotFound", "gone"))
+    }
+
+    fn check_region(&self, p: &Params) -> Result<(), ApiError> {
+        let r = need(p, "RegionId")?;
+        if r != self.cfg.region {
+            return Err(err(
+                404,
+                "InvalidRegionId.NotFound",
+                format!("The specified RegionId \"{r}\" does not exist."),
+            ));
+        }
+        Ok(())
+    }
+
+    fn not_busy(e: &SimEni) -> Result<(), ApiError> {
+        if e.busy() {
+            return Err(err(403, "Operation.Conflict", "ecs task is conflicted."));
+        }
+        Ok(())
+    }
+
+    fn state_error(want: &str, have: &EniStatus) -> ApiError {
+        err(
+            400,
+            "InvalidOperation.InvalidEniState",
+            format!("The operation is not allowed in the current ENI state. Expecting status is \"{want}\" while current status is \"{have}\"."),
+        )
+    }
+
+    fn eni_json(&self, e: &SimEni) -> Value {
+        let primary = e.primary_ip().map(|a| a.to_string()).unwrap_or_default();
+        let vsw = self.vswitches.iter().find(|v| v.id == e.vswitch);
+        json!({
+            "NetworkInterfaceId": e.id,
+            "Status": e.status.as_str(),
+            "Type": if e.primary_eni { "Primary" } else { "Secondary" },
+            "MacAddress": e.mac,
+            "InstanceId": e.instance.clone().unwrap_or_default(),
+            "VpcId": self.vpc_id,
+            "VSwitchId": e.vswitch,
+            "ZoneId": vsw.map(|v| v.zone.clone()).unwrap_or_default(),
+            "PrivateIpAddress": primary,
+            "CreationTime": crate::util::time::format_utc(e.created),
+            "Description": e.description,
+            "NetworkInterfaceName": e.name,
+            "NetworkInterfaceTrafficMode": "Standard",
+            "ResourceGroupId": "",
+            "OwnerId": "1234567890123456",
+            "ServiceID": 0,
+            "ServiceManaged": false,
+            "DeleteOnRelease": true,
+            "SourceDestCheck": false,
+            "QueueNumber": 2,
+            "SecurityGroupIds": {"SecurityGroupId": e.sgs},
+            "PrivateIpSets": {"PrivateIpSet": e.live_v4().map(|a| json!({
+                "PrivateIpAddress": a.ip.to_string(),
+                "Primary": a.primary,
+                "PrivateDnsName": "",
+                "AssociatedPublicIp": {"PublicIpAddress": "", "AllocationId": ""}
+            })).collect::<Vec<_>>()},
+            "Ipv6Sets": {"Ipv6Set": e.live_v6().map(|a| json!({"Ipv6Address": a.ip.to_string()})).collect::<Vec<_>>()},
+            "Ipv4PrefixSets": {"Ipv4PrefixSet": []},
+            "Ipv6PrefixSets": {"Ipv6PrefixSet": []},
+            "Tags": {"Tag": e.tags.iter().map(|(k, v)| json!({"TagKey": k, "TagValue": v})).collect::<Vec<_>>()},
+            "AssociatedPublicIp": {},
+            "Attachment": match &e.instance {
+                Some(i) => json!({"InstanceId": i, "DeviceIndex": 1, "NetworkCardIndex": 0, "TrunkNetworkInterfaceId": ""}),
+                None => json!({}),
+            },
+        })
+    }
+
+    // ---- views -----------------------------------------------------------
+
+    /// The state as SPEC section 5's `GET /__sim/state`.
+    pub fn state_json(&mut self, now: Instant) -> Value {
+        self.settle(now);
+        let primary_mac = self
+            .enis
+            .values()
+            .find(|e| e.primary_eni)
+            .map(|e| e.mac.clone())
+            .unwrap_or_default();
+        json!({
+            "instance": {"id": self.instance_id, "type": self.cfg.itype.id, "zone": self.cfg.zone,
+                         "region": self.cfg.region, "primary_mac": primary_mac},
+            "vswitches": self.vswitches.iter().map(|v| json!({"id": v.id, "cidr": v.cidr.to_string(), "free": v.free})).collect::<Vec<_>>(),
+            "enis": self.enis.values().filter(|e| e.deleted_at.is_none()).map(|e| json!({
+                "id": e.id, "mac": e.mac, "status": e.status.as_str(),
+                "instance_id": e.instance.clone().unwrap_or_default(), "vswitch_id": e.vswitch,
+                "primary_ip": e.primary_ip().map(|a| a.to_string()).unwrap_or_default(),
+                "private_ips": e.live_v4().map(|a| a.ip.to_string()).collect::<Vec<_>>(),
+                "ipv6s": e.live_v6().map(|a| a.ip.to_string()).collect::<Vec<_>>(),
+                "tags": e.tags.iter().cloned().collect::<BTreeMap<String, String>>(),
+            })).collect::<Vec<_>>(),
+            "calls": self.calls,
+        })
+    }
+
+    /// ENIs attached to the instance as metadata shows them now (lagging).
+    pub fn metadata_enis(&mut self, now: Instant) -> Vec<MdEni> {
+        self.settle(now);
+        let t = now
+            .checked_sub(self.cfg.metadata_lag)
+            .unwrap_or(self.created_at);
+        self.enis
+            .values()
+            .filter(|e| {
+                e.attached_since.is_some_and(|a| a <= t) && e.detach_started.is_none_or(|d| d > t)
+            })
+            .map(|e| {
+                let vsw = self.vswitches.iter().find(|v| v.id == e.vswitch);
+                MdEni {
+                    id: e.id.clone(),
+                    mac: e.mac.clone(),
+                    primary: e.primary_eni,
+                    primary_ip: e.primary_ip(),
+                    v4: e
+                        .v4
+                        .iter()
+                        .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
+                        .map(|a| a.ip)
+                        .collect(),
+                    v6: e
+                        .v6
+                        .iter()
+                        .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
+                        .map(|a| a.ip)
+                        .collect(),
+                    vswitch: e.vswitch.clone(),
+                    cidr: vsw.map(|v| v.cidr),
+                    cidr6: vsw.and_then(|v| v.cidr6),
+                }
+            })
+            .collect()
+    }
+
+    /// Sets a vswitch's free count.
+    pub fn set_free(&mut self, id: &str, free: u64) -> bool {
+        match self.vsw_mut(id) {
+            Some(v) => {
+                v.free = free;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// An ENI as metadata shows it.
+#[derive(Debug, Clone)]
+pub struct MdEni {
+    /// Id.
+    pub id: String,
+    /// MAC.
+    pub mac: String,
+    /// The primary ENI.
+    pub primary: bool,
+    /// Its primary address.
+    pub primary_ip: Option<Ipv4Addr>,
+    /// Visible IPv4.
+    pub v4: Vec<Ipv4Addr>,
+    /// Visible IPv6.
+    pub v6: Vec<Ipv6Addr>,
+    /// Vswitch.
+    pub vswitch: String,
+    /// Vswitch block.
+    pub cidr: Option<Net4>,
+    /// Vswitch IPv6 block.
+    pub cidr6: Option<Net6>,
+}

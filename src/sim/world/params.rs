@@ -1,0 +1,134 @@
+//! Request parameters and API errors: the checks every action shares,
+//! answering with the real codes (MissingParameter, InvalidParameter).
+
+use std::collections::BTreeMap;
+
+/// An error answer of the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// `Code`.
+    pub code: String,
+    /// `Message`.
+    pub message: String,
+}
+
+/// Shorthand for an [`ApiError`].
+pub fn err(status: u16, code: &str, message: impl Into<String>) -> ApiError {
+    ApiError {
+        status,
+        code: code.into(),
+        message: message.into(),
+    }
+}
+
+/// The real status of an error code (for fault rules without one).
+pub fn status_of(code: &str) -> u16 {
+    match code {
+        "InternalError" => 500,
+        "ServiceUnavailable" => 503,
+        c if c.starts_with("Throttling") => 400,
+        c if c.ends_with(".NotFound") => 404,
+        "InvalidVSwitchId.IpNotEnough"
+        | "Operation.Conflict"
+        | "EniPerInstanceLimitExceeded"
+        | "MaxEniCountExceeded" => 403,
+        c if c.starts_with("InvalidIp.")
+            || c.starts_with("InvalidOperation.Ipv")
+            || c.starts_with("Forbidden") =>
+        {
+            403
+        }
+        "InvalidOperation.Conflict" => 409,
+        _ => 400,
+    }
+}
+
+/// Request parameters (query and form merged).
+pub type Params = BTreeMap<String, String>;
+
+pub(super) fn missing(name: &str) -> ApiError {
+    err(400, "MissingParameter", format!("The input parameter \"{name}\" that is mandatory for processing this request is not supplied."))
+}
+
+pub(super) fn invalid(name: &str, why: &str) -> ApiError {
+    err(
+        400,
+        "InvalidParameter",
+        format!("The specified parameter \"{name}\" is not valid: {why}."),
+    )
+}
+
+pub(super) fn need<'a>(p: &'a Params, name: &str) -> Result<&'a str, ApiError> {
+    p.get(name)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| missing(name))
+}
+
+pub(super) fn int(p: &Params, name: &str, lo: u64, hi: u64) -> Result<Option<u64>, ApiError> {
+    match p.get(name) {
+        None => Ok(None),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
+            _ => Err(invalid(
+                name,
+                &format!("expected an integer from {lo} to {hi}"),
+            )),
+        },
+    }
+}
+
+/// `Name.1`, `Name.2`, ... (1-based, at most `max`).
+pub(super) fn list(p: &Params, name: &str, max: usize) -> Result<Vec<String>, ApiError> {
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let prefix = format!("{name}.");
+    for (k, v) in p {
+        if let Some(n) = k.strip_prefix(&prefix) {
+            match n.parse::<usize>() {
+                Ok(i) if (1..=max).contains(&i) => out.push((i, v.clone())),
+                _ => return Err(invalid(k, &format!("the index must be from 1 to {max}"))),
+            }
+        }
+    }
+    out.sort();
+    Ok(out.into_iter().map(|(_, v)| v).collect())
+}
+
+pub(super) fn tags(p: &Params) -> Result<Vec<(String, String)>, ApiError> {
+    let mut by_index: BTreeMap<usize, (String, String)> = BTreeMap::new();
+    for (k, v) in p {
+        let Some(rest) = k.strip_prefix("Tag.") else {
+            continue;
+        };
+        let (n, field) = rest
+            .split_once('.')
+            .ok_or_else(|| invalid(k, "expected Tag.N.Key or Tag.N.Value"))?;
+        let i: usize = n
+            .parse()
+            .ok()
+            .filter(|i| (1..=20).contains(i))
+            .ok_or_else(|| invalid(k, "the index must be from 1 to 20"))?;
+        let e = by_index.entry(i).or_default();
+        match field {
+            "Key" => e.0 = v.clone(),
+            "Value" => e.1 = v.clone(),
+            _ => return Err(invalid(k, "expected Tag.N.Key or Tag.N.Value")),
+        }
+    }
+    let mut out = Vec::new();
+    for (i, (k, v)) in by_index {
+        let lower = k.to_ascii_lowercase();
+        if k.is_empty() || k.len() > 128 || lower.starts_with("aliyun") || lower.starts_with("acs:")
+        {
+            return Err(err(
+                400,
+                "InvalidTagKey.Malformed",
+                format!("Tag.{i}.Key is not valid."),
+            ));
+        }
+        out.push((k, v));
+    }
+    Ok(out)
+}
