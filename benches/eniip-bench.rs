@@ -12,9 +12,9 @@
 //! - restart recovery time with the largest built-in instance type full;
 //! - footprint: idle RSS, threads, CPU time while idle, binary size.
 //!
-//! Run: `cargo run --release --bin eniip-bench [-- --json] [--idle-secs N]`.
-//! It uses the eniipd and eniip-sim binaries next to it (building them
-//! with cargo if they are missing).
+//! Run: `cargo bench --bench eniip-bench [-- --json] [--idle-secs N]`.
+//! It drives the eniipd and eniip-sim binaries cargo built for it (the
+//! bench profile is the release profile).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
@@ -40,6 +40,8 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--json" => o.json = true,
+            // What `cargo bench` passes to every bench target.
+            "--bench" => {}
             "--idle-secs" => {
                 o.idle_secs = args
                     .next()
@@ -53,7 +55,7 @@ fn main() {
                     .unwrap_or_else(|| usage("--warm-iters needs a count"))
             }
             "--help" | "-h" => {
-                println!("eniip-bench [--json] [--idle-secs N (60)] [--warm-iters N (1000)]");
+                println!("cargo bench --bench eniip-bench -- [--json] [--idle-secs N (60)] [--warm-iters N (1000)]");
                 return;
             }
             other => usage(&format!("unknown option {other}")),
@@ -86,31 +88,10 @@ struct Bins {
 }
 
 fn binaries() -> Bins {
-    let dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_default();
-    let b = Bins {
-        eniipd: dir.join("eniipd"),
-        sim: dir.join("eniip-sim"),
-    };
-    if !b.eniipd.exists() || !b.sim.exists() {
-        let profile = if dir.ends_with("release") {
-            "--release"
-        } else {
-            "--profile=dev"
-        };
-        eprintln!("building eniipd and eniip-sim ({profile})...");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo)
-            .args(["build", profile, "--bin", "eniipd", "--bin", "eniip-sim"])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok || !b.eniipd.exists() {
-            usage("eniipd and eniip-sim must be built first: cargo build --release");
-        }
+    Bins {
+        eniipd: PathBuf::from(env!("CARGO_BIN_EXE_eniipd")),
+        sim: PathBuf::from(env!("CARGO_BIN_EXE_eniip-sim")),
     }
-    b
 }
 
 // ---- processes -------------------------------------------------------------
