@@ -1,0 +1,146 @@
+//! Read-only views of the pool: replies, counts, listings, the invariant
+//! check.
+
+use super::*;
+
+impl PoolState {
+    /// The reply text for an owner's allocation.
+    pub fn allocation_of(&self, v4: Ipv4Addr) -> Option<Allocation> {
+        let ip = self.ips.get(&v4)?;
+        let eni = self.enis.get(&ip.eni)?;
+        Some(Allocation {
+            ip: ip.v4,
+            ipv6: ip.v6,
+            eni: eni.id.clone(),
+            mac: eni.mac.clone(),
+            vswitch: eni.vswitch.clone(),
+            cidr: eni.cidr.clone(),
+            gateway: eni.gateway,
+        })
+    }
+
+    /// Addresses free for anyone right now.
+    pub fn idle_count(&self) -> usize {
+        self.ips
+            .values()
+            .filter(|ip| ip.state == IpState::Idle && self.allocatable(ip))
+            .count()
+    }
+
+    /// Addresses (and unpaired IPv6) on one ENI.
+    pub fn ips_on(&self, eni: &str) -> usize {
+        self.ips.values().filter(|ip| ip.eni == eni).count()
+            + self.unpaired_v6.values().filter(|e| *e == eni).count()
+    }
+
+    /// Counters for `status` (pending and capacity are the caller's).
+    pub fn counts(&self) -> StatusCounts {
+        let mut c = StatusCounts {
+            enis: self.enis.len(),
+            ips: self.ips.len() + self.unpaired_v6.len(),
+            ..StatusCounts::default()
+        };
+        for ip in self.ips.values() {
+            match ip.state {
+                IpState::Idle => c.idle += 1,
+                IpState::InUse { .. } => c.inuse += 1,
+                IpState::Reserved { .. } | IpState::Quarantined { .. } => c.reserved += 1,
+                IpState::Cooling { .. } => c.cooling += 1,
+                IpState::Invalid { .. } => {}
+            }
+        }
+        c
+    }
+
+    /// Counts by state name, invalid included (for metrics).
+    pub fn counts_by_state(&self) -> Vec<(&'static str, u64)> {
+        let c = self.counts();
+        let invalid = (c.ips - c.idle - c.inuse - c.reserved - c.cooling) as u64;
+        vec![
+            ("idle", c.idle as u64),
+            ("inuse", c.inuse as u64),
+            ("reserved", c.reserved as u64),
+            ("cooling", c.cooling as u64),
+            ("invalid", invalid),
+        ]
+    }
+
+    /// `list` data.
+    pub fn list(&self) -> Vec<ListEntry> {
+        let mut out: Vec<ListEntry> = self
+            .ips
+            .values()
+            .map(|ip| ListEntry {
+                ip: IpAddr::V4(ip.v4),
+                state: ip.state.name(),
+                owner: match &ip.state {
+                    IpState::InUse { owner, .. }
+                    | IpState::Reserved { owner, .. }
+                    | IpState::Cooling { owner, .. } => Some(owner.to_string()),
+                    _ => None,
+                },
+                eni: ip.eni.clone(),
+            })
+            .collect();
+        out.extend(self.unpaired_v6.iter().map(|(v6, eni)| ListEntry {
+            ip: IpAddr::V6(*v6),
+            state: "invalid",
+            owner: None,
+            eni: eni.clone(),
+        }));
+        out
+    }
+
+    /// `enis` data for the ENIs that exist (the caller adds ones being created).
+    pub fn eni_entries(&self, inhibited: impl Fn(&str) -> Option<String>) -> Vec<EniEntry> {
+        self.enis
+            .values()
+            .map(|e| EniEntry {
+                eni: e.id.clone(),
+                mac: e.mac.clone(),
+                vswitch: e.vswitch.clone(),
+                ips: self.ips_on(&e.id),
+                pending: e.pending,
+                inhibited_until: inhibited(&e.vswitch),
+            })
+            .collect()
+    }
+
+    /// Every owner and its address.
+    pub fn owners(&self) -> impl Iterator<Item = (&Owner, &Ipv4Addr)> {
+        self.owners.iter()
+    }
+
+    /// Checks the invariants; `Err` names the first violation.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen_owner: HashMap<&Owner, Ipv4Addr> = HashMap::new();
+        for ip in self.ips.values() {
+            if !self.enis.contains_key(&ip.eni) {
+                return Err(format!("{} is on unknown ENI {}", ip.v4, ip.eni));
+            }
+            if let IpState::InUse { owner, .. } = &ip.state {
+                if let Some(other) = seen_owner.insert(owner, ip.v4) {
+                    return Err(format!("owner {owner} holds {other} and {}", ip.v4));
+                }
+                if self.owners.get(owner) != Some(&ip.v4) {
+                    return Err(format!("owner index disagrees for {owner}"));
+                }
+            }
+        }
+        if seen_owner.len() != self.owners.len() {
+            return Err("owner index has stale entries".into());
+        }
+        let mut v6s = std::collections::HashSet::new();
+        for v6 in self
+            .ips
+            .values()
+            .filter_map(|ip| ip.v6)
+            .chain(self.unpaired_v6.keys().copied())
+        {
+            if !v6s.insert(v6) {
+                return Err(format!("{v6} appears twice"));
+            }
+        }
+        Ok(())
+    }
+}
