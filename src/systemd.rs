@@ -47,6 +47,11 @@ impl Notifier {
         Notifier { target }
     }
 
+    /// True when there is a `$NOTIFY_SOCKET` to send to.
+    pub fn is_active(&self) -> bool {
+        self.target.is_some()
+    }
+
     /// Sends one datagram; `Ok(false)` when not under systemd.
     pub fn notify(&self, msg: &str) -> io::Result<bool> {
         let Some(t) = &self.target else {

@@ -5,10 +5,11 @@
 mod common;
 
 use std::io::Read;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{config, field, tempdir, Daemon, Sim};
+use common::{ask, config, field, tempdir, Daemon, Sim};
 use serde_json::json;
 
 fn fast_sim() -> Sim {
@@ -418,6 +419,19 @@ fn watchdog_pings_and_journald_prefixes() {
         seen.iter().filter(|m| m.contains("WATCHDOG=1")).count() >= 2,
         "{seen:?}"
     );
+    // The status line follows the pool.
+    let sock = PathBuf::from(cfg["socket_path"].as_str().unwrap());
+    let reply = ask(&sock, "alloc app/status");
+    assert!(reply.last().unwrap().starts_with("OK ip="), "{reply:?}");
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    let mut updated = false;
+    while !updated && std::time::Instant::now() < end {
+        if let Ok(n) = rx.recv(&mut buf) {
+            let m = String::from_utf8_lossy(&buf[..n]).to_string();
+            updated = m.starts_with("STATUS=") && m.contains(" inuse=1 ");
+        }
+    }
+    assert!(updated, "no STATUS= line with inuse=1");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,

@@ -566,6 +566,9 @@ fn reload(r: &Running) {
     }
 }
 
+/// How often the `STATUS=` line is refreshed (only sent when it changed).
+const STATUS_EVERY: Duration = Duration::from_secs(5);
+
 fn serve(r: Running) -> i32 {
     let (sig_rx, sig_handle) = match signals() {
         Ok(s) => s,
@@ -575,6 +578,9 @@ fn serve(r: Running) -> i32 {
         }
     };
     let watchdog = crate::systemd::watchdog_interval().map(|d| tick(d / 2));
+    // `systemctl status` shows the pool counters, refreshed when they change.
+    let status_tick = r.notifier.is_active().then(|| tick(STATUS_EVERY));
+    let mut last_status = String::new();
     let never = crossbeam_channel::never();
     let stop = loop {
         select! {
@@ -584,6 +590,15 @@ fn serve(r: Running) -> i32 {
                 Err(_) => break Stop::Fatal("signal thread ended".into()),
             },
             recv(r.alloc.fatal()) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "allocator stopped".into())),
+            recv(status_tick.as_ref().unwrap_or(&never)) -> _ => {
+                if let Ok(c) = r.alloc.status() {
+                    let text = c.to_text();
+                    if text != last_status {
+                        let _ = r.notifier.status(&text);
+                        last_status = text;
+                    }
+                }
+            }
             recv(watchdog.as_ref().unwrap_or(&never)) -> _ => {
                 // Only while the allocator answers: a wedged pool thread
                 // lets systemd's watchdog restart the daemon.
