@@ -115,6 +115,19 @@ fn every_action_works() {
     // Already gone: still success.
     c.unassign_ipv4(&eni.id, &new[..2]).unwrap();
     wait::wait_ips_absent(c.metadata(), &eni.mac, &new[..2], &[], deadline).unwrap();
+    // A batch with one address gone and two still there: the cloud refuses
+    // the whole call, and the two must still go.
+    let before = calls(&sim, "UnassignPrivateIpAddresses");
+    c.unassign_ipv4(&eni.id, &new[1..4]).unwrap();
+    assert_eq!(calls(&sim, "UnassignPrivateIpAddresses") - before, 4);
+    let ours = c
+        .describe_enis(&EniQuery {
+            eni_ids: vec![eni.id.clone()],
+            ..EniQuery::default()
+        })
+        .unwrap();
+    assert_eq!(ours[0].private_ips.len(), 4, "{:?}", ours[0].private_ips);
+    assert!(!ours[0].private_ips.iter().any(|a| new[..4].contains(a)));
     // The primary address is refused, not hidden: the allocator never asks.
     c.detach_eni(&eni.id, &me).unwrap();
     wait::wait_eni_status(&c, &eni.id, EniStatus::Available, deadline).unwrap();

@@ -362,17 +362,57 @@ pub fn unassign_private_ip_addresses(
     eni: &str,
     ips: &[Ipv4Addr],
 ) -> Result<(), CloudError> {
-    let mut p = vec![("NetworkInterfaceId".to_string(), eni.to_string())];
-    repeated(&mut p, "PrivateIpAddress", ips);
-    c.call(
+    unassign(
+        c,
         "UnassignPrivateIpAddresses",
-        &p,
-        CallOpts {
-            client_token: false,
-            success_codes: &["InvalidIp.IpUnassigned", "InvalidEniId.NotFound"],
-        },
+        "PrivateIpAddress",
+        eni,
+        ips,
     )
-    .map(|_| ())
+}
+
+/// An unassign call is all or nothing: one address already gone refuses
+/// the whole batch with `InvalidIp.IpUnassigned`. Only a single address's
+/// refusal proves it gone, so a refused batch is retried one by one rather
+/// than taken as success for addresses that are still there.
+fn unassign<T: ToString>(
+    c: &RpcClient,
+    action: &str,
+    field: &str,
+    eni: &str,
+    ips: &[T],
+) -> Result<(), CloudError> {
+    const GONE: &str = "InvalidIp.IpUnassigned";
+    let call = |batch: &[T]| {
+        let mut p = vec![("NetworkInterfaceId".to_string(), eni.to_string())];
+        repeated(&mut p, field, batch.iter().map(ToString::to_string));
+        c.call(
+            action,
+            &p,
+            CallOpts {
+                client_token: false,
+                success_codes: &["InvalidEniId.NotFound"],
+            },
+        )
+        .map(|_| ())
+    };
+    match call(ips) {
+        Err(e) if e.code.as_deref() == Some(GONE) && ips.len() > 1 => {
+            log::debug!(
+                "{action}: a batch of {} was refused ({GONE}); one by one",
+                ips.len()
+            );
+            for ip in ips {
+                match call(std::slice::from_ref(ip)) {
+                    Err(e) if e.code.as_deref() == Some(GONE) => {}
+                    other => other?,
+                }
+            }
+            Ok(())
+        }
+        Err(e) if e.code.as_deref() == Some(GONE) => Ok(()),
+        other => other,
+    }
 }
 
 /// AssignIpv6Addresses with a count.
@@ -400,23 +440,13 @@ pub fn assign_ipv6_addresses(
         .collect()
 }
 
-/// UnassignIpv6Addresses; already gone is success.
+/// UnassignIpv6Addresses; already gone is success (see [`unassign`]).
 pub fn unassign_ipv6_addresses(
     c: &RpcClient,
     eni: &str,
     ips: &[Ipv6Addr],
 ) -> Result<(), CloudError> {
-    let mut p = vec![("NetworkInterfaceId".to_string(), eni.to_string())];
-    repeated(&mut p, "Ipv6Address", ips);
-    c.call(
-        "UnassignIpv6Addresses",
-        &p,
-        CallOpts {
-            client_token: false,
-            success_codes: &["InvalidIp.IpUnassigned", "InvalidEniId.NotFound"],
-        },
-    )
-    .map(|_| ())
+    unassign(c, "UnassignIpv6Addresses", "Ipv6Address", eni, ips)
 }
 
 /// DescribeInstanceTypes for the given types (every page).
