@@ -179,6 +179,13 @@ impl FakeCloud {
         st.enis.get_mut(id).unwrap().v4.extend(new);
     }
 
+    /// Assigns one IPv6 address behind the allocator's back.
+    pub fn assign_ipv6_direct(&self, id: &str) {
+        let mut st = self.state.lock();
+        let new = Self::v6s(&mut st, 1);
+        st.enis.get_mut(id).unwrap().v6.extend(new);
+    }
+
     /// Every secondary (non-primary-ENI) address in the cloud.
     pub fn managed_ips(&self) -> Vec<Ipv4Addr> {
         self.state

@@ -438,6 +438,35 @@ fn shed_dual(fail_v6_once: bool) {
 }
 
 #[test]
+fn reconcile_gives_back_an_ipv6_the_allocator_never_heard_of() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let mut o = options(&fake, r#"{"ip_stack": "dual"}"#);
+    o.pool_check_interval = Duration::from_millis(100);
+    let (a, _journal) = start(&fake, o);
+    assert!(a.alloc(&owner("one"), None, None).unwrap().ipv6.is_some());
+    let eni = fake.enis().into_iter().find(|e| !e.primary).unwrap();
+    let before = eni.v6.len();
+    fake.assign_ipv6_direct(&eni.id);
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            fake.calls("UnassignIpv6Addresses") > 0
+                && fake
+                    .enis()
+                    .iter()
+                    .find(|e| e.id == eni.id)
+                    .unwrap()
+                    .v6
+                    .len()
+                    == before
+        }),
+        "{:?}",
+        fake.log()
+    );
+    assert_eq!(a.status().unwrap().ips, before);
+    a.shutdown(Duration::from_secs(5));
+}
+
+#[test]
 fn a_failed_commit_is_an_internal_error_and_fatal() {
     let fake = FakeCloud::new(4, 15, 1000);
     let (a, journal) = start(&fake, options(&fake, r#"{"min_pool_size": 2}"#));
