@@ -1,6 +1,6 @@
 //! The allocator end to end (real binaries): a burst of 100, giving
-//! addresses back under max_pool_size, and kill -9 in the middle of a
-//! burst followed by a restart.
+//! addresses back under max_pool_size (dual stack too), and kill -9 in the
+//! middle of a burst followed by a restart.
 
 mod common;
 
@@ -101,6 +101,76 @@ fn a_burst_of_100_gives_every_owner_exactly_one_address() {
         "{st}"
     );
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+}
+
+#[test]
+fn dual_stack_pairs_come_and_go_together() {
+    let sim = large_sim(&[
+        "--vswitch",
+        "vsw-dual0000000000000001=192.168.0.0/22,ipv6=2408:4005:3ff:5100::/64,free=1000",
+    ]);
+    let dir = tempdir("dual");
+    let d = Daemon::start(
+        &dir,
+        &config(
+            &sim,
+            &dir,
+            json!({"ip_stack": "dual", "max_pool_size": 2, "pool_check_interval": 1}),
+        ),
+    );
+    let mut held = BTreeMap::new();
+    for i in 0..25 {
+        let r = d.ok(&format!("alloc dual/{i}"));
+        held.insert(i, (field(&r, "ip"), field(&r, "ipv6")));
+    }
+    let v6s: BTreeSet<&String> = held.values().map(|(_, b)| b).collect();
+    assert_eq!(v6s.len(), 25, "every owner has its own IPv6: {held:?}");
+    for i in 1..25 {
+        d.ok(&format!("release dual/{i}"));
+    }
+    // Shed down to max_pool_size: every IPv6 leaves with its IPv4.
+    let pairs_match = || {
+        let enis = sim.managed();
+        let v4: usize = enis
+            .iter()
+            .map(|e| e["private_ips"].as_array().unwrap().len())
+            .sum();
+        let v6: usize = enis
+            .iter()
+            .map(|e| e["ipv6s"].as_array().unwrap().len())
+            .sum();
+        v4 <= 3 && v4 == v6
+    };
+    assert!(
+        eventually(Duration::from_secs(30), pairs_match),
+        "cloud: {:?}; daemon: {}",
+        sim.managed(),
+        d.ok("status")
+    );
+    let (ip, ipv6) = &held[&0];
+    let on_cloud = sim.managed().into_iter().any(|e| {
+        e["private_ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == ip.as_str())
+            && e["ipv6s"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b == ipv6.as_str())
+    });
+    assert!(
+        on_cloud,
+        "dual/0 keeps {ip} and {ipv6}: {:?}",
+        sim.managed()
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || d.ask("audit")
+            == vec!["OK consistent"]),
+        "{:?}",
+        d.ask("audit")
+    );
 }
 
 #[test]
