@@ -1,5 +1,8 @@
 //! `audit`: settled local state against the OpenAPI (DescribeNetworkInterfaces
-//! is the source of truth; metadata lag is not a difference).
+//! is the source of truth; metadata lag is not a difference) and against
+//! the metadata service's list of ENIs: a settled ENI that metadata does
+//! not list is one the host cannot use (its addresses lag, so they are not
+//! compared there).
 //!
 //! The cloud is read between two snapshots of the local state; a
 //! difference counts only if both snapshots show it, and nothing with an
@@ -32,17 +35,31 @@ pub fn audit(
     };
     let attached = attached_managed(cloud, instance_id).map_err(cloud_err)?;
     let loose = tagged_unattached(cloud, instance_id).map_err(cloud_err)?;
+    let macs: BTreeSet<String> = cloud
+        .metadata()
+        .macs()
+        .map_err(cloud_err)?
+        .into_iter()
+        .map(|m| m.to_ascii_lowercase())
+        .collect();
     let after = snapshot()?;
-    let a: BTreeSet<String> = differences(&before, &attached, &loose)
+    let a: BTreeSet<String> = differences(&before, &attached, &loose, &macs)
         .into_iter()
         .collect();
-    let b: BTreeSet<String> = differences(&after, &attached, &loose).into_iter().collect();
+    let b: BTreeSet<String> = differences(&after, &attached, &loose, &macs)
+        .into_iter()
+        .collect();
     let mut out: Vec<String> = a.intersection(&b).cloned().collect();
     out.extend(drift(&attached, security_groups));
     Ok(out)
 }
 
-fn differences(s: &Snapshot, attached: &[Eni], loose: &[Eni]) -> Vec<String> {
+fn differences(
+    s: &Snapshot,
+    attached: &[Eni],
+    loose: &[Eni],
+    macs: &BTreeSet<String>,
+) -> Vec<String> {
     let mut out = Vec::new();
     let busy: BTreeSet<&str> = s
         .creating
@@ -73,6 +90,12 @@ fn differences(s: &Snapshot, attached: &[Eni], loose: &[Eni]) -> Vec<String> {
             ));
             continue;
         };
+        if !macs.contains(&local.mac.to_ascii_lowercase()) {
+            out.push(format!(
+                "eni {id} ({}) is attached but missing from metadata",
+                local.mac
+            ));
+        }
         if local.pending > 0 {
             continue;
         }
@@ -99,6 +122,18 @@ fn differences(s: &Snapshot, attached: &[Eni], loose: &[Eni]) -> Vec<String> {
             }
         }
         let v6: BTreeSet<std::net::Ipv6Addr> = e.ipv6s.iter().copied().collect();
+        let known6: BTreeSet<std::net::Ipv6Addr> = s
+            .pool
+            .ips
+            .values()
+            .filter_map(|ip| ip.v6)
+            .chain(s.pool.unpaired_v6.keys().copied())
+            .collect();
+        for b in v6.difference(&known6) {
+            out.push(format!(
+                "address {b} is on eni {id} in the cloud but unknown locally"
+            ));
+        }
         for ip in s
             .pool
             .ips

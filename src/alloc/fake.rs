@@ -3,7 +3,7 @@
 //! ENI operations, call counting, injected failures, and a probe of how
 //! many ENI operations ran at once.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -51,6 +51,8 @@ struct State {
     log: Vec<String>,
     faults: VecDeque<(String, CloudError, usize)>,
     next: u32,
+    /// MACs the metadata service does not list.
+    md_hidden: BTreeSet<String>,
 }
 
 /// The fake cloud.
@@ -91,6 +93,7 @@ impl FakeCloud {
             log: Vec::new(),
             faults: VecDeque::new(),
             next: 1,
+            md_hidden: BTreeSet::new(),
         };
         let primary = FakeEni {
             id: "eni-primary".into(),
@@ -184,6 +187,11 @@ impl FakeCloud {
         let mut st = self.state.lock();
         let new = Self::v6s(&mut st, 1);
         st.enis.get_mut(id).unwrap().v6.extend(new);
+    }
+
+    /// Makes metadata stop listing an ENI.
+    pub fn hide_from_metadata(&self, mac: &str) {
+        self.state.lock().md_hidden.insert(mac.to_string());
     }
 
     /// Every secondary (non-primary-ENI) address in the cloud.
@@ -500,12 +508,12 @@ impl MetadataApi for FakeCloud {
     }
 
     fn macs(&self) -> Result<Vec<String>, CloudError> {
-        Ok(self
-            .state
-            .lock()
+        let st = self.state.lock();
+        Ok(st
             .enis
             .values()
             .filter(|e| e.instance.as_deref() == Some(INSTANCE))
+            .filter(|e| !st.md_hidden.contains(&e.mac))
             .map(|e| e.mac.clone())
             .collect())
     }

@@ -609,5 +609,13 @@ fn audit_reports_a_leak_and_an_unknown_address() {
     assert_eq!(diffs.len(), 2, "{diffs:?}");
     assert!(diffs.iter().any(|d| d.contains("eni-leak")));
     assert!(diffs.iter().any(|d| d.contains("unknown locally")));
+    fake.hide_from_metadata(&eni.mac);
+    let diffs = a.audit().unwrap();
+    assert!(
+        diffs
+            .iter()
+            .any(|d| d.contains(&eni.id) && d.contains("missing from metadata")),
+        "{diffs:?}"
+    );
     a.shutdown(Duration::from_secs(5));
 }
