@@ -275,6 +275,18 @@ impl Actor {
             if local.pending > 0 || local.phase != EniPhase::Ready {
                 continue;
             }
+            // A per-ENI limit the cloud reported is retried once a pass.
+            if let Some(e) = self.pool.enis.get_mut(&r.id) {
+                e.at_limit = false;
+            }
+            // The cloud was read at `started`: if the ENI changed since
+            // (an assign or unassign ended), the view may be stale in either
+            // direction, so this ENI waits for the next pass. Without this,
+            // addresses an unassign had just given back were adopted again
+            // from the stale view and handed out although gone.
+            if self.last_change.get(&r.id).is_some_and(|t| *t >= started) {
+                continue;
+            }
             // Addresses the cloud has and we do not: adopt (a result lost
             // after the cloud granted it).
             let unknown: Vec<Ipv4Addr> =
@@ -307,32 +319,25 @@ impl Actor {
                     self.pool.add_unpaired_v6(&r.id, *b);
                 }
             }
-            // Addresses we have and the cloud does not, unchanged since
-            // before the cloud was asked: out of circulation.
-            let changed_after = self.last_change.get(&r.id).is_some_and(|t| *t >= started);
-            if !changed_after {
-                let missing: Vec<(Ipv4Addr, bool)> = self
-                    .pool
-                    .ips
-                    .values()
-                    .filter(|ip| ip.eni == r.id && !ip.releasing && !r.v4.contains(&ip.v4))
-                    .map(|ip| (ip.v4, matches!(ip.state, IpState::InUse { .. })))
-                    .collect();
-                for (a, owned) in missing {
-                    if owned {
-                        error!(
-                            "{a} is held by an owner but is no longer on {} in the cloud",
-                            r.id
-                        );
-                        self.pool.mark_lost(a);
-                    } else {
-                        warn!("{a} is no longer on {} in the cloud; dropped", r.id);
-                        self.pool.remove_ips(&[a]);
-                    }
+            // Addresses we have and the cloud does not: out of circulation.
+            let missing: Vec<(Ipv4Addr, bool)> = self
+                .pool
+                .ips
+                .values()
+                .filter(|ip| ip.eni == r.id && !ip.releasing && !r.v4.contains(&ip.v4))
+                .map(|ip| (ip.v4, matches!(ip.state, IpState::InUse { .. })))
+                .collect();
+            for (a, owned) in missing {
+                if owned {
+                    error!(
+                        "{a} is held by an owner but is no longer on {} in the cloud",
+                        r.id
+                    );
+                    self.pool.mark_lost(a);
+                } else {
+                    warn!("{a} is no longer on {} in the cloud; dropped", r.id);
+                    self.pool.remove_ips(&[a]);
                 }
-            }
-            if let Some(e) = self.pool.enis.get_mut(&r.id) {
-                e.at_limit = false;
             }
         }
     }

@@ -426,3 +426,102 @@ pub(super) fn cloud_error(e: &CloudError) -> ProtoError {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Event orderings too narrow to hit reliably through threads, driven
+    //! directly on an actor.
+
+    use super::*;
+    use crate::alloc::capacity::{self, PoolSizes};
+    use crate::alloc::fake::{FakeCloud, MemJournal, INSTANCE};
+    use crate::config::RawConfig;
+    use crate::pool::PoolEni;
+
+    const ENI: &str = "eni-0001";
+
+    fn ip(last: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 0, 0, last)
+    }
+
+    fn actor() -> Actor {
+        let fake = FakeCloud::new(4, 15, 1000);
+        let cfg = RawConfig::parse("{}").unwrap().validate().unwrap();
+        let cap = capacity::compute(&fake.limits, &cfg, PoolSizes::of(&cfg), &mut Vec::new());
+        let opts = AllocatorOptions::new(&cfg, INSTANCE, vec!["vsw-a".into()], Vec::new(), cap);
+        let mut pool = PoolState::new(false);
+        pool.add_eni(PoolEni::ready(
+            ENI,
+            "00:16:3e:00:00:01",
+            "vsw-a",
+            "10.0.0.0/24",
+            ip(253),
+            ip(1),
+        ));
+        for last in 1..=4 {
+            pool.add_ip(ENI, ip(last), None);
+        }
+        let (events_tx, _) = crossbeam_channel::bounded(16);
+        let (fatal_tx, _) = crossbeam_channel::bounded(16);
+        Actor::new(
+            Arc::new(opts),
+            fake,
+            Arc::new(MemJournal::default()),
+            pool,
+            Semaphore::new(3),
+            Semaphore::new(3),
+            events_tx,
+            fatal_tx,
+        )
+    }
+
+    fn view(v4: &[Ipv4Addr]) -> CloudEniView {
+        CloudEniView {
+            eni: ReadyEni {
+                id: ENI.into(),
+                mac: "00:16:3e:00:00:01".into(),
+                vswitch: "vsw-a".into(),
+                cidr: "10.0.0.0/24".into(),
+                gateway: ip(253),
+                primary_ip: ip(1),
+                v4: v4.to_vec(),
+                v6: Vec::new(),
+            },
+            in_metadata: true,
+        }
+    }
+
+    #[test]
+    fn a_cloud_view_older_than_an_unassign_does_not_bring_its_addresses_back() {
+        let mut a = actor();
+        // The maintenance thread reads the cloud...
+        let started = Instant::now();
+        let stale = view(&[ip(1), ip(2), ip(3), ip(4)]);
+        // ...then an unassign of two idle addresses ends...
+        a.pool.set_releasing(&[ip(3), ip(4)], true);
+        a.on_event(Event::Unassigned {
+            eni: ENI.into(),
+            v4: vec![ip(3), ip(4)],
+            gone_v4: vec![ip(3), ip(4)],
+            gone_v6: Vec::new(),
+            error: None,
+        });
+        // ...and only then does the old view arrive.
+        a.on_event(Event::Reconcile {
+            started,
+            enis: vec![stale],
+        });
+        let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
+        assert_eq!(held, [ip(1), ip(2)], "gone addresses came back");
+
+        // A view taken after the change is acted on: an address the cloud
+        // granted whose answer was lost is adopted, one it lost is dropped.
+        std::thread::sleep(Duration::from_millis(2));
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: vec![view(&[ip(1), ip(5)])],
+        });
+        let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
+        assert_eq!(held, [ip(1), ip(5)]);
+    }
+}
