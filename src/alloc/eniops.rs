@@ -70,12 +70,14 @@ pub fn spawn_create(
         .name(format!("eni-create-{}", job.op))
         .stack_size(256 * 1024)
         .spawn(move || {
-            let _permit = permit;
             let op = job.op;
             let event = match create(&job, &*cloud, &batcher, &events) {
                 Ok(eni) => Event::EniReady { op, eni },
                 Err((error, leaked)) => Event::EniFailed { op, error, leaked },
             };
+            // Free the slot before the actor hears of it: it plans the next
+            // operation as soon as it does.
+            drop(permit);
             let _ = events.send(event);
         })
         .map(|_| ())
@@ -256,8 +258,8 @@ pub fn spawn_free(
         .name(format!("eni-free-{}", eni.trim_start_matches("eni-")))
         .stack_size(256 * 1024)
         .spawn(move || {
-            let _permit = permit;
             let result = free(&*cloud, &eni, &instance_id);
+            drop(permit);
             let _ = events.send(Event::EniFreed { eni, result });
         })
         .map(|_| ())

@@ -139,6 +139,9 @@ impl Actor {
         self.pool.set_releasing(&kept, false);
         if !gone_v4.is_empty() || !gone_v6.is_empty() {
             self.last_change.insert(eni.to_string(), Instant::now());
+            if let Some(e) = self.pool.enis.get_mut(eni) {
+                e.at_limit = false;
+            }
             info!(
                 "gave {} address(es) of {eni} back to the cloud",
                 gone_v4.len() + gone_v6.len()
@@ -187,11 +190,19 @@ impl Actor {
 
     pub(super) fn on_eni_failed(&mut self, op: OpId, err: &CloudError, leaked: Option<String>) {
         let Some(Op::Create {
-            vswitch, tickets, ..
+            vswitch,
+            tickets,
+            eni: created,
+            ..
         }) = self.ops.remove(&op)
         else {
             return;
         };
+        if let Some(id) = created {
+            // Rolled back (or left for the sweeper): never adopted from a
+            // view read while it was still attached.
+            self.last_change.insert(id, Instant::now());
+        }
         if let Some(eni) = leaked {
             error!("{eni} was left behind by a failed creation; the sweeper will delete it");
         }
@@ -233,7 +244,9 @@ impl Actor {
         }
         self.pool.remove_eni(eni);
         self.eni_permits.remove(eni);
-        self.last_change.remove(eni);
+        // Kept (pruned by maintenance) so that a cloud view read before
+        // the ENI went away cannot adopt it again.
+        self.last_change.insert(eni.to_string(), Instant::now());
     }
 
     pub(super) fn on_reconcile(&mut self, started: Instant, cloud: Vec<CloudEniView>) {
@@ -248,6 +261,14 @@ impl Actor {
         for view in &cloud {
             let r = &view.eni;
             if busy.contains(&r.id) {
+                continue;
+            }
+            // The cloud was read at `started`: if the ENI changed since
+            // (an assign or unassign ended, it was freed or rolled back),
+            // the view may be stale, so it waits for the next pass. Without
+            // this, addresses an unassign had just given back were adopted
+            // again from the stale view and handed out although gone.
+            if self.last_change.get(&r.id).is_some_and(|t| *t >= started) {
                 continue;
             }
             if !self.pool.enis.contains_key(&r.id) {
@@ -278,14 +299,6 @@ impl Actor {
             // A per-ENI limit the cloud reported is retried once a pass.
             if let Some(e) = self.pool.enis.get_mut(&r.id) {
                 e.at_limit = false;
-            }
-            // The cloud was read at `started`: if the ENI changed since
-            // (an assign or unassign ended), the view may be stale in either
-            // direction, so this ENI waits for the next pass. Without this,
-            // addresses an unassign had just given back were adopted again
-            // from the stale view and handed out although gone.
-            if self.last_change.get(&r.id).is_some_and(|t| *t >= started) {
-                continue;
             }
             // Addresses the cloud has and we do not: adopt (a result lost
             // after the cloud granted it).

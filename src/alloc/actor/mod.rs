@@ -46,6 +46,9 @@ mod events;
 mod plan;
 mod requests;
 
+/// How soon a waiter that could not be planned is planned again.
+const REPLAN: Duration = Duration::from_millis(100);
+
 type AllocReply = Sender<Result<Allocation, ProtoError>>;
 
 #[derive(Debug)]
@@ -312,9 +315,15 @@ impl Actor {
             wake = wake.min(w.deadline);
             if w.ticket.is_none() {
                 let gathered = w.since + self.opts.aggregation_window;
-                if gathered > now {
-                    wake = wake.min(gathered);
-                }
+                wake = wake.min(if gathered > now {
+                    gathered
+                } else {
+                    // Gathered and still nothing asked for it: it waits for
+                    // a slot that another thread frees (an ENI operation or
+                    // a sweep ending) without telling the actor, so look
+                    // again soon instead of at the next event.
+                    now + REPLAN
+                });
             }
         }
         if let Some(ms) = self.pool.next_expiry() {
@@ -445,6 +454,10 @@ mod tests {
     }
 
     fn actor() -> Actor {
+        actor_with(Semaphore::new(3))
+    }
+
+    fn actor_with(op_sem: Semaphore) -> Actor {
         let fake = FakeCloud::new(4, 15, 1000);
         let cfg = RawConfig::parse("{}").unwrap().validate().unwrap();
         let cap = capacity::compute(&fake.limits, &cfg, PoolSizes::of(&cfg), &mut Vec::new());
@@ -469,7 +482,7 @@ mod tests {
             Arc::new(MemJournal::default()),
             pool,
             Semaphore::new(3),
-            Semaphore::new(3),
+            op_sem,
             events_tx,
             fatal_tx,
         )
@@ -523,5 +536,59 @@ mod tests {
         });
         let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
         assert_eq!(held, [ip(1), ip(5)]);
+    }
+
+    #[test]
+    fn a_cloud_view_older_than_a_free_does_not_adopt_the_eni_again() {
+        let mut a = actor();
+        let started = Instant::now();
+        let stale = view(&[ip(1)]);
+        a.on_event(Event::EniFreed {
+            eni: ENI.into(),
+            result: Ok(()),
+        });
+        assert!(a.pool.enis.is_empty());
+        a.on_event(Event::Reconcile {
+            started,
+            enis: vec![stale],
+        });
+        assert!(a.pool.enis.is_empty(), "a deleted ENI was adopted");
+        assert!(a.pool.ips.is_empty());
+    }
+
+    #[test]
+    fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
+        let ops = Semaphore::new(1);
+        let mut a = actor_with(ops.clone());
+        // Every address taken, so the next alloc needs a new ENI.
+        for last in 1..=4 {
+            let (tx, _rx) = crossbeam_channel::bounded(1);
+            a.on_alloc(
+                Owner::parse(&format!("o/{last}")).unwrap(),
+                None,
+                None,
+                Instant::now(),
+                tx,
+            );
+        }
+        // A sweep holds the only operation slot.
+        let sweep = ops.try_acquire().unwrap();
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        a.on_alloc(
+            Owner::parse("o/new").unwrap(),
+            None,
+            None,
+            Instant::now(),
+            tx,
+        );
+        let later = Instant::now() + a.opts.aggregation_window + Duration::from_millis(1);
+        a.step(later);
+        assert_eq!(a.waiters.len(), 1);
+        assert!(a.ops.is_empty(), "no slot, so no create");
+        // The sweep ends without telling the actor: it must look again
+        // soon, not at the next maintenance pass minutes away.
+        drop(sweep);
+        let wake = a.next_wakeup(later);
+        assert!(wake <= later + REPLAN, "{:?}", wake - later);
     }
 }

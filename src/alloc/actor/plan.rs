@@ -214,6 +214,12 @@ impl Actor {
     // ---- maintenance ---------------------------------------------------
 
     pub(super) fn maintain(&mut self, now: Instant) {
+        // Change times of ENIs that are gone are only needed while a cloud
+        // view read before they went may still arrive.
+        let horizon = now.checked_sub(Duration::from_secs(600));
+        let enis = &self.pool.enis;
+        self.last_change
+            .retain(|eni, t| enis.contains_key(eni) || horizon.is_none_or(|h| *t > h));
         // Invalid addresses go back to the cloud.
         for (eni, v4, v6) in self.pool.invalid_to_release() {
             if let Some(w) = self.workers.get(&eni) {
