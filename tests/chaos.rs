@@ -11,7 +11,8 @@
 //! - pending is 0 once idle, and `audit` is consistent.
 //!
 //! Bounded: `ENIIPD_CHAOS_ROUNDS` rounds (default 8, well under a minute),
-//! each at most a few seconds of traffic. `ENIIPD_CHAOS_ROUNDS=50` is a soak.
+//! each at most a few seconds of traffic; the dual-stack variant runs half
+//! as many. `ENIIPD_CHAOS_ROUNDS=50` is a soak.
 
 mod common;
 
@@ -52,19 +53,41 @@ fn rounds() -> usize {
 
 #[test]
 fn chaos_kill_restart_with_faults() {
+    chaos(false, rounds());
+}
+
+/// The same in dual stack (half the rounds): every allocation is a pair,
+/// and once settled every managed ENI holds as many IPv6 as IPv4.
+#[test]
+fn chaos_dual_stack() {
+    chaos(true, rounds().div_ceil(2));
+}
+
+fn chaos(dual: bool, rounds: usize) {
     let seed = std::env::var("ENIIPD_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| Rng::from_entropy().next_u64());
     println!("chaos seed {seed} (ENIIPD_CHAOS_SEED to replay the test's choices)");
     let mut rng = Rng::seeded(seed);
+    let (vsw_a, vsw_b) = if dual {
+        (
+            "vsw-chaosa=10.10.0.0/22,ipv6=2408:4005:3ff:a00::/64,free=1000",
+            "vsw-chaosb=10.20.0.0/22,ipv6=2408:4005:3ff:b00::/64,free=1000",
+        )
+    } else {
+        (
+            "vsw-chaosa=10.10.0.0/22,free=1000",
+            "vsw-chaosb=10.20.0.0/22,free=1000",
+        )
+    };
     let sim = Sim::start(&[
         "--instance-type",
         "ecs.g7.4xlarge",
         "--vswitch",
-        "vsw-chaosa=10.10.0.0/22,free=1000",
+        vsw_a,
         "--vswitch",
-        "vsw-chaosb=10.20.0.0/22,free=1000",
+        vsw_b,
         "--attach-delay-ms",
         "80",
         "--metadata-lag-ms",
@@ -80,7 +103,8 @@ fn chaos_kill_restart_with_faults() {
     let cfg = config(
         &sim,
         &dir,
-        json!({"max_pool_size": 3, "vswitches": {zone: ["vsw-chaosa", "vsw-chaosb"]}, "alloc_timeout": 30}),
+        json!({"max_pool_size": 3, "vswitches": {zone: ["vsw-chaosa", "vsw-chaosb"]}, "alloc_timeout": 30,
+               "ip_stack": if dual { "dual" } else { "ipv4" }}),
     );
     let faults = || {
         sim.fault(r#"{"action":"*","code":"Throttling.User","probability":0.2}"#);
@@ -93,12 +117,12 @@ fn chaos_kill_restart_with_faults() {
     let counts = Counts::default();
     let mut kills = 0;
     let mut exhausted_rounds = 0;
-    for round in 0..rounds() {
+    for round in 0..rounds {
         // Faults off while the daemon starts, so start-up does not spend
         // its retry budget; on for the traffic.
         sim.clear_faults();
         let mut d = Daemon::start(&dir, &cfg);
-        check_restart(&sim, &d, &model, round);
+        check_restart(&sim, &d, &model, round, dual);
         faults();
         let exhaust = rng.below(2) == 0;
         if exhaust {
@@ -163,7 +187,7 @@ fn chaos_kill_restart_with_faults() {
     sim.clear_faults();
     sim.set_free("vsw-chaosb", 1000);
     let d = Daemon::start(&dir, &cfg);
-    check_restart(&sim, &d, &model, rounds());
+    check_restart(&sim, &d, &model, rounds, dual);
     assert!(
         eventually(Duration::from_secs(30), || d
             .ok("status")
@@ -172,8 +196,9 @@ fn chaos_kill_restart_with_faults() {
     );
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
     println!(
-        "chaos: {} rounds, {kills} kill -9, {exhausted_rounds} with a vswitch exhausted; {} allocs, {} releases acknowledged, {} ERR replies, {} replies lost to kills; {} OpenAPI calls made under 20 % Throttling.User, 5 % InternalError and 5 % +300 ms faults",
-        rounds(),
+        "chaos ({}): {} rounds, {kills} kill -9, {exhausted_rounds} with a vswitch exhausted; {} allocs, {} releases acknowledged, {} ERR replies, {} replies lost to kills; {} OpenAPI calls made under 20 % Throttling.User, 5 % InternalError and 5 % +300 ms faults",
+        if dual { "dual stack" } else { "IPv4" },
+        rounds,
         counts.allocs.load(Ordering::Relaxed),
         counts.releases.load(Ordering::Relaxed),
         counts.errors.load(Ordering::Relaxed),
@@ -184,11 +209,22 @@ fn chaos_kill_restart_with_faults() {
 
 /// Checks right after a restart (nothing in flight yet), and learns the
 /// truth about owners whose last request had no reply.
-fn check_restart(sim: &Sim, d: &Daemon, model: &Mutex<BTreeMap<String, Known>>, round: usize) {
+fn check_restart(
+    sim: &Sim,
+    d: &Daemon,
+    model: &Mutex<BTreeMap<String, Known>>,
+    round: usize,
+    dual: bool,
+) {
     let mut m = model.lock().unwrap();
     for (owner, known) in m.iter_mut() {
         let r = d.ask(&format!("show {owner}"));
         let now = if r[0].starts_with("OK ip=") {
+            assert!(
+                !dual || r[0].contains(" ipv6="),
+                "round {round}: {owner} holds no pair: {}",
+                r[0]
+            );
             Known::Holds(field(&r[0], "ip"))
         } else {
             Known::Free
@@ -228,8 +264,13 @@ fn check_restart(sim: &Sim, d: &Daemon, model: &Mutex<BTreeMap<String, Known>>, 
     let settled = eventually(Duration::from_secs(20), || {
         let mut cloud = BTreeMap::new();
         let mut unattached = false;
+        let mut unpaired = false;
         for e in sim.managed() {
             unattached |= e["status"] != "InUse";
+            // Dual stack: no IPv6 left behind its IPv4, none missing.
+            unpaired |= dual
+                && e["ipv6s"].as_array().unwrap().len()
+                    != e["private_ips"].as_array().unwrap().len();
             for ip in e["private_ips"].as_array().unwrap() {
                 cloud.insert(
                     ip.as_str().unwrap().to_string(),
@@ -245,14 +286,14 @@ fn check_restart(sim: &Sim, d: &Daemon, model: &Mutex<BTreeMap<String, Known>>, 
                 (w[0].to_string(), w[3].to_string())
             })
             .collect();
-        let same = cloud == daemon && !unattached;
+        let same = cloud == daemon && !unattached && !unpaired;
         last = (cloud, daemon);
         same
     });
     assert!(
         settled,
-        "round {round}: the cloud's addresses and the daemon's differ:\ncloud  {:?}\ndaemon {:?}",
-        last.0, last.1
+        "round {round}: the cloud's addresses and the daemon's differ:\ncloud  {:?}\ndaemon {:?}\nmanaged {:?}",
+        last.0, last.1, sim.managed()
     );
     let _ = known_ips;
 }
