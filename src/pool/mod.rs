@@ -651,6 +651,14 @@ impl PoolState {
         }
     }
 
+    /// Clears [`mark_lost`](Self::mark_lost): the cloud has the address
+    /// again (its ENI was attached again).
+    pub fn mark_found(&mut self, v4: Ipv4Addr) {
+        if let Some(ip) = self.ips.get_mut(&v4) {
+            ip.lost = false;
+        }
+    }
+
     /// Marks an address invalid (refused by the cloud).
     pub fn invalidate(&mut self, v4: Ipv4Addr, reason: &str) {
         self.set_state(

@@ -132,9 +132,7 @@ impl PersistedState {
         }
         Ok(())
     }
-}
 
-impl PersistedState {
     /// Makes the state pass [`check`](Self::check) the conservative way,
     /// for a rebuild from damaged files: every allocation whose address is
     /// also claimed by another is dropped (neither claimant can be trusted,

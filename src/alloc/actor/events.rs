@@ -300,6 +300,18 @@ impl Actor {
             if let Some(e) = self.pool.enis.get_mut(&r.id) {
                 e.at_limit = false;
             }
+            // Addresses withdrawn while the ENI was away that are back.
+            let found: Vec<Ipv4Addr> = self
+                .pool
+                .ips
+                .values()
+                .filter(|ip| ip.eni == r.id && ip.lost && r.v4.contains(&ip.v4))
+                .map(|ip| ip.v4)
+                .collect();
+            for a in found {
+                info!("{a} is on {} in the cloud again", r.id);
+                self.pool.mark_found(a);
+            }
             // Addresses the cloud has and we do not: adopt (a result lost
             // after the cloud granted it).
             let unknown: Vec<Ipv4Addr> =
@@ -349,6 +361,49 @@ impl Actor {
                     self.pool.mark_lost(a);
                 } else {
                     warn!("{a} is no longer on {} in the cloud; dropped", r.id);
+                    self.pool.remove_ips(&[a]);
+                }
+            }
+        }
+        self.withdraw_vanished(started, &busy, &cloud);
+    }
+
+    /// Managed ENIs the cloud no longer shows attached (an operator
+    /// detached or deleted one): nothing more is asked of them, their idle
+    /// addresses leave the pool and their owned ones are never handed out
+    /// again. If an ENI comes back, the next pass adopts its addresses.
+    fn withdraw_vanished(&mut self, started: Instant, busy: &[String], cloud: &[CloudEniView]) {
+        let vanished: Vec<String> = self
+            .pool
+            .enis
+            .values()
+            .filter(|e| e.phase == EniPhase::Ready && e.pending == 0 && !busy.contains(&e.id))
+            .filter(|e| !cloud.iter().any(|v| v.eni.id == e.id))
+            .filter(|e| self.last_change.get(&e.id).is_none_or(|t| *t < started))
+            .map(|e| e.id.clone())
+            .collect();
+        for id in vanished {
+            let on_it: Vec<(Ipv4Addr, bool)> = self
+                .pool
+                .ips
+                .values()
+                .filter(|ip| ip.eni == id && !ip.lost)
+                .map(|ip| (ip.v4, matches!(ip.state, IpState::InUse { .. })))
+                .collect();
+            if let Some(e) = self.pool.enis.get_mut(&id) {
+                if e.at_limit && on_it.is_empty() {
+                    continue;
+                }
+                e.at_limit = true;
+            }
+            error!(
+                "{id} is no longer attached to this instance in the cloud; its {} address(es) are withdrawn",
+                on_it.len()
+            );
+            for (a, owned) in on_it {
+                if owned {
+                    self.pool.mark_lost(a);
+                } else {
                     self.pool.remove_ips(&[a]);
                 }
             }

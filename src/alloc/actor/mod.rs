@@ -591,4 +591,38 @@ mod tests {
         let wake = a.next_wakeup(later);
         assert!(wake <= later + REPLAN, "{:?}", wake - later);
     }
+
+    #[test]
+    fn an_eni_detached_behind_our_back_is_withdrawn_and_readopted_when_back() {
+        let mut a = actor();
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        a.on_alloc(Owner::parse("o/1").unwrap(), None, None, Instant::now(), tx);
+        let held = a.pool.owner_ip(&Owner::parse("o/1").unwrap()).unwrap().v4;
+        // The cloud no longer lists the ENI as attached.
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: Vec::new(),
+        });
+        assert_eq!(a.pool.ips.len(), 1, "idle addresses leave the pool");
+        assert!(
+            a.pool.ips[&held].lost,
+            "the owned one is never handed out again"
+        );
+        assert!(a.pool.enis[ENI].at_limit, "nothing more is asked of it");
+        let other = Owner::parse("o/2").unwrap();
+        assert_eq!(
+            a.pool.pick(&other, None),
+            None,
+            "nothing from a vanished ENI"
+        );
+        // It is attached again: its addresses come back as idle.
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: vec![view(&[ip(1), ip(2), ip(3), ip(4)])],
+        });
+        assert!(!a.pool.enis[ENI].at_limit);
+        assert_eq!(a.pool.ips.len(), 4);
+        assert!(!a.pool.ips[&held].lost);
+        assert!(a.pool.pick(&other, None).is_some());
+    }
 }
