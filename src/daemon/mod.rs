@@ -310,20 +310,7 @@ fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
 
     // The state lock first: nothing else may touch the directory or the
     // socket without it.
-    let (store, persisted, quarantine) = if args.recover_state {
-        let (store, state, report) =
-            Store::open_recovering(&cfg.state_dir, StoreOptions::default())
-                .map_err(|e| store_error(&e))?;
-        warn!("state recovered: {report:?}");
-        let q = report
-            .quarantine_needed
-            .then_some(Duration::from_secs(3600));
-        (store, state, q)
-    } else {
-        let (store, state) =
-            Store::open(&cfg.state_dir, StoreOptions::default()).map_err(|e| store_error(&e))?;
-        (store, state, None)
-    };
+    let (store, persisted, quarantine) = open_state(&cfg, args.recover_state)?;
     let committer = Arc::new(store.start());
     info!(
         "state: {} allocation(s), {} hold(s) in {}",
@@ -340,52 +327,7 @@ fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
         identity.instance_id = id.clone();
     }
     let cloud: Arc<dyn CloudApi> = Arc::new(build_cloud(&cfg, &identity));
-    let limits = at_start("DescribeInstanceTypes", Duration::from_secs(60), || {
-        cloud.instance_type_limits(&identity.instance_type)
-    })?;
-    let security_groups = if cfg.security_groups.is_empty() {
-        at_start("DescribeInstanceAttribute", Duration::from_secs(60), || {
-            cloud.instance_security_groups(&identity.instance_id)
-        })?
-    } else {
-        cfg.security_groups.clone()
-    };
-    let vswitches = match cfg.vswitches.get(&identity.zone_id) {
-        Some(v) if !v.is_empty() => v.clone(),
-        _ => vec![identity.vswitch_id.clone()],
-    };
-    let mut notes = Vec::new();
-    let cap = capacity::compute(&limits, &cfg, PoolSizes::of(&cfg), &mut notes);
-    for n in &notes {
-        info!("{n}");
-    }
-    if cap.total_ips == 0 {
-        return Err(DaemonError::new(
-            exit::CONFIG,
-            format!(
-                "no capacity: {} allows {} ENI(s) of {} address(es); with eni_cap_ratio {}, eni_cap_shift {} and max_eni {} no secondary ENI is usable",
-                limits.instance_type, limits.eni_quantity, cap.ips_per_eni, cfg.eni_cap_ratio, cfg.eni_cap_shift, cfg.max_eni
-            ),
-        ));
-    }
-    info!(
-        "{} in {}: {} usable ENI(s) x {} address(es) = capacity {}; idle pool {}..{}",
-        identity.instance_type,
-        identity.zone_id,
-        cap.usable_enis,
-        cap.ips_per_eni,
-        cap.total_ips,
-        cap.min_idle,
-        cap.max_idle
-    );
-    let mut opts =
-        AllocatorOptions::new(&cfg, &identity.instance_id, vswitches, security_groups, cap);
-    if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
-        match cloud.describe_vswitches(&opts.vswitches) {
-            Ok(v) => opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect(),
-            Err(e) => warn!("DescribeVSwitches failed ({e}); vswitches start unordered"),
-        }
-    }
+    let (limits, opts) = allocator_options(&cfg, &identity, &*cloud)?;
 
     let recovered = at_start(
         "restoring the pool from the cloud",
@@ -415,6 +357,124 @@ fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
     );
 
     let backend = Arc::new(DaemonBackend::new(Arc::clone(&alloc), &cfg));
+    let (server, socket) = listen(&cfg, Arc::clone(&backend))?;
+    backend.set_connection_counter(server.connection_counter());
+
+    let metrics_http = match cfg.metrics_listen {
+        Some(addr) => Some(metrics_server(addr, Arc::clone(&backend))?),
+        None => None,
+    };
+
+    let status = alloc.status().map(|s| s.to_text()).unwrap_or_default();
+    info!(
+        "eniipd {} ready on {}: {status}",
+        env!("CARGO_PKG_VERSION"),
+        cfg.socket_path.display()
+    );
+    if sim.is_some() {
+        simulate_banner(&cfg.socket_path);
+    }
+    let _ = notifier.ready();
+    let _ = notifier.status(&status);
+    Ok(Some(Running {
+        server,
+        alloc,
+        committer,
+        socket,
+        metrics_http,
+        sim,
+        notifier,
+        cfg,
+        config_path: args.config.clone(),
+        limits,
+        sim_dir,
+    }))
+}
+
+/// Locks and loads the state directory (`--recover-state`: salvaging);
+/// the quarantine to apply to addresses with no known owner, if any.
+fn open_state(
+    cfg: &Config,
+    recover_state: bool,
+) -> Result<(Store, crate::store::PersistedState, Option<Duration>), DaemonError> {
+    if recover_state {
+        let (store, state, report) =
+            Store::open_recovering(&cfg.state_dir, StoreOptions::default())
+                .map_err(|e| store_error(&e))?;
+        warn!("state recovered: {report:?}");
+        let q = report
+            .quarantine_needed
+            .then_some(Duration::from_secs(3600));
+        Ok((store, state, q))
+    } else {
+        let (store, state) =
+            Store::open(&cfg.state_dir, StoreOptions::default()).map_err(|e| store_error(&e))?;
+        Ok((store, state, None))
+    }
+}
+
+/// What the allocator needs from the cloud and the config: the instance
+/// type's limits, security groups, vswitches and capacity.
+fn allocator_options(
+    cfg: &Config,
+    identity: &InstanceIdentity,
+    cloud: &dyn CloudApi,
+) -> Result<(crate::cloud::InstanceTypeLimits, AllocatorOptions), DaemonError> {
+    let limits = at_start("DescribeInstanceTypes", Duration::from_secs(60), || {
+        cloud.instance_type_limits(&identity.instance_type)
+    })?;
+    let security_groups = if cfg.security_groups.is_empty() {
+        at_start("DescribeInstanceAttribute", Duration::from_secs(60), || {
+            cloud.instance_security_groups(&identity.instance_id)
+        })?
+    } else {
+        cfg.security_groups.clone()
+    };
+    let vswitches = match cfg.vswitches.get(&identity.zone_id) {
+        Some(v) if !v.is_empty() => v.clone(),
+        _ => vec![identity.vswitch_id.clone()],
+    };
+    let mut notes = Vec::new();
+    let cap = capacity::compute(&limits, cfg, PoolSizes::of(cfg), &mut notes);
+    for n in &notes {
+        info!("{n}");
+    }
+    if cap.total_ips == 0 {
+        return Err(DaemonError::new(
+            exit::CONFIG,
+            format!(
+                "no capacity: {} allows {} ENI(s) of {} address(es); with eni_cap_ratio {}, eni_cap_shift {} and max_eni {} no secondary ENI is usable",
+                limits.instance_type, limits.eni_quantity, cap.ips_per_eni, cfg.eni_cap_ratio, cfg.eni_cap_shift, cfg.max_eni
+            ),
+        ));
+    }
+    info!(
+        "{} in {}: {} usable ENI(s) x {} address(es) = capacity {}; idle pool {}..{}",
+        identity.instance_type,
+        identity.zone_id,
+        cap.usable_enis,
+        cap.ips_per_eni,
+        cap.total_ips,
+        cap.min_idle,
+        cap.max_idle
+    );
+    let mut opts =
+        AllocatorOptions::new(cfg, &identity.instance_id, vswitches, security_groups, cap);
+    if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
+        match cloud.describe_vswitches(&opts.vswitches) {
+            Ok(v) => opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect(),
+            Err(e) => warn!("DescribeVSwitches failed ({e}); vswitches start unordered"),
+        }
+    }
+    Ok((limits, opts))
+}
+
+/// The client socket: inherited from systemd, or bound here; then the
+/// server on it.
+fn listen(
+    cfg: &Config,
+    backend: Arc<DaemonBackend>,
+) -> Result<(Server, Option<PathBuf>), DaemonError> {
     let gid = match &cfg.socket_group {
         Some(g) => Some(
             resolve_group(g)
@@ -458,51 +518,22 @@ fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
             format!("cannot start the socket server: {e}"),
         )
     })?;
-    backend.set_connection_counter(server.connection_counter());
+    Ok((server, socket))
+}
 
-    let metrics_http = match cfg.metrics_listen {
-        Some(addr) => Some(metrics_server(addr, Arc::clone(&backend))?),
-        None => None,
-    };
-
-    let status = alloc.status().map(|s| s.to_text()).unwrap_or_default();
-    info!(
-        "eniipd {} ready on {}: {status}",
-        env!("CARGO_PKG_VERSION"),
-        cfg.socket_path.display()
+/// What `--simulate` prints for the user.
+fn simulate_banner(socket: &Path) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "eniipd is running against the built-in emulator.");
+    let _ = writeln!(out, "socket: {}", socket.display());
+    let _ = writeln!(
+        out,
+        "try:    echo 'alloc demo/web-1' | socat -t 90 - UNIX-CONNECT:{}",
+        socket.display()
     );
-    if sim.is_some() {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "eniipd is running against the built-in emulator.");
-        let _ = writeln!(out, "socket: {}", cfg.socket_path.display());
-        let _ = writeln!(
-            out,
-            "try:    echo 'alloc demo/web-1' | socat -t 90 - UNIX-CONNECT:{}",
-            cfg.socket_path.display()
-        );
-        let _ = writeln!(
-            out,
-            "or:     eniipctl --socket {} status",
-            cfg.socket_path.display()
-        );
-        let _ = writeln!(out, "stop with Ctrl-C.");
-        let _ = out.flush();
-    }
-    let _ = notifier.ready();
-    let _ = notifier.status(&status);
-    Ok(Some(Running {
-        server,
-        alloc,
-        committer,
-        socket,
-        metrics_http,
-        sim,
-        notifier,
-        cfg,
-        config_path: args.config.clone(),
-        limits,
-        sim_dir,
-    }))
+    let _ = writeln!(out, "or:     eniipctl --socket {} status", socket.display());
+    let _ = writeln!(out, "stop with Ctrl-C.");
+    let _ = out.flush();
 }
 
 fn metrics_server(
