@@ -122,13 +122,7 @@ fn differences(
             }
         }
         let v6: BTreeSet<std::net::Ipv6Addr> = e.ipv6s.iter().copied().collect();
-        let known6: BTreeSet<std::net::Ipv6Addr> = s
-            .pool
-            .ips
-            .values()
-            .filter_map(|ip| ip.v6)
-            .chain(s.pool.unpaired_v6.keys().copied())
-            .collect();
+        let known6 = s.pool.known_v6();
         for b in v6.difference(&known6) {
             out.push(format!(
                 "address {b} is on eni {id} in the cloud but unknown locally"

@@ -143,4 +143,13 @@ impl PoolState {
         }
         Ok(())
     }
+
+    /// Every IPv6 the pool knows: paired or unpaired.
+    pub fn known_v6(&self) -> std::collections::BTreeSet<Ipv6Addr> {
+        self.ips
+            .values()
+            .filter_map(|ip| ip.v6)
+            .chain(self.unpaired_v6.keys().copied())
+            .collect()
+    }
 }

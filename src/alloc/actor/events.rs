@@ -1,7 +1,5 @@
 //! Reports from workers, ENI operations and the maintenance thread.
 
-use std::collections::HashSet;
-
 use super::*;
 
 impl Actor {
@@ -332,13 +330,7 @@ impl Actor {
             // IPv6 the cloud has and we do not (an AssignIpv6Addresses whose
             // answer was lost): unpaired, so they go back with the next sweep.
             if self.opts.dual {
-                let known: HashSet<Ipv6Addr> = self
-                    .pool
-                    .ips
-                    .values()
-                    .filter_map(|ip| ip.v6)
-                    .chain(self.pool.unpaired_v6.keys().copied())
-                    .collect();
+                let known = self.pool.known_v6();
                 for b in r.v6.iter().filter(|b| !known.contains(b)) {
                     warn!("{b} is on {} but unknown locally; giving it back", r.id);
                     self.pool.add_unpaired_v6(&r.id, *b);
