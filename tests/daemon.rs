@@ -525,10 +525,78 @@ fn an_unreachable_metadata_service_at_start_is_exit_69() {
     let cfg = config(
         &sim,
         &dir,
-        json!({"metadata_endpoint": format!("http://127.0.0.1:{closed}")}),
+        json!({"metadata_endpoint": format!("http://127.0.0.1:{closed}"), "start_timeout": 3}),
     );
     let mut d = Daemon::spawn(&dir, &cfg, &[]);
-    let status = d.wait_exit(Duration::from_secs(150));
+    let status = d.wait_exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(69), "{}", d.log_text());
     assert!(d.log_text().contains("metadata"), "{}", d.log_text());
+}
+
+#[test]
+fn refused_credentials_at_start_are_exit_77_naming_the_code() {
+    let sim = fast_sim();
+    let dir = tempdir("creds");
+    let cfg = config(
+        &sim,
+        &dir,
+        json!({"access_secret": "not-the-secret", "start_timeout": 30}),
+    );
+    let mut d = Daemon::spawn(&dir, &cfg, &[]);
+    let status = d.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(77), "{}", d.log_text());
+    assert!(
+        d.log_text().contains("SignatureDoesNotMatch"),
+        "{}",
+        d.log_text()
+    );
+    assert!(
+        !d.log_text().contains("not-the-secret"),
+        "the secret leaked"
+    );
+    let mut cfg = cfg;
+    cfg["access_key"] = json!("LTAInosuchkey00000000");
+    cfg["access_secret"] = json!(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET);
+    let mut d = Daemon::spawn(&dir, &cfg, &[]);
+    let status = d.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(77), "{}", d.log_text());
+    assert!(
+        d.log_text().contains("InvalidAccessKeyId.NotFound"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn sigterm_during_a_hanging_cold_alloc_fails_it_at_once_and_exits_in_time() {
+    let sim = fast_sim();
+    let dir = tempdir("hang");
+    let cfg = config(&sim, &dir, json!({"min_pool_size": 0}));
+    let mut d = Daemon::start(&dir, &cfg);
+    // Every ENI creation now takes 20 s: the cold alloc below waits on it.
+    sim.fault(r#"{"action":"CreateNetworkInterface","latency_ms":20000}"#);
+    let socket = d.socket.clone();
+    let client = std::thread::spawn(move || {
+        let r = ask(&socket, "alloc cold/one");
+        (r, std::time::Instant::now())
+    });
+    assert!(common::eventually(Duration::from_secs(10), || sim
+        .calls("CreateNetworkInterface")
+        > 0));
+    // The alloc is now waiting on a cloud call that will not end in time.
+    let signalled = std::time::Instant::now();
+    let (status, took) = d.terminate(Duration::from_secs(15));
+    let (reply, answered) = client.join().unwrap();
+    assert_eq!(
+        reply.last().map(String::as_str).unwrap_or(""),
+        "ERR shutting-down the daemon is stopping",
+        "{reply:?}"
+    );
+    let waited = answered.duration_since(signalled);
+    assert!(
+        waited < Duration::from_secs(1),
+        "the waiter was answered after {waited:?}"
+    );
+    assert_eq!(status.code(), Some(0), "{}", d.log_text());
+    assert!(took < Duration::from_secs(10), "exit after {took:?}");
 }

@@ -19,8 +19,6 @@ use crate::util::Secret;
 mod effective;
 mod validate;
 
-pub use effective::mask;
-
 /// Default config file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/eniipd/eni.json";
 /// Default socket.
@@ -115,6 +113,7 @@ pub struct RawConfig {
     pub max_ips_per_call: Option<Value>,
     pub max_concurrent_eni_ops: Option<Value>,
     pub pool_check_interval: Option<Value>,
+    pub start_timeout: Option<Value>,
     pub max_connections: Option<Value>,
     pub metrics_listen: Option<String>,
     #[serde(flatten)]
@@ -186,6 +185,9 @@ pub struct Config {
     pub max_concurrent_eni_ops: usize,
     /// Pool maintenance period.
     pub pool_check_interval: Duration,
+    /// How long start-up retries the metadata service and the cloud before
+    /// exit 69 (restoring the pool gets three times this).
+    pub start_timeout: Duration,
     /// Open connections at most.
     pub max_connections: usize,
     /// Address for `GET /metrics`, if any.
