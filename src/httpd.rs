@@ -146,7 +146,17 @@ impl HttpServer {
         handler: Handler,
         opts: HttpOptions,
     ) -> io::Result<HttpServer> {
-        let listener = TcpListener::bind(addr)?;
+        HttpServer::serve(TcpListener::bind(addr)?, name, handler, opts)
+    }
+
+    /// Serves an already bound listener (bound early, so that a busy port
+    /// is found before anything else happens).
+    pub fn serve(
+        listener: TcpListener,
+        name: &str,
+        handler: Handler,
+        opts: HttpOptions,
+    ) -> io::Result<HttpServer> {
         listener.set_nonblocking(true)?;
         let local = listener.local_addr()?;
         let (wake_rx, wake_tx) = nix::unistd::pipe()?;

@@ -8,6 +8,7 @@
 //! flushed and closed.
 
 pub mod args;
+pub mod preflight;
 
 use std::fmt;
 use std::io::Write as _;
@@ -25,7 +26,7 @@ use crate::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
 use crate::cloud::credentials::CredentialSource;
 use crate::cloud::{CloudApi, CloudError, InstanceIdentity};
 use crate::config::{Config, RawConfig, DEFAULT_CONFIG_PATH};
-use crate::server::listener::{bind_socket, resolve_group, Server, ServerConfig};
+use crate::server::listener::{bind_socket, Server, ServerConfig};
 use crate::sim::{SimOptions, Simulator};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::systemd::Notifier;
@@ -110,15 +111,19 @@ pub fn load_config(
     sim: Option<&Simulator>,
     sim_dir: Option<&Path>,
 ) -> Result<(Config, Vec<String>), DaemonError> {
-    let mut raw = match (&args.config, args.simulate) {
-        (Some(p), _) => {
-            RawConfig::load(p).map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?
-        }
-        (None, true) => RawConfig::default(),
-        (None, false) => RawConfig::load(Path::new(DEFAULT_CONFIG_PATH))
-            .map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?,
+    let path: Option<PathBuf> = match (&args.config, args.simulate) {
+        (Some(p), _) => Some(p.clone()),
+        (None, true) => None,
+        (None, false) => Some(PathBuf::from(DEFAULT_CONFIG_PATH)),
     };
-    let warnings = raw.warnings();
+    let mut raw = match &path {
+        Some(p) => RawConfig::load(p).map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?,
+        None => RawConfig::default(),
+    };
+    let mut warnings = raw.warnings();
+    if let Some(w) = path.as_ref().and_then(|p| raw.secret_file_warning(p)) {
+        warnings.push(w);
+    }
     if let Some(sim) = sim {
         raw.access_key = Some(sim.access_key_id().to_string());
         raw.access_secret = Some(crate::util::Secret::new(sim.access_key_secret()));
@@ -343,6 +348,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         for (k, v) in cfg.effective() {
             let _ = writeln!(out, "{k}={v}");
         }
+        preflight::check(&cfg, true).map_err(preflight_error)?;
         return Ok(None);
     }
     let (sim, sim_dir) = if args.simulate {
@@ -362,6 +368,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         warn!("{w}");
     }
     let notifier = Notifier::from_env();
+    let pre = preflight::check(&cfg, false).map_err(preflight_error)?;
 
     // The state lock first: nothing else may touch the directory or the
     // socket without it.
@@ -413,11 +420,11 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         )?,
     );
 
-    let (server, socket) = listen(&cfg, alloc.commands())?;
+    let (server, socket) = listen(&cfg, pre.socket_gid, alloc.commands())?;
     crate::metrics::set_connection_source(server.connection_counter());
 
-    let metrics_http = match cfg.metrics_listen {
-        Some(addr) => Some(metrics_server(addr, alloc.commands())?),
+    let metrics_http = match pre.metrics {
+        Some(l) => Some(metrics_server(l, alloc.commands())?),
         None => None,
     };
 
@@ -495,7 +502,7 @@ fn allocator_options(
     let mut notes = Vec::new();
     let cap = capacity::compute(&limits, cfg, PoolSizes::of(cfg), &mut notes);
     for n in &notes {
-        info!("{n}");
+        warn!("{n}");
     }
     if cap.total_ips == 0 {
         return Err(DaemonError::new(
@@ -518,6 +525,7 @@ fn allocator_options(
     );
     let mut opts =
         AllocatorOptions::new(cfg, &identity.instance_id, vswitches, security_groups, cap);
+    opts.config_view = capacity::effective_view(cfg, &cap);
     if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
         match cloud.describe_vswitches(&opts.vswitches) {
             Ok(v) => opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect(),
@@ -529,14 +537,11 @@ fn allocator_options(
 
 /// The client socket: inherited from systemd, or bound here; then the
 /// server on it.
-fn listen(cfg: &Config, commands: Commands) -> Result<(Server, Option<PathBuf>), DaemonError> {
-    let gid = match &cfg.socket_group {
-        Some(g) => Some(
-            resolve_group(g)
-                .map_err(|e| DaemonError::new(exit::CONFIG, format!("socket_group {g}: {e}")))?,
-        ),
-        None => None,
-    };
+fn listen(
+    cfg: &Config,
+    gid: Option<u32>,
+    commands: Commands,
+) -> Result<(Server, Option<PathBuf>), DaemonError> {
     let (listener, socket) = match crate::systemd::take_listener()
         .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?
     {
@@ -600,8 +605,12 @@ fn status_line(commands: &Commands) -> String {
     }
 }
 
+fn preflight_error(problems: Vec<String>) -> DaemonError {
+    DaemonError::new(exit::CONFIG, problems.join("; "))
+}
+
 fn metrics_server(
-    addr: std::net::SocketAddr,
+    listener: std::net::TcpListener,
     commands: Commands,
 ) -> Result<crate::httpd::HttpServer, DaemonError> {
     use crate::httpd::{HttpOptions, HttpResponse, HttpServer};
@@ -617,8 +626,8 @@ fn metrics_server(
             HttpResponse::text(404, "not found\n".to_string())
         }
     });
-    HttpServer::bind(addr, "eniipd-metrics", handler, HttpOptions::default())
-        .map_err(|e| DaemonError::new(exit::CONFIG, format!("metrics_listen {addr}: {e}")))
+    HttpServer::serve(listener, "eniipd-metrics", handler, HttpOptions::default())
+        .map_err(|e| DaemonError::new(exit::FAILURE, format!("metrics_listen: {e}")))
 }
 
 enum Stop {
@@ -654,9 +663,27 @@ fn reload(r: &Running) {
     };
     match RawConfig::load(&path).and_then(|raw| raw.validate()) {
         Ok(new) => {
+            let old = r.cfg.effective();
+            for (k, v) in new.effective() {
+                let was = old.iter().find(|(ok, _)| *ok == k).map(|(_, v)| v);
+                if was != Some(&v) && !capacity::RELOADABLE.contains(&k.as_str()) {
+                    warn!("SIGHUP: {k} changed; it takes effect only after a restart");
+                }
+            }
+            let mut notes = Vec::new();
             let cap: Capacity =
-                capacity::compute(&r.limits, &r.cfg, PoolSizes::of(&new), &mut Vec::new());
-            match r.alloc.reload(cap, new.effective()) {
+                capacity::compute(&r.limits, &r.cfg, PoolSizes::of(&new), &mut notes);
+            for n in &notes {
+                warn!("SIGHUP: {n}");
+            }
+            let mut view = capacity::effective_view(&r.cfg, &cap);
+            // The view shows the reloaded keys; the rest is what runs.
+            for (k, v) in &mut view {
+                if k == "min_eni" {
+                    *v = new.min_eni.to_string();
+                }
+            }
+            match r.alloc.reload(cap, view) {
                 Ok(c) => info!("SIGHUP: idle pool now {}..{}", c.min_idle, c.max_idle),
                 Err(e) => warn!("SIGHUP: reload failed: {e}"),
             }
