@@ -129,3 +129,89 @@ fn every_exit_code_is_in_exit_status() {
         );
     }
 }
+
+/// A man page as `mandoc -T ascii` renders it, overstrikes removed and
+/// white space folded; None (said loudly) when mandoc is not installed.
+fn rendered(name: &str) -> Option<String> {
+    let path = format!("{}/man/{name}", env!("CARGO_MANIFEST_DIR"));
+    let out = match Command::new("mandoc").args(["-T", "ascii"]).arg(&path).output() {
+        Ok(o) => o,
+        Err(e) => {
+            if std::env::var_os("ENIIPD_CI").is_some() {
+                panic!("mandoc is needed to check the rendered man pages: {e}");
+            }
+            eprintln!("SKIPPED: mandoc is not installed ({e}); rendered man pages not checked");
+            return None;
+        }
+    };
+    assert!(out.status.success(), "mandoc {name}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Overstrike: `c\bc` is bold, `_\bc` underlined; keep the character.
+    let mut plain = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if chars.peek() == Some(&'\u{8}') {
+            chars.next();
+            continue;
+        }
+        plain.push(c);
+    }
+    Some(plain.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+#[test]
+fn synopses_and_examples_render_with_their_spaces() {
+    let Some(protocol) = rendered("eniipd-protocol.7") else {
+        return;
+    };
+    // Every synopsis `help` prints reads the same in the page.
+    for line in HELP {
+        let synopsis = line.split("   ").next().unwrap().trim();
+        let synopsis = synopsis.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            protocol.contains(&synopsis),
+            "eniipd-protocol(7) renders no `{synopsis}`"
+        );
+    }
+    for want in [
+        "OK enis=N ips=N idle=N inuse=N reserved=N cooling=N pending=N capacity=N",
+        "eni mac vswitch ips=N pending=N inhibited=rfc3339-or-",
+        "ip state owner-or--",
+    ] {
+        assert!(protocol.contains(want), "eniipd-protocol(7) renders no `{want}`");
+    }
+    let ctl = rendered("eniipctl.1").unwrap();
+    for want in [
+        "alloc OWNER [sandbox=ID] [prefer=IP]",
+        "release OWNER [sandbox=ID]",
+        "gc owner-prefix=P [KEEP-ID...]",
+    ] {
+        assert!(ctl.contains(want), "eniipctl(1) renders no `{want}`");
+    }
+    let sim = rendered("eniip-sim.1").unwrap();
+    for want in [
+        r#"{"action": "<Action or *>", "code": "<error code>"}"#,
+        r#"{"id": "vsw-...", "free": N}"#,
+        r#"'{"action":"AssignPrivateIpAddresses","code":"Throttling.User","count":2}'"#,
+    ] {
+        assert!(sim.contains(want), "eniip-sim(1) renders no `{want}`");
+    }
+    // No page glues a closing bracket to the next option (`[,x]` suffixes
+    // of one value, as in `ID=CIDR[,ipv6=CIDR6][,free=N]`, are meant).
+    for name in [
+        "eniipd.8",
+        "eniipd.conf.5",
+        "eniipctl.1",
+        "eniip-sim.1",
+        "eniipd-protocol.7",
+    ] {
+        let text = rendered(name).unwrap();
+        for (i, _) in text.match_indices("][") {
+            assert!(
+                text[i + 2..].starts_with(','),
+                "{name} renders `{}`",
+                &text[i.saturating_sub(20)..(i + 20).min(text.len())]
+            );
+        }
+    }
+}
