@@ -564,6 +564,21 @@ fn simulate_runs_with_no_config_credentials_or_root() {
         )
     );
     assert!(common::ask(&socket, "alloc demo/web-1")[0].starts_with("OK ip="));
+    // The eniipctl lines run as pasted.
+    let mut or = String::new();
+    for _ in 0..2 {
+        let mut l = String::new();
+        std::io::BufRead::read_line(&mut out, &mut l).unwrap();
+        or.push_str(l.trim().trim_start_matches("or:").trim());
+        or.push('\n');
+    }
+    let ran = Command::new("sh").arg("-c").arg(&or).output().unwrap();
+    let stdout = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        ran.status.success() && stdout.contains("inuse=1"),
+        "{or}: {stdout} {}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,

@@ -134,7 +134,11 @@ fn every_exit_code_is_in_exit_status() {
 /// white space folded; None (said loudly) when mandoc is not installed.
 fn rendered(name: &str) -> Option<String> {
     let path = format!("{}/man/{name}", env!("CARGO_MANIFEST_DIR"));
-    let out = match Command::new("mandoc").args(["-T", "ascii"]).arg(&path).output() {
+    let out = match Command::new("mandoc")
+        .args(["-T", "ascii"])
+        .arg(&path)
+        .output()
+    {
         Ok(o) => o,
         Err(e) => {
             if std::env::var_os("ENIIPD_CI").is_some() {
@@ -178,7 +182,10 @@ fn synopses_and_examples_render_with_their_spaces() {
         "eni mac vswitch ips=N pending=N inhibited=rfc3339-or-",
         "ip state owner-or--",
     ] {
-        assert!(protocol.contains(want), "eniipd-protocol(7) renders no `{want}`");
+        assert!(
+            protocol.contains(want),
+            "eniipd-protocol(7) renders no `{want}`"
+        );
     }
     let ctl = rendered("eniipctl.1").unwrap();
     for want in [

@@ -581,8 +581,16 @@ fn listen(
     Ok((server, socket))
 }
 
-/// What `--simulate` prints for the user.
+/// What `--simulate` prints for the user: commands that work as pasted.
 fn simulate_banner(socket: &Path) {
+    // eniipctl is built beside eniipd; if it is not there (only eniipd was
+    // built), cargo builds and runs it.
+    let ctl = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("eniipctl")))
+        .filter(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "cargo run --release --bin eniipctl --".into());
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "eniipd is running against the built-in emulator.");
     let _ = writeln!(out, "socket: {}", socket.display());
@@ -591,7 +599,12 @@ fn simulate_banner(socket: &Path) {
         "try:    echo 'alloc demo/web-1' | socat -t 90 - UNIX-CONNECT:{}",
         socket.display()
     );
-    let _ = writeln!(out, "or:     eniipctl --socket {} status", socket.display());
+    let _ = writeln!(
+        out,
+        "or:     export SOCK={0} ENIIPD_SOCKET={0}",
+        socket.display()
+    );
+    let _ = writeln!(out, "        {ctl} status");
     let _ = writeln!(out, "stop with Ctrl-C.");
     let _ = out.flush();
 }
