@@ -95,11 +95,19 @@ fn differences(
             continue;
         }
         let remote: BTreeSet<Ipv4Addr> = e.private_ips.iter().copied().collect();
+        // Addresses are compared with their ENI: a vswitch may give an
+        // address of a deleted ENI to another one.
         for a in &remote {
-            if !s.pool.ips.contains_key(a) {
-                out.push(format!(
+            match s.pool.ips.get(a) {
+                None => out.push(format!(
                     "address {a} is on eni {id} in the cloud but unknown locally"
-                ));
+                )),
+                Some(ip) if ip.eni != *id => out.push(format!(
+                    "address {a} is on eni {id} in the cloud but held locally on eni {} ({})",
+                    ip.eni,
+                    ip.state.name()
+                )),
+                Some(_) => {}
             }
         }
         for ip in s
@@ -139,8 +147,16 @@ fn differences(
             }
         }
     }
-    for id in s.pool.enis.keys() {
-        if !cloud.contains_key(id.as_str()) && !busy.contains(id.as_str()) {
+    for (id, e) in &s.pool.enis {
+        if e.gone {
+            for ip in s.pool.ips.values().filter(|ip| ip.eni == *id) {
+                out.push(format!(
+                    "address {} ({}) is still held on eni {id}, which no longer exists in the cloud",
+                    ip.v4,
+                    ip.state.name()
+                ));
+            }
+        } else if !cloud.contains_key(id.as_str()) && !busy.contains(id.as_str()) {
             out.push(format!(
                 "eni {id} is known locally but not attached in the cloud"
             ));

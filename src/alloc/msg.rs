@@ -159,6 +159,10 @@ pub enum Event {
         started: Instant,
         /// Managed ENIs attached to this instance.
         enis: Vec<CloudEniView>,
+        /// Ids of the ENIs tagged for this instance that exist but are
+        /// not attached, read after `enis` (None: that read failed). A
+        /// managed ENI in neither list was deleted.
+        detached: Option<Vec<String>>,
     },
     /// The state could not be made durable: the daemon must stop.
     Fatal(String),

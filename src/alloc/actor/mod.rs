@@ -367,6 +367,9 @@ impl Actor {
             return;
         }
         self.helpers.retain(|(_, h)| !h.is_finished());
+        for id in self.pool.drop_empty_gone() {
+            info!("{id} is forgotten: the last address held on it was released");
+        }
         let freed = self.pool.settle(unix_ms());
         if !freed.is_empty() {
             let records = freed
@@ -538,6 +541,7 @@ mod tests {
         a.on_event(Event::Reconcile {
             started,
             enis: vec![stale],
+            detached: None,
         });
         let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
         assert_eq!(held, [ip(1), ip(2)], "gone addresses came back");
@@ -548,6 +552,7 @@ mod tests {
         a.on_event(Event::Reconcile {
             started: Instant::now(),
             enis: vec![view(&[ip(1), ip(5)])],
+            detached: None,
         });
         let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
         assert_eq!(held, [ip(1), ip(5)]);
@@ -566,6 +571,7 @@ mod tests {
         a.on_event(Event::Reconcile {
             started,
             enis: vec![stale],
+            detached: None,
         });
         assert!(a.pool.enis.is_empty(), "a deleted ENI was adopted");
         assert!(a.pool.ips.is_empty());
@@ -613,10 +619,11 @@ mod tests {
         let (tx, _rx) = crossbeam_channel::bounded(1);
         a.on_alloc(Owner::parse("o/1").unwrap(), None, None, Instant::now(), tx);
         let held = a.pool.owner_ip(&Owner::parse("o/1").unwrap()).unwrap().v4;
-        // The cloud no longer lists the ENI as attached.
+        // The cloud no longer lists the ENI as attached (it still exists).
         a.on_event(Event::Reconcile {
             started: Instant::now(),
             enis: Vec::new(),
+            detached: Some(vec![ENI.into()]),
         });
         assert_eq!(a.pool.ips.len(), 1, "idle addresses leave the pool");
         assert!(
@@ -634,10 +641,63 @@ mod tests {
         a.on_event(Event::Reconcile {
             started: Instant::now(),
             enis: vec![view(&[ip(1), ip(2), ip(3), ip(4)])],
+            detached: None,
         });
         assert!(!a.pool.enis[ENI].at_limit);
         assert_eq!(a.pool.ips.len(), 4);
         assert!(!a.pool.ips[&held].lost);
         assert!(a.pool.pick(&other, None).is_some());
+    }
+
+    #[test]
+    fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released() {
+        let mut a = actor();
+        let o1 = Owner::parse("o/1").unwrap();
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        a.on_alloc(o1.clone(), None, None, Instant::now(), tx);
+        let held = a.pool.owner_ip(&o1).unwrap().v4;
+        let slots = a.eni_sem.available();
+        // Neither attached nor detached: the ENI is gone from the cloud.
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: Vec::new(),
+            detached: Some(Vec::new()),
+        });
+        assert_eq!(a.eni_sem.available(), slots + 1, "its slot is free again");
+        assert!(a.eni_entries().is_empty(), "not listed as a managed ENI");
+        assert_eq!(a.status_counts().enis, 0);
+        assert_eq!(a.pool.ips.len(), 1, "only the owned address is kept");
+        assert!(a.pool.ips[&held].lost);
+        assert_eq!(a.pool.owner_ip(&o1).map(|ip| ip.v4), Some(held));
+        // The vswitch gives the held address to a new ENI: it is not
+        // adopted (two owners) while o/1 holds it.
+        let mut new = view(&[ip(9), held]);
+        new.eni.id = "eni-0002".into();
+        new.eni.primary_ip = ip(9);
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: vec![new.clone()],
+            detached: Some(Vec::new()),
+        });
+        assert_eq!(a.pool.ips[&held].eni, ENI, "still the old owner's");
+        assert!(
+            a.pool
+                .pick(&Owner::parse("o/2").unwrap(), Some(IpAddr::V4(held)))
+                != Some(held)
+        );
+        // Released: the deleted ENI is forgotten, and the next pass adopts
+        // the address on its new ENI.
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        a.on_release(o1, None, tx);
+        a.step(Instant::now());
+        assert!(!a.pool.enis.contains_key(ENI), "forgotten");
+        std::thread::sleep(Duration::from_millis(2));
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: vec![new],
+            detached: Some(Vec::new()),
+        });
+        assert_eq!(a.pool.ips[&held].eni, "eni-0002");
+        assert!(a.pool.check().is_ok(), "{:?}", a.pool.check());
     }
 }
