@@ -20,7 +20,8 @@ use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use log::{error, info};
 
 use super::record::Record;
-use super::{fresh_wal, snapshot, Store, StoreError, SNAPSHOT};
+use super::snapshot::LogRef;
+use super::{rewrite, Store, StoreError};
 
 type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
@@ -170,13 +171,14 @@ fn run(mut store: Store, rx: &Receiver<Msg>, syncs: &AtomicU64) {
 
 fn append(store: &mut Store, records: &[Record], syncs: &AtomicU64) -> Result<(), StoreError> {
     let started = Instant::now();
-    let frame = super::wal::frame(records);
+    let frame = super::wal::frame(store.frames + 1, records);
     store
         .wal
         .write_all(&frame)
         .and_then(|()| store.wal.sync_data())
         .map_err(|e| StoreError::io("cannot write the state log", e))?;
     syncs.fetch_add(1, Ordering::Relaxed);
+    store.frames += 1;
     store.wal_len += frame.len() as u64;
     for r in records {
         store.state.apply(r);
@@ -185,18 +187,16 @@ fn append(store: &mut Store, records: &[Record], syncs: &AtomicU64) -> Result<()
     Ok(())
 }
 
-/// Writes a snapshot of the next generation, then starts a fresh log for
-/// it. A crash between the two leaves a log of the older generation, which
-/// loading recognises as already contained in the snapshot.
+/// Writes a snapshot of the next generation that names the current log as
+/// absorbed, then starts a fresh log for it. A crash between the two
+/// leaves the absorbed log, which loading recognises and discards.
 fn compact(store: &mut Store) -> Result<(), StoreError> {
     let generation = store.generation + 1;
-    snapshot::write_atomic(
-        &store.dir,
-        SNAPSHOT,
-        &snapshot::encode(generation, &store.state),
-    )
-    .map_err(|e| StoreError::io("cannot write state.json", e))?;
-    let (wal, len) = fresh_wal(&store.dir, generation)?;
+    let absorbed = LogRef {
+        generation: store.generation,
+        frames: store.frames,
+    };
+    let (wal, len) = rewrite(&store.dir, generation, Some(absorbed), &store.state)?;
     info!(
         "state compacted: generation {generation}, {} allocation(s), {} hold(s)",
         store.state.allocations.len(),
@@ -204,6 +204,7 @@ fn compact(store: &mut Store) -> Result<(), StoreError> {
     );
     store.wal = wal;
     store.wal_len = len;
+    store.frames = 0;
     store.generation = generation;
     Ok(())
 }

@@ -88,7 +88,7 @@ fn torn_tail_is_truncated_and_corruption_is_refused() {
     let good = fs::read(&wal).unwrap();
     // Half a frame appended: torn.
     let mut torn = good.clone();
-    torn.extend_from_slice(&wal::frame(&[alloc("c", 3)])[..10]);
+    torn.extend_from_slice(&wal::frame(3, &[alloc("c", 3)])[..30]);
     fs::write(&wal, &torn).unwrap();
     let (s, state) = Store::open(&d.0, StoreOptions::default()).unwrap();
     assert_eq!(state.allocations.len(), 2);
@@ -102,7 +102,7 @@ fn torn_tail_is_truncated_and_corruption_is_refused() {
     assert_eq!(e.exit_code(), 65);
     let msg = e.to_string();
     assert!(
-        msg.contains("wal") && msg.contains("checksum") && msg.contains("byte 20"),
+        msg.contains("wal") && msg.contains("checksum") && msg.contains("byte 28"),
         "{msg}"
     );
 }
@@ -136,7 +136,7 @@ fn compaction_and_its_crash_points() {
     };
     let (s, _) = Store::open(&d.0, opts.clone()).unwrap();
     let c = s.start();
-    for i in 0..30u8 {
+    for i in 0..32u8 {
         c.commit(vec![alloc(&format!("o{i}"), i)], T).unwrap();
     }
     drop(c);
@@ -145,20 +145,141 @@ fn compaction_and_its_crash_points() {
         fs::metadata(d.0.join("wal")).unwrap().len() < 2000,
         "compacted"
     );
-    let (s, state) = Store::open(&d.0, opts.clone()).unwrap();
-    assert_eq!(state.allocations.len(), 30);
-    let gen = s.generation;
+    let (s, want) = Store::open(&d.0, opts.clone()).unwrap();
+    assert_eq!(want.allocations.len(), 32);
+    let (gen, frames) = (s.generation, s.frames);
+    assert!(gen > 0 && frames > 0, "a snapshot and a log with frames");
     drop(s);
-    // Crash after the snapshot of generation+1 was renamed, before the log
-    // was reset: the old log is stale and must be ignored, not replayed.
-    let mut next = state.clone();
-    next.apply(&alloc("late", 200));
-    snapshot::write_atomic(&d.0, "state.json", &snapshot::encode(gen + 1, &next)).unwrap();
-    fs::write(d.0.join("junk.tmp"), b"half").unwrap();
-    let (s, state) = Store::open(&d.0, opts).unwrap();
-    assert_eq!(state, next);
-    assert_eq!(s.generation, gen + 1);
-    assert!(!d.0.join("junk.tmp").exists());
+    let old_snap = fs::read(d.0.join("state.json")).unwrap();
+    let old_wal = fs::read(d.0.join("wal")).unwrap();
+    // What the next compaction writes, in order: state.json.tmp renamed
+    // to state.json, then wal.tmp renamed to wal.
+    let absorbed = snapshot::LogRef {
+        generation: gen,
+        frames,
+    };
+    let (new_snap, crc) = snapshot::encode(gen + 1, Some(absorbed), &want);
+    let new_wal = wal::header(gen + 1, crc);
+    let half_snap = &new_snap[..new_snap.len() / 2];
+    // (window, the files it leaves, the generation that loads)
+    type Window<'a> = (&'a str, Vec<(&'a str, &'a [u8])>, u64);
+    let windows: [Window; 5] = [
+        (
+            "snapshot half written",
+            vec![
+                ("state.json", &old_snap),
+                ("state.json.tmp", half_snap),
+                ("wal", &old_wal),
+            ],
+            gen,
+        ),
+        (
+            "snapshot renamed, log not yet reset",
+            vec![("state.json", &new_snap), ("wal", &old_wal)],
+            gen + 1,
+        ),
+        (
+            "new log written, not renamed",
+            vec![
+                ("state.json", &new_snap),
+                ("wal.tmp", &new_wal),
+                ("wal", &old_wal),
+            ],
+            gen + 1,
+        ),
+        (
+            "new log half written",
+            vec![
+                ("state.json", &new_snap),
+                ("wal.tmp", &new_wal[..9]),
+                ("wal", &old_wal),
+            ],
+            gen + 1,
+        ),
+        (
+            "done",
+            vec![("state.json", &new_snap), ("wal", &new_wal)],
+            gen + 1,
+        ),
+    ];
+    let lay_out = |files: &[(&str, &[u8])]| {
+        for name in ["state.json", "state.json.tmp", "wal", "wal.tmp"] {
+            let _ = fs::remove_file(d.0.join(name));
+        }
+        for (name, bytes) in files {
+            fs::write(d.0.join(name), bytes).unwrap();
+        }
+    };
+    for (window, files, want_gen) in &windows {
+        lay_out(files);
+        let (s, got) = Store::open(&d.0, opts.clone()).unwrap_or_else(|e| panic!("{window}: {e}"));
+        assert_eq!(got, want, "{window}");
+        assert_eq!(s.generation, *want_gen, "{window}");
+        assert!(!d.0.join("state.json.tmp").exists() && !d.0.join("wal.tmp").exists());
+        drop(s);
+        let (_s, again) = Store::open(&d.0, opts.clone()).unwrap();
+        assert_eq!(again, want, "{window}, reopened");
+    }
+    // An older log that is not the one the snapshot absorbed (here: one
+    // frame more) is damage, not history.
+    let (short, _) = snapshot::encode(
+        gen + 1,
+        Some(snapshot::LogRef {
+            generation: gen,
+            frames: frames - 1,
+        }),
+        &want,
+    );
+    lay_out(&[("state.json", &short), ("wal", &old_wal)]);
+    let e = Store::open(&d.0, opts.clone()).unwrap_err();
+    assert_eq!(e.exit_code(), 65, "{e}");
+    assert!(
+        e.to_string().contains("wal") && e.to_string().contains("absorbed"),
+        "{e}"
+    );
+    // So is a log that follows another snapshot of the same generation.
+    let mut other = want.clone();
+    other.apply(&alloc("other", 250));
+    let (other_snap, _) = snapshot::encode(gen, None, &other);
+    lay_out(&[("state.json", &other_snap), ("wal", &old_wal)]);
+    let e = Store::open(&d.0, opts.clone()).unwrap_err();
+    assert_eq!(e.exit_code(), 65, "{e}");
+    assert!(e.to_string().contains("not this state.json"), "{e}");
+}
+
+#[test]
+fn a_snapshot_whose_generation_was_changed_is_refused() {
+    let d = TempDir::new("gen");
+    let opts = StoreOptions {
+        compact_after_bytes: 600,
+    };
+    let (s, _) = Store::open(&d.0, opts.clone()).unwrap();
+    let c = s.start();
+    for i in 0..12u8 {
+        c.commit(vec![alloc(&format!("o{i}"), i)], T).unwrap();
+    }
+    drop(c);
+    std::thread::sleep(Duration::from_millis(50));
+    let (s, want) = Store::open(&d.0, opts.clone()).unwrap();
+    let gen = s.generation;
+    assert!(gen > 0 && s.frames > 0, "a snapshot and a log with frames");
+    drop(s);
+    let snap = d.0.join("state.json");
+    let text = fs::read_to_string(&snap).unwrap();
+    for other in [gen + 1, gen - 1] {
+        let from = format!("\n  \"generation\": {gen},");
+        let to = format!("\n  \"generation\": {other},");
+        assert!(text.contains(&from), "{text}");
+        fs::write(&snap, text.replace(&from, &to)).unwrap();
+        let e = Store::open(&d.0, opts.clone()).unwrap_err();
+        assert_eq!(e.exit_code(), 65, "{e}");
+        assert!(
+            e.to_string().contains("state.json") && e.to_string().contains("checksum"),
+            "{e}"
+        );
+    }
+    fs::write(&snap, &text).unwrap();
+    assert_eq!(Store::open(&d.0, opts).unwrap().1, want);
 }
 
 #[test]
@@ -173,7 +294,7 @@ fn recovery_moves_damage_aside_and_keeps_the_valid_prefix() {
     std::thread::sleep(Duration::from_millis(50));
     let wal = d.0.join("wal");
     let mut b = fs::read(&wal).unwrap();
-    let second = b.len() - 2 * wal::frame(&[alloc("c", 3)]).len();
+    let second = b.len() - 2 * wal::frame(2, &[alloc("c", 3)]).len();
     b[second + wal::FRAME_HEADER_LEN + 1] ^= 0x40;
     fs::write(&wal, &b).unwrap();
     assert!(Store::open(&d.0, StoreOptions::default()).is_err());
@@ -256,4 +377,52 @@ fn measure_atomic_write_leaves_nothing() {
     let t = measure_atomic_write(&d.0, 4096).unwrap();
     assert!(t > Duration::ZERO);
     assert_eq!(fs::read_dir(&d.0).unwrap().count(), 0);
+}
+
+#[test]
+fn version_1_files_are_read_and_rewritten_in_version_2() {
+    let d = TempDir::new("v1");
+    fs::create_dir_all(&d.0).unwrap();
+    let mut base = PersistedState::default();
+    base.apply(&alloc("a", 1));
+    let body = serde_json::to_value(&base).unwrap();
+    let crc = crate::util::encoding::crc32(&serde_json::to_vec(&body).unwrap());
+    let v1_snap = serde_json::json!({
+        "format": "eniipd-state", "version": 1, "generation": 3,
+        "written_at": "2026-01-01T00:00:00Z", "checksum": format!("{crc:08x}"), "state": body,
+    });
+    fs::write(
+        d.0.join("state.json"),
+        serde_json::to_vec_pretty(&v1_snap).unwrap(),
+    )
+    .unwrap();
+    let mut log = wal::v1::header(3);
+    log.extend(wal::v1::frame(&[alloc("b", 2)]));
+    let v1_log = log.clone();
+    log.extend(&wal::v1::frame(&[alloc("c", 3)])[..7]);
+    fs::write(d.0.join("wal"), &log).unwrap();
+    let (s, state) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    assert_eq!(state.allocations.keys().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!((s.generation, s.frames), (4, 0));
+    drop(s);
+    let snap = snapshot::decode(&fs::read(d.0.join("state.json")).unwrap()).unwrap();
+    let absorbed = snapshot::LogRef {
+        generation: 3,
+        frames: 1,
+    };
+    assert_eq!(
+        (snap.version, snap.generation, snap.supersedes),
+        (2, 4, Some(absorbed))
+    );
+    let scan = wal::scan(&fs::read(d.0.join("wal")).unwrap()).unwrap();
+    assert_eq!((scan.version, scan.generation), (2, 4));
+    // A crash in the middle of that rewrite: the new snapshot beside the
+    // version 1 log it absorbed, which is discarded (and, being version
+    // 1, the rewrite done again).
+    fs::write(d.0.join("wal"), &v1_log).unwrap();
+    let (s, again) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    assert_eq!(again, state);
+    drop(s);
+    let scan = wal::scan(&fs::read(d.0.join("wal")).unwrap()).unwrap();
+    assert_eq!((scan.version, scan.frames.len()), (2, 0));
 }
