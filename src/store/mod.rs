@@ -120,7 +120,9 @@ impl fmt::Display for StoreError {
                 offset: None,
                 what,
             } => write!(f, "state file {} is corrupt: {what}", file.display()),
-            StoreError::Io { context, .. } => write!(f, "{context}"),
+            // The OS error is part of the sentence (a commit failure is
+            // logged and answered with Display alone) and also the source.
+            StoreError::Io { context, source } => write!(f, "{context}: {source}"),
             StoreError::Closed => write!(f, "the state store is closed after an earlier failure"),
         }
     }

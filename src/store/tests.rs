@@ -380,6 +380,54 @@ fn measure_atomic_write_leaves_nothing() {
 }
 
 #[test]
+fn a_failed_commit_names_the_os_error() {
+    let d = TempDir::new("enospc");
+    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    // A full disk: every write to /dev/full fails with ENOSPC.
+    s.wal = OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let c = s.start();
+    let enospc = io::Error::from_raw_os_error(nix::libc::ENOSPC).to_string();
+    for _ in 0..2 {
+        // The first failure, then every later commit, refused the same way.
+        let e = c.commit(vec![alloc("a", 1)], T).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("cannot write the state log") && msg.contains(&enospc),
+            "{msg}"
+        );
+        let source = std::error::Error::source(&e).map(|s| s.to_string());
+        assert_eq!(source, Some(enospc.clone()));
+    }
+}
+
+#[test]
+fn a_missing_or_unreadable_snapshot_is_blamed_on_state_json() {
+    let d = TempDir::new("blame");
+    let (s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let c = s.start();
+    c.commit(vec![alloc("a", 1)], T).unwrap();
+    c.close().unwrap();
+    let snap = d.0.join("state.json");
+    fs::remove_file(&snap).unwrap();
+    let e = Store::open(&d.0, StoreOptions::default()).unwrap_err();
+    assert_eq!(e.exit_code(), 65, "{e}");
+    assert!(
+        matches!(&e, StoreError::Corrupt { file, .. } if *file == snap),
+        "{e}"
+    );
+    assert!(e.to_string().contains("missing"), "{e}");
+    // Unreadable (here: a directory, which even root cannot read).
+    fs::create_dir(&snap).unwrap();
+    let e = Store::open(&d.0, StoreOptions::default()).unwrap_err();
+    let msg = e.to_string();
+    let eisdir = io::Error::from_raw_os_error(nix::libc::EISDIR).to_string();
+    assert!(
+        msg.contains(&snap.display().to_string()) && msg.contains(&eisdir),
+        "{msg}"
+    );
+}
+
+#[test]
 fn version_1_files_are_read_and_rewritten_in_version_2() {
     let d = TempDir::new("v1");
     fs::create_dir_all(&d.0).unwrap();
