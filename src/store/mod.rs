@@ -76,6 +76,14 @@ pub enum StoreError {
     },
     /// The store was closed or failed earlier.
     Closed,
+    /// A bounded close ran out of time with the disk not answering (an
+    /// fsync can block for as long as a filesystem stays frozen). The
+    /// store thread is left behind, still holding the lock.
+    NotDurable {
+        /// Submitted records not made durable (0: every record is in the
+        /// log, only the final snapshot is missing).
+        records: usize,
+    },
 }
 
 impl StoreError {
@@ -84,7 +92,7 @@ impl StoreError {
         match self {
             StoreError::Locked { .. } => 75,
             StoreError::Corrupt { .. } => 65,
-            StoreError::Io { .. } | StoreError::Closed => 1,
+            StoreError::Io { .. } | StoreError::Closed | StoreError::NotDurable { .. } => 1,
         }
     }
 
@@ -124,6 +132,14 @@ impl fmt::Display for StoreError {
             // logged and answered with Display alone) and also the source.
             StoreError::Io { context, source } => write!(f, "{context}: {source}"),
             StoreError::Closed => write!(f, "the state store is closed after an earlier failure"),
+            StoreError::NotDurable { records: 0 } => write!(
+                f,
+                "the state disk did not answer before the deadline: every submitted record is durable, the final snapshot was not written"
+            ),
+            StoreError::NotDurable { records } => write!(
+                f,
+                "the state disk did not answer before the deadline: {records} submitted record(s) are not durable"
+            ),
         }
     }
 }

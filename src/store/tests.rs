@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::*;
 
@@ -66,11 +66,9 @@ fn a_crash_without_close_loses_nothing_acknowledged() {
     for i in 0..20u8 {
         c.commit(vec![alloc(&format!("o{i}"), i)], T).unwrap();
     }
-    // No close: the thread and the lock die with the "process" here by
-    // leaking; reopen must still see all 20. (The lock is per open file
-    // description, so drop it by dropping the committer's queue.)
+    // No close: dropping stops the thread without a final snapshot, as
+    // a crash would; reopen must still see all 20 by replaying the log.
     drop(c);
-    std::thread::sleep(Duration::from_millis(50));
     let (_s, state) = Store::open(&d.0, StoreOptions::default()).unwrap();
     assert_eq!(state.allocations.len(), 20);
 }
@@ -83,7 +81,6 @@ fn torn_tail_is_truncated_and_corruption_is_refused() {
     c.commit(vec![alloc("a", 1)], T).unwrap();
     c.commit(vec![alloc("b", 2)], T).unwrap();
     drop(c);
-    std::thread::sleep(Duration::from_millis(50));
     let wal = d.0.join("wal");
     let good = fs::read(&wal).unwrap();
     // Half a frame appended: torn.
@@ -140,7 +137,6 @@ fn compaction_and_its_crash_points() {
         c.commit(vec![alloc(&format!("o{i}"), i)], T).unwrap();
     }
     drop(c);
-    std::thread::sleep(Duration::from_millis(50));
     assert!(
         fs::metadata(d.0.join("wal")).unwrap().len() < 2000,
         "compacted"
@@ -259,7 +255,6 @@ fn a_snapshot_whose_generation_was_changed_is_refused() {
         c.commit(vec![alloc(&format!("o{i}"), i)], T).unwrap();
     }
     drop(c);
-    std::thread::sleep(Duration::from_millis(50));
     let (s, want) = Store::open(&d.0, opts.clone()).unwrap();
     let gen = s.generation;
     assert!(gen > 0 && s.frames > 0, "a snapshot and a log with frames");
@@ -291,7 +286,6 @@ fn recovery_moves_damage_aside_and_keeps_the_valid_prefix() {
     c.commit(vec![alloc("b", 2)], T).unwrap();
     c.commit(vec![alloc("c", 3)], T).unwrap();
     drop(c);
-    std::thread::sleep(Duration::from_millis(50));
     let wal = d.0.join("wal");
     let mut b = fs::read(&wal).unwrap();
     let second = b.len() - 2 * wal::frame(2, &[alloc("c", 3)]).len();
@@ -425,6 +419,81 @@ fn a_missing_or_unreadable_snapshot_is_blamed_on_state_json() {
         msg.contains(&snap.display().to_string()) && msg.contains(&eisdir),
         "{msg}"
     );
+}
+
+/// A log "disk" that never answers: the write end of a pipe that nobody
+/// reads, already full, so the next write blocks. Dropping the returned
+/// read end unblocks it (the write then fails with EPIPE).
+fn frozen_disk() -> (File, File) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let (r, w) = nix::unistd::pipe().unwrap();
+    let mut w = File::from(w);
+    fcntl(&w, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).unwrap();
+    let chunk = [b'x'; 4096];
+    loop {
+        match io::Write::write(&mut w, &chunk) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    fcntl(&w, FcntlArg::F_SETFL(OFlag::empty())).unwrap();
+    (w, File::from(r))
+}
+
+#[test]
+fn close_gives_up_at_its_deadline_when_the_disk_does_not_answer() {
+    let d = TempDir::new("frozen-close");
+    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let (wal, unfreeze) = frozen_disk();
+    s.wal = wal;
+    let c = s.start();
+    c.submit(vec![alloc("a", 1), alloc("b", 2)], Box::new(|_| {}));
+    c.submit(vec![alloc("c", 3)], Box::new(|_| {}));
+    let started = Instant::now();
+    let e = c
+        .close_until(started + Duration::from_millis(300))
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert!(matches!(e, StoreError::NotDurable { records: 3 }), "{e:?}");
+    assert!(e.to_string().contains("3 submitted record(s)"), "{e}");
+    drop(unfreeze);
+}
+
+#[test]
+fn drop_waits_for_the_disk_only_so_long() {
+    let d = TempDir::new("frozen-drop");
+    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let (wal, unfreeze) = frozen_disk();
+    s.wal = wal;
+    let c = s.start();
+    c.submit(vec![alloc("a", 1)], Box::new(|_| {}));
+    let started = Instant::now();
+    drop(c);
+    let took = started.elapsed();
+    assert!(
+        took >= committer::DROP_TIMEOUT && took < committer::DROP_TIMEOUT + Duration::from_secs(2),
+        "{took:?}"
+    );
+    drop(unfreeze);
+}
+
+#[test]
+fn drop_makes_what_was_submitted_durable_and_releases_the_lock() {
+    let d = TempDir::new("drop");
+    let (s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let c = s.start();
+    for i in 0..200u8 {
+        c.submit(vec![alloc_at(&format!("o{i}"), 2, i)], Box::new(|_| {}));
+    }
+    drop(c);
+    // No waiting: once drop returns, the thread is gone with its lock.
+    let (_s, state) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    assert_eq!(state.allocations.len(), 200);
 }
 
 #[test]
