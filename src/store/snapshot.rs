@@ -105,7 +105,9 @@ pub fn encode(
     (out, checksum)
 }
 
-/// Decodes a snapshot; `Err` says what is wrong.
+/// Decodes a snapshot; `Err` says what is wrong. Whether the state adds
+/// up is the loader's question: a plain open refuses it, a recovering one
+/// salvages what does not collide.
 pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON: {e}"))?;
     let Value::Object(fields) = v else {
@@ -145,8 +147,6 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
         )),
         None => Err("no version".into()),
     }
-    // Whether the state adds up is the loader's question: a plain open
-    // refuses it, a recovering one salvages what does not collide.
 }
 
 /// Version 1: the checksum covers `state` only.
