@@ -543,3 +543,35 @@ fn version_1_files_are_read_and_rewritten_in_version_2() {
     let scan = wal::scan(&fs::read(d.0.join("wal")).unwrap()).unwrap();
     assert_eq!((scan.version, scan.frames.len()), (2, 0));
 }
+
+#[test]
+fn a_damaged_length_in_a_middle_frame_is_corruption_not_a_torn_tail() {
+    let d = TempDir::new("length");
+    let (s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let c = s.start();
+    for i in 1..=3u8 {
+        c.commit(vec![alloc(&format!("o{i}"), i)], T).unwrap();
+    }
+    drop(c);
+    let wal_path = d.0.join("wal");
+    let good = fs::read(&wal_path).unwrap();
+    let second = wal::HEADER_LEN + wal::frame(1, &[alloc("o1", 1)]).len();
+    // The length field is bytes 12..16 of a frame header. A larger length
+    // made the old format see a frame running past the end of the file.
+    for at in second + 12..second + 16 {
+        let mut bad = good.clone();
+        bad[at] ^= 0xff;
+        fs::write(&wal_path, &bad).unwrap();
+        let e = Store::open(&d.0, StoreOptions::default()).unwrap_err();
+        assert_eq!(e.exit_code(), 65, "byte {at}: {e}");
+        assert!(
+            e.to_string()
+                .contains(&format!("at byte {second}: frame header checksum mismatch")),
+            "byte {at}: {e}"
+        );
+        assert_eq!(fs::read(&wal_path).unwrap(), bad, "nothing was truncated");
+    }
+    fs::write(&wal_path, &good).unwrap();
+    let (_s, state) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    assert_eq!(state.allocations.len(), 3);
+}
