@@ -57,11 +57,16 @@ enum Fit {
     Absorbed,
 }
 
-/// Which file a mismatch is blamed on, and why.
+/// Which file a mismatch is blamed on, where in the log header, and why.
 struct Misfit {
     snapshot: bool,
+    offset: Option<u64>,
     what: String,
 }
+
+/// Offsets in the log header of the fields a misfit is about.
+const GENERATION_AT: Option<u64> = Some(12);
+const SNAPSHOT_CRC_AT: Option<u64> = Some(20);
 
 fn fit(scan: &wal::Scan, snap: Option<&Snapshot>) -> Result<Fit, Misfit> {
     let Some(s) = snap else {
@@ -72,6 +77,7 @@ fn fit(scan: &wal::Scan, snap: Option<&Snapshot>) -> Result<Fit, Misfit> {
         }
         return Err(Misfit {
             snapshot: true,
+            offset: None,
             what: format!(
                 "missing, but wal follows the snapshot of generation {}",
                 scan.generation
@@ -82,6 +88,7 @@ fn fit(scan: &wal::Scan, snap: Option<&Snapshot>) -> Result<Fit, Misfit> {
         Ordering::Equal => match scan.snapshot_crc {
             Some(c) if c != s.checksum => Err(Misfit {
                 snapshot: false,
+                offset: SNAPSHOT_CRC_AT,
                 what: format!(
                     "the log follows a snapshot of generation {} with checksum {c:08x}, not this state.json ({:08x})",
                     s.generation, s.checksum
@@ -103,6 +110,7 @@ fn fit(scan: &wal::Scan, snap: Option<&Snapshot>) -> Result<Fit, Misfit> {
             });
             Err(Misfit {
                 snapshot: false,
+                offset: GENERATION_AT,
                 what: format!(
                     "the log (generation {}, {} frame(s)) is older than state.json (generation {}) but is not the log it absorbed ({absorbed})",
                     this.generation, this.frames, s.generation
@@ -111,6 +119,7 @@ fn fit(scan: &wal::Scan, snap: Option<&Snapshot>) -> Result<Fit, Misfit> {
         }
         Ordering::Greater => Err(Misfit {
             snapshot: false,
+            offset: GENERATION_AT,
             what: format!(
                 "log generation {} is newer than the snapshot's {}",
                 scan.generation, s.generation
@@ -166,11 +175,8 @@ pub(super) fn load(dir: &Path) -> Result<Loaded, StoreError> {
     let legacy =
         scan.version == wal::WAL_VERSION_1 || snap.as_ref().is_some_and(|s| s.version == 1);
     let fits = fit(&scan, snap.as_ref()).map_err(|m| {
-        let (file, offset) = match m.snapshot {
-            true => (&snap_path, None),
-            false => (&wal_path, Some(12)),
-        };
-        corrupt(file, offset, m.what)
+        let file = if m.snapshot { &snap_path } else { &wal_path };
+        corrupt(file, m.offset, m.what)
     })?;
     if scan.torn > 0 {
         warn!(
@@ -178,7 +184,7 @@ pub(super) fn load(dir: &Path) -> Result<Loaded, StoreError> {
             scan.torn, scan.valid_len
         );
     }
-    let absorbed = LogRef {
+    let on_disk = LogRef {
         generation: scan.generation,
         frames: scan.frames.len() as u64,
     };
@@ -204,7 +210,7 @@ pub(super) fn load(dir: &Path) -> Result<Loaded, StoreError> {
     if legacy {
         // Version 1 files are only as safe as version 1's checks: write
         // the state in version 2 now rather than keep appending to them.
-        let (wal, wal_len) = rewrite(dir, generation + 1, Some(absorbed), &state)?;
+        let (wal, wal_len) = rewrite(dir, generation + 1, Some(on_disk), &state)?;
         info!(
             "state files rewritten in format version {} (generation {})",
             snapshot::VERSION,
@@ -239,7 +245,7 @@ pub(super) fn load(dir: &Path) -> Result<Loaded, StoreError> {
     }
     Ok(Loaded {
         generation,
-        frames: absorbed.frames,
+        frames: on_disk.frames,
         wal_len: scan.valid_len,
         wal,
         state,
