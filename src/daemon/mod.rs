@@ -93,8 +93,13 @@ fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let cause = c.to_string();
+        // Some errors already end their sentence with their cause (the
+        // store's I/O errors do): say it once.
+        if !s.ends_with(&cause) {
+            s.push_str(": ");
+            s.push_str(&cause);
+        }
         cur = c.source();
     }
     s
