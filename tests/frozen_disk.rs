@@ -43,7 +43,10 @@ impl Frozen {
         };
         run(Command::new("truncate").args(["-s", "64M"]).arg(&image))?;
         run(Command::new("mkfs.ext4").arg("-q").arg(&image))?;
-        run(Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&mnt))?;
+        run(Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&image)
+            .arg(&mnt))?;
         Ok(Frozen {
             image,
             mnt,
@@ -99,7 +102,9 @@ fn a_frozen_state_disk_times_out_commits_and_does_not_hold_up_the_stop() {
             if std::env::var_os("ENIIPD_CI").is_some() {
                 panic!("the frozen-disk test cannot run here: {why}");
             }
-            eprintln!("SKIPPED: the frozen-disk test needs root and mkfs.ext4/mount/fsfreeze: {why}");
+            eprintln!(
+                "SKIPPED: the frozen-disk test needs root and mkfs.ext4/mount/fsfreeze: {why}"
+            );
             return;
         }
     };
@@ -125,10 +130,7 @@ fn a_frozen_state_disk_times_out_commits_and_does_not_hold_up_the_stop() {
         "{r:?}\n{}",
         d.log_text()
     );
-    assert!(
-        took < Duration::from_secs(6),
-        "ERR timeout after {took:?}"
-    );
+    assert!(took < Duration::from_secs(6), "ERR timeout after {took:?}");
     // Still answering.
     assert_eq!(d.ask("ping"), vec!["OK pong"]);
     assert!(d.ok("status").contains("inuse="));

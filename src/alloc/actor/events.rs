@@ -323,22 +323,21 @@ impl Actor {
             // after the cloud granted it). One that an owner still holds on
             // a deleted ENI (the vswitch gave it out again) waits until
             // that owner releases it: never two owners of one address.
-            let unknown: Vec<Ipv4Addr> = r
-                .v4
-                .iter()
-                .copied()
-                .filter(|a| match self.pool.ips.get(a) {
-                    None => true,
-                    Some(ip) if ip.eni != r.id => {
-                        warn!(
+            let unknown: Vec<Ipv4Addr> =
+                r.v4.iter()
+                    .copied()
+                    .filter(|a| match self.pool.ips.get(a) {
+                        None => true,
+                        Some(ip) if ip.eni != r.id => {
+                            warn!(
                             "{a} is on {} in the cloud but still held on {}; adopted once released",
                             r.id, ip.eni
                         );
-                        false
-                    }
-                    Some(_) => false,
-                })
-                .collect();
+                            false
+                        }
+                        Some(_) => false,
+                    })
+                    .collect();
             if !unknown.is_empty() {
                 warn!(
                     "adopting {} address(es) found on {} but unknown locally",
