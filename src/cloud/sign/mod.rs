@@ -1,5 +1,7 @@
-//! RPC signature version 1.0 (HMAC-SHA1), shared by the client and the
-//! emulator so both canonicalize the same way.
+//! OpenAPI request signatures, shared by the client and the emulator so
+//! both canonicalize the same way: this module is RPC signature version
+//! 1.0 (HMAC-SHA1, the `signature_version` "v1"); [`v3`] is ACS3-HMAC-SHA256,
+//! what today's official SDKs send by default.
 //!
 //! StringToSign = `METHOD & percent("/") & percent(canonical query)`, where the
 //! canonical query is every parameter but `Signature` (empty values kept),
@@ -10,6 +12,8 @@ use hmac::{Hmac, Mac};
 use sha1::Sha1;
 
 use crate::util::encoding::{base64_encode, percent_encode};
+
+pub mod v3;
 
 /// The canonicalized query string: sorted `k=v` pairs joined by `&`,
 /// `Signature` excluded. Parameters with the same name keep their order.
