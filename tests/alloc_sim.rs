@@ -279,3 +279,49 @@ fn kill_9_mid_burst_loses_no_acknowledged_allocation_and_leaks_nothing() {
         .contains(" pending=0 ")));
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
 }
+
+/// Alloc and release end to end with one signature version; returns the
+/// emulator's count of requests per version.
+fn alloc_release_signed_with(version: Option<&str>) -> Value {
+    let sim = Sim::start(&[]);
+    let dir = tempdir(&format!("sig-{}", version.unwrap_or("default")));
+    let mut extra = json!({"max_pool_size": 0, "min_pool_size": 0});
+    if let Some(v) = version {
+        extra["signature_version"] = json!(v);
+    }
+    let d = Daemon::start(&dir, &config(&sim, &dir, extra));
+    let mut ips = BTreeSet::new();
+    for i in 0..3 {
+        ips.insert(field(&d.ok(&format!("alloc sig/{i}")), "ip"));
+    }
+    assert_eq!(ips.len(), 3);
+    let cloud = cloud_ips(&sim);
+    assert!(ips.iter().all(|ip| cloud.contains_key(ip)), "{cloud:?}");
+    for i in 0..3 {
+        assert!(d.ok(&format!("release sig/{i}")).starts_with("released="));
+    }
+    // max_pool_size 0: every released secondary address goes back.
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let c = cloud_ips(&sim);
+            ips.iter().filter(|ip| c.contains_key(*ip)).count() <= 1
+        }),
+        "cloud still holds {:?}",
+        cloud_ips(&sim)
+    );
+    sim.state()["signatures"].clone()
+}
+
+#[test]
+fn the_daemon_signs_with_v3_by_default() {
+    let sigs = alloc_release_signed_with(None);
+    assert!(sigs["v3"].as_u64().unwrap_or(0) >= 3, "{sigs}");
+    assert_eq!(sigs["v1"].as_u64().unwrap_or(0), 0, "{sigs}");
+}
+
+#[test]
+fn signature_version_v1_still_allocates_and_releases() {
+    let sigs = alloc_release_signed_with(Some("v1"));
+    assert!(sigs["v1"].as_u64().unwrap_or(0) >= 3, "{sigs}");
+    assert_eq!(sigs["v3"].as_u64().unwrap_or(0), 0, "{sigs}");
+}

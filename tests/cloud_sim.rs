@@ -8,6 +8,7 @@ use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
 use eniipd::cloud::credentials::CredentialSource;
 use eniipd::cloud::retry::RetryPolicy;
 use eniipd::cloud::rpc::Timeouts;
+use eniipd::cloud::sign::SignatureVersion;
 use eniipd::cloud::{wait, CloudApi, CloudErrorKind, CreateEni, EniQuery, EniStatus};
 use eniipd::sim::{FaultRule, SimOptions, Simulator, VSwitchSpec};
 use eniipd::util::Secret;
@@ -29,6 +30,7 @@ fn cloud_with(sim: &Simulator, timeouts: Timeouts, retry: RetryPolicy) -> Aliyun
         },
         timeouts,
         retry,
+        signature_version: SignatureVersion::default(),
     })
 }
 
@@ -348,6 +350,7 @@ fn ram_role_credentials_sign_accepted_calls() {
         credentials: CredentialSource::RamRole(None),
         timeouts: Timeouts::default(),
         retry: RetryPolicy::default(),
+        signature_version: SignatureVersion::default(),
     });
     assert_eq!(
         c.instance_type_limits("ecs.g7.xlarge")
@@ -373,6 +376,7 @@ fn a_wrong_secret_is_an_auth_error_without_retries() {
         },
         timeouts: Timeouts::default(),
         retry: RetryPolicy::default(),
+        signature_version: SignatureVersion::default(),
     });
     let e = c.instance_type_limits("ecs.g7.xlarge").unwrap_err();
     assert_eq!(e.kind, CloudErrorKind::Auth);

@@ -15,6 +15,26 @@ use crate::util::encoding::{base64_encode, percent_encode};
 
 pub mod v3;
 
+/// Which signature the client sends (config key `signature_version`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SignatureVersion {
+    /// RPC signature 1.0, HMAC-SHA1, in the query (`"v1"`).
+    V1,
+    /// ACS3-HMAC-SHA256 in headers (`"v3"`, the default).
+    #[default]
+    V3,
+}
+
+impl SignatureVersion {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignatureVersion::V1 => "v1",
+            SignatureVersion::V3 => "v3",
+        }
+    }
+}
+
 /// The canonicalized query string: sorted `k=v` pairs joined by `&`,
 /// `Signature` excluded. Parameters with the same name keep their order.
 pub fn canonical_query<K: AsRef<str>, V: AsRef<str>>(params: &[(K, V)]) -> String {
