@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use log::{debug, warn};
 use serde_json::Value;
 
-use super::credentials::CredentialProvider;
+use super::credentials::{CredentialProvider, Credentials};
 use super::error::{CloudError, CloudErrorKind};
 use super::ratelimit::RateLimiter;
-use super::retry::{backoff, retryable, time_left_ms, RetryPolicy};
+use super::retry::{backoff, retry_after_ms, retryable, RetryPolicy};
 use super::sign::{self, v3, SignatureVersion};
 use crate::util::encoding::percent_encode;
 
@@ -101,6 +101,30 @@ fn first_str(v: &Value, keys: &[&str]) -> Option<String> {
     keys.iter()
         .find_map(|k| v.get(*k).and_then(Value::as_str))
         .map(str::to_string)
+}
+
+/// `message` with the access key id masked as elsewhere (first 4
+/// characters) and the security token removed, in the plain,
+/// percent-encoded and doubly encoded forms a string to sign shows.
+fn redact(message: &str, creds: &Credentials) -> String {
+    let forms = |s: &str| {
+        let once = percent_encode(s);
+        let twice = percent_encode(&once);
+        [twice, once, s.to_string()]
+    };
+    let mut out = message.to_string();
+    if let Some(t) = &creds.security_token {
+        for f in forms(t.expose()).iter().filter(|f| !f.is_empty()) {
+            out = out.replace(f.as_str(), "***");
+        }
+    }
+    let id = &creds.access_key_id;
+    if id.len() > 4 {
+        for f in forms(id) {
+            out = out.replace(&f, &crate::config::mask(id));
+        }
+    }
+    out
 }
 
 impl RpcClient {
@@ -340,7 +364,11 @@ impl RpcClient {
                     .map(str::to_string)
             })
             .collect();
-        let time_left = time_left_ms(hints.iter().map(String::as_str));
+        let retry_after = resp
+            .headers()
+            .get("x-acs-retry-after")
+            .and_then(|v| v.to_str().ok());
+        let time_left = retry_after_ms(retry_after, hints.iter().map(String::as_str));
         let header_rid = resp
             .headers()
             .get("x-acs-request-id")
@@ -409,7 +437,9 @@ impl RpcClient {
         let e = match code {
             Some(code) => {
                 crate::metrics::record_openapi(action, &code, secs());
-                let mut message = message;
+                // A refused signature's message echoes the string to sign,
+                // which for 1.0 holds the key id and any STS token.
+                let mut message = redact(&message, &creds);
                 if code.starts_with("InvalidTimeStamp") {
                     message = format!("{message} (this host's clock said {timestamp} UTC: check its time synchronisation)");
                 }
