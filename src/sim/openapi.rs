@@ -144,6 +144,42 @@ fn body_params(req: &HttpRequest) -> Result<Vec<(String, String)>, ApiError> {
     }
 }
 
+/// The fault rules that fire for `call` (an Action, or `metadata` for the
+/// metadata listener; `*` matches every Action when `any_action`): the
+/// latency they add and the first error among them.
+pub fn pick_fault(
+    sh: &Shared,
+    w: &mut super::world::World,
+    call: &str,
+    any_action: bool,
+) -> (Duration, Option<ApiError>) {
+    let mut g = sh.gateway.lock();
+    let mut delay = Duration::ZERO;
+    let mut fault = None;
+    for f in g.faults.iter_mut() {
+        if !(f.rule.action == call || any_action && f.rule.action == "*") {
+            continue;
+        }
+        if f.remaining == Some(0) {
+            continue;
+        }
+        if w.rng.unit() >= f.rule.probability {
+            continue;
+        }
+        if let Some(n) = &mut f.remaining {
+            *n -= 1;
+        }
+        delay += Duration::from_millis(f.rule.latency_ms);
+        if fault.is_none() {
+            if let Some(code) = &f.rule.code {
+                let status = f.rule.status.unwrap_or_else(|| status_of(code));
+                fault = Some(err(status, code, message_of(code)));
+            }
+        }
+    }
+    (delay, fault)
+}
+
 /// Handles one request on the OpenAPI listener.
 pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     if let Some(rest) = req.path.strip_prefix("/__sim/") {
@@ -235,31 +271,8 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
         *w.signatures
             .entry(if v3 { "v3" } else { "v1" })
             .or_default() += 1;
-        let mut g = sh.gateway.lock();
-        let mut delay = sh.latency;
-        let mut fault = None;
-        for f in g.faults.iter_mut() {
-            if f.rule.action != "*" && f.rule.action != action {
-                continue;
-            }
-            if f.remaining == Some(0) {
-                continue;
-            }
-            if w.rng.unit() >= f.rule.probability {
-                continue;
-            }
-            if let Some(n) = &mut f.remaining {
-                *n -= 1;
-            }
-            delay += Duration::from_millis(f.rule.latency_ms);
-            if fault.is_none() {
-                if let Some(code) = &f.rule.code {
-                    let status = f.rule.status.unwrap_or_else(|| status_of(code));
-                    fault = Some(err(status, code, message_of(code)));
-                }
-            }
-        }
-        (delay, fault)
+        let (extra, fault) = pick_fault(sh, &mut w, &action, true);
+        (sh.latency + extra, fault)
     };
     if !delay.is_zero() {
         std::thread::sleep(delay);

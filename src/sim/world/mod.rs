@@ -22,7 +22,9 @@ mod catalog;
 mod enis;
 mod ips;
 mod params;
+mod tagging;
 
+pub use catalog::Identity;
 pub use params::{err, message_of, status_of, ApiError, Params};
 use params::{int, invalid, list, missing, need, tags};
 
