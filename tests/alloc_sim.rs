@@ -325,3 +325,35 @@ fn signature_version_v1_still_allocates_and_releases() {
     assert!(sigs["v1"].as_u64().unwrap_or(0) >= 3, "{sigs}");
     assert_eq!(sigs["v3"].as_u64().unwrap_or(0), 0, "{sigs}");
 }
+
+#[test]
+fn check_config_shows_signature_version_and_refuses_a_bad_one() {
+    let dir = tempdir("sigcfg");
+    let run = |value: &str| {
+        let path = dir.join(format!("{value}.json"));
+        std::fs::write(&path, format!("{{\"signature_version\": \"{value}\"}}")).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_eniipd"))
+            .args(["--check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    for ok in ["v3", "v1"] {
+        let out = run(ok);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l == format!("signature_version={ok}")),
+            "{stdout}"
+        );
+    }
+    let out = run("v2");
+    assert_eq!(out.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`signature_version`") && stderr.contains("\"v2\""),
+        "{stderr}"
+    );
+}
