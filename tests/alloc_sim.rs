@@ -357,3 +357,25 @@ fn check_config_shows_signature_version_and_refuses_a_bad_one() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_failing_metadata_service_reaches_clients_named_as_such() {
+    let sim = Sim::start(&[]);
+    let dir = tempdir("md500");
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
+    sim.fault(r#"{"action": "metadata", "code": "InternalError"}"#);
+    let reply = d.ask("audit");
+    let last = reply.last().unwrap();
+    assert!(last.starts_with("ERR cloud metadata "), "{reply:?}");
+    assert!(
+        last.contains("metadata service") && last.contains("HTTP 500"),
+        "{reply:?}"
+    );
+    sim.clear_faults();
+    assert!(
+        eventually(Duration::from_secs(10), || d.ask("audit")
+            == vec!["OK consistent"]),
+        "{:?}",
+        d.ask("audit")
+    );
+}
