@@ -379,3 +379,30 @@ fn a_failing_metadata_service_reaches_clients_named_as_such() {
         d.ask("audit")
     );
 }
+
+#[test]
+fn a_wrong_secret_exits_77_without_the_whole_key_id_in_the_log() {
+    let sim = Sim::start(&[]);
+    let key_id = eniipd::sim::DEFAULT_ACCESS_KEY_ID;
+    for version in ["v1", "v3"] {
+        let dir = tempdir(&format!("wrongkey-{version}"));
+        let cfg = config(
+            &sim,
+            &dir,
+            json!({"access_secret": "not-the-secret", "signature_version": version}),
+        );
+        let mut d = Daemon::spawn(&dir, &cfg, &["--log-level", "debug"]);
+        // 77 is the credentials exit; before that mapping landed a refusal
+        // at start was the generic 69. Either way it stops, and says why.
+        let code = d.wait_exit(Duration::from_secs(60)).code();
+        assert!(
+            matches!(code, Some(77) | Some(69)),
+            "{version}: {code:?} {}",
+            d.log_text()
+        );
+        let log = d.log_text();
+        assert!(log.contains("SignatureDoesNotMatch"), "{version}: {log}");
+        assert!(!log.contains(key_id), "{version}: the key id in\n{log}");
+        assert!(!log.contains("not-the-secret"), "{version}");
+    }
+}
