@@ -394,7 +394,7 @@ fn a_wrong_secret_is_an_auth_error_without_retries() {
         );
         if signature_version == SignatureVersion::V1 {
             assert!(
-                text.contains(&eniipd::config::mask(sim.access_key_id())),
+                text.contains(&eniipd::util::mask(sim.access_key_id())),
                 "{text}"
             );
         }

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use crate::cloud::{CloudApi, Eni, EniStatus};
-use crate::server::protocol::{ErrCode, ProtoError};
+use crate::core::AllocError;
 
 use super::maint::{attached_managed, drift, tagged_unattached};
 use super::Snapshot;
@@ -24,15 +24,10 @@ pub fn audit(
     cloud: &dyn CloudApi,
     instance_id: &str,
     security_groups: &[String],
-    snapshot: impl Fn() -> Result<Snapshot, ProtoError>,
-) -> Result<Vec<String>, ProtoError> {
+    snapshot: impl Fn() -> Result<Snapshot, AllocError>,
+) -> Result<Vec<String>, AllocError> {
     let before = snapshot()?;
-    let cloud_err = |e: crate::cloud::CloudError| {
-        ProtoError::new(
-            ErrCode::Cloud,
-            format!("{} {}", e.code_or_kind(), e.message),
-        )
-    };
+    let cloud_err = |e: crate::cloud::CloudError| super::actor::cloud_error(&e);
     let attached = attached_managed(cloud, instance_id).map_err(cloud_err)?;
     let loose = tagged_unattached(cloud, instance_id).map_err(cloud_err)?;
     let macs: BTreeSet<String> = cloud

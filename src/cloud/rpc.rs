@@ -121,7 +121,7 @@ fn redact(message: &str, creds: &Credentials) -> String {
     let id = &creds.access_key_id;
     if id.len() > 4 {
         for f in forms(id) {
-            out = out.replace(&f, &crate::config::mask(id));
+            out = out.replace(&f, &crate::util::mask(id));
         }
     }
     out

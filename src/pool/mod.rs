@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::server::protocol::{Allocation, EniEntry, ListEntry, Owner, SandboxId, StatusCounts};
+use crate::core::{Allocation, EniEntry, ListEntry, Owner, SandboxId, StatusCounts};
 use crate::store::{Allocation as StoredAllocation, Hold};
 
 mod shrink;

@@ -92,7 +92,7 @@ impl PoolState {
     }
 
     /// `enis` data for the ENIs that exist (the caller adds ones being created).
-    pub fn eni_entries(&self, inhibited: impl Fn(&str) -> Option<String>) -> Vec<EniEntry> {
+    pub fn eni_entries(&self, inhibited: impl Fn(&str) -> Option<u64>) -> Vec<EniEntry> {
         self.enis
             .values()
             .map(|e| EniEntry {

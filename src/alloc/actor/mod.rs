@@ -27,8 +27,10 @@ use crossbeam_channel::{select, Receiver, Sender};
 use log::{debug, error, info, warn};
 
 use crate::cloud::{CloudApi, CloudError, CloudErrorKind};
+use crate::core::{
+    AllocError, Allocation, Answer, Command, EniEntry, Envelope, ErrCode, Owner, SandboxId,
+};
 use crate::pool::{EniPhase, IpState, PoolState, ReleaseOutcome};
-use crate::server::protocol::{Allocation, EniEntry, ErrCode, Owner, ProtoError, SandboxId};
 use crate::store::Record;
 use crate::util::sem::{Permit, Semaphore};
 use crate::util::time::{format_utc, unix_ms};
@@ -40,7 +42,7 @@ use super::msg::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, Request, Tick
 use super::planner::{self, EniRoom, PlanInput};
 use super::vswitch::VSwitches;
 use super::worker::{self, WorkerConfig, WorkerHandle};
-use super::{AllocatorOptions, Journal, Snapshot};
+use super::{AllocatorOptions, Joinable, Journal, Snapshot};
 
 mod events;
 mod plan;
@@ -49,7 +51,7 @@ mod requests;
 /// How soon a waiter that could not be planned is planned again.
 const REPLAN: Duration = Duration::from_millis(100);
 
-type AllocReply = Sender<Result<Allocation, ProtoError>>;
+type Reply = Sender<Result<Answer, AllocError>>;
 
 #[derive(Debug)]
 struct Waiter {
@@ -58,7 +60,7 @@ struct Waiter {
     owner: Owner,
     sandbox: Option<SandboxId>,
     prefer: Option<IpAddr>,
-    replies: Vec<(AllocReply, Instant)>,
+    replies: Vec<(Reply, Instant)>,
     deadline: Instant,
     ticket: Option<TicketId>,
 }
@@ -140,6 +142,12 @@ pub(super) struct Actor {
     sg_drift: Vec<String>,
     stopping: bool,
     batcher: Arc<StatusBatcher>,
+    /// The actor's own channel, for the audit threads' snapshots.
+    requests_tx: Sender<Request>,
+    /// Threads it started that are not workers (ENI operations, audits):
+    /// joined at stop.
+    helpers: Vec<Joinable>,
+    config_view: Vec<(String, String)>,
 }
 
 impl Actor {
@@ -153,6 +161,7 @@ impl Actor {
         op_sem: Semaphore,
         events_tx: Sender<Event>,
         fatal_tx: Sender<String>,
+        requests_tx: Sender<Request>,
     ) -> Actor {
         let mut vsw = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
         vsw.set_free(opts.vswitch_free.iter().cloned());
@@ -179,6 +188,9 @@ impl Actor {
         let cloud_for_batcher = Arc::clone(&cloud);
         Actor {
             cap: opts.capacity,
+            config_view: opts.config_view.clone(),
+            requests_tx,
+            helpers: Vec::new(),
             pool_backoff: Backoff::new(opts.pool_backoff_max),
             shed_backoff: Backoff::new(opts.pool_backoff_max),
             next_maintenance: now,
@@ -243,13 +255,15 @@ impl Actor {
         self.begin_stop();
     }
 
-    /// Runs until `stop` fires or every request sender is gone.
+    /// Runs until `stop` fires or every command sender is gone; returns
+    /// the threads it started, for the caller to join.
     pub(super) fn run(
         mut self,
+        commands: Receiver<Envelope>,
         requests: Receiver<Request>,
         events: Receiver<Event>,
         stop: Receiver<()>,
-    ) {
+    ) -> Vec<Joinable> {
         let enis: Vec<(String, String)> = self
             .pool
             .enis
@@ -265,9 +279,12 @@ impl Actor {
             let wake = self.next_wakeup(now);
             select! {
                 recv(stop) -> _ => break,
-                recv(requests) -> r => match r {
-                    Ok(r) => self.on_request(r),
+                recv(commands) -> c => match c {
+                    Ok(c) => self.on_command(c),
                     Err(_) => break,
+                },
+                recv(requests) -> r => if let Ok(r) = r {
+                    self.on_request(r);
                 },
                 recv(events) -> e => if let Ok(e) = e {
                     self.on_event(e);
@@ -282,9 +299,19 @@ impl Actor {
         self.begin_stop();
         // Answer what is queued so no client waits for a reply that will
         // never come.
+        while let Ok(c) = commands.try_recv() {
+            self.on_command(c);
+        }
         while let Ok(r) = requests.try_recv() {
             self.on_request(r);
         }
+        let mut threads: Vec<Joinable> = self
+            .workers
+            .drain()
+            .filter_map(|(eni, w)| w.stop().map(|h| (format!("worker of {eni}"), h)))
+            .collect();
+        threads.append(&mut self.helpers);
+        threads
     }
 
     fn begin_stop(&mut self) {
@@ -294,14 +321,8 @@ impl Actor {
         self.stopping = true;
         for w in self.waiters.drain(..) {
             for (r, _) in w.replies {
-                let _ = r.send(Err(ProtoError::new(
-                    ErrCode::ShuttingDown,
-                    "the daemon is stopping",
-                )));
+                let _ = r.send(Err(AllocError::shutting_down()));
             }
-        }
-        for (_, w) in self.workers.drain() {
-            drop(w.stop());
         }
         info!(
             "allocator stopped: {} ENI operation(s) still in flight are abandoned",
@@ -345,6 +366,7 @@ impl Actor {
         if self.stopping {
             return;
         }
+        self.helpers.retain(|(_, h)| !h.is_finished());
         let freed = self.pool.settle(unix_ms());
         if !freed.is_empty() {
             let records = freed
@@ -367,11 +389,9 @@ impl Actor {
 
     fn eni_entries(&self) -> Vec<EniEntry> {
         let now_ms = unix_ms();
-        let mut out = self.pool.eni_entries(|vsw| {
-            self.vsw
-                .inhibited_until(vsw, now_ms)
-                .map(|u| format_utc(u / 1000))
-        });
+        let mut out = self
+            .pool
+            .eni_entries(|vsw| self.vsw.inhibited_until(vsw, now_ms).map(|u| u / 1000));
         for op in self.ops.values() {
             if let Op::Create {
                 vswitch,
@@ -386,10 +406,7 @@ impl Actor {
                     vswitch: vswitch.clone(),
                     ips: 0,
                     pending: tickets.len(),
-                    inhibited_until: self
-                        .vsw
-                        .inhibited_until(vswitch, now_ms)
-                        .map(|u| format_utc(u / 1000)),
+                    inhibited_until: self.vsw.inhibited_until(vswitch, now_ms).map(|u| u / 1000),
                 });
             }
         }
@@ -422,17 +439,13 @@ impl Actor {
 }
 
 /// The protocol error for a cloud failure.
-pub(super) fn cloud_error(e: &CloudError) -> ProtoError {
+pub(super) fn cloud_error(e: &CloudError) -> AllocError {
     match e.kind {
-        CloudErrorKind::Exhausted => ProtoError::new(
-            ErrCode::Exhausted,
-            format!("{} {}", e.code_or_kind(), e.message),
-        ),
-        CloudErrorKind::Timeout => ProtoError::new(ErrCode::Timeout, e.to_string()),
-        _ => ProtoError::new(
-            ErrCode::Cloud,
-            format!("{} {}", e.code_or_kind(), e.message),
-        ),
+        CloudErrorKind::Exhausted => {
+            AllocError::cloud(ErrCode::Exhausted, e.code_or_kind(), e.message.clone())
+        }
+        CloudErrorKind::Timeout => AllocError::new(ErrCode::Timeout, e.to_string()),
+        _ => AllocError::cloud(ErrCode::Cloud, e.code_or_kind(), e.message.clone()),
     }
 }
 
@@ -476,6 +489,7 @@ mod tests {
         }
         let (events_tx, _) = crossbeam_channel::bounded(16);
         let (fatal_tx, _) = crossbeam_channel::bounded(16);
+        let (requests_tx, _) = crossbeam_channel::bounded(16);
         Actor::new(
             Arc::new(opts),
             fake,
@@ -485,6 +499,7 @@ mod tests {
             op_sem,
             events_tx,
             fatal_tx,
+            requests_tx,
         )
     }
 
