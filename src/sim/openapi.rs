@@ -376,3 +376,48 @@ fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
         _ => HttpResponse::json(404, &json!({"error": "unknown admin endpoint"})),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_bodies_flatten_the_tea_way() {
+        let v = json!({"VSwitchId": "vsw-1", "SecurityGroupIds": ["sg-1", "sg-2"],
+            "Tag": [{"Key": "k", "Value": "v"}], "Count": 2, "Flag": true, "Gone": null});
+        let mut out = Vec::new();
+        flatten_json("", &v, &mut out);
+        out.sort();
+        let want: Vec<(String, String)> = [
+            ("Count", "2"),
+            ("Flag", "true"),
+            ("SecurityGroupIds.1", "sg-1"),
+            ("SecurityGroupIds.2", "sg-2"),
+            ("Tag.1.Key", "k"),
+            ("Tag.1.Value", "v"),
+            ("VSwitchId", "vsw-1"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn fault_messages_are_the_services() {
+        assert_eq!(
+            message_of("Throttling.User"),
+            "Request was denied due to user flow control."
+        );
+        assert_eq!(status_of("Throttling.User"), 400);
+        assert_eq!(message_of("Made.Up"), "The request failed: Made.Up.");
+        for code in [
+            "Throttling",
+            "InternalError",
+            "ServiceUnavailable",
+            "Made.Up",
+        ] {
+            assert!(!message_of(code).to_ascii_lowercase().contains("sim"));
+        }
+    }
+}
