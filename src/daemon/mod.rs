@@ -288,6 +288,7 @@ fn build_cloud(cfg: &Config, identity: &InstanceIdentity) -> AliyunCloud {
     if let Some(e) = &cfg.vpc_endpoint {
         opts.vpc_endpoint = e.clone();
     }
+    opts.signature_version = cfg.signature_version;
     info!(
         "endpoints: ECS {}, VPC {}, metadata {}",
         opts.ecs_endpoint, opts.vpc_endpoint, opts.metadata_endpoint
