@@ -1,13 +1,15 @@
 //! The [`Backend`] the socket server calls: the allocator plus the bits
 //! only the daemon knows (configuration, connection count).
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 
 use crate::alloc::Allocator;
 use crate::config::Config;
+use crate::pool::IpState;
 use crate::server::protocol::{
-    Allocation, EniEntry, ListEntry, Owner, ProtoError, SandboxId, StatusCounts,
+    Allocation, EniEntry, GcEntry, ListEntry, Owner, ProtoError, SandboxId, StatusCounts,
 };
 use crate::server::Backend;
 
@@ -88,5 +90,35 @@ impl Backend for DaemonBackend {
 
     fn config(&self) -> Vec<(String, String)> {
         self.config.clone()
+    }
+
+    /// A snapshot picks the candidates; each is then released through the
+    /// ordinary `release` path with its sandbox, so it is durable, counts
+    /// as a release by its owner, and an allocation that moved to a new
+    /// sandbox since the snapshot is left alone.
+    fn gc(&self, owner_prefix: &str, keep: &HashSet<String>) -> Result<Vec<GcEntry>, ProtoError> {
+        let snap = self.alloc.snapshot()?;
+        let doomed: Vec<(Owner, Option<SandboxId>)> = snap
+            .pool
+            .ips
+            .values()
+            .filter_map(|ip| match &ip.state {
+                IpState::InUse { owner, sandbox, .. }
+                    if owner.as_str().starts_with(owner_prefix)
+                        && !keep.contains(owner.as_str())
+                        && !sandbox.as_ref().is_some_and(|s| keep.contains(s.as_str())) =>
+                {
+                    Some((owner.clone(), sandbox.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut released = Vec::new();
+        for (owner, sandbox) in doomed {
+            if let Some(ip) = self.alloc.release(&owner, sandbox.as_ref())? {
+                released.push(GcEntry { ip, owner, sandbox });
+            }
+        }
+        Ok(released)
     }
 }

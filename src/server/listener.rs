@@ -12,7 +12,7 @@
 //! The accept thread sleeps in `poll` on the listener and a wake-up pipe,
 //! so an idle daemon uses no CPU here.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
@@ -379,6 +379,8 @@ fn read_line(sh: &Shared, stream: &mut UnixStream, buf: &mut Vec<u8>) -> Next {
 fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
     let peer = Peer::of(&stream).ok();
     let mut buf = Vec::with_capacity(256);
+    // This connection's keep-list for `gc` (filled by `keep`).
+    let mut keep = HashSet::new();
     loop {
         let line = match read_line(sh, &mut stream, &mut buf) {
             Next::Line(l) => l,
@@ -406,7 +408,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
             match protocol::parse_request(&line) {
                 Ok(req) => {
                     let quit = req == Request::Quit;
-                    (handle(sh, &stream, peer.as_ref(), req), quit)
+                    (handle(sh, &stream, peer.as_ref(), &mut keep, req), quit)
                 }
                 Err(e) => {
                     debug!("bad request: {e}");
@@ -430,7 +432,17 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
     }
 }
 
-fn handle(sh: &Shared, stream: &UnixStream, peer: Option<&Peer>, req: Request) -> Reply {
+/// Most ids one connection's keep-list holds (bounds its memory; a node
+/// has far fewer containers).
+pub const MAX_KEEP: usize = 100_000;
+
+fn handle(
+    sh: &Shared,
+    stream: &UnixStream,
+    peer: Option<&Peer>,
+    keep: &mut HashSet<String>,
+    req: Request,
+) -> Reply {
     if req.is_mutating() {
         let allowed = peer.is_some_and(|p| {
             may_mutate(p, &sh.cfg.allowed_uids, sh.cfg.socket_gid, || {
@@ -515,6 +527,28 @@ fn handle(sh: &Shared, stream: &UnixStream, peer: Option<&Peer>, req: Request) -
             b.metrics().lines().map(str::to_string).collect(),
             "",
         )),
+        Request::Keep { ids } => {
+            if keep.len() + ids.len() > MAX_KEEP {
+                Err(ProtoError::new(
+                    ErrCode::BadRequest,
+                    format!("keep-list full ({MAX_KEEP} ids)"),
+                ))
+            } else {
+                keep.extend(ids);
+                Ok(ok(format!("keep={}", keep.len())))
+            }
+        }
+        Request::Gc { owner_prefix } => {
+            let r = b.gc(&owner_prefix, keep).map(|released| {
+                let n = released.len();
+                Reply::with_data(
+                    released.iter().map(|e| e.to_line()).collect(),
+                    format!("released={n}"),
+                )
+            });
+            keep.clear();
+            r
+        }
         Request::Config => Ok(Reply::with_data(
             b.config()
                 .into_iter()

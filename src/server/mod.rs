@@ -9,9 +9,12 @@ pub mod listener;
 pub mod peer;
 pub mod protocol;
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 
-use protocol::{Allocation, EniEntry, ListEntry, Owner, ProtoError, SandboxId, StatusCounts};
+use protocol::{
+    Allocation, EniEntry, ErrCode, GcEntry, ListEntry, Owner, ProtoError, SandboxId, StatusCounts,
+};
 
 /// What the listener needs from the rest of the daemon. Every method returns
 /// within its own deadline (`alloc` within `alloc_timeout`).
@@ -43,4 +46,14 @@ pub trait Backend: Send + Sync {
     fn metrics(&self) -> String;
     /// The effective configuration, secrets masked.
     fn config(&self) -> Vec<(String, String)>;
+    /// `gc`: releases (durably, each like `release` by its owner) every
+    /// in-use allocation whose owner starts with `owner_prefix` and whose
+    /// owner and sandbox are both absent from `keep`; returns them.
+    fn gc(&self, owner_prefix: &str, keep: &HashSet<String>) -> Result<Vec<GcEntry>, ProtoError> {
+        let _ = (owner_prefix, keep);
+        Err(ProtoError::new(
+            ErrCode::Internal,
+            "gc is not supported here",
+        ))
+    }
 }

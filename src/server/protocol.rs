@@ -235,6 +235,19 @@ pub enum Request {
     Metrics,
     /// `config`
     Config,
+    /// `keep ID [ID ...]`: adds owner or sandbox ids to this connection's
+    /// keep-list (for `gc`).
+    Keep {
+        /// Owner or sandbox ids, each valid as either.
+        ids: Vec<String>,
+    },
+    /// `gc owner-prefix=P`: releases every in-use allocation whose owner
+    /// starts with P and whose owner and sandbox are both off the
+    /// connection's keep-list; then empties the keep-list.
+    Gc {
+        /// The owner prefix (never empty: a `gc` of everything is refused).
+        owner_prefix: String,
+    },
     /// `quit`
     Quit,
 }
@@ -242,7 +255,10 @@ pub enum Request {
 impl Request {
     /// True for the commands that change allocations (access-checked).
     pub fn is_mutating(&self) -> bool {
-        matches!(self, Request::Alloc { .. } | Request::Release { .. })
+        matches!(
+            self,
+            Request::Alloc { .. } | Request::Release { .. } | Request::Gc { .. }
+        )
     }
 
     /// The command name, for logs and metrics.
@@ -260,6 +276,8 @@ impl Request {
             Request::Audit => "audit",
             Request::Metrics => "metrics",
             Request::Config => "config",
+            Request::Keep { .. } => "keep",
+            Request::Gc { .. } => "gc",
             Request::Quit => "quit",
         }
     }
@@ -296,6 +314,16 @@ impl Request {
                 s.push(' ');
                 s.push_str(owner.as_str());
             }
+            Request::Keep { ids } => {
+                for id in ids {
+                    s.push(' ');
+                    s.push_str(id);
+                }
+            }
+            Request::Gc { owner_prefix } => {
+                s.push_str(" owner-prefix=");
+                s.push_str(owner_prefix);
+            }
             _ => {}
         }
         s
@@ -316,6 +344,8 @@ pub const HELP: &[&str] = &[
     "audit                                  compare local state with the cloud",
     "metrics                                Prometheus metrics",
     "config                                 effective configuration",
+    "keep ID [ID ...]                       add owner/sandbox ids to this connection's keep-list",
+    "gc owner-prefix=P                      release P* allocations not on the keep-list",
     "quit                                   close the connection",
 ];
 
@@ -355,6 +385,38 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
         "metrics" => no_args(Request::Metrics),
         "config" => no_args(Request::Config),
         "quit" => no_args(Request::Quit),
+        "keep" => {
+            if args.is_empty() {
+                return Err(ProtoError::bad("keep needs at least one ID"));
+            }
+            let mut ids = Vec::with_capacity(args.len());
+            for a in &args {
+                if !valid_id(a) {
+                    return Err(ProtoError::bad(format!(
+                        "invalid id {} (1..255 of A-Z a-z 0-9 . _ - / : @)",
+                        clip(a)
+                    )));
+                }
+                ids.push(a.to_string());
+            }
+            Ok(Request::Keep { ids })
+        }
+        "gc" => match args.as_slice() {
+            [arg] => match arg.split_once('=') {
+                Some((k, v)) if k.eq_ignore_ascii_case("owner-prefix") && valid_id(v) => {
+                    Ok(Request::Gc {
+                        owner_prefix: v.to_string(),
+                    })
+                }
+                _ => Err(ProtoError::bad(format!(
+                    "unexpected argument {} (gc owner-prefix=P)",
+                    clip(arg)
+                ))),
+            },
+            _ => Err(ProtoError::bad(
+                "gc needs exactly owner-prefix=P (it would release everything)",
+            )),
+        },
         "alloc" | "release" | "show" => {
             let (owner, rest) = match args.split_first() {
                 Some((o, rest)) => (Owner::parse(o)?, rest),
@@ -531,6 +593,29 @@ impl ListEntry {
             self.state,
             self.owner.as_deref().unwrap_or("-"),
             self.eni
+        )
+    }
+}
+
+/// One `gc` data line: an allocation it released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcEntry {
+    /// The released address.
+    pub ip: IpAddr,
+    /// Its owner.
+    pub owner: Owner,
+    /// Its sandbox, if it had one.
+    pub sandbox: Option<SandboxId>,
+}
+
+impl GcEntry {
+    /// `<ip> <owner> <sandbox or ->`
+    pub fn to_line(&self) -> String {
+        format!(
+            "{} {} {}",
+            self.ip,
+            self.owner,
+            self.sandbox.as_ref().map_or("-", |s| s.as_str())
         )
     }
 }
@@ -712,6 +797,40 @@ mod tests {
             ErrCode::BadRequest
         );
         assert!(parse(&format!("alloc {}", "a".repeat(255))).is_ok());
+    }
+
+    #[test]
+    fn keep_and_gc() {
+        let r = parse("KEEP net/a net/b sandbox-1").unwrap();
+        assert_eq!(
+            r,
+            Request::Keep {
+                ids: vec!["net/a".into(), "net/b".into(), "sandbox-1".into()]
+            }
+        );
+        assert_eq!(parse(&r.to_line()).unwrap(), r);
+        assert!(!r.is_mutating());
+        let g = parse("gc owner-prefix=cni-net/").unwrap();
+        assert_eq!(
+            g,
+            Request::Gc {
+                owner_prefix: "cni-net/".into()
+            }
+        );
+        assert_eq!(parse(&g.to_line()).unwrap(), g);
+        assert!(g.is_mutating());
+        // gc without a prefix would release everything: refused.
+        for bad in [
+            "gc",
+            "gc owner-prefix=",
+            "gc prefix=a",
+            "gc owner-prefix=a extra",
+            "gc a",
+            "keep",
+            "keep a b*c",
+        ] {
+            assert_eq!(parse(bad).unwrap_err().code, ErrCode::BadRequest, "{bad}");
+        }
     }
 
     #[test]
