@@ -33,14 +33,21 @@ use crate::common::{config, tempdir, Daemon, Sim};
 /// The emulator's default vswitch gateway (192.168.0.0/22).
 pub const GATEWAY: &str = "192.168.3.253";
 
-/// True when these tests can run here; otherwise says so loudly, and under
-/// CI (`ENIIPD_CI=1`) fails instead of skipping.
+/// True when these tests can run here (root, `ip`, the commands named and
+/// the absolute paths named); otherwise says so loudly, and under CI
+/// (`ENIIPD_CI=1`) fails instead of skipping.
 pub fn can_run(test: &str, extra_tools: &[&str]) -> bool {
     let mut missing = Vec::new();
     if !nix::unistd::geteuid().is_root() {
         missing.push("root".to_string());
     }
     for t in ["ip"].iter().chain(extra_tools) {
+        if t.starts_with('/') {
+            if !Path::new(t).exists() {
+                missing.push(t.to_string());
+            }
+            continue;
+        }
         if !Command::new("sh")
             .arg("-c")
             .arg(format!("command -v {t}"))
@@ -412,6 +419,30 @@ impl World {
         let mut a = vec!["ip", "-n", self.node.name.as_str()];
         a.extend_from_slice(args);
         sh(&a)
+    }
+
+    /// The node's and the VPC's links, rules, routes and neighbours (for
+    /// failure messages).
+    pub fn diag(&self) -> String {
+        let mut out = String::new();
+        for (ns, what) in [
+            (&self.node.name, "link"),
+            (&self.node.name, "rule"),
+            (&self.node.name, "route show table all"),
+            (&self.node.name, "neigh"),
+            (&self.vpc.name, "link"),
+            (&self.vpc.name, "route"),
+            (&self.vpc.name, "neigh"),
+        ] {
+            let mut a = vec!["ip", "-n", ns.as_str()];
+            a.extend(what.split(' '));
+            let o = Command::new(a[0]).args(&a[1..]).output().unwrap();
+            out.push_str(&format!(
+                "--- ip -n {ns} {what}\n{}",
+                String::from_utf8_lossy(&o.stdout)
+            ));
+        }
+        out
     }
 
     /// Runs the plugin in the node namespace as a runtime would.
