@@ -931,6 +931,8 @@ mod proptests {
             id().prop_map(|o| Request::Show {
                 owner: Owner::parse(&o).unwrap()
             }),
+            proptest::collection::vec(id(), 1..20).prop_map(|ids| Request::Keep { ids }),
+            id().prop_map(|p| Request::Gc { owner_prefix: p }),
         ]
     }
 
