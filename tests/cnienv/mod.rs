@@ -472,8 +472,19 @@ pub fn run_plugin(
     ctr: Option<(&str, PathBuf, &str)>,
     conf: &Value,
 ) -> CniOut {
+    run_bin(node, plugin(), cmd, ctr, conf)
+}
+
+/// Runs the plugin binary `bin` in namespace `node`, as libcni would.
+pub fn run_bin(
+    node: &str,
+    bin: &str,
+    cmd: &str,
+    ctr: Option<(&str, PathBuf, &str)>,
+    conf: &Value,
+) -> CniOut {
     let mut c = Command::new("ip");
-    c.args(["netns", "exec", node, plugin()])
+    c.args(["netns", "exec", node, bin])
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", cmd)
