@@ -322,3 +322,33 @@ fn a_chain_with_tuning_portmap_and_bandwidth_as_libcni_runs_it() {
     let links = w.node_ip(&["-o", "link"]);
     assert!(!links.contains("enip") && !links.contains("bwp"), "{links}");
 }
+
+#[test]
+fn a_late_del_of_an_old_sandbox_leaves_its_successor_alone() {
+    if !can_run("cni sandbox succession", &["busybox"]) {
+        return;
+    }
+    let w = World::start(LARGE, json!({}));
+    let conf = w.conf("1.0.0", json!({}));
+    let pod = "IgnoreUnknown=1;K8S_POD_NAMESPACE=prod;K8S_POD_NAME=db-0";
+    let mut old = Ctr::new(&w, 0);
+    old.args = pod.into();
+    let mut new = Ctr::new(&w, 1);
+    new.args = pod.into();
+    let r_old = w.cni("ADD", Some(&old), &conf).expect_ok("ADD old sandbox");
+    // The pod's new sandbox arrives before the old one's DEL: same owner,
+    // so eniipd moves the same address to it.
+    let r_new = w.cni("ADD", Some(&new), &conf).expect_ok("ADD new sandbox");
+    assert_eq!(r_old.ip(), r_new.ip());
+    assert!(new.ping(GATEWAY));
+    w.cni("DEL", Some(&old), &prev(&conf, &r_old.json))
+        .expect_ok("late DEL of the old sandbox");
+    let owner = format!("{}/prod/db-0", w.network);
+    assert_eq!(w.inuse().get(&r_new.ip()), Some(&owner));
+    w.cni("CHECK", Some(&new), &prev(&conf, &r_new.json))
+        .expect_ok("CHECK of the successor");
+    assert!(new.ping(GATEWAY), "the successor still reaches the VPC");
+    w.cni("DEL", Some(&new), &prev(&conf, &r_new.json))
+        .expect_ok("DEL of the successor");
+    assert!(w.inuse().is_empty(), "{:?}", w.inuse());
+}
