@@ -174,11 +174,9 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     let (_eni, table) = prepare_eni(&mut host, a.eni_mac, a.gateway, a.link_timeout)?;
 
-    // A host end left by an earlier, failed ADD of this attachment.
-    if let Some(old) = host.link_by_name(a.host_veth).ctx(|| "list links".into())? {
-        host.del_link(old.index)
-            .ctx(|| format!("delete stale {}", a.host_veth))?;
-    }
+    // A host end (and its rules) left by an earlier, failed ADD of this
+    // attachment.
+    teardown(a.host_veth)?;
     host.add_veth(a.host_veth, a.ifname, a.netns.as_raw_fd(), a.mtu)
         .ctx(|| format!("create veth {} / {}", a.host_veth, a.ifname))?;
     let hv = host
