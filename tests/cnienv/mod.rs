@@ -460,6 +460,17 @@ impl World {
     }
 }
 
+impl Drop for World {
+    fn drop(&mut self) {
+        self.hotplug.take();
+        self.daemon.take();
+        // Kept after a failure: eniipd's log is there.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 /// The plugin's binary.
 pub fn plugin() -> &'static str {
     env!("CARGO_BIN_EXE_eniip-cni")
