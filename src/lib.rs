@@ -16,6 +16,7 @@
 
 pub mod alloc;
 pub mod cloud;
+pub mod cni;
 pub mod config;
 pub mod core;
 pub mod daemon;

@@ -87,6 +87,9 @@ pub struct Server {
     accept: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// Ids a connection's keep-list may hold.
+const MAX_KEEP: usize = 100_000;
+
 static CLIENT_LOG: std::sync::LazyLock<RateLimit> =
     std::sync::LazyLock::new(|| RateLimit::new(10, Duration::from_secs(10)));
 
@@ -471,6 +474,12 @@ fn handle(
         }
         Request::Quit => Reply::ok("bye"),
         Request::Keep(ids) => {
+            // Bounded, so one connection cannot grow without end.
+            if keep.len() + ids.len() > MAX_KEEP {
+                return Reply::err(AllocError::bad(format!(
+                    "a keep-list holds at most {MAX_KEEP} ids"
+                )));
+            }
             keep.extend(ids);
             keep.sort_unstable();
             keep.dedup();

@@ -1,0 +1,162 @@
+//! `cni-bench`: warm ADD+DEL latency of eniip-cni against the reference
+//! `ptp` + `host-local` plugins doing the same job (a veth pair, an address,
+//! routes) in the same namespaces, interleaved so both see the same noise.
+//! eniip-cni does more on top: a round trip to eniipd with a durable commit
+//! for each of ADD and DEL, and the ENI's table and policy rule.
+//!
+//! The world is the tests' (tests/cnienv): node, VPC and container
+//! namespaces, eniipd against eniip-sim with a warm pool. Each plugin run is
+//! a fresh process started straight into the node namespace (a `setns` in
+//! the child before `exec`), as a runtime would run it.
+//!
+//! Run: `cargo bench --bench cni-bench [-- --iters N]` as root (prints
+//! SKIPPED otherwise).
+
+#[path = "../tests/cnienv/mod.rs"]
+mod cnienv;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cnienv::{Netns, World};
+use serde_json::{json, Value};
+
+/// Runs one plugin in `node` and waits; panics on failure.
+fn run(node: &File, plugin: &str, cmd: &str, id: &str, netns: &Path, conf: &Value) {
+    let ns = node.try_clone().unwrap();
+    let mut c = Command::new(plugin);
+    c.env_clear()
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", id)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/usr/lib/cni")
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: only an async-signal-safe system call between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{plugin} {cmd}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+fn main() {
+    let mut iters = 200usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--iters" => iters = args.next().and_then(|s| s.parse().ok()).expect("--iters N"),
+            "--bench" => {}
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    if !cnienv::can_run(
+        "cni-bench",
+        &["/usr/lib/cni/ptp", "/usr/lib/cni/host-local"],
+    ) {
+        return;
+    }
+    let w = World::start("ecs.g7.xlarge", json!({"min_pool_size": 10}));
+    let node = File::open(w.node.path()).unwrap();
+    let ctr = Netns::new(&format!("eniip-bench-{}", w.tag));
+    let eniip_conf = w.conf("1.0.0", json!({}));
+    let ipam_dir = common::tempdir("bench-ipam");
+    let ptp_conf = json!({
+        "cniVersion": "1.0.0",
+        "name": "ptp-bench",
+        "type": "ptp",
+        "mtu": 1500,
+        "ipam": {
+            "type": "host-local",
+            "ranges": [[{"subnet": "10.251.0.0/16"}]],
+            "dataDir": ipam_dir.display().to_string(),
+        }
+    });
+    let eniip = cnienv::plugin();
+    let ptp = "/usr/lib/cni/ptp";
+
+    // Warm up both (the first ADD waits for the ENI).
+    for i in 0..5 {
+        let id = format!("warm{i}");
+        run(&node, eniip, "ADD", &id, &ctr.path(), &eniip_conf);
+        run(&node, eniip, "DEL", &id, &ctr.path(), &eniip_conf);
+        run(&node, ptp, "ADD", &id, &ctr.path(), &ptp_conf);
+        run(&node, ptp, "DEL", &id, &ctr.path(), &ptp_conf);
+    }
+    let (mut e_pair, mut p_pair, mut e_add, mut p_add) = (vec![], vec![], vec![], vec![]);
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    for i in 0..iters {
+        let id = format!("bench{i}");
+        for (plugin, conf, pair, add) in [
+            (eniip, &eniip_conf, &mut e_pair, &mut e_add),
+            (ptp, &ptp_conf, &mut p_pair, &mut p_add),
+        ] {
+            let t = Instant::now();
+            run(&node, plugin, "ADD", &id, &ctr.path(), conf);
+            let a = t.elapsed();
+            run(&node, plugin, "DEL", &id, &ctr.path(), conf);
+            pair.push(ms(t.elapsed()));
+            add.push(ms(a));
+        }
+    }
+    let (e50, e99, p50, p99) = (
+        pct(&mut e_pair, 0.5),
+        pct(&mut e_pair, 0.99),
+        pct(&mut p_pair, 0.5),
+        pct(&mut p_pair, 0.99),
+    );
+    println!("warm ADD+DEL, {iters} pairs each, interleaved (ms)");
+    println!("{:<28} {:>8} {:>8} {:>10}", "", "p50", "p99", "ADD p50");
+    println!(
+        "{:<28} {:>8.2} {:>8.2} {:>10.2}",
+        "eniip-cni",
+        e50,
+        e99,
+        pct(&mut e_add, 0.5)
+    );
+    println!(
+        "{:<28} {:>8.2} {:>8.2} {:>10.2}",
+        "ptp + host-local",
+        p50,
+        p99,
+        pct(&mut p_add, 0.5)
+    );
+    println!(
+        "ratio eniip-cni / reference: p50 {:.2}x, p99 {:.2}x (goal: within 1.3x)",
+        e50 / p50,
+        e99 / p99
+    );
+    drop(ctr);
+    let _ = std::fs::remove_dir_all(&ipam_dir);
+}

@@ -1,0 +1,373 @@
+//! The container's network, as Terway's veth datapath on an ENI multi-IP
+//! node builds it, over netlink:
+//!
+//! - container: `CNI_IFNAME` (one end of a veth pair) with the pod address
+//!   as /32, a link route to [`POD_GATEWAY`] and a default route via it,
+//!   and a permanent neighbour entry for it (the host end's MAC), so the pod
+//!   never ARPs for its gateway;
+//! - host: the other end, `enip<hash>`, up, with a link route to the pod
+//!   address and a permanent neighbour entry for it;
+//! - egress: the ENI link found by the MAC eniipd reported (waited for: it
+//!   appears a moment after the attach), up, `rp_filter` loose; routing
+//!   table `1000 + ENI ifindex` with a default route via the vswitch
+//!   gateway, onlink; and the rule `from <pod>/32 iif <host end> lookup
+//!   <table>`.
+//!
+//! Invariant: everything one attachment adds is found again from its host
+//! end's name (the rule carries it as `iif`), so DEL and GC never remove a
+//! rule that belongs to another sandbox, even one holding the same address.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use sha1::{Digest, Sha1};
+
+use super::netlink::{format_mac, Link, Netlink, Rule4, MAIN_TABLE};
+use super::netns;
+use super::spec::POD_GATEWAY;
+
+/// Host ends of our veth pairs start with this.
+pub const HOST_PREFIX: &str = "enip";
+/// Priority of the per-pod policy rules.
+pub const RULE_PRIORITY: u32 = 2048;
+/// Per-ENI routing tables are `TABLE_BASE + ifindex`.
+pub const TABLE_BASE: u32 = 1000;
+/// Poll period while waiting for an ENI link.
+const LINK_POLL: Duration = Duration::from_millis(50);
+
+/// A datapath step that failed, with the kernel's answer.
+#[derive(Debug)]
+pub struct DatapathError {
+    /// What was being done.
+    pub what: String,
+    /// Why it failed.
+    pub source: io::Error,
+}
+
+impl fmt::Display for DatapathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+impl std::error::Error for DatapathError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+trait Context<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, DatapathError>;
+}
+
+impl<T> Context<T> for io::Result<T> {
+    fn ctx(self, what: impl FnOnce() -> String) -> Result<T, DatapathError> {
+        self.map_err(|source| DatapathError {
+            what: what(),
+            source,
+        })
+    }
+}
+
+fn fail(what: impl Into<String>) -> DatapathError {
+    let what = what.into();
+    DatapathError {
+        source: io::Error::other(what.clone()),
+        what,
+    }
+}
+
+/// The host end's name for an attachment: `enip` + 11 hex digits of a hash
+/// of the container id and interface name (15 bytes, IFNAMSIZ - 1).
+pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
+    let h = Sha1::digest(format!("{container_id}/{ifname}").as_bytes());
+    let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{HOST_PREFIX}{}", &hex[..11])
+}
+
+/// What an attachment needs.
+pub struct Attach<'a> {
+    /// The pod address.
+    pub ip: Ipv4Addr,
+    /// The ENI's MAC.
+    pub eni_mac: &'a [u8],
+    /// The vswitch gateway.
+    pub gateway: Ipv4Addr,
+    /// veth MTU.
+    pub mtu: u32,
+    /// Interface name in the container.
+    pub ifname: &'a str,
+    /// Host end's name.
+    pub host_veth: &'a str,
+    /// The container's netns.
+    pub netns: &'a File,
+    /// How long to wait for the ENI link.
+    pub link_timeout: Duration,
+}
+
+/// What an attachment made.
+#[derive(Debug, Clone)]
+pub struct Attached {
+    /// Host end's MAC.
+    pub host_mac: String,
+    /// Container end's MAC.
+    pub container_mac: String,
+}
+
+fn write_sysctl(path: &str, value: &str) -> Result<(), DatapathError> {
+    std::fs::write(format!("/proc/sys/{path}"), value).ctx(|| format!("sysctl {path}={value}"))
+}
+
+/// Waits (up to `timeout`) for the link with `mac`.
+fn wait_link(nl: &mut Netlink, mac: &[u8], timeout: Duration) -> Result<Link, DatapathError> {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(l) = nl.link_by_mac(mac).ctx(|| "list links".into())? {
+            return Ok(l);
+        }
+        if Instant::now() >= end {
+            return Err(fail(format!(
+                "no link with the ENI's MAC {} within {timeout:?}",
+                format_mac(mac)
+            )));
+        }
+        std::thread::sleep(LINK_POLL);
+    }
+}
+
+/// The ENI link, up, with its table's default route; returns it and the
+/// table number.
+fn prepare_eni(
+    host: &mut Netlink,
+    mac: &[u8],
+    gateway: Ipv4Addr,
+    timeout: Duration,
+) -> Result<(Link, u32), DatapathError> {
+    let eni = wait_link(host, mac, timeout)?;
+    if !eni.up {
+        host.set_up(eni.index)
+            .ctx(|| format!("set ENI link {} up", eni.name))?;
+    }
+    // Replies to the pod arrive on the ENI while the pod's own route is over
+    // its veth: strict reverse-path filtering would drop them.
+    write_sysctl(&format!("net/ipv4/conf/{}/rp_filter", eni.name), "2")?;
+    write_sysctl("net/ipv4/ip_forward", "1")?;
+    let table = TABLE_BASE + eni.index;
+    host.replace_route4(
+        table,
+        (Ipv4Addr::UNSPECIFIED, 0),
+        Some(gateway),
+        eni.index,
+        true,
+    )
+    .ctx(|| format!("default route via {gateway} dev {} table {table}", eni.name))?;
+    Ok((eni, table))
+}
+
+/// Builds the attachment. On error, what was built is left for
+/// [`teardown`] (the caller's rollback).
+pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
+    let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
+    let (_eni, table) = prepare_eni(&mut host, a.eni_mac, a.gateway, a.link_timeout)?;
+
+    // A host end (and its rules) left by an earlier, failed ADD of this
+    // attachment.
+    teardown(a.host_veth)?;
+    host.add_veth(a.host_veth, a.ifname, a.netns.as_raw_fd(), a.mtu)
+        .ctx(|| format!("create veth {} / {}", a.host_veth, a.ifname))?;
+    let hv = host
+        .link_by_name(a.host_veth)
+        .ctx(|| "list links".into())?
+        .ok_or_else(|| fail(format!("{} vanished", a.host_veth)))?;
+
+    let mut ctr = netns::netlink_in(a.netns).ctx(|| "netlink socket in the container".into())?;
+    let cl = ctr
+        .link_by_name(a.ifname)
+        .ctx(|| "list container links".into())?
+        .ok_or_else(|| fail(format!("{} is not in the container", a.ifname)))?;
+    if let Some(lo) = ctr
+        .link_by_name("lo")
+        .ctx(|| "list container links".into())?
+    {
+        ctr.set_up(lo.index).ctx(|| "set lo up".into())?;
+    }
+    ctr.add_addr4(cl.index, a.ip, 32)
+        .ctx(|| format!("address {}/32 on {}", a.ip, a.ifname))?;
+    ctr.set_up(cl.index)
+        .ctx(|| format!("set {} up", a.ifname))?;
+    ctr.replace_neigh4(cl.index, POD_GATEWAY, &hv.mac)
+        .ctx(|| format!("neighbour {POD_GATEWAY} in the container"))?;
+    ctr.replace_route4(MAIN_TABLE, (POD_GATEWAY, 32), None, cl.index, false)
+        .ctx(|| format!("route {POD_GATEWAY} dev {}", a.ifname))?;
+    ctr.replace_route4(
+        MAIN_TABLE,
+        (Ipv4Addr::UNSPECIFIED, 0),
+        Some(POD_GATEWAY),
+        cl.index,
+        false,
+    )
+    .ctx(|| format!("default route via {POD_GATEWAY} in the container"))?;
+
+    host.set_up(hv.index)
+        .ctx(|| format!("set {} up", a.host_veth))?;
+    host.replace_neigh4(hv.index, a.ip, &cl.mac)
+        .ctx(|| format!("neighbour {} on {}", a.ip, a.host_veth))?;
+    host.replace_route4(MAIN_TABLE, (a.ip, 32), None, hv.index, false)
+        .ctx(|| format!("route {}/32 dev {}", a.ip, a.host_veth))?;
+    host.add_rule4(&pod_rule(a.ip, a.host_veth, table))
+        .ctx(|| format!("rule from {} lookup {table}", a.ip))?;
+    Ok(Attached {
+        host_mac: format_mac(&hv.mac),
+        container_mac: format_mac(&cl.mac),
+    })
+}
+
+fn pod_rule(ip: Ipv4Addr, host_veth: &str, table: u32) -> Rule4 {
+    Rule4 {
+        priority: RULE_PRIORITY,
+        src: Some((ip, 32)),
+        iif: Some(host_veth.to_string()),
+        table,
+    }
+}
+
+/// Removes one attachment's host end (its peer and routes go with it) and
+/// its rules. Whatever is already gone is fine.
+pub fn teardown(host_veth: &str) -> Result<(), DatapathError> {
+    let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
+    if let Some(l) = host.link_by_name(host_veth).ctx(|| "list links".into())? {
+        match host.del_link(l.index) {
+            Err(e) if super::netlink::is_missing(&e) => {}
+            r => r.ctx(|| format!("delete {host_veth}"))?,
+        }
+    }
+    for r in host.rules4().ctx(|| "list rules".into())? {
+        if r.iif.as_deref() == Some(host_veth) {
+            host.del_rule4(&r)
+                .ctx(|| format!("delete rule of {host_veth}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes every attachment of ours that routes `ip` (its rules and host
+/// end), for an address eniipd no longer gives to anyone (GC). Returns the
+/// host ends removed.
+pub fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
+    let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
+    let mut removed = Vec::new();
+    for r in host.rules4().ctx(|| "list rules".into())? {
+        let Some(iif) = r.iif.clone() else { continue };
+        if r.src == Some((ip, 32)) && iif.starts_with(HOST_PREFIX) {
+            teardown(&iif)?;
+            removed.push(iif);
+        }
+    }
+    Ok(removed)
+}
+
+/// What CHECK expects.
+pub struct Expect<'a> {
+    /// The pod address.
+    pub ip: Ipv4Addr,
+    /// The ENI's MAC.
+    pub eni_mac: &'a [u8],
+    /// The vswitch gateway.
+    pub gateway: Ipv4Addr,
+    /// Interface name in the container.
+    pub ifname: &'a str,
+    /// Host end's name.
+    pub host_veth: &'a str,
+    /// The container's netns.
+    pub netns: &'a File,
+}
+
+/// CHECK: the address, the routes and the rule are as ADD left them.
+pub fn check(e: &Expect) -> Result<(), DatapathError> {
+    let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
+    let eni = host
+        .link_by_mac(e.eni_mac)
+        .ctx(|| "list links".into())?
+        .ok_or_else(|| fail(format!("no ENI link with MAC {}", format_mac(e.eni_mac))))?;
+    let table = TABLE_BASE + eni.index;
+    let hv = host
+        .link_by_name(e.host_veth)
+        .ctx(|| "list links".into())?
+        .ok_or_else(|| fail(format!("host end {} is missing", e.host_veth)))?;
+    if !hv.up {
+        return Err(fail(format!("host end {} is down", e.host_veth)));
+    }
+    let main = host.routes4(MAIN_TABLE).ctx(|| "list routes".into())?;
+    if !main
+        .iter()
+        .any(|r| r.dst == (e.ip, 32) && r.oif == Some(hv.index))
+    {
+        return Err(fail(format!(
+            "route {}/32 dev {} is missing",
+            e.ip, e.host_veth
+        )));
+    }
+    let want = pod_rule(e.ip, e.host_veth, table);
+    if !host.rules4().ctx(|| "list rules".into())?.contains(&want) {
+        return Err(fail(format!(
+            "rule from {}/32 iif {} lookup {table} is missing",
+            e.ip, e.host_veth
+        )));
+    }
+    let t = host.routes4(table).ctx(|| "list routes".into())?;
+    if !t
+        .iter()
+        .any(|r| r.dst.1 == 0 && r.gateway == Some(e.gateway) && r.oif == Some(eni.index))
+    {
+        return Err(fail(format!(
+            "default route via {} dev {} in table {table} is missing",
+            e.gateway, eni.name
+        )));
+    }
+
+    let mut ctr = netns::netlink_in(e.netns).ctx(|| "netlink socket in the container".into())?;
+    let cl = ctr
+        .link_by_name(e.ifname)
+        .ctx(|| "list container links".into())?
+        .ok_or_else(|| fail(format!("{} is missing in the container", e.ifname)))?;
+    if !cl.up {
+        return Err(fail(format!("{} is down in the container", e.ifname)));
+    }
+    let addrs = ctr.addrs4(cl.index).ctx(|| "list addresses".into())?;
+    if !addrs.contains(&(e.ip, 32)) {
+        return Err(fail(format!(
+            "{} lacks {}/32 (has {addrs:?})",
+            e.ifname, e.ip
+        )));
+    }
+    let routes = ctr.routes4(MAIN_TABLE).ctx(|| "list routes".into())?;
+    if !routes
+        .iter()
+        .any(|r| r.dst.1 == 0 && r.gateway == Some(POD_GATEWAY) && r.oif == Some(cl.index))
+    {
+        return Err(fail(format!(
+            "default route via {POD_GATEWAY} dev {} is missing in the container",
+            e.ifname
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_end_names_fit_and_differ() {
+        let a = host_veth_name("abc", "eth0");
+        assert_eq!(a.len(), 15);
+        assert!(a.starts_with(HOST_PREFIX));
+        assert_eq!(a, host_veth_name("abc", "eth0"));
+        assert_ne!(a, host_veth_name("abc", "eth1"));
+        assert_ne!(a, host_veth_name("abd", "eth0"));
+    }
+}

@@ -1,0 +1,389 @@
+//! eniip-cni, the CNI plugin (spec 1.0.0 and 1.1.0): gets a container's
+//! address from eniipd over its socket and builds the container's network
+//! ([`datapath`]) over netlink, synchronously.
+//!
+//! Identity: the owner is `<network>/<K8S_POD_NAMESPACE>/<K8S_POD_NAME>`
+//! when `CNI_ARGS` names the pod (so `ip_stick_time` gives a restarted pod
+//! its address back), else `<network>/<CNI_CONTAINERID>`; the sandbox is
+//! `CNI_CONTAINERID`. Both are hashed into eniipd's id alphabet when they do
+//! not fit. The network prefix keeps two networks of one pod apart and
+//! scopes GC.
+//!
+//! Invariants: an ADD that fails after taking the address gives it back and
+//! removes what it built; DEL is idempotent; an unreachable eniipd fails ADD
+//! and DEL with CNI error 11 before anything changes.
+
+pub mod client;
+pub mod datapath;
+pub mod netlink;
+pub mod netns;
+pub mod spec;
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sha1::{Digest, Sha1};
+
+use crate::core::Owner;
+use crate::server::protocol::parse_allocation;
+use client::{field, Client};
+use spec::{
+    code, CniError, CniResult, Command, Env, Interface, IpConfig, NetConf, ResultRoute,
+    POD_GATEWAY, SUPPORTED_VERSIONS,
+};
+
+/// How long ADD waits for the ENI's link to appear after the attach.
+pub const LINK_TIMEOUT: Duration = Duration::from_secs(10);
+/// A `keep` line's budget (the protocol's 4096 bytes, with room).
+const KEEP_LINE_BYTES: usize = 4000;
+
+fn hashed(s: &str) -> String {
+    let h = Sha1::digest(s.as_bytes());
+    let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+    format!("h-{hex}")
+}
+
+/// `s` if eniipd accepts it as an id, else a stable hash of it.
+fn fit_id(s: &str) -> String {
+    if Owner::parse(s).is_ok() {
+        s.to_string()
+    } else {
+        hashed(s)
+    }
+}
+
+/// The sandbox id of a container.
+pub fn sandbox_of(container_id: &str) -> String {
+    fit_id(container_id)
+}
+
+/// The owner of an attachment (see the module doc).
+pub fn owner_of(network: &str, env: &Env) -> String {
+    let rest = match (
+        env.args.get("K8S_POD_NAMESPACE").filter(|s| !s.is_empty()),
+        env.args.get("K8S_POD_NAME").filter(|s| !s.is_empty()),
+    ) {
+        (Some(ns), Some(pod)) => format!("{ns}/{pod}"),
+        _ => env.container_id.clone(),
+    };
+    let owner = format!("{network}/{rest}");
+    if Owner::parse(&owner).is_ok() {
+        owner
+    } else {
+        format!("{network}/{}", hashed(&rest))
+    }
+}
+
+/// Runs one command; `Ok` is what goes to stdout (possibly nothing).
+pub fn run(cmd: Command, env: &Env, stdin: &[u8]) -> Result<String, CniError> {
+    if cmd == Command::Version {
+        return Ok(version(stdin));
+    }
+    let conf = NetConf::parse(stdin, cmd)?;
+    match cmd {
+        Command::Add => add(&conf, env),
+        Command::Del => del(&conf, env).map(|()| String::new()),
+        Command::Check => check(&conf, env).map(|()| String::new()),
+        Command::Gc => gc(&conf).map(|()| String::new()),
+        Command::Status => status(&conf).map(|()| String::new()),
+        Command::Version => unreachable!("handled above"),
+    }
+}
+
+/// The VERSION answer, in the caller's version when it gave one.
+pub fn version(stdin: &[u8]) -> String {
+    let asked = serde_json::from_slice::<Value>(stdin)
+        .ok()
+        .and_then(|v| {
+            v.get("cniVersion")
+                .and_then(Value::as_str)
+                .map(String::from)
+        })
+        .filter(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
+        .unwrap_or_else(|| SUPPORTED_VERSIONS[SUPPORTED_VERSIONS.len() - 1].to_string());
+    json!({"cniVersion": asked, "supportedVersions": SUPPORTED_VERSIONS}).to_string()
+}
+
+fn datapath_error(e: datapath::DatapathError) -> CniError {
+    CniError::new(code::DATAPATH, e.to_string())
+}
+
+fn open_netns(env: &Env) -> Result<Option<std::fs::File>, CniError> {
+    let Some(path) = &env.netns else {
+        return Ok(None);
+    };
+    netns::open(path).map_err(|e| {
+        CniError::new(
+            code::IO,
+            format!("cannot open CNI_NETNS {}", path.display()),
+        )
+        .details(e.to_string())
+    })
+}
+
+fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
+    let owner = owner_of(&conf.name, env);
+    let sandbox = sandbox_of(&env.container_id);
+    let host_veth = datapath::host_veth_name(&env.container_id, &env.ifname);
+    let netns_path = env.netns.clone().unwrap_or_default();
+    let ns = open_netns(env)?.ok_or_else(|| {
+        CniError::new(
+            code::INVALID_ENV,
+            format!("CNI_NETNS {} does not exist", netns_path.display()),
+        )
+    })?;
+    let mut c = Client::connect(&conf.socket)?;
+    let reply = c.ask(&format!("alloc {owner} sandbox={sandbox}"))?;
+    let alloc = parse_allocation(&reply.text).ok_or_else(|| {
+        CniError::new(code::DAEMON, "eniipd's alloc answer is not understood")
+            .details(reply.text.clone())
+    })?;
+    let built = (|| {
+        let mac = netlink::parse_mac(&alloc.mac)
+            .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", alloc.mac)))?;
+        datapath::setup(&datapath::Attach {
+            ip: alloc.ip,
+            eni_mac: &mac,
+            gateway: alloc.gateway,
+            mtu: conf.mtu,
+            ifname: &env.ifname,
+            host_veth: &host_veth,
+            netns: &ns,
+            link_timeout: LINK_TIMEOUT,
+        })
+        .map_err(datapath_error)
+    })();
+    let attached = match built {
+        Ok(a) => a,
+        Err(e) => {
+            // Roll back: what we built, then the address.
+            let _ = datapath::teardown(&host_veth);
+            let _ = c.ask(&format!("release {owner} sandbox={sandbox}"));
+            return Err(e);
+        }
+    };
+    let result = CniResult {
+        cni_version: conf.cni_version.clone(),
+        interfaces: vec![
+            Interface {
+                name: host_veth,
+                mac: attached.host_mac,
+                sandbox: None,
+            },
+            Interface {
+                name: env.ifname.clone(),
+                mac: attached.container_mac,
+                sandbox: Some(netns_path.display().to_string()),
+            },
+        ],
+        ips: vec![IpConfig {
+            address: format!("{}/32", alloc.ip),
+            gateway: Some(POD_GATEWAY.to_string()),
+            interface: Some(1),
+        }],
+        routes: vec![ResultRoute {
+            dst: "0.0.0.0/0".into(),
+            gw: Some(POD_GATEWAY.to_string()),
+        }],
+        dns: conf.dns.clone().unwrap_or_else(|| json!({})),
+    };
+    serde_json::to_string(&result)
+        .map_err(|e| CniError::new(code::IO, format!("cannot render the result: {e}")))
+}
+
+fn del(conf: &NetConf, env: &Env) -> Result<(), CniError> {
+    let owner = owner_of(&conf.name, env);
+    let sandbox = sandbox_of(&env.container_id);
+    let host_veth = datapath::host_veth_name(&env.container_id, &env.ifname);
+    // Reach eniipd first: when it is down nothing changes (error 11) and
+    // the runtime's retry finds everything as it was.
+    let mut c = Client::connect(&conf.socket)?;
+    datapath::teardown(&host_veth).map_err(datapath_error)?;
+    let r = c.ask(&format!("release {owner} sandbox={sandbox}"))?;
+    if let Some(ip) = field(&r.text, "released").and_then(|s| s.parse::<Ipv4Addr>().ok()) {
+        // The address was ours alone: any other host end still routing it
+        // is a leftover.
+        datapath::cleanup_ip(ip).map_err(datapath_error)?;
+    }
+    Ok(())
+}
+
+fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
+    let prev = conf.prev_result.as_ref().ok_or_else(|| {
+        CniError::new(
+            code::INVALID_CONFIG,
+            "invalid network config: prevResult is missing",
+        )
+    })?;
+    let want_ip = CniResult::ipv4_of(prev).ok_or_else(|| {
+        CniError::new(
+            code::INVALID_CONFIG,
+            "invalid network config: prevResult has no IPv4 address",
+        )
+    })?;
+    let owner = owner_of(&conf.name, env);
+    let mut c = Client::connect(&conf.socket)?;
+    let r = c.ask(&format!("show {owner}"))?;
+    let alloc = parse_allocation(&r.text).ok_or_else(|| {
+        CniError::new(code::DAEMON, "eniipd's show answer is not understood")
+            .details(r.text.clone())
+    })?;
+    if alloc.ip != want_ip {
+        return Err(CniError::new(
+            code::DATAPATH,
+            format!(
+                "eniipd gives {owner} {} but prevResult has {want_ip}",
+                alloc.ip
+            ),
+        ));
+    }
+    let ns = open_netns(env)?
+        .ok_or_else(|| CniError::new(code::DATAPATH, "the container's netns is gone"))?;
+    let mac = netlink::parse_mac(&alloc.mac)
+        .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", alloc.mac)))?;
+    datapath::check(&datapath::Expect {
+        ip: alloc.ip,
+        eni_mac: &mac,
+        gateway: alloc.gateway,
+        ifname: &env.ifname,
+        host_veth: &datapath::host_veth_name(&env.container_id, &env.ifname),
+        netns: &ns,
+    })
+    .map_err(datapath_error)
+}
+
+/// The `keep` lines for a set of ids, each within the line budget.
+pub fn keep_lines(ids: &[String]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut cur = String::from("keep");
+    for id in ids {
+        if cur.len() + 1 + id.len() > KEEP_LINE_BYTES && cur != "keep" {
+            lines.push(std::mem::replace(&mut cur, String::from("keep")));
+        }
+        cur.push(' ');
+        cur.push_str(id);
+    }
+    if cur != "keep" {
+        lines.push(cur);
+    }
+    lines
+}
+
+fn gc(conf: &NetConf) -> Result<(), CniError> {
+    let mut ids: Vec<String> = conf
+        .valid_attachments
+        .iter()
+        .map(|a| sandbox_of(&a.container_id))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    let mut c = Client::connect(&conf.socket)?;
+    for line in keep_lines(&ids) {
+        c.ask(&line)?;
+    }
+    let r = c.ask(&format!("gc owner-prefix={}/", conf.name))?;
+    let mut first_err = None;
+    for line in &r.data {
+        let Some(ip) = line
+            .split(' ')
+            .next()
+            .and_then(|s| s.parse::<Ipv4Addr>().ok())
+        else {
+            continue;
+        };
+        if let Err(e) = datapath::cleanup_ip(ip) {
+            first_err.get_or_insert(e);
+        }
+    }
+    match first_err {
+        Some(e) => Err(datapath_error(e)),
+        None => Ok(()),
+    }
+}
+
+/// STATUS: 50 when eniipd cannot be asked, 51 when it could not hand out
+/// an address now (no idle address, nothing pending, and the pool at its
+/// capacity).
+fn status(conf: &NetConf) -> Result<(), CniError> {
+    let not_available = |e: CniError| {
+        CniError::new(code::NOT_AVAILABLE, "eniipd is not available").details(e.to_string())
+    };
+    let mut c = Client::connect(&conf.socket).map_err(not_available)?;
+    let r = c.ask("status").map_err(not_available)?;
+    let n = |k: &str| field(&r.text, k).and_then(|v| v.parse::<u64>().ok());
+    if let (Some(idle), Some(pending), Some(ips), Some(capacity)) =
+        (n("idle"), n("pending"), n("ips"), n("capacity"))
+    {
+        if idle == 0 && pending == 0 && ips >= capacity {
+            return Err(CniError::new(
+                code::LIMITED,
+                "no address can be had: eniipd's pool is at capacity with none idle",
+            )
+            .details(r.text.clone()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(cid: &str, args: &[(&str, &str)]) -> Env {
+        Env {
+            container_id: cid.into(),
+            ifname: "eth0".into(),
+            netns: None,
+            args: args
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn owners_follow_the_pod_when_named() {
+        let e = env(
+            "abc123",
+            &[("K8S_POD_NAMESPACE", "ns"), ("K8S_POD_NAME", "web-1")],
+        );
+        assert_eq!(owner_of("eni", &e), "eni/ns/web-1");
+        assert_eq!(owner_of("eni", &env("abc123", &[])), "eni/abc123");
+        // Out of the alphabet or too long: hashed, the network kept.
+        let long = "x".repeat(300);
+        let o = owner_of("eni", &env(&long, &[]));
+        assert!(o.starts_with("eni/h-") && Owner::parse(&o).is_ok(), "{o}");
+        let o = owner_of("eni", &env("a b", &[]));
+        assert!(o.starts_with("eni/h-") && Owner::parse(&o).is_ok(), "{o}");
+        assert_eq!(sandbox_of("abc"), "abc");
+        assert!(sandbox_of(&long).starts_with("h-"));
+    }
+
+    #[test]
+    fn keep_lines_stay_within_a_protocol_line() {
+        let ids: Vec<String> = (0..2000).map(|i| format!("{i:064}")).collect();
+        let lines = keep_lines(&ids);
+        assert!(lines.len() > 1);
+        let mut seen = Vec::new();
+        for l in &lines {
+            assert!(l.len() <= crate::server::protocol::MAX_LINE, "{}", l.len());
+            let req = crate::server::protocol::parse_request(l.as_bytes()).unwrap();
+            match req {
+                crate::server::protocol::Request::Keep(ids) => seen.extend(ids),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(seen, ids);
+        assert!(keep_lines(&[]).is_empty());
+    }
+
+    #[test]
+    fn version_answers_in_the_callers_version() {
+        let v: Value = serde_json::from_str(&version(br#"{"cniVersion":"1.0.0"}"#)).unwrap();
+        assert_eq!(v["cniVersion"], "1.0.0");
+        assert_eq!(v["supportedVersions"], json!(["1.0.0", "1.1.0"]));
+        let v: Value = serde_json::from_str(&version(b"")).unwrap();
+        assert_eq!(v["cniVersion"], "1.1.0");
+    }
+}

@@ -1,0 +1,528 @@
+//! A small synchronous rtnetlink client: one blocking `NETLINK_ROUTE` socket
+//! (netlink-sys) speaking netlink-packet-route messages, request by request.
+//!
+//! Invariants: every receive has a deadline (`SO_RCVTIMEO`), every reply
+//! loop is bounded in messages, and a reply is matched to its request by
+//! sequence number. A socket answers for the network namespace it was
+//! opened in, whatever thread later uses it (see [`super::netns`]).
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::time::Duration;
+
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
+    NLM_F_REPLACE, NLM_F_REQUEST,
+};
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+};
+use netlink_packet_route::neighbour::{
+    NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
+};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
+    RouteType,
+};
+use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+/// How long one netlink answer may take.
+const RECV_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most netlink messages one request may answer (a dump of a big table).
+const MAX_REPLY_MESSAGES: usize = 1_000_000;
+/// Receive buffer; a kernel dump datagram is at most a few pages.
+const RECV_BUF: usize = 256 * 1024;
+
+/// The main routing table.
+pub const MAIN_TABLE: u32 = 254;
+
+/// One link as a dump shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// ifindex.
+    pub index: u32,
+    /// Its name.
+    pub name: String,
+    /// Its hardware address (empty when it has none).
+    pub mac: Vec<u8>,
+    /// IFF_UP.
+    pub up: bool,
+}
+
+/// One IPv4 route as a dump shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route4 {
+    /// Table.
+    pub table: u32,
+    /// Destination and prefix length (`0.0.0.0/0` for a default route).
+    pub dst: (Ipv4Addr, u8),
+    /// Gateway.
+    pub gateway: Option<Ipv4Addr>,
+    /// Output link.
+    pub oif: Option<u32>,
+}
+
+/// One IPv4 policy rule as a dump shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule4 {
+    /// Priority.
+    pub priority: u32,
+    /// `from` prefix.
+    pub src: Option<(Ipv4Addr, u8)>,
+    /// `iif` name.
+    pub iif: Option<String>,
+    /// Table looked up.
+    pub table: u32,
+}
+
+/// A netlink socket in one network namespace.
+pub struct Netlink {
+    sock: Socket,
+    seq: u32,
+    buf: Vec<u8>,
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Option<Vec<u8>> {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16).ok().filter(|_| h.len() == 2))
+        .collect::<Option<_>>()?;
+    (v.len() == 6).then_some(v)
+}
+
+/// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: &[u8]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn is_errno(e: &io::Error, errno: i32) -> bool {
+    e.raw_os_error() == Some(errno)
+}
+
+/// True for "already there" answers.
+pub fn is_exists(e: &io::Error) -> bool {
+    is_errno(e, nix::libc::EEXIST)
+}
+
+/// True for "not there" answers.
+pub fn is_missing(e: &io::Error) -> bool {
+    is_errno(e, nix::libc::ENOENT)
+        || is_errno(e, nix::libc::ENODEV)
+        || is_errno(e, nix::libc::ESRCH)
+}
+
+impl Netlink {
+    /// A socket in the calling thread's network namespace.
+    pub fn open() -> io::Result<Netlink> {
+        let mut sock = Socket::new(NETLINK_ROUTE)?;
+        sock.bind_auto()?;
+        sock.connect(&SocketAddr::new(0, 0))?;
+        let fd = unsafe { BorrowedFd::borrow_raw(sock.as_raw_fd()) };
+        nix::sys::socket::setsockopt(
+            &fd,
+            nix::sys::socket::sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(RECV_TIMEOUT.as_secs() as i64, 0),
+        )
+        .map_err(io::Error::from)?;
+        Ok(Netlink {
+            sock,
+            seq: 0,
+            buf: Vec::with_capacity(RECV_BUF),
+        })
+    }
+
+    /// Sends one request and collects its answer: the messages of a dump,
+    /// or nothing for an acknowledged change. A kernel error is the errno.
+    fn request(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
+        let mut header = NetlinkHeader::default();
+        header.flags = NLM_F_REQUEST | flags | if dump { 0 } else { NLM_F_ACK };
+        header.sequence_number = seq;
+        let mut nl = NetlinkMessage::new(header, NetlinkPayload::from(msg));
+        nl.finalize();
+        let mut out = vec![0u8; nl.buffer_len()];
+        nl.serialize(&mut out);
+        self.sock.send(&out, 0)?;
+
+        let mut got = Vec::new();
+        let mut seen = 0usize;
+        loop {
+            self.buf.clear();
+            let n = self.sock.recv(&mut self.buf, 0)?;
+            if n > self.buf.len() {
+                return Err(io::Error::other("netlink answer larger than the buffer"));
+            }
+            let mut off = 0;
+            while off < n {
+                seen += 1;
+                if seen > MAX_REPLY_MESSAGES {
+                    return Err(io::Error::other("netlink answer too long"));
+                }
+                let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[off..n])
+                    .map_err(|e| io::Error::other(format!("bad netlink answer: {e}")))?;
+                let len = reply.header.length as usize;
+                if len == 0 {
+                    return Err(io::Error::other("zero-length netlink message"));
+                }
+                off += (len + 3) & !3;
+                if reply.header.sequence_number != seq {
+                    continue;
+                }
+                match reply.payload {
+                    NetlinkPayload::Error(e) => {
+                        return match e.code {
+                            None => Ok(got),
+                            Some(_) => Err(e.to_io()),
+                        }
+                    }
+                    NetlinkPayload::Done(_) => return Ok(got),
+                    NetlinkPayload::InnerMessage(m) => got.push(m),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Every link.
+    pub fn links(&mut self) -> io::Result<Vec<Link>> {
+        let msgs = self.request(
+            RouteNetlinkMessage::GetLink(LinkMessage::default()),
+            NLM_F_DUMP,
+        )?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => Some(link_of(&l)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The link named `name`, if any.
+    pub fn link_by_name(&mut self, name: &str) -> io::Result<Option<Link>> {
+        Ok(self.links()?.into_iter().find(|l| l.name == name))
+    }
+
+    /// The link whose hardware address is `mac`, if any.
+    pub fn link_by_mac(&mut self, mac: &[u8]) -> io::Result<Option<Link>> {
+        Ok(self.links()?.into_iter().find(|l| l.mac == mac))
+    }
+
+    /// Creates a veth pair: `name` here, `peer` in the namespace `peer_ns`.
+    pub fn add_veth(&mut self, name: &str, peer: &str, peer_ns: RawFd, mtu: u32) -> io::Result<()> {
+        let mut peer_msg = LinkMessage::default();
+        peer_msg.attributes = vec![
+            LinkAttribute::IfName(peer.to_string()),
+            LinkAttribute::Mtu(mtu),
+            LinkAttribute::NetNsFd(peer_ns),
+        ];
+        let mut msg = LinkMessage::default();
+        msg.attributes = vec![
+            LinkAttribute::IfName(name.to_string()),
+            LinkAttribute::Mtu(mtu),
+            LinkAttribute::LinkInfo(vec![
+                LinkInfo::Kind(InfoKind::Veth),
+                LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_msg))),
+            ]),
+        ];
+        self.request(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
+            .map(drop)
+    }
+
+    /// Deletes a link (a veth takes its peer along).
+    pub fn del_link(&mut self, index: u32) -> io::Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        self.request(RouteNetlinkMessage::DelLink(msg), 0).map(drop)
+    }
+
+    /// Sets a link up.
+    pub fn set_up(&mut self, index: u32) -> io::Result<()> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.header.flags = LinkFlags::Up;
+        msg.header.change_mask = LinkFlags::Up;
+        self.request(RouteNetlinkMessage::SetLink(msg), 0).map(drop)
+    }
+
+    /// Adds `ip/prefix` to a link (already there is fine).
+    pub fn add_addr4(&mut self, index: u32, ip: Ipv4Addr, prefix: u8) -> io::Result<()> {
+        let mut msg = AddressMessage::default();
+        msg.header.family = AddressFamily::Inet;
+        msg.header.prefix_len = prefix;
+        msg.header.index = index;
+        msg.attributes = vec![
+            AddressAttribute::Local(IpAddr::V4(ip)),
+            AddressAttribute::Address(IpAddr::V4(ip)),
+        ];
+        match self.request(
+            RouteNetlinkMessage::NewAddress(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ) {
+            Err(e) if is_exists(&e) => Ok(()),
+            r => r.map(drop),
+        }
+    }
+
+    /// IPv4 addresses of a link, with prefix lengths.
+    pub fn addrs4(&mut self, index: u32) -> io::Result<Vec<(Ipv4Addr, u8)>> {
+        let mut msg = AddressMessage::default();
+        msg.header.family = AddressFamily::Inet;
+        let msgs = self.request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP)?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => {
+                    a.attributes.iter().find_map(|at| match at {
+                        AddressAttribute::Local(IpAddr::V4(ip)) => Some((*ip, a.header.prefix_len)),
+                        _ => None,
+                    })
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Adds or replaces an IPv4 route: `dst/prefix [via gw] dev oif table T`;
+    /// with `onlink` the gateway need not be on a subnet of the link.
+    pub fn replace_route4(
+        &mut self,
+        table: u32,
+        dst: (Ipv4Addr, u8),
+        gateway: Option<Ipv4Addr>,
+        oif: u32,
+        onlink: bool,
+    ) -> io::Result<()> {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = AddressFamily::Inet;
+        msg.header.destination_prefix_length = dst.1;
+        msg.header.table = if table < 256 { table as u8 } else { 252 };
+        msg.header.protocol = RouteProtocol::Boot;
+        msg.header.scope = if gateway.is_some() {
+            RouteScope::Universe
+        } else {
+            RouteScope::Link
+        };
+        msg.header.kind = RouteType::Unicast;
+        if onlink {
+            msg.header.flags = RouteFlags::Onlink;
+        }
+        if dst.1 > 0 {
+            msg.attributes
+                .push(RouteAttribute::Destination(RouteAddress::Inet(dst.0)));
+        }
+        if let Some(gw) = gateway {
+            msg.attributes
+                .push(RouteAttribute::Gateway(RouteAddress::Inet(gw)));
+        }
+        msg.attributes.push(RouteAttribute::Oif(oif));
+        msg.attributes.push(RouteAttribute::Table(table));
+        self.request(
+            RouteNetlinkMessage::NewRoute(msg),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        )
+        .map(drop)
+    }
+
+    /// Every IPv4 route of `table`.
+    pub fn routes4(&mut self, table: u32) -> io::Result<Vec<Route4>> {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = AddressFamily::Inet;
+        let msgs = self.request(RouteNetlinkMessage::GetRoute(msg), NLM_F_DUMP)?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => Some(route_of(&r)),
+                _ => None,
+            })
+            .filter(|r| r.table == table)
+            .collect())
+    }
+
+    /// Deletes an IPv4 route (gone already is fine).
+    pub fn del_route4(&mut self, r: &Route4) -> io::Result<()> {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = AddressFamily::Inet;
+        msg.header.destination_prefix_length = r.dst.1;
+        msg.header.table = if r.table < 256 { r.table as u8 } else { 252 };
+        msg.header.scope = RouteScope::NoWhere;
+        if r.dst.1 > 0 {
+            msg.attributes
+                .push(RouteAttribute::Destination(RouteAddress::Inet(r.dst.0)));
+        }
+        if let Some(oif) = r.oif {
+            msg.attributes.push(RouteAttribute::Oif(oif));
+        }
+        msg.attributes.push(RouteAttribute::Table(r.table));
+        match self.request(RouteNetlinkMessage::DelRoute(msg), 0) {
+            Err(e) if is_missing(&e) => Ok(()),
+            r => r.map(drop),
+        }
+    }
+
+    /// Adds `from src/32 iif IIF lookup TABLE` at `priority` (already there
+    /// is fine).
+    pub fn add_rule4(&mut self, rule: &Rule4) -> io::Result<()> {
+        match self.request(
+            RouteNetlinkMessage::NewRule(rule_msg(rule)),
+            NLM_F_CREATE | NLM_F_EXCL,
+        ) {
+            Err(e) if is_exists(&e) => Ok(()),
+            r => r.map(drop),
+        }
+    }
+
+    /// Deletes a rule (gone already is fine).
+    pub fn del_rule4(&mut self, rule: &Rule4) -> io::Result<()> {
+        match self.request(RouteNetlinkMessage::DelRule(rule_msg(rule)), 0) {
+            Err(e) if is_missing(&e) => Ok(()),
+            r => r.map(drop),
+        }
+    }
+
+    /// Every IPv4 rule.
+    pub fn rules4(&mut self) -> io::Result<Vec<Rule4>> {
+        let mut msg = RuleMessage::default();
+        msg.header.family = AddressFamily::Inet;
+        let msgs = self.request(RouteNetlinkMessage::GetRule(msg), NLM_F_DUMP)?;
+        Ok(msgs
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewRule(r) => Some(rule_of(&r)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// A permanent IPv4 neighbour entry `ip lladdr mac dev index`.
+    pub fn replace_neigh4(&mut self, index: u32, ip: Ipv4Addr, mac: &[u8]) -> io::Result<()> {
+        let mut msg = NeighbourMessage::default();
+        msg.header.family = AddressFamily::Inet;
+        msg.header.ifindex = index;
+        msg.header.state = NeighbourState::Permanent;
+        msg.header.kind = RouteType::Unicast;
+        msg.attributes = vec![
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)),
+            NeighbourAttribute::LinkLayerAddress(mac.to_vec()),
+        ];
+        self.request(
+            RouteNetlinkMessage::NewNeighbour(msg),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        )
+        .map(drop)
+    }
+}
+
+fn link_of(l: &LinkMessage) -> Link {
+    let mut link = Link {
+        index: l.header.index,
+        name: String::new(),
+        mac: Vec::new(),
+        up: l.header.flags.contains(LinkFlags::Up),
+    };
+    for a in &l.attributes {
+        match a {
+            LinkAttribute::IfName(n) => link.name = n.clone(),
+            LinkAttribute::Address(m) => link.mac = m.clone(),
+            _ => {}
+        }
+    }
+    link
+}
+
+fn route_of(r: &RouteMessage) -> Route4 {
+    let mut route = Route4 {
+        table: u32::from(r.header.table),
+        dst: (Ipv4Addr::UNSPECIFIED, r.header.destination_prefix_length),
+        gateway: None,
+        oif: None,
+    };
+    for a in &r.attributes {
+        match a {
+            RouteAttribute::Table(t) => route.table = *t,
+            RouteAttribute::Destination(RouteAddress::Inet(d)) => route.dst.0 = *d,
+            RouteAttribute::Gateway(RouteAddress::Inet(g)) => route.gateway = Some(*g),
+            RouteAttribute::Oif(o) => route.oif = Some(*o),
+            _ => {}
+        }
+    }
+    if route.table == 0 {
+        route.table = u32::from(RouteHeader::RT_TABLE_MAIN);
+    }
+    route
+}
+
+fn rule_msg(rule: &Rule4) -> RuleMessage {
+    let mut msg = RuleMessage::default();
+    msg.header.family = AddressFamily::Inet;
+    msg.header.action = RuleAction::ToTable;
+    msg.header.table = if rule.table < 256 {
+        rule.table as u8
+    } else {
+        252
+    };
+    if let Some((src, len)) = rule.src {
+        msg.header.src_len = len;
+        msg.attributes.push(RuleAttribute::Source(IpAddr::V4(src)));
+    }
+    if let Some(iif) = &rule.iif {
+        msg.attributes.push(RuleAttribute::Iifname(iif.clone()));
+    }
+    msg.attributes.push(RuleAttribute::Priority(rule.priority));
+    msg.attributes.push(RuleAttribute::Table(rule.table));
+    msg
+}
+
+fn rule_of(r: &RuleMessage) -> Rule4 {
+    let mut rule = Rule4 {
+        priority: 0,
+        src: None,
+        iif: None,
+        table: u32::from(r.header.table),
+    };
+    for a in &r.attributes {
+        match a {
+            RuleAttribute::Priority(p) => rule.priority = *p,
+            RuleAttribute::Source(IpAddr::V4(s)) => rule.src = Some((*s, r.header.src_len)),
+            RuleAttribute::Iifname(n) => rule.iif = Some(n.clone()),
+            RuleAttribute::Table(t) => rule.table = *t,
+            _ => {}
+        }
+    }
+    rule
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_parse_and_format() {
+        let m = parse_mac("00:16:3e:0a:BC:ff").unwrap();
+        assert_eq!(m, vec![0, 0x16, 0x3e, 0x0a, 0xbc, 0xff]);
+        assert_eq!(format_mac(&m), "00:16:3e:0a:bc:ff");
+        for bad in [
+            "",
+            "00:16:3e:0a:bc",
+            "00:16:3e:0a:bc:ff:00",
+            "0:16:3e:0a:bc:ff",
+            "zz:16:3e:0a:bc:ff",
+        ] {
+            assert!(parse_mac(bad).is_none(), "{bad}");
+        }
+    }
+}

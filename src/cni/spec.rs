@@ -1,0 +1,535 @@
+//! The CNI contract (spec 1.0.0 and 1.1.0) as types: the error object and
+//! its codes, the environment, the network configuration (raw JSON ->
+//! validated [`NetConf`], errors naming the key), and the result.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The spec versions this plugin speaks.
+pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0.0", "1.1.0"];
+
+/// CNI error codes used here (spec section "Error").
+pub mod code {
+    /// Incompatible CNI version.
+    pub const INCOMPATIBLE_VERSION: u32 = 1;
+    /// Invalid necessary environment variables.
+    pub const INVALID_ENV: u32 = 4;
+    /// I/O failure.
+    pub const IO: u32 = 5;
+    /// Failed to decode content.
+    pub const DECODE: u32 = 6;
+    /// Invalid network config.
+    pub const INVALID_CONFIG: u32 = 7;
+    /// Try again later.
+    pub const TRY_AGAIN: u32 = 11;
+    /// The plugin is not available (STATUS).
+    pub const NOT_AVAILABLE: u32 = 50;
+    /// The plugin is not available: no address can be had (STATUS).
+    pub const LIMITED: u32 = 51;
+    /// Plugin-specific: eniipd refused (its ERR code is in the details).
+    pub const DAEMON: u32 = 100;
+    /// Plugin-specific: the datapath could not be set up or checked.
+    pub const DATAPATH: u32 = 101;
+}
+
+/// A CNI error: printed as the error object on stdout, exit status 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CniError {
+    /// The CNI error code.
+    pub code: u32,
+    /// Short message.
+    pub msg: String,
+    /// Longer details.
+    pub details: String,
+}
+
+impl CniError {
+    /// An error with a code and a message.
+    pub fn new(code: u32, msg: impl Into<String>) -> CniError {
+        CniError {
+            code,
+            msg: msg.into(),
+            details: String::new(),
+        }
+    }
+
+    /// Adds details.
+    pub fn details(mut self, d: impl Into<String>) -> CniError {
+        self.details = d.into();
+        self
+    }
+
+    /// The error object.
+    pub fn to_json(&self, version: &str) -> String {
+        let mut v = serde_json::json!({
+            "cniVersion": version,
+            "code": self.code,
+            "msg": self.msg,
+        });
+        if !self.details.is_empty() {
+            v["details"] = Value::String(self.details.clone());
+        }
+        v.to_string()
+    }
+}
+
+impl fmt::Display for CniError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CNI error {}: {}", self.code, self.msg)?;
+        if !self.details.is_empty() {
+            write!(f, " ({})", self.details)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for CniError {}
+
+fn bad_config(key: &str, why: impl fmt::Display) -> CniError {
+    CniError::new(
+        code::INVALID_CONFIG,
+        format!("invalid network config: {key}: {why}"),
+    )
+}
+
+/// The command asked for by `CNI_COMMAND`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// ADD
+    Add,
+    /// DEL
+    Del,
+    /// CHECK
+    Check,
+    /// GC (1.1)
+    Gc,
+    /// STATUS (1.1)
+    Status,
+    /// VERSION
+    Version,
+}
+
+impl Command {
+    /// Parses `CNI_COMMAND`.
+    pub fn parse(s: &str) -> Result<Command, CniError> {
+        Ok(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "GC" => Command::Gc,
+            "STATUS" => Command::Status,
+            "VERSION" => Command::Version,
+            other => {
+                return Err(CniError::new(
+                    code::INVALID_ENV,
+                    format!("unknown CNI_COMMAND {other:?}"),
+                ))
+            }
+        })
+    }
+}
+
+/// The `CNI_*` environment of one invocation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Env {
+    /// CNI_CONTAINERID
+    pub container_id: String,
+    /// CNI_NETNS
+    pub netns: Option<PathBuf>,
+    /// CNI_IFNAME
+    pub ifname: String,
+    /// CNI_ARGS as key=value pairs.
+    pub args: HashMap<String, String>,
+}
+
+impl Env {
+    /// Reads the variables a command needs from `get`.
+    pub fn from_vars(cmd: Command, get: impl Fn(&str) -> Option<String>) -> Result<Env, CniError> {
+        let need = |k: &str| {
+            get(k)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| CniError::new(code::INVALID_ENV, format!("{k} is not set")))
+        };
+        let mut env = Env::default();
+        if matches!(cmd, Command::Add | Command::Del | Command::Check) {
+            env.container_id = need("CNI_CONTAINERID")?;
+            env.ifname = need("CNI_IFNAME")?;
+            if env.ifname.len() > 15 || env.ifname.contains(['/', ' ']) || env.ifname == "." {
+                return Err(CniError::new(
+                    code::INVALID_ENV,
+                    format!("CNI_IFNAME {:?} is not a valid interface name", env.ifname),
+                ));
+            }
+            env.netns = get("CNI_NETNS")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from);
+            if cmd != Command::Del && env.netns.is_none() {
+                return Err(CniError::new(code::INVALID_ENV, "CNI_NETNS is not set"));
+            }
+        }
+        if let Some(args) = get("CNI_ARGS") {
+            for kv in args.split(';').filter(|s| !s.is_empty()) {
+                if let Some((k, v)) = kv.split_once('=') {
+                    env.args.insert(k.to_string(), v.to_string());
+                }
+            }
+        }
+        Ok(env)
+    }
+}
+
+/// The plugin's configuration as a runtime hands it over on stdin.
+#[derive(Debug, Clone, Deserialize)]
+struct RawConf {
+    #[serde(rename = "cniVersion")]
+    cni_version: Option<Value>,
+    name: Option<Value>,
+    #[serde(rename = "type")]
+    kind: Option<Value>,
+    socket: Option<Value>,
+    mtu: Option<Value>,
+    dns: Option<Value>,
+    #[serde(rename = "prevResult")]
+    prev_result: Option<Value>,
+    #[serde(rename = "cni.dev/valid-attachments")]
+    valid_attachments: Option<Value>,
+}
+
+/// One entry of `cni.dev/valid-attachments`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    /// Its container id.
+    pub container_id: String,
+    /// Its interface name.
+    pub ifname: String,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetConf {
+    /// `cniVersion` (one of [`SUPPORTED_VERSIONS`]).
+    pub cni_version: String,
+    /// The network name (scopes owners and GC).
+    pub name: String,
+    /// eniipd's socket.
+    pub socket: PathBuf,
+    /// MTU of the veth pair.
+    pub mtu: u32,
+    /// `dns`, passed through to the result.
+    pub dns: Option<Value>,
+    /// `prevResult` (DEL, CHECK).
+    pub prev_result: Option<Value>,
+    /// `cni.dev/valid-attachments` (GC).
+    pub valid_attachments: Vec<Attachment>,
+}
+
+/// Default eniipd socket.
+pub const DEFAULT_SOCKET: &str = "/run/eniipd/eniipd.sock";
+/// Default MTU (an ENI's).
+pub const DEFAULT_MTU: u32 = 1500;
+
+/// True when `s` is a usable network name: it prefixes owners, so it must
+/// be in the owner alphabet, without `/`, short enough to leave room.
+fn valid_network_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':' | b'@'))
+}
+
+impl NetConf {
+    /// Parses and validates stdin. `cmd` decides which keys are required.
+    pub fn parse(bytes: &[u8], cmd: Command) -> Result<NetConf, CniError> {
+        let raw: RawConf = serde_json::from_slice(bytes).map_err(|e| {
+            CniError::new(
+                code::DECODE,
+                format!("network config is not valid JSON: {e}"),
+            )
+        })?;
+        let cni_version = match &raw.cni_version {
+            Some(Value::String(v)) => v.clone(),
+            Some(_) => return Err(bad_config("cniVersion", "must be a string")),
+            None => return Err(bad_config("cniVersion", "is missing")),
+        };
+        if !SUPPORTED_VERSIONS.contains(&cni_version.as_str()) {
+            return Err(CniError::new(
+                code::INCOMPATIBLE_VERSION,
+                format!(
+                    "cniVersion {cni_version:?} is not supported (supported: {})",
+                    SUPPORTED_VERSIONS.join(", ")
+                ),
+            ));
+        }
+        if matches!(cmd, Command::Gc | Command::Status) && cni_version == "1.0.0" {
+            return Err(CniError::new(
+                code::INCOMPATIBLE_VERSION,
+                "GC and STATUS need cniVersion 1.1.0",
+            ));
+        }
+        let name = match &raw.name {
+            Some(Value::String(n)) if valid_network_name(n) => n.clone(),
+            Some(_) => {
+                return Err(bad_config(
+                    "name",
+                    "must be 1..128 characters of A-Z a-z 0-9 . _ - : @",
+                ))
+            }
+            None => return Err(bad_config("name", "is missing")),
+        };
+        match &raw.kind {
+            Some(Value::String(_)) | None => {}
+            Some(_) => return Err(bad_config("type", "must be a string")),
+        }
+        let socket = match &raw.socket {
+            None => PathBuf::from(DEFAULT_SOCKET),
+            Some(Value::String(s)) if s.starts_with('/') => PathBuf::from(s),
+            Some(_) => return Err(bad_config("socket", "must be an absolute path")),
+        };
+        let mtu = match &raw.mtu {
+            None => DEFAULT_MTU,
+            Some(v) => match v.as_u64() {
+                Some(m) if (576..=9000).contains(&m) => m as u32,
+                _ => return Err(bad_config("mtu", "must be a number in 576..9000")),
+            },
+        };
+        let dns = match raw.dns {
+            None => None,
+            Some(v @ Value::Object(_)) => Some(v),
+            Some(_) => return Err(bad_config("dns", "must be an object")),
+        };
+        let prev_result = match raw.prev_result {
+            None | Some(Value::Null) => None,
+            Some(v @ Value::Object(_)) => Some(v),
+            Some(_) => return Err(bad_config("prevResult", "must be an object")),
+        };
+        let mut valid_attachments = Vec::new();
+        match &raw.valid_attachments {
+            None => {}
+            Some(Value::Array(list)) => {
+                for (i, a) in list.iter().enumerate() {
+                    let id = a.get("containerID").and_then(Value::as_str);
+                    let ifname = a.get("ifname").and_then(Value::as_str).unwrap_or("");
+                    match id {
+                        Some(id) if !id.is_empty() => valid_attachments.push(Attachment {
+                            container_id: id.to_string(),
+                            ifname: ifname.to_string(),
+                        }),
+                        _ => {
+                            return Err(bad_config(
+                                &format!("cni.dev/valid-attachments[{i}].containerID"),
+                                "must be a non-empty string",
+                            ))
+                        }
+                    }
+                }
+            }
+            Some(_) => return Err(bad_config("cni.dev/valid-attachments", "must be an array")),
+        }
+        if cmd == Command::Gc && raw.valid_attachments.is_none() {
+            return Err(bad_config("cni.dev/valid-attachments", "is missing"));
+        }
+        Ok(NetConf {
+            cni_version,
+            name,
+            socket,
+            mtu,
+            dns,
+            prev_result,
+            valid_attachments,
+        })
+    }
+}
+
+/// The link-local address the pod uses as its gateway (answered by a
+/// static neighbour entry pointing at the host end of the veth).
+pub const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+
+/// An interface of the result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Interface {
+    /// Its name.
+    pub name: String,
+    /// Its MAC.
+    pub mac: String,
+    /// The netns path (container side only).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub sandbox: Option<String>,
+}
+
+/// An address of the result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IpConfig {
+    /// `a.b.c.d/32`
+    pub address: String,
+    /// The default gateway.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub gateway: Option<String>,
+    /// Index into `interfaces`.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub interface: Option<usize>,
+}
+
+/// A route of the result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResultRoute {
+    /// Destination prefix.
+    pub dst: String,
+    /// Next hop.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub gw: Option<String>,
+}
+
+/// The ADD result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CniResult {
+    /// The config's version.
+    #[serde(rename = "cniVersion")]
+    pub cni_version: String,
+    /// Host end, then container end.
+    pub interfaces: Vec<Interface>,
+    /// The pod's addresses.
+    pub ips: Vec<IpConfig>,
+    /// The pod's routes.
+    pub routes: Vec<ResultRoute>,
+    /// DNS settings from the config.
+    #[serde(default)]
+    pub dns: Value,
+}
+
+impl CniResult {
+    /// The first IPv4 address of a (previous) result, if it has one.
+    pub fn ipv4_of(prev: &Value) -> Option<Ipv4Addr> {
+        prev.get("ips")?.as_array()?.iter().find_map(|ip| {
+            let a = ip.get("address")?.as_str()?;
+            a.split('/').next()?.parse().ok()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(s: &str) -> Result<NetConf, CniError> {
+        NetConf::parse(s.as_bytes(), Command::Add)
+    }
+
+    #[test]
+    fn a_minimal_config_takes_the_defaults() {
+        let c = conf(r#"{"cniVersion":"1.0.0","name":"eni","type":"eniip-cni"}"#).unwrap();
+        assert_eq!(c.socket, PathBuf::from(DEFAULT_SOCKET));
+        assert_eq!(c.mtu, 1500);
+        assert_eq!(c.name, "eni");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        for (json, key, code_) in [
+            (
+                r#"{"cniVersion":"1.0.0","name":"e","mtu":"x"}"#,
+                "mtu",
+                code::INVALID_CONFIG,
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","name":"e","mtu":100}"#,
+                "mtu",
+                code::INVALID_CONFIG,
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","name":"e","socket":"rel"}"#,
+                "socket",
+                code::INVALID_CONFIG,
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","name":"a/b"}"#,
+                "name",
+                code::INVALID_CONFIG,
+            ),
+            (r#"{"cniVersion":"1.0.0"}"#, "name", code::INVALID_CONFIG),
+            (r#"{"name":"e"}"#, "cniVersion", code::INVALID_CONFIG),
+            (
+                r#"{"cniVersion":"0.4.0","name":"e"}"#,
+                "cniVersion",
+                code::INCOMPATIBLE_VERSION,
+            ),
+            (
+                r#"{"cniVersion":"1.0.0","name":"e","dns":3}"#,
+                "dns",
+                code::INVALID_CONFIG,
+            ),
+        ] {
+            let e = conf(json).unwrap_err();
+            assert_eq!(e.code, code_, "{json}: {e}");
+            assert!(e.msg.contains(key), "{json}: {e}");
+        }
+        let e = NetConf::parse(b"{not json", Command::Add).unwrap_err();
+        assert_eq!(e.code, code::DECODE);
+        let e = NetConf::parse(br#"{"cniVersion":"1.1.0","name":"e"}"#, Command::Gc).unwrap_err();
+        assert!(e.msg.contains("cni.dev/valid-attachments"), "{e}");
+        let e =
+            NetConf::parse(br#"{"cniVersion":"1.0.0","name":"e"}"#, Command::Status).unwrap_err();
+        assert_eq!(e.code, code::INCOMPATIBLE_VERSION);
+    }
+
+    #[test]
+    fn valid_attachments_parse() {
+        let c = NetConf::parse(
+            br#"{"cniVersion":"1.1.0","name":"e","cni.dev/valid-attachments":[{"containerID":"abc","ifname":"eth0"}]}"#,
+            Command::Gc,
+        )
+        .unwrap();
+        assert_eq!(
+            c.valid_attachments,
+            vec![Attachment {
+                container_id: "abc".into(),
+                ifname: "eth0".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn env_and_cni_args() {
+        let vars: HashMap<&str, &str> = [
+            ("CNI_CONTAINERID", "c1"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_NETNS", "/run/netns/x"),
+            (
+                "CNI_ARGS",
+                "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-1",
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let e = Env::from_vars(Command::Add, |k| vars.get(k).map(|s| s.to_string())).unwrap();
+        assert_eq!(e.args["K8S_POD_NAME"], "web-1");
+        assert_eq!(e.netns, Some(PathBuf::from("/run/netns/x")));
+        let e = Env::from_vars(Command::Add, |k| {
+            (k != "CNI_NETNS")
+                .then(|| vars.get(k).map(|s| s.to_string()))
+                .flatten()
+        })
+        .unwrap_err();
+        assert_eq!(e.code, code::INVALID_ENV);
+        // DEL works without a netns (it may be gone).
+        assert!(Env::from_vars(Command::Del, |k| {
+            (k != "CNI_NETNS")
+                .then(|| vars.get(k).map(|s| s.to_string()))
+                .flatten()
+        })
+        .is_ok());
+    }
+
+    #[test]
+    fn previous_results_give_their_address() {
+        let v: Value = serde_json::from_str(
+            r#"{"ips":[{"address":"192.168.0.7/32","gateway":"169.254.1.1","interface":1}]}"#,
+        )
+        .unwrap();
+        assert_eq!(CniResult::ipv4_of(&v), Some(Ipv4Addr::new(192, 168, 0, 7)));
+    }
+}

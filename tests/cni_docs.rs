@@ -1,0 +1,75 @@
+//! eniip-cni(8) documents what the plugin accepts and answers: every CNI
+//! command, every error code it can return, every configuration key, and
+//! the options its `--help` lists.
+
+use eniipd::cni::spec::code;
+
+fn page() -> String {
+    let path = format!("{}/man/eniip-cni.8", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\\-", "-")
+        .replace("\\&", "")
+}
+
+fn section(page: &str, title: &str) -> String {
+    let start = page
+        .find(&format!(".SH {title}\n"))
+        .unwrap_or_else(|| panic!("no section {title}"));
+    let rest = &page[start + 4..];
+    let end = rest.find("\n.SH ").map_or(rest.len(), |i| i + 1);
+    rest[..end].to_string()
+}
+
+#[test]
+fn the_page_names_every_command_code_key_and_option() {
+    let p = page();
+    let commands = section(&p, "COMMANDS");
+    for c in ["ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION"] {
+        assert!(
+            commands.contains(&format!(".B {c}\n")),
+            "COMMANDS lacks {c}"
+        );
+    }
+    let errors = section(&p, "ERRORS");
+    for c in [
+        code::INCOMPATIBLE_VERSION,
+        code::INVALID_ENV,
+        code::IO,
+        code::DECODE,
+        code::INVALID_CONFIG,
+        code::TRY_AGAIN,
+        code::NOT_AVAILABLE,
+        code::LIMITED,
+        code::DAEMON,
+        code::DATAPATH,
+    ] {
+        assert!(errors.contains(&format!(".B {c}\n")), "ERRORS lacks {c}");
+    }
+    let conf = section(&p, "CONFIGURATION");
+    for k in ["socket", "mtu", "dns", "name"] {
+        assert!(
+            conf.contains(&format!("B {k}\n")),
+            "CONFIGURATION lacks {k}"
+        );
+    }
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_eniip-cni"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let options = section(&p, "OPTIONS");
+    for w in String::from_utf8_lossy(&help.stdout).split_whitespace() {
+        if let Some(flag) = w.strip_prefix("--") {
+            assert!(
+                options.contains(&format!("--{flag}")),
+                "OPTIONS lacks --{flag}"
+            );
+        }
+    }
+    // The example conflist is valid JSON and uses the plugin.
+    let ex = std::fs::read_to_string(format!("{}/cni/eniip.conflist", env!("CARGO_MANIFEST_DIR")))
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ex).unwrap();
+    assert_eq!(v["plugins"][0]["type"], "eniip-cni");
+}

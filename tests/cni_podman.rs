@@ -1,0 +1,364 @@
+//! eniip-cni under a real runtime: Debian's podman (CNI backend) with runc,
+//! the reference plugins chained after it (portmap, tuning, bandwidth) and
+//! an image imported from busybox-static.
+//!
+//! podman runs with its network namespace set to the test's node namespace
+//! (`nsenter --net`, which, unlike `ip netns exec`, keeps /sys and the
+//! cgroup tree podman and runc need), so the plugins it runs, their routes,
+//! rules and iptables rules all live in that namespace and the host's are
+//! never touched. Its storage, run root, network and plugin folders are
+//! private temporary folders.
+//!
+//! Shows: `podman run --network <net>` gets an address eniipd lists for that
+//! container, pings the vswitch gateway out the right ENI, serves through
+//! portmap; `podman rm` releases it (eniipd and the emulator agree); 20
+//! containers started at once get distinct addresses across 2+ ENIs.
+
+mod cnienv;
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use cnienv::{can_run, sh, World, GATEWAY};
+use serde_json::{json, Value};
+
+/// The node's address that portmap clients connect to.
+const NODE_ADDR: &str = "10.250.0.1";
+
+struct Podman {
+    dir: PathBuf,
+    node: String,
+}
+
+impl Podman {
+    fn new(w: &World) -> Podman {
+        let dir = common::tempdir("podman");
+        for d in [
+            "root",
+            "runroot",
+            "net",
+            "plugins",
+            "rootfs/bin",
+            "rootfs/www",
+        ] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        for e in std::fs::read_dir("/usr/lib/cni").unwrap().flatten() {
+            std::os::unix::fs::symlink(e.path(), dir.join("plugins").join(e.file_name())).unwrap();
+        }
+        std::os::unix::fs::symlink(cnienv::plugin(), dir.join("plugins/eniip-cni")).unwrap();
+        let conf = format!(
+            r#"[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "{d}/events.log"
+[containers]
+default_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]
+[network]
+network_backend = "cni"
+network_config_dir = "{d}/net"
+cni_plugin_dirs = ["{d}/plugins"]
+"#,
+            d = dir.display()
+        );
+        std::fs::write(dir.join("containers.conf"), conf).unwrap();
+        let conflist = json!({
+            "cniVersion": "1.0.0",
+            "name": w.network,
+            "plugins": [
+                {"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500},
+                {"type": "portmap", "capabilities": {"portMappings": true}},
+                {"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.rp_filter": "1"}},
+                {"type": "bandwidth", "capabilities": {"bandwidth": true}}
+            ]
+        });
+        std::fs::write(
+            dir.join("net").join(format!("{}.conflist", w.network)),
+            serde_json::to_vec_pretty(&conflist).unwrap(),
+        )
+        .unwrap();
+        // The image: busybox-static and its applets.
+        let rootfs = dir.join("rootfs");
+        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
+        for a in ["sh", "ping", "httpd", "sleep", "ip", "cat"] {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
+        }
+        std::fs::write(rootfs.join("www/index.html"), "hello-from-the-pod\n").unwrap();
+        sh(&[
+            "tar",
+            "-C",
+            &rootfs.display().to_string(),
+            "-cf",
+            &dir.join("bb.tar").display().to_string(),
+            ".",
+        ]);
+        let p = Podman {
+            dir,
+            node: w.node.name.clone(),
+        };
+        let out = p.run(&[
+            "import",
+            &p.dir.join("bb.tar").display().to_string(),
+            "localhost/eniip-bb:1",
+        ]);
+        assert!(
+            out.status.success(),
+            "import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        p
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.node))
+            .arg("podman")
+            .arg("--root")
+            .arg(self.dir.join("root"))
+            .arg("--runroot")
+            .arg(self.dir.join("runroot"))
+            .arg("--storage-driver")
+            .arg("vfs")
+            .args(args)
+            .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "podman {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The container's id and address on `net`.
+    fn address(&self, name: &str, net: &str) -> (String, String) {
+        let v: Value = serde_json::from_str(&self.ok(&["inspect", name])).unwrap();
+        let id = v[0]["Id"].as_str().unwrap().to_string();
+        let ip = v[0]["NetworkSettings"]["Networks"][net]["IPAddress"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no address for {name}: {v}"))
+            .to_string();
+        (id, ip)
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        // eniipd still runs (the World is dropped after us): DELs succeed.
+        let _ = self.run(&["rm", "-af", "-t", "0"]);
+        let _ = self.run(&["system", "reset", "-f"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// An HTTP GET of `/` at `addr`, from inside the namespace `netns` (a
+/// named thread enters it; the test's own thread never moves). Returns
+/// the body.
+fn http_get_in(netns: &std::path::Path, addr: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let (ns, addr) = (
+        std::fs::File::open(netns).map_err(|e| e.to_string())?,
+        addr.to_string(),
+    );
+    std::thread::Builder::new()
+        .name("http-in-node".into())
+        .spawn(move || {
+            nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| e.to_string())?;
+            let sa: std::net::SocketAddr = addr.parse().map_err(|e| format!("{e}"))?;
+            let mut s =
+                std::net::TcpStream::connect_timeout(&sa, std::time::Duration::from_secs(5))
+                    .map_err(|e| format!("connect {addr}: {e}"))?;
+            s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            s.write_all(b"GET / HTTP/1.0\r\n\r\n")
+                .map_err(|e| e.to_string())?;
+            let mut r = String::new();
+            s.read_to_string(&mut r).map_err(|e| e.to_string())?;
+            Ok(r.split("\r\n\r\n").nth(1).unwrap_or("").to_string())
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+/// eniipd's `list`: ip -> (state, owner, eni).
+fn pool(w: &World) -> BTreeMap<String, (String, String, String)> {
+    w.daemon()
+        .ask("list")
+        .iter()
+        .filter_map(|l| {
+            let v: Vec<&str> = l.split(' ').collect();
+            (v.len() == 4).then(|| {
+                (
+                    v[0].to_string(),
+                    (v[1].to_string(), v[2].to_string(), v[3].to_string()),
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn podman_containers_get_their_address_from_eniipd() {
+    if !can_run(
+        "cni under podman",
+        &[
+            "podman",
+            "runc",
+            "conmon",
+            "busybox",
+            "nsenter",
+            "iptables",
+            "tar",
+            "/usr/lib/cni/portmap",
+        ],
+    ) {
+        return;
+    }
+    let w = World::start("ecs.g7.xlarge", json!({}));
+    // Scope host: the node's ARP for the gateway then goes out with source
+    // 0.0.0.0 (as with no address), which the emulated VPC, strict about
+    // reverse paths, answers; a global address it has no route to would be
+    // dropped there.
+    w.node_ip(&[
+        "addr",
+        "add",
+        &format!("{NODE_ADDR}/32"),
+        "dev",
+        "lo",
+        "scope",
+        "host",
+    ]);
+    let pm = Podman::new(&w);
+    let net = w.network.clone();
+
+    // One container with a published port.
+    pm.ok(&[
+        "run",
+        "-d",
+        "--name",
+        "web",
+        "--network",
+        &net,
+        "-p",
+        "18080:8080",
+        "localhost/eniip-bb:1",
+        "httpd",
+        "-f",
+        "-p",
+        "8080",
+        "-h",
+        "/www",
+    ]);
+    let (id, ip) = pm.address("web", &net);
+    let (state, owner, eni) = pool(&w).get(&ip).cloned().unwrap_or_default();
+    assert_eq!(state, "inuse", "{:?}", pool(&w));
+    assert!(
+        owner.starts_with(&format!("{net}/")) && (owner.contains("web") || owner.contains(&id)),
+        "{owner}"
+    );
+    let out = pm.run(&["exec", "web", "ping", "-c", "1", "-W", "2", GATEWAY]);
+    if !out.status.success() {
+        let o = pm.run(&["exec", "web", "sh", "-c", "ip addr; ip route; ip neigh"]);
+        panic!(
+            "ping: {}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&o.stdout),
+            w.diag()
+        );
+    }
+    // Through portmap, from the node.
+    let got = http_get_in(&w.node.path(), &format!("{NODE_ADDR}:18080"));
+    assert_eq!(
+        got.as_deref().ok(),
+        Some("hello-from-the-pod\n"),
+        "{got:?}\n{}",
+        w.diag()
+    );
+
+    // podman rm releases it: eniipd has it idle, the emulator still has it
+    // on the same ENI (the pool keeps it), and audit finds no difference.
+    pm.ok(&["rm", "-f", "-t", "0", "web"]);
+    let (state, _, eni_after) = pool(&w).get(&ip).cloned().unwrap_or_default();
+    assert_eq!(state, "idle", "{:?}", pool(&w));
+    assert_eq!(eni_after, eni);
+    let on_eni: Vec<String> = w
+        .sim
+        .managed()
+        .iter()
+        .filter(|e| e["id"] == eni.as_str())
+        .flat_map(|e| e["private_ips"].as_array().unwrap().clone())
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert!(on_eni.contains(&ip), "{on_eni:?}");
+    assert_eq!(w.daemon().ask("audit").last().unwrap(), "OK consistent");
+
+    // 20 at once.
+    let names: Vec<String> = (0..20).map(|i| format!("burst{i}")).collect();
+    let handles: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let (n, dir, node, net) = (n.clone(), pm.dir.clone(), pm.node.clone(), net.clone());
+            std::thread::Builder::new()
+                .name(format!("podman-{n}"))
+                .spawn(move || {
+                    let p = Podman { dir, node };
+                    let out = p.run(&[
+                        "run",
+                        "-d",
+                        "--name",
+                        &n,
+                        "--network",
+                        &net,
+                        "localhost/eniip-bb:1",
+                        "sleep",
+                        "600",
+                    ]);
+                    std::mem::forget(p); // the shared folder is the test's
+                    out
+                })
+                .unwrap()
+        })
+        .collect();
+    for (n, h) in names.iter().zip(handles) {
+        let out = h.join().unwrap();
+        assert!(
+            out.status.success(),
+            "{n}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let ips: Vec<String> = names.iter().map(|n| pm.address(n, &net).1).collect();
+    let distinct: BTreeSet<&String> = ips.iter().collect();
+    assert_eq!(distinct.len(), 20, "{ips:?}");
+    let p = pool(&w);
+    let mut by_eni: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for (ip, n) in ips.iter().zip(&names) {
+        let (state, _, eni) = p.get(ip).cloned().unwrap_or_default();
+        assert_eq!(state, "inuse", "{ip}");
+        by_eni.entry(eni).or_default().push((n.clone(), ip.clone()));
+    }
+    assert!(by_eni.len() >= 2, "{by_eni:?}");
+    // One container on each ENI reaches the gateway through its own ENI.
+    for (eni, list) in &by_eni {
+        let (n, ip) = &list[0];
+        let out = pm.run(&["exec", n, "ping", "-c", "1", "-W", "2", GATEWAY]);
+        assert!(out.status.success(), "{n} {ip} on {eni}");
+    }
+    pm.ok(&["rm", "-af", "-t", "0"]);
+    let left: Vec<_> = pool(&w)
+        .into_iter()
+        .filter(|(_, (s, _, _))| s == "inuse")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

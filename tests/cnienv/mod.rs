@@ -1,0 +1,598 @@
+//! The world eniip-cni's tests run in, all inside namespaces the test
+//! creates (the host's own tables are never touched):
+//!
+//! - `node`: the node the plugin runs in (`ip netns exec node eniip-cni`);
+//!   each managed ENI appears there as one end of a veth pair carrying the
+//!   ENI's MAC, created by a hotplug thread that watches `/__sim/state`
+//!   (as an ENI appears on a real host a moment after its attach);
+//! - `vpc`: the vswitch gateway (on `lo`) and the other end of every ENI;
+//!   its routes and permanent neighbour entries (address -> ENI MAC, from
+//!   the emulator's state) play the VPC router; strict rp_filter there
+//!   drops a packet that arrives over the wrong ENI;
+//! - containers: one namespace each.
+//!
+//! eniipd and eniip-sim run in the host namespace on loopback; eniipd's
+//! socket is a path, reachable from every namespace. Everything is removed
+//! on drop, on success and on failure.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{config, tempdir, Daemon, Sim};
+
+/// The emulator's default vswitch gateway (192.168.0.0/22).
+pub const GATEWAY: &str = "192.168.3.253";
+
+/// True when these tests can run here (root, `ip`, the commands named and
+/// the absolute paths named); otherwise says so loudly, and under CI
+/// (`ENIIPD_CI=1`) fails instead of skipping.
+pub fn can_run(test: &str, extra_tools: &[&str]) -> bool {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root".to_string());
+    }
+    for t in ["ip"].iter().chain(extra_tools) {
+        if t.starts_with('/') {
+            if !Path::new(t).exists() {
+                missing.push(t.to_string());
+            }
+            continue;
+        }
+        if !Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {t}"))
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
+            missing.push(format!("the {t} command"));
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!("SKIPPED: {test}: needs {}", missing.join(", "));
+    if std::env::var("ENIIPD_CI").as_deref() == Ok("1") {
+        panic!("{msg} (ENIIPD_CI=1: a skip is a failure)");
+    }
+    eprintln!("\n*** {msg} ***\n");
+    false
+}
+
+/// Runs a command; panics with its output if it fails.
+pub fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command; true if it succeeded.
+pub fn try_sh(args: &[&str]) -> bool {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A unique short tag for names (namespaces, links).
+pub fn tag() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{:x}{}",
+        std::process::id() % 0xffff,
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// A named network namespace, deleted on drop.
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    pub fn new(name: &str) -> Netns {
+        let _ = try_sh(&["ip", "netns", "del", name]);
+        sh(&["ip", "netns", "add", name]);
+        sh(&["ip", "-n", name, "link", "set", "lo", "up"]);
+        Netns {
+            name: name.to_string(),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/run/netns/{}", self.name))
+    }
+
+    /// Runs a command inside.
+    pub fn exec(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Deletes it now (the drop then does nothing).
+    pub fn delete(&mut self) {
+        if !self.name.is_empty() {
+            let _ = try_sh(&["ip", "netns", "del", &self.name]);
+            self.name.clear();
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        self.delete();
+    }
+}
+
+/// The hotplug + VPC-router thread.
+struct Hotplug {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+    enis: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+impl Drop for Hotplug {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn sim_state(ecs: &str) -> Option<Value> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .build()
+        .into();
+    let mut r = agent.get(&format!("{ecs}/__sim/state")).call().ok()?;
+    serde_json::from_str(&r.body_mut().read_to_string().ok()?).ok()
+}
+
+/// One pass: a link for every attached managed ENI, a VPC route and
+/// neighbour entry for every address on it; unplugs detached ones.
+struct Plug {
+    ecs: String,
+    instance: String,
+    node: String,
+    vpc: String,
+    tag: String,
+    links: BTreeMap<String, (String, usize)>,
+    routed: BTreeSet<(String, String)>,
+    next: usize,
+}
+
+fn hotplug_pass(p: &mut Plug) {
+    let (ecs, instance, node, vpc, t) = (&p.ecs, &p.instance, &p.node, &p.vpc, &p.tag);
+    let (links, routed, next) = (&mut p.links, &mut p.routed, &mut p.next);
+    let Some(state) = sim_state(ecs) else { return };
+    let mut present = BTreeSet::new();
+    for e in state["enis"].as_array().into_iter().flatten() {
+        if e["tags"]["creator"] != "eniipd"
+            || e["instance_id"] != instance.as_str()
+            || e["status"] != "InUse"
+        {
+            continue;
+        }
+        let id = e["id"].as_str().unwrap_or("").to_string();
+        let mac = e["mac"].as_str().unwrap_or("").to_string();
+        present.insert(id.clone());
+        if !links.contains_key(&id) {
+            let n = *next;
+            *next += 1;
+            let (en, vn) = (format!("e{t}n{n}"), format!("v{t}n{n}"));
+            if !try_sh(&[
+                "ip", "link", "add", &en, "netns", node, "address", &mac, "type", "veth", "peer",
+                "name", &vn, "netns", vpc,
+            ]) {
+                continue;
+            }
+            let _ = try_sh(&["ip", "-n", vpc, "link", "set", &vn, "up"]);
+            let _ = try_sh(&[
+                "ip",
+                "netns",
+                "exec",
+                vpc,
+                "sysctl",
+                "-qw",
+                &format!("net.ipv4.conf.{vn}.rp_filter=1"),
+            ]);
+            links.insert(id.clone(), (mac.clone(), n));
+        }
+        let (mac, n) = links[&id].clone();
+        let vn = format!("v{t}n{n}");
+        for ip in e["private_ips"].as_array().into_iter().flatten() {
+            let ip = ip.as_str().unwrap_or("").to_string();
+            if routed.contains(&(id.clone(), ip.clone())) {
+                continue;
+            }
+            let ok = try_sh(&[
+                "ip",
+                "-n",
+                vpc,
+                "route",
+                "replace",
+                &format!("{ip}/32"),
+                "dev",
+                &vn,
+            ]) && try_sh(&[
+                "ip",
+                "-n",
+                vpc,
+                "neigh",
+                "replace",
+                &ip,
+                "lladdr",
+                &mac,
+                "dev",
+                &vn,
+                "nud",
+                "permanent",
+            ]);
+            if ok {
+                routed.insert((id.clone(), ip));
+            }
+        }
+    }
+    let gone: Vec<String> = links
+        .keys()
+        .filter(|id| !present.contains(*id))
+        .cloned()
+        .collect();
+    for id in gone {
+        let (_, n) = links.remove(&id).unwrap();
+        let _ = try_sh(&["ip", "-n", vpc, "link", "del", &format!("v{t}n{n}")]);
+        routed.retain(|(e, _)| *e != id);
+    }
+}
+
+/// Sim + eniipd + node + VPC + hotplug.
+pub struct World {
+    pub hotplug_enis: Arc<Mutex<BTreeMap<String, String>>>,
+    hotplug: Option<Hotplug>,
+    pub daemon: Option<Daemon>,
+    pub sim: Sim,
+    pub dir: PathBuf,
+    pub cfg: Value,
+    pub node: Netns,
+    pub vpc: Netns,
+    pub tag: String,
+    pub network: String,
+}
+
+impl World {
+    /// `instance_type`: the emulator's (an ENI of `ecs.g7.large` holds 6
+    /// addresses, of `ecs.g7.xlarge` 15).
+    pub fn start(instance_type: &str, extra: Value) -> World {
+        let t = tag();
+        let node = Netns::new(&format!("eniip-node-{t}"));
+        let vpc = Netns::new(&format!("eniip-vpc-{t}"));
+        sh(&[
+            "ip",
+            "-n",
+            &vpc.name,
+            "addr",
+            "add",
+            &format!("{GATEWAY}/32"),
+            "dev",
+            "lo",
+        ]);
+        for (ns, k, v) in [
+            (&vpc.name, "net.ipv4.conf.all.rp_filter", "1"),
+            (&vpc.name, "net.ipv4.conf.default.rp_filter", "1"),
+            (&vpc.name, "net.ipv4.ip_forward", "0"),
+        ] {
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "sysctl",
+                "-qw",
+                &format!("{k}={v}"),
+            ]);
+        }
+        let sim = Sim::start(&[
+            "--instance-type",
+            instance_type,
+            "--attach-delay-ms",
+            "50",
+            "--metadata-lag-ms",
+            "50",
+        ]);
+        let dir = tempdir("cni");
+        let cfg = config(&sim, &dir, extra);
+        let daemon = Daemon::start(&dir, &cfg);
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let enis = Arc::new(Mutex::new(BTreeMap::new()));
+        let mut plug = Plug {
+            ecs: sim.ecs.clone(),
+            instance: sim.instance.clone(),
+            node: node.name.clone(),
+            vpc: vpc.name.clone(),
+            tag: t.clone(),
+            links: BTreeMap::new(),
+            routed: BTreeSet::new(),
+            next: 0,
+        };
+        let st = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("test-hotplug".into())
+            .spawn(move || {
+                // Bounded: a test lasts minutes at most.
+                let end = Instant::now() + Duration::from_secs(1800);
+                while !st.load(Ordering::SeqCst) && Instant::now() < end {
+                    hotplug_pass(&mut plug);
+                    std::thread::sleep(Duration::from_millis(30));
+                }
+            })
+            .unwrap();
+        World {
+            hotplug_enis: enis.clone(),
+            hotplug: Some(Hotplug {
+                stop,
+                handle: Some(handle),
+                enis,
+            }),
+            daemon: Some(daemon),
+            sim,
+            dir,
+            cfg,
+            node,
+            vpc,
+            tag: t.clone(),
+            network: format!("eninet{t}"),
+        }
+    }
+
+    pub fn daemon(&self) -> &Daemon {
+        self.daemon.as_ref().unwrap()
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.daemon().socket.clone()
+    }
+
+    /// The plugin's network configuration.
+    pub fn conf(&self, version: &str, extra: Value) -> Value {
+        let mut c = json!({
+            "cniVersion": version,
+            "name": self.network,
+            "type": "eniip-cni",
+            "socket": self.cfg["socket_path"],
+            "mtu": 1500,
+        });
+        if let (Value::Object(b), Value::Object(m)) = (&mut c, extra) {
+            b.extend(m);
+        }
+        c
+    }
+
+    /// `ip=owner` of every in-use address, from eniipd's `list`.
+    pub fn inuse(&self) -> BTreeMap<String, String> {
+        self.daemon()
+            .ask("list")
+            .iter()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split(' ').collect();
+                (w.len() == 4 && w[1] == "inuse").then(|| (w[0].to_string(), w[2].to_string()))
+            })
+            .collect()
+    }
+
+    /// Kills eniipd (its state survives).
+    pub fn stop_daemon(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            d.kill9();
+        }
+    }
+
+    /// Starts eniipd again on the same state.
+    pub fn start_daemon(&mut self) {
+        assert!(self.daemon.is_none());
+        self.daemon = Some(Daemon::start(&self.dir, &self.cfg));
+    }
+
+    /// A rule/route/link listing of the node (for assertions and messages).
+    pub fn node_ip(&self, args: &[&str]) -> String {
+        let mut a = vec!["ip", "-n", self.node.name.as_str()];
+        a.extend_from_slice(args);
+        sh(&a)
+    }
+
+    /// The node's and the VPC's links, rules, routes and neighbours (for
+    /// failure messages).
+    pub fn diag(&self) -> String {
+        let mut out = String::new();
+        for (ns, what) in [
+            (&self.node.name, "link"),
+            (&self.node.name, "rule"),
+            (&self.node.name, "route show table all"),
+            (&self.node.name, "neigh"),
+            (&self.vpc.name, "link"),
+            (&self.vpc.name, "route"),
+            (&self.vpc.name, "neigh"),
+        ] {
+            let mut a = vec!["ip", "-n", ns.as_str()];
+            a.extend(what.split(' '));
+            let o = Command::new(a[0]).args(&a[1..]).output().unwrap();
+            out.push_str(&format!(
+                "--- ip -n {ns} {what}\n{}",
+                String::from_utf8_lossy(&o.stdout)
+            ));
+        }
+        out
+    }
+
+    /// Runs the plugin in the node namespace as a runtime would.
+    pub fn cni(&self, cmd: &str, ctr: Option<&Ctr>, conf: &Value) -> CniOut {
+        self.cni_with(
+            cmd,
+            ctr.map(|c| (c.id.as_str(), c.ns.path(), c.args.as_str())),
+            conf,
+        )
+    }
+
+    /// Same with explicit id, netns path and CNI_ARGS.
+    pub fn cni_with(&self, cmd: &str, ctr: Option<(&str, PathBuf, &str)>, conf: &Value) -> CniOut {
+        run_plugin(&self.node.name, cmd, ctr, conf)
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.hotplug.take();
+        self.daemon.take();
+        // Kept after a failure: eniipd's log is there.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The plugin's binary.
+pub fn plugin() -> &'static str {
+    env!("CARGO_BIN_EXE_eniip-cni")
+}
+
+/// Runs eniip-cni in namespace `node`.
+pub fn run_plugin(
+    node: &str,
+    cmd: &str,
+    ctr: Option<(&str, PathBuf, &str)>,
+    conf: &Value,
+) -> CniOut {
+    run_bin(node, plugin(), cmd, ctr, conf)
+}
+
+/// Runs the plugin binary `bin` in namespace `node`, as libcni would.
+pub fn run_bin(
+    node: &str,
+    bin: &str,
+    cmd: &str,
+    ctr: Option<(&str, PathBuf, &str)>,
+    conf: &Value,
+) -> CniOut {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", node, bin])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some((id, ns, args)) = ctr {
+        c.env("CNI_CONTAINERID", id)
+            .env("CNI_NETNS", ns)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_ARGS", args);
+    }
+    let mut child = c.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(conf.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    CniOut {
+        ok: out.status.success(),
+        json: serde_json::from_str(&stdout).unwrap_or(Value::Null),
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A plugin invocation's outcome.
+#[derive(Debug)]
+pub struct CniOut {
+    pub ok: bool,
+    pub json: Value,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CniOut {
+    /// Panics unless it succeeded.
+    pub fn expect_ok(self, what: &str) -> CniOut {
+        assert!(self.ok, "{what} failed: {self:?}");
+        self
+    }
+
+    /// The CNI error code (panics on success).
+    pub fn code(&self) -> u64 {
+        assert!(!self.ok, "expected an error, got {self:?}");
+        self.json["code"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no code in {self:?}"))
+    }
+
+    /// The pod address of an ADD result.
+    pub fn ip(&self) -> String {
+        self.json["ips"][0]["address"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no address in {self:?}"))
+            .trim_end_matches("/32")
+            .to_string()
+    }
+}
+
+/// A container: its namespace and ids.
+pub struct Ctr {
+    pub id: String,
+    pub ns: Netns,
+    pub args: String,
+}
+
+impl Ctr {
+    pub fn new(world: &World, n: usize) -> Ctr {
+        let id = format!("ctr{}x{n}", world.tag);
+        Ctr {
+            ns: Netns::new(&format!("eniip-c-{}-{n}", world.tag)),
+            id,
+            args: String::new(),
+        }
+    }
+
+    /// Pings `dst` once from inside (busybox ping; the answer must come
+    /// within 2 s).
+    pub fn ping(&self, dst: &str) -> bool {
+        let out = self
+            .ns
+            .exec(&["busybox", "ping", "-c", "1", "-W", "2", dst]);
+        out.status.success()
+    }
+}
+
+/// Polls `f` every 20 ms until true or `limit` passes.
+pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
+    crate::common::eventually(limit, f)
+}
+
+/// `path` as a string.
+pub fn s(p: &Path) -> String {
+    p.display().to_string()
+}

@@ -1,0 +1,128 @@
+//! The `keep` / `gc` verbs (eniip-cni's GC, and scripts) through the real
+//! daemon against the real emulator: a keep-list spread over many lines of
+//! one connection, owner-prefix scoping, sandbox ids as keys, the list
+//! emptied after each `gc`, and the durability of what `gc` released.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{config, field, tempdir, Daemon, Sim};
+use serde_json::json;
+
+/// One connection, many requests: every reply's lines, in order.
+fn session(socket: &Path, lines: &[&str]) -> Vec<Vec<String>> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut out = Vec::new();
+    for line in lines {
+        s.write_all(format!("{line}\n").as_bytes()).unwrap();
+        let mut reply = Vec::new();
+        loop {
+            let mut l = String::new();
+            assert!(r.read_line(&mut l).unwrap() > 0, "closed after {line}");
+            let l = l.trim_end().to_string();
+            let done = eniipd::server::protocol::is_final_line(&l);
+            reply.push(l);
+            if done {
+                break;
+            }
+        }
+        out.push(reply);
+    }
+    out
+}
+
+fn inuse_owners(d: &Daemon) -> Vec<String> {
+    let mut v: Vec<String> = d
+        .ask("list")
+        .iter()
+        .filter(|l| l.split(' ').nth(1) == Some("inuse"))
+        .map(|l| l.split(' ').nth(2).unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn gc_releases_exactly_what_is_not_kept() {
+    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let dir = tempdir("keepgc");
+    let mut d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
+    let a = d.ok("alloc net1/ns/a sandbox=ctr-a");
+    d.ok("alloc net1/ns/b sandbox=ctr-b");
+    let c = d.ok("alloc net1/ns/c sandbox=ctr-c");
+    d.ok("alloc net1/ns/d");
+    d.ok("alloc net2/ns/a sandbox=ctr-x");
+
+    // Without a prefix gc would release everything: refused, nothing moves.
+    assert!(d.ask("gc").last().unwrap().starts_with("ERR bad-request"));
+    assert_eq!(inuse_owners(&d).len(), 5);
+
+    // Kept: a by owner, b by sandbox (on another line). c and d go; net2
+    // is outside the prefix.
+    let r = session(
+        &d.socket,
+        &[
+            "keep net1/ns/a",
+            "keep ctr-b other-id",
+            "gc owner-prefix=net1/",
+        ],
+    );
+    assert_eq!(r[0], vec!["OK keep=1"]);
+    assert_eq!(r[1], vec!["OK keep=3"]);
+    let gc = &r[2];
+    assert_eq!(gc.last().unwrap(), "OK released=2", "{gc:?}");
+    let mut lines = gc[..2].to_vec();
+    // By owner (the addresses' order is the pool's).
+    lines.sort_by_key(|l| l.split(' ').nth(1).unwrap_or("").to_string());
+    assert_eq!(lines[0], format!("{} net1/ns/c ctr-c", field(&c, "ip")));
+    assert!(lines[1].ends_with(" net1/ns/d -"), "{lines:?}");
+    assert_eq!(
+        inuse_owners(&d),
+        vec!["net1/ns/a", "net1/ns/b", "net2/ns/a"]
+    );
+
+    // A keep-list on another connection protects nothing here, and each
+    // gc empties its own list: the second gc of one session keeps nothing.
+    let r = session(
+        &d.socket,
+        &[
+            "keep ctr-b",
+            "gc owner-prefix=net1/",
+            "gc owner-prefix=net1/",
+        ],
+    );
+    assert_eq!(r[1].last().unwrap(), "OK released=1", "{r:?}");
+    assert!(r[1][0].contains(&field(&a, "ip")), "{r:?}");
+    assert_eq!(r[2].last().unwrap(), "OK released=1", "{r:?}");
+    assert!(r[2][0].ends_with(" net1/ns/b ctr-b"), "{r:?}");
+    assert_eq!(inuse_owners(&d), vec!["net2/ns/a"]);
+
+    // Durable: a kill -9 and a restart keep exactly that.
+    d.kill9();
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
+    assert_eq!(inuse_owners(&d), vec!["net2/ns/a"]);
+}
+
+#[test]
+fn a_keep_list_has_a_bound_per_line_and_ids_are_validated() {
+    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let dir = tempdir("keepbad");
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
+    assert!(d.ask("keep").last().unwrap().starts_with("ERR bad-request"));
+    assert!(d
+        .ask("keep a b$c")
+        .last()
+        .unwrap()
+        .starts_with("ERR bad-request"));
+    // A full 4096-byte line of ids is accepted.
+    let ids: Vec<String> = (0..400).map(|i| format!("id-{i:05}")).collect();
+    let line = format!("keep {}", ids.join(" "));
+    assert!(line.len() <= 4096);
+    assert_eq!(d.ask(&line), vec!["OK keep=400"]);
+}
