@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,8 @@ struct Fake {
     held: Mutex<HashMap<String, Allocation>>,
     alloc_delay_ms: AtomicU64,
     completed: AtomicU64,
+    /// When non-zero, `metrics` answers this many bytes of data lines.
+    metrics_bytes: AtomicUsize,
 }
 
 fn allocation(n: usize) -> Allocation {
@@ -118,6 +120,11 @@ impl Backend for Fake {
         })
     }
     fn metrics(&self) -> String {
+        let big = self.metrics_bytes.load(Ordering::SeqCst);
+        if big > 0 {
+            let line = format!("eniipd_padding{{x=\"{}\"}} 1\n", "x".repeat(1000));
+            return line.repeat(big / line.len() + 1);
+        }
         "# HELP eniipd_enis Managed ENIs.\n# TYPE eniipd_enis gauge\neniipd_enis 1\n".into()
     }
     fn config(&self) -> Vec<(String, String)> {
@@ -336,6 +343,118 @@ fn hostile_input_is_refused_while_another_client_is_served() {
         "slow client not cut: {cut_after:?}"
     );
     assert!(h.ask("show slow")[0].starts_with("ERR not-found"));
+
+    slow_readers_are_evicted_and_a_reading_client_is_always_served();
+}
+
+/// Polls `f` every 10 ms until it holds or `limit` passes.
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Clients that send `metrics` (a reply far bigger than a socket buffer)
+/// and never read: their stuck writes are cut by the write deadline, and
+/// under a flood of them a client that reads its replies never fails.
+fn slow_readers_are_evicted_and_a_reading_client_is_always_served() {
+    const MAX: usize = 16;
+    let h = Harness::new(ServerConfig {
+        max_connections: MAX,
+        ..Harness::me()
+    });
+    h.fake.metrics_bytes.store(512 << 10, Ordering::SeqCst);
+    let server = h.server.as_ref().unwrap();
+
+    // Alone, a non-reader is closed by the write deadline.
+    let mut lone = h.connect();
+    lone.write_all(b"metrics\n").unwrap();
+    assert!(eventually(Duration::from_secs(5), || server.connections() == 1));
+    assert!(
+        eventually(Duration::from_secs(5), || server.connections() == 0),
+        "a client that does not read its reply still holds a connection"
+    );
+    drop(lone);
+
+    // A flood of them, bounded in count and time: 2 * MAX at first, then
+    // two more for each request of a client that reads, so they arrive
+    // while it works.
+    const REQUESTS: usize = 60;
+    let done = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let served = Arc::new(AtomicUsize::new(0));
+    let flood = {
+        let (path, done, opened, served) =
+            (h.path.clone(), done.clone(), opened.clone(), served.clone());
+        std::thread::Builder::new()
+            .name("slow-readers".into())
+            .spawn(move || {
+                let until = Instant::now() + Duration::from_secs(30);
+                // Held open (never read) until the end.
+                let mut held = Vec::new();
+                for n in 0..2 * MAX + 2 * REQUESTS {
+                    while n >= 2 * MAX + 2 * served.load(Ordering::SeqCst)
+                        && !done.load(Ordering::SeqCst)
+                        && Instant::now() < until
+                    {
+                        std::thread::park_timeout(Duration::from_millis(5));
+                    }
+                    if done.load(Ordering::SeqCst) || Instant::now() >= until {
+                        break;
+                    }
+                    if let Ok(mut s) = UnixStream::connect(&path) {
+                        let _ = s.write_all(b"metrics\n");
+                        held.push(s);
+                    }
+                    opened.fetch_add(1, Ordering::SeqCst);
+                }
+                while !done.load(Ordering::SeqCst) && Instant::now() < until {
+                    std::thread::park_timeout(Duration::from_millis(50));
+                }
+                drop(held);
+            })
+            .unwrap()
+    };
+    assert!(eventually(Duration::from_secs(10), || opened
+        .load(Ordering::SeqCst)
+        >= 2 * MAX));
+    let mut failures = Vec::new();
+    let until = Instant::now() + Duration::from_secs(30);
+    for i in 0..REQUESTS {
+        if Instant::now() >= until {
+            failures.push(format!("out of time after {i} requests"));
+            break;
+        }
+        let line = if i % 2 == 0 { "ping" } else { "status" };
+        let outcome = UnixStream::connect(&h.path).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            s.write_all(format!("{line}\n").as_bytes())?;
+            let mut reply = String::new();
+            BufReader::new(s).read_line(&mut reply)?;
+            Ok(reply)
+        });
+        match outcome {
+            Ok(r) if r.starts_with("OK ") => {}
+            other => failures.push(format!("{line}: {other:?}")),
+        }
+        served.fetch_add(1, Ordering::SeqCst);
+        flood.thread().unpark();
+    }
+    done.store(true, Ordering::SeqCst);
+    flood.thread().unpark();
+    flood.join().unwrap();
+    println!(
+        "{} slow readers opened; reading client failures: {failures:?}",
+        opened.load(Ordering::SeqCst)
+    );
+    assert!(failures.is_empty(), "{failures:?}");
 }
 
 #[test]

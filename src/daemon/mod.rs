@@ -507,7 +507,7 @@ fn listen(
             socket_gid: gid,
             line_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(2),
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
         backend.clone(),

@@ -4,10 +4,15 @@
 //! within `line_timeout` of its first byte; a connection with no request
 //! for `idle_timeout` is closed; lines over 4096 bytes get
 //! `ERR line-too-long` and the connection is closed, without ever buffering
-//! more than that; at `max_connections` the connection idle longest is
-//! closed to admit the new one (`ERR busy` if every one is busy). Writes
-//! have a timeout. A request whose client left is still completed: the
-//! backend call runs to the end and only the reply is dropped.
+//! more than that; a reply must be taken by the client within
+//! `write_timeout`. At `max_connections` the connection idle longest is
+//! closed to admit the new one. A connection whose client does not read its
+//! reply counts as idle since its reply last made progress, so clients that
+//! never read cannot lock others out; a connection whose request is being
+//! served, or whose next request has arrived, is never closed this way
+//! (`ERR busy` to the newcomer if every connection is such). A request
+//! whose client left is still completed: the backend call runs to the end
+//! and only the reply is dropped.
 //!
 //! The accept thread sleeps in `poll` on the listener and a wake-up pipe,
 //! so an idle daemon uses no CPU here.
@@ -24,7 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use log::{debug, info, warn};
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::peer::{may_mutate, supplementary_groups, Peer};
 use super::protocol::{self, ErrCode, ProtoError, Reply, Request, MAX_LINE};
@@ -59,23 +64,52 @@ impl Default for ServerConfig {
             socket_gid: None,
             line_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(2),
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
 }
 
+/// Where a connection is in its request cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Reading the next request line (or nothing yet).
+    Waiting,
+    /// The backend is answering a request, or its reply is being written
+    /// as fast as the client takes it.
+    Serving,
+    /// The reply does not fit in what the client has read: it stalled.
+    Stalled,
+}
+
 struct Conn {
     stream: UnixStream,
-    busy: bool,
+    phase: Phase,
+    /// When the connection last did something for its client: opened,
+    /// finished a request, or got a piece of its reply taken.
     last_active: Instant,
+    /// Has a request arrived on it yet?
+    asked: bool,
     thread: Option<JoinHandle<()>>,
 }
+
+/// A new connection is given this long to send its first request before it
+/// is closed ahead of others to admit yet another: a client connects, then
+/// writes, and may be descheduled in between.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(500);
+
+/// How long a new connection may wait, at `max_connections`, for one to
+/// become closable (a request to be read, a reply to stall) before it is
+/// refused with `ERR busy`. Meanwhile the accept thread waits and new
+/// connections queue in the listen backlog.
+const ADMIT_WAIT: Duration = Duration::from_secs(1);
 
 struct Shared {
     cfg: ServerConfig,
     backend: Arc<dyn Backend>,
     conns: Mutex<HashMap<u64, Conn>>,
+    /// Signalled when a connection may have become closable or left.
+    changed: Condvar,
     stopping: AtomicBool,
     next: AtomicU64,
 }
@@ -103,6 +137,7 @@ impl Server {
             cfg,
             backend,
             conns: Mutex::new(HashMap::new()),
+            changed: Condvar::new(),
             stopping: AtomicBool::new(false),
             next: AtomicU64::new(1),
         });
@@ -134,6 +169,7 @@ impl Server {
     pub fn shutdown(&self, deadline: Duration) {
         let until = Instant::now() + deadline;
         self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.changed.notify_all();
         if let Some(w) = self.wake.lock().take() {
             let _ = nix::unistd::write(&w, b"x");
         }
@@ -145,7 +181,7 @@ impl Server {
         let threads: Vec<JoinHandle<()>> = {
             let mut conns = self.shared.conns.lock();
             for c in conns.values() {
-                if !c.busy {
+                if c.phase == Phase::Waiting {
                     let _ = c.stream.shutdown(std::net::Shutdown::Both);
                 }
             }
@@ -213,13 +249,9 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
     let id = sh.next.fetch_add(1, Ordering::Relaxed);
     {
         let mut conns = sh.conns.lock();
-        if conns.len() >= sh.cfg.max_connections {
-            let victim = conns
-                .iter()
-                .filter(|(_, c)| !c.busy)
-                .min_by_key(|(_, c)| c.last_active)
-                .map(|(id, _)| *id);
-            match victim {
+        let give_up = Instant::now() + ADMIT_WAIT;
+        while conns.len() >= sh.cfg.max_connections {
+            match pick_victim(&conns) {
                 Some(v) => {
                     if let Some(c) = conns.get(&v) {
                         let _ = c.stream.shutdown(std::net::Shutdown::Both);
@@ -230,6 +262,9 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
                     }
                     crate::metrics::record_connection_evicted();
                     debug!("closed the connection idle longest to admit a new one");
+                }
+                None if !sh.stopping.load(Ordering::SeqCst) && Instant::now() < give_up => {
+                    sh.changed.wait_until(&mut conns, give_up);
                 }
                 None => {
                     drop(conns);
@@ -258,8 +293,9 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
             id,
             Conn {
                 stream: clone,
-                busy: false,
+                phase: Phase::Waiting,
                 last_active: Instant::now(),
+                asked: false,
                 thread: None,
             },
         );
@@ -271,6 +307,7 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
         .spawn(move || {
             serve(&sh2, id, stream);
             sh2.conns.lock().remove(&id);
+            sh2.changed.notify_all();
         });
     match t {
         Ok(t) => {
@@ -299,11 +336,98 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
     }
 }
 
-fn set_state(sh: &Shared, id: u64, busy: bool) {
+/// The connection to close to admit a new one: the one idle longest among
+/// those waiting for a request that has not arrived and those whose reply
+/// the client is not taking (new ones still within their first-request
+/// grace come last). Never one being served, nor one whose next request is
+/// already in its socket (it is about to be served).
+fn pick_victim(conns: &HashMap<u64, Conn>) -> Option<u64> {
+    let now = Instant::now();
+    let mut candidates: Vec<(&u64, &Conn)> = conns
+        .iter()
+        .filter(|(_, c)| c.phase != Phase::Serving)
+        .collect();
+    candidates.sort_by_key(|(_, c)| {
+        let new = !c.asked && now.duration_since(c.last_active) < FIRST_REQUEST_GRACE;
+        (new, c.last_active)
+    });
+    candidates
+        .into_iter()
+        .find(|(_, c)| c.phase == Phase::Stalled || !has_input(&c.stream))
+        .map(|(id, _)| *id)
+}
+
+/// Has the client sent bytes the connection has not read yet?
+fn has_input(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{recv, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let mut b = [0u8; 1];
+    matches!(
+        recv(
+            stream.as_raw_fd(),
+            &mut b,
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT
+        ),
+        Ok(1)
+    )
+}
+
+fn set_phase(sh: &Shared, id: u64, phase: Phase) {
     if let Some(c) = sh.conns.lock().get_mut(&id) {
-        c.busy = busy;
+        c.phase = phase;
         c.last_active = Instant::now();
+        c.asked |= phase == Phase::Serving;
     }
+    if phase != Phase::Serving {
+        sh.changed.notify_all();
+    }
+}
+
+/// Writes a reply within `write_timeout`. While the client takes it the
+/// connection counts as serving; once the client stops reading (the socket
+/// is full) it is `Stalled`, idle since the reply last moved, and may be
+/// closed to admit another client.
+fn write_reply(sh: &Shared, id: u64, stream: &UnixStream, bytes: &[u8]) -> io::Result<()> {
+    use nix::errno::Errno;
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::socket::{send, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + sh.cfg.write_timeout;
+    let mut rest = bytes;
+    let mut stalled = false;
+    while !rest.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not take its reply in time",
+            ));
+        }
+        let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+        match send(stream.as_raw_fd(), rest, flags) {
+            Ok(n) => {
+                rest = &rest[n..];
+                if stalled && n > 0 {
+                    set_phase(sh, id, Phase::Stalled);
+                }
+            }
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                if !stalled {
+                    stalled = true;
+                    set_phase(sh, id, Phase::Stalled);
+                }
+                let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLOUT)];
+                let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+                match poll(&mut fds, timeout) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 enum Next {
@@ -383,7 +507,10 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
         let line = match read_line(sh, &mut stream, &mut buf) {
             Next::Line(l) => l,
             Next::TooLong => {
-                let _ = stream.write_all(
+                let _ = write_reply(
+                    sh,
+                    id,
+                    &stream,
                     Reply::err(ProtoError::bare(ErrCode::LineTooLong))
                         .render()
                         .as_bytes(),
@@ -393,7 +520,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
             }
             Next::Closed => return,
         };
-        set_state(sh, id, true);
+        set_phase(sh, id, Phase::Serving);
         let (reply, quit) = if sh.stopping.load(Ordering::SeqCst) {
             (
                 Reply::err(ProtoError::new(
@@ -415,8 +542,8 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
                 }
             }
         };
-        let written = stream.write_all(reply.render().as_bytes());
-        set_state(sh, id, false);
+        let written = write_reply(sh, id, &stream, reply.render().as_bytes());
+        set_phase(sh, id, Phase::Waiting);
         if let Err(e) = written {
             debug!("reply not delivered (client gone?): {e}");
             return;
