@@ -94,9 +94,9 @@ struct Conn {
 }
 
 /// A new connection is given this long to send its first request before it
-/// is closed ahead of others to admit yet another: a client connects, then
-/// writes, and may be descheduled in between.
-const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(500);
+/// may be closed to admit yet another: a client connects, then writes, and
+/// may be descheduled in between.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(200);
 
 /// How long a new connection may wait, at `max_connections`, for one to
 /// become closable (a request to be read, a reply to stall) before it is
@@ -264,7 +264,10 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
                     debug!("closed the connection idle longest to admit a new one");
                 }
                 None if !sh.stopping.load(Ordering::SeqCst) && Instant::now() < give_up => {
-                    sh.changed.wait_until(&mut conns, give_up);
+                    // Woken when a connection changes; a new one's grace
+                    // ends unannounced, hence the bounded slice.
+                    let slice = Instant::now() + FIRST_REQUEST_GRACE / 5;
+                    sh.changed.wait_until(&mut conns, give_up.min(slice));
                 }
                 None => {
                     drop(conns);
@@ -338,19 +341,17 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
 
 /// The connection to close to admit a new one: the one idle longest among
 /// those waiting for a request that has not arrived and those whose reply
-/// the client is not taking (new ones still within their first-request
-/// grace come last). Never one being served, nor one whose next request is
-/// already in its socket (it is about to be served).
+/// the client is not taking. Never one being served, one whose next
+/// request is already in its socket (it is about to be served), nor a new
+/// one within its first-request grace.
 fn pick_victim(conns: &HashMap<u64, Conn>) -> Option<u64> {
     let now = Instant::now();
     let mut candidates: Vec<(&u64, &Conn)> = conns
         .iter()
         .filter(|(_, c)| c.phase != Phase::Serving)
+        .filter(|(_, c)| c.asked || now.duration_since(c.last_active) >= FIRST_REQUEST_GRACE)
         .collect();
-    candidates.sort_by_key(|(_, c)| {
-        let new = !c.asked && now.duration_since(c.last_active) < FIRST_REQUEST_GRACE;
-        (new, c.last_active)
-    });
+    candidates.sort_by_key(|(_, c)| c.last_active);
     candidates
         .into_iter()
         .find(|(_, c)| c.phase == Phase::Stalled || !has_input(&c.stream))
