@@ -543,6 +543,41 @@ fn shutdown_answers_in_flight_refuses_new_and_returns_in_time() {
     );
 }
 
+#[test]
+fn a_client_still_sending_a_huge_line_reads_line_too_long() {
+    let h = Harness::new(Harness::me());
+    let mut s = h.connect();
+    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut line = vec![b'a'; 1 << 20];
+    line.push(b'\n');
+    s.write_all(&line)
+        .expect("the whole line is taken (drained), not reset");
+    let mut r = BufReader::new(s);
+    assert_eq!(read_reply(&mut r), vec!["ERR line-too-long"]);
+    let mut rest = String::new();
+    r.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "", "closed after the error");
+
+    // The draining is bounded: a client that never stops is cut off.
+    let mut s = h.connect();
+    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let started = Instant::now();
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut sent = 0usize;
+    while sent < 64 << 20 && started.elapsed() < Duration::from_secs(20) {
+        match s.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(_) => break,
+        }
+    }
+    assert!(sent < 64 << 20, "64 MiB taken after line-too-long");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 fn socat() -> Option<PathBuf> {
     let found = ["/usr/bin/socat", "/bin/socat", "/usr/local/bin/socat"]
         .iter()

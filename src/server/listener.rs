@@ -431,6 +431,36 @@ fn write_reply(sh: &Shared, id: u64, stream: &UnixStream, bytes: &[u8]) -> io::R
     Ok(())
 }
 
+/// After `ERR line-too-long` the client may still be sending its line.
+/// Closing with its bytes unread would reset the connection and lose the
+/// reply, so what it sends is read and dropped, up to this many bytes...
+const DRAIN_MAX_BYTES: u64 = 4 << 20;
+/// ... and for this long at most, before the connection is closed.
+const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
+
+/// Ends the connection after a final error: the reply is followed by EOF at
+/// once, and what the client still sends is discarded (within the bounds
+/// above) until it closes its end, so it can read the reply.
+fn drain_and_close(stream: &mut UnixStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let until = Instant::now() + DRAIN_MAX_TIME;
+    let mut dropped: u64 = 0;
+    let mut chunk = [0u8; 16 * 1024];
+    while dropped < DRAIN_MAX_BYTES {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => dropped += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
 enum Next {
     Line(Vec<u8>),
     TooLong,
@@ -516,7 +546,8 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
                         .render()
                         .as_bytes(),
                 );
-                let _ = stream.shutdown(std::net::Shutdown::Both);
+                set_phase(sh, id, Phase::Waiting);
+                drain_and_close(&mut stream);
                 return;
             }
             Next::Closed => return,
