@@ -8,6 +8,7 @@
 pub mod listener;
 pub mod peer;
 pub mod protocol;
+pub mod socket;
 
 use std::net::IpAddr;
 
