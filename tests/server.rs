@@ -152,7 +152,7 @@ impl Harness {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         let path = dir.join("s.sock");
-        let listener: UnixListener = bind_socket(&path, 0o660, None).unwrap();
+        let (listener, _): (UnixListener, _) = bind_socket(&path, 0o660, None).unwrap();
         let fake = Arc::new(Fake::default());
         let server = Server::start(listener, cfg, fake.clone()).unwrap();
         Harness {
@@ -686,20 +686,40 @@ fn eniipctl_exit_codes_and_output() {
 }
 
 #[test]
-fn bind_socket_replaces_a_stale_socket_but_not_a_file() {
+fn bind_socket_replaces_a_stale_socket_but_not_a_live_one_nor_a_file() {
     let dir = PathBuf::from(format!("/tmp/eniipd-bind-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let p = dir.join("x.sock");
-    let l = bind_socket(&p, 0o600, None).unwrap();
+    let (l, _) = bind_socket(&p, 0o600, None).unwrap();
     drop(l);
-    let _l = bind_socket(&p, 0o640, None).unwrap();
+    // Nothing answers on the file left behind: stale, replaced.
+    let (live, file) = bind_socket(&p, 0o640, None).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
         0o640
     );
+    // Something answers: in use, named with the listener's pid, untouched.
+    let err = bind_socket(&p, 0o640, None).unwrap_err();
+    assert!(err.in_use(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&p.display().to_string()), "{text}");
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    assert!(eniipd::server::socket::check_socket_free(&p).is_err());
+    UnixStream::connect(&p).expect("the live socket is still there");
+    // A file that is not a socket is never removed.
     let f = dir.join("plain");
     std::fs::write(&f, "x").unwrap();
     assert!(bind_socket(&f, 0o600, None).is_err());
+    assert!(f.exists());
+    // Removal at stop: only while the path is still the socket bound here.
+    std::fs::remove_file(&p).unwrap();
+    let (_other, _) = bind_socket(&p, 0o600, None).unwrap();
+    assert!(!file.remove_if_ours());
+    UnixStream::connect(&p).expect("another's socket is left in place");
+    drop(live);
     let _ = std::fs::remove_dir_all(&dir);
 }

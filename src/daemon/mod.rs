@@ -27,6 +27,7 @@ use crate::cloud::credentials::CredentialSource;
 use crate::cloud::{CloudApi, CloudError, InstanceIdentity};
 use crate::config::{Config, RawConfig, DEFAULT_CONFIG_PATH};
 use crate::server::listener::{bind_socket, resolve_group, Server, ServerConfig};
+use crate::server::socket::{check_socket_free, BindError, SocketFile};
 use crate::sim::{SimOptions, Simulator};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::systemd::Notifier;
@@ -46,7 +47,7 @@ pub mod exit {
     pub const DATAERR: i32 = 65;
     /// Cloud or metadata unreachable at start.
     pub const UNAVAILABLE: i32 = 69;
-    /// State directory held by another instance.
+    /// State directory held, or socket served, by another instance.
     pub const TEMPFAIL: i32 = 75;
     /// Bad configuration.
     pub const CONFIG: i32 = 78;
@@ -91,6 +92,15 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 fn store_error(e: &StoreError) -> DaemonError {
     DaemonError::new(e.exit_code(), chain(e))
+}
+
+fn bind_error(e: &BindError) -> DaemonError {
+    let code = if e.in_use() {
+        exit::TEMPFAIL
+    } else {
+        exit::FAILURE
+    };
+    DaemonError::new(code, chain(e))
 }
 
 /// Loads the config and applies flag overrides (and the `--simulate`
@@ -251,7 +261,7 @@ struct Running {
     server: Server,
     alloc: Arc<Allocator>,
     committer: Arc<crate::store::Committer>,
-    socket: Option<PathBuf>,
+    socket: Option<SocketFile>,
     metrics_http: Option<crate::httpd::HttpServer>,
     sim: Option<Simulator>,
     notifier: Notifier,
@@ -311,6 +321,11 @@ fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
     // The state lock first: nothing else may touch the directory or the
     // socket without it.
     let (store, persisted, quarantine) = open_state(&cfg, args.recover_state)?;
+    // Another instance serving the socket (with another state directory)
+    // must be found before this one touches the cloud.
+    if std::env::var_os("LISTEN_FDS").is_none() {
+        check_socket_free(&cfg.socket_path).map_err(|e| bind_error(&e))?;
+    }
     let committer = Arc::new(store.start());
     info!(
         "state: {} allocation(s), {} hold(s) in {}",
@@ -474,7 +489,7 @@ fn allocator_options(
 fn listen(
     cfg: &Config,
     backend: Arc<DaemonBackend>,
-) -> Result<(Server, Option<PathBuf>), DaemonError> {
+) -> Result<(Server, Option<SocketFile>), DaemonError> {
     let gid = match &cfg.socket_group {
         Some(g) => Some(
             resolve_group(g)
@@ -490,13 +505,9 @@ fn listen(
             (l, None)
         }
         None => {
-            let l = bind_socket(&cfg.socket_path, cfg.socket_mode, gid).map_err(|e| {
-                DaemonError::new(
-                    exit::FAILURE,
-                    format!("cannot bind {}: {e}", cfg.socket_path.display()),
-                )
-            })?;
-            (l, Some(cfg.socket_path.clone()))
+            let (l, file) =
+                bind_socket(&cfg.socket_path, cfg.socket_mode, gid).map_err(|e| bind_error(&e))?;
+            (l, Some(file))
         }
     };
     let server = Server::start(
@@ -672,8 +683,8 @@ fn serve(r: Running) -> i32 {
         }
         Err(_) => warn!("state store still in use by abandoned threads; its log is complete, the snapshot is skipped"),
     }
-    if let Some(p) = &r.socket {
-        let _ = std::fs::remove_file(p);
+    if let Some(s) = &r.socket {
+        s.remove_if_ours();
     }
     if let Some(sim) = r.sim {
         sim.shutdown();
