@@ -578,6 +578,70 @@ fn a_client_still_sending_a_huge_line_reads_line_too_long() {
     );
 }
 
+/// `n` non-blocking connects (as Go and most event loops make them), each
+/// closed at once, from `threads` named threads; how many found the
+/// listen backlog full (EAGAIN) and how many were made.
+fn connect_storm(path: &std::path::Path, threads: usize, n: usize) -> (usize, usize) {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd;
+    let until = Instant::now() + Duration::from_secs(60);
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let path = path.to_path_buf();
+            std::thread::Builder::new()
+                .name(format!("storm-{t}"))
+                .spawn(move || {
+                    let addr = UnixAddr::new(&path).unwrap();
+                    let (mut full, mut made) = (0, 0);
+                    for _ in 0..n / threads {
+                        if Instant::now() >= until {
+                            break;
+                        }
+                        let fd = socket(
+                            AddressFamily::Unix,
+                            SockType::Stream,
+                            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+                            None,
+                        )
+                        .unwrap();
+                        match connect(fd.as_raw_fd(), &addr) {
+                            Ok(()) => {}
+                            Err(nix::errno::Errno::EAGAIN) => full += 1,
+                            Err(e) => panic!("connect: {e}"),
+                        }
+                        made += 1;
+                    }
+                    (full, made)
+                })
+                .unwrap()
+        })
+        .collect();
+    workers
+        .into_iter()
+        .map(|w| w.join().unwrap())
+        .fold((0, 0), |(f, m), (f2, m2)| (f + f2, m + m2))
+}
+
+#[test]
+fn a_connect_close_storm_never_finds_the_backlog_full() {
+    // One client connecting and closing as fast as it can: the accept
+    // loop must keep up, so the backlog never fills.
+    let h = Harness::new(Harness::me());
+    let n = 10_000;
+    let started = Instant::now();
+    let (full, made) = connect_storm(&h.path, 1, n);
+    println!(
+        "{made} connects in {:?}, {full} found the backlog full",
+        started.elapsed()
+    );
+    assert_eq!(made, n, "the storm ran out of time");
+    assert_eq!(full, 0, "{full} of {n} connects got EAGAIN");
+    // Several at once, fewer than the backlog holds: every one succeeds.
+    let (full, made) = connect_storm(&h.path, 4, 2000);
+    assert_eq!((full, made), (0, 2000));
+    assert_eq!(h.ask("ping"), vec!["OK pong"]);
+}
+
 fn socat() -> Option<PathBuf> {
     let found = ["/usr/bin/socat", "/bin/socat", "/usr/local/bin/socat"]
         .iter()

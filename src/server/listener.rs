@@ -243,6 +243,12 @@ fn accept_loop(sh: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
 }
 
 fn admit(sh: &Arc<Shared>, stream: UnixStream) {
+    if pending(&stream) == Pending::Gone {
+        // Connected and closed with nothing sent (a probe, or a connect
+        // storm): nothing to answer, so no slot or thread. Keeps the accept
+        // loop as fast as such clients and the listen backlog from filling.
+        return;
+    }
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_write_timeout(Some(sh.cfg.write_timeout));
     let id = sh.next.fetch_add(1, Ordering::Relaxed);
@@ -359,17 +365,33 @@ fn pick_victim(conns: &HashMap<u64, Conn>) -> Option<u64> {
 
 /// Has the client sent bytes the connection has not read yet?
 fn has_input(stream: &UnixStream) -> bool {
+    pending(stream) == Pending::Input
+}
+
+/// What a client has sent that the connection has not read.
+#[derive(Debug, PartialEq, Eq)]
+enum Pending {
+    /// Bytes.
+    Input,
+    /// Nothing, and its end is closed.
+    Gone,
+    /// Nothing yet.
+    Nothing,
+}
+
+fn pending(stream: &UnixStream) -> Pending {
     use nix::sys::socket::{recv, MsgFlags};
     use std::os::fd::AsRawFd;
     let mut b = [0u8; 1];
-    matches!(
-        recv(
-            stream.as_raw_fd(),
-            &mut b,
-            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT
-        ),
-        Ok(1)
-    )
+    match recv(
+        stream.as_raw_fd(),
+        &mut b,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    ) {
+        Ok(0) => Pending::Gone,
+        Ok(_) => Pending::Input,
+        Err(_) => Pending::Nothing,
+    }
 }
 
 fn set_phase(sh: &Shared, id: u64, phase: Phase) {
