@@ -642,6 +642,46 @@ fn a_connect_close_storm_never_finds_the_backlog_full() {
     assert_eq!(h.ask("ping"), vec!["OK pong"]);
 }
 
+#[test]
+fn the_listen_backlog_queues_4096_connections_before_an_accept() {
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::fd::AsRawFd;
+    let dir = PathBuf::from(format!("/tmp/eniipd-backlog-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let p = dir.join("b.sock");
+    let (_listener, _) = bind_socket(&p, 0o600, None).unwrap();
+    let somaxconn: i32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4096);
+    // The daemon asks for 4096; the kernel may cap it lower.
+    let expected = 4096.min(somaxconn) as usize;
+    let addr = UnixAddr::new(&p).unwrap();
+    let mut queued = Vec::new();
+    // Nobody accepts: count what the kernel queues (bounded).
+    for _ in 0..expected + 10 {
+        let fd = socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .unwrap();
+        match connect(fd.as_raw_fd(), &addr) {
+            Ok(()) => queued.push(fd),
+            Err(nix::errno::Errno::EAGAIN) => break,
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+    assert!(
+        queued.len() >= expected,
+        "{} queued, backlog {expected}",
+        queued.len()
+    );
+    drop(queued);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn socat() -> Option<PathBuf> {
     let found = ["/usr/bin/socat", "/bin/socat", "/usr/local/bin/socat"]
         .iter()

@@ -17,6 +17,12 @@ use std::path::{Path, PathBuf};
 
 use log::{info, warn};
 
+/// The listen backlog: connections the kernel queues before the accept
+/// thread takes them (the kernel caps it at `net.core.somaxconn`).
+/// `systemd/eniipd.socket` sets the same `Backlog=`. A client connecting
+/// without blocking (Go, most event loops) gets EAGAIN when it is full.
+pub const LISTEN_BACKLOG: i32 = 4096;
+
 /// Why the client socket could not be bound.
 #[derive(Debug)]
 pub enum BindError {
@@ -217,7 +223,7 @@ pub fn bind_socket(
     }
     let mask = nix::sys::stat::Mode::from_bits_truncate(!mode & 0o777);
     let old = nix::sys::stat::umask(mask);
-    let bound = UnixListener::bind(path);
+    let bound = listen_at(path);
     nix::sys::stat::umask(old);
     let listener = bound.map_err(io_err)?;
     let m = std::fs::symlink_metadata(path).map_err(io_err)?;
@@ -232,6 +238,21 @@ pub fn bind_socket(
             .map_err(|e| io_err(e.into()))?;
     }
     Ok((listener, file))
+}
+
+/// socket, bind and listen with [`LISTEN_BACKLOG`] (std's
+/// `UnixListener::bind` picks its own backlog).
+fn listen_at(path: &Path) -> io::Result<UnixListener> {
+    use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType};
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    bind(fd.as_raw_fd(), &nix::sys::socket::UnixAddr::new(path)?)?;
+    listen(&fd, Backlog::new(LISTEN_BACKLOG)?)?;
+    Ok(UnixListener::from(fd))
 }
 
 /// A group name or numeric gid.
