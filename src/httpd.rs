@@ -146,7 +146,17 @@ impl HttpServer {
         handler: Handler,
         opts: HttpOptions,
     ) -> io::Result<HttpServer> {
-        let listener = TcpListener::bind(addr)?;
+        HttpServer::serve(TcpListener::bind(addr)?, name, handler, opts)
+    }
+
+    /// Serves an already bound listener (bound early, so that a busy port
+    /// is found before anything else happens).
+    pub fn serve(
+        listener: TcpListener,
+        name: &str,
+        handler: Handler,
+        opts: HttpOptions,
+    ) -> io::Result<HttpServer> {
         listener.set_nonblocking(true)?;
         let local = listener.local_addr()?;
         let (wake_rx, wake_tx) = nix::unistd::pipe()?;
@@ -178,17 +188,21 @@ impl HttpServer {
     /// Stops accepting, closes every connection and joins the threads
     /// (within a couple of seconds; stragglers are abandoned).
     pub fn shutdown(mut self) {
-        self.stop();
+        self.stop(Instant::now() + Duration::from_secs(3));
     }
 
-    fn stop(&mut self) {
+    /// [`HttpServer::shutdown`] against the caller's deadline.
+    pub fn shutdown_until(mut self, until: Instant) {
+        self.stop(until);
+    }
+
+    fn stop(&mut self, until: Instant) {
         self.shared.stopping.store(true, Ordering::SeqCst);
         if let Some(w) = self.wake.take() {
             let _ = nix::unistd::write(&w, b"x");
         }
-        let until = Instant::now() + Duration::from_secs(3);
         if let Some(h) = self.accept.take() {
-            let _ = crate::alloc::join_until(h, until);
+            let _ = crate::util::thread::join_until(h, until);
         }
         let threads: Vec<JoinHandle<()>> = {
             let mut conns = self.shared.conns.lock();
@@ -198,14 +212,14 @@ impl HttpServer {
             conns.values_mut().filter_map(|(_, t)| t.take()).collect()
         };
         for t in threads {
-            let _ = crate::alloc::join_until(t, until);
+            let _ = crate::util::thread::join_until(t, until);
         }
     }
 }
 
 impl Drop for HttpServer {
     fn drop(&mut self) {
-        self.stop();
+        self.stop(Instant::now() + Duration::from_secs(3));
     }
 }
 

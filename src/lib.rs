@@ -17,6 +17,7 @@
 pub mod alloc;
 pub mod cloud;
 pub mod config;
+pub mod core;
 pub mod daemon;
 pub mod httpd;
 pub mod logging;

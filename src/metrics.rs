@@ -144,14 +144,19 @@ pub fn record_connection_evicted() {
     REGISTRY.lock().connections_rejected += 1;
 }
 
-/// OpenAPI attempts recorded so far, by action (all codes).
-pub fn openapi_counts() -> BTreeMap<String, u64> {
-    let r = REGISTRY.lock();
-    let mut out = BTreeMap::new();
-    for ((action, _), n) in &r.openapi_total {
-        *out.entry(action.clone()).or_default() += n;
-    }
-    out
+type ConnectionSource = Box<dyn Fn() -> usize + Send + Sync>;
+
+static CONNECTIONS: LazyLock<Mutex<Option<ConnectionSource>>> = LazyLock::new(|| Mutex::new(None));
+
+/// Tells the registry how to count open client connections (the
+/// listener's counter; the daemon sets it once the socket serves).
+pub fn set_connection_source(f: ConnectionSource) {
+    *CONNECTIONS.lock() = Some(f);
+}
+
+/// Open client connections now (0 before a listener is registered).
+pub fn connections() -> u64 {
+    CONNECTIONS.lock().as_ref().map(|f| f() as u64).unwrap_or(0)
 }
 
 /// Point-in-time values of the pool, supplied by the caller of [`render`].

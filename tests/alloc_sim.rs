@@ -279,3 +279,78 @@ fn kill_9_mid_burst_loses_no_acknowledged_allocation_and_leaks_nothing() {
         .contains(" pending=0 ")));
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
 }
+
+#[test]
+fn an_eni_deleted_behind_the_daemons_back_is_let_go() {
+    use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
+    use eniipd::cloud::credentials::CredentialSource;
+    use eniipd::cloud::{wait, CloudApi, EniStatus};
+
+    // ecs.g7.large: 2 usable ENIs of 6 addresses, capacity 12.
+    let sim = Sim::start(&[
+        "--instance-type",
+        "ecs.g7.large",
+        "--attach-delay-ms",
+        "50",
+        "--metadata-lag-ms",
+        "50",
+    ]);
+    let dir = tempdir("deleted");
+    let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
+    let d = Daemon::start(&dir, &cfg);
+    let mut held = BTreeMap::new();
+    for i in 0..12 {
+        let r = d.ok(&format!("alloc o/{i}"));
+        held.insert(format!("o/{i}"), field(&r, "eni"));
+    }
+    let victim = held["o/0"].clone();
+    for (o, e) in &held {
+        if *e == victim {
+            assert!(d.ok(&format!("release {o}")).starts_with("released="));
+        }
+    }
+    // Someone else detaches and deletes it.
+    let mut opts = AliyunCloudOptions::new(
+        &sim.region,
+        &sim.metadata,
+        CredentialSource::Static {
+            id: eniipd::sim::DEFAULT_ACCESS_KEY_ID.into(),
+            secret: eniipd::util::Secret::new(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET),
+            token: None,
+        },
+    );
+    opts.ecs_endpoint = sim.ecs.clone();
+    opts.vpc_endpoint = sim.ecs.clone();
+    let other = AliyunCloud::new(opts);
+    other.detach_eni(&victim, &sim.instance).unwrap();
+    wait::wait_eni_status(
+        &other,
+        &victim,
+        EniStatus::Available,
+        std::time::Instant::now() + Duration::from_secs(10),
+    )
+    .unwrap();
+    other.delete_eni(&victim).unwrap();
+    // The daemon lets it go: it is no longer listed, its slot is free and
+    // the audit is clean.
+    assert!(
+        eventually(Duration::from_secs(20), || !d
+            .ask("enis")
+            .iter()
+            .any(|l| l.starts_with(&victim))),
+        "{:?}",
+        d.ask("enis")
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || d.ask("audit")
+            == vec!["OK consistent".to_string()]),
+        "{:?}",
+        d.ask("audit")
+    );
+    // The whole capacity can be had again (a new ENI replaces it).
+    for i in 12..18 {
+        let r = d.ask(&format!("alloc o/{i}"));
+        assert!(r[0].starts_with("OK ip="), "o/{i}: {r:?}");
+    }
+    assert!(d.ok("status").contains(" inuse=12 "));
+}

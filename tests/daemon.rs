@@ -259,6 +259,39 @@ fn bad_config_exits_78_naming_the_key_and_check_config_masks_secrets() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(78));
+    // A key of the wrong type is named, with what it must be.
+    std::fs::write(dir.join("type.json"), r#"{"vswitches": ["vsw-1"]}"#).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .args(["--check-config", "--config"])
+        .arg(dir.join("type.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`vswitches`") && stderr.contains("zone -> list of vswitch ids"),
+        "{stderr}"
+    );
+    // A secret others can read is warned about.
+    use std::os::unix::fs::PermissionsExt;
+    let ok = dir.join("ok.json");
+    std::fs::set_permissions(&ok, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .args(["--check-config", "--config"])
+        .arg(&ok)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("readable by others"), "{stderr}");
+    std::fs::set_permissions(&ok, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .args(["--check-config", "--config"])
+        .arg(&ok)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("readable by others"), "{stderr}");
 }
 
 #[test]
@@ -373,12 +406,28 @@ fn socket_activation_through_systemd_socket_activate() {
 fn sighup_reloads_the_pool_sizes() {
     let sim = fast_sim();
     let dir = tempdir("hup");
-    let cfg = config(&sim, &dir, json!({"min_pool_size": 0}));
+    let cfg = config(
+        &sim,
+        &dir,
+        json!({"min_pool_size": 0, "max_pool_size": 100}),
+    );
     let d = Daemon::start(&dir, &cfg);
     assert!(d.ok("status").contains(" idle=0 "));
+    // The view is what runs: max clamped to the capacity (45), with a
+    // warning naming the key.
+    let view = d.ask("config");
+    assert!(view.contains(&"max_pool_size=45".to_string()), "{view:?}");
+    assert!(
+        d.log_text().contains("WARN")
+            && d.log_text()
+                .contains("max_pool_size 100 exceeds the capacity 45"),
+        "{}",
+        d.log_text()
+    );
     let mut cfg2 = cfg.clone();
     cfg2["min_pool_size"] = json!(6);
     cfg2["max_pool_size"] = json!(8);
+    cfg2["max_connections"] = json!(100);
     std::fs::write(&d.config, serde_json::to_vec(&cfg2).unwrap()).unwrap();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(d.pid()),
@@ -394,6 +443,15 @@ fn sighup_reloads_the_pool_sizes() {
         d.ok("status")
     );
     assert!(d.log_text().contains("SIGHUP"), "{}", d.log_text());
+    let view = d.ask("config");
+    assert!(view.contains(&"min_pool_size=6".to_string()), "{view:?}");
+    assert!(view.contains(&"max_pool_size=8".to_string()), "{view:?}");
+    assert!(
+        d.log_text()
+            .contains("SIGHUP: max_connections changed; it takes effect only after a restart"),
+        "{}",
+        d.log_text()
+    );
     // A broken file is refused and the daemon keeps running.
     std::fs::write(&d.config, "{ not json").unwrap();
     nix::sys::signal::kill(
@@ -534,6 +592,21 @@ fn simulate_runs_with_no_config_credentials_or_root() {
         )
     );
     assert!(common::ask(&socket, "alloc demo/web-1")[0].starts_with("OK ip="));
+    // The eniipctl lines run as pasted.
+    let mut or = String::new();
+    for _ in 0..2 {
+        let mut l = String::new();
+        std::io::BufRead::read_line(&mut out, &mut l).unwrap();
+        or.push_str(l.trim().trim_start_matches("or:").trim());
+        or.push('\n');
+    }
+    let ran = Command::new("sh").arg("-c").arg(&or).output().unwrap();
+    let stdout = String::from_utf8_lossy(&ran.stdout);
+    assert!(
+        ran.status.success() && stdout.contains("inuse=1"),
+        "{or}: {stdout} {}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGINT,
@@ -553,10 +626,130 @@ fn an_unreachable_metadata_service_at_start_is_exit_69() {
     let cfg = config(
         &sim,
         &dir,
-        json!({"metadata_endpoint": format!("http://127.0.0.1:{closed}")}),
+        json!({"metadata_endpoint": format!("http://127.0.0.1:{closed}"), "start_timeout": 3}),
     );
     let mut d = Daemon::spawn(&dir, &cfg, &[]);
-    let status = d.wait_exit(Duration::from_secs(150));
+    let status = d.wait_exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(69), "{}", d.log_text());
     assert!(d.log_text().contains("metadata"), "{}", d.log_text());
+}
+
+#[test]
+fn refused_credentials_at_start_are_exit_77_naming_the_code() {
+    let sim = fast_sim();
+    let dir = tempdir("creds");
+    let cfg = config(
+        &sim,
+        &dir,
+        json!({"access_secret": "not-the-secret", "start_timeout": 30}),
+    );
+    let mut d = Daemon::spawn(&dir, &cfg, &[]);
+    let status = d.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(77), "{}", d.log_text());
+    assert!(
+        d.log_text().contains("SignatureDoesNotMatch"),
+        "{}",
+        d.log_text()
+    );
+    assert!(
+        !d.log_text().contains("not-the-secret"),
+        "the secret leaked"
+    );
+    let mut cfg = cfg;
+    cfg["access_key"] = json!("LTAInosuchkey00000000");
+    cfg["access_secret"] = json!(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET);
+    let mut d = Daemon::spawn(&dir, &cfg, &[]);
+    let status = d.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(77), "{}", d.log_text());
+    assert!(
+        d.log_text().contains("InvalidAccessKeyId.NotFound"),
+        "{}",
+        d.log_text()
+    );
+}
+
+#[test]
+fn sigterm_during_a_hanging_cold_alloc_fails_it_at_once_and_exits_in_time() {
+    let sim = fast_sim();
+    let dir = tempdir("hang");
+    let cfg = config(&sim, &dir, json!({"min_pool_size": 0}));
+    let mut d = Daemon::start(&dir, &cfg);
+    // Every ENI creation now takes 20 s: the cold alloc below waits on it.
+    sim.fault(r#"{"action":"CreateNetworkInterface","latency_ms":20000}"#);
+    let socket = d.socket.clone();
+    let client = std::thread::spawn(move || {
+        let r = ask(&socket, "alloc cold/one");
+        (r, std::time::Instant::now())
+    });
+    assert!(common::eventually(Duration::from_secs(10), || sim
+        .calls("CreateNetworkInterface")
+        > 0));
+    // The alloc is now waiting on a cloud call that will not end in time.
+    let signalled = std::time::Instant::now();
+    let (status, took) = d.terminate(Duration::from_secs(15));
+    let (reply, answered) = client.join().unwrap();
+    assert_eq!(
+        reply.last().map(String::as_str).unwrap_or(""),
+        "ERR shutting-down the daemon is stopping",
+        "{reply:?}"
+    );
+    let waited = answered.duration_since(signalled);
+    assert!(
+        waited < Duration::from_secs(1),
+        "the waiter was answered after {waited:?}"
+    );
+    assert_eq!(status.code(), Some(0), "{}", d.log_text());
+    assert!(took < Duration::from_secs(10), "exit after {took:?}");
+}
+
+#[test]
+fn local_preconditions_fail_before_any_cloud_call() {
+    let sim = fast_sim();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
+    let blocker = tempdir("precond-file").join("not-a-dir");
+    std::fs::create_dir_all(blocker.parent().unwrap()).unwrap();
+    std::fs::write(&blocker, "").unwrap();
+    let cases = [
+        (
+            json!({"socket_group": "no-such-group-eniipd"}),
+            "socket_group",
+        ),
+        (json!({"metrics_listen": busy_addr}), "metrics_listen"),
+        (
+            json!({"socket_path": blocker.join("sub/d.sock").display().to_string()}),
+            "socket_path",
+        ),
+    ];
+    for (extra, key) in cases {
+        let dir = tempdir("precond");
+        let mut extra = extra;
+        // A warm pool would create an ENI right after start: none may be.
+        extra["min_pool_size"] = json!(10);
+        let cfg = config(&sim, &dir, extra);
+        let mut d = Daemon::spawn(&dir, &cfg, &[]);
+        let status = d.wait_exit(Duration::from_secs(30));
+        assert_eq!(status.code(), Some(78), "{key}: {}", d.log_text());
+        assert!(d.log_text().contains(key), "{key}: {}", d.log_text());
+        let mutating: u64 = [
+            "CreateNetworkInterface",
+            "AttachNetworkInterface",
+            "AssignPrivateIpAddresses",
+        ]
+        .iter()
+        .map(|a| sim.calls(a))
+        .sum();
+        assert_eq!(mutating, 0, "{key}: the cloud was changed before exit 78");
+        // --check-config reports the same problem.
+        std::fs::write(&d.config, serde_json::to_vec(&cfg).unwrap()).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+            .args(["--check-config", "--config"])
+            .arg(&d.config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(78), "{key} --check-config");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key), "{key} --check-config: {err}");
+    }
+    drop(busy);
 }

@@ -7,8 +7,9 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use eniipd::config::RawConfig;
+use eniipd::core::ErrCode;
 use eniipd::metrics::{render, Gauges};
-use eniipd::server::protocol::{ErrCode, HELP};
+use eniipd::server::protocol::HELP;
 
 /// A man page as plain words: escapes and font changes removed.
 fn page(name: &str) -> String {
@@ -85,7 +86,7 @@ fn every_command_and_error_code_is_in_the_protocol_page() {
     let man = page("eniipd-protocol.7");
     let commands = section(&man, "COMMANDS");
     let names: Vec<&str> = HELP.iter().map(|l| l.split(' ').next().unwrap()).collect();
-    assert_eq!(names.len(), 13);
+    assert_eq!(names.len(), 15);
     let gaps = missing(&commands, names.iter().copied());
     assert!(
         gaps.is_empty(),
@@ -118,7 +119,7 @@ fn every_metric_is_in_eniipd_8() {
 fn every_exit_code_is_in_exit_status() {
     let man = section(&page("eniipd.8"), "EXIT STATUS");
     let documented: BTreeSet<&str> = man.lines().filter_map(|l| l.strip_prefix(".B ")).collect();
-    let want: BTreeSet<&str> = ["0", "1", "2", "65", "69", "75", "78"].into();
+    let want: BTreeSet<&str> = ["0", "1", "2", "65", "69", "75", "77", "78"].into();
     assert_eq!(documented, want);
     let ctl = section(&page("eniipctl.1"), "EXIT STATUS");
     for code in ["0", "1", "2"] {
@@ -126,5 +127,98 @@ fn every_exit_code_is_in_exit_status() {
             ctl.contains(&format!(".B {code}\n")),
             "eniipctl(1) exit {code}"
         );
+    }
+}
+
+/// A man page as `mandoc -T ascii` renders it, overstrikes removed and
+/// white space folded; None (said loudly) when mandoc is not installed.
+fn rendered(name: &str) -> Option<String> {
+    let path = format!("{}/man/{name}", env!("CARGO_MANIFEST_DIR"));
+    let out = match Command::new("mandoc")
+        .args(["-T", "ascii"])
+        .arg(&path)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            if std::env::var_os("ENIIPD_CI").is_some() {
+                panic!("mandoc is needed to check the rendered man pages: {e}");
+            }
+            eprintln!("SKIPPED: mandoc is not installed ({e}); rendered man pages not checked");
+            return None;
+        }
+    };
+    assert!(out.status.success(), "mandoc {name}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Overstrike: `c\bc` is bold, `_\bc` underlined; keep the character.
+    let mut plain = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if chars.peek() == Some(&'\u{8}') {
+            chars.next();
+            continue;
+        }
+        plain.push(c);
+    }
+    Some(plain.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+#[test]
+fn synopses_and_examples_render_with_their_spaces() {
+    let Some(protocol) = rendered("eniipd-protocol.7") else {
+        return;
+    };
+    // Every synopsis `help` prints reads the same in the page.
+    for line in HELP {
+        let synopsis = line.split("   ").next().unwrap().trim();
+        let synopsis = synopsis.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            protocol.contains(&synopsis),
+            "eniipd-protocol(7) renders no `{synopsis}`"
+        );
+    }
+    for want in [
+        "OK enis=N ips=N idle=N inuse=N reserved=N cooling=N pending=N capacity=N",
+        "eni mac vswitch ips=N pending=N inhibited=rfc3339-or-",
+        "ip state owner-or--",
+    ] {
+        assert!(
+            protocol.contains(want),
+            "eniipd-protocol(7) renders no `{want}`"
+        );
+    }
+    let ctl = rendered("eniipctl.1").unwrap();
+    for want in [
+        "alloc OWNER [sandbox=ID] [prefer=IP]",
+        "release OWNER [sandbox=ID]",
+        "gc owner-prefix=P [KEEP-ID...]",
+    ] {
+        assert!(ctl.contains(want), "eniipctl(1) renders no `{want}`");
+    }
+    let sim = rendered("eniip-sim.1").unwrap();
+    for want in [
+        r#"{"action": "<Action or *>", "code": "<error code>"}"#,
+        r#"{"id": "vsw-...", "free": N}"#,
+        r#"'{"action":"AssignPrivateIpAddresses","code":"Throttling.User","count":2}'"#,
+    ] {
+        assert!(sim.contains(want), "eniip-sim(1) renders no `{want}`");
+    }
+    // No page glues a closing bracket to the next option (`[,x]` suffixes
+    // of one value, as in `ID=CIDR[,ipv6=CIDR6][,free=N]`, are meant).
+    for name in [
+        "eniipd.8",
+        "eniipd.conf.5",
+        "eniipctl.1",
+        "eniip-sim.1",
+        "eniipd-protocol.7",
+    ] {
+        let text = rendered(name).unwrap();
+        for (i, _) in text.match_indices("][") {
+            assert!(
+                text[i + 2..].starts_with(','),
+                "{name} renders `{}`",
+                &text[i.saturating_sub(20)..(i + 20).min(text.len())]
+            );
+        }
     }
 }

@@ -11,13 +11,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use eniipd::server::listener::{bind_socket, Server, ServerConfig};
-use eniipd::server::protocol::{
-    is_final_line, Allocation, EniEntry, ErrCode, ListEntry, Owner, ProtoError, SandboxId,
-    StatusCounts,
+use crossbeam_channel::bounded;
+use eniipd::core::{
+    AllocError, Allocation, Answer, Command as Cmd, Commands, EniEntry, Envelope, ErrCode,
+    ListEntry, Owner, StatusCounts,
 };
-use eniipd::server::Backend;
+use eniipd::server::listener::{bind_socket, Server, ServerConfig};
+use eniipd::server::protocol::is_final_line;
 
+/// A stand-in for the allocator: answers every command on a thread of its
+/// own, as the actor would (slow allocs included).
 #[derive(Default)]
 struct Fake {
     held: Mutex<HashMap<String, Allocation>>,
@@ -39,18 +42,13 @@ fn allocation(n: usize) -> Allocation {
     }
 }
 
-impl Backend for Fake {
-    fn alloc(
-        &self,
-        owner: &Owner,
-        _s: Option<&SandboxId>,
-        _p: Option<IpAddr>,
-    ) -> Result<Allocation, ProtoError> {
+impl Fake {
+    fn alloc(&self, owner: &Owner) -> Result<Answer, AllocError> {
         std::thread::sleep(Duration::from_millis(
             self.alloc_delay_ms.load(Ordering::SeqCst),
         ));
         if owner.as_str() == "exhaust/me" {
-            return Err(ProtoError::new(ErrCode::Exhausted, "capacity reached"));
+            return Err(AllocError::new(ErrCode::Exhausted, "capacity reached"));
         }
         let mut held = self.held.lock().unwrap();
         let n = held.len();
@@ -59,79 +57,102 @@ impl Backend for Fake {
             .or_insert_with(|| allocation(n))
             .clone();
         self.completed.fetch_add(1, Ordering::SeqCst);
-        Ok(a)
+        Ok(Answer::Allocation(a))
     }
-    fn release(&self, owner: &Owner, _s: Option<&SandboxId>) -> Result<Option<IpAddr>, ProtoError> {
-        Ok(self
-            .held
-            .lock()
-            .unwrap()
-            .remove(owner.as_str())
-            .map(|a| IpAddr::V4(a.ip)))
-    }
-    fn show(&self, owner: &Owner) -> Result<Allocation, ProtoError> {
-        self.held
-            .lock()
-            .unwrap()
-            .get(owner.as_str())
-            .cloned()
-            .ok_or_else(|| ProtoError::bare(ErrCode::NotFound))
-    }
-    fn list(&self) -> Result<Vec<ListEntry>, ProtoError> {
-        Ok(self
-            .held
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(o, a)| ListEntry {
-                ip: IpAddr::V4(a.ip),
-                state: "inuse",
-                owner: Some(o.clone()),
-                eni: a.eni.clone(),
-            })
-            .collect())
-    }
-    fn status(&self) -> Result<StatusCounts, ProtoError> {
-        let n = self.held.lock().unwrap().len();
-        Ok(StatusCounts {
-            enis: 1,
-            ips: 10,
-            idle: 10 - n,
-            inuse: n,
-            capacity: 10,
-            ..StatusCounts::default()
+
+    fn answer(&self, command: Cmd) -> Result<Answer, AllocError> {
+        let held = || self.held.lock().unwrap();
+        Ok(match command {
+            Cmd::Alloc { owner, .. } => return self.alloc(&owner),
+            Cmd::Release { owner, .. } => {
+                Answer::Released(held().remove(owner.as_str()).map(|a| IpAddr::V4(a.ip)))
+            }
+            Cmd::Show { owner } => held()
+                .get(owner.as_str())
+                .cloned()
+                .map(Answer::Allocation)
+                .ok_or_else(|| AllocError::bare(ErrCode::NotFound))?,
+            Cmd::List => Answer::List(
+                held()
+                    .iter()
+                    .map(|(o, a)| ListEntry {
+                        ip: IpAddr::V4(a.ip),
+                        state: "inuse",
+                        owner: Some(o.clone()),
+                        eni: a.eni.clone(),
+                    })
+                    .collect(),
+            ),
+            Cmd::Status => {
+                let n = held().len();
+                Answer::Status(StatusCounts {
+                    enis: 1,
+                    ips: 10,
+                    idle: 10 - n,
+                    inuse: n,
+                    capacity: 10,
+                    ..StatusCounts::default()
+                })
+            }
+            Cmd::Enis => Answer::Enis(vec![EniEntry {
+                eni: "eni-test".into(),
+                mac: "00:16:3e:00:00:01".into(),
+                vswitch: "vsw-test".into(),
+                ips: 10,
+                pending: 0,
+                inhibited_until: None,
+            }]),
+            Cmd::Audit => Answer::Audit(if held().contains_key("drift") {
+                vec!["address 10.0.0.99 is on eni eni-test in the cloud but unknown locally".into()]
+            } else {
+                Vec::new()
+            }),
+            Cmd::Metrics => Answer::Metrics(match self.metrics_bytes.load(Ordering::SeqCst) {
+                0 => "# HELP eniipd_enis Managed ENIs.\n# TYPE eniipd_enis gauge\neniipd_enis 1\n"
+                    .into(),
+                big => {
+                    let line = format!("eniipd_padding{{x=\"{}\"}} 1\n", "x".repeat(1000));
+                    line.repeat(big / line.len() + 1)
+                }
+            }),
+            Cmd::Config => Answer::Config(vec![
+                ("access_secret".into(), "***".into()),
+                ("max_pool_size".into(), "5".into()),
+            ]),
+            Cmd::Gc { owner_prefix, keep } => {
+                let mut h = held();
+                let doomed: Vec<String> = h
+                    .keys()
+                    .filter(|o| o.starts_with(&owner_prefix) && !keep.contains(o))
+                    .cloned()
+                    .collect();
+                Answer::Collected(
+                    doomed
+                        .into_iter()
+                        .map(|o| {
+                            let a = h.remove(&o).unwrap();
+                            (IpAddr::V4(a.ip), Owner::parse(&o).unwrap(), None)
+                        })
+                        .collect(),
+                )
+            }
         })
     }
-    fn enis(&self) -> Result<Vec<EniEntry>, ProtoError> {
-        Ok(vec![EniEntry {
-            eni: "eni-test".into(),
-            mac: "00:16:3e:00:00:01".into(),
-            vswitch: "vsw-test".into(),
-            ips: 10,
-            pending: 0,
-            inhibited_until: None,
-        }])
-    }
-    fn audit(&self) -> Result<Vec<String>, ProtoError> {
-        Ok(if self.held.lock().unwrap().contains_key("drift") {
-            vec!["address 10.0.0.99 is on eni eni-test in the cloud but unknown locally".into()]
-        } else {
-            Vec::new()
-        })
-    }
-    fn metrics(&self) -> String {
-        let big = self.metrics_bytes.load(Ordering::SeqCst);
-        if big > 0 {
-            let line = format!("eniipd_padding{{x=\"{}\"}} 1\n", "x".repeat(1000));
-            return line.repeat(big / line.len() + 1);
-        }
-        "# HELP eniipd_enis Managed ENIs.\n# TYPE eniipd_enis gauge\neniipd_enis 1\n".into()
-    }
-    fn config(&self) -> Vec<(String, String)> {
-        vec![
-            ("access_secret".into(), "***".into()),
-            ("max_pool_size".into(), "5".into()),
-        ]
+
+    /// The command channel the server sends to; answered until the server
+    /// (the last sender) is gone.
+    fn serve(self: &Arc<Fake>) -> Commands {
+        let (tx, rx) = bounded::<Envelope>(64);
+        let fake = Arc::clone(self);
+        std::thread::spawn(move || {
+            for env in rx {
+                let fake = Arc::clone(&fake);
+                std::thread::spawn(move || {
+                    let _ = env.reply.send(fake.answer(env.command));
+                });
+            }
+        });
+        Commands::new(tx, Duration::from_secs(10))
     }
 }
 
@@ -154,7 +175,7 @@ impl Harness {
         let path = dir.join("s.sock");
         let (listener, _): (UnixListener, _) = bind_socket(&path, 0o660, None).unwrap();
         let fake = Arc::new(Fake::default());
-        let server = Server::start(listener, cfg, fake.clone()).unwrap();
+        let server = Server::start(listener, cfg, fake.serve()).unwrap();
         Harness {
             dir,
             path,
@@ -187,7 +208,7 @@ impl Harness {
 impl Drop for Harness {
     fn drop(&mut self) {
         if let Some(s) = self.server.take() {
-            s.shutdown(Duration::from_secs(2));
+            s.shutdown(Instant::now() + Duration::from_secs(2));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -516,7 +537,7 @@ fn shutdown_answers_in_flight_refuses_new_and_returns_in_time() {
     let server = h.server.take().unwrap();
     let started = Instant::now();
     let t = std::thread::spawn(move || {
-        server.shutdown(Duration::from_secs(3));
+        server.shutdown(Instant::now() + Duration::from_secs(3));
         started.elapsed()
     });
     let mut r = BufReader::new(busy);

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use crate::cloud::{CloudApi, Eni, EniStatus};
-use crate::server::protocol::{ErrCode, ProtoError};
+use crate::core::AllocError;
 
 use super::maint::{attached_managed, drift, tagged_unattached};
 use super::Snapshot;
@@ -24,15 +24,10 @@ pub fn audit(
     cloud: &dyn CloudApi,
     instance_id: &str,
     security_groups: &[String],
-    snapshot: impl Fn() -> Result<Snapshot, ProtoError>,
-) -> Result<Vec<String>, ProtoError> {
+    snapshot: impl Fn() -> Result<Snapshot, AllocError>,
+) -> Result<Vec<String>, AllocError> {
     let before = snapshot()?;
-    let cloud_err = |e: crate::cloud::CloudError| {
-        ProtoError::new(
-            ErrCode::Cloud,
-            format!("{} {}", e.code_or_kind(), e.message),
-        )
-    };
+    let cloud_err = |e: crate::cloud::CloudError| super::actor::cloud_error(&e);
     let attached = attached_managed(cloud, instance_id).map_err(cloud_err)?;
     let loose = tagged_unattached(cloud, instance_id).map_err(cloud_err)?;
     let macs: BTreeSet<String> = cloud
@@ -100,11 +95,19 @@ fn differences(
             continue;
         }
         let remote: BTreeSet<Ipv4Addr> = e.private_ips.iter().copied().collect();
+        // Addresses are compared with their ENI: a vswitch may give an
+        // address of a deleted ENI to another one.
         for a in &remote {
-            if !s.pool.ips.contains_key(a) {
-                out.push(format!(
+            match s.pool.ips.get(a) {
+                None => out.push(format!(
                     "address {a} is on eni {id} in the cloud but unknown locally"
-                ));
+                )),
+                Some(ip) if ip.eni != *id => out.push(format!(
+                    "address {a} is on eni {id} in the cloud but held locally on eni {} ({})",
+                    ip.eni,
+                    ip.state.name()
+                )),
+                Some(_) => {}
             }
         }
         for ip in s
@@ -144,8 +147,16 @@ fn differences(
             }
         }
     }
-    for id in s.pool.enis.keys() {
-        if !cloud.contains_key(id.as_str()) && !busy.contains(id.as_str()) {
+    for (id, e) in &s.pool.enis {
+        if e.gone {
+            for ip in s.pool.ips.values().filter(|ip| ip.eni == *id) {
+                out.push(format!(
+                    "address {} ({}) is still held on eni {id}, which no longer exists in the cloud",
+                    ip.v4,
+                    ip.state.name()
+                ));
+            }
+        } else if !cloud.contains_key(id.as_str()) && !busy.contains(id.as_str()) {
             out.push(format!(
                 "eni {id} is known locally but not attached in the cloud"
             ));

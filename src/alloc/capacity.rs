@@ -45,6 +45,23 @@ impl PoolSizes {
     }
 }
 
+/// The effective configuration with the pool sizes in force: `config`
+/// shows what the allocator plans with, not what the file asked.
+pub fn effective_view(cfg: &Config, cap: &Capacity) -> Vec<(String, String)> {
+    let mut v = cfg.effective();
+    for (k, val) in &mut v {
+        match k.as_str() {
+            "min_pool_size" => *val = cap.min_idle.to_string(),
+            "max_pool_size" => *val = cap.max_idle.to_string(),
+            _ => {}
+        }
+    }
+    v
+}
+
+/// Keys SIGHUP applies; a change to any other needs a restart.
+pub const RELOADABLE: [&str; 3] = ["min_pool_size", "max_pool_size", "min_eni"];
+
 /// Computes capacity; `notes` receives one line per adjustment made, for the
 /// start-up log (Terway logs the same clamps).
 pub fn compute(
@@ -73,21 +90,26 @@ pub fn compute(
         sizes.min_pool_size
     };
     let mut max_idle = sizes.max_pool_size;
+    let min_key = if sizes.min_eni != 0 {
+        "min_eni"
+    } else {
+        "min_pool_size"
+    };
     if min_idle > total {
         notes.push(format!(
-            "min pool size {min_idle} exceeds capacity {total}: clamped"
+            "{min_key} asks for {min_idle} idle addresses but the capacity is {total}: min_pool_size clamped to {total}"
         ));
         min_idle = total;
     }
     if max_idle > total {
         notes.push(format!(
-            "max pool size {max_idle} exceeds capacity {total}: clamped"
+            "max_pool_size {max_idle} exceeds the capacity {total}: clamped to {total}"
         ));
         max_idle = total;
     }
     if min_idle > max_idle {
         notes.push(format!(
-            "min pool size {min_idle} exceeds max pool size {max_idle}: max raised"
+            "min_pool_size {min_idle} exceeds max_pool_size {max_idle}: max_pool_size raised to {min_idle}"
         ));
         max_idle = min_idle;
     }

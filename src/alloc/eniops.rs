@@ -11,6 +11,7 @@
 
 use std::io;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -65,7 +66,7 @@ pub fn spawn_create(
     batcher: Arc<StatusBatcher>,
     events: Sender<Event>,
     permit: Permit,
-) -> io::Result<()> {
+) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("eni-create-{}", job.op))
         .stack_size(256 * 1024)
@@ -80,7 +81,6 @@ pub fn spawn_create(
             drop(permit);
             let _ = events.send(event);
         })
-        .map(|_| ())
 }
 
 type CreateFailure = (CloudError, Option<String>);
@@ -253,7 +253,7 @@ pub fn spawn_free(
     cloud: Arc<dyn CloudApi>,
     events: Sender<Event>,
     permit: Permit,
-) -> io::Result<()> {
+) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("eni-free-{}", eni.trim_start_matches("eni-")))
         .stack_size(256 * 1024)
@@ -262,7 +262,6 @@ pub fn spawn_free(
             drop(permit);
             let _ = events.send(Event::EniFreed { eni, result });
         })
-        .map(|_| ())
 }
 
 fn free(cloud: &dyn CloudApi, eni: &str, instance_id: &str) -> Result<(), FreeFailure> {

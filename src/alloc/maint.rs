@@ -68,6 +68,14 @@ fn cycle(
         }
     }
     let started = Instant::now();
+    // One DescribeNetworkInterfaces by tag a cycle, for reconcile and the
+    // sweeper both.
+    let mut tagged = None;
+    let mut loose = || {
+        tagged
+            .get_or_insert_with(|| tagged_unattached(cloud, &opts.instance_id))
+            .clone()
+    };
     match attached_managed(cloud, &opts.instance_id) {
         Ok(enis) => {
             let _ = events.send(Event::SecurityGroupDrift(drift(
@@ -79,14 +87,21 @@ fn cycle(
                 .filter(|e| e.status == EniStatus::InUse)
                 .map(|e| view(cloud, e))
                 .collect();
+            // Read after the attached ones: an ENI detached in between is
+            // then in both lists, never in neither (which means deleted).
+            let detached = match &loose() {
+                Ok(l) => Some(l.iter().map(|e| e.id.clone()).collect()),
+                Err(_) => None,
+            };
             let _ = events.send(Event::Reconcile {
                 started,
                 enis: views,
+                detached,
             });
         }
         Err(e) => warn!("describing managed ENIs failed: {e}"),
     }
-    if let Err(e) = sweep(opts, cloud, requests, op_sem) {
+    if let Err(e) = sweep(opts, cloud, requests, op_sem, loose()) {
         warn!("sweeping unattached ENIs failed: {e}");
     }
 }
@@ -185,8 +200,9 @@ fn sweep(
     cloud: &dyn CloudApi,
     requests: &Sender<Request>,
     op_sem: &Semaphore,
+    loose: Result<Vec<Eni>, crate::cloud::CloudError>,
 ) -> Result<(), crate::cloud::CloudError> {
-    let candidates: Vec<Eni> = tagged_unattached(cloud, &opts.instance_id)?
+    let candidates: Vec<Eni> = loose?
         .into_iter()
         .filter(|e| e.status == EniStatus::Available)
         .filter(|e| {

@@ -31,7 +31,6 @@ mod fake;
 mod tests;
 
 use std::io;
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -41,12 +40,11 @@ use log::warn;
 
 use crate::cloud::CloudApi;
 use crate::config::VSwitchPolicy;
+use crate::core::{AllocError, Answer, Command, Commands, ErrCode};
 use crate::pool::PoolState;
-use crate::server::protocol::{
-    Allocation, EniEntry, ErrCode, ListEntry, Owner, ProtoError, SandboxId, StatusCounts,
-};
 use crate::store::{Record, StoreError};
 use crate::util::sem::Semaphore;
+use crate::util::thread::join_until;
 
 use capacity::Capacity;
 use msg::Request;
@@ -110,6 +108,8 @@ pub struct AllocatorOptions {
     pub pool_backoff_max: Duration,
     /// Unattached tagged ENIs younger than this are left to their creator.
     pub sweep_min_age: Duration,
+    /// What the `config` command shows (effective values, secrets masked).
+    pub config_view: Vec<(String, String)>,
 }
 
 impl AllocatorOptions {
@@ -146,6 +146,7 @@ impl AllocatorOptions {
             eni_ready_timeout: Duration::from_secs(120),
             pool_backoff_max: Duration::from_secs(300),
             sweep_min_age: Duration::from_secs(300),
+            config_view: cfg.effective(),
         }
     }
 }
@@ -188,20 +189,22 @@ impl Snapshot {
     }
 }
 
-/// How long a client waits to hand a request to the actor before `busy`.
-const ENQUEUE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a non-alloc answer may take (commits included).
+/// How long an internal request (snapshot, reload, ping) may take.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A thread to join at stop, with its name for the log.
+pub type Joinable = (String, JoinHandle<()>);
 
 /// The running allocator.
 pub struct Allocator {
+    commands: Commands,
     requests: Sender<Request>,
     stop: Sender<()>,
     maint_stop: Sender<()>,
-    threads: parking_lot::Mutex<Vec<(&'static str, JoinHandle<()>)>>,
+    maint: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    actor: parking_lot::Mutex<Option<JoinHandle<Vec<Joinable>>>>,
     fatal: Receiver<String>,
     opts: Arc<AllocatorOptions>,
-    cloud: Arc<dyn CloudApi>,
 }
 
 impl std::fmt::Debug for Allocator {
@@ -222,6 +225,7 @@ impl Allocator {
         pool: PoolState,
     ) -> io::Result<Allocator> {
         let opts = Arc::new(opts);
+        let (cmd_tx, cmd_rx) = bounded(1024);
         let (req_tx, req_rx) = bounded(1024);
         let (ev_tx, ev_rx) = bounded(256);
         let (stop_tx, stop_rx) = bounded(1);
@@ -238,10 +242,11 @@ impl Allocator {
             op_sem.clone(),
             ev_tx.clone(),
             fatal_tx,
+            req_tx.clone(),
         );
         let actor = std::thread::Builder::new()
             .name("eniipd-pool".into())
-            .spawn(move || actor.run(req_rx, ev_rx, stop_rx))?;
+            .spawn(move || actor.run(cmd_rx, req_rx, ev_rx, stop_rx))?;
         let maint = maint::spawn(
             Arc::clone(&opts),
             Arc::clone(&cloud),
@@ -251,135 +256,60 @@ impl Allocator {
             maint_stop_rx,
         )?;
         Ok(Allocator {
+            commands: Commands::new(cmd_tx, opts.alloc_timeout),
             requests: req_tx,
             stop: stop_tx,
             maint_stop: maint_stop_tx,
-            threads: parking_lot::Mutex::new(vec![("eniipd-pool", actor), ("eniipd-maint", maint)]),
+            maint: parking_lot::Mutex::new(Some(maint)),
+            actor: parking_lot::Mutex::new(Some(actor)),
             fatal: fatal_rx,
             opts,
-            cloud,
         })
     }
 
-    fn ask<T>(
+    /// Where clients send their commands.
+    pub fn commands(&self) -> Commands {
+        self.commands.clone()
+    }
+
+    /// Sends one command and waits for its answer (within its deadline).
+    pub fn ask(&self, command: Command) -> Result<Answer, AllocError> {
+        self.commands.ask(command)
+    }
+
+    fn request<T>(
         &self,
         make: impl FnOnce(Sender<T>) -> Request,
         timeout: Duration,
-    ) -> Result<T, ProtoError> {
-        let (tx, rx) = bounded(1);
-        match self.requests.send_timeout(make(tx), ENQUEUE_TIMEOUT) {
-            Ok(()) => {}
-            Err(SendTimeoutError::Timeout(_)) => {
-                return Err(ProtoError::new(
-                    ErrCode::Busy,
-                    "too many requests in flight",
-                ))
-            }
-            Err(SendTimeoutError::Disconnected(_)) => {
-                return Err(ProtoError::new(
-                    ErrCode::ShuttingDown,
-                    "the daemon is stopping",
-                ))
-            }
-        }
-        match rx.recv_timeout(timeout) {
-            Ok(v) => Ok(v),
-            Err(RecvTimeoutError::Timeout) => Err(ProtoError::new(
-                ErrCode::Internal,
-                "no answer from the allocator in time",
-            )),
-            Err(RecvTimeoutError::Disconnected) => Err(ProtoError::new(
-                ErrCode::ShuttingDown,
-                "the daemon is stopping",
-            )),
-        }
-    }
-
-    /// `alloc`: the owner's address, once durable.
-    pub fn alloc(
-        &self,
-        owner: &Owner,
-        sandbox: Option<&SandboxId>,
-        prefer: Option<IpAddr>,
-    ) -> Result<Allocation, ProtoError> {
-        let started = Instant::now();
-        self.ask(
-            |reply| Request::Alloc {
-                owner: owner.clone(),
-                sandbox: sandbox.cloned(),
-                prefer,
-                started,
-                reply,
-            },
-            self.opts.alloc_timeout + REPLY_TIMEOUT,
-        )?
-    }
-
-    /// `release`: the released address (None: nothing held), once durable.
-    pub fn release(
-        &self,
-        owner: &Owner,
-        sandbox: Option<&SandboxId>,
-    ) -> Result<Option<IpAddr>, ProtoError> {
-        self.ask(
-            |reply| Request::Release {
-                owner: owner.clone(),
-                sandbox: sandbox.cloned(),
-                reply,
-            },
-            REPLY_TIMEOUT,
-        )?
-    }
-
-    /// `show`
-    pub fn show(&self, owner: &Owner) -> Result<Allocation, ProtoError> {
-        self.ask(
-            |reply| Request::Show {
-                owner: owner.clone(),
-                reply,
-            },
-            REPLY_TIMEOUT,
-        )?
-    }
-
-    /// `list`
-    pub fn list(&self) -> Result<Vec<ListEntry>, ProtoError> {
-        self.ask(Request::List, REPLY_TIMEOUT)
-    }
-
-    /// `status`
-    pub fn status(&self) -> Result<StatusCounts, ProtoError> {
-        self.ask(Request::Status, REPLY_TIMEOUT)
-    }
-
-    /// `enis`
-    pub fn enis(&self) -> Result<Vec<EniEntry>, ProtoError> {
-        self.ask(Request::Enis, REPLY_TIMEOUT)
+    ) -> Result<T, AllocError> {
+        request(&self.requests, make, timeout)
     }
 
     /// A copy of the state.
-    pub fn snapshot(&self) -> Result<Snapshot, ProtoError> {
-        self.ask(Request::Snapshot, REPLY_TIMEOUT)
+    pub fn snapshot(&self) -> Result<Snapshot, AllocError> {
+        self.request(Request::Snapshot, REPLY_TIMEOUT)
     }
 
-    /// `audit`: differences between local state and the OpenAPI.
-    pub fn audit(&self) -> Result<Vec<String>, ProtoError> {
-        audit::audit(
-            &*self.cloud,
-            &self.opts.instance_id,
-            &self.opts.security_groups,
-            || self.snapshot(),
+    /// SIGHUP: new pool sizes, and the configuration view that goes with
+    /// them.
+    pub fn reload(
+        &self,
+        capacity: Capacity,
+        view: Vec<(String, String)>,
+    ) -> Result<Capacity, AllocError> {
+        self.request(
+            |reply| Request::Reload {
+                capacity,
+                view,
+                reply,
+            },
+            REPLY_TIMEOUT,
         )
-    }
-
-    /// SIGHUP: new pool sizes.
-    pub fn reload(&self, capacity: Capacity) -> Result<Capacity, ProtoError> {
-        self.ask(|reply| Request::Reload { capacity, reply }, REPLY_TIMEOUT)
     }
 
     /// True if the actor answers within `timeout` (watchdog).
     pub fn ping(&self, timeout: Duration) -> bool {
-        self.ask(Request::Ping, timeout).is_ok()
+        self.request(Request::Ping, timeout).is_ok()
     }
 
     /// Fatal errors (a failed commit): the daemon must stop.
@@ -387,29 +317,78 @@ impl Allocator {
         &self.fatal
     }
 
-    /// Stops the maintenance thread and the actor (waiting clients get
-    /// `shutting-down`), joining them within `deadline`. Idempotent.
-    pub fn shutdown(&self, deadline: Duration) {
-        let until = Instant::now() + deadline;
-        let _ = self.maint_stop.try_send(());
+    /// Tells the actor and the maintenance thread to stop, without
+    /// waiting: every waiting client is answered `shutting-down` within
+    /// milliseconds.
+    pub fn begin_stop(&self) {
         let _ = self.stop.try_send(());
-        let threads: Vec<_> = self.threads.lock().drain(..).collect();
-        for (name, h) in threads {
-            if !join_until(h, until) {
-                warn!("thread {name} did not stop in time; abandoned");
+        let _ = self.maint_stop.try_send(());
+    }
+
+    /// Stops the allocator: every waiting client is answered
+    /// `shutting-down` at once, then the maintenance thread, the actor and
+    /// every thread the actor started (ENI workers, ENI operations, audits)
+    /// are joined, latest first, until `until`. Idempotent.
+    pub fn shutdown(&self, until: Instant) {
+        let rest = self.stop_actor(until);
+        join_all(rest, until);
+    }
+
+    /// Stops the actor and joins it until `until`; once it returns, nothing
+    /// submits to the journal any more. The threads still to join (ENI
+    /// workers, ENI operations, audits, maintenance), for [`join_all`].
+    pub fn stop_actor(&self, until: Instant) -> Vec<Joinable> {
+        self.begin_stop();
+        let mut threads: Vec<Joinable> = Vec::new();
+        if let Some(h) = self.maint.lock().take() {
+            threads.push(("eniipd-maint".into(), h));
+        }
+        if let Some(h) = self.actor.lock().take() {
+            while !h.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
             }
+            if h.is_finished() {
+                if let Ok(mut helpers) = h.join() {
+                    threads.append(&mut helpers);
+                }
+            } else {
+                warn!("thread eniipd-pool did not stop in time; abandoned");
+            }
+        }
+        threads
+    }
+}
+
+/// Joins `threads`, latest started first, until `until`; a thread still
+/// inside a cloud call then is left behind and named in the log.
+pub fn join_all(threads: Vec<Joinable>, until: Instant) {
+    for (name, h) in threads.into_iter().rev() {
+        if !join_until(h, until) {
+            warn!("thread {name} did not stop in time (a cloud call in flight?); abandoned");
         }
     }
 }
 
-/// Joins a thread unless `until` passes first.
-pub fn join_until(h: JoinHandle<()>, until: Instant) -> bool {
-    while !h.is_finished() {
-        if Instant::now() >= until {
-            return false;
+/// Asks the actor something on its internal channel.
+pub(crate) fn request<T>(
+    requests: &Sender<Request>,
+    make: impl FnOnce(Sender<T>) -> Request,
+    timeout: Duration,
+) -> Result<T, AllocError> {
+    let (tx, rx) = bounded(1);
+    match requests.send_timeout(make(tx), timeout) {
+        Ok(()) => {}
+        Err(SendTimeoutError::Timeout(_)) => {
+            return Err(AllocError::new(ErrCode::Busy, "the allocator is busy"))
         }
-        std::thread::sleep(Duration::from_millis(5));
+        Err(SendTimeoutError::Disconnected(_)) => return Err(AllocError::shutting_down()),
     }
-    let _ = h.join();
-    true
+    match rx.recv_timeout(timeout) {
+        Ok(v) => Ok(v),
+        Err(RecvTimeoutError::Timeout) => Err(AllocError::new(
+            ErrCode::Internal,
+            "no answer from the allocator in time",
+        )),
+        Err(RecvTimeoutError::Disconnected) => Err(AllocError::shutting_down()),
+    }
 }

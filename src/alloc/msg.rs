@@ -1,20 +1,18 @@
 //! Messages to the allocator's actor thread.
 //!
-//! Two bounded channels feed it: [`Request`]s from clients (connection
-//! threads, the daemon) and [`Event`]s from its own helpers (per-ENI
-//! workers, ENI operation threads, the maintenance thread). Every
-//! request carries its own bounded(1) reply channel.
+//! Three bounded channels feed it: [`crate::core::Envelope`]s from clients
+//! (connection threads), [`Request`]s from the daemon and its own helpers,
+//! and [`Event`]s that its helpers report (per-ENI workers, ENI operation
+//! threads, the maintenance thread). Every request carries its own
+//! bounded(1) reply channel.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
 use crate::cloud::CloudError;
 use crate::pool::PoolEni;
-use crate::server::protocol::{
-    Allocation, EniEntry, ListEntry, Owner, ProtoError, SandboxId, StatusCounts,
-};
 
 use super::capacity::Capacity;
 use super::Snapshot;
@@ -24,44 +22,10 @@ pub type TicketId = u64;
 /// One ENI create or free operation.
 pub type OpId = u64;
 
-/// A client's (or the daemon's) request.
+/// What the daemon and the allocator's own helpers ask of the actor
+/// (clients speak [`crate::core::Command`], on a channel of their own).
 #[derive(Debug)]
 pub enum Request {
-    /// `alloc`
-    Alloc {
-        /// Who.
-        owner: Owner,
-        /// Its sandbox.
-        sandbox: Option<SandboxId>,
-        /// Preferred address.
-        prefer: Option<IpAddr>,
-        /// When the client asked.
-        started: Instant,
-        /// The answer, once durable.
-        reply: Sender<Result<Allocation, ProtoError>>,
-    },
-    /// `release`
-    Release {
-        /// Who.
-        owner: Owner,
-        /// Only if held by this sandbox.
-        sandbox: Option<SandboxId>,
-        /// The released address, once durable.
-        reply: Sender<Result<Option<IpAddr>, ProtoError>>,
-    },
-    /// `show`
-    Show {
-        /// Who.
-        owner: Owner,
-        /// The allocation or `not-found`.
-        reply: Sender<Result<Allocation, ProtoError>>,
-    },
-    /// `list`
-    List(Sender<Vec<ListEntry>>),
-    /// `status`
-    Status(Sender<StatusCounts>),
-    /// `enis`
-    Enis(Sender<Vec<EniEntry>>),
     /// A copy of the state, for `audit` and metrics.
     Snapshot(Sender<Snapshot>),
     /// Ids of every ENI known locally, being created or being freed.
@@ -70,6 +34,8 @@ pub enum Request {
     Reload {
         /// Capacity computed from the reloaded keys.
         capacity: Capacity,
+        /// The effective configuration `config` shows from now on.
+        view: Vec<(String, String)>,
         /// The capacity now in force.
         reply: Sender<Capacity>,
     },
@@ -193,6 +159,10 @@ pub enum Event {
         started: Instant,
         /// Managed ENIs attached to this instance.
         enis: Vec<CloudEniView>,
+        /// Ids of the ENIs tagged for this instance that exist but are
+        /// not attached, read after `enis` (None: that read failed). A
+        /// managed ENI in neither list was deleted.
+        detached: Option<Vec<String>>,
     },
     /// The state could not be made durable: the daemon must stop.
     Fatal(String),

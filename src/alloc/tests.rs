@@ -12,9 +12,87 @@ use super::recover::recover;
 use super::{Allocator, AllocatorOptions};
 use crate::cloud::{EniStatus, TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY};
 use crate::config::RawConfig;
+use crate::core::{
+    AllocError, Allocation, Answer, Command, EniEntry, ErrCode, Owner, SandboxId, StatusCounts,
+};
 use crate::pool::PoolState;
-use crate::server::protocol::{ErrCode, Owner};
 use crate::store::{Allocation as Stored, PersistedState};
+
+/// The verbs as typed calls, each one [`Command`] through the one path.
+trait Verbs {
+    fn alloc(
+        &self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+        prefer: Option<std::net::IpAddr>,
+    ) -> Result<Allocation, AllocError>;
+    fn release(
+        &self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Option<std::net::IpAddr>, AllocError>;
+    fn show(&self, owner: &Owner) -> Result<Allocation, AllocError>;
+    fn status(&self) -> Result<StatusCounts, AllocError>;
+    fn enis(&self) -> Result<Vec<EniEntry>, AllocError>;
+    fn audit(&self) -> Result<Vec<String>, AllocError>;
+}
+
+impl Verbs for Allocator {
+    fn alloc(
+        &self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+        prefer: Option<std::net::IpAddr>,
+    ) -> Result<Allocation, AllocError> {
+        match self.ask(Command::Alloc {
+            owner: owner.clone(),
+            sandbox: sandbox.cloned(),
+            prefer,
+        })? {
+            Answer::Allocation(a) => Ok(a),
+            other => panic!("alloc answered {other:?}"),
+        }
+    }
+    fn release(
+        &self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+    ) -> Result<Option<std::net::IpAddr>, AllocError> {
+        match self.ask(Command::Release {
+            owner: owner.clone(),
+            sandbox: sandbox.cloned(),
+        })? {
+            Answer::Released(r) => Ok(r),
+            other => panic!("release answered {other:?}"),
+        }
+    }
+    fn show(&self, owner: &Owner) -> Result<Allocation, AllocError> {
+        match self.ask(Command::Show {
+            owner: owner.clone(),
+        })? {
+            Answer::Allocation(a) => Ok(a),
+            other => panic!("show answered {other:?}"),
+        }
+    }
+    fn status(&self) -> Result<StatusCounts, AllocError> {
+        match self.ask(Command::Status)? {
+            Answer::Status(s) => Ok(s),
+            other => panic!("status answered {other:?}"),
+        }
+    }
+    fn enis(&self) -> Result<Vec<EniEntry>, AllocError> {
+        match self.ask(Command::Enis)? {
+            Answer::Enis(e) => Ok(e),
+            other => panic!("enis answered {other:?}"),
+        }
+    }
+    fn audit(&self) -> Result<Vec<String>, AllocError> {
+        match self.ask(Command::Audit)? {
+            Answer::Audit(d) => Ok(d),
+            other => panic!("audit answered {other:?}"),
+        }
+    }
+}
 
 fn options(fake: &FakeCloud, json: &str) -> AllocatorOptions {
     let cfg = RawConfig::parse(json).unwrap().validate().unwrap();
@@ -111,7 +189,7 @@ fn burst_of_25_on_an_empty_pool_is_batched() {
     assert_no_double_hand(&journal);
     let cloud_ips: BTreeSet<Ipv4Addr> = fake.managed_ips().into_iter().collect();
     assert!(ips.is_subset(&cloud_ips));
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -142,7 +220,7 @@ fn eni_operations_and_count_stay_within_their_caps() {
         .count();
     assert_eq!(attached, 7);
     assert_no_double_hand(&journal);
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -168,7 +246,7 @@ fn pending_returns_to_zero_after_injected_errors() {
     }
     assert_eq!(a.status().unwrap().inuse, 13);
     assert_no_double_hand(&journal);
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -207,7 +285,7 @@ fn exhausted_vswitch_is_inhibited_for_the_window() {
         .inhibited_until
         .is_none()));
     a.alloc(&owner("d"), None, None).unwrap();
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -223,8 +301,9 @@ fn failed_eni_creation_is_rolled_back_and_fails_its_requests() {
     let started = Instant::now();
     let err = a.alloc(&owner("a"), None, None).unwrap_err();
     assert_eq!(err.code, ErrCode::Cloud);
-    assert!(
-        err.message.starts_with("InvalidOperation.InvalidEcsState"),
+    assert_eq!(
+        err.cloud_code.as_deref(),
+        Some("InvalidOperation.InvalidEcsState"),
         "{err}"
     );
     assert!(started.elapsed() < Duration::from_secs(2), "failed at once");
@@ -241,7 +320,7 @@ fn failed_eni_creation_is_rolled_back_and_fails_its_requests() {
     assert_eq!(a.status().unwrap().pending, 0);
     // The ENI slot and the operation slot came back.
     a.alloc(&owner("b"), None, None).unwrap();
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -283,7 +362,7 @@ fn dispose_order_secondaries_then_the_eni_and_never_the_primary() {
         .any(|l| l.starts_with("delete")));
     assert_eq!(a.status().unwrap().enis, 0);
     assert!(journal.state.lock().allocations.is_empty());
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -301,7 +380,7 @@ fn alloc_is_idempotent_and_concurrent_allocs_of_one_owner_share_an_address() {
     assert_eq!(a.status().unwrap().inuse, 1);
     assert_eq!(a.show(&owner("same")).unwrap().ip, got[0]);
     assert_eq!(a.show(&owner("other")).unwrap_err().code, ErrCode::NotFound);
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -326,7 +405,7 @@ fn sticky_addresses_return_to_their_owner() {
         );
     }
     assert_eq!(a.alloc(&owner("sts/web-0"), None, None).unwrap().ip, ip);
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -343,7 +422,7 @@ fn a_cold_alloc_times_out_and_its_address_is_not_lost() {
         let s = a.status().unwrap();
         s.pending == 0 && s.idle == 1
     }));
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -361,7 +440,7 @@ fn shutdown_answers_waiting_allocs() {
         let err = h.join().unwrap().unwrap_err();
         assert_eq!(err.code, ErrCode::ShuttingDown);
     });
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -373,7 +452,7 @@ fn dual_stack_allocations_are_pairs() {
     for i in 0..3 {
         assert!(a.show(&owner(&format!("dual-{i}"))).unwrap().ipv6.is_some());
     }
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -441,7 +520,7 @@ fn shed_dual(fail_v6_once: bool) {
     }
     assert!(a.show(&kept).unwrap().ipv6.is_some());
     assert_eq!(a.status().unwrap().ips, 2);
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -470,7 +549,7 @@ fn reconcile_gives_back_an_ipv6_the_allocator_never_heard_of() {
         fake.log()
     );
     assert_eq!(a.status().unwrap().ips, before);
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -486,7 +565,7 @@ fn a_failed_commit_is_an_internal_error_and_fatal() {
     let err = a.alloc(&owner("x"), None, None).unwrap_err();
     assert_eq!(err.code, ErrCode::Internal);
     assert!(a.fatal().recv_timeout(Duration::from_secs(2)).is_ok());
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -504,7 +583,7 @@ fn min_pool_is_filled_in_the_background() {
     let s = a.status().unwrap();
     assert_eq!(s.pending, 0);
     assert!(s.idle <= 15, "{s:?}");
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 fn managed(id: &str, mac: &str, ips: &[&str]) -> FakeEni {
@@ -597,7 +676,7 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
         "10.0.9.2".parse::<Ipv4Addr>().unwrap()
     );
     assert!(a.audit().unwrap().is_empty(), "{:?}", a.audit());
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
 #[test]
@@ -624,5 +703,5 @@ fn audit_reports_a_leak_and_an_unknown_address() {
             .any(|d| d.contains(&eni.id) && d.contains("missing from metadata")),
         "{diffs:?}"
     );
-    a.shutdown(Duration::from_secs(5));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
 }

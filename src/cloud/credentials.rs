@@ -87,7 +87,7 @@ impl CredentialSource {
         match self {
             CredentialSource::Static { id, token, .. } => format!(
                 "access key {}{}",
-                crate::config::mask(id),
+                crate::util::mask(id),
                 if token.is_some() {
                     " with a security token"
                 } else {

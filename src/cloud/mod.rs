@@ -31,12 +31,7 @@ pub const ECS_VERSION: &str = "2014-05-26";
 /// The VPC OpenAPI version.
 pub const VPC_VERSION: &str = "2016-04-28";
 
-/// Tag key/value every ENI eniipd creates carries.
-pub const TAG_CREATOR_KEY: &str = "creator";
-/// See [`TAG_CREATOR_KEY`].
-pub const TAG_CREATOR_VALUE: &str = "eniipd";
-/// Tag key naming the instance an ENI was created for.
-pub const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
+pub use crate::core::{TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY};
 
 /// Facts about this instance, from the metadata service.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

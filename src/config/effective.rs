@@ -15,7 +15,7 @@ impl Config {
             "access_key",
             self.access_key
                 .clone()
-                .map(|k| mask(&k))
+                .map(|k| crate::util::mask(&k))
                 .unwrap_or_else(|| "-".into()),
         );
         push(
@@ -130,6 +130,7 @@ impl Config {
             self.max_concurrent_eni_ops.to_string(),
         );
         push("pool_check_interval", dur(self.pool_check_interval));
+        push("start_timeout", dur(self.start_timeout));
         push("max_connections", self.max_connections.to_string());
         push(
             "metrics_listen",
@@ -139,10 +140,4 @@ impl Config {
         );
         v
     }
-}
-
-/// Shows the first 4 characters of an access key id and masks the rest.
-pub fn mask(id: &str) -> String {
-    let shown: String = id.chars().take(4).collect();
-    format!("{shown}***")
 }

@@ -19,8 +19,6 @@ use crate::util::Secret;
 mod effective;
 mod validate;
 
-pub use effective::mask;
-
 /// Default config file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/eniipd/eni.json";
 /// Default socket.
@@ -59,6 +57,19 @@ const TERWAY_IGNORED_KEYS: &[&str] = &[
     "rate_limit",
     "trunk_eni_tags",
 ];
+
+/// What a typed key's value must be, for errors.
+fn expected_shape(key: &str) -> &'static str {
+    match key {
+        "vswitches" => {
+            "an object of zone -> list of vswitch ids, like {\"cn-hangzhou-i\": [\"vsw-...\"]}"
+        }
+        "security_groups" => "a list of security group ids, like [\"sg-...\"]",
+        "eni_tags" => "an object of tag key -> string value, like {\"team\": \"net\"}",
+        "allowed_uids" => "a list of uids, like [0, 1000]",
+        _ => "a string",
+    }
+}
 
 /// How a new ENI's vswitch is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +126,7 @@ pub struct RawConfig {
     pub max_ips_per_call: Option<Value>,
     pub max_concurrent_eni_ops: Option<Value>,
     pub pool_check_interval: Option<Value>,
+    pub start_timeout: Option<Value>,
     pub max_connections: Option<Value>,
     pub metrics_listen: Option<String>,
     #[serde(flatten)]
@@ -186,6 +198,9 @@ pub struct Config {
     pub max_concurrent_eni_ops: usize,
     /// Pool maintenance period.
     pub pool_check_interval: Duration,
+    /// How long start-up retries the metadata service and the cloud before
+    /// exit 69 (restoring the pool gets three times this).
+    pub start_timeout: Duration,
     /// Open connections at most.
     pub max_connections: usize,
     /// Address for `GET /metrics`, if any.
@@ -200,10 +215,17 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The file is not valid JSON of the right shape.
+    /// The file is not valid JSON.
     Parse {
         path: PathBuf,
         source: serde_json::Error,
+    },
+    /// The JSON is not an object, or a key has a value of the wrong type.
+    Shape {
+        /// The key, or `(top level)`.
+        key: String,
+        /// What the value must be.
+        allowed: String,
     },
     /// A key has a value outside what is allowed.
     Invalid {
@@ -219,8 +241,14 @@ impl fmt::Display for ConfigError {
             ConfigError::Read { path, .. } => {
                 write!(f, "cannot read config file {}", path.display())
             }
+            ConfigError::Parse { path, source } if path.as_os_str().is_empty() => {
+                write!(f, "cannot parse the config: {source}")
+            }
             ConfigError::Parse { path, source } => {
                 write!(f, "cannot parse config file {}: {source}", path.display())
+            }
+            ConfigError::Shape { key, allowed } => {
+                write!(f, "invalid type for `{key}`: it must be {allowed}")
             }
             ConfigError::Invalid {
                 key,
@@ -237,7 +265,9 @@ impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ConfigError::Read { source, .. } => Some(source),
-            ConfigError::Parse { .. } | ConfigError::Invalid { .. } => None,
+            ConfigError::Parse { .. } | ConfigError::Shape { .. } | ConfigError::Invalid { .. } => {
+                None
+            }
         }
     }
 }
@@ -249,15 +279,63 @@ impl RawConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        RawConfig::parse(&text).map_err(|source| ConfigError::Parse {
-            path: path.to_path_buf(),
-            source,
+        RawConfig::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { source, .. } => ConfigError::Parse {
+                path: path.to_path_buf(),
+                source,
+            },
+            other => other,
         })
     }
 
-    /// Parses JSON text.
-    pub fn parse(text: &str) -> Result<RawConfig, serde_json::Error> {
-        serde_json::from_str(text)
+    /// Parses JSON text (a UTF-8 byte-order mark is allowed). A value of
+    /// the wrong type is refused naming its key and what it must be.
+    pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let value: Value = serde_json::from_str(text).map_err(|source| ConfigError::Parse {
+            path: PathBuf::new(),
+            source,
+        })?;
+        let Value::Object(map) = &value else {
+            return Err(ConfigError::Shape {
+                key: "(top level)".into(),
+                allowed: "a JSON object of keys and values, like {\"max_pool_size\": 5}".into(),
+            });
+        };
+        match serde_json::from_value::<RawConfig>(value.clone()) {
+            Ok(raw) => Ok(raw),
+            Err(whole) => {
+                // Find the key: each alone against the same shape.
+                for (k, v) in map {
+                    let one = Value::Object([(k.clone(), v.clone())].into_iter().collect());
+                    if serde_json::from_value::<RawConfig>(one).is_err() {
+                        return Err(ConfigError::Shape {
+                            key: k.clone(),
+                            allowed: expected_shape(k).to_string(),
+                        });
+                    }
+                }
+                Err(ConfigError::Shape {
+                    key: "(top level)".into(),
+                    allowed: whole.to_string(),
+                })
+            }
+        }
+    }
+
+    /// A warning when the file at `path` holds an access key secret and
+    /// users other than its owner may read it.
+    pub fn secret_file_warning(&self, path: &Path) -> Option<String> {
+        use std::os::unix::fs::PermissionsExt;
+        self.access_secret.as_ref()?;
+        let mode = std::fs::metadata(path).ok()?.permissions().mode();
+        (mode & 0o044 != 0).then(|| {
+            format!(
+                "{} holds access_secret and is readable by others (mode {:04o}): chmod 0600 it",
+                path.display(),
+                mode & 0o7777
+            )
+        })
     }
 
     /// Warnings for keys that are accepted but ignored, or unknown.
@@ -392,8 +470,26 @@ mod tests {
 
     #[test]
     fn wrong_shapes_are_parse_errors() {
-        assert!(RawConfig::parse(r#"{"vswitches": ["vsw-1"]}"#).is_err());
-        assert!(RawConfig::parse("[1]").is_err());
+        let e = RawConfig::parse(r#"{"max_pool_size": 5, "vswitches": ["vsw-1"]}"#).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("`vswitches`"), "{text}");
+        assert!(text.contains("zone -> list of vswitch ids"), "{text}");
+        let e = RawConfig::parse("[1,2]").unwrap_err().to_string();
+        assert!(e.contains("must be a JSON object"), "{e}");
+        assert!(!e.contains("RawConfig") && !e.contains("struct"), "{e}");
+        let e = RawConfig::parse(r#"{"eni_tags": {"a": 1}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`eni_tags`"), "{e}");
+        // A byte-order mark (some editors write one) is fine.
+        assert_eq!(
+            RawConfig::parse("\u{feff}{\"max_pool_size\": 7}")
+                .unwrap()
+                .validate()
+                .unwrap()
+                .max_pool_size,
+            7
+        );
         assert!(RawConfig::parse("{").is_err());
     }
 }

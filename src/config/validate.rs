@@ -148,7 +148,7 @@ impl RawConfig {
                     "keys of 1..128 characters not starting with aliyun or acs:",
                 ));
             }
-            if k == crate::cloud::TAG_CREATOR_KEY || k == crate::cloud::TAG_INSTANCE_KEY {
+            if k == crate::core::TAG_CREATOR_KEY || k == crate::core::TAG_INSTANCE_KEY {
                 return Err(invalid_str(
                     "eni_tags",
                     k,
@@ -319,6 +319,7 @@ impl RawConfig {
                 1,
                 86_400,
             )?,
+            start_timeout: secs("start_timeout", &self.start_timeout, 60, 1, 3_600)?,
             max_connections: usize_in("max_connections", &self.max_connections, 256, 1, 65_536)?,
             metrics_listen,
         })

@@ -8,7 +8,7 @@
 //! flushed and closed.
 
 pub mod args;
-pub mod backend;
+pub mod preflight;
 
 use std::fmt;
 use std::io::Write as _;
@@ -26,14 +26,16 @@ use crate::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
 use crate::cloud::credentials::CredentialSource;
 use crate::cloud::{CloudApi, CloudError, InstanceIdentity};
 use crate::config::{Config, RawConfig, DEFAULT_CONFIG_PATH};
-use crate::server::listener::{bind_socket, resolve_group, Server, ServerConfig};
+use crate::server::listener::{bind_socket, Server, ServerConfig};
 use crate::server::socket::{check_socket_free, BindError, SocketFile};
 use crate::sim::{SimOptions, Simulator};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::systemd::Notifier;
 
+use crate::core::{Answer, Command, Commands};
+use crate::server::protocol::status_text;
+
 use args::Args;
-use backend::DaemonBackend;
 
 /// Exit codes (SPEC section 2).
 pub mod exit {
@@ -49,9 +51,18 @@ pub mod exit {
     pub const UNAVAILABLE: i32 = 69;
     /// State directory held, or socket served, by another instance.
     pub const TEMPFAIL: i32 = 75;
+    /// The cloud refused the credentials at start.
+    pub const NOPERM: i32 = 77;
     /// Bad configuration.
     pub const CONFIG: i32 = 78;
+    /// Stopped, but the state directory did not finish the final flush
+    /// within the stop deadline (nothing acknowledged is lost).
+    pub const NOT_DURABLE: i32 = 1;
 }
+
+/// From SIGTERM to exit, whatever the cloud or the disk is doing (SPEC
+/// promises 10 s).
+const STOP_DEADLINE: Duration = Duration::from_secs(8);
 
 /// A start-up or run failure with its exit code.
 #[derive(Debug)]
@@ -83,8 +94,13 @@ fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let cause = c.to_string();
+        // Some errors already end their sentence with their cause (the
+        // store's I/O errors do): say it once.
+        if !s.ends_with(&cause) {
+            s.push_str(": ");
+            s.push_str(&cause);
+        }
         cur = c.source();
     }
     s
@@ -110,15 +126,19 @@ pub fn load_config(
     sim: Option<&Simulator>,
     sim_dir: Option<&Path>,
 ) -> Result<(Config, Vec<String>), DaemonError> {
-    let mut raw = match (&args.config, args.simulate) {
-        (Some(p), _) => {
-            RawConfig::load(p).map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?
-        }
-        (None, true) => RawConfig::default(),
-        (None, false) => RawConfig::load(Path::new(DEFAULT_CONFIG_PATH))
-            .map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?,
+    let path: Option<PathBuf> = match (&args.config, args.simulate) {
+        (Some(p), _) => Some(p.clone()),
+        (None, true) => None,
+        (None, false) => Some(PathBuf::from(DEFAULT_CONFIG_PATH)),
     };
-    let warnings = raw.warnings();
+    let mut raw = match &path {
+        Some(p) => RawConfig::load(p).map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?,
+        None => RawConfig::default(),
+    };
+    let mut warnings = raw.warnings();
+    if let Some(w) = path.as_ref().and_then(|p| raw.secret_file_warning(p)) {
+        warnings.push(w);
+    }
     if let Some(sim) = sim {
         raw.access_key = Some(sim.access_key_id().to_string());
         raw.access_secret = Some(crate::util::Secret::new(sim.access_key_secret()));
@@ -193,10 +213,13 @@ fn simulate_dir() -> Result<PathBuf, DaemonError> {
     Ok(dir)
 }
 
-/// Retries a start-up cloud read for up to `budget`; failure is exit 69.
+/// Retries a start-up cloud read for up to `budget`; failure is exit 69,
+/// refused credentials exit 77, and SIGTERM/SIGINT while it waits a clean
+/// stop.
 fn at_start<T>(
     what: &str,
     budget: Duration,
+    signals: &Receiver<i32>,
     mut f: impl FnMut() -> Result<T, CloudError>,
 ) -> Result<T, DaemonError> {
     let end = Instant::now() + budget;
@@ -204,10 +227,17 @@ fn at_start<T>(
     loop {
         match f() {
             Ok(v) => return Ok(v),
-            Err(e)
-                if e.kind == crate::cloud::CloudErrorKind::Auth
-                    || e.kind == crate::cloud::CloudErrorKind::ClockSkew =>
-            {
+            Err(e) if e.kind == crate::cloud::CloudErrorKind::Auth => {
+                return Err(DaemonError::new(
+                    exit::NOPERM,
+                    format!(
+                        "{what}: the cloud refused the credentials ({}): {}",
+                        e.code_or_kind(),
+                        chain(&e)
+                    ),
+                ));
+            }
+            Err(e) if e.kind == crate::cloud::CloudErrorKind::ClockSkew => {
                 return Err(DaemonError::new(
                     exit::UNAVAILABLE,
                     format!("{what}: {}", chain(&e)),
@@ -221,9 +251,28 @@ fn at_start<T>(
             }
             Err(e) => {
                 warn!("{what}: {e}; retrying");
-                std::thread::sleep(delay);
+                stopped_during_start(signals, delay)?;
                 delay = (delay * 2).min(Duration::from_secs(10));
             }
+        }
+    }
+}
+
+/// Waits `delay`, unless SIGTERM or SIGINT comes first: then start-up
+/// ends with a clean stop (nothing was acknowledged yet; the state files
+/// are consistent).
+fn stopped_during_start(signals: &Receiver<i32>, delay: Duration) -> Result<(), DaemonError> {
+    let until = Instant::now() + delay;
+    loop {
+        match signals.recv_deadline(until) {
+            Ok(signal_hook::consts::SIGHUP) => continue,
+            Ok(s) => {
+                return Err(DaemonError::new(
+                    exit::OK,
+                    format!("signal {s} during start-up: stopping"),
+                ))
+            }
+            Err(_) => return Ok(()),
         }
     }
 }
@@ -278,17 +327,33 @@ pub fn run(args: Args) -> i32 {
         eprintln!("eniipd: {e} (try --help)");
         return exit::USAGE;
     }
-    match start(&args) {
-        Ok(Some(running)) => serve(running),
+    // Before anything else: a signal during start-up is then never the
+    // default action (death), and one that comes before readiness is
+    // handled once serving starts.
+    let (sig_rx, sig_handle) = match signals() {
+        Ok(s) => s,
+        Err(e) => {
+            error!("cannot install signal handlers: {e}");
+            return exit::FAILURE;
+        }
+    };
+    let code = match start(&args, &sig_rx) {
+        Ok(Some(running)) => serve(running, &sig_rx),
         Ok(None) => exit::OK,
+        Err(e) if e.code == exit::OK => {
+            info!("{e}");
+            e.code
+        }
         Err(e) => {
             error!("{e}");
             e.code
         }
-    }
+    };
+    sig_handle.close();
+    code
 }
 
-fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
+fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, DaemonError> {
     if args.check_config {
         let (cfg, warnings) = load_config(args, None, None)?;
         for w in warnings {
@@ -298,6 +363,7 @@ fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
         for (k, v) in cfg.effective() {
             let _ = writeln!(out, "{k}={v}");
         }
+        preflight::check(&cfg, true).map_err(preflight_error)?;
         return Ok(None);
     }
     let (sim, sim_dir) = if args.simulate {
@@ -317,6 +383,7 @@ fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
         warn!("{w}");
     }
     let notifier = Notifier::from_env();
+    let pre = preflight::check(&cfg, false).map_err(preflight_error)?;
 
     // The state lock first: nothing else may touch the directory or the
     // socket without it.
@@ -335,18 +402,20 @@ fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
     );
 
     let md = crate::cloud::metadata::MetadataClient::new(&cfg.metadata_endpoint);
-    let mut identity = at_start("reading instance metadata", Duration::from_secs(60), || {
+    let budget = cfg.start_timeout;
+    let mut identity = at_start("reading instance metadata", budget, signals, || {
         crate::cloud::MetadataApi::identity(&md)
     })?;
     if let Some(id) = &cfg.instance_id {
         identity.instance_id = id.clone();
     }
     let cloud: Arc<dyn CloudApi> = Arc::new(build_cloud(&cfg, &identity));
-    let (limits, opts) = allocator_options(&cfg, &identity, &*cloud)?;
+    let (limits, opts) = allocator_options(&cfg, &identity, &*cloud, signals)?;
 
     let recovered = at_start(
         "restoring the pool from the cloud",
-        Duration::from_secs(180),
+        budget * 3,
+        signals,
         || {
             recover(
                 &*cloud,
@@ -371,16 +440,15 @@ fn start(args: &Args) -> Result<Option<Running>, DaemonError> {
         )?,
     );
 
-    let backend = Arc::new(DaemonBackend::new(Arc::clone(&alloc), &cfg));
-    let (server, socket) = listen(&cfg, Arc::clone(&backend))?;
-    backend.set_connection_counter(server.connection_counter());
+    let (server, socket) = listen(&cfg, pre.socket_gid, alloc.commands())?;
+    crate::metrics::set_connection_source(server.connection_counter());
 
-    let metrics_http = match cfg.metrics_listen {
-        Some(addr) => Some(metrics_server(addr, Arc::clone(&backend))?),
+    let metrics_http = match pre.metrics {
+        Some(l) => Some(metrics_server(l, alloc.commands())?),
         None => None,
     };
 
-    let status = alloc.status().map(|s| s.to_text()).unwrap_or_default();
+    let status = status_line(&alloc.commands());
     info!(
         "eniipd {} ready on {}: {status}",
         env!("CARGO_PKG_VERSION"),
@@ -434,12 +502,14 @@ fn allocator_options(
     cfg: &Config,
     identity: &InstanceIdentity,
     cloud: &dyn CloudApi,
+    signals: &Receiver<i32>,
 ) -> Result<(crate::cloud::InstanceTypeLimits, AllocatorOptions), DaemonError> {
-    let limits = at_start("DescribeInstanceTypes", Duration::from_secs(60), || {
+    let budget = cfg.start_timeout;
+    let limits = at_start("DescribeInstanceTypes", budget, signals, || {
         cloud.instance_type_limits(&identity.instance_type)
     })?;
     let security_groups = if cfg.security_groups.is_empty() {
-        at_start("DescribeInstanceAttribute", Duration::from_secs(60), || {
+        at_start("DescribeInstanceAttribute", budget, signals, || {
             cloud.instance_security_groups(&identity.instance_id)
         })?
     } else {
@@ -452,7 +522,7 @@ fn allocator_options(
     let mut notes = Vec::new();
     let cap = capacity::compute(&limits, cfg, PoolSizes::of(cfg), &mut notes);
     for n in &notes {
-        info!("{n}");
+        warn!("{n}");
     }
     if cap.total_ips == 0 {
         return Err(DaemonError::new(
@@ -475,6 +545,7 @@ fn allocator_options(
     );
     let mut opts =
         AllocatorOptions::new(cfg, &identity.instance_id, vswitches, security_groups, cap);
+    opts.config_view = capacity::effective_view(cfg, &cap);
     if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
         match cloud.describe_vswitches(&opts.vswitches) {
             Ok(v) => opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect(),
@@ -488,15 +559,9 @@ fn allocator_options(
 /// server on it.
 fn listen(
     cfg: &Config,
-    backend: Arc<DaemonBackend>,
+    gid: Option<u32>,
+    commands: Commands,
 ) -> Result<(Server, Option<SocketFile>), DaemonError> {
-    let gid = match &cfg.socket_group {
-        Some(g) => Some(
-            resolve_group(g)
-                .map_err(|e| DaemonError::new(exit::CONFIG, format!("socket_group {g}: {e}")))?,
-        ),
-        None => None,
-    };
     let (listener, socket) = match crate::systemd::take_listener()
         .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?
     {
@@ -521,7 +586,7 @@ fn listen(
             write_timeout: Duration::from_secs(2),
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
-        backend.clone(),
+        commands,
     )
     .map_err(|e| {
         DaemonError::new(
@@ -532,8 +597,16 @@ fn listen(
     Ok((server, socket))
 }
 
-/// What `--simulate` prints for the user.
+/// What `--simulate` prints for the user: commands that work as pasted.
 fn simulate_banner(socket: &Path) {
+    // eniipctl is built beside eniipd; if it is not there (only eniipd was
+    // built), cargo builds and runs it.
+    let ctl = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("eniipctl")))
+        .filter(|p| p.is_file())
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "cargo run --release --bin eniipctl --".into());
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "eniipd is running against the built-in emulator.");
     let _ = writeln!(out, "socket: {}", socket.display());
@@ -542,26 +615,48 @@ fn simulate_banner(socket: &Path) {
         "try:    echo 'alloc demo/web-1' | socat -t 90 - UNIX-CONNECT:{}",
         socket.display()
     );
-    let _ = writeln!(out, "or:     eniipctl --socket {} status", socket.display());
+    let _ = writeln!(
+        out,
+        "or:     export SOCK={0} ENIIPD_SOCKET={0}",
+        socket.display()
+    );
+    let _ = writeln!(out, "        {ctl} status");
     let _ = writeln!(out, "stop with Ctrl-C.");
     let _ = out.flush();
 }
 
+/// The `status` counters as one line (empty if the allocator did not
+/// answer).
+fn status_line(commands: &Commands) -> String {
+    match commands.ask(Command::Status) {
+        Ok(Answer::Status(c)) => status_text(&c),
+        _ => String::new(),
+    }
+}
+
+fn preflight_error(problems: Vec<String>) -> DaemonError {
+    DaemonError::new(exit::CONFIG, problems.join("; "))
+}
+
 fn metrics_server(
-    addr: std::net::SocketAddr,
-    backend: Arc<DaemonBackend>,
+    listener: std::net::TcpListener,
+    commands: Commands,
 ) -> Result<crate::httpd::HttpServer, DaemonError> {
     use crate::httpd::{HttpOptions, HttpResponse, HttpServer};
     let handler = Arc::new(move |req: &crate::httpd::HttpRequest| {
         if req.method == "GET" && req.path == "/metrics" {
-            HttpResponse::text(200, backend.metrics_text())
-                .with_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            match commands.ask(Command::Metrics) {
+                Ok(Answer::Metrics(text)) => HttpResponse::text(200, text)
+                    .with_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8"),
+                Ok(_) => HttpResponse::text(500, "unexpected answer\n".to_string()),
+                Err(e) => HttpResponse::text(503, format!("{e}\n")),
+            }
         } else {
             HttpResponse::text(404, "not found\n".to_string())
         }
     });
-    HttpServer::bind(addr, "eniipd-metrics", handler, HttpOptions::default())
-        .map_err(|e| DaemonError::new(exit::CONFIG, format!("metrics_listen {addr}: {e}")))
+    HttpServer::serve(listener, "eniipd-metrics", handler, HttpOptions::default())
+        .map_err(|e| DaemonError::new(exit::FAILURE, format!("metrics_listen: {e}")))
 }
 
 enum Stop {
@@ -597,9 +692,27 @@ fn reload(r: &Running) {
     };
     match RawConfig::load(&path).and_then(|raw| raw.validate()) {
         Ok(new) => {
+            let old = r.cfg.effective();
+            for (k, v) in new.effective() {
+                let was = old.iter().find(|(ok, _)| *ok == k).map(|(_, v)| v);
+                if was != Some(&v) && !capacity::RELOADABLE.contains(&k.as_str()) {
+                    warn!("SIGHUP: {k} changed; it takes effect only after a restart");
+                }
+            }
+            let mut notes = Vec::new();
             let cap: Capacity =
-                capacity::compute(&r.limits, &r.cfg, PoolSizes::of(&new), &mut Vec::new());
-            match r.alloc.reload(cap) {
+                capacity::compute(&r.limits, &r.cfg, PoolSizes::of(&new), &mut notes);
+            for n in &notes {
+                warn!("SIGHUP: {n}");
+            }
+            let mut view = capacity::effective_view(&r.cfg, &cap);
+            // The view shows the reloaded keys; the rest is what runs.
+            for (k, v) in &mut view {
+                if k == "min_eni" {
+                    *v = new.min_eni.to_string();
+                }
+            }
+            match r.alloc.reload(cap, view) {
                 Ok(c) => info!("SIGHUP: idle pool now {}..{}", c.min_idle, c.max_idle),
                 Err(e) => warn!("SIGHUP: reload failed: {e}"),
             }
@@ -611,14 +724,7 @@ fn reload(r: &Running) {
 /// How often the `STATUS=` line is refreshed (only sent when it changed).
 const STATUS_EVERY: Duration = Duration::from_secs(5);
 
-fn serve(r: Running) -> i32 {
-    let (sig_rx, sig_handle) = match signals() {
-        Ok(s) => s,
-        Err(e) => {
-            error!("cannot install signal handlers: {e}");
-            return exit::FAILURE;
-        }
-    };
+fn serve(r: Running, sig_rx: &Receiver<i32>) -> i32 {
     let watchdog = crate::systemd::watchdog_interval().map(|d| tick(d / 2));
     // `systemctl status` shows the pool counters, refreshed when they change.
     let status_tick = r.notifier.is_active().then(|| tick(STATUS_EVERY));
@@ -633,12 +739,10 @@ fn serve(r: Running) -> i32 {
             },
             recv(r.alloc.fatal()) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "allocator stopped".into())),
             recv(status_tick.as_ref().unwrap_or(&never)) -> _ => {
-                if let Ok(c) = r.alloc.status() {
-                    let text = c.to_text();
-                    if text != last_status {
-                        let _ = r.notifier.status(&text);
-                        last_status = text;
-                    }
+                let text = status_line(&r.alloc.commands());
+                if !text.is_empty() && text != last_status {
+                    let _ = r.notifier.status(&text);
+                    last_status = text;
                 }
             }
             recv(watchdog.as_ref().unwrap_or(&never)) -> _ => {
@@ -661,27 +765,60 @@ fn serve(r: Running) -> i32 {
         }
     };
     let _ = r.notifier.stopping();
+    stop_all(r, code)
+}
+
+/// The whole stop, against ONE deadline (cloud-hypervisor's shape): every
+/// component is told at once (the allocator fails its waiters, the
+/// listener stops accepting), then each is joined, latest started first,
+/// until the same instant. What is left then (a thread in a cloud call, a
+/// disk that does not answer) is named in the log, not waited for.
+fn stop_all(r: Running, code: i32) -> i32 {
     let started = Instant::now();
-    r.server.shutdown(Duration::from_secs(4));
-    r.alloc.shutdown(Duration::from_secs(2));
+    let until = started + STOP_DEADLINE;
+    r.alloc.begin_stop();
     if let Some(m) = r.metrics_http {
-        m.shutdown();
+        m.shutdown_until(until);
     }
-    // Everything acknowledged is already durable; this orders a final
-    // barrier and then writes a snapshot so the next start replays nothing.
-    if code == exit::OK {
-        if let Err(e) = r.committer.commit(Vec::new(), Duration::from_secs(2)) {
-            error!("final state flush failed: {e}");
-        }
-    }
+    r.server.shutdown(until);
+    let stragglers = r.alloc.stop_actor(until);
     drop(r.alloc);
-    match Arc::try_unwrap(r.committer) {
-        Ok(c) => {
-            if let Err(e) = c.close() {
+    // The actor is gone, so nothing submits to the store any more: its
+    // final flush runs while the threads still in cloud calls are joined.
+    let committer = r.committer;
+    let flush = code == exit::OK;
+    let closing = std::thread::Builder::new()
+        .name("eniipd-close".into())
+        .spawn(move || {
+            if flush {
+                committer.commit(Vec::new(), Duration::from_secs(60))?;
+            }
+            match Arc::try_unwrap(committer) {
+                Ok(c) => c.close(),
+                Err(_) => Ok(()),
+            }
+        });
+    crate::alloc::join_all(stragglers, until);
+    let mut code = code;
+    match closing {
+        Ok(h) => {
+            while !h.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if !h.is_finished() {
+                error!(
+                    "the state directory did not answer within the stop deadline: its final flush and snapshot are not done (every acknowledged change was already durable; the next start replays the log)"
+                );
+                code = exit::NOT_DURABLE;
+            } else if let Ok(Err(e)) = h.join() {
                 error!("closing the state failed: {e}");
+                code = exit::NOT_DURABLE;
             }
         }
-        Err(_) => warn!("state store still in use by abandoned threads; its log is complete, the snapshot is skipped"),
+        Err(e) => {
+            error!("cannot start the final state flush: {e}");
+            code = exit::NOT_DURABLE;
+        }
     }
     if let Some(s) = &r.socket {
         s.remove_if_ours();
@@ -693,7 +830,6 @@ fn serve(r: Running) -> i32 {
     if let Some(d) = &r.sim_dir {
         let _ = std::fs::remove_dir_all(d);
     }
-    sig_handle.close();
     info!("stopped in {:?}", started.elapsed());
     code
 }

@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::server::protocol::{Allocation, EniEntry, ListEntry, Owner, SandboxId, StatusCounts};
+use crate::core::{Allocation, EniEntry, ListEntry, Owner, SandboxId, StatusCounts};
 use crate::store::{Allocation as StoredAllocation, Hold};
 
 mod shrink;
@@ -54,6 +54,10 @@ pub struct PoolEni {
     /// The cloud said it holds all it can (per-ENI limit): no more asks
     /// until the next reconcile.
     pub at_limit: bool,
+    /// The cloud no longer has it (deleted behind eniipd's back): it holds
+    /// no slot and only the addresses owners still hold, never handed out
+    /// again; it is forgotten once they are released.
+    pub gone: bool,
 }
 
 impl PoolEni {
@@ -76,6 +80,7 @@ impl PoolEni {
             phase: EniPhase::Ready,
             pending: 0,
             at_limit: false,
+            gone: false,
         }
     }
 }
@@ -247,6 +252,20 @@ impl PoolState {
                 self.unindex(&ip);
             }
         }
+    }
+
+    /// ENIs marked gone that no longer hold any address: forgotten.
+    pub fn drop_empty_gone(&mut self) -> Vec<String> {
+        let empty: Vec<String> = self
+            .enis
+            .values()
+            .filter(|e| e.gone && self.ips_on(&e.id) == 0)
+            .map(|e| e.id.clone())
+            .collect();
+        for id in &empty {
+            self.remove_eni(id);
+        }
+        empty
     }
 
     /// Removes an ENI and every address on it.
@@ -685,6 +704,7 @@ mod tests {
             phase: EniPhase::Ready,
             pending: 0,
             at_limit: false,
+            gone: false,
         }
     }
 

@@ -36,7 +36,7 @@ impl PoolState {
     /// Counters for `status` (pending and capacity are the caller's).
     pub fn counts(&self) -> StatusCounts {
         let mut c = StatusCounts {
-            enis: self.enis.len(),
+            enis: self.enis.values().filter(|e| !e.gone).count(),
             ips: self.ips.len() + self.unpaired_v6.len(),
             ..StatusCounts::default()
         };
@@ -92,9 +92,10 @@ impl PoolState {
     }
 
     /// `enis` data for the ENIs that exist (the caller adds ones being created).
-    pub fn eni_entries(&self, inhibited: impl Fn(&str) -> Option<String>) -> Vec<EniEntry> {
+    pub fn eni_entries(&self, inhibited: impl Fn(&str) -> Option<u64>) -> Vec<EniEntry> {
         self.enis
             .values()
+            .filter(|e| !e.gone)
             .map(|e| EniEntry {
                 eni: e.id.clone(),
                 mac: e.mac.clone(),

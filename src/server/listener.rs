@@ -30,9 +30,9 @@ use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
 use super::peer::{may_mutate, supplementary_groups, Peer};
-use super::protocol::{self, ErrCode, ProtoError, Reply, Request, MAX_LINE};
+use super::protocol::{self, Reply, Request, MAX_LINE};
 pub use super::socket::{bind_socket, resolve_group};
-use super::Backend;
+use crate::core::{AllocError, Command, Commands, ErrCode};
 use crate::log_limited;
 use crate::logging::RateLimit;
 
@@ -105,7 +105,7 @@ const ADMIT_WAIT: Duration = Duration::from_secs(1);
 
 struct Shared {
     cfg: ServerConfig,
-    backend: Arc<dyn Backend>,
+    commands: Commands,
     conns: Mutex<HashMap<u64, Conn>>,
     /// Signalled when a connection may have become closable or left.
     changed: Condvar,
@@ -128,13 +128,13 @@ impl Server {
     pub fn start(
         listener: UnixListener,
         cfg: ServerConfig,
-        backend: Arc<dyn Backend>,
+        commands: Commands,
     ) -> io::Result<Server> {
         listener.set_nonblocking(true)?;
         let (wake_rx, wake_tx) = nix::unistd::pipe()?;
         let shared = Arc::new(Shared {
             cfg,
-            backend,
+            commands,
             conns: Mutex::new(HashMap::new()),
             changed: Condvar::new(),
             stopping: AtomicBool::new(false),
@@ -164,16 +164,15 @@ impl Server {
 
     /// Stops accepting, closes idle connections, lets requests in progress
     /// finish (new ones get `ERR shutting-down`) and joins every thread
-    /// within `deadline`. Idempotent.
-    pub fn shutdown(&self, deadline: Duration) {
-        let until = Instant::now() + deadline;
+    /// until `until`. Idempotent.
+    pub fn shutdown(&self, until: Instant) {
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.shared.changed.notify_all();
         if let Some(w) = self.wake.lock().take() {
             let _ = nix::unistd::write(&w, b"x");
         }
         if let Some(h) = self.accept.lock().take() {
-            if !crate::alloc::join_until(h, until) {
+            if !crate::util::thread::join_until(h, until) {
                 warn!("accept thread did not stop in time");
             }
         }
@@ -188,7 +187,7 @@ impl Server {
         };
         let mut abandoned = 0;
         for t in threads {
-            if !crate::alloc::join_until(t, until) {
+            if !crate::util::thread::join_until(t, until) {
                 abandoned += 1;
             }
         }
@@ -200,7 +199,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        self.shutdown(Duration::from_secs(1));
+        self.shutdown(Instant::now() + Duration::from_secs(1));
     }
 }
 
@@ -278,7 +277,7 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
                     drop(conns);
                     let mut s = stream;
                     let _ = s.write_all(
-                        Reply::err(ProtoError::new(ErrCode::Busy, "too many connections"))
+                        Reply::err(AllocError::new(ErrCode::Busy, "too many connections"))
                             .render()
                             .as_bytes(),
                     );
@@ -332,7 +331,7 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
             if let Some(c) = sh.conns.lock().remove(&id) {
                 let mut s = c.stream;
                 let _ = s.write_all(
-                    Reply::err(ProtoError::new(
+                    Reply::err(AllocError::new(
                         ErrCode::Busy,
                         "no thread for this connection",
                     ))
@@ -555,6 +554,8 @@ fn read_line(sh: &Shared, stream: &mut UnixStream, buf: &mut Vec<u8>) -> Next {
 fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
     let peer = Peer::of(&stream).ok();
     let mut buf = Vec::with_capacity(256);
+    // `keep` lines gather here until the `gc` that uses them.
+    let mut keep: Vec<String> = Vec::new();
     loop {
         let line = match read_line(sh, &mut stream, &mut buf) {
             Next::Line(l) => l,
@@ -563,7 +564,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
                     sh,
                     id,
                     &stream,
-                    Reply::err(ProtoError::bare(ErrCode::LineTooLong))
+                    Reply::err(AllocError::bare(ErrCode::LineTooLong))
                         .render()
                         .as_bytes(),
                 );
@@ -576,7 +577,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
         set_phase(sh, id, Phase::Serving);
         let (reply, quit) = if sh.stopping.load(Ordering::SeqCst) {
             (
-                Reply::err(ProtoError::new(
+                Reply::err(AllocError::new(
                     ErrCode::ShuttingDown,
                     "the daemon is stopping",
                 )),
@@ -586,7 +587,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
             match protocol::parse_request(&line) {
                 Ok(req) => {
                     let quit = req == Request::Quit;
-                    (handle(sh, &stream, peer.as_ref(), req), quit)
+                    (handle(sh, &stream, peer.as_ref(), &mut keep, req), quit)
                 }
                 Err(e) => {
                     debug!("bad request: {e}");
@@ -610,7 +611,13 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
     }
 }
 
-fn handle(sh: &Shared, stream: &UnixStream, peer: Option<&Peer>, req: Request) -> Reply {
+fn handle(
+    sh: &Shared,
+    stream: &UnixStream,
+    peer: Option<&Peer>,
+    keep: &mut Vec<String>,
+    req: Request,
+) -> Reply {
     if req.is_mutating() {
         let allowed = peer.is_some_and(|p| {
             may_mutate(p, &sh.cfg.allowed_uids, sh.cfg.socket_gid, || {
@@ -626,82 +633,44 @@ fn handle(sh: &Shared, stream: &UnixStream, peer: Option<&Peer>, req: Request) -
                 peer.map(|p| p.uid),
                 peer.map(|p| p.pid)
             );
-            return Reply::err(ProtoError::new(
+            return Reply::err(AllocError::new(
                 ErrCode::Denied,
-                "this uid may not alloc or release",
+                "this uid may not change allocations",
             ));
         }
     }
-    let b = &sh.backend;
-    let ok = |text: String| Reply::ok(text);
-    let result: Result<Reply, ProtoError> = match req {
-        Request::Ping => Ok(ok("pong".into())),
-        Request::Version => Ok(ok(format!(
+    match req {
+        Request::Ping => Reply::ok("pong"),
+        Request::Version => Reply::ok(format!(
             "eniipd {} protocol={}",
             sh.cfg.version,
             protocol::PROTOCOL_VERSION
-        ))),
-        Request::Help => Ok(Reply::with_data(
-            protocol::HELP.iter().map(|s| s.to_string()).collect(),
-            "",
         )),
-        Request::Quit => Ok(ok("bye".into())),
-        Request::Alloc {
-            owner,
-            sandbox,
-            prefer,
-        } => {
-            let r = b
-                .alloc(&owner, sandbox.as_ref(), prefer)
-                .map(|a| ok(a.to_text()));
+        Request::Help => {
+            Reply::with_data(protocol::HELP.iter().map(|s| s.to_string()).collect(), "")
+        }
+        Request::Quit => Reply::ok("bye"),
+        Request::Keep(ids) => {
+            keep.extend(ids);
+            keep.sort_unstable();
+            keep.dedup();
+            Reply::ok(format!("keep={}", keep.len()))
+        }
+        Request::Command(mut command) => {
+            if let Command::Gc { keep: list, .. } = &mut command {
+                *list = std::mem::take(keep);
+            }
+            let name = command.name();
+            let outcome = sh.commands.ask(command);
             if let Some(p) = peer {
                 debug!(
-                    "alloc {owner} by uid {} pid {}: {}",
+                    "{name} by uid {} pid {}: {}",
                     p.uid,
                     p.pid,
-                    if r.is_ok() { "ok" } else { "error" }
+                    if outcome.is_ok() { "ok" } else { "error" }
                 );
             }
-            r
+            protocol::answer_reply(outcome)
         }
-        Request::Release { owner, sandbox } => {
-            b.release(&owner, sandbox.as_ref()).map(|ip| match ip {
-                Some(ip) => ok(format!("released={ip}")),
-                None => ok("released=none".into()),
-            })
-        }
-        Request::Show { owner } => b.show(&owner).map(|a| ok(a.to_text())),
-        Request::List => b.list().map(|l| {
-            let n = l.len();
-            Reply::with_data(l.iter().map(|e| e.to_line()).collect(), n.to_string())
-        }),
-        Request::Status => b.status().map(|s| ok(s.to_text())),
-        Request::Enis => b.enis().map(|l| {
-            let n = l.len();
-            Reply::with_data(l.iter().map(|e| e.to_line()).collect(), n.to_string())
-        }),
-        Request::Audit => b.audit().map(|d| {
-            if d.is_empty() {
-                ok("consistent".into())
-            } else {
-                let n = d.len();
-                Reply {
-                    data: d,
-                    outcome: Err(ProtoError::new(ErrCode::Inconsistent, n.to_string())),
-                }
-            }
-        }),
-        Request::Metrics => Ok(Reply::with_data(
-            b.metrics().lines().map(str::to_string).collect(),
-            "",
-        )),
-        Request::Config => Ok(Reply::with_data(
-            b.config()
-                .into_iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect(),
-            "",
-        )),
-    };
-    result.unwrap_or_else(Reply::err)
+    }
 }

@@ -1,5 +1,6 @@
 //! The line protocol, version 1 (SPEC section 4), as pure functions: bytes of
-//! one request line in, a [`Request`] out; a [`Reply`] in, its text out. No
+//! one request line in, a [`Request`] (local verbs, or a core [`Command`])
+//! out; a core [`Answer`] or [`AllocError`] in, its [`Reply`] text out. No
 //! I/O, so it can be fuzzed and property-tested on its own.
 //!
 //! Invariants: a rendered reply is zero or more data lines and exactly one
@@ -7,193 +8,22 @@
 //! data line never looks like a final line; nothing rendered contains a
 //! control character other than the line ends.
 
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+
+pub use crate::core::MAX_ID;
+use crate::core::{
+    AllocError, Allocation, Answer, Command, EniEntry, ErrCode, ListEntry, Owner, SandboxId,
+    StatusCounts,
+};
+use crate::util::time::format_utc;
 
 /// Protocol version announced by `version`.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line, terminator excluded.
 pub const MAX_LINE: usize = 4096;
-/// Longest owner or sandbox id.
-pub const MAX_ID: usize = 255;
 
-/// Stable error codes of `ERR` lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrCode {
-    /// Malformed request or argument.
-    BadRequest,
-    /// No such command.
-    UnknownCommand,
-    /// Request longer than [`MAX_LINE`]; the server closes after it.
-    LineTooLong,
-    /// `show` of an owner holding nothing.
-    NotFound,
-    /// No IP can be had: capacity reached or vswitches empty.
-    Exhausted,
-    /// `alloc` waited `alloc_timeout`.
-    Timeout,
-    /// The cloud refused: `ERR cloud <Code> <message>`.
-    Cloud,
-    /// Too many requests in flight.
-    Busy,
-    /// The peer may not use this command.
-    Denied,
-    /// The daemon is stopping.
-    ShuttingDown,
-    /// `audit` found differences.
-    Inconsistent,
-    /// A bug or a local failure (disk).
-    Internal,
-}
-
-impl ErrCode {
-    /// The code as it appears on the wire.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrCode::BadRequest => "bad-request",
-            ErrCode::UnknownCommand => "unknown-command",
-            ErrCode::LineTooLong => "line-too-long",
-            ErrCode::NotFound => "not-found",
-            ErrCode::Exhausted => "exhausted",
-            ErrCode::Timeout => "timeout",
-            ErrCode::Cloud => "cloud",
-            ErrCode::Busy => "busy",
-            ErrCode::Denied => "denied",
-            ErrCode::ShuttingDown => "shutting-down",
-            ErrCode::Inconsistent => "inconsistent",
-            ErrCode::Internal => "internal",
-        }
-    }
-
-    /// Every code, for documentation checks.
-    pub const ALL: [ErrCode; 12] = [
-        ErrCode::BadRequest,
-        ErrCode::UnknownCommand,
-        ErrCode::LineTooLong,
-        ErrCode::NotFound,
-        ErrCode::Exhausted,
-        ErrCode::Timeout,
-        ErrCode::Cloud,
-        ErrCode::Busy,
-        ErrCode::Denied,
-        ErrCode::ShuttingDown,
-        ErrCode::Inconsistent,
-        ErrCode::Internal,
-    ];
-}
-
-impl fmt::Display for ErrCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An `ERR` answer: code plus optional message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProtoError {
-    /// The stable code.
-    pub code: ErrCode,
-    /// Human text (may be empty). For `cloud` it starts with the service
-    /// code: `InvalidVSwitchId.IpNotEnough The specified ...`.
-    pub message: String,
-}
-
-impl ProtoError {
-    /// An error with a message.
-    pub fn new(code: ErrCode, message: impl Into<String>) -> ProtoError {
-        ProtoError {
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// An error with no message.
-    pub fn bare(code: ErrCode) -> ProtoError {
-        ProtoError::new(code, "")
-    }
-
-    fn bad(message: impl Into<String>) -> ProtoError {
-        ProtoError::new(ErrCode::BadRequest, message)
-    }
-}
-
-impl fmt::Display for ProtoError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.message.is_empty() {
-            write!(f, "{}", self.code)
-        } else {
-            write!(f, "{} {}", self.code, self.message)
-        }
-    }
-}
-
-impl std::error::Error for ProtoError {}
-
-fn valid_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_ID
-        && s.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':' | b'@')
-        })
-}
-
-/// An owner key: 1..255 bytes of `A-Z a-z 0-9 . _ - / : @`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Owner(String);
-
-impl Owner {
-    /// Validates an owner.
-    pub fn parse(s: &str) -> Result<Owner, ProtoError> {
-        if valid_id(s) {
-            Ok(Owner(s.to_string()))
-        } else {
-            Err(ProtoError::bad(
-                "invalid owner (1..255 of A-Z a-z 0-9 . _ - / : @)",
-            ))
-        }
-    }
-
-    /// The owner text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for Owner {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// A sandbox id, same alphabet as an owner.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SandboxId(String);
-
-impl SandboxId {
-    /// Validates a sandbox id.
-    pub fn parse(s: &str) -> Result<SandboxId, ProtoError> {
-        if valid_id(s) {
-            Ok(SandboxId(s.to_string()))
-        } else {
-            Err(ProtoError::bad(
-                "invalid sandbox id (1..255 of A-Z a-z 0-9 . _ - / : @)",
-            ))
-        }
-    }
-
-    /// The id text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for SandboxId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// One parsed request.
+/// One parsed request: a verb the connection answers itself, or a
+/// [`Command`] for the allocator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// `ping`
@@ -202,100 +32,73 @@ pub enum Request {
     Version,
     /// `help`
     Help,
-    /// `alloc OWNER [sandbox=ID] [prefer=IP]`
-    Alloc {
-        /// Who gets the IP.
-        owner: Owner,
-        /// The sandbox (pod sandbox / container) asking.
-        sandbox: Option<SandboxId>,
-        /// An IP to prefer if it is free.
-        prefer: Option<IpAddr>,
-    },
-    /// `release OWNER [sandbox=ID]`
-    Release {
-        /// Whose IP.
-        owner: Owner,
-        /// Only if held by this sandbox (or by none).
-        sandbox: Option<SandboxId>,
-    },
-    /// `show OWNER`
-    Show {
-        /// Whose allocation.
-        owner: Owner,
-    },
-    /// `list`
-    List,
-    /// `status`
-    Status,
-    /// `enis`
-    Enis,
-    /// `audit`
-    Audit,
-    /// `metrics`
-    Metrics,
-    /// `config`
-    Config,
     /// `quit`
     Quit,
+    /// `keep ID [ID ...]`: adds to this connection's keep-list.
+    Keep(Vec<String>),
+    /// Everything the allocator answers. A parsed `gc` carries an empty
+    /// keep-list: the connection fills in its own.
+    Command(Command),
 }
 
 impl Request {
-    /// True for the commands that change allocations (access-checked).
+    /// True for the requests that change allocations (access-checked).
     pub fn is_mutating(&self) -> bool {
-        matches!(self, Request::Alloc { .. } | Request::Release { .. })
+        match self {
+            Request::Command(c) => c.is_mutating(),
+            Request::Keep(_) => true,
+            _ => false,
+        }
     }
 
-    /// The command name, for logs and metrics.
+    /// The verb, for logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
             Request::Ping => "ping",
             Request::Version => "version",
             Request::Help => "help",
-            Request::Alloc { .. } => "alloc",
-            Request::Release { .. } => "release",
-            Request::Show { .. } => "show",
-            Request::List => "list",
-            Request::Status => "status",
-            Request::Enis => "enis",
-            Request::Audit => "audit",
-            Request::Metrics => "metrics",
-            Request::Config => "config",
             Request::Quit => "quit",
+            Request::Keep(_) => "keep",
+            Request::Command(c) => c.name(),
         }
     }
 
     /// The request as a protocol line (no terminator); `parse_request` of it
-    /// gives the request back.
+    /// gives the request back (a `gc`'s keep-list travels in `keep` lines).
     pub fn to_line(&self) -> String {
         let mut s = self.name().to_string();
+        let mut id = |prefix: &str, v: &str| {
+            s.push(' ');
+            s.push_str(prefix);
+            s.push_str(v);
+        };
         match self {
-            Request::Alloc {
+            Request::Keep(ids) => {
+                for i in ids {
+                    id("", i);
+                }
+            }
+            Request::Command(Command::Alloc {
                 owner,
                 sandbox,
                 prefer,
-            } => {
-                s.push(' ');
-                s.push_str(owner.as_str());
+            }) => {
+                id("", owner.as_str());
                 if let Some(sb) = sandbox {
-                    s.push_str(" sandbox=");
-                    s.push_str(sb.as_str());
+                    id("sandbox=", sb.as_str());
                 }
                 if let Some(ip) = prefer {
-                    s.push_str(&format!(" prefer={ip}"));
+                    id("prefer=", &ip.to_string());
                 }
             }
-            Request::Release { owner, sandbox } => {
-                s.push(' ');
-                s.push_str(owner.as_str());
+            Request::Command(Command::Release { owner, sandbox }) => {
+                id("", owner.as_str());
                 if let Some(sb) = sandbox {
-                    s.push_str(" sandbox=");
-                    s.push_str(sb.as_str());
+                    id("sandbox=", sb.as_str());
                 }
             }
-            Request::Show { owner } => {
-                s.push(' ');
-                s.push_str(owner.as_str());
-            }
+            Request::Command(Command::Show { owner }) => id("", owner.as_str()),
+            Request::Command(Command::Gc { owner_prefix, .. }) => id("owner-prefix=", owner_prefix),
             _ => {}
         }
         s
@@ -316,24 +119,26 @@ pub const HELP: &[&str] = &[
     "audit                                  compare local state with the cloud",
     "metrics                                Prometheus metrics",
     "config                                 effective configuration",
+    "keep ID [ID ...]                       add owners or sandboxes to this connection's keep-list",
+    "gc owner-prefix=P                      release P* allocations not in the keep-list",
     "quit                                   close the connection",
 ];
 
 /// Parses one request line (terminator already removed, a trailing `\r`
 /// allowed). Never panics.
-pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
+pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.len() > MAX_LINE {
-        return Err(ProtoError::bare(ErrCode::LineTooLong));
+        return Err(AllocError::bare(ErrCode::LineTooLong));
     }
     let text =
-        std::str::from_utf8(line).map_err(|_| ProtoError::bad("request is not valid UTF-8"))?;
+        std::str::from_utf8(line).map_err(|_| AllocError::bad("request is not valid UTF-8"))?;
     if text.bytes().any(|b| b.is_ascii_control()) {
-        return Err(ProtoError::bad("control character in request"));
+        return Err(AllocError::bad("control character in request"));
     }
     let mut words = text.split(' ').filter(|w| !w.is_empty());
     let Some(cmd) = words.next() else {
-        return Err(ProtoError::bad("empty request"));
+        return Err(AllocError::bad("empty request"));
     };
     let args: Vec<&str> = words.collect();
     let cmd = cmd.to_ascii_lowercase();
@@ -341,30 +146,75 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
         if args.is_empty() {
             Ok(req)
         } else {
-            Err(ProtoError::bad(format!("{cmd} takes no arguments")))
+            Err(AllocError::bad(format!("{cmd} takes no arguments")))
         }
     };
+    let command = |c: Command| no_args(Request::Command(c));
     match cmd.as_str() {
         "ping" => no_args(Request::Ping),
         "version" => no_args(Request::Version),
         "help" => no_args(Request::Help),
-        "list" => no_args(Request::List),
-        "status" => no_args(Request::Status),
-        "enis" => no_args(Request::Enis),
-        "audit" => no_args(Request::Audit),
-        "metrics" => no_args(Request::Metrics),
-        "config" => no_args(Request::Config),
         "quit" => no_args(Request::Quit),
+        "list" => command(Command::List),
+        "status" => command(Command::Status),
+        "enis" => command(Command::Enis),
+        "audit" => command(Command::Audit),
+        "metrics" => command(Command::Metrics),
+        "config" => command(Command::Config),
+        "keep" => {
+            if args.is_empty() {
+                return Err(AllocError::bad("keep needs at least one ID"));
+            }
+            let ids = args
+                .iter()
+                .map(|a| {
+                    // Owners and sandbox ids share one alphabet.
+                    SandboxId::parse(a)
+                        .map(|s| s.as_str().to_string())
+                        .map_err(|_| AllocError::bad(format!("invalid ID {}", clip(a))))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Request::Keep(ids))
+        }
+        "gc" => {
+            let mut prefix = None;
+            for arg in &args {
+                match arg.split_once('=') {
+                    Some((k, v)) if k.eq_ignore_ascii_case("owner-prefix") && prefix.is_none() => {
+                        // A prefix is an owner's beginning: same alphabet.
+                        Owner::parse(v).map_err(|_| {
+                            AllocError::bad(format!("invalid owner-prefix {}", clip(v)))
+                        })?;
+                        prefix = Some(v.to_string());
+                    }
+                    _ => {
+                        return Err(AllocError::bad(format!(
+                            "unexpected argument {}",
+                            clip(arg)
+                        )))
+                    }
+                }
+            }
+            let Some(owner_prefix) = prefix else {
+                return Err(AllocError::bad(
+                    "gc needs owner-prefix=P (without it, it would release everything)",
+                ));
+            };
+            Ok(Request::Command(Command::Gc {
+                owner_prefix,
+                keep: Vec::new(),
+            }))
+        }
         "alloc" | "release" | "show" => {
             let (owner, rest) = match args.split_first() {
                 Some((o, rest)) => (Owner::parse(o)?, rest),
-                None => return Err(ProtoError::bad(format!("{cmd} needs an OWNER"))),
+                None => return Err(AllocError::bad(format!("{cmd} needs an OWNER"))),
             };
             let mut sandbox = None;
             let mut prefer = None;
             for arg in rest {
                 let Some((k, v)) = arg.split_once('=') else {
-                    return Err(ProtoError::bad(format!(
+                    return Err(AllocError::bad(format!(
                         "unexpected argument {}",
                         clip(arg)
                     )));
@@ -375,28 +225,28 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ProtoError> {
                     }
                     ("alloc", "prefer") if prefer.is_none() => {
                         prefer = Some(v.parse::<IpAddr>().map_err(|_| {
-                            ProtoError::bad(format!("prefer={} is not an IP address", clip(v)))
+                            AllocError::bad(format!("prefer={} is not an IP address", clip(v)))
                         })?);
                     }
                     _ => {
-                        return Err(ProtoError::bad(format!(
+                        return Err(AllocError::bad(format!(
                             "unexpected argument {}",
                             clip(arg)
                         )))
                     }
                 }
             }
-            Ok(match cmd.as_str() {
-                "alloc" => Request::Alloc {
+            Ok(Request::Command(match cmd.as_str() {
+                "alloc" => Command::Alloc {
                     owner,
                     sandbox,
                     prefer,
                 },
-                "release" => Request::Release { owner, sandbox },
-                _ => Request::Show { owner },
-            })
+                "release" => Command::Release { owner, sandbox },
+                _ => Command::Show { owner },
+            }))
         }
-        _ => Err(ProtoError::new(
+        _ => Err(AllocError::new(
             ErrCode::UnknownCommand,
             format!("{} (try help)", clip(&cmd)),
         )),
@@ -408,162 +258,125 @@ fn clip(s: &str) -> String {
     s.chars().take(64).collect()
 }
 
-/// An IP handed to an owner, as `alloc` and `show` print it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Allocation {
-    /// The IPv4 address.
-    pub ip: Ipv4Addr,
-    /// The IPv6 address (dual stack).
-    pub ipv6: Option<Ipv6Addr>,
-    /// The ENI holding it.
-    pub eni: String,
-    /// That ENI's MAC.
-    pub mac: String,
-    /// The ENI's vswitch.
-    pub vswitch: String,
-    /// The vswitch CIDR.
-    pub cidr: String,
-    /// The vswitch gateway.
-    pub gateway: Ipv4Addr,
+/// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`
+pub fn allocation_text(a: &Allocation) -> String {
+    let mut s = format!("ip={}", a.ip);
+    if let Some(v6) = a.ipv6 {
+        s.push_str(&format!(" ipv6={v6}"));
+    }
+    s.push_str(&format!(
+        " eni={} mac={} vswitch={} cidr={} gateway={}",
+        a.eni, a.mac, a.vswitch, a.cidr, a.gateway
+    ));
+    s
 }
 
-impl Allocation {
-    /// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`
-    pub fn to_text(&self) -> String {
-        let mut s = format!("ip={}", self.ip);
-        if let Some(v6) = self.ipv6 {
-            s.push_str(&format!(" ipv6={v6}"));
+/// Parses [`allocation_text`] output (used by clients and tests).
+pub fn parse_allocation(text: &str) -> Option<Allocation> {
+    let mut ip = None;
+    let mut ipv6 = None;
+    let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        let (k, v) = word.split_once('=')?;
+        match k {
+            "ip" => ip = Some(v.parse().ok()?),
+            "ipv6" => ipv6 = Some(v.parse().ok()?),
+            "eni" => eni = Some(v.to_string()),
+            "mac" => mac = Some(v.to_string()),
+            "vswitch" => vswitch = Some(v.to_string()),
+            "cidr" => cidr = Some(v.to_string()),
+            "gateway" => gateway = Some(v.parse().ok()?),
+            _ => return None,
         }
-        s.push_str(&format!(
-            " eni={} mac={} vswitch={} cidr={} gateway={}",
-            self.eni, self.mac, self.vswitch, self.cidr, self.gateway
-        ));
-        s
     }
+    Some(Allocation {
+        ip: ip?,
+        ipv6,
+        eni: eni?,
+        mac: mac?,
+        vswitch: vswitch?,
+        cidr: cidr?,
+        gateway: gateway?,
+    })
+}
 
-    /// Parses [`Allocation::to_text`] output (used by clients and tests).
-    pub fn parse(text: &str) -> Option<Allocation> {
-        let mut ip = None;
-        let mut ipv6 = None;
-        let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
-        for word in text.split(' ').filter(|w| !w.is_empty()) {
-            let (k, v) = word.split_once('=')?;
-            match k {
-                "ip" => ip = Some(v.parse().ok()?),
-                "ipv6" => ipv6 = Some(v.parse().ok()?),
-                "eni" => eni = Some(v.to_string()),
-                "mac" => mac = Some(v.to_string()),
-                "vswitch" => vswitch = Some(v.to_string()),
-                "cidr" => cidr = Some(v.to_string()),
-                "gateway" => gateway = Some(v.parse().ok()?),
-                _ => return None,
+/// The `OK` text of `status`.
+pub fn status_text(c: &StatusCounts) -> String {
+    format!(
+        "enis={} ips={} idle={} inuse={} reserved={} cooling={} pending={} capacity={}",
+        c.enis, c.ips, c.idle, c.inuse, c.reserved, c.cooling, c.pending, c.capacity
+    )
+}
+
+/// `<ip> <state> <owner or -> <eni>`
+pub fn list_line(e: &ListEntry) -> String {
+    format!(
+        "{} {} {} {}",
+        e.ip,
+        e.state,
+        e.owner.as_deref().unwrap_or("-"),
+        e.eni
+    )
+}
+
+/// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`
+pub fn eni_line(e: &EniEntry) -> String {
+    format!(
+        "{} {} {} ips={} pending={} inhibited={}",
+        e.eni,
+        e.mac,
+        e.vswitch,
+        e.ips,
+        e.pending,
+        e.inhibited_until
+            .map(format_utc)
+            .unwrap_or_else(|| "-".into())
+    )
+}
+
+/// The reply to a command's outcome.
+pub fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
+    let answer = match outcome {
+        Ok(a) => a,
+        Err(e) => return Reply::err(e),
+    };
+    let counted = |data: Vec<String>| {
+        let n = data.len();
+        Reply::with_data(data, n.to_string())
+    };
+    match answer {
+        Answer::Allocation(a) => Reply::ok(allocation_text(&a)),
+        Answer::Released(Some(ip)) => Reply::ok(format!("released={ip}")),
+        Answer::Released(None) => Reply::ok("released=none"),
+        Answer::List(l) => counted(l.iter().map(list_line).collect()),
+        Answer::Status(s) => Reply::ok(status_text(&s)),
+        Answer::Enis(l) => counted(l.iter().map(eni_line).collect()),
+        Answer::Audit(d) if d.is_empty() => Reply::ok("consistent"),
+        Answer::Audit(d) => {
+            let n = d.len();
+            Reply {
+                data: d,
+                outcome: Err(AllocError::new(ErrCode::Inconsistent, n.to_string())),
             }
         }
-        Some(Allocation {
-            ip: ip?,
-            ipv6,
-            eni: eni?,
-            mac: mac?,
-            vswitch: vswitch?,
-            cidr: cidr?,
-            gateway: gateway?,
-        })
-    }
-}
-
-/// Pool counters for `status`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StatusCounts {
-    /// Managed ENIs.
-    pub enis: usize,
-    /// Every pool IP (invalid included).
-    pub ips: usize,
-    /// Free for anyone.
-    pub idle: usize,
-    /// Held by an owner.
-    pub inuse: usize,
-    /// Held for a last owner (`ip_stick_time`).
-    pub reserved: usize,
-    /// Kept from other owners (`ip_cooldown`).
-    pub cooling: usize,
-    /// Asked of the cloud, not yet answered.
-    pub pending: usize,
-    /// IPs the node can hold.
-    pub capacity: usize,
-}
-
-impl StatusCounts {
-    /// The `OK` text of `status`.
-    pub fn to_text(&self) -> String {
-        format!(
-            "enis={} ips={} idle={} inuse={} reserved={} cooling={} pending={} capacity={}",
-            self.enis,
-            self.ips,
-            self.idle,
-            self.inuse,
-            self.reserved,
-            self.cooling,
-            self.pending,
-            self.capacity
-        )
-    }
-}
-
-/// One `list` data line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ListEntry {
-    /// The address (IPv4, or the IPv6 of an unpaired IPv6).
-    pub ip: IpAddr,
-    /// `idle`, `inuse`, `reserved`, `cooling`, `invalid`.
-    pub state: &'static str,
-    /// The owner, if any.
-    pub owner: Option<String>,
-    /// The ENI.
-    pub eni: String,
-}
-
-impl ListEntry {
-    /// `<ip> <state> <owner or -> <eni>`
-    pub fn to_line(&self) -> String {
-        format!(
-            "{} {} {} {}",
-            self.ip,
-            self.state,
-            self.owner.as_deref().unwrap_or("-"),
-            self.eni
-        )
-    }
-}
-
-/// One `enis` data line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EniEntry {
-    /// `eni-...`
-    pub eni: String,
-    /// Its MAC (`-` while being created).
-    pub mac: String,
-    /// Its vswitch.
-    pub vswitch: String,
-    /// Pool IPs on it.
-    pub ips: usize,
-    /// IPs asked of it and not yet answered.
-    pub pending: usize,
-    /// Until when its vswitch is inhibited (RFC 3339), if it is.
-    pub inhibited_until: Option<String>,
-}
-
-impl EniEntry {
-    /// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`
-    pub fn to_line(&self) -> String {
-        format!(
-            "{} {} {} ips={} pending={} inhibited={}",
-            self.eni,
-            self.mac,
-            self.vswitch,
-            self.ips,
-            self.pending,
-            self.inhibited_until.as_deref().unwrap_or("-")
-        )
+        Answer::Metrics(text) => Reply::with_data(text.lines().map(str::to_string).collect(), ""),
+        Answer::Config(kv) => Reply::with_data(
+            kv.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            "",
+        ),
+        Answer::Collected(released) => {
+            let n = released.len();
+            let data = released
+                .into_iter()
+                .map(|(ip, owner, sandbox)| {
+                    format!(
+                        "{ip} {owner} {}",
+                        sandbox.as_ref().map(SandboxId::as_str).unwrap_or("-")
+                    )
+                })
+                .collect();
+            Reply::with_data(data, format!("released={n}"))
+        }
     }
 }
 
@@ -573,7 +386,7 @@ pub struct Reply {
     /// Zero or more data lines.
     pub data: Vec<String>,
     /// `OK [text]` or `ERR code [message]`.
-    pub outcome: Result<String, ProtoError>,
+    pub outcome: Result<String, AllocError>,
 }
 
 impl Reply {
@@ -594,7 +407,7 @@ impl Reply {
     }
 
     /// `ERR ...` with no data.
-    pub fn err(e: ProtoError) -> Reply {
+    pub fn err(e: AllocError) -> Reply {
         Reply {
             data: Vec::new(),
             outcome: Err(e),
@@ -623,6 +436,10 @@ impl Reply {
             Err(e) => {
                 out.push_str("ERR ");
                 out.push_str(e.code.as_str());
+                if let Some(c) = &e.cloud_code {
+                    out.push(' ');
+                    out.push_str(&sanitize(c));
+                }
                 let msg = sanitize(&e.message);
                 if !msg.is_empty() {
                     out.push(' ');
@@ -665,7 +482,7 @@ pub fn is_final_line(line: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn parse(s: &str) -> Result<Request, ProtoError> {
+    fn parse(s: &str) -> Result<Request, AllocError> {
         parse_request(s.as_bytes())
     }
 
@@ -673,7 +490,10 @@ mod tests {
     fn commands_parse_case_insensitively() {
         assert_eq!(parse("PING").unwrap(), Request::Ping);
         assert_eq!(parse("Version\r").unwrap(), Request::Version);
-        assert_eq!(parse("  status  ").unwrap(), Request::Status);
+        assert_eq!(
+            parse("  status  ").unwrap(),
+            Request::Command(Command::Status)
+        );
         for name in ["help", "list", "enis", "audit", "metrics", "config", "quit"] {
             assert_eq!(parse(name).unwrap().name(), name);
         }
@@ -684,11 +504,11 @@ mod tests {
         let r = parse("alloc default/web-1 sandbox=abc123 prefer=192.168.0.10").unwrap();
         assert_eq!(
             r,
-            Request::Alloc {
+            Request::Command(Command::Alloc {
                 owner: Owner::parse("default/web-1").unwrap(),
                 sandbox: Some(SandboxId::parse("abc123").unwrap()),
                 prefer: Some("192.168.0.10".parse().unwrap()),
-            }
+            })
         );
         assert_eq!(parse(&r.to_line()).unwrap(), r);
         assert!(parse("alloc a sandbox=x sandbox=y").is_err());
@@ -698,6 +518,28 @@ mod tests {
         assert!(parse("release a prefer=10.0.0.1").is_err());
         assert!(parse("show a sandbox=x").is_err());
         assert!(parse("ping extra").is_err());
+    }
+
+    #[test]
+    fn keep_and_gc() {
+        assert_eq!(
+            parse("keep abc ns/pod-1").unwrap(),
+            Request::Keep(vec!["abc".into(), "ns/pod-1".into()])
+        );
+        assert_eq!(parse("keep").unwrap_err().code, ErrCode::BadRequest);
+        assert_eq!(parse("keep a|b").unwrap_err().code, ErrCode::BadRequest);
+        assert_eq!(
+            parse("GC owner-prefix=net1/").unwrap(),
+            Request::Command(Command::Gc {
+                owner_prefix: "net1/".into(),
+                keep: Vec::new()
+            })
+        );
+        assert_eq!(parse("gc").unwrap_err().code, ErrCode::BadRequest);
+        assert_eq!(parse("gc net1/").unwrap_err().code, ErrCode::BadRequest);
+        assert!(parse("gc owner-prefix=a owner-prefix=b").is_err());
+        assert!(parse("keep x").unwrap().is_mutating());
+        assert!(parse("gc owner-prefix=x").unwrap().is_mutating());
     }
 
     #[test]
@@ -744,11 +586,20 @@ mod tests {
         assert_eq!(lines.len(), 3);
         assert_eq!(lines.iter().filter(|l| is_final_line(l)).count(), 1);
         assert_eq!(lines[2], "OK 2");
-        let e = Reply::err(ProtoError::new(ErrCode::Cloud, "Throttling.User too\nmany"));
+        let e = Reply::err(AllocError::new(ErrCode::Cloud, "Throttling.User too\nmany"));
         assert_eq!(e.render(), "ERR cloud Throttling.User too many\n");
+        let c = Reply::err(AllocError::cloud(
+            ErrCode::Cloud,
+            "Throttling.User",
+            "Request was denied due to user flow control.",
+        ));
+        assert_eq!(
+            c.render(),
+            "ERR cloud Throttling.User Request was denied due to user flow control.\n"
+        );
         assert_eq!(Reply::ok("").render(), "OK\n");
         assert_eq!(
-            Reply::err(ProtoError::bare(ErrCode::NotFound)).render(),
+            Reply::err(AllocError::bare(ErrCode::NotFound)).render(),
             "ERR not-found\n"
         );
     }
@@ -764,9 +615,9 @@ mod tests {
             cidr: "192.168.0.0/22".into(),
             gateway: "192.168.3.253".parse().unwrap(),
         };
-        let t = a.to_text();
+        let t = allocation_text(&a);
         assert!(t.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
-        assert_eq!(Allocation::parse(&t), Some(a));
+        assert_eq!(parse_allocation(&t), Some(a));
     }
 
     #[test]
@@ -792,26 +643,33 @@ mod proptests {
     fn request() -> impl Strategy<Value = Request> {
         prop_oneof![
             Just(Request::Ping),
-            Just(Request::Status),
-            Just(Request::List),
+            Just(Request::Command(Command::Status)),
+            Just(Request::Command(Command::List)),
             Just(Request::Quit),
+            proptest::collection::vec(id(), 1..5).prop_map(Request::Keep),
+            id().prop_map(|p| Request::Command(Command::Gc {
+                owner_prefix: p,
+                keep: Vec::new()
+            })),
             (
                 id(),
                 proptest::option::of(id()),
                 proptest::option::of(any::<[u8; 4]>())
             )
-                .prop_map(|(o, s, p)| Request::Alloc {
+                .prop_map(|(o, s, p)| Request::Command(Command::Alloc {
                     owner: Owner::parse(&o).unwrap(),
                     sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
-                    prefer: p.map(|b| IpAddr::V4(Ipv4Addr::from(b))),
-                }),
-            (id(), proptest::option::of(id())).prop_map(|(o, s)| Request::Release {
-                owner: Owner::parse(&o).unwrap(),
-                sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
-            }),
-            id().prop_map(|o| Request::Show {
+                    prefer: p.map(|b| IpAddr::V4(std::net::Ipv4Addr::from(b))),
+                })),
+            (id(), proptest::option::of(id())).prop_map(|(o, s)| Request::Command(
+                Command::Release {
+                    owner: Owner::parse(&o).unwrap(),
+                    sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
+                }
+            )),
+            id().prop_map(|o| Request::Command(Command::Show {
                 owner: Owner::parse(&o).unwrap()
-            }),
+            })),
         ]
     }
 
@@ -847,7 +705,7 @@ mod proptests {
         /// Whatever the data, a reply has exactly one final line, last.
         #[test]
         fn replies_are_framed(data in proptest::collection::vec("[ -~\n\r\t]{0,60}", 0..8), ok in any::<bool>(), text in "[ -~\n]{0,40}") {
-            let outcome = if ok { Ok(text) } else { Err(ProtoError::new(ErrCode::Cloud, text)) };
+            let outcome = if ok { Ok(text) } else { Err(AllocError::new(ErrCode::Cloud, text)) };
             let rendered = Reply { data, outcome }.render();
             let lines: Vec<&str> = rendered.split_terminator('\n').collect();
             prop_assert_eq!(lines.iter().filter(|l| is_final_line(l)).count(), 1);

@@ -9,31 +9,58 @@
 //! before it is already durable. A failed write fails its batch and every
 //! later submission: after a failed write the log may hold a partial frame,
 //! so nothing more may be acknowledged until a restart reloads it.
+//!
+//! Stopping is bounded: an fsync on a frozen filesystem can block for
+//! ever, and a thread inside it can be neither joined nor killed. So
+//! [`Committer::close_until`] and `Drop` wait for the thread only until a
+//! deadline, then leave it behind (detached, still holding the state lock
+//! until the process exits) and say how many submitted records were not
+//! made durable.
 
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
-use log::{error, info};
+use crossbeam_channel::{bounded, unbounded, Receiver, RecvTimeoutError, Sender};
+use log::{error, info, warn};
 
 use super::record::Record;
-use super::{fresh_wal, snapshot, Store, StoreError, SNAPSHOT};
+use super::snapshot::LogRef;
+use super::{rewrite, Store, StoreError};
+
+/// How long [`Committer::close`] waits for the disk.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long dropping a [`Committer`] waits for the disk.
+pub const DROP_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
 enum Msg {
     Submit(Vec<Record>, Done),
+    /// Make everything before it durable, write a final snapshot, stop.
     Close(Sender<Result<(), StoreError>>),
+    /// Make everything before it durable and stop, without a snapshot.
+    Stop,
+}
+
+/// The store thread and how to tell when it has finished.
+struct Worker {
+    handle: JoinHandle<()>,
+    /// Disconnects when the thread's function returns.
+    exited: Receiver<()>,
 }
 
 /// Queues records for durable storage. `Send + Sync`; share it with `Arc`.
 pub struct Committer {
     tx: Sender<Msg>,
-    thread: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    worker: parking_lot::Mutex<Option<Worker>>,
     syncs: Arc<AtomicU64>,
+    /// Records submitted / made durable, to say how many a timed-out
+    /// close leaves behind.
+    submitted: AtomicUsize,
+    durable: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Committer {
@@ -48,12 +75,17 @@ impl Committer {
     pub(super) fn start(store: Store) -> Committer {
         let (tx, rx) = unbounded();
         let syncs = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&syncs);
+        let durable = Arc::new(AtomicUsize::new(0));
+        let (counter, made_durable) = (Arc::clone(&syncs), Arc::clone(&durable));
+        let (exited_tx, exited) = bounded::<()>(0);
         let thread = std::thread::Builder::new()
             .name("eniipd-store".into())
-            .spawn(move || run(store, &rx, &counter));
-        let thread = match thread {
-            Ok(t) => Some(t),
+            .spawn(move || {
+                let _exited = exited_tx;
+                run(store, &rx, &counter, &made_durable);
+            });
+        let worker = match thread {
+            Ok(handle) => Some(Worker { handle, exited }),
             Err(e) => {
                 // Without the thread every submission fails (its queue
                 // is gone), which the daemon turns into a clean exit.
@@ -63,8 +95,10 @@ impl Committer {
         };
         Committer {
             tx,
-            thread: parking_lot::Mutex::new(thread),
+            worker: parking_lot::Mutex::new(worker),
             syncs,
+            submitted: AtomicUsize::new(0),
+            durable,
         }
     }
 
@@ -75,7 +109,10 @@ impl Committer {
         records: Vec<Record>,
         done: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
     ) {
+        let n = records.len();
+        self.submitted.fetch_add(n, Ordering::Relaxed);
         if let Err(e) = self.tx.send(Msg::Submit(records, done)) {
+            self.submitted.fetch_sub(n, Ordering::Relaxed);
             if let Msg::Submit(_, done) = e.into_inner() {
                 done(Err(StoreError::Closed));
             }
@@ -94,16 +131,28 @@ impl Committer {
         rx.recv_timeout(timeout).unwrap_or(Err(StoreError::Closed))
     }
 
-    /// Makes everything queued durable, writes a final snapshot, stops the
-    /// thread and releases the lock.
+    /// [`close_until`](Self::close_until) with [`CLOSE_TIMEOUT`].
     pub fn close(self) -> Result<(), StoreError> {
+        self.close_until(Instant::now() + CLOSE_TIMEOUT)
+    }
+
+    /// Makes everything submitted durable, writes a final snapshot, stops
+    /// the thread and releases the lock — or, if the disk has not answered
+    /// by `deadline`, returns [`StoreError::NotDurable`] with the count of
+    /// submitted records not made durable, leaving the thread behind.
+    pub fn close_until(self, deadline: Instant) -> Result<(), StoreError> {
         let (tx, rx) = bounded(1);
         if self.tx.send(Msg::Close(tx)).is_err() {
+            self.reap(deadline);
             return Err(StoreError::Closed);
         }
-        let r = rx.recv().unwrap_or(Err(StoreError::Closed));
-        if let Some(t) = self.thread.lock().take() {
-            let _ = t.join();
+        let r = match rx.recv_deadline(deadline) {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Disconnected) => Err(StoreError::Closed),
+            Err(RecvTimeoutError::Timeout) => Err(self.not_durable()),
+        };
+        if !self.reap(deadline) && r.is_ok() {
+            return Err(self.not_durable());
         }
         r
     }
@@ -112,22 +161,71 @@ impl Committer {
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }
+
+    fn not_durable(&self) -> StoreError {
+        let submitted = self.submitted.load(Ordering::Relaxed);
+        let durable = self.durable.load(Ordering::Relaxed);
+        StoreError::NotDurable {
+            records: submitted.saturating_sub(durable),
+        }
+    }
+
+    /// Joins the thread if it finishes by `deadline`; otherwise leaves it
+    /// (dropping its handle detaches it). Returns whether it finished.
+    fn reap(&self, deadline: Instant) -> bool {
+        let Some(w) = self.worker.lock().take() else {
+            return true;
+        };
+        if w.handle.thread().id() == std::thread::current().id() {
+            // Dropped by a callback on the store thread itself: it stops
+            // once the callback returns; waiting here would wait on itself.
+            return true;
+        }
+        match w.exited.recv_deadline(deadline) {
+            // Only ever disconnected: the thread's function has returned,
+            // so the join cannot block on the disk.
+            Err(RecvTimeoutError::Disconnected) | Ok(()) => {
+                let _ = w.handle.join();
+                true
+            }
+            Err(RecvTimeoutError::Timeout) => false,
+        }
+    }
 }
 
-fn run(mut store: Store, rx: &Receiver<Msg>, syncs: &AtomicU64) {
+impl Drop for Committer {
+    /// Makes what was submitted durable and stops the thread, without a
+    /// final snapshot (the next start replays the log), waiting at most
+    /// [`DROP_TIMEOUT`].
+    fn drop(&mut self) {
+        if self.worker.lock().is_none() {
+            return;
+        }
+        let _ = self.tx.send(Msg::Stop);
+        if !self.reap(Instant::now() + DROP_TIMEOUT) {
+            warn!(
+                "the state thread did not stop within {DROP_TIMEOUT:?}: {}",
+                self.not_durable()
+            );
+        }
+    }
+}
+
+fn run(mut store: Store, rx: &Receiver<Msg>, syncs: &AtomicU64, durable: &AtomicUsize) {
     let mut failed: Option<StoreError> = None;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while let Ok(m) = rx.try_recv() {
-            let close = matches!(m, Msg::Close(_));
+            let last = matches!(m, Msg::Close(_) | Msg::Stop);
             batch.push(m);
-            if close {
+            if last {
                 break;
             }
         }
         let mut records = Vec::new();
         let mut dones = Vec::new();
         let mut close = None;
+        let mut stop = false;
         for m in batch {
             match m {
                 Msg::Submit(r, d) => {
@@ -135,6 +233,7 @@ fn run(mut store: Store, rx: &Receiver<Msg>, syncs: &AtomicU64) {
                     dones.push(d);
                 }
                 Msg::Close(reply) => close = Some(reply),
+                Msg::Stop => stop = true,
             }
         }
         let result = match &failed {
@@ -142,10 +241,15 @@ fn run(mut store: Store, rx: &Receiver<Msg>, syncs: &AtomicU64) {
             None if records.is_empty() => Ok(()),
             None => append(&mut store, &records, syncs),
         };
-        if let Err(e) = &result {
-            if failed.is_none() {
-                error!("state commit failed: {e}");
-                failed = Some(e.clone());
+        match &result {
+            Ok(()) => {
+                durable.fetch_add(records.len(), Ordering::Relaxed);
+            }
+            Err(e) => {
+                if failed.is_none() {
+                    error!("state commit failed: {e}");
+                    failed = Some(e.clone());
+                }
             }
         }
         for d in dones {
@@ -165,18 +269,22 @@ fn run(mut store: Store, rx: &Receiver<Msg>, syncs: &AtomicU64) {
             let _ = reply.send(r);
             return;
         }
+        if stop {
+            return;
+        }
     }
 }
 
 fn append(store: &mut Store, records: &[Record], syncs: &AtomicU64) -> Result<(), StoreError> {
     let started = Instant::now();
-    let frame = super::wal::frame(records);
+    let frame = super::wal::frame(store.frames + 1, records);
     store
         .wal
         .write_all(&frame)
         .and_then(|()| store.wal.sync_data())
         .map_err(|e| StoreError::io("cannot write the state log", e))?;
     syncs.fetch_add(1, Ordering::Relaxed);
+    store.frames += 1;
     store.wal_len += frame.len() as u64;
     for r in records {
         store.state.apply(r);
@@ -185,18 +293,16 @@ fn append(store: &mut Store, records: &[Record], syncs: &AtomicU64) -> Result<()
     Ok(())
 }
 
-/// Writes a snapshot of the next generation, then starts a fresh log for
-/// it. A crash between the two leaves a log of the older generation, which
-/// loading recognises as already contained in the snapshot.
+/// Writes a snapshot of the next generation that names the current log as
+/// absorbed, then starts a fresh log for it. A crash between the two
+/// leaves the absorbed log, which loading recognises and discards.
 fn compact(store: &mut Store) -> Result<(), StoreError> {
     let generation = store.generation + 1;
-    snapshot::write_atomic(
-        &store.dir,
-        SNAPSHOT,
-        &snapshot::encode(generation, &store.state),
-    )
-    .map_err(|e| StoreError::io("cannot write state.json", e))?;
-    let (wal, len) = fresh_wal(&store.dir, generation)?;
+    let absorbed = LogRef {
+        generation: store.generation,
+        frames: store.frames,
+    };
+    let (wal, len) = rewrite(&store.dir, generation, Some(absorbed), &store.state)?;
     info!(
         "state compacted: generation {generation}, {} allocation(s), {} hold(s)",
         store.state.allocations.len(),
@@ -204,6 +310,7 @@ fn compact(store: &mut Store) -> Result<(), StoreError> {
     );
     store.wal = wal;
     store.wal_len = len;
+    store.frames = 0;
     store.generation = generation;
     Ok(())
 }

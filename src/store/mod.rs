@@ -12,8 +12,14 @@
 //! submitted records. A crash can leave a torn last frame, which is
 //! expected and dropped; anything else that does not check out is
 //! corruption and stops start-up (exit 65) unless `--recover-state`.
+//! Every field the loader acts on is under a checksum, and the two files
+//! name each other (the log's header holds the generation and checksum of
+//! the snapshot it follows; a snapshot names the log it absorbed), so a
+//! log is only ever replayed onto, or discarded as already contained in,
+//! the snapshot it belongs to.
 
 mod committer;
+mod load;
 mod record;
 mod snapshot;
 mod wal;
@@ -25,8 +31,6 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use log::{info, warn};
 
 pub use committer::Committer;
 pub use record::{Allocation, Hold, PersistedState, Record};
@@ -72,6 +76,14 @@ pub enum StoreError {
     },
     /// The store was closed or failed earlier.
     Closed,
+    /// A bounded close ran out of time with the disk not answering (an
+    /// fsync can block for as long as a filesystem stays frozen). The
+    /// store thread is left behind, still holding the lock.
+    NotDurable {
+        /// Submitted records not made durable (0: every record is in the
+        /// log, only the final snapshot is missing).
+        records: usize,
+    },
 }
 
 impl StoreError {
@@ -80,7 +92,7 @@ impl StoreError {
         match self {
             StoreError::Locked { .. } => 75,
             StoreError::Corrupt { .. } => 65,
-            StoreError::Io { .. } | StoreError::Closed => 1,
+            StoreError::Io { .. } | StoreError::Closed | StoreError::NotDurable { .. } => 1,
         }
     }
 
@@ -116,8 +128,18 @@ impl fmt::Display for StoreError {
                 offset: None,
                 what,
             } => write!(f, "state file {} is corrupt: {what}", file.display()),
-            StoreError::Io { context, .. } => write!(f, "{context}"),
+            // The OS error is part of the sentence (a commit failure is
+            // logged and answered with Display alone) and also the source.
+            StoreError::Io { context, source } => write!(f, "{context}: {source}"),
             StoreError::Closed => write!(f, "the state store is closed after an earlier failure"),
+            StoreError::NotDurable { records: 0 } => write!(
+                f,
+                "the state disk did not answer before the deadline: every submitted record is durable, the final snapshot was not written"
+            ),
+            StoreError::NotDurable { records } => write!(
+                f,
+                "the state disk did not answer before the deadline: {records} submitted record(s) are not durable"
+            ),
         }
     }
 }
@@ -154,8 +176,12 @@ pub struct RecoveryReport {
 pub struct Store {
     dir: PathBuf,
     _lock: File,
+    /// The log, open for append.
     wal: File,
+    /// Generation of the snapshot the log follows (and of the log).
     generation: u64,
+    /// Frames in the log (the next one gets this plus one).
+    frames: u64,
     wal_len: u64,
     state: PersistedState,
     opts: StoreOptions,
@@ -165,32 +191,12 @@ const SNAPSHOT: &str = "state.json";
 const WAL: &str = "wal";
 
 impl Store {
-    fn new(
-        dir: &Path,
-        lock: File,
-        wal: File,
-        generation: u64,
-        wal_len: u64,
-        state: &PersistedState,
-        opts: StoreOptions,
-    ) -> Store {
-        Store {
-            dir: dir.to_path_buf(),
-            _lock: lock,
-            wal,
-            generation,
-            wal_len,
-            state: state.clone(),
-            opts,
-        }
-    }
-
     /// Opens (creating if needed) and loads a state directory.
     pub fn open(dir: &Path, opts: StoreOptions) -> Result<(Store, PersistedState), StoreError> {
         let lock = lock_dir(dir)?;
-        let (generation, state, wal_len, wal) = load(dir)?;
-        let s = Store::new(dir, lock, wal, generation, wal_len, &state, opts);
-        Ok((s, state))
+        let l = load::load(dir)?;
+        let state = l.state.clone();
+        Ok((l.into_store(dir, lock, opts), state))
     }
 
     /// Opens a state directory whose files may be corrupt: damaged files
@@ -201,90 +207,9 @@ impl Store {
         opts: StoreOptions,
     ) -> Result<(Store, PersistedState, RecoveryReport), StoreError> {
         let lock = lock_dir(dir)?;
-        if let Ok((generation, state, wal_len, wal)) = load(dir) {
-            let report = RecoveryReport {
-                allocations: state.allocations.len(),
-                holds: state.holds.len(),
-                ..RecoveryReport::default()
-            };
-            let s = Store::new(dir, lock, wal, generation, wal_len, &state, opts);
-            return Ok((s, state, report));
-        }
-        let mut report = RecoveryReport {
-            quarantine_needed: true,
-            ..RecoveryReport::default()
-        };
-        let aside = dir.join(format!("corrupt-{}", crate::util::time::unix_secs()));
-        let move_aside =
-            |name: &str, why: String, report: &mut RecoveryReport| -> Result<(), StoreError> {
-                fs::create_dir_all(&aside)
-                    .map_err(|e| StoreError::io(format!("cannot create {}", aside.display()), e))?;
-                let to = aside.join(name);
-                fs::rename(dir.join(name), &to)
-                    .map_err(|e| StoreError::io(format!("cannot move {name} aside"), e))?;
-                warn!("moved {name} to {}: {why}", to.display());
-                report.moved.push(to);
-                report.problems.push(format!("{name}: {why}"));
-                Ok(())
-            };
-        let (mut generation, mut state) = (0, PersistedState::default());
-        if let Some(b) = read_opt(&dir.join(SNAPSHOT))? {
-            match snapshot::decode(&b) {
-                Ok((g, s)) => {
-                    if let Err(why) = s.check() {
-                        move_aside(SNAPSHOT, format!("inconsistent state: {why}"), &mut report)?;
-                    }
-                    (generation, state) = (g, s);
-                }
-                Err(why) => move_aside(SNAPSHOT, why, &mut report)?,
-            }
-        }
-        if let Some(b) = read_opt(&dir.join(WAL))? {
-            let (frames, why) = match wal::scan(&b) {
-                Ok(s) if s.generation == generation || generation == 0 => (s.frames, None),
-                Ok(s) if s.generation < generation => (Vec::new(), None),
-                Ok(s) => (
-                    s.frames,
-                    Some(format!(
-                        "log generation {} is newer than the snapshot's {generation}",
-                        s.generation
-                    )),
-                ),
-                Err(e) => (
-                    e.salvage,
-                    Some(match e.offset {
-                        Some(o) => format!("{} at byte {o}", e.what),
-                        None => e.what,
-                    }),
-                ),
-            };
-            report.frames_salvaged = frames.len();
-            let was_consistent = state.check().is_ok();
-            for f in &frames {
-                for r in f {
-                    state.apply(r);
-                }
-            }
-            let why = why.or_else(|| {
-                let w = state.check().err().filter(|_| was_consistent)?;
-                Some(format!("replay gives an inconsistent state: {w}"))
-            });
-            if let Some(why) = why {
-                move_aside(WAL, why, &mut report)?;
-            }
-        }
-        if let Err(why) = state.check() {
-            warn!("the salvaged state does not add up ({why}); dropping what collides");
-            report.problems.extend(state.drop_collisions());
-        }
-        generation += 1;
-        snapshot::write_atomic(dir, SNAPSHOT, &snapshot::encode(generation, &state))
-            .map_err(|e| StoreError::io("cannot write state.json", e))?;
-        let (wal, wal_len) = fresh_wal(dir, generation)?;
-        report.allocations = state.allocations.len();
-        report.holds = state.holds.len();
-        let s = Store::new(dir, lock, wal, generation, wal_len, &state, opts);
-        Ok((s, state, report))
+        let (l, report) = load::recover(dir)?;
+        let state = l.state.clone();
+        Ok((l.into_store(dir, lock, opts), state, report))
     }
 
     /// Starts the committer thread, which owns the store from now on.
@@ -354,8 +279,11 @@ fn lock_dir(dir: &Path) -> Result<File, StoreError> {
     Ok(f)
 }
 
-fn fresh_wal(dir: &Path, generation: u64) -> Result<(File, u64), StoreError> {
-    let h = wal::header(generation);
+/// Starts an empty log following the snapshot of `generation` whose
+/// checksum is `snapshot_crc`, atomically (a crash leaves the old log or
+/// the new one, never a mix); returns it open for append, and its length.
+fn fresh_wal(dir: &Path, generation: u64, snapshot_crc: u32) -> Result<(File, u64), StoreError> {
+    let h = wal::header(generation, snapshot_crc);
     snapshot::write_atomic(dir, WAL, &h).map_err(|e| StoreError::io("cannot write wal", e))?;
     let f = OpenOptions::new()
         .append(true)
@@ -364,81 +292,20 @@ fn fresh_wal(dir: &Path, generation: u64) -> Result<(File, u64), StoreError> {
     Ok((f, h.len() as u64))
 }
 
-/// Loads snapshot + log: (generation, state, log length, log for append).
-fn load(dir: &Path) -> Result<(u64, PersistedState, u64, File), StoreError> {
-    let snap_path = dir.join(SNAPSHOT);
-    let wal_path = dir.join(WAL);
-    let corrupt = |file: &Path, offset, what: String| StoreError::Corrupt {
-        file: file.to_path_buf(),
-        offset,
-        what,
-    };
-    let snap = read_opt(&snap_path)?;
-    let (generation, mut state) = match &snap {
-        Some(b) => snapshot::decode(b).map_err(|w| corrupt(&snap_path, None, w))?,
-        None => (0, PersistedState::default()),
-    };
-    state
-        .check()
-        .map_err(|w| corrupt(&snap_path, None, format!("inconsistent state: {w}")))?;
-    let Some(bytes) = read_opt(&wal_path)? else {
-        if snap.is_some() {
-            return Err(corrupt(
-                &wal_path,
-                None,
-                "missing although state.json exists".into(),
-            ));
-        }
-        let (f, len) = fresh_wal(dir, generation)?;
-        return Ok((generation, state, len, f));
-    };
-    let scan = wal::scan(&bytes).map_err(|e| corrupt(&wal_path, e.offset, e.what))?;
-    if scan.generation < generation {
-        // A crash between writing a snapshot and resetting the log: the
-        // log's content is already in the snapshot.
-        info!(
-            "wal of generation {} predates state.json ({generation}); replaced",
-            scan.generation
-        );
-        let (f, len) = fresh_wal(dir, generation)?;
-        return Ok((generation, state, len, f));
-    }
-    if scan.generation > generation {
-        return Err(corrupt(
-            &wal_path,
-            Some(12),
-            format!(
-                "log generation {} is newer than the snapshot's {generation}",
-                scan.generation
-            ),
-        ));
-    }
-    for f in &scan.frames {
-        for r in f {
-            state.apply(r);
-        }
-    }
-    state.check().map_err(|w| {
-        corrupt(
-            &wal_path,
-            None,
-            format!("replay gives an inconsistent state: {w}"),
-        )
-    })?;
-    let f = OpenOptions::new()
-        .append(true)
-        .open(&wal_path)
-        .map_err(|e| StoreError::io("cannot open wal", e))?;
-    if scan.torn > 0 {
-        warn!(
-            "wal: dropped a torn tail of {} byte(s) at offset {} (an interrupted write)",
-            scan.torn, scan.valid_len
-        );
-        f.set_len(scan.valid_len)
-            .and_then(|()| f.sync_all())
-            .map_err(|e| StoreError::io("cannot truncate the torn tail of wal", e))?;
-    }
-    Ok((generation, state, scan.valid_len, f))
+/// Writes `state` as the snapshot of `generation`, naming the log it
+/// absorbs, then starts that generation's empty log. A crash between the
+/// two steps leaves the absorbed log beside the new snapshot, which the
+/// loader recognises by `supersedes` and discards.
+fn rewrite(
+    dir: &Path,
+    generation: u64,
+    supersedes: Option<snapshot::LogRef>,
+    state: &PersistedState,
+) -> Result<(File, u64), StoreError> {
+    let (bytes, checksum) = snapshot::encode(generation, supersedes, state);
+    snapshot::write_atomic(dir, SNAPSHOT, &bytes)
+        .map_err(|e| StoreError::io("cannot write state.json", e))?;
+    fresh_wal(dir, generation, checksum)
 }
 
 /// For the benchmark floor: an atomic, durable write of `bytes` bytes

@@ -7,6 +7,7 @@ pub mod encoding;
 pub mod rand;
 pub mod secret;
 pub mod sem;
+pub mod thread;
 pub mod time;
 
-pub use secret::Secret;
+pub use secret::{mask, Secret};

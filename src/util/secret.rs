@@ -43,6 +43,12 @@ impl<'de> serde::Deserialize<'de> for Secret {
     }
 }
 
+/// Shows the first 4 characters of an access key id and masks the rest.
+pub fn mask(id: &str) -> String {
+    let shown: String = id.chars().take(4).collect();
+    format!("{shown}***")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,7 +36,11 @@ impl Actor {
                 }
                 self.sg_drift = lines;
             }
-            Event::Reconcile { started, enis } => self.on_reconcile(started, enis),
+            Event::Reconcile {
+                started,
+                enis,
+                detached,
+            } => self.on_reconcile(started, enis, detached.as_deref()),
             Event::Fatal(msg) => self.fatal(msg),
         }
     }
@@ -247,7 +251,12 @@ impl Actor {
         self.last_change.insert(eni.to_string(), Instant::now());
     }
 
-    pub(super) fn on_reconcile(&mut self, started: Instant, cloud: Vec<CloudEniView>) {
+    pub(super) fn on_reconcile(
+        &mut self,
+        started: Instant,
+        cloud: Vec<CloudEniView>,
+        detached: Option<&[String]>,
+    ) {
         let busy: Vec<String> = self
             .ops
             .values()
@@ -311,11 +320,23 @@ impl Actor {
                 self.pool.mark_found(a);
             }
             // Addresses the cloud has and we do not: adopt (a result lost
-            // after the cloud granted it).
+            // after the cloud granted it). One that an owner still holds on
+            // a deleted ENI (the vswitch gave it out again) waits until
+            // that owner releases it: never two owners of one address.
             let unknown: Vec<Ipv4Addr> =
                 r.v4.iter()
                     .copied()
-                    .filter(|a| !self.pool.ips.contains_key(a))
+                    .filter(|a| match self.pool.ips.get(a) {
+                        None => true,
+                        Some(ip) if ip.eni != r.id => {
+                            warn!(
+                            "{a} is on {} in the cloud but still held on {}; adopted once released",
+                            r.id, ip.eni
+                        );
+                            false
+                        }
+                        Some(_) => false,
+                    })
                     .collect();
             if !unknown.is_empty() {
                 warn!(
@@ -357,24 +378,35 @@ impl Actor {
                 }
             }
         }
-        self.withdraw_vanished(started, &busy, &cloud);
+        self.withdraw_vanished(started, &busy, &cloud, detached);
     }
 
     /// Managed ENIs the cloud no longer shows attached (an operator
     /// detached or deleted one): nothing more is asked of them, their idle
     /// addresses leave the pool and their owned ones are never handed out
     /// again. If an ENI comes back, the next pass adopts its addresses.
-    fn withdraw_vanished(&mut self, started: Instant, busy: &[String], cloud: &[CloudEniView]) {
+    fn withdraw_vanished(
+        &mut self,
+        started: Instant,
+        busy: &[String],
+        cloud: &[CloudEniView],
+        detached: Option<&[String]>,
+    ) {
         let vanished: Vec<String> = self
             .pool
             .enis
             .values()
+            .filter(|e| !e.gone)
             .filter(|e| e.phase == EniPhase::Ready && e.pending == 0 && !busy.contains(&e.id))
             .filter(|e| !cloud.iter().any(|v| v.eni.id == e.id))
             .filter(|e| self.last_change.get(&e.id).is_none_or(|t| *t < started))
             .map(|e| e.id.clone())
             .collect();
         for id in vanished {
+            if detached.is_some_and(|d| !d.contains(&id)) {
+                self.forget_deleted(&id);
+                continue;
+            }
             let on_it: Vec<(Ipv4Addr, bool)> = self
                 .pool
                 .ips
@@ -400,5 +432,42 @@ impl Actor {
                 }
             }
         }
+    }
+
+    /// A managed ENI the cloud no longer has at all (deleted behind our
+    /// back): its slot is free for a new ENI, its worker stops, its idle
+    /// addresses leave the pool; the addresses owners hold stay theirs
+    /// until released (never handed out again), then it is forgotten.
+    fn forget_deleted(&mut self, id: &str) {
+        let on_it: Vec<(Ipv4Addr, bool)> = self
+            .pool
+            .ips
+            .values()
+            .filter(|ip| ip.eni == id)
+            .map(|ip| (ip.v4, matches!(ip.state, IpState::InUse { .. })))
+            .collect();
+        let held = on_it.iter().filter(|(_, owned)| *owned).count();
+        error!(
+            "{id} no longer exists in the cloud: its slot is freed; {held} address(es) still held by owners are kept for them until released, never handed out again"
+        );
+        for (a, owned) in on_it {
+            if owned {
+                self.pool.mark_lost(a);
+            } else {
+                self.pool.remove_ips(&[a]);
+            }
+        }
+        self.pool.unpaired_v6.retain(|_, e| e != id);
+        if let Some(e) = self.pool.enis.get_mut(id) {
+            e.gone = true;
+            e.at_limit = true;
+        }
+        if let Some(w) = self.workers.remove(id) {
+            if let Some(h) = w.stop() {
+                self.helpers.push((format!("worker of {id}"), h));
+            }
+        }
+        self.eni_permits.remove(id);
+        self.pool.drop_empty_gone();
     }
 }

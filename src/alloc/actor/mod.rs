@@ -27,8 +27,10 @@ use crossbeam_channel::{select, Receiver, Sender};
 use log::{debug, error, info, warn};
 
 use crate::cloud::{CloudApi, CloudError, CloudErrorKind};
+use crate::core::{
+    AllocError, Allocation, Answer, Command, EniEntry, Envelope, ErrCode, Owner, SandboxId,
+};
 use crate::pool::{EniPhase, IpState, PoolState, ReleaseOutcome};
-use crate::server::protocol::{Allocation, EniEntry, ErrCode, Owner, ProtoError, SandboxId};
 use crate::store::Record;
 use crate::util::sem::{Permit, Semaphore};
 use crate::util::time::{format_utc, unix_ms};
@@ -40,7 +42,7 @@ use super::msg::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, Request, Tick
 use super::planner::{self, EniRoom, PlanInput};
 use super::vswitch::VSwitches;
 use super::worker::{self, WorkerConfig, WorkerHandle};
-use super::{AllocatorOptions, Journal, Snapshot};
+use super::{AllocatorOptions, Joinable, Journal, Snapshot};
 
 mod events;
 mod plan;
@@ -49,7 +51,7 @@ mod requests;
 /// How soon a waiter that could not be planned is planned again.
 const REPLAN: Duration = Duration::from_millis(100);
 
-type AllocReply = Sender<Result<Allocation, ProtoError>>;
+type Reply = Sender<Result<Answer, AllocError>>;
 
 #[derive(Debug)]
 struct Waiter {
@@ -58,7 +60,7 @@ struct Waiter {
     owner: Owner,
     sandbox: Option<SandboxId>,
     prefer: Option<IpAddr>,
-    replies: Vec<(AllocReply, Instant)>,
+    replies: Vec<(Reply, Instant)>,
     deadline: Instant,
     ticket: Option<TicketId>,
 }
@@ -140,6 +142,12 @@ pub(super) struct Actor {
     sg_drift: Vec<String>,
     stopping: bool,
     batcher: Arc<StatusBatcher>,
+    /// The actor's own channel, for the audit threads' snapshots.
+    requests_tx: Sender<Request>,
+    /// Threads it started that are not workers (ENI operations, audits):
+    /// joined at stop.
+    helpers: Vec<Joinable>,
+    config_view: Vec<(String, String)>,
 }
 
 impl Actor {
@@ -153,6 +161,7 @@ impl Actor {
         op_sem: Semaphore,
         events_tx: Sender<Event>,
         fatal_tx: Sender<String>,
+        requests_tx: Sender<Request>,
     ) -> Actor {
         let mut vsw = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
         vsw.set_free(opts.vswitch_free.iter().cloned());
@@ -179,6 +188,9 @@ impl Actor {
         let cloud_for_batcher = Arc::clone(&cloud);
         Actor {
             cap: opts.capacity,
+            config_view: opts.config_view.clone(),
+            requests_tx,
+            helpers: Vec::new(),
             pool_backoff: Backoff::new(opts.pool_backoff_max),
             shed_backoff: Backoff::new(opts.pool_backoff_max),
             next_maintenance: now,
@@ -243,13 +255,15 @@ impl Actor {
         self.begin_stop();
     }
 
-    /// Runs until `stop` fires or every request sender is gone.
+    /// Runs until `stop` fires or every command sender is gone; returns
+    /// the threads it started, for the caller to join.
     pub(super) fn run(
         mut self,
+        commands: Receiver<Envelope>,
         requests: Receiver<Request>,
         events: Receiver<Event>,
         stop: Receiver<()>,
-    ) {
+    ) -> Vec<Joinable> {
         let enis: Vec<(String, String)> = self
             .pool
             .enis
@@ -265,9 +279,12 @@ impl Actor {
             let wake = self.next_wakeup(now);
             select! {
                 recv(stop) -> _ => break,
-                recv(requests) -> r => match r {
-                    Ok(r) => self.on_request(r),
+                recv(commands) -> c => match c {
+                    Ok(c) => self.on_command(c),
                     Err(_) => break,
+                },
+                recv(requests) -> r => if let Ok(r) = r {
+                    self.on_request(r);
                 },
                 recv(events) -> e => if let Ok(e) = e {
                     self.on_event(e);
@@ -282,9 +299,19 @@ impl Actor {
         self.begin_stop();
         // Answer what is queued so no client waits for a reply that will
         // never come.
+        while let Ok(c) = commands.try_recv() {
+            self.on_command(c);
+        }
         while let Ok(r) = requests.try_recv() {
             self.on_request(r);
         }
+        let mut threads: Vec<Joinable> = self
+            .workers
+            .drain()
+            .filter_map(|(eni, w)| w.stop().map(|h| (format!("worker of {eni}"), h)))
+            .collect();
+        threads.append(&mut self.helpers);
+        threads
     }
 
     fn begin_stop(&mut self) {
@@ -294,14 +321,8 @@ impl Actor {
         self.stopping = true;
         for w in self.waiters.drain(..) {
             for (r, _) in w.replies {
-                let _ = r.send(Err(ProtoError::new(
-                    ErrCode::ShuttingDown,
-                    "the daemon is stopping",
-                )));
+                let _ = r.send(Err(AllocError::shutting_down()));
             }
-        }
-        for (_, w) in self.workers.drain() {
-            drop(w.stop());
         }
         info!(
             "allocator stopped: {} ENI operation(s) still in flight are abandoned",
@@ -345,6 +366,10 @@ impl Actor {
         if self.stopping {
             return;
         }
+        self.helpers.retain(|(_, h)| !h.is_finished());
+        for id in self.pool.drop_empty_gone() {
+            info!("{id} is forgotten: the last address held on it was released");
+        }
         let freed = self.pool.settle(unix_ms());
         if !freed.is_empty() {
             let records = freed
@@ -367,11 +392,9 @@ impl Actor {
 
     fn eni_entries(&self) -> Vec<EniEntry> {
         let now_ms = unix_ms();
-        let mut out = self.pool.eni_entries(|vsw| {
-            self.vsw
-                .inhibited_until(vsw, now_ms)
-                .map(|u| format_utc(u / 1000))
-        });
+        let mut out = self
+            .pool
+            .eni_entries(|vsw| self.vsw.inhibited_until(vsw, now_ms).map(|u| u / 1000));
         for op in self.ops.values() {
             if let Op::Create {
                 vswitch,
@@ -386,10 +409,7 @@ impl Actor {
                     vswitch: vswitch.clone(),
                     ips: 0,
                     pending: tickets.len(),
-                    inhibited_until: self
-                        .vsw
-                        .inhibited_until(vswitch, now_ms)
-                        .map(|u| format_utc(u / 1000)),
+                    inhibited_until: self.vsw.inhibited_until(vswitch, now_ms).map(|u| u / 1000),
                 });
             }
         }
@@ -422,17 +442,13 @@ impl Actor {
 }
 
 /// The protocol error for a cloud failure.
-pub(super) fn cloud_error(e: &CloudError) -> ProtoError {
+pub(super) fn cloud_error(e: &CloudError) -> AllocError {
     match e.kind {
-        CloudErrorKind::Exhausted => ProtoError::new(
-            ErrCode::Exhausted,
-            format!("{} {}", e.code_or_kind(), e.message),
-        ),
-        CloudErrorKind::Timeout => ProtoError::new(ErrCode::Timeout, e.to_string()),
-        _ => ProtoError::new(
-            ErrCode::Cloud,
-            format!("{} {}", e.code_or_kind(), e.message),
-        ),
+        CloudErrorKind::Exhausted => {
+            AllocError::cloud(ErrCode::Exhausted, e.code_or_kind(), e.message.clone())
+        }
+        CloudErrorKind::Timeout => AllocError::new(ErrCode::Timeout, e.to_string()),
+        _ => AllocError::cloud(ErrCode::Cloud, e.code_or_kind(), e.message.clone()),
     }
 }
 
@@ -476,6 +492,7 @@ mod tests {
         }
         let (events_tx, _) = crossbeam_channel::bounded(16);
         let (fatal_tx, _) = crossbeam_channel::bounded(16);
+        let (requests_tx, _) = crossbeam_channel::bounded(16);
         Actor::new(
             Arc::new(opts),
             fake,
@@ -485,6 +502,7 @@ mod tests {
             op_sem,
             events_tx,
             fatal_tx,
+            requests_tx,
         )
     }
 
@@ -523,6 +541,7 @@ mod tests {
         a.on_event(Event::Reconcile {
             started,
             enis: vec![stale],
+            detached: None,
         });
         let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
         assert_eq!(held, [ip(1), ip(2)], "gone addresses came back");
@@ -533,6 +552,7 @@ mod tests {
         a.on_event(Event::Reconcile {
             started: Instant::now(),
             enis: vec![view(&[ip(1), ip(5)])],
+            detached: None,
         });
         let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
         assert_eq!(held, [ip(1), ip(5)]);
@@ -551,6 +571,7 @@ mod tests {
         a.on_event(Event::Reconcile {
             started,
             enis: vec![stale],
+            detached: None,
         });
         assert!(a.pool.enis.is_empty(), "a deleted ENI was adopted");
         assert!(a.pool.ips.is_empty());
@@ -598,10 +619,11 @@ mod tests {
         let (tx, _rx) = crossbeam_channel::bounded(1);
         a.on_alloc(Owner::parse("o/1").unwrap(), None, None, Instant::now(), tx);
         let held = a.pool.owner_ip(&Owner::parse("o/1").unwrap()).unwrap().v4;
-        // The cloud no longer lists the ENI as attached.
+        // The cloud no longer lists the ENI as attached (it still exists).
         a.on_event(Event::Reconcile {
             started: Instant::now(),
             enis: Vec::new(),
+            detached: Some(vec![ENI.into()]),
         });
         assert_eq!(a.pool.ips.len(), 1, "idle addresses leave the pool");
         assert!(
@@ -619,10 +641,63 @@ mod tests {
         a.on_event(Event::Reconcile {
             started: Instant::now(),
             enis: vec![view(&[ip(1), ip(2), ip(3), ip(4)])],
+            detached: None,
         });
         assert!(!a.pool.enis[ENI].at_limit);
         assert_eq!(a.pool.ips.len(), 4);
         assert!(!a.pool.ips[&held].lost);
         assert!(a.pool.pick(&other, None).is_some());
+    }
+
+    #[test]
+    fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released() {
+        let mut a = actor();
+        let o1 = Owner::parse("o/1").unwrap();
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        a.on_alloc(o1.clone(), None, None, Instant::now(), tx);
+        let held = a.pool.owner_ip(&o1).unwrap().v4;
+        let slots = a.eni_sem.available();
+        // Neither attached nor detached: the ENI is gone from the cloud.
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: Vec::new(),
+            detached: Some(Vec::new()),
+        });
+        assert_eq!(a.eni_sem.available(), slots + 1, "its slot is free again");
+        assert!(a.eni_entries().is_empty(), "not listed as a managed ENI");
+        assert_eq!(a.status_counts().enis, 0);
+        assert_eq!(a.pool.ips.len(), 1, "only the owned address is kept");
+        assert!(a.pool.ips[&held].lost);
+        assert_eq!(a.pool.owner_ip(&o1).map(|ip| ip.v4), Some(held));
+        // The vswitch gives the held address to a new ENI: it is not
+        // adopted (two owners) while o/1 holds it.
+        let mut new = view(&[ip(9), held]);
+        new.eni.id = "eni-0002".into();
+        new.eni.primary_ip = ip(9);
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: vec![new.clone()],
+            detached: Some(Vec::new()),
+        });
+        assert_eq!(a.pool.ips[&held].eni, ENI, "still the old owner's");
+        assert!(
+            a.pool
+                .pick(&Owner::parse("o/2").unwrap(), Some(IpAddr::V4(held)))
+                != Some(held)
+        );
+        // Released: the deleted ENI is forgotten, and the next pass adopts
+        // the address on its new ENI.
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        a.on_release(o1, None, tx);
+        a.step(Instant::now());
+        assert!(!a.pool.enis.contains_key(ENI), "forgotten");
+        std::thread::sleep(Duration::from_millis(2));
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: vec![new],
+            detached: Some(Vec::new()),
+        });
+        assert_eq!(a.pool.ips[&held].eni, "eni-0002");
+        assert!(a.pool.check().is_ok(), "{:?}", a.pool.check());
     }
 }

@@ -156,15 +156,18 @@ impl Actor {
                     permit: eni_permit,
                 },
             );
-            if let Err(e) = eniops::spawn_create(
+            match eniops::spawn_create(
                 job,
                 Arc::clone(&self.cloud),
                 Arc::clone(&self.batcher),
                 self.events_tx.clone(),
                 op_permit,
             ) {
-                self.fatal(format!("cannot start an ENI operation thread: {e}"));
-                return;
+                Ok(h) => self.helpers.push((format!("ENI create {op}"), h)),
+                Err(e) => {
+                    self.fatal(format!("cannot start an ENI operation thread: {e}"));
+                    return;
+                }
             }
         }
         if plan.unplaceable > 0 {
@@ -178,7 +181,7 @@ impl Actor {
                 .map(|w| w.id)
                 .collect();
             for id in doomed {
-                self.fail_waiter(id, ProtoError::new(ErrCode::Exhausted, reason.clone()));
+                self.fail_waiter(id, AllocError::new(ErrCode::Exhausted, reason.clone()));
             }
         }
     }
@@ -264,15 +267,18 @@ impl Actor {
             info!("freeing {eni}: it holds only its idle primary address");
             let op = self.id();
             self.ops.insert(op, Op::Free { eni: eni.clone() });
-            if let Err(e) = eniops::spawn_free(
-                eni,
+            match eniops::spawn_free(
+                eni.clone(),
                 self.opts.instance_id.clone(),
                 Arc::clone(&self.cloud),
                 self.events_tx.clone(),
                 permit,
             ) {
-                self.fatal(format!("cannot start an ENI operation thread: {e}"));
-                return;
+                Ok(h) => self.helpers.push((format!("ENI free {eni}"), h)),
+                Err(e) => {
+                    self.fatal(format!("cannot start an ENI operation thread: {e}"));
+                    return;
+                }
             }
         }
     }

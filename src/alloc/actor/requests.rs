@@ -6,40 +6,88 @@ use super::*;
 impl Actor {
     // ---- requests --------------------------------------------------------
 
-    pub(super) fn on_request(&mut self, r: Request) {
-        match r {
-            Request::Alloc {
+    /// A client's command: the one place where each verb is answered.
+    pub(super) fn on_command(&mut self, env: Envelope) {
+        let Envelope {
+            command,
+            started,
+            reply,
+        } = env;
+        match command {
+            Command::Alloc {
                 owner,
                 sandbox,
                 prefer,
-                started,
-                reply,
             } => self.on_alloc(owner, sandbox, prefer, started, reply),
-            Request::Release {
-                owner,
-                sandbox,
-                reply,
-            } => self.on_release(owner, sandbox, reply),
-            Request::Show { owner, reply } => {
+            Command::Release { owner, sandbox } => self.on_release(owner, sandbox, reply),
+            Command::Gc { owner_prefix, keep } => self.on_gc(&owner_prefix, &keep, reply),
+            Command::Show { owner } => {
                 let a = self
                     .pool
                     .owner_ip(&owner)
                     .and_then(|ip| self.pool.allocation_of(ip.v4))
-                    .ok_or_else(|| ProtoError::bare(ErrCode::NotFound));
+                    .map(Answer::Allocation)
+                    .ok_or_else(|| AllocError::bare(ErrCode::NotFound));
                 let _ = reply.send(a);
             }
-            Request::List(reply) => {
-                let _ = reply.send(self.pool.list());
+            Command::List => {
+                let _ = reply.send(Ok(Answer::List(self.pool.list())));
             }
-            Request::Status(reply) => {
-                let mut c = self.pool.counts();
-                c.pending = self.tickets.len();
-                c.capacity = self.cap.total_ips;
-                let _ = reply.send(c);
+            Command::Status => {
+                let _ = reply.send(Ok(Answer::Status(self.status_counts())));
             }
-            Request::Enis(reply) => {
-                let _ = reply.send(self.eni_entries());
+            Command::Enis => {
+                let _ = reply.send(Ok(Answer::Enis(self.eni_entries())));
             }
+            Command::Metrics => {
+                let mut g = self.snapshot().gauges();
+                g.connections = crate::metrics::connections();
+                let _ = reply.send(Ok(Answer::Metrics(crate::metrics::render(&g))));
+            }
+            Command::Config => {
+                let _ = reply.send(Ok(Answer::Config(self.config_view.clone())));
+            }
+            Command::Audit => self.start_audit(reply),
+        }
+    }
+
+    /// `audit` reads the cloud, which the actor never does itself: a
+    /// thread of its own compares and answers.
+    fn start_audit(&mut self, reply: Reply) {
+        if self.stopping {
+            let _ = reply.send(Err(AllocError::shutting_down()));
+            return;
+        }
+        let cloud = Arc::clone(&self.cloud);
+        let opts = Arc::clone(&self.opts);
+        let requests = self.requests_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("eniipd-audit".into())
+            .spawn(move || {
+                let r = super::super::audit::audit(
+                    &*cloud,
+                    &opts.instance_id,
+                    &opts.security_groups,
+                    || super::super::request(&requests, Request::Snapshot, Duration::from_secs(30)),
+                );
+                let _ = reply.send(r.map(Answer::Audit));
+            });
+        match spawned {
+            Ok(h) => self.helpers.push(("audit".into(), h)),
+            Err(e) => warn!("cannot start an audit thread: {e}"),
+        }
+    }
+
+    pub(super) fn status_counts(&self) -> crate::core::StatusCounts {
+        let mut c = self.pool.counts();
+        c.pending = self.tickets.len();
+        c.capacity = self.cap.total_ips;
+        c
+    }
+
+    /// Internal requests: the daemon's and the allocator's own helpers'.
+    pub(super) fn on_request(&mut self, r: Request) {
+        match r {
             Request::Snapshot(reply) => {
                 let _ = reply.send(self.snapshot());
             }
@@ -55,13 +103,18 @@ impl Actor {
                 }
                 let _ = reply.send(ids);
             }
-            Request::Reload { capacity, reply } => {
+            Request::Reload {
+                capacity,
+                view,
+                reply,
+            } => {
                 info!(
                     "pool sizes reloaded: min idle {} -> {}, max idle {} -> {}",
                     self.cap.min_idle, capacity.min_idle, self.cap.max_idle, capacity.max_idle
                 );
                 self.cap.min_idle = capacity.min_idle;
                 self.cap.max_idle = capacity.max_idle;
+                self.config_view = view;
                 self.next_maintenance = Instant::now();
                 let _ = reply.send(self.cap);
             }
@@ -77,13 +130,10 @@ impl Actor {
         sandbox: Option<SandboxId>,
         prefer: Option<IpAddr>,
         started: Instant,
-        reply: AllocReply,
+        reply: Reply,
     ) {
         if self.stopping {
-            let _ = reply.send(Err(ProtoError::new(
-                ErrCode::ShuttingDown,
-                "the daemon is stopping",
-            )));
+            let _ = reply.send(Err(AllocError::shutting_down()));
             return;
         }
         self.pool.settle(unix_ms());
@@ -96,7 +146,7 @@ impl Actor {
             match self.pool.allocation_of(v4) {
                 Some(a) => self.commit_alloc(records, a, vec![(reply, started)]),
                 None => {
-                    let _ = reply.send(Err(ProtoError::new(
+                    let _ = reply.send(Err(AllocError::new(
                         ErrCode::Internal,
                         "allocation on an unknown ENI",
                     )));
@@ -134,7 +184,7 @@ impl Actor {
         v4: Ipv4Addr,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
-        replies: Vec<(AllocReply, Instant)>,
+        replies: Vec<(Reply, Instant)>,
     ) {
         let Some(rec) = self.pool.take(v4, owner, sandbox, unix_ms()) else {
             return;
@@ -146,7 +196,7 @@ impl Actor {
             }
             None => {
                 for (r, _) in replies {
-                    let _ = r.send(Err(ProtoError::new(
+                    let _ = r.send(Err(AllocError::new(
                         ErrCode::Internal,
                         "address on an unknown ENI",
                     )));
@@ -159,7 +209,7 @@ impl Actor {
         &self,
         records: Vec<Record>,
         a: Allocation,
-        replies: Vec<(AllocReply, Instant)>,
+        replies: Vec<(Reply, Instant)>,
     ) {
         let fatal = self.fatal_tx.clone();
         self.journal.submit(
@@ -168,14 +218,14 @@ impl Actor {
                 Ok(()) => {
                     for (r, started) in replies {
                         crate::metrics::record_alloc("ok", started.elapsed().as_secs_f64());
-                        let _ = r.send(Ok(a.clone()));
+                        let _ = r.send(Ok(Answer::Allocation(a.clone())));
                     }
                 }
                 Err(e) => {
                     let msg = format!("state commit failed: {e}");
                     for (r, _) in replies {
                         crate::metrics::record_alloc("internal", 0.0);
-                        let _ = r.send(Err(ProtoError::new(ErrCode::Internal, msg.clone())));
+                        let _ = r.send(Err(AllocError::new(ErrCode::Internal, msg.clone())));
                     }
                     let _ = fatal.try_send(msg);
                 }
@@ -183,36 +233,80 @@ impl Actor {
         );
     }
 
-    pub(super) fn on_release(
-        &mut self,
-        owner: Owner,
-        sandbox: Option<SandboxId>,
-        reply: Sender<Result<Option<IpAddr>, ProtoError>>,
-    ) {
+    pub(super) fn on_release(&mut self, owner: Owner, sandbox: Option<SandboxId>, reply: Reply) {
         if self.stopping {
-            let _ = reply.send(Err(ProtoError::new(
-                ErrCode::ShuttingDown,
-                "the daemon is stopping",
-            )));
+            let _ = reply.send(Err(AllocError::shutting_down()));
             return;
         }
-        let now_ms = unix_ms();
+        let (records, released) = self.release_one(&owner, sandbox.as_ref());
+        self.commit_then(records, reply, move || {
+            crate::metrics::record_release(if released.is_some() { "ok" } else { "none" });
+            Answer::Released(released)
+        });
+    }
+
+    /// `gc`: releases every allocation whose owner starts with `prefix`
+    /// unless its owner or its sandbox is in `keep`, in one commit.
+    pub(super) fn on_gc(&mut self, prefix: &str, keep: &[String], reply: Reply) {
+        if self.stopping {
+            let _ = reply.send(Err(AllocError::shutting_down()));
+            return;
+        }
+        let keep: std::collections::HashSet<&str> = keep.iter().map(String::as_str).collect();
+        let doomed: Vec<(Owner, Option<SandboxId>)> = self
+            .pool
+            .owners()
+            .filter(|(o, _)| o.as_str().starts_with(prefix))
+            .filter_map(|(o, v4)| match &self.pool.ips.get(v4)?.state {
+                IpState::InUse { sandbox, .. } => Some((o.clone(), sandbox.clone())),
+                _ => None,
+            })
+            .filter(|(o, sb)| {
+                !keep.contains(o.as_str())
+                    && !sb.as_ref().is_some_and(|s| keep.contains(s.as_str()))
+            })
+            .collect();
+        let mut records = Vec::new();
+        let mut collected = Vec::new();
+        for (owner, sandbox) in doomed {
+            let (mut r, released) = self.release_one(&owner, sandbox.as_ref());
+            records.append(&mut r);
+            if let Some(ip) = released {
+                info!("gc: released {ip} of {owner}");
+                collected.push((ip, owner, sandbox));
+            }
+        }
+        self.commit_then(records, reply, move || {
+            for _ in &collected {
+                crate::metrics::record_release("ok");
+            }
+            Answer::Collected(collected)
+        });
+    }
+
+    /// Releases in the pool; the records that make it durable and the
+    /// address given back, if one was held.
+    fn release_one(
+        &mut self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+    ) -> (Vec<Record>, Option<IpAddr>) {
         let outcome = self.pool.release(
-            &owner,
-            sandbox.as_ref(),
-            now_ms,
+            owner,
+            sandbox,
+            unix_ms(),
             self.opts.ip_stick_time.as_millis() as u64,
             self.opts.ip_cooldown.as_millis() as u64,
         );
-        let (records, released) = match outcome {
+        match outcome {
             ReleaseOutcome::NotHeld => {
                 // A release while the owner's alloc still waits: the client
                 // gave up, so the alloc is cancelled rather than completed
                 // for nobody.
-                if let Some(pos) = self.waiters.iter().position(|w| w.owner == owner) {
+                if let Some(pos) = self.waiters.iter().position(|w| &w.owner == owner) {
                     if let Some(w) = self.remove_waiter(pos) {
                         for (r, _) in w.replies {
-                            let _ = r.send(Err(ProtoError::new(
+                            let _ = r.send(Err(AllocError::new(
                                 ErrCode::Timeout,
                                 "cancelled by a release of the same owner",
                             )));
@@ -237,19 +331,28 @@ impl Actor {
                     Some(IpAddr::V4(v4)),
                 )
             }
-        };
+        }
+    }
+
+    /// Answers `reply` with `answer()` once `records` are durable (a
+    /// failed commit stops the daemon).
+    fn commit_then(
+        &self,
+        records: Vec<Record>,
+        reply: Reply,
+        answer: impl FnOnce() -> Answer + Send + 'static,
+    ) {
         let fatal = self.fatal_tx.clone();
         self.journal.submit(
             records,
             Box::new(move |res| match res {
                 Ok(()) => {
-                    crate::metrics::record_release(if released.is_some() { "ok" } else { "none" });
-                    let _ = reply.send(Ok(released));
+                    let _ = reply.send(Ok(answer()));
                 }
                 Err(e) => {
                     let msg = format!("state commit failed: {e}");
                     crate::metrics::record_release("internal");
-                    let _ = reply.send(Err(ProtoError::new(ErrCode::Internal, msg.clone())));
+                    let _ = reply.send(Err(AllocError::new(ErrCode::Internal, msg.clone())));
                     let _ = fatal.try_send(msg);
                 }
             }),
@@ -288,7 +391,7 @@ impl Actor {
                 );
                 for (r, started) in w.replies {
                     crate::metrics::record_alloc("timeout", started.elapsed().as_secs_f64());
-                    let _ = r.send(Err(ProtoError::new(
+                    let _ = r.send(Err(AllocError::new(
                         ErrCode::Timeout,
                         format!("no address within {} s", self.opts.alloc_timeout.as_secs()),
                     )));
@@ -297,7 +400,7 @@ impl Actor {
         }
     }
 
-    pub(super) fn fail_waiter(&mut self, id: u64, err: ProtoError) {
+    pub(super) fn fail_waiter(&mut self, id: u64, err: AllocError) {
         if let Some(pos) = self.waiters.iter().position(|w| w.id == id) {
             if let Some(w) = self.remove_waiter(pos) {
                 info!("alloc for {} failed: {err}", w.owner);

@@ -1,0 +1,294 @@
+//! The domain vocabulary every layer shares: who holds an address
+//! ([`Owner`], [`SandboxId`]), what was handed out ([`Allocation`]), the
+//! views of the pool ([`StatusCounts`], [`ListEntry`], [`EniEntry`]), the
+//! one error the allocator answers with ([`AllocError`]) and the commands
+//! that reach it ([`command`]).
+//!
+//! Nothing here does I/O or knows the wire format: `server::protocol`
+//! parses text into these types and renders them back; `alloc`, `pool` and
+//! `store` speak them without knowing there is a socket.
+
+pub mod command;
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub use command::{Answer, Command, Commands, Envelope};
+
+/// Longest owner or sandbox id.
+pub const MAX_ID: usize = 255;
+
+/// Tag key marking an ENI as created by eniipd (value [`TAG_CREATOR_VALUE`]).
+pub const TAG_CREATOR_KEY: &str = "creator";
+/// See [`TAG_CREATOR_KEY`].
+pub const TAG_CREATOR_VALUE: &str = "eniipd";
+/// Tag key holding the instance an ENI was created for.
+pub const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
+
+/// Stable error codes (the protocol's `ERR <code>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrCode {
+    /// Malformed request or argument.
+    BadRequest,
+    /// No such command.
+    UnknownCommand,
+    /// Request line too long; the server closes after it.
+    LineTooLong,
+    /// `show` of an owner holding nothing.
+    NotFound,
+    /// No IP can be had: capacity reached or vswitches empty.
+    Exhausted,
+    /// The answer did not come in time (`alloc_timeout`, a slow disk).
+    Timeout,
+    /// The cloud refused; [`AllocError::cloud_code`] names its `Code`.
+    Cloud,
+    /// Too many requests in flight.
+    Busy,
+    /// The peer may not use this command.
+    Denied,
+    /// The daemon is stopping.
+    ShuttingDown,
+    /// `audit` found differences.
+    Inconsistent,
+    /// A bug or a local failure (disk).
+    Internal,
+}
+
+impl ErrCode {
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrCode::BadRequest => "bad-request",
+            ErrCode::UnknownCommand => "unknown-command",
+            ErrCode::LineTooLong => "line-too-long",
+            ErrCode::NotFound => "not-found",
+            ErrCode::Exhausted => "exhausted",
+            ErrCode::Timeout => "timeout",
+            ErrCode::Cloud => "cloud",
+            ErrCode::Busy => "busy",
+            ErrCode::Denied => "denied",
+            ErrCode::ShuttingDown => "shutting-down",
+            ErrCode::Inconsistent => "inconsistent",
+            ErrCode::Internal => "internal",
+        }
+    }
+
+    /// Every code, for documentation checks.
+    pub const ALL: [ErrCode; 12] = [
+        ErrCode::BadRequest,
+        ErrCode::UnknownCommand,
+        ErrCode::LineTooLong,
+        ErrCode::NotFound,
+        ErrCode::Exhausted,
+        ErrCode::Timeout,
+        ErrCode::Cloud,
+        ErrCode::Busy,
+        ErrCode::Denied,
+        ErrCode::ShuttingDown,
+        ErrCode::Inconsistent,
+        ErrCode::Internal,
+    ];
+}
+
+impl fmt::Display for ErrCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a command failed: a stable code, a human message and, for cloud
+/// refusals, the service's `Code`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocError {
+    /// The stable code.
+    pub code: ErrCode,
+    /// The service's error code when the cloud refused
+    /// (`InvalidVSwitchId.IpNotEnough`).
+    pub cloud_code: Option<String>,
+    /// Human text (may be empty).
+    pub message: String,
+}
+
+impl AllocError {
+    /// An error with a message.
+    pub fn new(code: ErrCode, message: impl Into<String>) -> AllocError {
+        AllocError {
+            code,
+            cloud_code: None,
+            message: message.into(),
+        }
+    }
+
+    /// An error with no message.
+    pub fn bare(code: ErrCode) -> AllocError {
+        AllocError::new(code, "")
+    }
+
+    /// A malformed request.
+    pub fn bad(message: impl Into<String>) -> AllocError {
+        AllocError::new(ErrCode::BadRequest, message)
+    }
+
+    /// A refusal by the cloud carrying its service code.
+    pub fn cloud(code: ErrCode, cloud_code: &str, message: impl Into<String>) -> AllocError {
+        AllocError {
+            code,
+            cloud_code: Some(cloud_code.to_string()),
+            message: message.into(),
+        }
+    }
+
+    /// The daemon is stopping.
+    pub fn shutting_down() -> AllocError {
+        AllocError::new(ErrCode::ShuttingDown, "the daemon is stopping")
+    }
+}
+
+impl fmt::Display for AllocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code.as_str())?;
+        if let Some(c) = &self.cloud_code {
+            write!(f, " {c}")?;
+        }
+        if !self.message.is_empty() {
+            write!(f, " {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for AllocError {}
+
+fn valid_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_ID
+        && s.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/' | b':' | b'@')
+        })
+}
+
+/// An owner key: 1..255 bytes of `A-Z a-z 0-9 . _ - / : @`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner(String);
+
+impl Owner {
+    /// Validates an owner.
+    pub fn parse(s: &str) -> Result<Owner, AllocError> {
+        if valid_id(s) {
+            Ok(Owner(s.to_string()))
+        } else {
+            Err(AllocError::bad(
+                "invalid owner (1..255 of A-Z a-z 0-9 . _ - / : @)",
+            ))
+        }
+    }
+
+    /// The owner text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A sandbox id, same alphabet as an owner.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SandboxId(String);
+
+impl SandboxId {
+    /// Validates a sandbox id.
+    pub fn parse(s: &str) -> Result<SandboxId, AllocError> {
+        if valid_id(s) {
+            Ok(SandboxId(s.to_string()))
+        } else {
+            Err(AllocError::bad(
+                "invalid sandbox id (1..255 of A-Z a-z 0-9 . _ - / : @)",
+            ))
+        }
+    }
+
+    /// The id text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An address handed to an owner, with what a consumer needs to use it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    /// The IPv4 address.
+    pub ip: Ipv4Addr,
+    /// The IPv6 address (dual stack).
+    pub ipv6: Option<Ipv6Addr>,
+    /// The ENI holding it.
+    pub eni: String,
+    /// That ENI's MAC.
+    pub mac: String,
+    /// The ENI's vswitch.
+    pub vswitch: String,
+    /// The vswitch CIDR.
+    pub cidr: String,
+    /// The vswitch gateway.
+    pub gateway: Ipv4Addr,
+}
+
+/// Pool counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusCounts {
+    /// Managed ENIs.
+    pub enis: usize,
+    /// Every pool IP (invalid included).
+    pub ips: usize,
+    /// Free for anyone.
+    pub idle: usize,
+    /// Held by an owner.
+    pub inuse: usize,
+    /// Held for a last owner (`ip_stick_time`).
+    pub reserved: usize,
+    /// Kept from other owners (`ip_cooldown`).
+    pub cooling: usize,
+    /// Asked of the cloud, not yet answered.
+    pub pending: usize,
+    /// IPs the node can hold.
+    pub capacity: usize,
+}
+
+/// One pool address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListEntry {
+    /// The address (IPv4, or the IPv6 of an unpaired IPv6).
+    pub ip: IpAddr,
+    /// `idle`, `inuse`, `reserved`, `cooling`, `invalid`.
+    pub state: &'static str,
+    /// The owner, if any.
+    pub owner: Option<String>,
+    /// The ENI.
+    pub eni: String,
+}
+
+/// One managed ENI (or one being created).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EniEntry {
+    /// `eni-...` (`creating` before the cloud named it).
+    pub eni: String,
+    /// Its MAC (`-` while being created).
+    pub mac: String,
+    /// Its vswitch.
+    pub vswitch: String,
+    /// Pool IPs on it.
+    pub ips: usize,
+    /// IPs asked of it and not yet answered.
+    pub pending: usize,
+    /// Until when its vswitch is inhibited (Unix seconds), if it is.
+    pub inhibited_until: Option<u64>,
+}
