@@ -156,6 +156,15 @@ impl Fake {
     }
 }
 
+/// Tests that flood the server (or time how fast it accepts) take turns:
+/// run side by side on a small machine they starve each other's accept
+/// thread, and the storm test measures exactly that thread.
+static FLOODS: Mutex<()> = Mutex::new(());
+
+fn one_flood_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    FLOODS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Harness {
     dir: PathBuf,
     path: PathBuf,
@@ -329,6 +338,7 @@ fn a_peer_outside_allowed_uids_may_read_but_not_allocate() {
 
 #[test]
 fn hostile_input_is_refused_while_another_client_is_served() {
+    let _turn = one_flood_at_a_time();
     let h = Harness::new(ServerConfig {
         line_timeout: Duration::from_millis(800),
         ..Harness::me()
@@ -566,6 +576,7 @@ fn shutdown_answers_in_flight_refuses_new_and_returns_in_time() {
 
 #[test]
 fn a_client_still_sending_a_huge_line_reads_line_too_long() {
+    let _turn = one_flood_at_a_time();
     let h = Harness::new(Harness::me());
     let mut s = h.connect();
     s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -645,6 +656,7 @@ fn connect_storm(path: &std::path::Path, threads: usize, n: usize) -> (usize, us
 
 #[test]
 fn a_connect_close_storm_never_finds_the_backlog_full() {
+    let _turn = one_flood_at_a_time();
     // One client connecting and closing as fast as it can: the accept
     // loop must keep up, so the backlog never fills.
     let h = Harness::new(Harness::me());
@@ -665,6 +677,7 @@ fn a_connect_close_storm_never_finds_the_backlog_full() {
 
 #[test]
 fn the_listen_backlog_queues_4096_connections_before_an_accept() {
+    let _turn = one_flood_at_a_time();
     use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
     use std::os::fd::AsRawFd;
     let dir = PathBuf::from(format!("/tmp/eniipd-backlog-{}", std::process::id()));
