@@ -674,3 +674,86 @@ fn handle(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection in `phase`, last active `ago`, with `sent` bytes from
+    /// its client not read yet; the client's end is returned to keep it open.
+    fn conn(phase: Phase, ago: Duration, asked: bool, sent: &[u8]) -> (Conn, UnixStream) {
+        let (server, mut client) = UnixStream::pair().unwrap();
+        client.write_all(sent).unwrap();
+        let conn = Conn {
+            stream: server,
+            phase,
+            last_active: Instant::now() - ago,
+            asked,
+            thread: None,
+        };
+        (conn, client)
+    }
+
+    fn victim(conns: Vec<(Conn, UnixStream)>) -> Option<u64> {
+        let mut map = HashMap::new();
+        let mut clients = Vec::new();
+        for (i, (c, client)) in conns.into_iter().enumerate() {
+            map.insert(i as u64, c);
+            clients.push(client);
+        }
+        pick_victim(&map)
+    }
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn the_idle_longest_goes_first_and_a_stalled_reply_counts_as_idle() {
+        let v = victim(vec![
+            conn(Phase::Waiting, S(5), true, b""),
+            conn(Phase::Stalled, S(9), true, b""),
+            conn(Phase::Waiting, S(7), true, b""),
+        ]);
+        assert_eq!(v, Some(1));
+    }
+
+    #[test]
+    fn never_one_being_served_nor_one_whose_request_has_arrived() {
+        let v = victim(vec![
+            conn(Phase::Serving, S(60), true, b""),
+            conn(Phase::Waiting, S(50), true, b"ping\n"),
+            conn(Phase::Waiting, S(1), true, b""),
+        ]);
+        assert_eq!(v, Some(2));
+        let v = victim(vec![
+            conn(Phase::Serving, S(60), true, b""),
+            conn(Phase::Waiting, S(50), true, b"status\n"),
+        ]);
+        assert_eq!(v, None);
+    }
+
+    #[test]
+    fn a_new_connection_has_a_grace_before_its_first_request() {
+        let v = victim(vec![
+            conn(Phase::Waiting, Duration::ZERO, false, b""),
+            conn(Phase::Serving, S(3), true, b""),
+        ]);
+        assert_eq!(v, None);
+        let v = victim(vec![
+            conn(Phase::Waiting, FIRST_REQUEST_GRACE * 2, false, b""),
+            conn(Phase::Serving, S(3), true, b""),
+        ]);
+        assert_eq!(v, Some(0));
+    }
+
+    #[test]
+    fn a_client_gone_without_a_word_is_told_from_one_that_sent() {
+        let (a, client) = UnixStream::pair().unwrap();
+        assert_eq!(pending(&a), Pending::Nothing);
+        drop(client);
+        assert_eq!(pending(&a), Pending::Gone);
+        let (b, mut client) = UnixStream::pair().unwrap();
+        client.write_all(b"alloc x\n").unwrap();
+        drop(client);
+        assert_eq!(pending(&b), Pending::Input);
+    }
+}
