@@ -78,6 +78,8 @@ enum Phase {
     /// as fast as the client takes it.
     Serving,
     /// The reply does not fit in what the client has read: it stalled.
+    /// Also a connection drained after `ERR line-too-long`: closable
+    /// whatever its client still sends.
     Stalled,
 }
 
@@ -568,7 +570,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
                         .render()
                         .as_bytes(),
                 );
-                set_phase(sh, id, Phase::Waiting);
+                set_phase(sh, id, Phase::Stalled);
                 drain_and_close(&mut stream);
                 return;
             }
