@@ -354,3 +354,124 @@ fn an_eni_deleted_behind_the_daemons_back_is_let_go() {
     }
     assert!(d.ok("status").contains(" inuse=12 "));
 }
+
+/// Alloc and release end to end with one signature version; returns the
+/// emulator's count of requests per version.
+fn alloc_release_signed_with(version: Option<&str>) -> Value {
+    let sim = Sim::start(&[]);
+    let dir = tempdir(&format!("sig-{}", version.unwrap_or("default")));
+    let mut extra = json!({"max_pool_size": 0, "min_pool_size": 0});
+    if let Some(v) = version {
+        extra["signature_version"] = json!(v);
+    }
+    let d = Daemon::start(&dir, &config(&sim, &dir, extra));
+    let mut ips = BTreeSet::new();
+    for i in 0..3 {
+        ips.insert(field(&d.ok(&format!("alloc sig/{i}")), "ip"));
+    }
+    assert_eq!(ips.len(), 3);
+    let cloud = cloud_ips(&sim);
+    assert!(ips.iter().all(|ip| cloud.contains_key(ip)), "{cloud:?}");
+    for i in 0..3 {
+        assert!(d.ok(&format!("release sig/{i}")).starts_with("released="));
+    }
+    // max_pool_size 0: every released secondary address goes back.
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let c = cloud_ips(&sim);
+            ips.iter().filter(|ip| c.contains_key(*ip)).count() <= 1
+        }),
+        "cloud still holds {:?}",
+        cloud_ips(&sim)
+    );
+    sim.state()["signatures"].clone()
+}
+
+#[test]
+fn the_daemon_signs_with_v3_by_default() {
+    let sigs = alloc_release_signed_with(None);
+    assert!(sigs["v3"].as_u64().unwrap_or(0) >= 3, "{sigs}");
+    assert_eq!(sigs["v1"].as_u64().unwrap_or(0), 0, "{sigs}");
+}
+
+#[test]
+fn signature_version_v1_still_allocates_and_releases() {
+    let sigs = alloc_release_signed_with(Some("v1"));
+    assert!(sigs["v1"].as_u64().unwrap_or(0) >= 3, "{sigs}");
+    assert_eq!(sigs["v3"].as_u64().unwrap_or(0), 0, "{sigs}");
+}
+
+#[test]
+fn check_config_shows_signature_version_and_refuses_a_bad_one() {
+    let dir = tempdir("sigcfg");
+    let run = |value: &str| {
+        let path = dir.join(format!("{value}.json"));
+        std::fs::write(&path, format!("{{\"signature_version\": \"{value}\"}}")).unwrap();
+        std::process::Command::new(env!("CARGO_BIN_EXE_eniipd"))
+            .args(["--check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    for ok in ["v3", "v1"] {
+        let out = run(ok);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l == format!("signature_version={ok}")),
+            "{stdout}"
+        );
+    }
+    let out = run("v2");
+    assert_eq!(out.status.code(), Some(78));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`signature_version`") && stderr.contains("\"v2\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_failing_metadata_service_reaches_clients_named_as_such() {
+    let sim = Sim::start(&[]);
+    let dir = tempdir("md500");
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
+    sim.fault(r#"{"action": "metadata", "code": "InternalError"}"#);
+    let reply = d.ask("audit");
+    let last = reply.last().unwrap();
+    assert!(last.starts_with("ERR cloud metadata "), "{reply:?}");
+    assert!(
+        last.contains("metadata service") && last.contains("HTTP 500"),
+        "{reply:?}"
+    );
+    sim.clear_faults();
+    assert!(
+        eventually(Duration::from_secs(10), || d.ask("audit")
+            == vec!["OK consistent"]),
+        "{:?}",
+        d.ask("audit")
+    );
+}
+
+#[test]
+fn a_wrong_secret_exits_77_without_the_whole_key_id_in_the_log() {
+    let sim = Sim::start(&[]);
+    let key_id = eniipd::sim::DEFAULT_ACCESS_KEY_ID;
+    for version in ["v1", "v3"] {
+        let dir = tempdir(&format!("wrongkey-{version}"));
+        let cfg = config(
+            &sim,
+            &dir,
+            json!({"access_secret": "not-the-secret", "signature_version": version}),
+        );
+        let mut d = Daemon::spawn(&dir, &cfg, &["--log-level", "debug"]);
+        let code = d.wait_exit(Duration::from_secs(60)).code();
+        assert_eq!(code, Some(77), "{version}: {}", d.log_text());
+        let log = d.log_text();
+        assert!(log.contains("SignatureDoesNotMatch"), "{version}: {log}");
+        assert!(!log.contains(key_id), "{version}: the key id in\n{log}");
+        assert!(!log.contains("not-the-secret"), "{version}");
+    }
+}

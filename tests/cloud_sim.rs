@@ -8,6 +8,7 @@ use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
 use eniipd::cloud::credentials::CredentialSource;
 use eniipd::cloud::retry::RetryPolicy;
 use eniipd::cloud::rpc::Timeouts;
+use eniipd::cloud::sign::SignatureVersion;
 use eniipd::cloud::{wait, CloudApi, CloudErrorKind, CreateEni, EniQuery, EniStatus};
 use eniipd::sim::{FaultRule, SimOptions, Simulator, VSwitchSpec};
 use eniipd::util::Secret;
@@ -29,6 +30,7 @@ fn cloud_with(sim: &Simulator, timeouts: Timeouts, retry: RetryPolicy) -> Aliyun
         },
         timeouts,
         retry,
+        signature_version: SignatureVersion::default(),
     })
 }
 
@@ -348,6 +350,7 @@ fn ram_role_credentials_sign_accepted_calls() {
         credentials: CredentialSource::RamRole(None),
         timeouts: Timeouts::default(),
         retry: RetryPolicy::default(),
+        signature_version: SignatureVersion::default(),
     });
     assert_eq!(
         c.instance_type_limits("ecs.g7.xlarge")
@@ -361,24 +364,40 @@ fn ram_role_credentials_sign_accepted_calls() {
 #[test]
 fn a_wrong_secret_is_an_auth_error_without_retries() {
     let sim = Simulator::start(quick()).unwrap();
-    let c = AliyunCloud::new(AliyunCloudOptions {
-        region_id: sim.region_id(),
-        ecs_endpoint: sim.ecs_url(),
-        vpc_endpoint: sim.vpc_url(),
-        metadata_endpoint: sim.metadata_url(),
-        credentials: CredentialSource::Static {
-            id: sim.access_key_id().into(),
-            secret: Secret::new("wrong-secret-value"),
-            token: None,
-        },
-        timeouts: Timeouts::default(),
-        retry: RetryPolicy::default(),
-    });
-    let e = c.instance_type_limits("ecs.g7.xlarge").unwrap_err();
-    assert_eq!(e.kind, CloudErrorKind::Auth);
-    assert_eq!(e.code.as_deref(), Some("SignatureDoesNotMatch"));
-    assert_eq!(e.attempts, 1);
-    assert!(!e.to_string().contains("wrong-secret-value"));
-    assert!(!format!("{e:?}").contains("wrong-secret-value"));
+    for signature_version in [SignatureVersion::V3, SignatureVersion::V1] {
+        let c = AliyunCloud::new(AliyunCloudOptions {
+            region_id: sim.region_id(),
+            ecs_endpoint: sim.ecs_url(),
+            vpc_endpoint: sim.vpc_url(),
+            metadata_endpoint: sim.metadata_url(),
+            credentials: CredentialSource::Static {
+                id: sim.access_key_id().into(),
+                secret: Secret::new("wrong-secret-value"),
+                token: None,
+            },
+            timeouts: Timeouts::default(),
+            retry: RetryPolicy::default(),
+            signature_version,
+        });
+        let e = c.instance_type_limits("ecs.g7.xlarge").unwrap_err();
+        assert_eq!(e.kind, CloudErrorKind::Auth);
+        assert_eq!(e.code.as_deref(), Some("SignatureDoesNotMatch"));
+        assert_eq!(e.attempts, 1);
+        let text = format!("{e} {e:?}");
+        assert!(!text.contains("wrong-secret-value"));
+        // The server's string to sign is kept for diagnosis, but the key
+        // id in it is masked as everywhere else.
+        assert!(text.contains("server string to sign is:"), "{text}");
+        assert!(
+            !text.contains(sim.access_key_id()),
+            "{signature_version:?}: {text}"
+        );
+        if signature_version == SignatureVersion::V1 {
+            assert!(
+                text.contains(&eniipd::util::mask(sim.access_key_id())),
+                "{text}"
+            );
+        }
+    }
     sim.shutdown();
 }

@@ -10,6 +10,7 @@ use super::metadata::MetadataClient;
 use super::ratelimit::RateLimiter;
 use super::retry::RetryPolicy;
 use super::rpc::{RpcClient, Timeouts};
+use super::sign::SignatureVersion;
 use super::{
     ecs, vpc, CloudApi, CreateEni, Eni, EniQuery, InstanceTypeLimits, MetadataApi, VSwitch,
     ECS_VERSION, VPC_VERSION,
@@ -32,6 +33,8 @@ pub struct AliyunCloudOptions {
     pub timeouts: Timeouts,
     /// Retry budget.
     pub retry: RetryPolicy,
+    /// Signature sent (V3 unless configured otherwise).
+    pub signature_version: SignatureVersion,
 }
 
 impl AliyunCloudOptions {
@@ -58,6 +61,7 @@ impl AliyunCloudOptions {
             credentials,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
+            signature_version: SignatureVersion::default(),
         }
     }
 }
@@ -89,6 +93,7 @@ impl AliyunCloud {
                 opts.retry,
                 opts.timeouts,
             )
+            .with_signature_version(opts.signature_version)
         };
         AliyunCloud {
             ecs: client(&opts.ecs_endpoint, ECS_VERSION),

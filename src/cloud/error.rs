@@ -167,9 +167,14 @@ impl CloudError {
     }
 
     /// The service code, or the kind's name when there is none: what the
-    /// protocol prints after `ERR cloud`.
+    /// protocol prints after `ERR cloud`. A metadata failure without a code
+    /// says `metadata`, so a client does not take it for an OpenAPI error.
     pub fn code_or_kind(&self) -> &str {
-        self.code.as_deref().unwrap_or_else(|| self.kind.as_str())
+        match &self.code {
+            Some(c) => c,
+            None if self.action == super::metadata::ACTION => "metadata",
+            None => self.kind.as_str(),
+        }
     }
 
     /// True when the vswitch is out of addresses.

@@ -22,7 +22,7 @@ use super::error::{CloudError, CloudErrorKind};
 use super::{InstanceIdentity, MetadataApi, MetadataEni};
 
 const TOKEN_TTL_SECS: u64 = 21_600;
-const ACTION: &str = "metadata";
+pub(crate) const ACTION: &str = "metadata";
 
 /// Credentials of the instance's RAM role.
 #[derive(Clone, Deserialize)]
@@ -176,6 +176,12 @@ impl MetadataClient {
         }
     }
 
+    /// An error message that names the metadata service, so it is not
+    /// mistaken for an OpenAPI failure.
+    fn failed(&self, path: &str, what: &str) -> String {
+        format!("the metadata service {} {what} for {path}", self.base)
+    }
+
     /// GETs a path under `/latest/meta-data/`; `Ok(None)` on 404.
     pub fn get(&self, path: &str) -> Result<Option<String>, CloudError> {
         let url = format!("{}/latest/meta-data/{}", self.base, path);
@@ -240,14 +246,14 @@ impl MetadataClient {
                         429 | 500..=599 => CloudError::new(
                             CloudErrorKind::Server,
                             ACTION,
-                            format!("{path}: HTTP {status}"),
+                            self.failed(path, &format!("answered HTTP {status}")),
                         ),
                         _ => {
                             crate::metrics::record_metadata("error");
                             let e = CloudError::new(
                                 CloudErrorKind::Api,
                                 ACTION,
-                                format!("{path}: HTTP {status}"),
+                                self.failed(path, &format!("answered HTTP {status}")),
                             );
                             return Err(e);
                         }
@@ -256,12 +262,14 @@ impl MetadataClient {
                 Err(ureq::Error::Timeout(_)) => CloudError::new(
                     CloudErrorKind::Timeout,
                     ACTION,
-                    format!("{path}: no answer within {:?}", self.timeout),
+                    self.failed(path, &format!("gave no answer within {:?}", self.timeout)),
                 ),
-                Err(e) => {
-                    CloudError::new(CloudErrorKind::Transport, ACTION, format!("{path}: {e}"))
-                        .with_source(e)
-                }
+                Err(e) => CloudError::new(
+                    CloudErrorKind::Transport,
+                    ACTION,
+                    self.failed(path, &format!("could not be reached ({e})")),
+                )
+                .with_source(e),
             };
             crate::metrics::record_metadata("error");
             if attempt >= 4 {

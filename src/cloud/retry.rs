@@ -2,8 +2,9 @@
 //!
 //! Retried (with the same ClientToken and a fresh nonce, timestamp and
 //! signature): transport errors and timeouts, HTTP 5xx, `InternalError`,
-//! `ServiceUnavailable`, `Throttling*` (waiting what the `x-ratelimit`
-//! headers' TimeLeft says, else a capped exponential backoff with jitter,
+//! `ServiceUnavailable`, `Throttling*` (waiting what `x-acs-retry-after`,
+//! or the older `x-ratelimit` headers' TimeLeft, says, else a capped
+//! exponential backoff with jitter,
 //! at least 1 s since ECS throttles per minute), `Operation.Conflict` and
 //! `InvalidOperation.Conflict`. Never retried: exhaustion, clock skew,
 //! credential errors, anything else a client sent wrong. Every call has a
@@ -70,6 +71,20 @@ pub fn time_left_ms<'a>(headers: impl IntoIterator<Item = &'a str>) -> Option<u6
             })
         })
         .max()
+}
+
+/// Milliseconds a throttled answer asks the client to wait: today's
+/// gateway header `x-acs-retry-after` (ms, what the current Tea SDKs read
+/// into `ThrottlingException.retry_after`) when it holds a positive
+/// number, else the largest TimeLeft of the older `x-ratelimit-*` headers.
+pub fn retry_after_ms<'a>(
+    retry_after: Option<&str>,
+    ratelimit: impl IntoIterator<Item = &'a str>,
+) -> Option<u64> {
+    retry_after
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .or_else(|| time_left_ms(ratelimit))
 }
 
 /// The wait before attempt `attempt + 1` (attempt counts from 1), given the
@@ -156,6 +171,24 @@ mod tests {
         );
         assert_eq!(time_left_ms(["garbage", "TimeLeft:x"]), None);
         assert_eq!(time_left_ms([]), None);
+    }
+
+    #[test]
+    fn retry_after_header_first() {
+        assert_eq!(
+            retry_after_ms(Some("300"), ["Limit:1,Remain:0,TimeLeft:2000"]),
+            Some(300)
+        );
+        assert_eq!(
+            retry_after_ms(Some("0"), ["Limit:1,Remain:0,TimeLeft:2000"]),
+            Some(2000)
+        );
+        assert_eq!(
+            retry_after_ms(Some("soon"), ["Limit:1,Remain:0,TimeLeft:700"]),
+            Some(700)
+        );
+        assert_eq!(retry_after_ms(Some(" 1500 "), []), Some(1500));
+        assert_eq!(retry_after_ms(None, []), None);
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! The RPC-style OpenAPI client for one endpoint and API version.
 //!
-//! Each attempt takes a client-side rate-limit token, adds the common
-//! parameters (fresh SignatureNonce and Timestamp), signs with signature
-//! 1.0 over `POST`, and sends `POST <endpoint>/?<signed query>` with an
-//! empty body. The query string is built here, with the signature's own
+//! Each attempt takes a client-side rate-limit token, signs, and sends
+//! `POST <endpoint>/?<query>` with an empty body. With signature V3 (the
+//! default, as the official SDKs) the query holds only the action's
+//! parameters and authentication travels in headers (`x-acs-action`,
+//! `x-acs-version`, `x-acs-date`, `x-acs-signature-nonce`,
+//! `x-acs-content-sha256`, `x-acs-security-token` for role credentials,
+//! `Authorization`); with 1.0 the common parameters (fresh SignatureNonce
+//! and Timestamp) and the signature go in the query. The query string is built here, with the signature's own
 //! percent-encoding, so no URL library re-encodes it. A ClientToken, when
 //! the action takes one, is chosen once per logical call and reused by
 //! every retry, so a retried create or assign cannot allocate twice.
@@ -14,11 +18,11 @@ use std::time::{Duration, Instant};
 use log::{debug, warn};
 use serde_json::Value;
 
-use super::credentials::CredentialProvider;
+use super::credentials::{CredentialProvider, Credentials};
 use super::error::{CloudError, CloudErrorKind};
 use super::ratelimit::RateLimiter;
-use super::retry::{backoff, retryable, time_left_ms, RetryPolicy};
-use super::sign;
+use super::retry::{backoff, retry_after_ms, retryable, RetryPolicy};
+use super::sign::{self, v3, SignatureVersion};
 use crate::util::encoding::percent_encode;
 
 /// Per-call timeouts.
@@ -88,12 +92,39 @@ pub struct RpcClient {
     limiter: Arc<RateLimiter>,
     policy: RetryPolicy,
     timeouts: Timeouts,
+    signature: SignatureVersion,
+    /// `host[:port]` of the endpoint, signed in V3.
+    host: String,
 }
 
 fn first_str(v: &Value, keys: &[&str]) -> Option<String> {
     keys.iter()
         .find_map(|k| v.get(*k).and_then(Value::as_str))
         .map(str::to_string)
+}
+
+/// `message` with the access key id masked as elsewhere (first 4
+/// characters) and the security token removed, in the plain,
+/// percent-encoded and doubly encoded forms a string to sign shows.
+fn redact(message: &str, creds: &Credentials) -> String {
+    let forms = |s: &str| {
+        let once = percent_encode(s);
+        let twice = percent_encode(&once);
+        [twice, once, s.to_string()]
+    };
+    let mut out = message.to_string();
+    if let Some(t) = &creds.security_token {
+        for f in forms(t.expose()).iter().filter(|f| !f.is_empty()) {
+            out = out.replace(f.as_str(), "***");
+        }
+    }
+    let id = &creds.access_key_id;
+    if id.len() > 4 {
+        for f in forms(id) {
+            out = out.replace(&f, &crate::util::mask(id));
+        }
+    }
+    out
 }
 
 impl RpcClient {
@@ -114,9 +145,19 @@ impl RpcClient {
             .user_agent(concat!("eniipd/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
+        let endpoint = endpoint.trim_end_matches('/').to_string();
+        let host = endpoint
+            .split_once("://")
+            .map_or(endpoint.as_str(), |(_, rest)| rest)
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
         RpcClient {
             agent,
-            endpoint: endpoint.trim_end_matches('/').to_string(),
+            endpoint,
+            host,
+            signature: SignatureVersion::default(),
             version,
             region: region.to_string(),
             creds,
@@ -124,6 +165,12 @@ impl RpcClient {
             policy,
             timeouts,
         }
+    }
+
+    /// The same client sending signature `v` instead.
+    pub fn with_signature_version(mut self, v: SignatureVersion) -> RpcClient {
+        self.signature = v;
+        self
     }
 
     /// Calls `action` with `params`, retrying as the policy says.
@@ -195,50 +242,94 @@ impl RpcClient {
             Err(e) => return (Err(e), None),
         };
         let timestamp = crate::util::time::now_utc();
-        let mut all: Vec<(String, String)> = vec![
-            ("Action".into(), action.into()),
-            ("Version".into(), self.version.into()),
-            ("Format".into(), "JSON".into()),
-            ("AccessKeyId".into(), creds.access_key_id.clone()),
-            ("SignatureMethod".into(), "HMAC-SHA1".into()),
-            ("SignatureVersion".into(), "1.0".into()),
-            ("SignatureNonce".into(), crate::util::rand::uuid()),
-            ("Timestamp".into(), timestamp.clone()),
-        ];
+        let mut query: Vec<(String, String)> = Vec::with_capacity(params.len() + 12);
         if !params.iter().any(|(k, _)| k == "RegionId") && !self.region.is_empty() {
-            all.push(("RegionId".into(), self.region.clone()));
-        }
-        if let Some(t) = &creds.security_token {
-            all.push(("SecurityToken".into(), t.expose().to_string()));
+            query.push(("RegionId".into(), self.region.clone()));
         }
         if let Some(t) = token {
-            all.push(("ClientToken".into(), t.to_string()));
+            query.push(("ClientToken".into(), t.to_string()));
         }
-        all.extend(params.iter().filter(|(_, v)| !v.is_empty()).cloned());
-        let sig = sign::signature(
-            creds.access_key_secret.expose(),
-            &sign::string_to_sign("POST", &all),
-        );
-        all.push(("Signature".into(), sig));
-        let query: Vec<String> = all
+        query.extend(params.iter().filter(|(_, v)| !v.is_empty()).cloned());
+        let mut headers: Vec<(&str, String)> = vec![
+            ("accept", "application/json".into()),
+            ("x-acs-action", action.into()),
+            ("x-acs-version", self.version.into()),
+        ];
+        match self.signature {
+            SignatureVersion::V1 => {
+                query.extend([
+                    ("Action".into(), action.into()),
+                    ("Version".into(), self.version.into()),
+                    ("Format".into(), "JSON".into()),
+                    ("AccessKeyId".into(), creds.access_key_id.clone()),
+                    ("SignatureMethod".into(), "HMAC-SHA1".into()),
+                    ("SignatureVersion".into(), "1.0".into()),
+                    ("SignatureNonce".into(), crate::util::rand::uuid()),
+                    ("Timestamp".into(), timestamp.clone()),
+                ]);
+                if let Some(t) = &creds.security_token {
+                    query.push(("SecurityToken".into(), t.expose().to_string()));
+                }
+                let sig = sign::signature(
+                    creds.access_key_secret.expose(),
+                    &sign::string_to_sign("POST", &query),
+                );
+                query.push(("Signature".into(), sig));
+                headers.push(("content-type", "application/x-www-form-urlencoded".into()));
+            }
+            SignatureVersion::V3 => {
+                // The same headers the official SDKs sign, the host as sent.
+                headers.extend([
+                    ("host", self.host.clone()),
+                    ("x-acs-date", timestamp.clone()),
+                    ("x-acs-signature-nonce", crate::util::rand::uuid()),
+                    ("x-acs-content-sha256", v3::content_sha256(b"")),
+                ]);
+                if let Some(t) = &creds.security_token {
+                    headers.push(("x-acs-accesskey-id", creds.access_key_id.clone()));
+                    headers.push(("x-acs-security-token", t.expose().to_string()));
+                }
+                let signed: Vec<String> = headers
+                    .iter()
+                    .map(|(k, _)| k.to_string())
+                    .filter(|k| v3::signs_by_default(k))
+                    .collect();
+                let creq = v3::canonical_request(
+                    "POST",
+                    "/",
+                    &query,
+                    &headers,
+                    &signed,
+                    &v3::content_sha256(b""),
+                );
+                let sig =
+                    v3::signature(creds.access_key_secret.expose(), &v3::string_to_sign(&creq));
+                let (_, names) = v3::canonical_headers(&headers, &signed);
+                headers.push((
+                    "authorization",
+                    v3::authorization(&creds.access_key_id, &names, &sig),
+                ));
+            }
+        }
+        let encoded: Vec<String> = query
             .iter()
             .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
             .collect();
-        let url = format!("{}/?{}", self.endpoint, query.join("&"));
-        drop(all);
+        let url = format!("{}/?{}", self.endpoint, encoded.join("&"));
+        drop(query);
 
         let t0 = Instant::now();
-        let resp = self
+        let mut req = self
             .agent
             .post(&url)
             .config()
             .timeout_global(Some(self.timeouts.for_action(action)))
-            .build()
-            .header("Content-Type", "application/x-www-form-urlencoded")
-            .header("Accept", "application/json")
-            .header("x-acs-action", action)
-            .header("x-acs-version", self.version)
-            .send_empty();
+            .build();
+        for (k, v) in &headers {
+            req = req.header(*k, v.as_str());
+        }
+        drop(headers);
+        let resp = req.send_empty();
         let secs = || t0.elapsed().as_secs_f64();
         let mut resp = match resp {
             Ok(r) => r,
@@ -273,7 +364,11 @@ impl RpcClient {
                     .map(str::to_string)
             })
             .collect();
-        let time_left = time_left_ms(hints.iter().map(String::as_str));
+        let retry_after = resp
+            .headers()
+            .get("x-acs-retry-after")
+            .and_then(|v| v.to_str().ok());
+        let time_left = retry_after_ms(retry_after, hints.iter().map(String::as_str));
         let header_rid = resp
             .headers()
             .get("x-acs-request-id")
@@ -342,7 +437,9 @@ impl RpcClient {
         let e = match code {
             Some(code) => {
                 crate::metrics::record_openapi(action, &code, secs());
-                let mut message = message;
+                // A refused signature's message echoes the string to sign,
+                // which for 1.0 holds the key id and any STS token.
+                let mut message = redact(&message, &creds);
                 if code.starts_with("InvalidTimeStamp") {
                     message = format!("{message} (this host's clock said {timestamp} UTC: check its time synchronisation)");
                 }

@@ -138,6 +138,7 @@ impl Config {
                 .map(|a| a.to_string())
                 .unwrap_or_else(|| "-".into()),
         );
+        push("signature_version", self.signature_version.as_str().into());
         v
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::cloud::sign::SignatureVersion;
 use crate::util::Secret;
 
 mod effective;
@@ -129,6 +130,7 @@ pub struct RawConfig {
     pub start_timeout: Option<Value>,
     pub max_connections: Option<Value>,
     pub metrics_listen: Option<String>,
+    pub signature_version: Option<String>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
 }
@@ -205,6 +207,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Address for `GET /metrics`, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// OpenAPI signature sent: V3 (ACS3-HMAC-SHA256) unless "v1".
+    pub signature_version: SignatureVersion,
 }
 
 /// Why a config could not be loaded.
@@ -438,6 +442,11 @@ mod tests {
                 "\"localhost\"",
             ),
             (r#"{"eni_cap_ratio": 2}"#, "eni_cap_ratio", "2"),
+            (
+                r#"{"signature_version": "v2"}"#,
+                "signature_version",
+                "\"v2\"",
+            ),
             (r#"{"allowed_uids": ["root"]}"#, "allowed_uids", "\"root\""),
             (
                 r#"{"security_groups": ["default"]}"#,
@@ -543,6 +552,7 @@ mod proptests {
         "access_secret",
         "aggregation_window_ms",
         "ecs_endpoint",
+        "signature_version",
     ];
 
     proptest! {

@@ -128,6 +128,11 @@ impl RawConfig {
                 ))
             }
         };
+        let signature_version = match self.signature_version.as_deref() {
+            None | Some("") | Some("v3") => SignatureVersion::V3,
+            Some("v1") => SignatureVersion::V1,
+            Some(other) => return Err(invalid_str("signature_version", other, "\"v3\" or \"v1\"")),
+        };
         let ip_stack = match self.ip_stack.as_deref() {
             None | Some("") | Some("ipv4") => IpStack::Ipv4,
             Some("dual") => IpStack::Dual,
@@ -322,6 +327,7 @@ impl RawConfig {
             start_timeout: secs("start_timeout", &self.start_timeout, 60, 1, 3_600)?,
             max_connections: usize_in("max_connections", &self.max_connections, 256, 1, 65_536)?,
             metrics_listen,
+            signature_version,
         })
     }
 }

@@ -298,6 +298,7 @@ fn build_cloud(cfg: &Config, identity: &InstanceIdentity) -> AliyunCloud {
     if let Some(e) = &cfg.vpc_endpoint {
         opts.vpc_endpoint = e.clone();
     }
+    opts.signature_version = cfg.signature_version;
     info!(
         "endpoints: ECS {}, VPC {}, metadata {}",
         opts.ecs_endpoint, opts.vpc_endpoint, opts.metadata_endpoint
@@ -783,43 +784,29 @@ fn stop_all(r: Running, code: i32) -> i32 {
     r.server.shutdown(until);
     let stragglers = r.alloc.stop_actor(until);
     drop(r.alloc);
-    // The actor is gone, so nothing submits to the store any more: its
-    // final flush runs while the threads still in cloud calls are joined.
-    let committer = r.committer;
-    let flush = code == exit::OK;
-    let closing = std::thread::Builder::new()
-        .name("eniipd-close".into())
-        .spawn(move || {
-            if flush {
-                committer.commit(Vec::new(), Duration::from_secs(60))?;
-            }
-            match Arc::try_unwrap(committer) {
-                Ok(c) => c.close(),
-                Err(_) => Ok(()),
-            }
-        });
-    crate::alloc::join_all(stragglers, until);
+    // The actor is gone, so nothing submits to the store any more: it
+    // makes the last submissions durable and writes its snapshot, then the
+    // threads still in cloud calls get what is left of the deadline.
     let mut code = code;
-    match closing {
-        Ok(h) => {
-            while !h.is_finished() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            if !h.is_finished() {
+    match Arc::try_unwrap(r.committer) {
+        Ok(store) => match store.close_until(until) {
+            Ok(()) => {}
+            Err(e @ crate::store::StoreError::NotDurable { .. }) => {
                 error!(
-                    "the state directory did not answer within the stop deadline: its final flush and snapshot are not done (every acknowledged change was already durable; the next start replays the log)"
+                    "the state directory did not answer within the stop deadline: {e} (every acknowledged change was already durable; the next start replays the log)"
                 );
                 code = exit::NOT_DURABLE;
-            } else if let Ok(Err(e)) = h.join() {
+            }
+            Err(e) => {
                 error!("closing the state failed: {e}");
                 code = exit::NOT_DURABLE;
             }
-        }
-        Err(e) => {
-            error!("cannot start the final state flush: {e}");
-            code = exit::NOT_DURABLE;
+        },
+        Err(_) => {
+            warn!("the state store is still shared; its log is complete, the snapshot is skipped")
         }
     }
+    crate::alloc::join_all(stragglers, until);
     if let Some(s) = &r.socket {
         s.remove_if_ours();
     }

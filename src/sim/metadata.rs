@@ -55,6 +55,26 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
         None if sh.metadata_hardened => return HttpResponse::text(403, "Forbidden\n"),
         None => {}
     }
+    // Fault rules for "metadata" apply here (never "*", which is the
+    // OpenAPI's); the service answers with a bare status, no error code.
+    let (delay, fault) = {
+        let mut w = sh.world.lock();
+        super::openapi::pick_fault(sh, &mut w, "metadata", false)
+    };
+    if !delay.is_zero() {
+        std::thread::sleep(delay);
+    }
+    if let Some(e) = fault {
+        let reason = match e.status {
+            429 => "Too Many Requests",
+            500 => "Internal Server Error",
+            502 => "Bad Gateway",
+            503 => "Service Unavailable",
+            504 => "Gateway Timeout",
+            _ => "Error",
+        };
+        return HttpResponse::text(e.status, format!("{reason}\n"));
+    }
     let Some(path) = req
         .path
         .strip_prefix("/latest/meta-data/")
@@ -82,17 +102,24 @@ fn serve(sh: &Shared, path: &str) -> HttpResponse {
                 w.cfg.region.clone(),
                 w.cfg.zone.clone(),
                 w.cfg.itype.id,
+                w.identity(),
             ),
         )
     };
-    let (instance_id, vpc_id, region, zone, itype) = ids;
+    let (instance_id, vpc_id, region, zone, itype, me) = ids;
     let primary: Option<&MdEni> = enis.iter().find(|e| e.primary);
     let vpc_cidr = sh.vpc_cidr.clone();
     let text = |s: String| HttpResponse::text(200, s);
     match path {
         "" => listing(&[
+            "dns-conf/",
+            "hostname",
+            "image-id",
             "instance-id",
+            "owner-account-id",
             "region-id",
+            "serial-number",
+            "network-type",
             "zone-id",
             "instance/",
             "mac",
@@ -107,8 +134,17 @@ fn serve(sh: &Shared, path: &str) -> HttpResponse {
         "instance-id" => text(instance_id),
         "region-id" => text(region),
         "zone-id" => text(zone),
-        "instance/" => listing(&["instance-type"]),
+        "instance/" => listing(&["instance-name", "instance-type"]),
         "instance/instance-type" => text(itype.to_string()),
+        "instance/instance-name" => text(me.instance_name),
+        "hostname" => text(me.hostname),
+        "image-id" => text(me.image_id.to_string()),
+        "owner-account-id" => text(me.owner_id.to_string()),
+        "serial-number" => text(me.serial_number),
+        "network-type" => text("vpc".into()),
+        "dns-conf/" => listing(&["nameservers"]),
+        // The VPC resolvers every ECS instance is given.
+        "dns-conf/nameservers" => text("100.100.2.136\n100.100.2.138".into()),
         "vpc-id" => text(vpc_id),
         "vpc-cidr-block" => text(vpc_cidr),
         "mac" => primary
@@ -181,7 +217,12 @@ fn eni_item(e: &MdEni, item: &str, vpc_id: &str, vpc_cidr: &str) -> HttpResponse
                 "vpc-cidr-block",
             ];
             if e.cidr6.is_some() {
-                items.extend(["ipv6s", "ipv6-gateway", "vswitch-ipv6-cidr-block"]);
+                items.extend([
+                    "ipv6s",
+                    "ipv6-gateway",
+                    "vswitch-ipv6-cidr-block",
+                    "vpc-ipv6-cidr-blocks",
+                ]);
             }
             listing(&items)
         }
@@ -223,6 +264,15 @@ fn eni_item(e: &MdEni, item: &str, vpc_id: &str, vpc_cidr: &str) -> HttpResponse
         "vswitch-ipv6-cidr-block" => e
             .cidr6
             .map(|c| text(c.to_string()))
+            .unwrap_or_else(not_found),
+        // The VPC's /56 around the vswitch's block, in the bracketed list
+        // form of `ipv6s`.
+        "vpc-ipv6-cidr-blocks" => e
+            .cidr6
+            .map(|c| {
+                let base = std::net::Ipv6Addr::from(c.base & (u128::MAX << 72));
+                text(format!("[{base}/56]"))
+            })
             .unwrap_or_else(not_found),
         _ => not_found(),
     }

@@ -2,13 +2,15 @@
 //! the instance metadata service, on loopback, with real signatures.
 //!
 //! - [`world`]: the emulated instance, vswitches and ENIs and every action.
-//! - [`openapi`]: the RPC listener (signature 1.0, timestamp window, nonce
-//!   reuse, fault rules, latency, ClientToken replay) and `/__sim/` admin.
+//! - [`openapi`]: the RPC listener (fault rules, latency, ClientToken
+//!   replay) and `/__sim/` admin; [`auth`]: signatures V3 and 1.0, the
+//!   timestamp window, nonce reuse, STS tokens.
 //! - [`metadata`]: the metadata listener, lagging the API, with token mode.
 //!
 //! It runs in-process ([`Simulator::start`], used by `eniipd --simulate`,
 //! the tests and the benchmarks) or as the `eniip-sim` binary.
 
+pub mod auth;
 pub mod metadata;
 pub mod net;
 pub mod openapi;

@@ -1,5 +1,5 @@
-//! The OpenAPI listener: request parsing, signature 1.0 verification
-//! (with the gateway's timestamp window and nonce reuse checks), fault
+//! The OpenAPI listener: request parsing (query, form or JSON body),
+//! authentication (V3 or 1.0, in [`super::auth`]), fault
 //! rules, latency, ClientToken idempotency, and the admin endpoints under
 //! `/__sim/`. JSON is served whatever `Format` says (XML is not emulated).
 
@@ -8,15 +8,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::world::{err, status_of, ApiError, Params};
+use super::auth;
+use super::world::{err, message_of, status_of, ApiError, Params};
 use super::{FaultRule, Shared};
-use crate::cloud::sign;
 use crate::httpd::{HttpRequest, HttpResponse};
 use crate::util::encoding::parse_form;
-use crate::util::time::{parse_rfc3339, unix_secs};
-
-/// Timestamps further than this from the emulator's clock are refused.
-const TIMESTAMP_WINDOW_SECS: u64 = 15 * 60;
+use crate::util::time::unix_secs;
 
 /// A fault rule with its remaining count.
 #[derive(Debug, Clone)]
@@ -50,28 +47,137 @@ const VOLATILE: &[&str] = &[
     "ClientToken",
 ];
 
-fn error_response(sh: &Shared, action: &str, e: &ApiError, request_id: String) -> HttpResponse {
-    let host = if action == "DescribeVSwitches" {
-        format!("vpc.{}.aliyuncs.com", sh.region)
+/// How long a throttled client should wait, in ms (`x-acs-retry-after`,
+/// which today's Tea SDKs turn into `ThrottlingException.retry_after`).
+const RETRY_AFTER_MS: u64 = 1000;
+
+fn error_response(
+    sh: &Shared,
+    action: &str,
+    version: &str,
+    e: &ApiError,
+    request_id: String,
+) -> HttpResponse {
+    let (host, product) = if version == crate::cloud::VPC_VERSION || action == "DescribeVSwitches" {
+        (format!("vpc.{}.aliyuncs.com", sh.region), "Vpc")
     } else {
-        format!("ecs.{}.aliyuncs.com", sh.region)
+        (format!("ecs.{}.aliyuncs.com", sh.region), "Ecs")
     };
     let body = json!({
         "RequestId": request_id,
         "HostId": host,
         "Code": e.code,
         "Message": e.message,
-        "Recommend": format!("https://api.aliyun.com/troubleshoot?q={}&product=Ecs&requestId={request_id}", e.code),
+        "Recommend": format!("https://api.aliyun.com/troubleshoot?q={}&product={product}&requestId={request_id}", e.code),
     });
     let mut r = HttpResponse::json(e.status, &body).with_header("x-acs-request-id", request_id);
     if e.code.starts_with("Throttling") {
         let reset = unix_secs() + 1;
-        r = r.with_header(
-            "x-ratelimit-user-api",
-            format!("Limit:100,Remain:0,TimeLeft:1000,Reset:{reset}"),
-        );
+        r = r
+            .with_header("x-acs-retry-after", RETRY_AFTER_MS.to_string())
+            .with_header(
+                "x-ratelimit-user-api",
+                format!("Limit:100,Remain:0,TimeLeft:{RETRY_AFTER_MS},Reset:{reset}"),
+            );
     }
     r
+}
+
+/// Flattens a JSON body the Tea way: `a.b`, `list.1`, scalars as text.
+fn flatten_json(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
+    let key = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    match v {
+        Value::Object(m) => m.iter().for_each(|(k, v)| flatten_json(&key(k), v, out)),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| flatten_json(&key(&(i + 1).to_string()), v, out)),
+        Value::Null => {}
+        Value::String(s) => out.push((prefix.to_string(), s.clone())),
+        other => out.push((prefix.to_string(), other.to_string())),
+    }
+}
+
+/// The parameters a POST body carries: a form, a JSON object, or nothing.
+fn body_params(req: &HttpRequest) -> Result<Vec<(String, String)>, ApiError> {
+    if req.method != "POST" || req.body.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ctype = req
+        .header("content-type")
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if ctype.starts_with("application/json") {
+        match serde_json::from_slice::<Value>(&req.body) {
+            Ok(v @ Value::Object(_)) => {
+                let mut out = Vec::new();
+                flatten_json("", &v, &mut out);
+                Ok(out)
+            }
+            _ => Err(err(
+                400,
+                "InvalidParameter",
+                "The request body is not a valid JSON object.",
+            )),
+        }
+    } else if ctype.is_empty() || ctype.starts_with("application/x-www-form-urlencoded") {
+        std::str::from_utf8(&req.body)
+            .ok()
+            .and_then(parse_form)
+            .ok_or_else(|| {
+                err(
+                    400,
+                    "InvalidParameter",
+                    "The request body is not a valid form.",
+                )
+            })
+    } else {
+        // Another payload (octet-stream) carries no parameters; it is
+        // still covered by a V3 signature's content hash.
+        Ok(Vec::new())
+    }
+}
+
+/// The fault rules that fire for `call` (an Action, or `metadata` for the
+/// metadata listener; `*` matches every Action when `any_action`): the
+/// latency they add and the first error among them.
+pub fn pick_fault(
+    sh: &Shared,
+    w: &mut super::world::World,
+    call: &str,
+    any_action: bool,
+) -> (Duration, Option<ApiError>) {
+    let mut g = sh.gateway.lock();
+    let mut delay = Duration::ZERO;
+    let mut fault = None;
+    for f in g.faults.iter_mut() {
+        if !(f.rule.action == call || any_action && f.rule.action == "*") {
+            continue;
+        }
+        if f.remaining == Some(0) {
+            continue;
+        }
+        if w.rng.unit() >= f.rule.probability {
+            continue;
+        }
+        if let Some(n) = &mut f.remaining {
+            *n -= 1;
+        }
+        delay += Duration::from_millis(f.rule.latency_ms);
+        if fault.is_none() {
+            if let Some(code) = &f.rule.code {
+                let status = f.rule.status.unwrap_or_else(|| status_of(code));
+                fault = Some(err(status, code, message_of(code)));
+            }
+        }
+    }
+    (delay, fault)
 }
 
 /// Handles one request on the OpenAPI listener.
@@ -83,6 +189,7 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     if req.path != "/" {
         return error_response(
             sh,
+            "",
             "",
             &err(
                 404,
@@ -96,6 +203,7 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
         return error_response(
             sh,
             "",
+            "",
             &err(
                 400,
                 "UnsupportedHTTPMethod",
@@ -104,9 +212,11 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
             rid(),
         );
     }
-    let Some(mut pairs) = parse_form(&req.query) else {
+    let v3 = req.header("authorization").is_some();
+    let Some(query) = parse_form(&req.query) else {
         return error_response(
             sh,
+            "",
             "",
             &err(
                 400,
@@ -116,81 +226,59 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
             rid(),
         );
     };
-    if req.method == "POST" && !req.body.is_empty() {
-        let form = std::str::from_utf8(&req.body).ok().and_then(parse_form);
-        match form {
-            Some(f) => pairs.extend(f),
-            None => {
-                return error_response(
-                    sh,
-                    "",
-                    &err(
-                        400,
-                        "InvalidParameter",
-                        "The request body is not a valid form.",
-                    ),
-                    rid(),
-                )
-            }
-        }
-    }
+    let body = match body_params(req) {
+        Ok(b) => b,
+        Err(e) => return error_response(sh, "", "", &e, rid()),
+    };
+    let mut pairs = query.clone();
+    pairs.extend(body);
     if pairs.len() > 500 {
         return error_response(
             sh,
+            "",
             "",
             &err(400, "InvalidParameter", "Too many parameters."),
             rid(),
         );
     }
-    let params: Params = pairs.iter().cloned().collect();
+    let mut params: Params = pairs.iter().cloned().collect();
+    if v3 {
+        // V3 carries the action and version in headers.
+        for (header, name) in [("x-acs-action", "Action"), ("x-acs-version", "Version")] {
+            if let Some(v) = req.header(header).filter(|v| !v.is_empty()) {
+                params.insert(name.into(), v.to_string());
+            }
+        }
+    }
     let action = params.get("Action").cloned().unwrap_or_default();
-    if let Err(e) = authenticate(sh, &req.method, &pairs, &params) {
-        return error_response(sh, &action, &e, rid());
+    let version = params.get("Version").cloned().unwrap_or_default();
+    let authenticated = if v3 {
+        auth::authenticate_v3(sh, req, &query)
+    } else {
+        auth::authenticate_v1(sh, &req.method, &pairs, &params)
+    };
+    if let Err(e) = authenticated {
+        return error_response(sh, &action, &version, &e, rid());
     }
     if action.is_empty() {
-        return error_response(sh, "", &err(400, "MissingParameter", "The input parameter \"Action\" that is mandatory for processing this request is not supplied."), rid());
+        return error_response(sh, "", &version, &err(400, "MissingParameter", "The input parameter \"Action\" that is mandatory for processing this request is not supplied."), rid());
     }
-    let version = params.get("Version").cloned().unwrap_or_default();
 
     // Count the call, pick faults, then sleep outside the lock.
     let (delay, fault) = {
         let mut w = sh.world.lock();
         *w.calls.entry(action.clone()).or_default() += 1;
-        let mut g = sh.gateway.lock();
-        let mut delay = sh.latency;
-        let mut fault = None;
-        for f in g.faults.iter_mut() {
-            if f.rule.action != "*" && f.rule.action != action {
-                continue;
-            }
-            if f.remaining == Some(0) {
-                continue;
-            }
-            if w.rng.unit() >= f.rule.probability {
-                continue;
-            }
-            if let Some(n) = &mut f.remaining {
-                *n -= 1;
-            }
-            delay += Duration::from_millis(f.rule.latency_ms);
-            if fault.is_none() {
-                if let Some(code) = &f.rule.code {
-                    let status = f.rule.status.unwrap_or_else(|| status_of(code));
-                    fault = Some(err(
-                        status,
-                        code,
-                        "The request was refused by an injected fault (eniip-sim).",
-                    ));
-                }
-            }
-        }
-        (delay, fault)
+        *w.signatures
+            .entry(if v3 { "v3" } else { "v1" })
+            .or_default() += 1;
+        let (extra, fault) = pick_fault(sh, &mut w, &action, true);
+        (sh.latency + extra, fault)
     };
     if !delay.is_zero() {
         std::thread::sleep(delay);
     }
     if let Some(e) = fault {
-        return error_response(sh, &action, &e, rid());
+        return error_response(sh, &action, &version, &e, rid());
     }
 
     let token = params.get("ClientToken").filter(|t| !t.is_empty()).cloned();
@@ -242,101 +330,8 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
             }
             HttpResponse::json(200, &v).with_header("x-acs-request-id", request_id)
         }
-        Err(e) => error_response(sh, &action, &e, request_id),
+        Err(e) => error_response(sh, &action, &version, &e, request_id),
     }
-}
-
-fn authenticate(
-    sh: &Shared,
-    method: &str,
-    pairs: &[(String, String)],
-    p: &Params,
-) -> Result<(), ApiError> {
-    let get = |k: &str| p.get(k).map(String::as_str).filter(|v| !v.is_empty());
-    let ak = get("AccessKeyId").ok_or_else(|| err(400, "MissingParameter", "The input parameter \"AccessKeyId\" that is mandatory for processing this request is not supplied."))?;
-    let signature = get("Signature").ok_or_else(|| {
-        err(
-            400,
-            "IncompleteSignature",
-            "The request signature does not conform to Aliyun standards.",
-        )
-    })?;
-    if get("SignatureMethod") != Some("HMAC-SHA1") {
-        return Err(err(
-            400,
-            "InvalidSignatureMethod",
-            "Specified signature method is not supported.",
-        ));
-    }
-    if get("SignatureVersion") != Some("1.0") {
-        return Err(err(
-            400,
-            "InvalidSignatureVersion",
-            "Specified signature version is not supported.",
-        ));
-    }
-    let ts = get("Timestamp").ok_or_else(|| err(400, "MissingParameter", "The input parameter \"Timestamp\" that is mandatory for processing this request is not supplied."))?;
-    let when = parse_rfc3339(ts).ok_or_else(|| {
-        err(
-            400,
-            "InvalidTimeStamp.Format",
-            "Specified time stamp or date value is not well formatted.",
-        )
-    })?;
-    if when.abs_diff(unix_secs()) > TIMESTAMP_WINDOW_SECS {
-        return Err(err(
-            400,
-            "InvalidTimeStamp.Expired",
-            "Specified time stamp or date value is expired.",
-        ));
-    }
-    let nonce = get("SignatureNonce").ok_or_else(|| err(400, "MissingParameter", "The input parameter \"SignatureNonce\" that is mandatory for processing this request is not supplied."))?;
-    let (secret, token) = sh.secret_for(ak).ok_or_else(|| {
-        err(
-            404,
-            "InvalidAccessKeyId.NotFound",
-            "Specified access key is not found.",
-        )
-    })?;
-    let sts = sign::string_to_sign(method, pairs);
-    if sign::signature(&secret, &sts) != signature {
-        return Err(err(
-            400,
-            "SignatureDoesNotMatch",
-            format!("Specified signature is not matched with our calculation. server string to sign is:{sts}"),
-        ));
-    }
-    match token {
-        Some(Ok(t)) if get("SecurityToken") != Some(t.as_str()) => {
-            return Err(err(
-                400,
-                "InvalidSecurityToken.MismatchWithAccessKey",
-                "The security token does not match the access key.",
-            ));
-        }
-        Some(Err(())) => {
-            return Err(err(
-                400,
-                "InvalidSecurityToken.Expired",
-                "Specified SecurityToken is expired.",
-            ))
-        }
-        Some(Ok(_)) | None => {}
-    }
-    let mut g = sh.gateway.lock();
-    let now = Instant::now();
-    if g.nonces.len() > 50_000 {
-        let window = Duration::from_secs(2 * TIMESTAMP_WINDOW_SECS);
-        g.nonces.retain(|_, t| now.duration_since(*t) < window);
-    }
-    if g.nonces.insert(nonce.to_string(), now).is_some() {
-        return Err(err(
-            400,
-            "SignatureNonceUsed",
-            "Specified signature nonce was used already.",
-        ));
-    }
-    Ok(())
 }
 
 fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
@@ -379,5 +374,50 @@ fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
             }
         }
         _ => HttpResponse::json(404, &json!({"error": "unknown admin endpoint"})),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_bodies_flatten_the_tea_way() {
+        let v = json!({"VSwitchId": "vsw-1", "SecurityGroupIds": ["sg-1", "sg-2"],
+            "Tag": [{"Key": "k", "Value": "v"}], "Count": 2, "Flag": true, "Gone": null});
+        let mut out = Vec::new();
+        flatten_json("", &v, &mut out);
+        out.sort();
+        let want: Vec<(String, String)> = [
+            ("Count", "2"),
+            ("Flag", "true"),
+            ("SecurityGroupIds.1", "sg-1"),
+            ("SecurityGroupIds.2", "sg-2"),
+            ("Tag.1.Key", "k"),
+            ("Tag.1.Value", "v"),
+            ("VSwitchId", "vsw-1"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn fault_messages_are_the_services() {
+        assert_eq!(
+            message_of("Throttling.User"),
+            "Request was denied due to user flow control."
+        );
+        assert_eq!(status_of("Throttling.User"), 400);
+        assert_eq!(message_of("Made.Up"), "The request failed: Made.Up.");
+        for code in [
+            "Throttling",
+            "InternalError",
+            "ServiceUnavailable",
+            "Made.Up",
+        ] {
+            assert!(!message_of(code).to_ascii_lowercase().contains("sim"));
+        }
     }
 }

@@ -3,17 +3,112 @@
 
 use super::*;
 
+/// The account that owns everything (OwnerId, `owner-account-id`).
+pub const OWNER_ID: u64 = 1_234_567_890_123_456;
+/// The image the instance runs.
+pub const IMAGE_ID: &str = "aliyun_3_x64_20G_alibase_20240819.vhd";
+
+/// What the instance says about itself, the same in the OpenAPI and in
+/// metadata; derived from the instance id, so stable under a seed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `iZ<id>Z`, as ECS names hosts by default.
+    pub hostname: String,
+    /// Defaults to the hostname, as on ECS.
+    pub instance_name: String,
+    /// A UUID.
+    pub serial_number: String,
+    /// The image.
+    pub image_id: &'static str,
+    /// The account.
+    pub owner_id: u64,
+}
+
+/// `a` with `b`'s keys added (two `json!` halves: one would pass the
+/// macro's recursion limit).
+fn merged(mut a: Value, b: Value) -> Value {
+    if let (Value::Object(a), Value::Object(b)) = (&mut a, b) {
+        a.extend(b);
+    }
+    a
+}
+
 impl World {
+    /// The instance's identity.
+    pub fn identity(&self) -> Identity {
+        let id = self.instance_id.trim_start_matches("i-");
+        let hostname = format!("iZ{id}Z");
+        let hex: String = self
+            .instance_id
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+            .chars()
+            .chain(std::iter::repeat('0'))
+            .take(32)
+            .collect();
+        let serial_number = format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        );
+        Identity {
+            instance_name: hostname.clone(),
+            hostname,
+            serial_number,
+            image_id: IMAGE_ID,
+            owner_id: OWNER_ID,
+        }
+    }
+
     pub(super) fn instance_types(&mut self, p: &Params) -> Result<Value, ApiError> {
         let wanted = list(p, "InstanceTypes", 10)?;
         let items: Vec<Value> = crate::sim::types::TYPES
             .iter()
             .filter(|t| wanted.is_empty() || wanted.iter().any(|w| w == t.id))
             .map(|t| {
-                json!({"InstanceTypeId": t.id, "InstanceTypeFamily": t.family, "CpuCoreCount": t.cpus,
-                    "MemorySize": f64::from(t.memory_gib), "EniQuantity": t.enis,
-                    "EniPrivateIpAddressQuantity": t.ipv4_per_eni, "EniIpv6AddressQuantity": t.ipv6_per_eni,
-                    "EniTotalQuantity": t.enis * 2, "EniTrunkSupported": true, "CpuArchitecture": "X86"})
+                // Figures of the g7 family's published table, scaled by size.
+                let gbps = match t.cpus {
+                    0..=2 => 2,
+                    3..=4 => 3,
+                    5..=8 => 5,
+                    9..=12 => 8,
+                    13..=16 => 10,
+                    _ => 16,
+                };
+                let pps = u64::from(t.cpus) * 225_000;
+                let queues = t.cpus.clamp(2, 32);
+                let cpu = json!({"InstanceTypeId": t.id, "InstanceTypeFamily": t.family, "InstanceCategory": "General-purpose",
+                    "InstanceFamilyLevel": "EnterpriseLevel", "CpuCoreCount": t.cpus, "CpuArchitecture": "X86",
+                    "CpuSpeedFrequency": 2.7, "CpuTurboFrequency": 3.5,
+                    "PhysicalProcessorModel": "Intel Xeon (Ice Lake) Platinum 8369B",
+                    "CpuOptions": {"Core": t.cpus / 2, "ThreadsPerCore": 2, "CoreFactor": 2,
+                        "HyperThreadingAdjustable": true, "NestedVirtualizationSupport": false,
+                        "SupportedTopologyTypes": {"SupportedTopologyType": ["DiscreteCoreToHyperThreadMappingSupported"]}},
+                    "MemorySize": f64::from(t.memory_gib)});
+                let network = json!({"GPUAmount": 0, "GPUSpec": "", "GPUMemorySize": 0.0,
+                    "LocalStorageAmount": 0, "LocalStorageCapacity": 0, "LocalStorageCategory": "",
+                    "DiskQuantity": 17, "NvmeSupport": "required",
+                    "EniQuantity": t.enis, "EniPrivateIpAddressQuantity": t.ipv4_per_eni,
+                    "EniIpv6AddressQuantity": t.ipv6_per_eni, "EniTotalQuantity": t.enis * 2,
+                    "EniTrunkSupported": true, "EriQuantity": 0,
+                    "InstanceBandwidthRx": gbps * 1024 * 1024, "InstanceBandwidthTx": gbps * 1024 * 1024,
+                    "InstancePpsRx": pps, "InstancePpsTx": pps,
+                    "MaximumQueueNumberPerEni": queues, "PrimaryEniQueueNumber": queues,
+                    "SecondaryEniQueueNumber": queues.min(2), "TotalEniQueueQuantity": queues * t.enis,
+                    "QueuePairNumber": 0, "NetworkCardQuantity": 1,
+                    "NetworkCards": {"NetworkCardInfo": [{"NetworkCardIndex": 0}]},
+                    "EnhancedNetwork": {"SriovSupport": false, "RssSupport": true, "VfQueueNumberPerEni": 0},
+                    "JumboFrameSupport": true, "NetworkEncryptionSupport": false,
+                    "NetworkInfo": {"BandwidthWeighting": {"WeightingInfos": {"WeightingInfo": []}}},
+                    "SupportedBootModes": {"SupportedBootMode": ["BIOS", "UEFI"]},
+                    "SecurityOptions": {"SupportedSecurityFeatures": {"SupportedSecurityFeature": []}, "SecureBootSupport": true},
+                    "Clock": {"PtpSupport": false},
+                    "Attributes": {"Attribute": []}});
+                merged(cpu, network)
             })
             .collect();
         Ok(json!({"NextToken": "", "InstanceTypes": {"InstanceType": items}}))
@@ -34,16 +129,28 @@ impl World {
             .map(|a| a.to_string())
             .unwrap_or_default();
         let vsw = primary.map(|e| e.vswitch.clone()).unwrap_or_default();
-        Ok(
-            json!({"InstanceId": self.instance_id, "InstanceName": "eniip-sim", "InstanceType": self.cfg.itype.id,
-            "RegionId": self.cfg.region, "ZoneId": self.cfg.zone, "Status": "Running", "HostName": "eniip-sim",
+        let me = self.identity();
+        let created = crate::util::time::unix_secs().saturating_sub(86_400);
+        let basics = json!({"InstanceId": self.instance_id, "InstanceName": me.instance_name, "HostName": me.hostname,
+            "Description": "", "ImageId": me.image_id, "SerialNumber": me.serial_number,
+            "InstanceType": self.cfg.itype.id, "RegionId": self.cfg.region, "ZoneId": self.cfg.zone,
+            "Status": "Running", "StoppedMode": "Not-applicable", "ClusterId": "", "VlanId": "",
             "Cpu": self.cfg.itype.cpus, "Memory": self.cfg.itype.memory_gib * 1024, "InstanceNetworkType": "vpc",
-            "CreationTime": crate::util::time::format_utc(crate::util::time::unix_secs().saturating_sub(86_400)),
+            "CreationTime": format!("{}Z", &crate::util::time::format_utc(created)[..16]),
+            "ExpiredTime": "2099-12-31T15:59Z", "InstanceChargeType": "PostPaid",
+            "InternetChargeType": "PayByTraffic", "InternetMaxBandwidthIn": 10240, "InternetMaxBandwidthOut": 0,
+            "IoOptimized": "optimized", "CreditSpecification": "", "EnableJumboFrame": false});
+        let network = json!({
+            "EnableNetworkEncryption": false,
+            "NetworkOptions": {"BandwidthWeighting": "", "EnableJumboFrame": false, "EnableNetworkEncryption": false},
+            "SecurityOptions": {"EnableSecureBoot": false},
+            "DedicatedHostAttribute": {"DedicatedHostId": "", "DedicatedHostName": ""},
             "SecurityGroupIds": {"SecurityGroupId": [self.sg_id]},
             "VpcAttributes": {"VpcId": self.vpc_id, "VSwitchId": vsw, "NatIpAddress": "", "PrivateIpAddress": {"IpAddress": [ip]}},
             "InnerIpAddress": {"IpAddress": []}, "PublicIpAddress": {"IpAddress": []},
-            "EipAddress": {"IpAddress": "", "AllocationId": "", "InternetChargeType": ""}, "OperationLocks": {"LockReason": []}}),
-        )
+            "EipAddress": {"IpAddress": "", "AllocationId": "", "InternetChargeType": "", "Bandwidth": 0},
+            "OperationLocks": {"LockReason": []}});
+        Ok(merged(basics, network))
     }
 
     pub(super) fn security_groups(&mut self, p: &Params) -> Result<Value, ApiError> {
@@ -105,7 +212,7 @@ impl World {
                 json!({"VSwitchId": v.id, "VpcId": self.vpc_id, "Status": "Available", "CidrBlock": v.cidr.to_string(),
                     "Ipv6CidrBlock": v.cidr6.map(|c| c.to_string()).unwrap_or_default(), "EnabledIpv6": v.cidr6.is_some(),
                     "ZoneId": v.zone, "AvailableIpAddressCount": v.free, "VSwitchName": v.id, "Description": "",
-                    "IsDefault": false, "OwnerId": 1_234_567_890_123_456u64, "ResourceGroupId": "", "ShareType": "",
+                    "IsDefault": false, "OwnerId": OWNER_ID, "ResourceGroupId": "", "ShareType": "",
                     "RouteTable": {"RouteTableId": "vtb-sim", "RouteTableType": "System"}, "Tags": {"Tag": []}})
             })
             .collect();

@@ -27,6 +27,9 @@ impl World {
             ("2014-05-26", "DescribeInstanceTypes") => self.instance_types(p),
             ("2014-05-26", "DescribeInstanceAttribute") => self.instance_attribute(p),
             ("2014-05-26", "DescribeSecurityGroups") => self.security_groups(p),
+            ("2014-05-26", "TagResources") => self.tag_resources(p),
+            ("2014-05-26", "UntagResources") => self.untag_resources(p),
+            ("2014-05-26", "ListTagResources") => self.list_tag_resources(p),
             ("2016-04-28", "DescribeVSwitches") => self.describe_vswitches(p),
             _ => Err(err(
                 404,
@@ -59,8 +62,25 @@ impl World {
                 format!("The specified SecurityGroupId \"{bad}\" does not exist."),
             ));
         }
-        let secondary = int(p, "SecondaryPrivateIpAddressCount", 1, 10)?.unwrap_or(0) as usize;
-        let v6 = int(p, "Ipv6AddressCount", 1, 10)?.unwrap_or(0) as usize;
+        let wanted4 = list(p, "PrivateIpAddress", 10)?;
+        let count4 = int(p, "SecondaryPrivateIpAddressCount", 1, 10)?;
+        if count4.is_some() && !wanted4.is_empty() {
+            return Err(invalid(
+                "SecondaryPrivateIpAddressCount",
+                "give a count or PrivateIpAddress.N, not both",
+            ));
+        }
+        let secondary = count4.map_or(wanted4.len(), |n| n as usize);
+        let wanted6 = list(p, "Ipv6Address", 10)?;
+        let count6 = int(p, "Ipv6AddressCount", 1, 10)?;
+        if count6.is_some() && !wanted6.is_empty() {
+            return Err(invalid(
+                "Ipv6AddressCount",
+                "give a count or Ipv6Address.N, not both",
+            ));
+        }
+        let v6 = count6.map_or(wanted6.len(), |n| n as usize);
+        let primary = p.get("PrimaryIpAddress").filter(|s| !s.is_empty()).cloned();
         let tags = tags(p)?;
         let description = p.get("Description").cloned().unwrap_or_default();
         if !description.is_empty()
@@ -95,8 +115,36 @@ impl World {
                 format!("The VSwitch \"{vsw}\" does not have IPv6 enabled."),
             ));
         }
-        let v4 = self.take_v4(&vsw, secondary + 1)?;
-        let v6s = match self.take_v6(&vsw, v6) {
+        if secondary + 1 > self.cfg.itype.ipv4_per_eni as usize {
+            return Err(err(
+                403,
+                "InvalidOperation.Ipv4CountExceeded",
+                "The number of private IPv4 addresses on the ENI exceeds the upper limit.",
+            ));
+        }
+        // The primary first, then the secondaries, all or nothing.
+        let mut v4 = match &primary {
+            Some(ip) => self.take_specific(&vsw, std::slice::from_ref(ip))?,
+            None => self.take_v4(&vsw, 1)?,
+        };
+        let more = if wanted4.is_empty() {
+            self.take_v4(&vsw, secondary)
+        } else {
+            self.take_specific(&vsw, &wanted4)
+        };
+        match more {
+            Ok(m) => v4.extend(m),
+            Err(e) => {
+                self.give_v4(&vsw, &v4);
+                return Err(e);
+            }
+        }
+        let taken6 = if wanted6.is_empty() {
+            self.take_v6(&vsw, v6)
+        } else {
+            self.take_specific_v6(&vsw, &wanted6)
+        };
+        let v6s = match taken6 {
             Ok(v) => v,
             Err(e) => {
                 self.give_v4(&vsw, &v4);

@@ -108,6 +108,58 @@ impl World {
             .collect())
     }
 
+    /// Takes the given IPv6 addresses from a vswitch, all or none.
+    pub(super) fn take_specific_v6(
+        &mut self,
+        vsw: &str,
+        wanted: &[String],
+    ) -> Result<Vec<Ipv6Addr>, ApiError> {
+        let v = self
+            .vsw_mut(vsw)
+            .ok_or_else(|| err(404, "InvalidVSwitchId.NotFound", vsw.to_string()))?;
+        let Some(net) = v.cidr6 else {
+            return Err(err(
+                403,
+                "InvalidVSwitch.Ipv6NotTurnOn",
+                format!("The VSwitch \"{vsw}\" does not have IPv6 enabled."),
+            ));
+        };
+        let host_mask = !(u128::MAX << (128 - net.prefix));
+        let mut hosts = Vec::new();
+        for w in wanted {
+            let ip: Ipv6Addr = w.parse().map_err(|_| {
+                err(
+                    403,
+                    "InvalidIp.Address",
+                    format!("The specified IP \"{w}\" is not valid."),
+                )
+            })?;
+            let host = u128::from(ip) & host_mask;
+            if u128::from(ip) & !host_mask != net.base || host < 16 || host >= host_mask - 16 {
+                return Err(err(
+                    403,
+                    "InvalidVSwitchId.IpInvalid",
+                    format!("The specified IP \"{w}\" is not in the VSwitch."),
+                ));
+            }
+            if v.used6.contains(&host) || hosts.contains(&host) {
+                return Err(err(
+                    403,
+                    "InvalidIp.IpAssigned",
+                    format!("The specified IP \"{w}\" is already assigned."),
+                ));
+            }
+            hosts.push(host);
+        }
+        Ok(hosts
+            .into_iter()
+            .map(|h| {
+                v.used6.insert(h);
+                net.at(h)
+            })
+            .collect())
+    }
+
     pub(super) fn unassign4(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
         self.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
@@ -145,8 +197,19 @@ impl World {
     pub(super) fn assign6(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
         self.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
-        let n =
-            int(p, "Ipv6AddressCount", 1, 10)?.ok_or_else(|| missing("Ipv6AddressCount"))? as usize;
+        let wanted = list(p, "Ipv6Address", 10)?;
+        let count = int(p, "Ipv6AddressCount", 1, 10)?;
+        let n = match (count, wanted.is_empty()) {
+            (Some(n), true) => n as usize,
+            (None, false) => wanted.len(),
+            (Some(_), false) => {
+                return Err(invalid(
+                    "Ipv6AddressCount",
+                    "give a count or addresses, not both",
+                ))
+            }
+            (None, true) => return Err(missing("Ipv6AddressCount")),
+        };
         self.assignable(&id)?;
         let e = self.eni(&id)?;
         if e.live_v6().count() + n > self.cfg.itype.ipv6_per_eni as usize {
@@ -157,7 +220,11 @@ impl World {
             ));
         }
         let vsw = e.vswitch.clone();
-        let ips = self.take_v6(&vsw, n)?;
+        let ips = if wanted.is_empty() {
+            self.take_v6(&vsw, n)?
+        } else {
+            self.take_specific_v6(&vsw, &wanted)?
+        };
         let e = self.eni_mut(&id)?;
         e.v6.extend(ips.iter().map(|ip| Addr {
             ip: *ip,

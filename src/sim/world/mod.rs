@@ -22,8 +22,10 @@ mod catalog;
 mod enis;
 mod ips;
 mod params;
+mod tagging;
 
-pub use params::{err, status_of, ApiError, Params};
+pub use catalog::Identity;
+pub use params::{err, message_of, status_of, ApiError, Params};
 use params::{int, invalid, list, missing, need, tags};
 
 /// A vswitch.
@@ -131,6 +133,8 @@ pub struct World {
     pub enis: BTreeMap<String, SimEni>,
     /// Calls by action.
     pub calls: BTreeMap<String, u64>,
+    /// Authenticated requests per signature version (`v3`, `v1`).
+    pub signatures: BTreeMap<&'static str, u64>,
     region_prefix: String,
     macs: HashSet<String>,
     created_at: Instant,
@@ -192,6 +196,7 @@ impl World {
             vswitches,
             enis: BTreeMap::new(),
             calls: BTreeMap::new(),
+            signatures: BTreeMap::new(),
             region_prefix,
             macs: HashSet::new(),
             created_at: now,
@@ -505,6 +510,7 @@ impl World {
                 "tags": e.tags.iter().cloned().collect::<BTreeMap<String, String>>(),
             })).collect::<Vec<_>>(),
             "calls": self.calls,
+            "signatures": self.signatures,
         })
     }
 

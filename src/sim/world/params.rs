@@ -45,6 +45,45 @@ pub fn status_of(code: &str) -> u16 {
     }
 }
 
+/// The message the real service sends with a code (for fault rules, which
+/// carry only the code). Where no public source gives the text, a neutral
+/// sentence naming the code.
+pub fn message_of(code: &str) -> String {
+    let m = match code {
+        "Throttling" => "Request was denied due to request throttling.",
+        "Throttling.User" => "Request was denied due to user flow control.",
+        "Throttling.Api" => "Request was denied due to api flow control.",
+        "InternalError" => {
+            "The request processing has failed due to some unknown error, exception or failure."
+        }
+        "ServiceUnavailable" => "The request has failed due to a temporary failure of the server.",
+        "Operation.Conflict" => "ecs task is conflicted.",
+        "InvalidOperation.Conflict" => {
+            "Request was denied due to conflict with a previous request, please try again later."
+        }
+        "InvalidVSwitchId.IpNotEnough" => "The specified VSwitch has not enough IpAddress.",
+        "QuotaExceeded.PrivateIpAddress" => "Don't have enough private IPs in this switch",
+        "SignatureDoesNotMatch" => "Specified signature is not matched with our calculation.",
+        "SignatureNonceUsed" => "Specified signature nonce was used already.",
+        "InvalidTimeStamp.Expired" => "Specified time stamp or date value is expired.",
+        "InvalidAccessKeyId.NotFound" => "Specified access key is not found.",
+        "InvalidAccessKeyId.Inactive" => "Specified access key is disabled.",
+        "Forbidden.RAM" => {
+            "User not authorized to operate on the specified resource, or this API doesn't support RAM."
+        }
+        "IncorrectInstanceStatus" => {
+            "The current status of the resource does not support this operation."
+        }
+        "InvalidOperation.InvalidEniState" => {
+            "The operation is not allowed in the current ENI state."
+        }
+        "InvalidEniId.NotFound" => "The specified NetworkInterfaceId does not exist.",
+        "InvalidInstanceId.NotFound" => "The specified InstanceId does not exist.",
+        other => return format!("The request failed: {other}."),
+    };
+    m.to_string()
+}
+
 /// Request parameters (query and form merged).
 pub type Params = BTreeMap<String, String>;
 

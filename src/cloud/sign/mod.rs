@@ -1,5 +1,7 @@
-//! RPC signature version 1.0 (HMAC-SHA1), shared by the client and the
-//! emulator so both canonicalize the same way.
+//! OpenAPI request signatures, shared by the client and the emulator so
+//! both canonicalize the same way: this module is RPC signature version
+//! 1.0 (HMAC-SHA1, the `signature_version` "v1"); [`v3`] is ACS3-HMAC-SHA256,
+//! what today's official SDKs send by default.
 //!
 //! StringToSign = `METHOD & percent("/") & percent(canonical query)`, where the
 //! canonical query is every parameter but `Signature` (empty values kept),
@@ -10,6 +12,28 @@ use hmac::{Hmac, Mac};
 use sha1::Sha1;
 
 use crate::util::encoding::{base64_encode, percent_encode};
+
+pub mod v3;
+
+/// Which signature the client sends (config key `signature_version`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SignatureVersion {
+    /// RPC signature 1.0, HMAC-SHA1, in the query (`"v1"`).
+    V1,
+    /// ACS3-HMAC-SHA256 in headers (`"v3"`, the default).
+    #[default]
+    V3,
+}
+
+impl SignatureVersion {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SignatureVersion::V1 => "v1",
+            SignatureVersion::V3 => "v3",
+        }
+    }
+}
 
 /// The canonicalized query string: sorted `k=v` pairs joined by `&`,
 /// `Signature` excluded. Parameters with the same name keep their order.
