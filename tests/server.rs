@@ -524,6 +524,39 @@ fn two_hundred_idle_connections_evict_the_oldest_and_a_client_is_served() {
 }
 
 #[test]
+fn connections_closed_without_a_word_never_hold_up_the_accept_loop() {
+    // At max_connections with every slot serving, a newcomer waits up to
+    // 1 s for one to free. Connections that already left with nothing sent
+    // (probes, connect storms) must not each take that wait: they are
+    // dropped when accepted.
+    let h = Harness::new(ServerConfig {
+        max_connections: 1,
+        ..Harness::me()
+    });
+    h.fake.alloc_delay_ms.store(8000, Ordering::SeqCst);
+    let mut serving = h.connect();
+    serving.write_all(b"alloc slow/one\n").unwrap();
+    let server = h.server.as_ref().unwrap();
+    assert!(eventually(Duration::from_secs(5), || server.connections() == 1));
+    for _ in 0..10 {
+        drop(h.connect());
+    }
+    let started = Instant::now();
+    let mut late = h.connect();
+    late.set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    late.write_all(b"ping\n").unwrap();
+    let reply = read_reply(&mut BufReader::new(late));
+    let took = started.elapsed();
+    assert_eq!(reply, vec!["ERR busy too many connections"]);
+    // One wait at most for a connection caught before its client closed
+    // it, one for this one; ten closed ones would take ten more.
+    println!("the late client waited {took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    drop(serving);
+}
+
+#[test]
 fn a_client_that_leaves_mid_alloc_still_gets_it_completed() {
     let h = Harness::new(Harness::me());
     h.fake.alloc_delay_ms.store(300, Ordering::SeqCst);
