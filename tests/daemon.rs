@@ -753,3 +753,35 @@ fn local_preconditions_fail_before_any_cloud_call() {
     }
     drop(busy);
 }
+
+#[test]
+fn a_second_daemon_with_another_state_directory_refuses_to_run_beside_the_first() {
+    let sim = fast_sim();
+    let dir = tempdir("peer-a");
+    let cfg = config(&sim, &dir, json!({}));
+    let first = Daemon::start(&dir, &cfg);
+    let held = first.ok("alloc ns/first");
+    let eni = field(&held, "eni");
+    let node = std::fs::read_to_string(dir.join("state/node-id")).unwrap();
+    let tags = sim
+        .managed()
+        .into_iter()
+        .find(|e| e["id"] == eni.as_str())
+        .unwrap()["tags"]
+        .clone();
+    assert_eq!(tags["eniipd/node-id"], node.trim(), "{tags}");
+
+    let other = tempdir("peer-b");
+    let cfg2 = config(&sim, &other, json!({}));
+    let mut second = Daemon::spawn(&other, &cfg2, &[]);
+    let status = second.wait_exit(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(75), "{}", second.log_text());
+    assert!(
+        second.log_text().contains(&eni) && second.log_text().contains("another eniipd"),
+        "{}",
+        second.log_text()
+    );
+    // The first one still holds what it handed out, unchanged.
+    assert_eq!(first.ok("show ns/first"), held);
+    assert_eq!(first.ask("audit"), vec!["OK consistent"]);
+}

@@ -23,13 +23,14 @@ use super::Snapshot;
 pub fn audit(
     cloud: &dyn CloudApi,
     instance_id: &str,
+    node_id: &str,
     security_groups: &[String],
     snapshot: impl Fn() -> Result<Snapshot, AllocError>,
 ) -> Result<Vec<String>, AllocError> {
     let before = snapshot()?;
     let cloud_err = |e: crate::cloud::CloudError| super::actor::cloud_error(&e);
-    let attached = attached_managed(cloud, instance_id).map_err(cloud_err)?;
-    let loose = tagged_unattached(cloud, instance_id).map_err(cloud_err)?;
+    let attached = attached_managed(cloud, instance_id, node_id).map_err(cloud_err)?;
+    let loose = tagged_unattached(cloud, instance_id, node_id).map_err(cloud_err)?;
     let macs: BTreeSet<String> = cloud
         .metadata()
         .macs()

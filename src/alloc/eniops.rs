@@ -19,7 +19,7 @@ use log::{debug, info, warn};
 
 use crate::cloud::{
     wait, CloudApi, CloudError, CloudErrorKind, CreateEni, EniStatus, TAG_CREATOR_KEY,
-    TAG_CREATOR_VALUE, TAG_INSTANCE_KEY,
+    TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY,
 };
 use crate::util::sem::Permit;
 
@@ -39,6 +39,8 @@ pub struct CreateJob {
     pub extra_tags: Vec<(String, String)>,
     /// This instance.
     pub instance_id: String,
+    /// This daemon's node id.
+    pub node_id: String,
     /// Addresses to create it with, its primary included (>= 1).
     pub init: usize,
     /// Also give it as many IPv6 addresses.
@@ -50,10 +52,15 @@ pub struct CreateJob {
 }
 
 /// The tags every eniipd ENI carries, then `extra`.
-pub fn eni_tags(instance_id: &str, extra: &[(String, String)]) -> Vec<(String, String)> {
+pub fn eni_tags(
+    instance_id: &str,
+    node_id: &str,
+    extra: &[(String, String)],
+) -> Vec<(String, String)> {
     let mut tags = vec![
         (TAG_CREATOR_KEY.to_string(), TAG_CREATOR_VALUE.to_string()),
         (TAG_INSTANCE_KEY.to_string(), instance_id.to_string()),
+        (TAG_NODE_KEY.to_string(), node_id.to_string()),
     ];
     tags.extend(extra.iter().cloned());
     tags
@@ -97,7 +104,7 @@ fn create(
         security_group_ids: job.security_groups.clone(),
         secondary_ipv4_count: init - 1,
         ipv6_count: if job.dual { init } else { 0 },
-        tags: eni_tags(&job.instance_id, &job.extra_tags),
+        tags: eni_tags(&job.instance_id, &job.node_id, &job.extra_tags),
         description: "interface created by eniipd".into(),
     };
     let eni = cloud.create_eni(&req).map_err(|e| (e, None))?;

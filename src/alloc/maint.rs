@@ -73,10 +73,10 @@ fn cycle(
     let mut tagged = None;
     let mut loose = || {
         tagged
-            .get_or_insert_with(|| tagged_unattached(cloud, &opts.instance_id))
+            .get_or_insert_with(|| tagged_unattached(cloud, &opts.instance_id, &opts.node_id))
             .clone()
     };
-    match attached_managed(cloud, &opts.instance_id) {
+    match attached_managed(cloud, &opts.instance_id, &opts.node_id) {
         Ok(enis) => {
             let _ = events.send(Event::SecurityGroupDrift(drift(
                 &enis,
@@ -110,6 +110,7 @@ fn cycle(
 pub fn attached_managed(
     cloud: &dyn CloudApi,
     instance_id: &str,
+    node_id: &str,
 ) -> Result<Vec<Eni>, crate::cloud::CloudError> {
     let q = EniQuery {
         instance_id: Some(instance_id.to_string()),
@@ -118,7 +119,7 @@ pub fn attached_managed(
     Ok(cloud
         .describe_enis(&q)?
         .into_iter()
-        .filter(|e| e.is_managed_by(instance_id))
+        .filter(|e| e.is_managed_by(instance_id, node_id))
         .collect())
 }
 
@@ -126,6 +127,7 @@ pub fn attached_managed(
 pub fn tagged_unattached(
     cloud: &dyn CloudApi,
     instance_id: &str,
+    node_id: &str,
 ) -> Result<Vec<Eni>, crate::cloud::CloudError> {
     let q = EniQuery {
         tags: vec![
@@ -137,7 +139,9 @@ pub fn tagged_unattached(
     Ok(cloud
         .describe_enis(&q)?
         .into_iter()
-        .filter(|e| e.is_managed_by(instance_id) && e.instance_id.as_deref() != Some(instance_id))
+        .filter(|e| {
+            e.is_managed_by(instance_id, node_id) && e.instance_id.as_deref() != Some(instance_id)
+        })
         .collect())
 }
 

@@ -69,6 +69,8 @@ impl Journal for crate::store::Committer {
 pub struct AllocatorOptions {
     /// This instance.
     pub instance_id: String,
+    /// This daemon's node id (its state directory's), tagged on its ENIs.
+    pub node_id: String,
     /// Vswitches for new ENIs (this zone's configured ones, or the
     /// instance's own).
     pub vswitches: Vec<String>,
@@ -123,6 +125,7 @@ impl AllocatorOptions {
     ) -> AllocatorOptions {
         AllocatorOptions {
             instance_id: instance_id.to_string(),
+            node_id: String::new(),
             vswitches,
             vswitch_free: Vec::new(),
             vswitch_policy: cfg.vswitch_selection_policy,

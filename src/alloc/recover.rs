@@ -43,6 +43,7 @@ pub struct Recovered {
 pub fn recover(
     cloud: &dyn CloudApi,
     instance_id: &str,
+    node_id: &str,
     dual: bool,
     persisted: &PersistedState,
     quarantine: Option<Duration>,
@@ -50,7 +51,7 @@ pub fn recover(
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut notes = Vec::new();
 
-    for e in tagged_unattached(cloud, instance_id)? {
+    for e in tagged_unattached(cloud, instance_id, node_id)? {
         match e.status {
             EniStatus::Available | EniStatus::Detaching => {
                 if e.status == EniStatus::Detaching {
@@ -67,7 +68,7 @@ pub fn recover(
     }
 
     let mut adopted: Vec<Eni> = Vec::new();
-    for e in attached_managed(cloud, instance_id)? {
+    for e in attached_managed(cloud, instance_id, node_id)? {
         match e.status {
             EniStatus::InUse => adopted.push(e),
             EniStatus::Attaching => adopted.push(wait::wait_eni_status(

@@ -633,7 +633,7 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
             },
         );
     }
-    let r = recover(&*fake, INSTANCE, false, &persisted, None).unwrap();
+    let r = recover(&*fake, INSTANCE, "", false, &persisted, None).unwrap();
     assert_eq!(r.pool.enis.len(), 1, "only the managed, attached ENI");
     let counts = r.pool.counts();
     assert_eq!((counts.inuse, counts.idle), (1, 2));
@@ -656,6 +656,7 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
     let r = recover(
         &*fake,
         INSTANCE,
+        "",
         false,
         &persisted,
         Some(Duration::from_secs(3600)),
@@ -667,7 +668,7 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
     let (a, _j) = start_with(
         &fake,
         options(&fake, "{}"),
-        recover(&*fake, INSTANCE, false, &persisted, None)
+        recover(&*fake, INSTANCE, "", false, &persisted, None)
             .unwrap()
             .pool,
     );

@@ -31,7 +31,7 @@ pub const ECS_VERSION: &str = "2014-05-26";
 /// The VPC OpenAPI version.
 pub const VPC_VERSION: &str = "2016-04-28";
 
-pub use crate::core::{TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY};
+pub use crate::core::{TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY};
 
 /// Facts about this instance, from the metadata service.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -161,8 +161,24 @@ pub struct Eni {
 }
 
 impl Eni {
-    /// True when the ENI carries `creator=eniipd` and this instance's tag.
-    pub fn is_managed_by(&self, instance_id: &str) -> bool {
+    /// True when the ENI carries `creator=eniipd`, this instance's tag
+    /// and this node's id (an ENI from before node ids, with none, counts
+    /// as this node's).
+    pub fn is_managed_by(&self, instance_id: &str, node_id: &str) -> bool {
+        self.is_for_instance(instance_id)
+            && self.tags.get(TAG_NODE_KEY).is_none_or(|n| n == node_id)
+    }
+
+    /// The node id of another eniipd on this instance that created it, if
+    /// it is one of those.
+    pub fn foreign_node(&self, instance_id: &str, node_id: &str) -> Option<&str> {
+        self.tags
+            .get(TAG_NODE_KEY)
+            .map(String::as_str)
+            .filter(|n| *n != node_id && self.is_for_instance(instance_id))
+    }
+
+    fn is_for_instance(&self, instance_id: &str) -> bool {
         self.tags.get(TAG_CREATOR_KEY).map(String::as_str) == Some(TAG_CREATOR_VALUE)
             && self.tags.get(TAG_INSTANCE_KEY).map(String::as_str) == Some(instance_id)
     }

@@ -24,6 +24,9 @@ pub const TAG_CREATOR_KEY: &str = "creator";
 pub const TAG_CREATOR_VALUE: &str = "eniipd";
 /// Tag key holding the instance an ENI was created for.
 pub const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
+/// Tag key holding the node id of the eniipd (its state directory) that
+/// created an ENI: two daemons on one instance never take each other's.
+pub const TAG_NODE_KEY: &str = "eniipd/node-id";
 
 /// Stable error codes (the protocol's `ERR <code>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -394,6 +394,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     if std::env::var_os("LISTEN_FDS").is_none() {
         check_socket_free(&cfg.socket_path).map_err(|e| bind_error(&e))?;
     }
+    let node_id = store.node_id().map_err(|e| store_error(&e))?;
     let committer = Arc::new(store.start());
     info!(
         "state: {} allocation(s), {} hold(s) in {}",
@@ -411,7 +412,12 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         identity.instance_id = id.clone();
     }
     let cloud: Arc<dyn CloudApi> = Arc::new(build_cloud(&cfg, &identity));
-    let (limits, opts) = allocator_options(&cfg, &identity, &*cloud, signals)?;
+    let (limits, mut opts) = allocator_options(&cfg, &identity, &*cloud, signals)?;
+    opts.node_id = node_id;
+    at_start("looking for another eniipd's ENIs", budget, signals, || {
+        foreign_enis(&*cloud, &identity.instance_id, &opts.node_id)
+    })
+    .and_then(refuse_beside_peer)?;
 
     let recovered = at_start(
         "restoring the pool from the cloud",
@@ -421,6 +427,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             recover(
                 &*cloud,
                 &identity.instance_id,
+                &opts.node_id,
                 opts.dual,
                 &persisted,
                 quarantine,
@@ -473,6 +480,47 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         limits,
         sim_dir,
     }))
+}
+
+/// ENIs attached to this instance that another eniipd (another state
+/// directory, so another node id) created: `(eni, node id)`.
+fn foreign_enis(
+    cloud: &dyn CloudApi,
+    instance_id: &str,
+    node_id: &str,
+) -> Result<Vec<(String, String)>, CloudError> {
+    let q = crate::cloud::EniQuery {
+        instance_id: Some(instance_id.to_string()),
+        ..Default::default()
+    };
+    Ok(cloud
+        .describe_enis(&q)?
+        .into_iter()
+        .filter_map(|e| {
+            let peer = e.foreign_node(instance_id, node_id)?.to_string();
+            Some((e.id, peer))
+        })
+        .collect())
+}
+
+/// Two daemons on one instance would each take the other's addresses for
+/// idle ones: refused (75), with what to do.
+fn refuse_beside_peer(foreign: Vec<(String, String)>) -> Result<(), DaemonError> {
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = foreign
+        .iter()
+        .map(|(eni, node)| format!("{eni} (node {node})"))
+        .collect();
+    Err(DaemonError::new(
+        exit::TEMPFAIL,
+        format!(
+            "another eniipd (another state directory) manages ENIs attached to this instance: {}; two daemons on one instance would hand out each other's addresses. Stop the other one and use its state directory; if it is gone for good, remove the tag {} from those ENIs to let this one adopt them",
+            list.join(", "),
+            crate::core::TAG_NODE_KEY
+        ),
+    ))
 }
 
 /// Locks and loads the state directory (`--recover-state`: salvaging);

@@ -20,6 +20,7 @@
 
 mod committer;
 mod load;
+mod node;
 mod record;
 mod snapshot;
 mod wal;

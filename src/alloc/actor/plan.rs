@@ -140,6 +140,7 @@ impl Actor {
                 security_groups: self.opts.security_groups.clone(),
                 extra_tags: self.opts.eni_tags.clone(),
                 instance_id: self.opts.instance_id.clone(),
+                node_id: self.opts.node_id.clone(),
                 init,
                 dual: self.opts.dual,
                 ready_timeout: self.opts.eni_ready_timeout,

@@ -67,6 +67,7 @@ impl Actor {
                 let r = super::super::audit::audit(
                     &*cloud,
                     &opts.instance_id,
+                    &opts.node_id,
                     &opts.security_groups,
                     || super::super::request(&requests, Request::Snapshot, Duration::from_secs(30)),
                 );
