@@ -184,6 +184,34 @@ fn a_second_daemon_on_the_same_state_directory_exits_75() {
 }
 
 #[test]
+fn a_second_daemon_on_the_same_socket_exits_75_and_the_first_keeps_serving() {
+    let sim = fast_sim();
+    let dir = tempdir("sock-first");
+    let cfg = config(&sim, &dir, json!({}));
+    let mut first = Daemon::start(&dir, &cfg);
+    let dir2 = tempdir("sock-second");
+    let mut cfg2 = config(&sim, &dir2, json!({}));
+    cfg2["socket_path"] = cfg["socket_path"].clone();
+    let mut second = Daemon::spawn(&dir2, &cfg2, &[]);
+    let status = second.wait_exit(Duration::from_secs(30));
+    let log = second.log_text();
+    assert_eq!(status.code(), Some(75), "{log}");
+    assert!(log.contains(&first.socket.display().to_string()), "{log}");
+    assert!(log.contains(&format!("pid {}", first.pid())), "{log}");
+    assert!(!log.contains("removing stale socket"), "{log}");
+    assert_eq!(first.ask("ping"), vec!["OK pong"]);
+
+    // A stopping daemon removes the socket only while it is its own: here
+    // the path was taken over behind its back, and is left alone.
+    std::fs::remove_file(&first.socket).unwrap();
+    let other = std::os::unix::net::UnixListener::bind(&first.socket).unwrap();
+    let (status, _) = first.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}\n{}", first.log_text());
+    assert!(first.socket.exists(), "{}", first.log_text());
+    drop(other);
+}
+
+#[test]
 fn bad_config_exits_78_naming_the_key_and_check_config_masks_secrets() {
     let sim = fast_sim();
     let dir = tempdir("cfg");

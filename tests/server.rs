@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,8 @@ struct Fake {
     held: Mutex<HashMap<String, Allocation>>,
     alloc_delay_ms: AtomicU64,
     completed: AtomicU64,
+    /// When non-zero, `metrics` answers this many bytes of data lines.
+    metrics_bytes: AtomicUsize,
 }
 
 fn allocation(n: usize) -> Allocation {
@@ -105,10 +107,14 @@ impl Fake {
             } else {
                 Vec::new()
             }),
-            Cmd::Metrics => Answer::Metrics(
-                "# HELP eniipd_enis Managed ENIs.\n# TYPE eniipd_enis gauge\neniipd_enis 1\n"
+            Cmd::Metrics => Answer::Metrics(match self.metrics_bytes.load(Ordering::SeqCst) {
+                0 => "# HELP eniipd_enis Managed ENIs.\n# TYPE eniipd_enis gauge\neniipd_enis 1\n"
                     .into(),
-            ),
+                big => {
+                    let line = format!("eniipd_padding{{x=\"{}\"}} 1\n", "x".repeat(1000));
+                    line.repeat(big / line.len() + 1)
+                }
+            }),
             Cmd::Config => Answer::Config(vec![
                 ("access_secret".into(), "***".into()),
                 ("max_pool_size".into(), "5".into()),
@@ -150,6 +156,16 @@ impl Fake {
     }
 }
 
+/// Tests that flood the server take turns: side by side on a small
+/// machine they starve each other's connection threads. (The connect
+/// storms, which race the accept thread, have a test binary of their own:
+/// tests/storm.rs.)
+static FLOODS: Mutex<()> = Mutex::new(());
+
+fn one_flood_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    FLOODS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Harness {
     dir: PathBuf,
     path: PathBuf,
@@ -167,7 +183,7 @@ impl Harness {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         let path = dir.join("s.sock");
-        let listener: UnixListener = bind_socket(&path, 0o660, None).unwrap();
+        let (listener, _): (UnixListener, _) = bind_socket(&path, 0o660, None).unwrap();
         let fake = Arc::new(Fake::default());
         let server = Server::start(listener, cfg, fake.serve()).unwrap();
         Harness {
@@ -323,6 +339,7 @@ fn a_peer_outside_allowed_uids_may_read_but_not_allocate() {
 
 #[test]
 fn hostile_input_is_refused_while_another_client_is_served() {
+    let _turn = one_flood_at_a_time();
     let h = Harness::new(ServerConfig {
         line_timeout: Duration::from_millis(800),
         ..Harness::me()
@@ -358,6 +375,118 @@ fn hostile_input_is_refused_while_another_client_is_served() {
         "slow client not cut: {cut_after:?}"
     );
     assert!(h.ask("show slow")[0].starts_with("ERR not-found"));
+
+    slow_readers_are_evicted_and_a_reading_client_is_always_served();
+}
+
+/// Polls `f` every 10 ms until it holds or `limit` passes.
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Clients that send `metrics` (a reply far bigger than a socket buffer)
+/// and never read: their stuck writes are cut by the write deadline, and
+/// under a flood of them a client that reads its replies never fails.
+fn slow_readers_are_evicted_and_a_reading_client_is_always_served() {
+    const MAX: usize = 16;
+    let h = Harness::new(ServerConfig {
+        max_connections: MAX,
+        ..Harness::me()
+    });
+    h.fake.metrics_bytes.store(512 << 10, Ordering::SeqCst);
+    let server = h.server.as_ref().unwrap();
+
+    // Alone, a non-reader is closed by the write deadline.
+    let mut lone = h.connect();
+    lone.write_all(b"metrics\n").unwrap();
+    assert!(eventually(Duration::from_secs(5), || server.connections() == 1));
+    assert!(
+        eventually(Duration::from_secs(5), || server.connections() == 0),
+        "a client that does not read its reply still holds a connection"
+    );
+    drop(lone);
+
+    // A flood of them, bounded in count and time: 2 * MAX at first, then
+    // two more for each request of a client that reads, so they arrive
+    // while it works.
+    const REQUESTS: usize = 60;
+    let done = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let served = Arc::new(AtomicUsize::new(0));
+    let flood = {
+        let (path, done, opened, served) =
+            (h.path.clone(), done.clone(), opened.clone(), served.clone());
+        std::thread::Builder::new()
+            .name("slow-readers".into())
+            .spawn(move || {
+                let until = Instant::now() + Duration::from_secs(30);
+                // Held open (never read) until the end.
+                let mut held = Vec::new();
+                for n in 0..2 * MAX + 2 * REQUESTS {
+                    while n >= 2 * MAX + 2 * served.load(Ordering::SeqCst)
+                        && !done.load(Ordering::SeqCst)
+                        && Instant::now() < until
+                    {
+                        std::thread::park_timeout(Duration::from_millis(5));
+                    }
+                    if done.load(Ordering::SeqCst) || Instant::now() >= until {
+                        break;
+                    }
+                    if let Ok(mut s) = UnixStream::connect(&path) {
+                        let _ = s.write_all(b"metrics\n");
+                        held.push(s);
+                    }
+                    opened.fetch_add(1, Ordering::SeqCst);
+                }
+                while !done.load(Ordering::SeqCst) && Instant::now() < until {
+                    std::thread::park_timeout(Duration::from_millis(50));
+                }
+                drop(held);
+            })
+            .unwrap()
+    };
+    assert!(eventually(Duration::from_secs(10), || opened
+        .load(Ordering::SeqCst)
+        >= 2 * MAX));
+    let mut failures = Vec::new();
+    let until = Instant::now() + Duration::from_secs(30);
+    for i in 0..REQUESTS {
+        if Instant::now() >= until {
+            failures.push(format!("out of time after {i} requests"));
+            break;
+        }
+        let line = if i % 2 == 0 { "ping" } else { "status" };
+        let outcome = UnixStream::connect(&h.path).and_then(|mut s| {
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            s.write_all(format!("{line}\n").as_bytes())?;
+            let mut reply = String::new();
+            BufReader::new(s).read_line(&mut reply)?;
+            Ok(reply)
+        });
+        match outcome {
+            Ok(r) if r.starts_with("OK ") => {}
+            other => failures.push(format!("{line}: {other:?}")),
+        }
+        served.fetch_add(1, Ordering::SeqCst);
+        flood.thread().unpark();
+    }
+    done.store(true, Ordering::SeqCst);
+    flood.thread().unpark();
+    flood.join().unwrap();
+    println!(
+        "{} slow readers opened; reading client failures: {failures:?}",
+        opened.load(Ordering::SeqCst)
+    );
+    assert!(failures.is_empty(), "{failures:?}");
 }
 
 #[test]
@@ -392,6 +521,39 @@ fn two_hundred_idle_connections_evict_the_oldest_and_a_client_is_served() {
     assert!(h.ask("alloc another")[0].starts_with("OK ip="));
     assert!(h.server.as_ref().unwrap().connections() >= 200);
     drop(idle);
+}
+
+#[test]
+fn connections_closed_without_a_word_never_hold_up_the_accept_loop() {
+    // At max_connections with every slot serving, a newcomer waits up to
+    // 1 s for one to free. Connections that already left with nothing sent
+    // (probes, connect storms) must not each take that wait: they are
+    // dropped when accepted.
+    let h = Harness::new(ServerConfig {
+        max_connections: 1,
+        ..Harness::me()
+    });
+    h.fake.alloc_delay_ms.store(8000, Ordering::SeqCst);
+    let mut serving = h.connect();
+    serving.write_all(b"alloc slow/one\n").unwrap();
+    let server = h.server.as_ref().unwrap();
+    assert!(eventually(Duration::from_secs(5), || server.connections() == 1));
+    for _ in 0..10 {
+        drop(h.connect());
+    }
+    let started = Instant::now();
+    let mut late = h.connect();
+    late.set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    late.write_all(b"ping\n").unwrap();
+    let reply = read_reply(&mut BufReader::new(late));
+    let took = started.elapsed();
+    assert_eq!(reply, vec!["ERR busy too many connections"]);
+    // One wait at most for a connection caught before its client closed
+    // it, one for this one; ten closed ones would take ten more.
+    println!("the late client waited {took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    drop(serving);
 }
 
 #[test]
@@ -443,6 +605,42 @@ fn shutdown_answers_in_flight_refuses_new_and_returns_in_time() {
             let mut b = [0u8; 8];
             !matches!(s.read(&mut b), Ok(n) if n > 0)
         }
+    );
+}
+
+#[test]
+fn a_client_still_sending_a_huge_line_reads_line_too_long() {
+    let _turn = one_flood_at_a_time();
+    let h = Harness::new(Harness::me());
+    let mut s = h.connect();
+    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut line = vec![b'a'; 1 << 20];
+    line.push(b'\n');
+    s.write_all(&line)
+        .expect("the whole line is taken (drained), not reset");
+    let mut r = BufReader::new(s);
+    assert_eq!(read_reply(&mut r), vec!["ERR line-too-long"]);
+    let mut rest = String::new();
+    r.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "", "closed after the error");
+
+    // The draining is bounded: a client that never stops is cut off.
+    let mut s = h.connect();
+    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let started = Instant::now();
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut sent = 0usize;
+    while sent < 64 << 20 && started.elapsed() < Duration::from_secs(20) {
+        match s.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(_) => break,
+        }
+    }
+    assert!(sent < 64 << 20, "64 MiB taken after line-too-long");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
     );
 }
 
@@ -554,20 +752,40 @@ fn eniipctl_exit_codes_and_output() {
 }
 
 #[test]
-fn bind_socket_replaces_a_stale_socket_but_not_a_file() {
+fn bind_socket_replaces_a_stale_socket_but_not_a_live_one_nor_a_file() {
     let dir = PathBuf::from(format!("/tmp/eniipd-bind-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let p = dir.join("x.sock");
-    let l = bind_socket(&p, 0o600, None).unwrap();
+    let (l, _) = bind_socket(&p, 0o600, None).unwrap();
     drop(l);
-    let _l = bind_socket(&p, 0o640, None).unwrap();
+    // Nothing answers on the file left behind: stale, replaced.
+    let (live, file) = bind_socket(&p, 0o640, None).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
         0o640
     );
+    // Something answers: in use, named with the listener's pid, untouched.
+    let err = bind_socket(&p, 0o640, None).unwrap_err();
+    assert!(err.in_use(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains(&p.display().to_string()), "{text}");
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    assert!(eniipd::server::socket::check_socket_free(&p).is_err());
+    UnixStream::connect(&p).expect("the live socket is still there");
+    // A file that is not a socket is never removed.
     let f = dir.join("plain");
     std::fs::write(&f, "x").unwrap();
     assert!(bind_socket(&f, 0o600, None).is_err());
+    assert!(f.exists());
+    // Removal at stop: only while the path is still the socket bound here.
+    std::fs::remove_file(&p).unwrap();
+    let (_other, _) = bind_socket(&p, 0o600, None).unwrap();
+    assert!(!file.remove_if_ours());
+    UnixStream::connect(&p).expect("another's socket is left in place");
+    drop(live);
     let _ = std::fs::remove_dir_all(&dir);
 }

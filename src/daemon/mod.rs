@@ -27,6 +27,7 @@ use crate::cloud::credentials::CredentialSource;
 use crate::cloud::{CloudApi, CloudError, InstanceIdentity};
 use crate::config::{Config, RawConfig, DEFAULT_CONFIG_PATH};
 use crate::server::listener::{bind_socket, Server, ServerConfig};
+use crate::server::socket::{check_socket_free, BindError, SocketFile};
 use crate::sim::{SimOptions, Simulator};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::systemd::Notifier;
@@ -48,7 +49,7 @@ pub mod exit {
     pub const DATAERR: i32 = 65;
     /// Cloud or metadata unreachable at start.
     pub const UNAVAILABLE: i32 = 69;
-    /// State directory held by another instance.
+    /// State directory held, or socket served, by another instance.
     pub const TEMPFAIL: i32 = 75;
     /// The cloud refused the credentials at start.
     pub const NOPERM: i32 = 77;
@@ -107,6 +108,15 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 fn store_error(e: &StoreError) -> DaemonError {
     DaemonError::new(e.exit_code(), chain(e))
+}
+
+fn bind_error(e: &BindError) -> DaemonError {
+    let code = if e.in_use() {
+        exit::TEMPFAIL
+    } else {
+        exit::FAILURE
+    };
+    DaemonError::new(code, chain(e))
 }
 
 /// Loads the config and applies flag overrides (and the `--simulate`
@@ -301,7 +311,7 @@ struct Running {
     server: Server,
     alloc: Arc<Allocator>,
     committer: Arc<crate::store::Committer>,
-    socket: Option<PathBuf>,
+    socket: Option<SocketFile>,
     metrics_http: Option<crate::httpd::HttpServer>,
     sim: Option<Simulator>,
     notifier: Notifier,
@@ -379,6 +389,11 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     // The state lock first: nothing else may touch the directory or the
     // socket without it.
     let (store, persisted, quarantine) = open_state(&cfg, args.recover_state)?;
+    // Another instance serving the socket (with another state directory)
+    // must be found before this one touches the cloud.
+    if std::env::var_os("LISTEN_FDS").is_none() {
+        check_socket_free(&cfg.socket_path).map_err(|e| bind_error(&e))?;
+    }
     let node_id = store.node_id().map_err(|e| store_error(&e))?;
     let committer = Arc::new(store.start());
     info!(
@@ -595,7 +610,7 @@ fn listen(
     cfg: &Config,
     gid: Option<u32>,
     commands: Commands,
-) -> Result<(Server, Option<PathBuf>), DaemonError> {
+) -> Result<(Server, Option<SocketFile>), DaemonError> {
     let (listener, socket) = match crate::systemd::take_listener()
         .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?
     {
@@ -604,13 +619,9 @@ fn listen(
             (l, None)
         }
         None => {
-            let l = bind_socket(&cfg.socket_path, cfg.socket_mode, gid).map_err(|e| {
-                DaemonError::new(
-                    exit::FAILURE,
-                    format!("cannot bind {}: {e}", cfg.socket_path.display()),
-                )
-            })?;
-            (l, Some(cfg.socket_path.clone()))
+            let (l, file) =
+                bind_socket(&cfg.socket_path, cfg.socket_mode, gid).map_err(|e| bind_error(&e))?;
+            (l, Some(file))
         }
     };
     let server = Server::start(
@@ -621,7 +632,7 @@ fn listen(
             socket_gid: gid,
             line_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(2),
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
         commands,
@@ -844,8 +855,8 @@ fn stop_all(r: Running, code: i32) -> i32 {
         }
     }
     crate::alloc::join_all(stragglers, until);
-    if let Some(p) = &r.socket {
-        let _ = std::fs::remove_file(p);
+    if let Some(s) = &r.socket {
+        s.remove_if_ours();
     }
     if let Some(sim) = r.sim {
         sim.shutdown();

@@ -4,10 +4,15 @@
 //! within `line_timeout` of its first byte; a connection with no request
 //! for `idle_timeout` is closed; lines over 4096 bytes get
 //! `ERR line-too-long` and the connection is closed, without ever buffering
-//! more than that; at `max_connections` the connection idle longest is
-//! closed to admit the new one (`ERR busy` if every one is busy). Writes
-//! have a timeout. A request whose client left is still completed: the
-//! backend call runs to the end and only the reply is dropped.
+//! more than that; a reply must be taken by the client within
+//! `write_timeout`. At `max_connections` the connection idle longest is
+//! closed to admit the new one. A connection whose client does not read its
+//! reply counts as idle since its reply last made progress, so clients that
+//! never read cannot lock others out; a connection whose request is being
+//! served, or whose next request has arrived, is never closed this way
+//! (`ERR busy` to the newcomer if every connection is such). A request
+//! whose client left is still completed: the backend call runs to the end
+//! and only the reply is dropped.
 //!
 //! The accept thread sleeps in `poll` on the listener and a wake-up pipe,
 //! so an idle daemon uses no CPU here.
@@ -15,19 +20,18 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use log::{debug, info, warn};
-use parking_lot::Mutex;
+use log::{debug, warn};
+use parking_lot::{Condvar, Mutex};
 
 use super::peer::{may_mutate, supplementary_groups, Peer};
 use super::protocol::{self, Reply, Request, MAX_LINE};
+pub use super::socket::{bind_socket, resolve_group};
 use crate::core::{AllocError, Command, Commands, ErrCode};
 use crate::log_limited;
 use crate::logging::RateLimit;
@@ -59,23 +63,54 @@ impl Default for ServerConfig {
             socket_gid: None,
             line_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(2),
             version: env!("CARGO_PKG_VERSION").to_string(),
         }
     }
 }
 
+/// Where a connection is in its request cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Reading the next request line (or nothing yet).
+    Waiting,
+    /// The backend is answering a request, or its reply is being written
+    /// as fast as the client takes it.
+    Serving,
+    /// The reply does not fit in what the client has read: it stalled.
+    /// Also a connection drained after `ERR line-too-long`: closable
+    /// whatever its client still sends.
+    Stalled,
+}
+
 struct Conn {
     stream: UnixStream,
-    busy: bool,
+    phase: Phase,
+    /// When the connection last did something for its client: opened,
+    /// finished a request, or got a piece of its reply taken.
     last_active: Instant,
+    /// Has a request arrived on it yet?
+    asked: bool,
     thread: Option<JoinHandle<()>>,
 }
+
+/// A new connection is given this long to send its first request before it
+/// may be closed to admit yet another: a client connects, then writes, and
+/// may be descheduled in between.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(200);
+
+/// How long a new connection may wait, at `max_connections`, for one to
+/// become closable (a request to be read, a reply to stall) before it is
+/// refused with `ERR busy`. Meanwhile the accept thread waits and new
+/// connections queue in the listen backlog.
+const ADMIT_WAIT: Duration = Duration::from_secs(1);
 
 struct Shared {
     cfg: ServerConfig,
     commands: Commands,
     conns: Mutex<HashMap<u64, Conn>>,
+    /// Signalled when a connection may have become closable or left.
+    changed: Condvar,
     stopping: AtomicBool,
     next: AtomicU64,
 }
@@ -106,6 +141,7 @@ impl Server {
             cfg,
             commands,
             conns: Mutex::new(HashMap::new()),
+            changed: Condvar::new(),
             stopping: AtomicBool::new(false),
             next: AtomicU64::new(1),
         });
@@ -136,6 +172,7 @@ impl Server {
     /// until `until`. Idempotent.
     pub fn shutdown(&self, until: Instant) {
         self.shared.stopping.store(true, Ordering::SeqCst);
+        self.shared.changed.notify_all();
         if let Some(w) = self.wake.lock().take() {
             let _ = nix::unistd::write(&w, b"x");
         }
@@ -147,7 +184,7 @@ impl Server {
         let threads: Vec<JoinHandle<()>> = {
             let mut conns = self.shared.conns.lock();
             for c in conns.values() {
-                if !c.busy {
+                if c.phase == Phase::Waiting {
                     let _ = c.stream.shutdown(std::net::Shutdown::Both);
                 }
             }
@@ -210,18 +247,20 @@ fn accept_loop(sh: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
 }
 
 fn admit(sh: &Arc<Shared>, stream: UnixStream) {
+    if pending(&stream) == Pending::Gone {
+        // Connected and closed with nothing sent (a probe, or a connect
+        // storm): nothing to answer, so no slot or thread. Keeps the accept
+        // loop as fast as such clients and the listen backlog from filling.
+        return;
+    }
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_write_timeout(Some(sh.cfg.write_timeout));
     let id = sh.next.fetch_add(1, Ordering::Relaxed);
     {
         let mut conns = sh.conns.lock();
-        if conns.len() >= sh.cfg.max_connections {
-            let victim = conns
-                .iter()
-                .filter(|(_, c)| !c.busy)
-                .min_by_key(|(_, c)| c.last_active)
-                .map(|(id, _)| *id);
-            match victim {
+        let give_up = Instant::now() + ADMIT_WAIT;
+        while conns.len() >= sh.cfg.max_connections {
+            match pick_victim(&conns) {
                 Some(v) => {
                     if let Some(c) = conns.get(&v) {
                         let _ = c.stream.shutdown(std::net::Shutdown::Both);
@@ -232,6 +271,12 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
                     }
                     crate::metrics::record_connection_evicted();
                     debug!("closed the connection idle longest to admit a new one");
+                }
+                None if !sh.stopping.load(Ordering::SeqCst) && Instant::now() < give_up => {
+                    // Woken when a connection changes; a new one's grace
+                    // ends unannounced, hence the bounded slice.
+                    let slice = Instant::now() + FIRST_REQUEST_GRACE / 5;
+                    sh.changed.wait_until(&mut conns, give_up.min(slice));
                 }
                 None => {
                     drop(conns);
@@ -260,8 +305,9 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
             id,
             Conn {
                 stream: clone,
-                busy: false,
+                phase: Phase::Waiting,
                 last_active: Instant::now(),
+                asked: false,
                 thread: None,
             },
         );
@@ -273,6 +319,7 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
         .spawn(move || {
             serve(&sh2, id, stream);
             sh2.conns.lock().remove(&id);
+            sh2.changed.notify_all();
         });
     match t {
         Ok(t) => {
@@ -301,11 +348,142 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
     }
 }
 
-fn set_state(sh: &Shared, id: u64, busy: bool) {
-    if let Some(c) = sh.conns.lock().get_mut(&id) {
-        c.busy = busy;
-        c.last_active = Instant::now();
+/// The connection to close to admit a new one: the one idle longest among
+/// those waiting for a request that has not arrived and those whose reply
+/// the client is not taking. Never one being served, one whose next
+/// request is already in its socket (it is about to be served), nor a new
+/// one within its first-request grace.
+fn pick_victim(conns: &HashMap<u64, Conn>) -> Option<u64> {
+    let now = Instant::now();
+    let mut candidates: Vec<(&u64, &Conn)> = conns
+        .iter()
+        .filter(|(_, c)| c.phase != Phase::Serving)
+        .filter(|(_, c)| c.asked || now.duration_since(c.last_active) >= FIRST_REQUEST_GRACE)
+        .collect();
+    candidates.sort_by_key(|(_, c)| c.last_active);
+    candidates
+        .into_iter()
+        .find(|(_, c)| c.phase == Phase::Stalled || !has_input(&c.stream))
+        .map(|(id, _)| *id)
+}
+
+/// Has the client sent bytes the connection has not read yet?
+fn has_input(stream: &UnixStream) -> bool {
+    pending(stream) == Pending::Input
+}
+
+/// What a client has sent that the connection has not read.
+#[derive(Debug, PartialEq, Eq)]
+enum Pending {
+    /// Bytes.
+    Input,
+    /// Nothing, and its end is closed.
+    Gone,
+    /// Nothing yet.
+    Nothing,
+}
+
+fn pending(stream: &UnixStream) -> Pending {
+    use nix::sys::socket::{recv, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let mut b = [0u8; 1];
+    match recv(
+        stream.as_raw_fd(),
+        &mut b,
+        MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+    ) {
+        Ok(0) => Pending::Gone,
+        Ok(_) => Pending::Input,
+        Err(_) => Pending::Nothing,
     }
+}
+
+fn set_phase(sh: &Shared, id: u64, phase: Phase) {
+    if let Some(c) = sh.conns.lock().get_mut(&id) {
+        c.phase = phase;
+        c.last_active = Instant::now();
+        c.asked |= phase == Phase::Serving;
+    }
+    if phase != Phase::Serving {
+        sh.changed.notify_all();
+    }
+}
+
+/// Writes a reply within `write_timeout`. While the client takes it the
+/// connection counts as serving; once the client stops reading (the socket
+/// is full) it is `Stalled`, idle since the reply last moved, and may be
+/// closed to admit another client.
+fn write_reply(sh: &Shared, id: u64, stream: &UnixStream, bytes: &[u8]) -> io::Result<()> {
+    use nix::errno::Errno;
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::socket::{send, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + sh.cfg.write_timeout;
+    let mut rest = bytes;
+    let mut stalled = false;
+    while !rest.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client did not take its reply in time",
+            ));
+        }
+        let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+        match send(stream.as_raw_fd(), rest, flags) {
+            Ok(n) => {
+                rest = &rest[n..];
+                if stalled && n > 0 {
+                    set_phase(sh, id, Phase::Stalled);
+                }
+            }
+            Err(Errno::EINTR) => {}
+            Err(Errno::EAGAIN) => {
+                if !stalled {
+                    stalled = true;
+                    set_phase(sh, id, Phase::Stalled);
+                }
+                let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLOUT)];
+                let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+                match poll(&mut fds, timeout) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// After `ERR line-too-long` the client may still be sending its line.
+/// Closing with its bytes unread would reset the connection and lose the
+/// reply, so what it sends is read and dropped, up to this many bytes...
+const DRAIN_MAX_BYTES: u64 = 4 << 20;
+/// ... and for this long at most, before the connection is closed.
+const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
+
+/// Ends the connection after a final error: the reply is followed by EOF at
+/// once, and what the client still sends is discarded (within the bounds
+/// above) until it closes its end, so it can read the reply.
+fn drain_and_close(stream: &mut UnixStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let until = Instant::now() + DRAIN_MAX_TIME;
+    let mut dropped: u64 = 0;
+    let mut chunk = [0u8; 16 * 1024];
+    while dropped < DRAIN_MAX_BYTES {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => dropped += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
 enum Next {
@@ -387,17 +565,21 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
         let line = match read_line(sh, &mut stream, &mut buf) {
             Next::Line(l) => l,
             Next::TooLong => {
-                let _ = stream.write_all(
+                let _ = write_reply(
+                    sh,
+                    id,
+                    &stream,
                     Reply::err(AllocError::bare(ErrCode::LineTooLong))
                         .render()
                         .as_bytes(),
                 );
-                let _ = stream.shutdown(std::net::Shutdown::Both);
+                set_phase(sh, id, Phase::Stalled);
+                drain_and_close(&mut stream);
                 return;
             }
             Next::Closed => return,
         };
-        set_state(sh, id, true);
+        set_phase(sh, id, Phase::Serving);
         let (reply, quit) = if sh.stopping.load(Ordering::SeqCst) {
             (
                 Reply::err(AllocError::new(
@@ -419,8 +601,8 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
                 }
             }
         };
-        let written = stream.write_all(reply.render().as_bytes());
-        set_state(sh, id, false);
+        let written = write_reply(sh, id, &stream, reply.render().as_bytes());
+        set_phase(sh, id, Phase::Waiting);
         if let Err(e) = written {
             debug!("reply not delivered (client gone?): {e}");
             return;
@@ -504,54 +686,85 @@ fn handle(
     }
 }
 
-/// Binds the client socket. The caller holds the state lock, so a socket
-/// file left at `path` is stale and may be removed (only if it is a
-/// socket). The socket is bound under a umask that gives it `mode` from
-/// the start (no window with wider permissions), then handed to `gid`.
-pub fn bind_socket(path: &Path, mode: u32, gid: Option<u32>) -> io::Result<UnixListener> {
-    use std::os::unix::fs::FileTypeExt;
-    if let Some(parent) = path.parent() {
-        if !parent.exists() {
-            std::fs::create_dir_all(parent)?;
-            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))?;
-        }
-    }
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {
-            info!("removing stale socket {}", path.display());
-            std::fs::remove_file(path)?;
-        }
-        Ok(_) => {
-            return Err(io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                format!("{} exists and is not a socket", path.display()),
-            ))
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    let mask = nix::sys::stat::Mode::from_bits_truncate(!mode & 0o777);
-    let old = nix::sys::stat::umask(mask);
-    let bound = UnixListener::bind(path);
-    nix::sys::stat::umask(old);
-    let listener = bound?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    if let Some(g) = gid {
-        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(g)))?;
-    }
-    Ok(listener)
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// A group name or numeric gid.
-pub fn resolve_group(spec: &str) -> io::Result<u32> {
-    if let Ok(n) = spec.parse::<u32>() {
-        return Ok(n);
+    /// A connection in `phase`, last active `ago`, with `sent` bytes from
+    /// its client not read yet; the client's end is returned to keep it open.
+    fn conn(phase: Phase, ago: Duration, asked: bool, sent: &[u8]) -> (Conn, UnixStream) {
+        let (server, mut client) = UnixStream::pair().unwrap();
+        client.write_all(sent).unwrap();
+        let conn = Conn {
+            stream: server,
+            phase,
+            last_active: Instant::now() - ago,
+            asked,
+            thread: None,
+        };
+        (conn, client)
     }
-    match nix::unistd::Group::from_name(spec)? {
-        Some(g) => Ok(g.gid.as_raw()),
-        None => Err(io::Error::new(
-            io::ErrorKind::NotFound,
-            format!("no group named {spec}"),
-        )),
+
+    fn victim(conns: Vec<(Conn, UnixStream)>) -> Option<u64> {
+        let mut map = HashMap::new();
+        let mut clients = Vec::new();
+        for (i, (c, client)) in conns.into_iter().enumerate() {
+            map.insert(i as u64, c);
+            clients.push(client);
+        }
+        pick_victim(&map)
+    }
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn the_idle_longest_goes_first_and_a_stalled_reply_counts_as_idle() {
+        let v = victim(vec![
+            conn(Phase::Waiting, S(5), true, b""),
+            conn(Phase::Stalled, S(9), true, b""),
+            conn(Phase::Waiting, S(7), true, b""),
+        ]);
+        assert_eq!(v, Some(1));
+    }
+
+    #[test]
+    fn never_one_being_served_nor_one_whose_request_has_arrived() {
+        let v = victim(vec![
+            conn(Phase::Serving, S(60), true, b""),
+            conn(Phase::Waiting, S(50), true, b"ping\n"),
+            conn(Phase::Waiting, S(1), true, b""),
+        ]);
+        assert_eq!(v, Some(2));
+        let v = victim(vec![
+            conn(Phase::Serving, S(60), true, b""),
+            conn(Phase::Waiting, S(50), true, b"status\n"),
+        ]);
+        assert_eq!(v, None);
+    }
+
+    #[test]
+    fn a_new_connection_has_a_grace_before_its_first_request() {
+        let v = victim(vec![
+            conn(Phase::Waiting, Duration::ZERO, false, b""),
+            conn(Phase::Serving, S(3), true, b""),
+        ]);
+        assert_eq!(v, None);
+        let v = victim(vec![
+            conn(Phase::Waiting, FIRST_REQUEST_GRACE * 2, false, b""),
+            conn(Phase::Serving, S(3), true, b""),
+        ]);
+        assert_eq!(v, Some(0));
+    }
+
+    #[test]
+    fn a_client_gone_without_a_word_is_told_from_one_that_sent() {
+        let (a, client) = UnixStream::pair().unwrap();
+        assert_eq!(pending(&a), Pending::Nothing);
+        drop(client);
+        assert_eq!(pending(&a), Pending::Gone);
+        let (b, mut client) = UnixStream::pair().unwrap();
+        client.write_all(b"alloc x\n").unwrap();
+        drop(client);
+        assert_eq!(pending(&b), Pending::Input);
     }
 }

@@ -9,3 +9,4 @@
 pub mod listener;
 pub mod peer;
 pub mod protocol;
+pub mod socket;
