@@ -475,3 +475,32 @@ fn a_wrong_secret_exits_77_without_the_whole_key_id_in_the_log() {
         assert!(!log.contains("not-the-secret"), "{version}");
     }
 }
+
+#[test]
+fn a_refilled_vswitch_serves_again_without_waiting_out_the_inhibit() {
+    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let dir = tempdir("refill");
+    let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
+    let d = Daemon::start(&dir, &cfg);
+    let vsw = sim.state()["vswitches"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sim.set_free(&vsw, 0);
+    let r = d.ask("alloc dry/one");
+    assert!(r[0].starts_with("ERR exhausted"), "{r:?}");
+    sim.set_free(&vsw, 100);
+    // The inhibit window is 10 minutes; a probe of the vswitch lifts it
+    // within seconds once it has room.
+    assert!(
+        eventually(Duration::from_secs(30), || d.ask("alloc dry/one")[0]
+            .starts_with("OK ip=")),
+        "{}",
+        d.log_text()
+    );
+    assert!(
+        d.log_text().contains("no longer inhibited"),
+        "{}",
+        d.log_text()
+    );
+}

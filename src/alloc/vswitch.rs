@@ -40,9 +40,27 @@ impl VSwitches {
         &self.ids
     }
 
-    /// Records free-address counts (DescribeVSwitches).
-    pub fn set_free(&mut self, counts: impl IntoIterator<Item = (String, u64)>) {
-        self.free.extend(counts);
+    /// Records free-address counts (DescribeVSwitches); an inhibited
+    /// vswitch that has room again is usable again at once. The ids whose
+    /// inhibition was lifted.
+    pub fn set_free(&mut self, counts: impl IntoIterator<Item = (String, u64)>) -> Vec<String> {
+        let mut lifted = Vec::new();
+        for (id, free) in counts {
+            if free > 0 && self.inhibited_until_ms.remove(&id).is_some() {
+                lifted.push(id.clone());
+            }
+            self.free.insert(id, free);
+        }
+        lifted
+    }
+
+    /// Ids of the vswitches inhibited at `now_ms`.
+    pub fn inhibited_ids(&self, now_ms: u64) -> Vec<String> {
+        self.inhibited_until_ms
+            .iter()
+            .filter(|(_, u)| **u > now_ms)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Inhibits a vswitch until `until_ms` (Unix ms).

@@ -29,7 +29,11 @@ impl Actor {
             Event::EniReady { op, eni } => self.on_eni_ready(op, eni),
             Event::EniFailed { op, error, leaked } => self.on_eni_failed(op, &error, leaked),
             Event::EniFreed { eni, result } => self.on_eni_freed(eni, result),
-            Event::VSwitchFree(counts) => self.vsw.set_free(counts),
+            Event::VSwitchFree(counts) => {
+                for id in self.vsw.set_free(counts) {
+                    info!("{id} has free addresses again: no longer inhibited");
+                }
+            }
             Event::SecurityGroupDrift(lines) => {
                 for l in &lines {
                     warn!("security group drift: {l}");

@@ -50,6 +50,10 @@ mod requests;
 
 /// How soon a waiter that could not be planned is planned again.
 const REPLAN: Duration = Duration::from_millis(100);
+/// How often an inhibited vswitch's free count is read (DescribeVSwitches
+/// is cheap): a refilled vswitch serves again within this, not after the
+/// whole inhibit window.
+const VSW_PROBE: Duration = Duration::from_secs(10);
 
 type Reply = Sender<Result<Answer, AllocError>>;
 
@@ -148,6 +152,8 @@ pub(super) struct Actor {
     /// joined at stop.
     helpers: Vec<Joinable>,
     config_view: Vec<(String, String)>,
+    /// When inhibited vswitches are probed next.
+    next_vsw_probe: Instant,
 }
 
 impl Actor {
@@ -189,6 +195,7 @@ impl Actor {
         Actor {
             cap: opts.capacity,
             config_view: opts.config_view.clone(),
+            next_vsw_probe: now,
             requests_tx,
             helpers: Vec::new(),
             pool_backoff: Backoff::new(opts.pool_backoff_max),
@@ -330,8 +337,40 @@ impl Actor {
         );
     }
 
+    /// Reads the free count of inhibited vswitches on a thread of its own
+    /// (the actor never calls the cloud); the answer comes back as
+    /// `VSwitchFree` and lifts the inhibition of one that has room.
+    fn probe_inhibited(&mut self, now: Instant) {
+        if now < self.next_vsw_probe {
+            return;
+        }
+        let ids = self.vsw.inhibited_ids(unix_ms());
+        if ids.is_empty() {
+            return;
+        }
+        self.next_vsw_probe = now + VSW_PROBE;
+        let cloud = Arc::clone(&self.cloud);
+        let events = self.events_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("eniipd-vsw-probe".into())
+            .spawn(move || match cloud.describe_vswitches(&ids) {
+                Ok(v) => {
+                    let counts = v.into_iter().map(|s| (s.id, s.available_ips)).collect();
+                    let _ = events.send(Event::VSwitchFree(counts));
+                }
+                Err(e) => debug!("probing inhibited vswitches failed: {e}"),
+            });
+        match spawned {
+            Ok(h) => self.helpers.push(("vswitch probe".into(), h)),
+            Err(e) => warn!("cannot start a vswitch probe: {e}"),
+        }
+    }
+
     fn next_wakeup(&self, now: Instant) -> Instant {
         let mut wake = self.next_maintenance;
+        if self.vsw.inhibited_count(unix_ms()) > 0 {
+            wake = wake.min(self.next_vsw_probe.max(now));
+        }
         for w in &self.waiters {
             wake = wake.min(w.deadline);
             if w.ticket.is_none() {
@@ -367,6 +406,7 @@ impl Actor {
             return;
         }
         self.helpers.retain(|(_, h)| !h.is_finished());
+        self.probe_inhibited(now);
         for id in self.pool.drop_empty_gone() {
             info!("{id} is forgotten: the last address held on it was released");
         }
