@@ -784,4 +784,20 @@ fn a_second_daemon_with_another_state_directory_refuses_to_run_beside_the_first(
     // The first one still holds what it handed out, unchanged.
     assert_eq!(first.ok("show ns/first"), held);
     assert_eq!(first.ask("audit"), vec!["OK consistent"]);
+    // Once the first is gone for good, the second adopts its ENIs.
+    let mut first = first;
+    let (status, _) = first.terminate(Duration::from_secs(15));
+    assert!(status.success());
+    let second = Daemon::start(&other, &cfg2);
+    assert!(
+        second.ask("enis").iter().any(|l| l.starts_with(&eni)),
+        "{:?}\n{}",
+        second.ask("enis"),
+        second.log_text()
+    );
+    assert!(
+        second.log_text().contains("adopting it"),
+        "{}",
+        second.log_text()
+    );
 }

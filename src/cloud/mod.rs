@@ -161,16 +161,23 @@ pub struct Eni {
 }
 
 impl Eni {
-    /// True when the ENI carries `creator=eniipd`, this instance's tag
-    /// and this node's id (an ENI from before node ids, with none, counts
-    /// as this node's).
+    /// True when the ENI carries `creator=eniipd` and this instance's tag,
+    /// and no other live eniipd on this host created it: its node id is
+    /// this node's, absent (from before node ids) or that of a daemon that
+    /// no longer runs (whose ENIs this one adopts).
     pub fn is_managed_by(&self, instance_id: &str, node_id: &str) -> bool {
-        self.is_for_instance(instance_id)
-            && self.tags.get(TAG_NODE_KEY).is_none_or(|n| n == node_id)
+        self.is_for_instance(instance_id) && self.live_peer(instance_id, node_id).is_none()
     }
 
-    /// The node id of another eniipd on this instance that created it, if
-    /// it is one of those.
+    /// The node id of another eniipd on this instance that created it and
+    /// runs now, if it is one of those.
+    pub fn live_peer(&self, instance_id: &str, node_id: &str) -> Option<&str> {
+        self.foreign_node(instance_id, node_id)
+            .filter(|n| crate::util::node::alive(n))
+    }
+
+    /// The node id of another eniipd on this instance that created it,
+    /// running or not.
     pub fn foreign_node(&self, instance_id: &str, node_id: &str) -> Option<&str> {
         self.tags
             .get(TAG_NODE_KEY)

@@ -319,6 +319,8 @@ struct Running {
     config_path: Option<PathBuf>,
     limits: crate::cloud::InstanceTypeLimits,
     sim_dir: Option<PathBuf>,
+    /// Dropped last: this node is alive until the process ends.
+    _beacon: crate::util::node::Beacon,
 }
 
 /// Runs the daemon; returns the exit code.
@@ -395,6 +397,14 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         check_socket_free(&cfg.socket_path).map_err(|e| bind_error(&e))?;
     }
     let node_id = store.node_id().map_err(|e| store_error(&e))?;
+    // Held for the daemon's life: another eniipd on this host can tell
+    // this node is alive.
+    let beacon = crate::util::node::Beacon::hold(&node_id).map_err(|e| {
+        DaemonError::new(
+            exit::TEMPFAIL,
+            format!("another process runs as eniipd node {node_id} (a copy of this state directory?): {e}"),
+        )
+    })?;
     let committer = Arc::new(store.start());
     info!(
         "state: {} allocation(s), {} hold(s) in {}",
@@ -479,11 +489,13 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         config_path: args.config.clone(),
         limits,
         sim_dir,
+        _beacon: beacon,
     }))
 }
 
 /// ENIs attached to this instance that another eniipd (another state
-/// directory, so another node id) created: `(eni, node id)`.
+/// directory, so another node id) created and that runs now:
+/// `(eni, node id)`.
 fn foreign_enis(
     cloud: &dyn CloudApi,
     instance_id: &str,
@@ -497,7 +509,15 @@ fn foreign_enis(
         .describe_enis(&q)?
         .into_iter()
         .filter_map(|e| {
-            let peer = e.foreign_node(instance_id, node_id)?.to_string();
+            if let Some(gone) = e.foreign_node(instance_id, node_id) {
+                if e.live_peer(instance_id, node_id).is_none() {
+                    warn!(
+                        "{} was made by eniipd node {gone}, which does not run here: adopting it",
+                        e.id
+                    );
+                }
+            }
+            let peer = e.live_peer(instance_id, node_id)?.to_string();
             Some((e.id, peer))
         })
         .collect())
@@ -516,9 +536,8 @@ fn refuse_beside_peer(foreign: Vec<(String, String)>) -> Result<(), DaemonError>
     Err(DaemonError::new(
         exit::TEMPFAIL,
         format!(
-            "another eniipd (another state directory) manages ENIs attached to this instance: {}; two daemons on one instance would hand out each other's addresses. Stop the other one and use its state directory; if it is gone for good, remove the tag {} from those ENIs to let this one adopt them",
-            list.join(", "),
-            crate::core::TAG_NODE_KEY
+            "another eniipd (another state directory) runs on this host and manages ENIs attached to this instance: {}; two daemons on one instance would hand out each other's addresses. Stop one of them (once it is gone, this one adopts its ENIs)",
+            list.join(", ")
         ),
     ))
 }
@@ -778,6 +797,10 @@ fn serve(r: Running, sig_rx: &Receiver<i32>) -> i32 {
     // `systemctl status` shows the pool counters, refreshed when they change.
     let status_tick = r.notifier.is_active().then(|| tick(STATUS_EVERY));
     let mut last_status = String::new();
+    // A store that failed (a compaction, between requests) can make
+    // nothing durable any more: say so and stop at once (exit 1; systemd
+    // restarts it), not at the next alloc.
+    let store_failures = r.committer.failures();
     let never = crossbeam_channel::never();
     let stop = loop {
         select! {
@@ -787,6 +810,7 @@ fn serve(r: Running, sig_rx: &Receiver<i32>) -> i32 {
                 Err(_) => break Stop::Fatal("signal thread ended".into()),
             },
             recv(r.alloc.fatal()) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "allocator stopped".into())),
+            recv(store_failures) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "the state store stopped".into())),
             recv(status_tick.as_ref().unwrap_or(&never)) -> _ => {
                 let text = status_line(&r.alloc.commands());
                 if !text.is_empty() && text != last_status {

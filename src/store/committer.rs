@@ -61,6 +61,9 @@ pub struct Committer {
     /// close leaves behind.
     submitted: AtomicUsize,
     durable: Arc<AtomicUsize>,
+    /// The first failure, as soon as it happens (a compaction fails
+    /// between commits, with no submitter to tell).
+    failures: Receiver<String>,
 }
 
 impl std::fmt::Debug for Committer {
@@ -78,11 +81,12 @@ impl Committer {
         let durable = Arc::new(AtomicUsize::new(0));
         let (counter, made_durable) = (Arc::clone(&syncs), Arc::clone(&durable));
         let (exited_tx, exited) = bounded::<()>(0);
+        let (fail_tx, failures) = bounded::<String>(1);
         let thread = std::thread::Builder::new()
             .name("eniipd-store".into())
             .spawn(move || {
                 let _exited = exited_tx;
-                run(store, &rx, &counter, &made_durable);
+                run(store, &rx, &counter, &made_durable, &fail_tx);
             });
         let worker = match thread {
             Ok(handle) => Some(Worker { handle, exited }),
@@ -99,7 +103,15 @@ impl Committer {
             syncs,
             submitted: AtomicUsize::new(0),
             durable,
+            failures,
         }
+    }
+
+    /// Receives the first failure of the store (a commit or a compaction)
+    /// when it happens: from then on nothing more can be made durable, so
+    /// the daemon stops at once instead of at the next request.
+    pub fn failures(&self) -> Receiver<String> {
+        self.failures.clone()
     }
 
     /// Queues records; `done` runs on the store thread once they are
@@ -211,7 +223,13 @@ impl Drop for Committer {
     }
 }
 
-fn run(mut store: Store, rx: &Receiver<Msg>, syncs: &AtomicU64, durable: &AtomicUsize) {
+fn run(
+    mut store: Store,
+    rx: &Receiver<Msg>,
+    syncs: &AtomicU64,
+    durable: &AtomicUsize,
+    failures: &Sender<String>,
+) {
     let mut failed: Option<StoreError> = None;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -248,6 +266,7 @@ fn run(mut store: Store, rx: &Receiver<Msg>, syncs: &AtomicU64, durable: &Atomic
             Err(e) => {
                 if failed.is_none() {
                     error!("state commit failed: {e}");
+                    let _ = failures.try_send(format!("state commit failed: {e}"));
                     failed = Some(e.clone());
                 }
             }
@@ -258,6 +277,7 @@ fn run(mut store: Store, rx: &Receiver<Msg>, syncs: &AtomicU64, durable: &Atomic
         if failed.is_none() && store.wal_len >= store.opts.compact_after_bytes {
             if let Err(e) = compact(&mut store) {
                 error!("state compaction failed: {e}");
+                let _ = failures.try_send(format!("state compaction failed: {e}"));
                 failed = Some(e);
             }
         }

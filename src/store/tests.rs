@@ -575,3 +575,26 @@ fn a_damaged_length_in_a_middle_frame_is_corruption_not_a_torn_tail() {
     let (_s, state) = Store::open(&d.0, StoreOptions::default()).unwrap();
     assert_eq!(state.allocations.len(), 3);
 }
+
+#[test]
+fn a_failed_compaction_is_reported_at_once() {
+    let d = TempDir::new("compact-fail");
+    let opts = StoreOptions {
+        compact_after_bytes: 600,
+    };
+    let (s, _) = Store::open(&d.0, opts).unwrap();
+    let c = s.start();
+    let failures = c.failures();
+    // A directory where the snapshot goes: its rename fails, even as root.
+    fs::create_dir_all(d.0.join(SNAPSHOT).join("blocker")).unwrap();
+    let mut i = 0u8;
+    while failures.is_empty() && i < 64 {
+        let _ = c.commit(vec![alloc(&format!("o{i}"), i)], T);
+        i += 1;
+    }
+    let msg = failures
+        .recv_timeout(T)
+        .expect("the failed compaction is reported without another request");
+    assert!(msg.contains("compaction failed"), "{msg}");
+    drop(c);
+}

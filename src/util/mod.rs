@@ -4,6 +4,7 @@
 //! `/dev/urandom`.
 
 pub mod encoding;
+pub mod node;
 pub mod rand;
 pub mod secret;
 pub mod sem;
