@@ -1,0 +1,184 @@
+//! Serving and stopping: signals (SIGHUP reloads the pool sizes), the
+//! systemd watchdog and status line, and the stop against one deadline.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, select, tick, Receiver};
+use log::{error, info, warn};
+
+use crate::alloc::capacity::{self, Capacity, PoolSizes};
+use crate::config::{RawConfig, DEFAULT_CONFIG_PATH};
+
+use super::{chain, exit, status_line, Running};
+
+/// From SIGTERM to exit, whatever the cloud or the disk is doing (SPEC
+/// promises 10 s).
+const STOP_DEADLINE: Duration = Duration::from_secs(8);
+
+enum Stop {
+    Signal(i32),
+    Fatal(String),
+}
+
+pub(super) fn signals() -> Result<(Receiver<i32>, signal_hook::iterator::Handle), std::io::Error> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    let handle = signals.handle();
+    let (tx, rx) = bounded(8);
+    std::thread::Builder::new()
+        .name("eniipd-signals".into())
+        .spawn(move || {
+            for s in signals.forever() {
+                if tx.send(s).is_err() {
+                    break;
+                }
+            }
+        })?;
+    Ok((rx, handle))
+}
+
+fn reload(r: &Running) {
+    let Some(path) = r
+        .config_path
+        .clone()
+        .or_else(|| (r.sim.is_none()).then(|| PathBuf::from(DEFAULT_CONFIG_PATH)))
+    else {
+        info!("SIGHUP: no config file to reload");
+        return;
+    };
+    match RawConfig::load(&path).and_then(|raw| raw.validate()) {
+        Ok(new) => {
+            let old = r.cfg.effective();
+            for (k, v) in new.effective() {
+                let was = old.iter().find(|(ok, _)| *ok == k).map(|(_, v)| v);
+                if was != Some(&v) && !capacity::RELOADABLE.contains(&k.as_str()) {
+                    warn!("SIGHUP: {k} changed; it takes effect only after a restart");
+                }
+            }
+            let mut notes = Vec::new();
+            let cap: Capacity =
+                capacity::compute(&r.limits, &r.cfg, PoolSizes::of(&new), &mut notes);
+            for n in &notes {
+                warn!("SIGHUP: {n}");
+            }
+            let mut view = capacity::effective_view(&r.cfg, &cap);
+            // The view shows the reloaded keys; the rest is what runs.
+            for (k, v) in &mut view {
+                if k == "min_eni" {
+                    *v = new.min_eni.to_string();
+                }
+            }
+            match r.alloc.reload(cap, view) {
+                Ok(c) => info!("SIGHUP: idle pool now {}..{}", c.min_idle, c.max_idle),
+                Err(e) => warn!("SIGHUP: reload failed: {e}"),
+            }
+        }
+        Err(e) => warn!("SIGHUP: {}; keeping the current pool sizes", chain(&e)),
+    }
+}
+
+/// How often the `STATUS=` line is refreshed (only sent when it changed).
+const STATUS_EVERY: Duration = Duration::from_secs(5);
+
+pub(super) fn serve(r: Running, sig_rx: &Receiver<i32>) -> i32 {
+    let watchdog = crate::systemd::watchdog_interval().map(|d| tick(d / 2));
+    // `systemctl status` shows the pool counters, refreshed when they change.
+    let status_tick = r.notifier.is_active().then(|| tick(STATUS_EVERY));
+    let mut last_status = String::new();
+    // A store that failed (a compaction, between requests) can make
+    // nothing durable any more: say so and stop at once (exit 1; systemd
+    // restarts it), not at the next alloc.
+    let store_failures = r.committer.failures();
+    let never = crossbeam_channel::never();
+    let stop = loop {
+        select! {
+            recv(sig_rx) -> s => match s {
+                Ok(signal_hook::consts::SIGHUP) => reload(&r),
+                Ok(s) => break Stop::Signal(s),
+                Err(_) => break Stop::Fatal("signal thread ended".into()),
+            },
+            recv(r.alloc.fatal()) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "allocator stopped".into())),
+            recv(store_failures) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "the state store stopped".into())),
+            recv(status_tick.as_ref().unwrap_or(&never)) -> _ => {
+                let text = status_line(&r.alloc.commands());
+                if !text.is_empty() && text != last_status {
+                    let _ = r.notifier.status(&text);
+                    last_status = text;
+                }
+            }
+            recv(watchdog.as_ref().unwrap_or(&never)) -> _ => {
+                // Only while the allocator answers: a wedged pool thread
+                // lets systemd's watchdog restart the daemon.
+                if r.alloc.ping(Duration::from_secs(2)) {
+                    let _ = r.notifier.watchdog();
+                }
+            }
+        }
+    };
+    let code = match &stop {
+        Stop::Signal(s) => {
+            info!("signal {s}: stopping");
+            exit::OK
+        }
+        Stop::Fatal(m) => {
+            error!("stopping: {m}");
+            exit::FAILURE
+        }
+    };
+    let _ = r.notifier.stopping();
+    stop_all(r, code)
+}
+
+/// The whole stop, against ONE deadline (cloud-hypervisor's shape): every
+/// component is told at once (the allocator fails its waiters, the
+/// listener stops accepting), then each is joined, latest started first,
+/// until the same instant. What is left then (a thread in a cloud call, a
+/// disk that does not answer) is named in the log, not waited for.
+fn stop_all(r: Running, code: i32) -> i32 {
+    let started = Instant::now();
+    let until = started + STOP_DEADLINE;
+    r.alloc.begin_stop();
+    if let Some(m) = r.metrics_http {
+        m.shutdown_until(until);
+    }
+    r.server.shutdown(until);
+    let stragglers = r.alloc.stop_actor(until);
+    drop(r.alloc);
+    // The actor is gone, so nothing submits to the store any more: it
+    // makes the last submissions durable and writes its snapshot, then the
+    // threads still in cloud calls get what is left of the deadline.
+    let mut code = code;
+    match Arc::try_unwrap(r.committer) {
+        Ok(store) => match store.close_until(until) {
+            Ok(()) => {}
+            Err(e @ crate::store::StoreError::NotDurable { .. }) => {
+                error!(
+                    "the state directory did not answer within the stop deadline: {e} (every acknowledged change was already durable; the next start replays the log)"
+                );
+                code = exit::NOT_DURABLE;
+            }
+            Err(e) => {
+                error!("closing the state failed: {e}");
+                code = exit::NOT_DURABLE;
+            }
+        },
+        Err(_) => {
+            warn!("the state store is still shared; its log is complete, the snapshot is skipped")
+        }
+    }
+    crate::alloc::join_all(stragglers, until);
+    if let Some(s) = &r.socket {
+        s.remove_if_ours();
+    }
+    if let Some(sim) = r.sim {
+        sim.shutdown();
+    }
+    // The emulator's world is gone with it: its state directory is too.
+    if let Some(d) = &r.sim_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    info!("stopped in {:?}", started.elapsed());
+    code
+}
