@@ -43,6 +43,7 @@ fn run(node: &File, plugin: &str, cmd: &str, id: &str, netns: &Path, conf: &Valu
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // SAFETY: only an async-signal-safe system call between fork and exec.
+    #[allow(unsafe_code)]
     unsafe {
         c.pre_exec(move || {
             nix::sched::setns(ns.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET)

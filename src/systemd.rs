@@ -136,6 +136,7 @@ pub fn take_listener() -> io::Result<Option<UnixListener>> {
     use nix::sys::socket::{getsockopt, sockopt, AddressFamily, SockType};
     // SAFETY: systemd hands this process fd 3 (LISTEN_FDS >= 1 and
     // LISTEN_PID matches) and nothing else in the process owns it.
+    #[allow(unsafe_code)]
     let fd = unsafe { OwnedFd::from_raw_fd(FD) };
     nix::fcntl::fcntl(
         &fd,

@@ -19,10 +19,10 @@ use crate::store::{PersistedState, Record, StoreError};
 
 use super::Journal;
 
-pub const INSTANCE: &str = "i-fake0001";
+pub(crate) const INSTANCE: &str = "i-fake0001";
 
 #[derive(Debug, Clone)]
-pub struct FakeEni {
+pub(crate) struct FakeEni {
     pub id: String,
     pub mac: String,
     pub status: EniStatus,
@@ -56,7 +56,7 @@ struct State {
 }
 
 /// The fake cloud.
-pub struct FakeCloud {
+pub(crate) struct FakeCloud {
     state: Mutex<State>,
     pub limits: InstanceTypeLimits,
     pub op_latency: Duration,
@@ -67,7 +67,7 @@ pub struct FakeCloud {
 impl FakeCloud {
     /// A fake instance with `enis` ENIs of `ips` addresses each, on
     /// vswitch `vsw-a` (and `vsw-b`), `free` addresses each.
-    pub fn new(enis: u32, ips: u32, free: u64) -> Arc<FakeCloud> {
+    pub(crate) fn new(enis: u32, ips: u32, free: u64) -> Arc<FakeCloud> {
         let mut vswitches = BTreeMap::new();
         vswitches.insert(
             "vsw-a".to_string(),
@@ -122,14 +122,14 @@ impl FakeCloud {
         })
     }
 
-    pub fn with_latency(self: Arc<Self>, d: Duration) -> Arc<FakeCloud> {
+    pub(crate) fn with_latency(self: Arc<Self>, d: Duration) -> Arc<FakeCloud> {
         let mut me = Arc::into_inner(self).expect("configure before sharing");
         me.op_latency = d;
         Arc::new(me)
     }
 
     /// The next `count` calls of `action` fail with `code`.
-    pub fn fail(&self, action: &str, code: &str, status: u16, count: usize) {
+    pub(crate) fn fail(&self, action: &str, code: &str, status: u16, count: usize) {
         let e = CloudError::api(
             action,
             status,
@@ -143,39 +143,39 @@ impl FakeCloud {
             .push_back((action.to_string(), e, count));
     }
 
-    pub fn set_free(&self, vsw: &str, free: u64) {
+    pub(crate) fn set_free(&self, vsw: &str, free: u64) {
         if let Some(v) = self.state.lock().vswitches.get_mut(vsw) {
             v.free = free;
         }
     }
 
-    pub fn calls(&self, action: &str) -> usize {
+    pub(crate) fn calls(&self, action: &str) -> usize {
         self.state.lock().calls.get(action).copied().unwrap_or(0)
     }
 
-    pub fn assign_sizes(&self) -> Vec<usize> {
+    pub(crate) fn assign_sizes(&self) -> Vec<usize> {
         self.state.lock().assign_sizes.clone()
     }
 
-    pub fn log(&self) -> Vec<String> {
+    pub(crate) fn log(&self) -> Vec<String> {
         self.state.lock().log.clone()
     }
 
-    pub fn max_concurrent_ops(&self) -> usize {
+    pub(crate) fn max_concurrent_ops(&self) -> usize {
         self.max_in_flight.load(Ordering::SeqCst)
     }
 
-    pub fn enis(&self) -> Vec<FakeEni> {
+    pub(crate) fn enis(&self) -> Vec<FakeEni> {
         self.state.lock().enis.values().cloned().collect()
     }
 
     /// Adds an ENI directly (recovery tests).
-    pub fn insert(&self, e: FakeEni) {
+    pub(crate) fn insert(&self, e: FakeEni) {
         self.state.lock().enis.insert(e.id.clone(), e);
     }
 
     /// Assigns one address behind the allocator's back.
-    pub fn assign_ipv4_direct(&self, id: &str) {
+    pub(crate) fn assign_ipv4_direct(&self, id: &str) {
         let mut st = self.state.lock();
         let vsw = st.enis[id].vswitch.clone();
         let new = Self::take_ips(&mut st, &vsw, 1).unwrap();
@@ -183,19 +183,19 @@ impl FakeCloud {
     }
 
     /// Assigns one IPv6 address behind the allocator's back.
-    pub fn assign_ipv6_direct(&self, id: &str) {
+    pub(crate) fn assign_ipv6_direct(&self, id: &str) {
         let mut st = self.state.lock();
         let new = Self::v6s(&mut st, 1);
         st.enis.get_mut(id).unwrap().v6.extend(new);
     }
 
     /// Makes metadata stop listing an ENI.
-    pub fn hide_from_metadata(&self, mac: &str) {
+    pub(crate) fn hide_from_metadata(&self, mac: &str) {
         self.state.lock().md_hidden.insert(mac.to_string());
     }
 
     /// Every secondary (non-primary-ENI) address in the cloud.
-    pub fn managed_ips(&self) -> Vec<Ipv4Addr> {
+    pub(crate) fn managed_ips(&self) -> Vec<Ipv4Addr> {
         self.state
             .lock()
             .enis
@@ -548,7 +548,7 @@ impl MetadataApi for FakeCloud {
 
 /// A journal in memory, with an optional injected failure.
 #[derive(Default)]
-pub struct MemJournal {
+pub(crate) struct MemJournal {
     pub state: Mutex<PersistedState>,
     pub fail: std::sync::atomic::AtomicBool,
     pub commits: AtomicUsize,

@@ -492,20 +492,6 @@ pub fn describe_instance_attribute(
     Ok(jv::strings(&v, &["SecurityGroupIds", "SecurityGroupId"]))
 }
 
-/// DescribeSecurityGroups: the ids among `ids` that exist.
-pub fn describe_security_groups(c: &RpcClient, ids: &[String]) -> Result<Vec<String>, CloudError> {
-    let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".into());
-    let p = vec![
-        ("SecurityGroupIds".to_string(), list),
-        ("MaxResults".to_string(), "100".to_string()),
-    ];
-    let v = c.call("DescribeSecurityGroups", &p, CallOpts::default())?;
-    Ok(jv::list(&v, &["SecurityGroups", "SecurityGroup"])
-        .into_iter()
-        .map(|g| jv::s(g, "SecurityGroupId"))
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

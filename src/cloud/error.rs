@@ -247,6 +247,12 @@ impl fmt::Display for CloudError {
 
 impl fmt::Debug for CloudError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl fmt::Debug for Detail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CloudError")
             .field("kind", &self.kind)
             .field("action", &self.action)

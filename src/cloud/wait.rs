@@ -87,17 +87,6 @@ pub fn wait_mac_present(
     })
 }
 
-/// Waits until metadata no longer lists `mac`.
-pub fn wait_mac_absent(
-    md: &dyn MetadataApi,
-    mac: &str,
-    deadline: Instant,
-) -> Result<(), CloudError> {
-    poll(&format!("{mac} to leave metadata"), deadline, || {
-        Ok((!md.macs()?.iter().any(|m| m.eq_ignore_ascii_case(mac))).then_some(()))
-    })
-}
-
 fn describe_one(api: &dyn CloudApi, eni_id: &str) -> Result<Option<Eni>, CloudError> {
     let q = EniQuery {
         eni_ids: vec![eni_id.to_string()],

@@ -29,6 +29,7 @@ pub struct Answer {
 }
 
 /// One connection to eniipd.
+#[derive(Debug)]
 pub struct Client {
     writer: UnixStream,
     reader: BufReader<UnixStream>,

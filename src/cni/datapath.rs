@@ -90,6 +90,7 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
 }
 
 /// What an attachment needs.
+#[derive(Debug)]
 pub struct Attach<'a> {
     /// The pod address.
     pub ip: Ipv4Addr,
@@ -271,6 +272,7 @@ pub fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
 }
 
 /// What CHECK expects.
+#[derive(Debug)]
 pub struct Expect<'a> {
     /// The pod address.
     pub ip: Ipv4Addr,

@@ -119,12 +119,23 @@ pub fn is_missing(e: &io::Error) -> bool {
         || is_errno(e, nix::libc::ESRCH)
 }
 
+impl std::fmt::Debug for Netlink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Netlink")
+            .field("seq", &self.seq)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Netlink {
     /// A socket in the calling thread's network namespace.
     pub fn open() -> io::Result<Netlink> {
         let mut sock = Socket::new(NETLINK_ROUTE)?;
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
+        // SAFETY: `sock` owns the fd and outlives this borrow, which ends
+        // with the setsockopt below.
+        #[allow(unsafe_code)]
         let fd = unsafe { BorrowedFd::borrow_raw(sock.as_raw_fd()) };
         nix::sys::socket::setsockopt(
             &fd,

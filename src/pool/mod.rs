@@ -201,11 +201,6 @@ impl PoolState {
         }
     }
 
-    /// True in dual stack.
-    pub fn is_dual(&self) -> bool {
-        self.dual
-    }
-
     /// Adds an ENI (its addresses are added separately).
     pub fn add_eni(&mut self, eni: PoolEni) {
         self.enis.insert(eni.id.clone(), eni);
@@ -676,16 +671,6 @@ impl PoolState {
         if let Some(ip) = self.ips.get_mut(&v4) {
             ip.lost = false;
         }
-    }
-
-    /// Marks an address invalid (refused by the cloud).
-    pub fn invalidate(&mut self, v4: Ipv4Addr, reason: &str) {
-        self.set_state(
-            v4,
-            IpState::Invalid {
-                reason: reason.into(),
-            },
-        );
     }
 }
 

@@ -128,6 +128,14 @@ const MAX_KEEP: usize = 100_000;
 static CLIENT_LOG: std::sync::LazyLock<RateLimit> =
     std::sync::LazyLock::new(|| RateLimit::new(10, Duration::from_secs(10)));
 
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("connections", &self.connections())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Server {
     /// Starts serving `listener`.
     pub fn start(

@@ -43,6 +43,7 @@ fn peer_groups(stream: &UnixStream) -> Option<Vec<u32>> {
     let mut len = (groups.len() * std::mem::size_of::<nix::libc::gid_t>()) as nix::libc::socklen_t;
     // SAFETY: the buffer is valid for `len` bytes and outlives the call;
     // the kernel writes at most `len` bytes and stores the size used.
+    #[allow(unsafe_code)]
     let rc = unsafe {
         nix::libc::getsockopt(
             stream.as_raw_fd(),

@@ -31,9 +31,9 @@ use super::snapshot::LogRef;
 use super::{rewrite, Store, StoreError};
 
 /// How long [`Committer::close`] waits for the disk.
-pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long dropping a [`Committer`] waits for the disk.
-pub const DROP_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DROP_TIMEOUT: Duration = Duration::from_secs(2);
 
 type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 

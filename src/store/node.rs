@@ -9,7 +9,7 @@ use super::snapshot::write_atomic;
 use super::{Store, StoreError};
 
 /// The file in the state directory.
-pub const NODE_ID_FILE: &str = "node-id";
+pub(crate) const NODE_ID_FILE: &str = "node-id";
 
 impl Store {
     /// This state directory's node id, made (durably) on first use.

@@ -26,13 +26,13 @@ use crate::util::encoding::crc32;
 use super::record::PersistedState;
 
 /// `format` value.
-pub const FORMAT: &str = "eniipd-state";
+pub(crate) const FORMAT: &str = "eniipd-state";
 /// Version written.
-pub const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 2;
 
 /// A log, by its generation and how many frames it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LogRef {
+pub(crate) struct LogRef {
     /// The log header's generation.
     pub generation: u64,
     /// Its frame count.
@@ -41,7 +41,7 @@ pub struct LogRef {
 
 /// A decoded snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Format version of the file.
     pub version: u32,
     /// Its generation.
@@ -79,7 +79,7 @@ fn checksum_of(fields: &serde_json::Map<String, Value>) -> u32 {
 }
 
 /// Encodes a snapshot; returns the bytes and the checksum.
-pub fn encode(
+pub(crate) fn encode(
     generation: u64,
     supersedes: Option<LogRef>,
     state: &PersistedState,
@@ -108,7 +108,7 @@ pub fn encode(
 /// Decodes a snapshot; `Err` says what is wrong. Whether the state adds
 /// up is the loader's question: a plain open refuses it, a recovering one
 /// salvages what does not collide.
-pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON: {e}"))?;
     let Value::Object(fields) = v else {
         return Err("not a JSON object".into());
@@ -173,7 +173,7 @@ fn decode_v1(fields: serde_json::Map<String, Value>) -> Result<Snapshot, String>
 }
 
 /// Writes `bytes` to `dir/name` atomically and durably.
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = OpenOptions::new()
         .write(true)
@@ -189,7 +189,7 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Makes a rename or create in `dir` durable.
-pub fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 

@@ -30,19 +30,19 @@ use crate::util::encoding::crc32;
 use super::record::Record;
 
 /// Header magic.
-pub const WAL_MAGIC: &[u8; 8] = b"ENIIPWAL";
+pub(crate) const WAL_MAGIC: &[u8; 8] = b"ENIIPWAL";
 /// Format version written.
-pub const WAL_VERSION: u32 = 2;
+pub(crate) const WAL_VERSION: u32 = 2;
 /// The older version still read.
-pub const WAL_VERSION_1: u32 = 1;
+pub(crate) const WAL_VERSION_1: u32 = 1;
 /// Header length.
-pub const HEADER_LEN: usize = 28;
+pub(crate) const HEADER_LEN: usize = 28;
 /// Frame magic.
-pub const FRAME_MAGIC: u32 = 0x3149_4E45;
+pub(crate) const FRAME_MAGIC: u32 = 0x3149_4E45;
 /// Frame header length.
-pub const FRAME_HEADER_LEN: usize = 24;
+pub(crate) const FRAME_HEADER_LEN: usize = 24;
 /// Largest frame payload accepted (a batch is far smaller).
-pub const MAX_FRAME: usize = 64 << 20;
+pub(crate) const MAX_FRAME: usize = 64 << 20;
 /// The unit in which a disk persists or loses a write: an unwritten one
 /// reads back as zeros.
 const SECTOR: usize = 512;
@@ -52,7 +52,7 @@ const V1_FRAME_HEADER_LEN: usize = 12;
 
 /// Encodes the header of a log following the snapshot of `generation`
 /// whose checksum is `snapshot_crc` (0: no snapshot).
-pub fn header(generation: u64, snapshot_crc: u32) -> Vec<u8> {
+pub(crate) fn header(generation: u64, snapshot_crc: u32) -> Vec<u8> {
     let mut v = Vec::with_capacity(HEADER_LEN);
     v.extend_from_slice(WAL_MAGIC);
     v.extend_from_slice(&WAL_VERSION.to_le_bytes());
@@ -64,7 +64,7 @@ pub fn header(generation: u64, snapshot_crc: u32) -> Vec<u8> {
 }
 
 /// Encodes frame number `seq` of a log.
-pub fn frame(seq: u64, records: &[Record]) -> Vec<u8> {
+pub(crate) fn frame(seq: u64, records: &[Record]) -> Vec<u8> {
     // Serializing plain data into a Vec cannot fail.
     let payload = serde_json::to_vec(records).unwrap_or_else(|_| b"[]".to_vec());
     let mut v = Vec::with_capacity(FRAME_HEADER_LEN + payload.len());
@@ -80,7 +80,7 @@ pub fn frame(seq: u64, records: &[Record]) -> Vec<u8> {
 
 /// What a scan found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scan {
+pub(crate) struct Scan {
     /// Format version of the file.
     pub version: u32,
     /// Generation from the header.
@@ -98,7 +98,7 @@ pub struct Scan {
 
 /// Why a log cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScanError {
+pub(crate) struct ScanError {
     /// Where.
     pub offset: Option<u64>,
     /// What.
@@ -188,7 +188,7 @@ fn is_torn(rest: &[u8], seq: u64) -> bool {
 }
 
 /// Parses a whole log file.
-pub fn scan(bytes: &[u8]) -> Result<Scan, ScanError> {
+pub(crate) fn scan(bytes: &[u8]) -> Result<Scan, ScanError> {
     let bad_header = |offset: u64, what: String| ScanError {
         offset: Some(offset),
         what,
@@ -358,11 +358,11 @@ fn scan_v1(bytes: &[u8]) -> Result<Scan, ScanError> {
 
 /// Version 1 encoders, for the tests that check version 1 is still read.
 #[cfg(test)]
-pub mod v1 {
+pub(crate) mod v1 {
     use super::*;
 
     /// A version 1 header.
-    pub fn header(generation: u64) -> Vec<u8> {
+    pub(crate) fn header(generation: u64) -> Vec<u8> {
         let mut v = WAL_MAGIC.to_vec();
         v.extend_from_slice(&WAL_VERSION_1.to_le_bytes());
         v.extend_from_slice(&generation.to_le_bytes());
@@ -370,7 +370,7 @@ pub mod v1 {
     }
 
     /// A version 1 frame.
-    pub fn frame(records: &[Record]) -> Vec<u8> {
+    pub(crate) fn frame(records: &[Record]) -> Vec<u8> {
         let payload = serde_json::to_vec(records).unwrap();
         let mut v = FRAME_MAGIC.to_le_bytes().to_vec();
         v.extend_from_slice(&(payload.len() as u32).to_le_bytes());

@@ -15,6 +15,9 @@
 //! socket is a path, reachable from every namespace. Everything is removed
 //! on drop, on success and on failure.
 
+// Shared by several test crates: each uses part of it, and `pub` here
+// means "for the tests", not an API.
+#![allow(unreachable_pub, missing_debug_implementations)]
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -2,6 +2,9 @@
 //! in private temporary directories, with readiness taken from a test
 //! `NOTIFY_SOCKET` (never from sleeps).
 
+// Shared by several test crates: each uses part of it, and `pub` here
+// means "for the tests", not an API.
+#![allow(unreachable_pub, missing_debug_implementations)]
 #![allow(dead_code)]
 
 use std::fs;

@@ -4,9 +4,9 @@
 use super::*;
 
 /// The account that owns everything (OwnerId, `owner-account-id`).
-pub const OWNER_ID: u64 = 1_234_567_890_123_456;
+pub(crate) const OWNER_ID: u64 = 1_234_567_890_123_456;
 /// The image the instance runs.
-pub const IMAGE_ID: &str = "aliyun_3_x64_20G_alibase_20240819.vhd";
+pub(crate) const IMAGE_ID: &str = "aliyun_3_x64_20G_alibase_20240819.vhd";
 
 /// What the instance says about itself, the same in the OpenAPI and in
 /// metadata; derived from the instance id, so stable under a seed.
