@@ -41,12 +41,17 @@ impl VSwitches {
     }
 
     /// Records free-address counts (DescribeVSwitches); an inhibited
-    /// vswitch that has room again is usable again at once. The ids whose
-    /// inhibition was lifted.
-    pub fn set_free(&mut self, counts: impl IntoIterator<Item = (String, u64)>) -> Vec<String> {
+    /// vswitch with at least `lift_at` free addresses (refilled, not just
+    /// the last few the failed batch could not use) is usable again at
+    /// once. The ids whose inhibition was lifted.
+    pub fn set_free(
+        &mut self,
+        counts: impl IntoIterator<Item = (String, u64)>,
+        lift_at: u64,
+    ) -> Vec<String> {
         let mut lifted = Vec::new();
         for (id, free) in counts {
-            if free > 0 && self.inhibited_until_ms.remove(&id).is_some() {
+            if free >= lift_at.max(1) && self.inhibited_until_ms.remove(&id).is_some() {
                 lifted.push(id.clone());
             }
             self.free.insert(id, free);
@@ -122,7 +127,7 @@ mod tests {
             vec!["a".into(), "b".into(), "c".into()],
             VSwitchPolicy::Ordered,
         );
-        v.set_free([("a".to_string(), 10), ("b".to_string(), 300)]);
+        v.set_free([("a".to_string(), 10), ("b".to_string(), 300)], u64::MAX);
         let ids: Vec<String> = v.order(0).into_iter().map(|c| c.id).collect();
         assert_eq!(ids, vec!["b", "a", "c"]);
         v.inhibit("b", 1000);

@@ -30,7 +30,8 @@ impl Actor {
             Event::EniFailed { op, error, leaked } => self.on_eni_failed(op, &error, leaked),
             Event::EniFreed { eni, result } => self.on_eni_freed(eni, result),
             Event::VSwitchFree(counts) => {
-                for id in self.vsw.set_free(counts) {
+                let lift_at = self.opts.max_ips_per_call as u64;
+                for id in self.vsw.set_free(counts, lift_at) {
                     info!("{id} has free addresses again: no longer inhibited");
                 }
             }

@@ -170,7 +170,7 @@ impl Actor {
         requests_tx: Sender<Request>,
     ) -> Actor {
         let mut vsw = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
-        vsw.set_free(opts.vswitch_free.iter().cloned());
+        vsw.set_free(opts.vswitch_free.iter().cloned(), u64::MAX);
         let eni_permits = pool
             .enis
             .keys()
