@@ -159,8 +159,14 @@ pub fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> {
             Value::String(s) => s.clone(),
             _ => jv::s(item, "Ipv4Prefix"),
         };
-        if !s.is_empty() {
-            ipv4_prefixes.push(super::prefix::parse(action, &s)?);
+        // Tolerated, not fatal: one prefix this build cannot read (another
+        // length, a future form) must not make every describe fail and
+        // stop a daemon that serves single addresses (debug: a reconcile
+        // would repeat it every period).
+        match super::prefix::parse(action, &s) {
+            Ok(p) => ipv4_prefixes.push(p),
+            Err(e) if !s.is_empty() => log::debug!("{id}: IPv4 prefix ignored: {e}"),
+            Err(_) => {}
         }
     }
     let mut tags = BTreeMap::new();

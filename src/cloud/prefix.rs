@@ -212,13 +212,15 @@ mod tests {
             let e = ecs::eni_from_json("DescribeNetworkInterfaces", &v).unwrap();
             assert!(e.ipv4_prefixes.is_empty(), "{body}");
         }
-        // A malformed prefix is a decode error, not a silent drop.
+        // A prefix this build cannot read is skipped (logged), the ENI and
+        // its other prefixes kept: a describe must not fail on it.
         let v: serde_json::Value = serde_json::from_str(
-            r#"{"NetworkInterfaceId":"eni-3","Ipv4PrefixSets":{"Ipv4PrefixSet":[{"Ipv4Prefix":"10.0.0.17/28"}]}}"#,
+            r#"{"NetworkInterfaceId":"eni-3","Ipv4PrefixSets":{"Ipv4PrefixSet":[
+                {"Ipv4Prefix":"10.0.0.0/27"},{"Ipv4Prefix":"10.0.0.64/28"}]}}"#,
         )
         .unwrap();
-        let e = ecs::eni_from_json("DescribeNetworkInterfaces", &v).unwrap_err();
-        assert_eq!(e.kind, CloudErrorKind::Decode);
+        let e = ecs::eni_from_json("DescribeNetworkInterfaces", &v).unwrap();
+        assert_eq!(e.ipv4_prefixes, vec!["10.0.0.64/28".parse().unwrap()]);
         let a: serde_json::Value = serde_json::from_str(
             r#"{"RequestId":"R","AssignedPrivateIpAddressesSet":{"NetworkInterfaceId":"eni-1",
                 "PrivateIpSet":{"PrivateIpAddress":[]},"Ipv4PrefixSet":{"Ipv4Prefixes":["10.0.0.64/28"]}}}"#,
