@@ -243,6 +243,13 @@ fn prefixes_are_assigned_described_counted_and_given_back() {
     )
     .unwrap();
 
+    // Calls carrying prefixes are counted apart: the create, the assign
+    // and the over-quota probe with a prefix, the two unassigns (the
+    // single-address calls are not).
+    let pc = &sim.state()["prefix_calls"];
+    assert_eq!(pc["CreateNetworkInterface"], 1, "{pc}");
+    assert_eq!(pc["AssignPrivateIpAddresses"], 2, "{pc}");
+    assert_eq!(pc["UnassignPrivateIpAddresses"], 2, "{pc}");
     // Deleting the ENI gives every block back.
     call(&c, "DeleteNetworkInterface", &[("NetworkInterfaceId", &id)]).unwrap();
     assert_eq!(vsw_state(&sim)["free"].as_u64().unwrap(), free0);

@@ -268,6 +268,14 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     let (delay, fault) = {
         let mut w = sh.world.lock();
         *w.calls.entry(action.clone()).or_default() += 1;
+        // Counted apart: how many calls carried prefixes is what prefix
+        // mode's call economy is judged by.
+        if params
+            .keys()
+            .any(|k| k == "Ipv4PrefixCount" || k.starts_with("Ipv4Prefix."))
+        {
+            *w.prefix_calls.entry(action.clone()).or_default() += 1;
+        }
         *w.signatures
             .entry(if v3 { "v3" } else { "v1" })
             .or_default() += 1;

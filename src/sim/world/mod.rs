@@ -150,6 +150,8 @@ pub struct World {
     pub calls: BTreeMap<String, u64>,
     /// Authenticated requests per signature version (`v3`, `v1`).
     pub signatures: BTreeMap<&'static str, u64>,
+    /// Calls by action that carried IPv4 prefix parameters.
+    pub prefix_calls: BTreeMap<String, u64>,
     region_prefix: String,
     macs: HashSet<String>,
     created_at: Instant,
@@ -213,6 +215,7 @@ impl World {
             enis: BTreeMap::new(),
             calls: BTreeMap::new(),
             signatures: BTreeMap::new(),
+            prefix_calls: BTreeMap::new(),
             region_prefix,
             macs: HashSet::new(),
             created_at: now,
@@ -536,6 +539,7 @@ impl World {
             })).collect::<Vec<_>>(),
             "calls": self.calls,
             "signatures": self.signatures,
+            "prefix_calls": self.prefix_calls,
         })
     }
 
