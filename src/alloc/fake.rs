@@ -283,6 +283,7 @@ impl FakeCloud {
             primary_ip: e.v4.first().copied(),
             private_ips: e.v4.clone(),
             ipv6s: e.v6.clone(),
+            ipv4_prefixes: Vec::new(),
             security_group_ids: e.sgs.clone(),
             tags: e.tags.clone(),
             created_at: Some(0),

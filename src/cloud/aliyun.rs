@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::credentials::{CredentialProvider, CredentialSource};
 use super::error::{CloudError, CloudErrorKind};
 use super::metadata::MetadataClient;
+use super::prefix::{self, Ipv4Prefix};
 use super::ratelimit::RateLimiter;
 use super::retry::RetryPolicy;
 use super::rpc::{RpcClient, Timeouts};
@@ -164,6 +165,30 @@ impl CloudApi for AliyunCloud {
 
     fn unassign_ipv6(&self, eni_id: &str, ips: &[Ipv6Addr]) -> Result<(), CloudError> {
         ecs::unassign_ipv6_addresses(&self.ecs, eni_id, ips)
+    }
+
+    fn assign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        count: usize,
+    ) -> Result<Vec<Ipv4Prefix>, CloudError> {
+        prefix::assign_ipv4_prefixes(&self.ecs, eni_id, count)
+    }
+
+    fn unassign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv4Prefix],
+    ) -> Result<(), CloudError> {
+        prefix::unassign_ipv4_prefixes(&self.ecs, eni_id, prefixes)
+    }
+
+    fn create_eni_with_prefixes(
+        &self,
+        req: &CreateEni,
+        prefixes: usize,
+    ) -> Result<Eni, CloudError> {
+        prefix::create_network_interface_with_prefixes(&self.ecs, req, prefixes)
     }
 
     fn metadata(&self) -> &dyn MetadataApi {

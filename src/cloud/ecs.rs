@@ -153,6 +153,22 @@ pub fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> {
             ipv6s.push(parse_v6(action, &s)?);
         }
     }
+    let mut ipv4_prefixes = Vec::new();
+    for item in jv::list(v, &["Ipv4PrefixSets", "Ipv4PrefixSet"]) {
+        let s = match item {
+            Value::String(s) => s.clone(),
+            _ => jv::s(item, "Ipv4Prefix"),
+        };
+        // Tolerated, not fatal: one prefix this build cannot read (another
+        // length, a future form) must not make every describe fail and
+        // stop a daemon that serves single addresses (debug: a reconcile
+        // would repeat it every period).
+        match super::prefix::parse(action, &s) {
+            Ok(p) => ipv4_prefixes.push(p),
+            Err(e) if !s.is_empty() => log::debug!("{id}: IPv4 prefix ignored: {e}"),
+            Err(_) => {}
+        }
+    }
     let mut tags = BTreeMap::new();
     for t in jv::list(v, &["Tags", "Tag"]) {
         let k = jv::s(t, "TagKey");
@@ -192,6 +208,7 @@ pub fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> {
         primary_ip,
         private_ips,
         ipv6s,
+        ipv4_prefixes,
         security_group_ids: jv::strings(v, &["SecurityGroupIds", "SecurityGroupId"]),
         tags,
         created_at: crate::util::time::parse_rfc3339(&created),
@@ -200,6 +217,16 @@ pub fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> {
 
 /// CreateNetworkInterface (with its initial addresses, tags and a ClientToken).
 pub fn create_network_interface(c: &RpcClient, req: &CreateEni) -> Result<Eni, CloudError> {
+    create_network_interface_with(c, req, &[])
+}
+
+/// CreateNetworkInterface with more parameters (the prefix form, see
+/// [`super::prefix`]).
+pub fn create_network_interface_with(
+    c: &RpcClient,
+    req: &CreateEni,
+    extra: &[(String, String)],
+) -> Result<Eni, CloudError> {
     const A: &str = "CreateNetworkInterface";
     let mut p = vec![
         ("VSwitchId".to_string(), req.vswitch_id.clone()),
@@ -217,6 +244,7 @@ pub fn create_network_interface(c: &RpcClient, req: &CreateEni) -> Result<Eni, C
         p.push(("Ipv6AddressCount".into(), req.ipv6_count.to_string()));
     }
     tags(&mut p, &req.tags);
+    p.extend_from_slice(extra);
     let v = c.call(
         A,
         &p,
@@ -375,6 +403,16 @@ pub fn unassign_private_ip_addresses(
 /// the whole batch with `InvalidIp.IpUnassigned`. Only a single address's
 /// refusal proves it gone, so a refused batch is retried one by one rather
 /// than taken as success for addresses that are still there.
+pub(super) fn unassign_field<T: ToString>(
+    c: &RpcClient,
+    action: &str,
+    field: &str,
+    eni: &str,
+    items: &[T],
+) -> Result<(), CloudError> {
+    unassign(c, action, field, eni, items)
+}
+
 fn unassign<T: ToString>(
     c: &RpcClient,
     action: &str,

@@ -23,6 +23,11 @@ pub enum CloudErrorKind {
     /// The vswitch has no free IP (`InvalidVSwitchId.IpNotEnough`,
     /// `QuotaExceeded.PrivateIpAddress`): inhibit the vswitch.
     Exhausted,
+    /// The vswitch has no free /28 for an IPv4 prefix (a call carrying
+    /// prefixes refused with `InvalidVSwitchId.IpNotEnough`, or a
+    /// prefix-specific code): single addresses may still be had, so the
+    /// vswitch is not inhibited for them.
+    PrefixExhausted,
     /// A per-ENI or per-instance limit (`EniPerInstanceLimitExceeded`,
     /// `InvalidOperation.Ipv4CountExceeded`, `MaxEniCountExceeded`, ...).
     LimitExceeded,
@@ -51,6 +56,7 @@ impl CloudErrorKind {
             CloudErrorKind::Throttled => "throttled",
             CloudErrorKind::Server => "server",
             CloudErrorKind::Exhausted => "exhausted",
+            CloudErrorKind::PrefixExhausted => "prefix-exhausted",
             CloudErrorKind::LimitExceeded => "limit",
             CloudErrorKind::NotFound => "not-found",
             CloudErrorKind::InvalidState => "invalid-state",
@@ -181,6 +187,12 @@ impl CloudError {
     pub fn is_exhausted(&self) -> bool {
         self.kind == CloudErrorKind::Exhausted
     }
+
+    /// True when the vswitch has no free /28 for a prefix (it may still
+    /// have single addresses).
+    pub fn is_prefix_exhausted(&self) -> bool {
+        self.kind == CloudErrorKind::PrefixExhausted
+    }
 }
 
 /// Classifies a service error by code first (the gateway's statuses vary),
@@ -189,6 +201,13 @@ pub fn classify(status: u16, code: &str) -> CloudErrorKind {
     match code {
         "InvalidVSwitchId.IpNotEnough" | "QuotaExceeded.PrivateIpAddress" => {
             CloudErrorKind::Exhausted
+        }
+        // No prefix-specific code is published; should the service answer
+        // one, it is exhaustion of prefixes only.
+        c if c.contains("Prefix")
+            && (c.contains("NotEnough") || c.contains("Insufficient") || c.contains("Exhaust")) =>
+        {
+            CloudErrorKind::PrefixExhausted
         }
         "EniPerInstanceLimitExceeded"
         | "MaxEniCountExceeded"

@@ -13,6 +13,7 @@ pub mod credentials;
 pub mod ecs;
 pub mod error;
 pub mod metadata;
+pub mod prefix;
 pub mod ratelimit;
 pub mod retry;
 pub mod rpc;
@@ -25,6 +26,7 @@ use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub use error::{CloudError, CloudErrorKind};
+pub use prefix::Ipv4Prefix;
 
 /// The ECS OpenAPI version.
 pub const ECS_VERSION: &str = "2014-05-26";
@@ -152,6 +154,9 @@ pub struct Eni {
     pub private_ips: Vec<Ipv4Addr>,
     /// Every IPv6.
     pub ipv6s: Vec<Ipv6Addr>,
+    /// IPv4 /28 prefixes (`Ipv4PrefixSets`); their addresses are not in
+    /// `private_ips`.
+    pub ipv4_prefixes: Vec<Ipv4Prefix>,
     /// Security groups.
     pub security_group_ids: Vec<String>,
     /// Tags (`TagKey` -> `TagValue`).
@@ -295,6 +300,52 @@ pub trait CloudApi: Send + Sync {
     fn assign_ipv6(&self, eni_id: &str, count: usize) -> Result<Vec<Ipv6Addr>, CloudError>;
     /// UnassignIpv6Addresses; addresses already gone count as success.
     fn unassign_ipv6(&self, eni_id: &str, ips: &[Ipv6Addr]) -> Result<(), CloudError>;
+    /// AssignPrivateIpAddresses with `Ipv4PrefixCount` (1 to 10); returns
+    /// the new /28s. No free /28 is [`CloudErrorKind::PrefixExhausted`].
+    /// The default (implementations without prefixes) refuses.
+    fn assign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        count: usize,
+    ) -> Result<Vec<Ipv4Prefix>, CloudError> {
+        let _ = (eni_id, count);
+        Err(prefixes_unsupported("AssignPrivateIpAddresses"))
+    }
+    /// UnassignPrivateIpAddresses with `Ipv4Prefix.N`; prefixes already
+    /// gone count as success.
+    fn unassign_ipv4_prefixes(
+        &self,
+        eni_id: &str,
+        prefixes: &[Ipv4Prefix],
+    ) -> Result<(), CloudError> {
+        let _ = eni_id;
+        if prefixes.is_empty() {
+            return Ok(());
+        }
+        Err(prefixes_unsupported("UnassignPrivateIpAddresses"))
+    }
+    /// CreateNetworkInterface with `prefixes` /28s besides the primary
+    /// (`req.secondary_ipv4_count` must then be 0); 0 is
+    /// [`CloudApi::create_eni`].
+    fn create_eni_with_prefixes(
+        &self,
+        req: &CreateEni,
+        prefixes: usize,
+    ) -> Result<Eni, CloudError> {
+        if prefixes == 0 {
+            return self.create_eni(req);
+        }
+        Err(prefixes_unsupported("CreateNetworkInterface"))
+    }
     /// The metadata service of this instance.
     fn metadata(&self) -> &dyn MetadataApi;
+}
+
+/// What a [`CloudApi`] without prefix support answers a prefix call.
+fn prefixes_unsupported(action: &str) -> CloudError {
+    CloudError::new(
+        CloudErrorKind::Api,
+        action,
+        "IPv4 prefixes are not supported by this cloud implementation",
+    )
 }

@@ -139,6 +139,7 @@ impl Config {
                 .unwrap_or_else(|| "-".into()),
         );
         push("signature_version", self.signature_version.as_str().into());
+        push("ip_prefix", self.ip_prefix.to_string());
         v
     }
 }

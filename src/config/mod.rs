@@ -131,6 +131,9 @@ pub struct RawConfig {
     pub max_connections: Option<Value>,
     pub metrics_listen: Option<String>,
     pub signature_version: Option<String>,
+    pub ip_prefix: Option<Value>,
+    /// Terway's name for `ip_prefix`.
+    pub enable_ip_prefix: Option<Value>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
 }
@@ -209,6 +212,10 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// OpenAPI signature sent: V3 (ACS3-HMAC-SHA256) unless "v1".
     pub signature_version: SignatureVersion,
+    /// IPv4 /28 prefixes on ENIs instead of single secondary addresses
+    /// (falling back to single addresses where no /28 can be had). IPv4
+    /// only: refused with `ip_stack` "dual".
+    pub ip_prefix: bool,
 }
 
 /// Why a config could not be loaded.
@@ -359,6 +366,18 @@ impl RawConfig {
         for k in unknown {
             w.push(format!("unknown config key `{k}` is ignored"));
         }
+        // The emulator and the cloud client know prefixes; the allocator of
+        // this version does not use them yet, and an operator who asked for
+        // them must not take single addresses for prefix mode.
+        let asked = [&self.ip_prefix, &self.enable_ip_prefix]
+            .iter()
+            .any(|v| v.as_ref().and_then(Value::as_bool) == Some(true));
+        if asked {
+            w.push(
+                "`ip_prefix` is accepted, but this version still assigns single secondary addresses (no /28 prefixes yet)"
+                    .into(),
+            );
+        }
         w
     }
 }
@@ -384,6 +403,60 @@ mod tests {
         assert_eq!(c.vswitch_selection_policy, VSwitchPolicy::Random);
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET_PATH));
         assert_eq!(c.metadata_endpoint, DEFAULT_METADATA_ENDPOINT);
+    }
+
+    #[test]
+    fn ip_prefix_and_its_terway_alias() {
+        assert!(!parse("{}").unwrap().ip_prefix);
+        assert!(parse(r#"{"ip_prefix": true}"#).unwrap().ip_prefix);
+        assert!(parse(r#"{"enable_ip_prefix": true}"#).unwrap().ip_prefix);
+        assert!(!parse(r#"{"enable_ip_prefix": false}"#).unwrap().ip_prefix);
+        assert!(
+            parse(r#"{"ip_prefix": true, "enable_ip_prefix": true}"#)
+                .unwrap()
+                .ip_prefix
+        );
+        // The alias is a known key: no unknown-key warning names it; the
+        // one warning says the allocator does not use prefixes yet.
+        let raw = RawConfig::parse(r#"{"enable_ip_prefix": true}"#).unwrap();
+        assert_eq!(raw.warnings().len(), 1, "{:?}", raw.warnings());
+        assert!(raw.warnings()[0].contains("single secondary addresses"));
+        let raw = RawConfig::parse(r#"{"enable_ip_prefix": false}"#).unwrap();
+        assert!(raw.warnings().is_empty(), "{:?}", raw.warnings());
+        let e = parse(r#"{"ip_prefix": "yes"}"#).unwrap_err().to_string();
+        assert!(
+            e.contains("`ip_prefix`") && e.contains("true or false"),
+            "{e}"
+        );
+        let e = parse(r#"{"ip_prefix": true, "enable_ip_prefix": false}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`enable_ip_prefix`") && e.contains("`ip_prefix`"),
+            "{e}"
+        );
+        // Dual stack and prefixes: refused naming both keys, whichever
+        // spelling was used; dual stack without prefixes is fine.
+        for key in ["ip_prefix", "enable_ip_prefix"] {
+            let e = parse(&format!(r#"{{"ip_stack": "dual", "{key}": true}}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("`{key}`")) && e.contains("`ip_stack`"),
+                "{e}"
+            );
+            assert!(e.contains("allowed"), "{e}");
+        }
+        assert!(
+            !parse(r#"{"ip_stack": "dual", "ip_prefix": false}"#)
+                .unwrap()
+                .ip_prefix
+        );
+        let c = parse(r#"{"ip_prefix": true}"#).unwrap();
+        assert!(c
+            .effective()
+            .iter()
+            .any(|(k, v)| k == "ip_prefix" && v == "true"));
     }
 
     #[test]
@@ -553,6 +626,8 @@ mod proptests {
         "aggregation_window_ms",
         "ecs_endpoint",
         "signature_version",
+        "ip_prefix",
+        "enable_ip_prefix",
     ];
 
     proptest! {
@@ -579,6 +654,7 @@ mod proptests {
                         prop_assert!((1..=10).contains(&c.max_ips_per_call));
                         prop_assert!(c.eni_cap_ratio > 0.0 && c.eni_cap_ratio <= 1.0);
                         prop_assert!(c.socket_mode <= 0o777);
+                        prop_assert!(!(c.ip_prefix && c.ip_stack == IpStack::Dual));
                         prop_assert!(!c.effective().iter().any(|(_, v)| c.access_secret.as_ref().is_some_and(|s| !s.is_empty() && v.contains(s.expose()))));
                     }
                     Err(e) => {

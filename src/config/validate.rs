@@ -139,6 +139,8 @@ impl RawConfig {
             Some(other) => return Err(invalid_str("ip_stack", other, "\"ipv4\" or \"dual\"")),
         };
 
+        let ip_prefix = self.ip_prefix(ip_stack)?;
+
         let eni_tags = self.eni_tags.clone().unwrap_or_default();
         for k in eni_tags.keys() {
             let lower = k.to_ascii_lowercase();
@@ -328,6 +330,44 @@ impl RawConfig {
             max_connections: usize_in("max_connections", &self.max_connections, 256, 1, 65_536)?,
             metrics_listen,
             signature_version,
+            ip_prefix,
         })
+    }
+
+    /// `ip_prefix`, or Terway's `enable_ip_prefix` (the same meaning; both
+    /// given must agree). Prefix mode is IPv4 only in this version, so it
+    /// is refused with dual stack, the message naming both keys.
+    fn ip_prefix(&self, ip_stack: IpStack) -> Result<bool, ConfigError> {
+        let mut on = None;
+        for key in ["ip_prefix", "enable_ip_prefix"] {
+            let v = if key == "ip_prefix" {
+                &self.ip_prefix
+            } else {
+                &self.enable_ip_prefix
+            };
+            let Some(v) = v else { continue };
+            let b = v
+                .as_bool()
+                .ok_or_else(|| invalid(key, v, "true or false"))?;
+            match on {
+                Some((_, prev)) if prev != b => {
+                    return Err(invalid(
+                        key,
+                        v,
+                        "the value of `ip_prefix`, whose alias it is (give one of the two)",
+                    ))
+                }
+                _ => on = Some((key, b)),
+            }
+        }
+        match on {
+            Some((key, true)) if ip_stack == IpStack::Dual => Err(invalid(
+                key,
+                &Value::Bool(true),
+                "false with `ip_stack` \"dual\": IPv4 prefixes are IPv4 only; set `ip_stack` to \"ipv4\" or turn the prefix mode off",
+            )),
+            Some((_, b)) => Ok(b),
+            None => Ok(false),
+        }
     }
 }

@@ -216,6 +216,9 @@ fn eni_item(e: &MdEni, item: &str, vpc_id: &str, vpc_cidr: &str) -> HttpResponse
                 "vswitch-cidr-block",
                 "vpc-cidr-block",
             ];
+            if !e.v4_prefixes.is_empty() {
+                items.push("ipv4-prefixes");
+            }
             if e.cidr6.is_some() {
                 items.extend([
                     "ipv6s",
@@ -234,6 +237,17 @@ fn eni_item(e: &MdEni, item: &str, vpc_id: &str, vpc_cidr: &str) -> HttpResponse
         "private-ipv4s" => text(
             serde_json::to_string(&e.v4.iter().map(|a| a.to_string()).collect::<Vec<_>>())
                 .unwrap_or_default(),
+        ),
+        // Assumed format (not confirmed by public material): the JSON list
+        // of `private-ipv4s`, 404 when the ENI holds none, as `ipv6s`.
+        "ipv4-prefixes" if !e.v4_prefixes.is_empty() => text(
+            serde_json::to_string(
+                &e.v4_prefixes
+                    .iter()
+                    .map(|a| format!("{a}/28"))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap_or_default(),
         ),
         "netmask" => e
             .cidr

@@ -547,6 +547,12 @@ impl Simulator {
         self.shared.world.lock().set_free(id, free)
     }
 
+    /// Caps the /28 prefixes a vswitch still gives (`Some(0)`: fragmented,
+    /// free addresses but no /28; `None`: no cap); false if unknown.
+    pub fn set_vswitch_free_prefixes(&self, id: &str, cap: Option<u64>) -> bool {
+        self.shared.world.lock().set_free_prefixes(id, cap)
+    }
+
     /// Stops both listeners.
     pub fn shutdown(self) {
         self.api.shutdown();

@@ -268,6 +268,14 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     let (delay, fault) = {
         let mut w = sh.world.lock();
         *w.calls.entry(action.clone()).or_default() += 1;
+        // Counted apart: how many calls carried prefixes is what prefix
+        // mode's call economy is judged by.
+        if params
+            .keys()
+            .any(|k| k == "Ipv4PrefixCount" || k.starts_with("Ipv4Prefix."))
+        {
+            *w.prefix_calls.entry(action.clone()).or_default() += 1;
+        }
         *w.signatures
             .entry(if v3 { "v3" } else { "v1" })
             .or_default() += 1;
@@ -361,13 +369,28 @@ fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
                 Ok(v) => v,
                 Err(e) => return bad(format!("body is not JSON: {e}")),
             };
-            let (Some(id), Some(free)) = (
-                v.get("id").and_then(Value::as_str),
-                v.get("free").and_then(Value::as_u64),
-            ) else {
-                return bad("expected {\"id\": \"vsw-...\", \"free\": N}".into());
+            let usage = "expected {\"id\": \"vsw-...\", \"free\": N, \"free_prefixes\": N or null} (free, free_prefixes or both)";
+            let Some(id) = v.get("id").and_then(Value::as_str) else {
+                return bad(usage.into());
             };
-            if sh.world.lock().set_free(id, free) {
+            let free = v.get("free").map(|f| f.as_u64().ok_or(()));
+            // `free_prefixes`: a number caps the /28s still to be carved
+            // (0: a fragmented vswitch), null lifts the cap.
+            let prefixes = v.get("free_prefixes").map(|f| {
+                if f.is_null() {
+                    Ok(None)
+                } else {
+                    f.as_u64().map(Some).ok_or(())
+                }
+            });
+            let (free, prefixes) = match (free, prefixes) {
+                (None, None) | (Some(Err(())), _) | (_, Some(Err(()))) => return bad(usage.into()),
+                (f, p) => (f.and_then(Result::ok), p.and_then(Result::ok)),
+            };
+            let mut w = sh.world.lock();
+            let known = free.is_none_or(|f| w.set_free(id, f))
+                && prefixes.is_none_or(|p| w.set_free_prefixes(id, p));
+            if known {
                 HttpResponse::json(200, &json!({"ok": true}))
             } else {
                 HttpResponse::json(404, &json!({"error": format!("no vswitch {id}")}))

@@ -71,6 +71,11 @@ impl World {
             ));
         }
         let secondary = count4.map_or(wanted4.len(), |n| n as usize);
+        let prefix_req = Self::prefix_request(p)?;
+        if prefix_req.is_some() && secondary > 0 {
+            return Err(Self::mixed_prefixes());
+        }
+        let n_prefixes = prefix_req.as_ref().map_or(0, PrefixRequest::len);
         let wanted6 = list(p, "Ipv6Address", 10)?;
         let count6 = int(p, "Ipv6AddressCount", 1, 10)?;
         if count6.is_some() && !wanted6.is_empty() {
@@ -115,7 +120,7 @@ impl World {
                 format!("The VSwitch \"{vsw}\" does not have IPv6 enabled."),
             ));
         }
-        if secondary + 1 > self.cfg.itype.ipv4_per_eni as usize {
+        if secondary + n_prefixes + 1 > self.cfg.itype.ipv4_per_eni as usize {
             return Err(err(
                 403,
                 "InvalidOperation.Ipv4CountExceeded",
@@ -139,6 +144,16 @@ impl World {
                 return Err(e);
             }
         }
+        let v4p = match &prefix_req {
+            None => Vec::new(),
+            Some(req) => match self.take_prefix_request(&vsw, req) {
+                Ok(b) => b,
+                Err(e) => {
+                    self.give_v4(&vsw, &v4);
+                    return Err(e);
+                }
+            },
+        };
         let taken6 = if wanted6.is_empty() {
             self.take_v6(&vsw, v6)
         } else {
@@ -148,6 +163,7 @@ impl World {
             Ok(v) => v,
             Err(e) => {
                 self.give_v4(&vsw, &v4);
+                self.give_prefixes(&vsw, &v4p);
                 return Err(e);
             }
         };
@@ -172,6 +188,15 @@ impl World {
                 })
                 .collect(),
             v6: v6s
+                .iter()
+                .map(|ip| Addr {
+                    ip: *ip,
+                    primary: false,
+                    added: now,
+                    removed: None,
+                })
+                .collect(),
+            v4p: v4p
                 .iter()
                 .map(|ip| Addr {
                     ip: *ip,

@@ -17,6 +17,12 @@ impl World {
         let id = need(p, "NetworkInterfaceId")?.to_string();
         let wanted = list(p, "PrivateIpAddress", 10)?;
         let count = int(p, "SecondaryPrivateIpAddressCount", 1, 10)?;
+        if let Some(req) = Self::prefix_request(p)? {
+            if count.is_some() || !wanted.is_empty() {
+                return Err(Self::mixed_prefixes());
+            }
+            return self.assign_prefixes(&id, req, now);
+        }
         let n = match (count, wanted.is_empty()) {
             (Some(n), true) => n as usize,
             (None, false) => wanted.len(),
@@ -30,7 +36,7 @@ impl World {
         };
         self.assignable(&id)?;
         let e = self.eni(&id)?;
-        if e.live_v4().count() + n > self.cfg.itype.ipv4_per_eni as usize {
+        if Self::v4_slots(e) + n > self.cfg.itype.ipv4_per_eni as usize {
             return Err(err(
                 403,
                 "InvalidOperation.Ipv4CountExceeded",
@@ -164,6 +170,13 @@ impl World {
         self.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
         let ips = list(p, "PrivateIpAddress", 50)?;
+        let prefixes = list(p, "Ipv4Prefix", 10)?;
+        if !prefixes.is_empty() {
+            if !ips.is_empty() {
+                return Err(Self::mixed_prefixes());
+            }
+            return self.unassign_prefixes(&id, &prefixes, now);
+        }
         if ips.is_empty() {
             return Err(missing("PrivateIpAddress.1"));
         }

@@ -22,6 +22,8 @@ mod catalog;
 mod enis;
 mod ips;
 mod params;
+mod prefixes;
+pub use prefixes::{PrefixRequest, PREFIX_SIZE};
 mod tagging;
 
 pub use catalog::Identity;
@@ -43,6 +45,9 @@ pub struct Vsw {
     pub free: u64,
     used: HashSet<u64>,
     used6: HashSet<u128>,
+    /// How many more /28 prefixes may be carved (`None`: as many as aligned
+    /// free blocks allow); the admin knob that makes fragmentation visible.
+    prefix_cap: Option<u64>,
 }
 
 /// An address and its life, for the lagging metadata view.
@@ -69,6 +74,8 @@ pub struct SimEni {
     primary_eni: bool,
     v4: Vec<Addr<Ipv4Addr>>,
     v6: Vec<Addr<Ipv6Addr>>,
+    /// IPv4 /28 prefixes by their network address.
+    v4p: Vec<Addr<Ipv4Addr>>,
     tags: Vec<(String, String)>,
     sgs: Vec<String>,
     created: u64,
@@ -88,6 +95,10 @@ impl SimEni {
         self.v6.iter().filter(|a| a.removed.is_none())
     }
 
+    fn live_v4p(&self) -> impl Iterator<Item = &Addr<Ipv4Addr>> {
+        self.v4p.iter().filter(|a| a.removed.is_none())
+    }
+
     fn primary_ip(&self) -> Option<Ipv4Addr> {
         self.v4.iter().find(|a| a.primary).map(|a| a.ip)
     }
@@ -96,6 +107,10 @@ impl SimEni {
         self.pending.is_some()
     }
 }
+
+/// What a deleted ENI gives back to its vswitch: (vswitch, addresses,
+/// IPv6 addresses, /28 prefixes).
+type Freed = (String, Vec<Ipv4Addr>, Vec<Ipv6Addr>, Vec<Ipv4Addr>);
 
 /// Emulator settings the world needs.
 #[derive(Debug, Clone)]
@@ -135,6 +150,8 @@ pub struct World {
     pub calls: BTreeMap<String, u64>,
     /// Authenticated requests per signature version (`v3`, `v1`).
     pub signatures: BTreeMap<&'static str, u64>,
+    /// Calls by action that carried IPv4 prefix parameters.
+    pub prefix_calls: BTreeMap<String, u64>,
     region_prefix: String,
     macs: HashSet<String>,
     created_at: Instant,
@@ -172,6 +189,7 @@ impl World {
                 free: free.unwrap_or(usable).min(usable),
                 used: HashSet::new(),
                 used6: HashSet::new(),
+                prefix_cap: None,
             });
         }
         let instance_id = format!(
@@ -197,6 +215,7 @@ impl World {
             enis: BTreeMap::new(),
             calls: BTreeMap::new(),
             signatures: BTreeMap::new(),
+            prefix_calls: BTreeMap::new(),
             region_prefix,
             macs: HashSet::new(),
             created_at: now,
@@ -221,6 +240,7 @@ impl World {
                 removed: None,
             }],
             v6: Vec::new(),
+            v4p: Vec::new(),
             tags: Vec::new(),
             sgs: vec![w.sg_id.clone()],
             created: crate::util::time::unix_secs().saturating_sub(86_400),
@@ -355,7 +375,7 @@ impl World {
     /// needs.
     pub fn settle(&mut self, now: Instant) {
         let lag = self.cfg.metadata_lag;
-        let mut freed: Vec<(String, Vec<Ipv4Addr>, Vec<Ipv6Addr>)> = Vec::new();
+        let mut freed: Vec<Freed> = Vec::new();
         for e in self.enis.values_mut() {
             if let Some((target, at)) = e.pending.clone() {
                 if at <= now {
@@ -374,23 +394,29 @@ impl World {
                             e.deleted_at = Some(at);
                             let v4: Vec<Ipv4Addr> = e.live_v4().map(|a| a.ip).collect();
                             let v6: Vec<Ipv6Addr> = e.live_v6().map(|a| a.ip).collect();
+                            let v4p: Vec<Ipv4Addr> = e.live_v4p().map(|a| a.ip).collect();
+                            for a in e.v4p.iter_mut() {
+                                a.removed.get_or_insert(at);
+                            }
                             for a in e.v4.iter_mut() {
                                 a.removed.get_or_insert(at);
                             }
                             for a in e.v6.iter_mut() {
                                 a.removed.get_or_insert(at);
                             }
-                            freed.push((e.vswitch.clone(), v4, v6));
+                            freed.push((e.vswitch.clone(), v4, v6, v4p));
                         }
                     }
                 }
             }
             e.v4.retain(|a| a.removed.is_none_or(|r| r + lag > now));
             e.v6.retain(|a| a.removed.is_none_or(|r| r + lag > now));
+            e.v4p.retain(|a| a.removed.is_none_or(|r| r + lag > now));
         }
-        for (vsw, v4, v6) in freed {
+        for (vsw, v4, v6, v4p) in freed {
             self.give_v4(&vsw, &v4);
             self.give_v6(&vsw, &v6);
+            self.give_prefixes(&vsw, &v4p);
         }
         self.enis
             .retain(|_, e| e.deleted_at.is_none_or(|d| d + lag > now));
@@ -475,7 +501,7 @@ impl World {
                 "AssociatedPublicIp": {"PublicIpAddress": "", "AllocationId": ""}
             })).collect::<Vec<_>>()},
             "Ipv6Sets": {"Ipv6Set": e.live_v6().map(|a| json!({"Ipv6Address": a.ip.to_string()})).collect::<Vec<_>>()},
-            "Ipv4PrefixSets": {"Ipv4PrefixSet": []},
+            "Ipv4PrefixSets": {"Ipv4PrefixSet": e.live_v4p().map(|a| json!({"Ipv4Prefix": format!("{}/28", a.ip)})).collect::<Vec<_>>()},
             "Ipv6PrefixSets": {"Ipv6PrefixSet": []},
             "Tags": {"Tag": e.tags.iter().map(|(k, v)| json!({"TagKey": k, "TagValue": v})).collect::<Vec<_>>()},
             "AssociatedPublicIp": {},
@@ -500,17 +526,20 @@ impl World {
         json!({
             "instance": {"id": self.instance_id, "type": self.cfg.itype.id, "zone": self.cfg.zone,
                          "region": self.cfg.region, "primary_mac": primary_mac},
-            "vswitches": self.vswitches.iter().map(|v| json!({"id": v.id, "cidr": v.cidr.to_string(), "free": v.free})).collect::<Vec<_>>(),
+            "vswitches": self.vswitches.iter().map(|v| json!({"id": v.id, "cidr": v.cidr.to_string(), "free": v.free,
+                "free_prefixes": Self::free_prefixes(v)})).collect::<Vec<_>>(),
             "enis": self.enis.values().filter(|e| e.deleted_at.is_none()).map(|e| json!({
                 "id": e.id, "mac": e.mac, "status": e.status.as_str(),
                 "instance_id": e.instance.clone().unwrap_or_default(), "vswitch_id": e.vswitch,
                 "primary_ip": e.primary_ip().map(|a| a.to_string()).unwrap_or_default(),
                 "private_ips": e.live_v4().map(|a| a.ip.to_string()).collect::<Vec<_>>(),
                 "ipv6s": e.live_v6().map(|a| a.ip.to_string()).collect::<Vec<_>>(),
+                "ipv4_prefixes": e.live_v4p().map(|a| format!("{}/28", a.ip)).collect::<Vec<_>>(),
                 "tags": e.tags.iter().cloned().collect::<BTreeMap<String, String>>(),
             })).collect::<Vec<_>>(),
             "calls": self.calls,
             "signatures": self.signatures,
+            "prefix_calls": self.prefix_calls,
         })
     }
 
@@ -540,6 +569,12 @@ impl World {
                         .collect(),
                     v6: e
                         .v6
+                        .iter()
+                        .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
+                        .map(|a| a.ip)
+                        .collect(),
+                    v4_prefixes: e
+                        .v4p
                         .iter()
                         .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
                         .map(|a| a.ip)
@@ -579,6 +614,8 @@ pub struct MdEni {
     pub v4: Vec<Ipv4Addr>,
     /// Visible IPv6.
     pub v6: Vec<Ipv6Addr>,
+    /// Visible IPv4 /28 prefixes (network addresses).
+    pub v4_prefixes: Vec<Ipv4Addr>,
     /// Vswitch.
     pub vswitch: String,
     /// Vswitch block.

@@ -1,0 +1,286 @@
+//! IPv4 prefixes (/28, 16 addresses) on ENIs: the type, and the ECS calls
+//! that assign, unassign and create with them.
+//!
+//! Prefixes and single addresses never travel in one call (the API refuses
+//! it). A call carrying prefixes that the vswitch cannot serve fails with
+//! [`CloudErrorKind::PrefixExhausted`], never `Exhausted`: the service
+//! answers `InvalidVSwitchId.IpNotEnough` for it as far as public material
+//! shows, and a vswitch without a free /28 may still have single addresses,
+//! so the caller falls back instead of inhibiting the vswitch.
+
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::str::FromStr;
+
+use super::ecs;
+use super::rpc::{CallOpts, RpcClient};
+use super::{CloudError, CloudErrorKind, CreateEni, Eni};
+
+/// An IPv4 /28 prefix, by its network address (always 16-aligned).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ipv4Prefix(Ipv4Addr);
+
+impl Ipv4Prefix {
+    /// Addresses in a prefix.
+    pub const SIZE: u32 = 16;
+    /// Its length.
+    pub const LEN: u8 = 28;
+
+    /// The prefix holding `a`.
+    pub fn containing(a: Ipv4Addr) -> Ipv4Prefix {
+        Ipv4Prefix(Ipv4Addr::from(u32::from(a) & !(Self::SIZE - 1)))
+    }
+
+    /// The network address.
+    pub fn base(self) -> Ipv4Addr {
+        self.0
+    }
+
+    /// True if `a` is one of its 16 addresses.
+    pub fn contains(self, a: Ipv4Addr) -> bool {
+        Self::containing(a) == self
+    }
+
+    /// Its 16 addresses, in order.
+    pub fn addresses(self) -> impl Iterator<Item = Ipv4Addr> {
+        let b = u32::from(self.0);
+        (0..Self::SIZE).map(move |i| Ipv4Addr::from(b + i))
+    }
+}
+
+impl fmt::Display for Ipv4Prefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.0, Self::LEN)
+    }
+}
+
+impl FromStr for Ipv4Prefix {
+    type Err = String;
+
+    /// `a.b.c.d/28`, host bits zero.
+    fn from_str(s: &str) -> Result<Ipv4Prefix, String> {
+        let bad = || format!("{s:?} is not an IPv4 /28 prefix");
+        let (a, len) = s.trim().split_once('/').ok_or_else(bad)?;
+        let a: Ipv4Addr = a.parse().map_err(|_| bad())?;
+        if len != "28" || Self::containing(a) != Ipv4Prefix(a) {
+            return Err(bad());
+        }
+        Ok(Ipv4Prefix(a))
+    }
+}
+
+pub(super) fn parse(action: &str, s: &str) -> Result<Ipv4Prefix, CloudError> {
+    s.parse().map_err(|why: String| {
+        CloudError::new(
+            CloudErrorKind::Decode,
+            action,
+            format!("the answer holds {why}"),
+        )
+    })
+}
+
+/// Reclassifies a failed prefix call: no room for a prefix is exhaustion of
+/// prefixes only.
+fn prefix_kind(e: CloudError) -> CloudError {
+    if e.kind == CloudErrorKind::Exhausted {
+        e.with_kind(CloudErrorKind::PrefixExhausted)
+    } else {
+        e
+    }
+}
+
+/// AssignPrivateIpAddresses with `Ipv4PrefixCount` (1 to 10); returns the
+/// new prefixes. Carries a ClientToken, so a retried call cannot assign
+/// twice.
+pub fn assign_ipv4_prefixes(
+    c: &RpcClient,
+    eni: &str,
+    count: usize,
+) -> Result<Vec<Ipv4Prefix>, CloudError> {
+    const A: &str = "AssignPrivateIpAddresses";
+    let p = vec![
+        ("NetworkInterfaceId".to_string(), eni.to_string()),
+        ("Ipv4PrefixCount".to_string(), count.to_string()),
+    ];
+    let v = c
+        .call(
+            A,
+            &p,
+            CallOpts {
+                client_token: true,
+                success_codes: &[],
+            },
+        )
+        .map_err(prefix_kind)?;
+    ecs::jv::strings(
+        &v,
+        &[
+            "AssignedPrivateIpAddressesSet",
+            "Ipv4PrefixSet",
+            "Ipv4Prefixes",
+        ],
+    )
+    .iter()
+    .map(|s| parse(A, s))
+    .collect()
+}
+
+/// UnassignPrivateIpAddresses with `Ipv4Prefix.N`; a prefix (or ENI)
+/// already gone is success, batches refused for one gone prefix are retried
+/// one by one (as for addresses).
+pub fn unassign_ipv4_prefixes(
+    c: &RpcClient,
+    eni: &str,
+    prefixes: &[Ipv4Prefix],
+) -> Result<(), CloudError> {
+    if prefixes.is_empty() {
+        return Ok(());
+    }
+    ecs::unassign_field(c, "UnassignPrivateIpAddresses", "Ipv4Prefix", eni, prefixes)
+}
+
+/// CreateNetworkInterface with `Ipv4PrefixCount` prefixes besides its
+/// primary address (then `req.secondary_ipv4_count` must be 0: the API
+/// refuses both in one call, and so does this, before any request).
+pub fn create_network_interface_with_prefixes(
+    c: &RpcClient,
+    req: &CreateEni,
+    prefixes: usize,
+) -> Result<Eni, CloudError> {
+    const A: &str = "CreateNetworkInterface";
+    if prefixes == 0 {
+        return ecs::create_network_interface(c, req);
+    }
+    if req.secondary_ipv4_count > 0 {
+        return Err(CloudError::new(
+            CloudErrorKind::Api,
+            A,
+            "prefixes and secondary addresses cannot be asked in one call",
+        ));
+    }
+    let extra = [("Ipv4PrefixCount".to_string(), prefixes.to_string())];
+    ecs::create_network_interface_with(c, req, &extra).map_err(prefix_kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_prints_aligned_28s_only() {
+        let p: Ipv4Prefix = "10.0.1.16/28".parse().unwrap();
+        assert_eq!(p.to_string(), "10.0.1.16/28");
+        assert_eq!(p.base(), Ipv4Addr::new(10, 0, 1, 16));
+        for bad in [
+            "10.0.1.17/28",
+            "10.0.1.16/27",
+            "10.0.1.16",
+            "x/28",
+            "10.0.1.16/",
+        ] {
+            assert!(bad.parse::<Ipv4Prefix>().is_err(), "{bad}");
+        }
+        assert_eq!(
+            " 10.0.1.32/28 ".parse::<Ipv4Prefix>().unwrap().to_string(),
+            "10.0.1.32/28"
+        );
+    }
+
+    #[test]
+    fn describe_and_assign_answers_parse() {
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"NetworkInterfaceId":"eni-1","PrivateIpAddress":"10.0.0.5",
+                "Ipv4PrefixSets":{"Ipv4PrefixSet":[{"Ipv4Prefix":"10.0.0.16/28"},{"Ipv4Prefix":"10.0.0.48/28"}]}}"#,
+        )
+        .unwrap();
+        let e = ecs::eni_from_json("DescribeNetworkInterfaces", &v).unwrap();
+        assert_eq!(
+            e.ipv4_prefixes,
+            vec![
+                "10.0.0.16/28".parse::<Ipv4Prefix>().unwrap(),
+                "10.0.0.48/28".parse().unwrap()
+            ]
+        );
+        assert_eq!(e.private_ips, vec![Ipv4Addr::new(10, 0, 0, 5)]);
+        // Absent, null or empty sets are no prefixes.
+        for body in [
+            r#"{"NetworkInterfaceId":"eni-2"}"#,
+            r#"{"NetworkInterfaceId":"eni-2","Ipv4PrefixSets":null}"#,
+            r#"{"NetworkInterfaceId":"eni-2","Ipv4PrefixSets":{"Ipv4PrefixSet":[]}}"#,
+        ] {
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            let e = ecs::eni_from_json("DescribeNetworkInterfaces", &v).unwrap();
+            assert!(e.ipv4_prefixes.is_empty(), "{body}");
+        }
+        // A prefix this build cannot read is skipped (logged), the ENI and
+        // its other prefixes kept: a describe must not fail on it.
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"NetworkInterfaceId":"eni-3","Ipv4PrefixSets":{"Ipv4PrefixSet":[
+                {"Ipv4Prefix":"10.0.0.0/27"},{"Ipv4Prefix":"10.0.0.64/28"}]}}"#,
+        )
+        .unwrap();
+        let e = ecs::eni_from_json("DescribeNetworkInterfaces", &v).unwrap();
+        assert_eq!(e.ipv4_prefixes, vec!["10.0.0.64/28".parse().unwrap()]);
+        let a: serde_json::Value = serde_json::from_str(
+            r#"{"RequestId":"R","AssignedPrivateIpAddressesSet":{"NetworkInterfaceId":"eni-1",
+                "PrivateIpSet":{"PrivateIpAddress":[]},"Ipv4PrefixSet":{"Ipv4Prefixes":["10.0.0.64/28"]}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            ecs::jv::strings(
+                &a,
+                &[
+                    "AssignedPrivateIpAddressesSet",
+                    "Ipv4PrefixSet",
+                    "Ipv4Prefixes"
+                ]
+            ),
+            vec!["10.0.0.64/28".to_string()]
+        );
+    }
+
+    #[test]
+    fn sixteen_addresses_and_containment() {
+        let p: Ipv4Prefix = "192.168.0.240/28".parse().unwrap();
+        let a: Vec<Ipv4Addr> = p.addresses().collect();
+        assert_eq!(a.len(), 16);
+        assert_eq!(a[0], Ipv4Addr::new(192, 168, 0, 240));
+        assert_eq!(a[15], Ipv4Addr::new(192, 168, 0, 255));
+        assert!(a.iter().all(|x| p.contains(*x)));
+        assert!(!p.contains(Ipv4Addr::new(192, 168, 1, 0)));
+        assert!(!p.contains(Ipv4Addr::new(192, 168, 0, 239)));
+        assert_eq!(Ipv4Prefix::containing(Ipv4Addr::new(192, 168, 0, 250)), p);
+    }
+
+    #[test]
+    fn no_room_for_a_prefix_is_its_own_kind() {
+        let e = CloudError::api(
+            "AssignPrivateIpAddresses",
+            403,
+            "InvalidVSwitchId.IpNotEnough",
+            "no /28",
+            None,
+        );
+        assert_eq!(e.kind, CloudErrorKind::Exhausted);
+        let e = prefix_kind(e);
+        assert_eq!(e.kind, CloudErrorKind::PrefixExhausted);
+        assert!(!e.is_exhausted());
+        assert!(e.is_prefix_exhausted());
+        // The code stays the service's, for operators.
+        assert_eq!(e.code.as_deref(), Some("InvalidVSwitchId.IpNotEnough"));
+        // Other failures keep their kind.
+        let t = CloudError::api(
+            "AssignPrivateIpAddresses",
+            400,
+            "Throttling.User",
+            "x",
+            None,
+        );
+        assert_eq!(prefix_kind(t).kind, CloudErrorKind::Throttled);
+        // A prefix-specific code, should the service have one, is too.
+        assert_eq!(
+            super::super::error::classify(403, "InvalidVSwitchId.Ipv4PrefixNotEnough"),
+            CloudErrorKind::PrefixExhausted
+        );
+    }
+}

@@ -1,0 +1,488 @@
+//! eniip-sim's IPv4 prefixes: aligned /28s of the vswitch assigned,
+//! described, counted against the ENI's quota and given back; refused when
+//! mixed with single addresses; fragmentation set through the admin
+//! endpoint (free addresses, no /28); prefixes in `/__sim/state` and in
+//! metadata. Driven with eniipd's own signed client, raw calls.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
+use eniipd::cloud::credentials::CredentialSource;
+use eniipd::cloud::retry::RetryPolicy;
+use eniipd::cloud::rpc::{CallOpts, Timeouts};
+use eniipd::cloud::sign::SignatureVersion;
+use eniipd::cloud::CloudError;
+use eniipd::sim::{SimOptions, Simulator, VSwitchSpec};
+use eniipd::util::Secret;
+use serde_json::Value;
+
+const VSW: &str = "vsw-pfx";
+
+/// ecs.g7.large: 6 IPv4 per ENI, so 5 prefixes beside the primary.
+fn sim() -> Simulator {
+    Simulator::start(SimOptions {
+        instance_type: "ecs.g7.large".into(),
+        vswitches: vec![VSwitchSpec::parse(&format!("{VSW}=10.3.0.0/22")).unwrap()],
+        attach_delay: Duration::ZERO,
+        metadata_lag: Duration::ZERO,
+        ..SimOptions::default()
+    })
+    .unwrap()
+}
+
+fn cloud(sim: &Simulator) -> AliyunCloud {
+    AliyunCloud::new(AliyunCloudOptions {
+        region_id: sim.region_id(),
+        ecs_endpoint: sim.ecs_url(),
+        vpc_endpoint: sim.vpc_url(),
+        metadata_endpoint: sim.metadata_url(),
+        credentials: CredentialSource::Static {
+            id: sim.access_key_id().into(),
+            secret: Secret::new(sim.access_key_secret()),
+            token: None,
+        },
+        timeouts: Timeouts::all(Duration::from_secs(5)),
+        retry: RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        },
+        signature_version: SignatureVersion::V3,
+    })
+}
+
+fn call(c: &AliyunCloud, action: &str, params: &[(&str, &str)]) -> Result<Value, CloudError> {
+    let p: Vec<(String, String)> = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    c.ecs().call(action, &p, CallOpts::default())
+}
+
+fn code(r: Result<Value, CloudError>) -> (u16, String) {
+    let e = r.expect_err("an error answer");
+    (
+        e.http_status.unwrap_or(0),
+        e.code.clone().unwrap_or_default(),
+    )
+}
+
+fn sg(c: &AliyunCloud, sim: &Simulator) -> String {
+    let a = call(
+        c,
+        "DescribeInstanceAttribute",
+        &[("InstanceId", &sim.instance_id())],
+    )
+    .unwrap();
+    a["SecurityGroupIds"]["SecurityGroupId"][0]
+        .as_str()
+        .unwrap()
+        .into()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn vsw_state(sim: &Simulator) -> Value {
+    sim.state()["vswitches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["id"] == VSW)
+        .unwrap()
+        .clone()
+}
+
+fn eni_state(sim: &Simulator, id: &str) -> Value {
+    sim.state()["enis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id)
+        .unwrap()
+        .clone()
+}
+
+/// A /28 string is aligned, inside the vswitch, and its 16 addresses are
+/// all in the vswitch's usable range.
+fn check_prefix(p: &str) -> u32 {
+    let (a, len) = p.split_once('/').unwrap();
+    assert_eq!(len, "28", "{p}");
+    let base = u32::from(a.parse::<Ipv4Addr>().unwrap());
+    assert_eq!(base % 16, 0, "{p} is not aligned");
+    let vsw = u32::from(Ipv4Addr::new(10, 3, 0, 0));
+    assert!(base >= vsw + 3 && base + 16 <= vsw + 1024 - 3, "{p}");
+    base
+}
+
+fn create(c: &AliyunCloud, sg: &str, extra: &[(&str, &str)]) -> Result<Value, CloudError> {
+    let mut p = vec![("VSwitchId", VSW), ("SecurityGroupIds.1", sg)];
+    p.extend_from_slice(extra);
+    call(c, "CreateNetworkInterface", &p)
+}
+
+#[test]
+fn prefixes_are_assigned_described_counted_and_given_back() {
+    let sim = sim();
+    let c = cloud(&sim);
+    let sg = sg(&c, &sim);
+    let free0 = vsw_state(&sim)["free"].as_u64().unwrap();
+    let eni = create(&c, &sg, &[("Ipv4PrefixCount", "2")]).unwrap();
+    let id = eni["NetworkInterfaceId"].as_str().unwrap().to_string();
+    let created: Vec<String> = eni["Ipv4PrefixSets"]["Ipv4PrefixSet"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["Ipv4Prefix"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(created.len(), 2);
+    // The primary and two /28s leave the vswitch.
+    assert_eq!(vsw_state(&sim)["free"].as_u64().unwrap(), free0 - 1 - 32);
+
+    let r = call(
+        &c,
+        "AssignPrivateIpAddresses",
+        &[("NetworkInterfaceId", &id), ("Ipv4PrefixCount", "3")],
+    )
+    .unwrap();
+    let set = &r["AssignedPrivateIpAddressesSet"];
+    assert_eq!(set["NetworkInterfaceId"], id.as_str());
+    let assigned = strings(&set["Ipv4PrefixSet"]["Ipv4Prefixes"]);
+    assert_eq!(assigned.len(), 3, "{r}");
+    assert!(strings(&set["PrivateIpSet"]["PrivateIpAddress"]).is_empty());
+
+    // Five distinct aligned blocks; none holds the primary address.
+    let mut all: Vec<String> = created.iter().chain(&assigned).cloned().collect();
+    let primary = u32::from(
+        eni["PrivateIpAddress"]
+            .as_str()
+            .unwrap()
+            .parse::<Ipv4Addr>()
+            .unwrap(),
+    );
+    for p in &all {
+        let b = check_prefix(p);
+        assert!(!(b..b + 16).contains(&primary), "{p} holds the primary");
+    }
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 5);
+
+    // Described as the SDKs read it, and listed in the admin state.
+    let d = call(
+        &c,
+        "DescribeNetworkInterfaces",
+        &[("NetworkInterfaceId.1", &id)],
+    )
+    .unwrap();
+    let mut described: Vec<String> = d["NetworkInterfaceSets"]["NetworkInterfaceSet"][0]
+        ["Ipv4PrefixSets"]["Ipv4PrefixSet"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["Ipv4Prefix"].as_str().unwrap().to_string())
+        .collect();
+    described.sort();
+    assert_eq!(described, all);
+    let mut listed = strings(&eni_state(&sim, &id)["ipv4_prefixes"]);
+    listed.sort();
+    assert_eq!(listed, all);
+
+    // Quota: primary + 5 prefixes = 6 = EniPrivateIpAddressQuantity; one
+    // more prefix or one more address is over it.
+    for extra in [
+        ("Ipv4PrefixCount", "1"),
+        ("SecondaryPrivateIpAddressCount", "1"),
+    ] {
+        assert_eq!(
+            code(call(
+                &c,
+                "AssignPrivateIpAddresses",
+                &[("NetworkInterfaceId", &id), extra],
+            )),
+            (403, "InvalidOperation.Ipv4CountExceeded".into()),
+            "{extra:?}"
+        );
+    }
+
+    // Given back: the 16 addresses return to the vswitch, the prefix
+    // leaves the ENI; a second unassign of it is the not-assigned answer.
+    let free1 = vsw_state(&sim)["free"].as_u64().unwrap();
+    call(
+        &c,
+        "UnassignPrivateIpAddresses",
+        &[("NetworkInterfaceId", &id), ("Ipv4Prefix.1", &assigned[0])],
+    )
+    .unwrap();
+    assert_eq!(vsw_state(&sim)["free"].as_u64().unwrap(), free1 + 16);
+    assert!(!strings(&eni_state(&sim, &id)["ipv4_prefixes"]).contains(&assigned[0]));
+    assert_eq!(
+        code(call(
+            &c,
+            "UnassignPrivateIpAddresses",
+            &[("NetworkInterfaceId", &id), ("Ipv4Prefix.1", &assigned[0])],
+        )),
+        (403, "InvalidIp.IpUnassigned".into())
+    );
+    // The freed slot takes a single address now (mixing on one ENI is
+    // allowed, only not in one call).
+    call(
+        &c,
+        "AssignPrivateIpAddresses",
+        &[
+            ("NetworkInterfaceId", &id),
+            ("SecondaryPrivateIpAddressCount", "1"),
+        ],
+    )
+    .unwrap();
+
+    // Calls carrying prefixes are counted apart: the create, the assign
+    // and the over-quota probe with a prefix, the two unassigns (the
+    // single-address calls are not).
+    let pc = &sim.state()["prefix_calls"];
+    assert_eq!(pc["CreateNetworkInterface"], 1, "{pc}");
+    assert_eq!(pc["AssignPrivateIpAddresses"], 2, "{pc}");
+    assert_eq!(pc["UnassignPrivateIpAddresses"], 2, "{pc}");
+    // Deleting the ENI gives every block back.
+    call(&c, "DeleteNetworkInterface", &[("NetworkInterfaceId", &id)]).unwrap();
+    assert_eq!(vsw_state(&sim)["free"].as_u64().unwrap(), free0);
+}
+
+#[test]
+fn prefixes_and_addresses_are_never_mixed_in_one_call() {
+    let sim = sim();
+    let c = cloud(&sim);
+    let sg = sg(&c, &sim);
+    let bad = (400, "InvalidParameter".to_string());
+    assert_eq!(
+        code(create(
+            &c,
+            &sg,
+            &[
+                ("Ipv4PrefixCount", "1"),
+                ("SecondaryPrivateIpAddressCount", "1")
+            ]
+        )),
+        bad
+    );
+    let id = create(&c, &sg, &[]).unwrap()["NetworkInterfaceId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let id = id.as_str();
+    for params in [
+        vec![
+            ("Ipv4PrefixCount", "1"),
+            ("SecondaryPrivateIpAddressCount", "1"),
+        ],
+        vec![("Ipv4PrefixCount", "1"), ("PrivateIpAddress.1", "10.3.1.9")],
+        vec![("Ipv4PrefixCount", "1"), ("Ipv4Prefix.1", "10.3.1.0/28")],
+        vec![("Ipv4PrefixCount", "11")],
+        vec![("Ipv4PrefixCount", "0")],
+        vec![("Ipv4Prefix.1", "10.3.1.8/28")],
+        vec![("Ipv4Prefix.1", "10.3.1.0/27")],
+        vec![("Ipv4Prefix.1", "10.9.0.0/28")],
+    ] {
+        let mut p = vec![("NetworkInterfaceId", id)];
+        p.extend(params.iter().copied());
+        assert_eq!(
+            code(call(&c, "AssignPrivateIpAddresses", &p)),
+            bad,
+            "{params:?}"
+        );
+    }
+    // An explicit block is honoured.
+    let r = call(
+        &c,
+        "AssignPrivateIpAddresses",
+        &[("NetworkInterfaceId", id), ("Ipv4Prefix.1", "10.3.1.0/28")],
+    )
+    .unwrap();
+    assert_eq!(
+        strings(&r["AssignedPrivateIpAddressesSet"]["Ipv4PrefixSet"]["Ipv4Prefixes"]),
+        vec!["10.3.1.0/28".to_string()]
+    );
+    // Taken: the same block again, or an address inside it.
+    let (_, taken) = code(call(
+        &c,
+        "AssignPrivateIpAddresses",
+        &[("NetworkInterfaceId", id), ("Ipv4Prefix.1", "10.3.1.0/28")],
+    ));
+    assert_eq!(taken, "InvalidIp.IpAssigned");
+    let (_, taken) = code(call(
+        &c,
+        "AssignPrivateIpAddresses",
+        &[
+            ("NetworkInterfaceId", id),
+            ("PrivateIpAddress.1", "10.3.1.5"),
+        ],
+    ));
+    assert_eq!(taken, "InvalidIp.IpAssigned");
+    // Unassign refuses mixing too.
+    assert_eq!(
+        code(call(
+            &c,
+            "UnassignPrivateIpAddresses",
+            &[
+                ("NetworkInterfaceId", id),
+                ("Ipv4Prefix.1", "10.3.1.0/28"),
+                ("PrivateIpAddress.1", "10.3.1.5")
+            ],
+        )),
+        bad
+    );
+}
+
+fn admin_post(sim: &Simulator, body: &str) -> u16 {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    agent
+        .post(format!("{}/__sim/vswitch", sim.ecs_url()))
+        .content_type("application/json")
+        .send(body)
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[test]
+fn a_fragmented_vswitch_has_addresses_but_no_prefix() {
+    let sim = sim();
+    let c = cloud(&sim);
+    let sg = sg(&c, &sim);
+    let id = create(&c, &sg, &[]).unwrap()["NetworkInterfaceId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(vsw_state(&sim)["free_prefixes"].as_u64().unwrap() > 10);
+    assert_eq!(
+        admin_post(&sim, &format!(r#"{{"id":"{VSW}","free_prefixes":0}}"#)),
+        200
+    );
+    let v = vsw_state(&sim);
+    assert_eq!(v["free_prefixes"], 0);
+    assert!(v["free"].as_u64().unwrap() > 900);
+    let no_prefix = (403, "InvalidVSwitchId.IpNotEnough".to_string());
+    assert_eq!(
+        code(call(
+            &c,
+            "AssignPrivateIpAddresses",
+            &[("NetworkInterfaceId", &id), ("Ipv4PrefixCount", "1")],
+        )),
+        no_prefix
+    );
+    assert_eq!(
+        code(create(&c, &sg, &[("Ipv4PrefixCount", "1")])),
+        no_prefix
+    );
+    // Single addresses still come.
+    call(
+        &c,
+        "AssignPrivateIpAddresses",
+        &[
+            ("NetworkInterfaceId", &id),
+            ("SecondaryPrivateIpAddressCount", "2"),
+        ],
+    )
+    .unwrap();
+    // A cap of 1 gives exactly one more; null lifts it.
+    assert_eq!(
+        admin_post(&sim, &format!(r#"{{"id":"{VSW}","free_prefixes":1}}"#)),
+        200
+    );
+    assert_eq!(
+        code(call(
+            &c,
+            "AssignPrivateIpAddresses",
+            &[("NetworkInterfaceId", &id), ("Ipv4PrefixCount", "2")],
+        )),
+        no_prefix
+    );
+    call(
+        &c,
+        "AssignPrivateIpAddresses",
+        &[("NetworkInterfaceId", &id), ("Ipv4PrefixCount", "1")],
+    )
+    .unwrap();
+    assert_eq!(vsw_state(&sim)["free_prefixes"], 0);
+    assert_eq!(
+        admin_post(&sim, &format!(r#"{{"id":"{VSW}","free_prefixes":null}}"#)),
+        200
+    );
+    assert!(vsw_state(&sim)["free_prefixes"].as_u64().unwrap() > 0);
+    // Real fragmentation: free addresses below 16 leave no /28 either.
+    assert_eq!(
+        admin_post(&sim, &format!(r#"{{"id":"{VSW}","free":15}}"#)),
+        200
+    );
+    assert_eq!(vsw_state(&sim)["free_prefixes"], 0);
+    // Bad bodies and unknown vswitches.
+    assert_eq!(admin_post(&sim, &format!(r#"{{"id":"{VSW}"}}"#)), 400);
+    assert_eq!(
+        admin_post(&sim, &format!(r#"{{"id":"{VSW}","free_prefixes":"x"}}"#)),
+        400
+    );
+    assert_eq!(
+        admin_post(&sim, r#"{"id":"vsw-nope","free_prefixes":0}"#),
+        404
+    );
+}
+
+#[test]
+fn metadata_lists_prefixes_as_assumed() {
+    let sim = sim();
+    let c = cloud(&sim);
+    let sg = sg(&c, &sim);
+    let eni = create(&c, &sg, &[("Ipv4PrefixCount", "1")]).unwrap();
+    let id = eni["NetworkInterfaceId"].as_str().unwrap().to_string();
+    let mac = eni["MacAddress"].as_str().unwrap().to_string();
+    call(
+        &c,
+        "AttachNetworkInterface",
+        &[
+            ("NetworkInterfaceId", &id),
+            ("InstanceId", &sim.instance_id()),
+        ],
+    )
+    .unwrap();
+    let prefix = eni["Ipv4PrefixSets"]["Ipv4PrefixSet"][0]["Ipv4Prefix"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let get = |path: &str| -> (u16, String) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut r = agent
+            .get(format!(
+                "{}/latest/meta-data/network/interfaces/macs/{path}",
+                sim.metadata_url()
+            ))
+            .call()
+            .unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    };
+    let (status, listing) = get(&format!("{mac}/"));
+    assert_eq!(status, 200);
+    assert!(listing.lines().any(|l| l == "ipv4-prefixes"), "{listing}");
+    let (status, body) = get(&format!("{mac}/ipv4-prefixes"));
+    assert_eq!(status, 200);
+    let list: Vec<String> = serde_json::from_str(&body).unwrap();
+    assert_eq!(list, vec![prefix]);
+    // The primary ENI holds none: not listed, 404.
+    let primary_mac = sim.state()["instance"]["primary_mac"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(get(&format!("{primary_mac}/ipv4-prefixes")).0, 404);
+}
