@@ -308,6 +308,9 @@ fn build_cloud(cfg: &Config, identity: &InstanceIdentity) -> AliyunCloud {
     AliyunCloud::new(opts)
 }
 
+/// Where `--simulate --state-dir DIR` keeps the emulated cloud.
+const SIM_WORLD_FILE: &str = "sim-world.json";
+
 /// Everything that runs once start-up is done.
 struct Running {
     server: Server,
@@ -372,7 +375,18 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         return Ok(None);
     }
     let (sim, sim_dir) = if args.simulate {
-        let sim = Simulator::start(SimOptions::default()).map_err(|e| {
+        // With --state-dir the emulated cloud is kept beside the state,
+        // so a restarted demo finds its ENIs and keeps its allocations.
+        let opts = SimOptions {
+            world_file: args.state_dir.as_ref().map(|d| d.join(SIM_WORLD_FILE)),
+            ..SimOptions::default()
+        };
+        if let Some(d) = &args.state_dir {
+            std::fs::create_dir_all(d).map_err(|e| {
+                DaemonError::new(exit::CONFIG, format!("--state-dir {}: {e}", d.display()))
+            })?;
+        }
+        let sim = Simulator::start(opts).map_err(|e| {
             DaemonError::new(
                 exit::FAILURE,
                 format!("cannot start the emulator: {}", chain(&e)),

@@ -207,6 +207,9 @@ pub struct SimOptions {
     pub ram_role: Option<String>,
     /// Lifetime of role credentials.
     pub sts_ttl: Duration,
+    /// Where the world is kept across runs: restored at start if the file
+    /// exists, saved at shutdown (`eniipd --simulate --state-dir DIR`).
+    pub world_file: Option<std::path::PathBuf>,
 }
 
 impl Default for SimOptions {
@@ -232,6 +235,7 @@ impl Default for SimOptions {
             seed: None,
             ram_role: Some("EniipdSimRole".into()),
             sts_ttl: Duration::from_secs(3600),
+            world_file: None,
         }
     }
 }
@@ -361,6 +365,7 @@ pub struct Simulator {
     shared: Arc<Shared>,
     api: HttpServer,
     md: HttpServer,
+    world_file: Option<std::path::PathBuf>,
 }
 
 fn loopback(addr: SocketAddr) -> Result<SocketAddr, SimError> {
@@ -420,7 +425,7 @@ impl Simulator {
             Some(s) => Rng::seeded(s),
             None => Rng::from_entropy(),
         };
-        let world = World::new(
+        let mut world = World::new(
             WorldConfig {
                 region: opts.region.clone(),
                 zone: opts.zone.clone(),
@@ -432,6 +437,19 @@ impl Simulator {
             rng,
         )
         .map_err(SimError::Config)?;
+        if let Some(path) = &opts.world_file {
+            match std::fs::read(path) {
+                Ok(bytes) => {
+                    let saved: serde_json::Value = serde_json::from_slice(&bytes)
+                        .map_err(|e| SimError::Config(format!("{}: {e}", path.display())))?;
+                    world
+                        .restore(&saved)
+                        .map_err(|e| SimError::Config(format!("{}: {e}", path.display())))?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(SimError::Config(format!("{}: {e}", path.display()))),
+            }
+        }
         let shared = Arc::new(Shared {
             world: Mutex::new(world),
             gateway: Mutex::new(openapi::Gateway::default()),
@@ -472,7 +490,12 @@ impl Simulator {
             addr: md_listen,
             source,
         })?;
-        Ok(Simulator { shared, api, md })
+        Ok(Simulator {
+            shared,
+            api,
+            md,
+            world_file: opts.world_file.clone(),
+        })
     }
 
     /// `http://127.0.0.1:P`
@@ -553,10 +576,22 @@ impl Simulator {
         self.shared.world.lock().set_free_prefixes(id, cap)
     }
 
-    /// Stops both listeners.
+    /// Stops both listeners, then saves the world if it is kept in a
+    /// file (written aside and renamed: a crash leaves the old one whole).
     pub fn shutdown(self) {
         self.api.shutdown();
         self.md.shutdown();
+        if let Some(path) = &self.world_file {
+            let saved = self.shared.world.lock().saved();
+            let tmp = path.with_extension("tmp");
+            let written = serde_json::to_vec_pretty(&saved)
+                .map_err(std::io::Error::other)
+                .and_then(|bytes| std::fs::write(&tmp, bytes))
+                .and_then(|()| std::fs::rename(&tmp, path));
+            if let Err(e) = written {
+                log::warn!("cannot save the emulated cloud to {}: {e}", path.display());
+            }
+        }
     }
 }
 

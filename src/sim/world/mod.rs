@@ -22,6 +22,7 @@ mod catalog;
 mod enis;
 mod ips;
 mod params;
+mod persist;
 mod prefixes;
 pub use prefixes::{PrefixRequest, PREFIX_SIZE};
 mod tagging;
