@@ -7,30 +7,12 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-use eniipd::cloud::credentials::CredentialSource;
-use eniipd::cloud::retry::RetryPolicy;
-use eniipd::cloud::rpc::Timeouts;
-use eniipd::cloud::sign::SignatureVersion;
+use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::{CloudApi, CloudErrorKind, CreateEni, EniQuery, Ipv4Prefix};
 use eniipd::sim::{FaultRule, SimOptions, Simulator};
-use eniipd::util::Secret;
 
 fn cloud(sim: &Simulator) -> AliyunCloud {
-    AliyunCloud::new(AliyunCloudOptions {
-        region_id: sim.region_id(),
-        ecs_endpoint: sim.ecs_url(),
-        vpc_endpoint: sim.vpc_url(),
-        metadata_endpoint: sim.metadata_url(),
-        credentials: CredentialSource::Static {
-            id: sim.access_key_id().into(),
-            secret: Secret::new(sim.access_key_secret()),
-            token: None,
-        },
-        timeouts: Timeouts::default(),
-        retry: RetryPolicy::default(),
-        signature_version: SignatureVersion::default(),
-    })
+    AliyunCloud::new(sim.client_options())
 }
 
 /// ecs.g7.large: 6 IPv4 slots per ENI.

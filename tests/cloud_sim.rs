@@ -19,18 +19,9 @@ fn cloud(sim: &Simulator) -> AliyunCloud {
 
 fn cloud_with(sim: &Simulator, timeouts: Timeouts, retry: RetryPolicy) -> AliyunCloud {
     AliyunCloud::new(AliyunCloudOptions {
-        region_id: sim.region_id(),
-        ecs_endpoint: sim.ecs_url(),
-        vpc_endpoint: sim.vpc_url(),
-        metadata_endpoint: sim.metadata_url(),
-        credentials: CredentialSource::Static {
-            id: sim.access_key_id().into(),
-            secret: Secret::new(sim.access_key_secret()),
-            token: None,
-        },
         timeouts,
         retry,
-        signature_version: SignatureVersion::default(),
+        ..sim.client_options()
     })
 }
 
@@ -343,14 +334,8 @@ fn token_mode_on_a_hardened_instance() {
 fn ram_role_credentials_sign_accepted_calls() {
     let sim = Simulator::start(quick()).unwrap();
     let c = AliyunCloud::new(AliyunCloudOptions {
-        region_id: sim.region_id(),
-        ecs_endpoint: sim.ecs_url(),
-        vpc_endpoint: sim.vpc_url(),
-        metadata_endpoint: sim.metadata_url(),
         credentials: CredentialSource::RamRole(None),
-        timeouts: Timeouts::default(),
-        retry: RetryPolicy::default(),
-        signature_version: SignatureVersion::default(),
+        ..sim.client_options()
     });
     assert_eq!(
         c.instance_type_limits("ecs.g7.xlarge")
@@ -366,18 +351,13 @@ fn a_wrong_secret_is_an_auth_error_without_retries() {
     let sim = Simulator::start(quick()).unwrap();
     for signature_version in [SignatureVersion::V3, SignatureVersion::V1] {
         let c = AliyunCloud::new(AliyunCloudOptions {
-            region_id: sim.region_id(),
-            ecs_endpoint: sim.ecs_url(),
-            vpc_endpoint: sim.vpc_url(),
-            metadata_endpoint: sim.metadata_url(),
             credentials: CredentialSource::Static {
                 id: sim.access_key_id().into(),
                 secret: Secret::new("wrong-secret-value"),
                 token: None,
             },
-            timeouts: Timeouts::default(),
-            retry: RetryPolicy::default(),
             signature_version,
+            ..sim.client_options()
         });
         let e = c.instance_type_limits("ecs.g7.xlarge").unwrap_err();
         assert_eq!(e.kind, CloudErrorKind::Auth);

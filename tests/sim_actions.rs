@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-use eniipd::cloud::credentials::CredentialSource;
 use eniipd::cloud::metadata::MetadataClient;
 use eniipd::cloud::retry::RetryPolicy;
 use eniipd::cloud::rpc::{CallOpts, Timeouts};
@@ -16,7 +15,6 @@ use eniipd::cloud::sign::SignatureVersion;
 use eniipd::cloud::{CloudError, CloudErrorKind};
 use eniipd::sim::{FaultRule, SimOptions, Simulator, VSwitchSpec};
 use eniipd::util::encoding::percent_encode;
-use eniipd::util::Secret;
 use serde_json::Value;
 
 fn dual_sim() -> Simulator {
@@ -34,21 +32,13 @@ fn dual_sim() -> Simulator {
 /// eniipd's client, one attempt per call so faults show.
 fn cloud(sim: &Simulator) -> AliyunCloud {
     AliyunCloud::new(AliyunCloudOptions {
-        region_id: sim.region_id(),
-        ecs_endpoint: sim.ecs_url(),
-        vpc_endpoint: sim.vpc_url(),
-        metadata_endpoint: sim.metadata_url(),
-        credentials: CredentialSource::Static {
-            id: sim.access_key_id().into(),
-            secret: Secret::new(sim.access_key_secret()),
-            token: None,
-        },
         timeouts: Timeouts::all(Duration::from_secs(5)),
         retry: RetryPolicy {
             max_attempts: 1,
             ..RetryPolicy::default()
         },
         signature_version: SignatureVersion::V3,
+        ..sim.client_options()
     })
 }
 
@@ -532,19 +522,7 @@ fn faults_answer_like_the_service() {
 #[test]
 fn eniipd_waits_what_x_acs_retry_after_says_and_then_succeeds() {
     let sim = dual_sim();
-    let c = AliyunCloud::new(AliyunCloudOptions {
-        ecs_endpoint: sim.ecs_url(),
-        vpc_endpoint: sim.vpc_url(),
-        ..AliyunCloudOptions::new(
-            &sim.region_id(),
-            &sim.metadata_url(),
-            CredentialSource::Static {
-                id: sim.access_key_id().into(),
-                secret: Secret::new(sim.access_key_secret()),
-                token: None,
-            },
-        )
-    });
+    let c = AliyunCloud::new(sim.client_options());
     let mut rule = FaultRule::error("DescribeInstanceTypes", "Throttling.User");
     rule.count = Some(2);
     sim.add_fault(rule);

@@ -8,13 +8,11 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-use eniipd::cloud::credentials::CredentialSource;
 use eniipd::cloud::retry::RetryPolicy;
 use eniipd::cloud::rpc::{CallOpts, Timeouts};
 use eniipd::cloud::sign::SignatureVersion;
 use eniipd::cloud::CloudError;
 use eniipd::sim::{SimOptions, Simulator, VSwitchSpec};
-use eniipd::util::Secret;
 use serde_json::Value;
 
 const VSW: &str = "vsw-pfx";
@@ -33,21 +31,13 @@ fn sim() -> Simulator {
 
 fn cloud(sim: &Simulator) -> AliyunCloud {
     AliyunCloud::new(AliyunCloudOptions {
-        region_id: sim.region_id(),
-        ecs_endpoint: sim.ecs_url(),
-        vpc_endpoint: sim.vpc_url(),
-        metadata_endpoint: sim.metadata_url(),
-        credentials: CredentialSource::Static {
-            id: sim.access_key_id().into(),
-            secret: Secret::new(sim.access_key_secret()),
-            token: None,
-        },
         timeouts: Timeouts::all(Duration::from_secs(5)),
         retry: RetryPolicy {
             max_attempts: 1,
             ..RetryPolicy::default()
         },
         signature_version: SignatureVersion::V3,
+        ..sim.client_options()
     })
 }
 

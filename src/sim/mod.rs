@@ -576,6 +576,24 @@ impl Simulator {
         self.shared.world.lock().set_free_prefixes(id, cap)
     }
 
+    /// Options for eniipd's OpenAPI client against this emulator: its
+    /// endpoints and key pair, default timeouts, retries and signature.
+    pub fn client_options(&self) -> crate::cloud::aliyun::AliyunCloudOptions {
+        crate::cloud::aliyun::AliyunCloudOptions {
+            ecs_endpoint: self.ecs_url(),
+            vpc_endpoint: self.vpc_url(),
+            ..crate::cloud::aliyun::AliyunCloudOptions::new(
+                &self.region_id(),
+                &self.metadata_url(),
+                crate::cloud::credentials::CredentialSource::Static {
+                    id: self.access_key_id().into(),
+                    secret: crate::util::Secret::new(self.access_key_secret()),
+                    token: None,
+                },
+            )
+        }
+    }
+
     /// Stops both listeners, then saves the world if it is kept in a
     /// file (written aside and renamed: a crash leaves the old one whole).
     pub fn shutdown(self) {
