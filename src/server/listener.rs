@@ -113,6 +113,9 @@ struct Shared {
     changed: Condvar,
     stopping: AtomicBool,
     next: AtomicU64,
+    /// Threads of evicted connections, still finishing a write or a read
+    /// that their shutdown ends: joined at stop like the others.
+    retired: Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// A running listener.
@@ -152,6 +155,7 @@ impl Server {
             changed: Condvar::new(),
             stopping: AtomicBool::new(false),
             next: AtomicU64::new(1),
+            retired: Mutex::new(Vec::new()),
         });
         let sh = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
@@ -196,7 +200,10 @@ impl Server {
                     let _ = c.stream.shutdown(std::net::Shutdown::Both);
                 }
             }
-            conns.values_mut().filter_map(|c| c.thread.take()).collect()
+            let mut threads: Vec<JoinHandle<()>> =
+                conns.values_mut().filter_map(|c| c.thread.take()).collect();
+            threads.append(&mut self.shared.retired.lock());
+            threads
         };
         let mut abandoned = 0;
         for t in threads {
@@ -274,8 +281,10 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
                         let _ = c.stream.shutdown(std::net::Shutdown::Both);
                     }
                     // Its thread removes it; count it out now so the limit holds.
-                    if let Some(mut c) = conns.remove(&v) {
-                        drop(c.thread.take());
+                    if let Some(h) = conns.remove(&v).and_then(|mut c| c.thread.take()) {
+                        let mut retired = sh.retired.lock();
+                        retired.retain(|h| !h.is_finished());
+                        retired.push(h);
                     }
                     crate::metrics::record_connection_evicted();
                     debug!("closed the connection idle longest to admit a new one");
