@@ -21,6 +21,7 @@ pub mod eniops;
 pub mod maint;
 pub mod msg;
 pub mod planner;
+pub mod prefix;
 pub mod recover;
 pub mod vswitch;
 pub mod worker;
