@@ -62,29 +62,15 @@ impl World {
                 format!("The specified SecurityGroupId \"{bad}\" does not exist."),
             ));
         }
-        let wanted4 = list(p, "PrivateIpAddress", 10)?;
-        let count4 = int(p, "SecondaryPrivateIpAddressCount", 1, 10)?;
-        if count4.is_some() && !wanted4.is_empty() {
-            return Err(invalid(
-                "SecondaryPrivateIpAddressCount",
-                "give a count or PrivateIpAddress.N, not both",
-            ));
-        }
-        let secondary = count4.map_or(wanted4.len(), |n| n as usize);
+        let asked4 = asked(p, "PrivateIpAddress", "SecondaryPrivateIpAddressCount")?;
+        let secondary = asked4.as_ref().map_or(0, Asked::len);
         let prefix_req = Self::prefix_request(p)?;
         if prefix_req.is_some() && secondary > 0 {
             return Err(Self::mixed_prefixes());
         }
-        let n_prefixes = prefix_req.as_ref().map_or(0, PrefixRequest::len);
-        let wanted6 = list(p, "Ipv6Address", 10)?;
-        let count6 = int(p, "Ipv6AddressCount", 1, 10)?;
-        if count6.is_some() && !wanted6.is_empty() {
-            return Err(invalid(
-                "Ipv6AddressCount",
-                "give a count or Ipv6Address.N, not both",
-            ));
-        }
-        let v6 = count6.map_or(wanted6.len(), |n| n as usize);
+        let n_prefixes = prefix_req.as_ref().map_or(0, Asked::len);
+        let asked6 = asked(p, "Ipv6Address", "Ipv6AddressCount")?;
+        let v6 = asked6.as_ref().map_or(0, Asked::len);
         let primary = p.get("PrimaryIpAddress").filter(|s| !s.is_empty()).cloned();
         let tags = tags(p)?;
         let description = p.get("Description").cloned().unwrap_or_default();
@@ -132,10 +118,9 @@ impl World {
             Some(ip) => self.take_specific(&vsw, std::slice::from_ref(ip))?,
             None => self.take_v4(&vsw, 1)?,
         };
-        let more = if wanted4.is_empty() {
-            self.take_v4(&vsw, secondary)
-        } else {
-            self.take_specific(&vsw, &wanted4)
+        let more = match &asked4 {
+            Some(Asked::List(l)) => self.take_specific(&vsw, l),
+            _ => self.take_v4(&vsw, secondary),
         };
         match more {
             Ok(m) => v4.extend(m),
@@ -154,10 +139,9 @@ impl World {
                 }
             },
         };
-        let taken6 = if wanted6.is_empty() {
-            self.take_v6(&vsw, v6)
-        } else {
-            self.take_specific_v6(&vsw, &wanted6)
+        let taken6 = match &asked6 {
+            Some(Asked::List(l)) => self.take_specific_v6(&vsw, l),
+            _ => self.take_v6(&vsw, v6),
         };
         let v6s = match taken6 {
             Ok(v) => v,

@@ -15,25 +15,15 @@ impl World {
     pub(super) fn assign4(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
         self.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
-        let wanted = list(p, "PrivateIpAddress", 10)?;
-        let count = int(p, "SecondaryPrivateIpAddressCount", 1, 10)?;
+        let asked4 = asked(p, "PrivateIpAddress", "SecondaryPrivateIpAddressCount")?;
         if let Some(req) = Self::prefix_request(p)? {
-            if count.is_some() || !wanted.is_empty() {
+            if asked4.is_some() {
                 return Err(Self::mixed_prefixes());
             }
             return self.assign_prefixes(&id, req, now);
         }
-        let n = match (count, wanted.is_empty()) {
-            (Some(n), true) => n as usize,
-            (None, false) => wanted.len(),
-            (Some(_), false) => {
-                return Err(invalid(
-                    "SecondaryPrivateIpAddressCount",
-                    "give a count or addresses, not both",
-                ))
-            }
-            (None, true) => return Err(missing("SecondaryPrivateIpAddressCount")),
-        };
+        let asked4 = asked4.ok_or_else(|| missing("SecondaryPrivateIpAddressCount"))?;
+        let n = asked4.len();
         self.assignable(&id)?;
         let e = self.eni(&id)?;
         if Self::v4_slots(e) + n > self.cfg.itype.ipv4_per_eni as usize {
@@ -44,10 +34,9 @@ impl World {
             ));
         }
         let vsw = e.vswitch.clone();
-        let ips = if wanted.is_empty() {
-            self.take_v4(&vsw, n)?
-        } else {
-            self.take_specific(&vsw, &wanted)?
+        let ips = match &asked4 {
+            Asked::List(l) => self.take_specific(&vsw, l)?,
+            Asked::Count(n) => self.take_v4(&vsw, *n)?,
         };
         let e = self.eni_mut(&id)?;
         e.v4.extend(ips.iter().map(|ip| Addr {
@@ -210,19 +199,9 @@ impl World {
     pub(super) fn assign6(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
         self.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
-        let wanted = list(p, "Ipv6Address", 10)?;
-        let count = int(p, "Ipv6AddressCount", 1, 10)?;
-        let n = match (count, wanted.is_empty()) {
-            (Some(n), true) => n as usize,
-            (None, false) => wanted.len(),
-            (Some(_), false) => {
-                return Err(invalid(
-                    "Ipv6AddressCount",
-                    "give a count or addresses, not both",
-                ))
-            }
-            (None, true) => return Err(missing("Ipv6AddressCount")),
-        };
+        let asked6 = asked(p, "Ipv6Address", "Ipv6AddressCount")?
+            .ok_or_else(|| missing("Ipv6AddressCount"))?;
+        let n = asked6.len();
         self.assignable(&id)?;
         let e = self.eni(&id)?;
         if e.live_v6().count() + n > self.cfg.itype.ipv6_per_eni as usize {
@@ -233,10 +212,9 @@ impl World {
             ));
         }
         let vsw = e.vswitch.clone();
-        let ips = if wanted.is_empty() {
-            self.take_v6(&vsw, n)?
-        } else {
-            self.take_specific_v6(&vsw, &wanted)?
+        let ips = match &asked6 {
+            Asked::List(l) => self.take_specific_v6(&vsw, l)?,
+            Asked::Count(n) => self.take_v6(&vsw, *n)?,
         };
         let e = self.eni_mut(&id)?;
         e.v6.extend(ips.iter().map(|ip| Addr {

@@ -24,12 +24,12 @@ mod ips;
 mod params;
 mod persist;
 mod prefixes;
-pub use prefixes::{PrefixRequest, PREFIX_SIZE};
+pub use prefixes::PREFIX_SIZE;
 mod tagging;
 
 pub use catalog::Identity;
-pub use params::{err, message_of, status_of, ApiError, Params};
-use params::{int, invalid, list, missing, need, tags};
+use params::{asked, int, invalid, list, missing, need, tags};
+pub use params::{err, message_of, status_of, ApiError, Asked, Params};
 
 /// A vswitch.
 #[derive(Debug)]

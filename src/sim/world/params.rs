@@ -119,6 +119,50 @@ pub(super) fn int(p: &Params, name: &str, lo: u64, hi: u64) -> Result<Option<u64
     }
 }
 
+/// What a call asks for: a count of any free ones, or these (as given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Asked {
+    /// Any free ones.
+    Count(usize),
+    /// These ones.
+    List(Vec<String>),
+}
+
+impl Asked {
+    /// How many.
+    pub fn len(&self) -> usize {
+        match self {
+            Asked::Count(n) => *n,
+            Asked::List(l) => l.len(),
+        }
+    }
+
+    /// True when nothing is asked (never, as parsed: counts start at 1).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `list_name.N` (up to 10) or `count_key` (1 to 10), never both, as the
+/// real API refuses; None when neither is given.
+pub(super) fn asked(
+    p: &Params,
+    list_name: &str,
+    count_key: &str,
+) -> Result<Option<Asked>, ApiError> {
+    let wanted = list(p, list_name, 10)?;
+    let count = int(p, count_key, 1, 10)?;
+    match (count, wanted.is_empty()) {
+        (None, true) => Ok(None),
+        (Some(n), true) => Ok(Some(Asked::Count(n as usize))),
+        (None, false) => Ok(Some(Asked::List(wanted))),
+        (Some(_), false) => Err(invalid(
+            count_key,
+            &format!("give {count_key} or {list_name}.N, not both"),
+        )),
+    }
+}
+
 /// `Name.1`, `Name.2`, ... (1-based, at most `max`).
 pub(super) fn list(p: &Params, name: &str, max: usize) -> Result<Vec<String>, ApiError> {
     let mut out: Vec<(usize, String)> = Vec::new();

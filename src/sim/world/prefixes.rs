@@ -20,45 +20,11 @@ use super::*;
 /// Addresses in a prefix.
 pub const PREFIX_SIZE: u64 = 16;
 
-/// What a call asks for: `Ipv4PrefixCount` or `Ipv4Prefix.N`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PrefixRequest {
-    /// Any free /28s.
-    Count(usize),
-    /// These /28s (as given, `a.b.c.d/28`).
-    List(Vec<String>),
-}
-
-impl PrefixRequest {
-    /// How many prefixes.
-    pub fn len(&self) -> usize {
-        match self {
-            PrefixRequest::Count(n) => *n,
-            PrefixRequest::List(l) => l.len(),
-        }
-    }
-
-    /// True when nothing is asked (never, as parsed: counts start at 1).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
 impl World {
     /// The prefix parameters of a call, if any; both forms at once is
     /// refused as the real API does.
-    pub(super) fn prefix_request(p: &Params) -> Result<Option<PrefixRequest>, ApiError> {
-        let wanted = list(p, "Ipv4Prefix", 10)?;
-        let count = int(p, "Ipv4PrefixCount", 1, 10)?;
-        match (count, wanted.is_empty()) {
-            (None, true) => Ok(None),
-            (Some(n), true) => Ok(Some(PrefixRequest::Count(n as usize))),
-            (None, false) => Ok(Some(PrefixRequest::List(wanted))),
-            (Some(_), false) => Err(invalid(
-                "Ipv4PrefixCount",
-                "give Ipv4PrefixCount or Ipv4Prefix.N, not both",
-            )),
-        }
+    pub(super) fn prefix_request(p: &Params) -> Result<Option<Asked>, ApiError> {
+        asked(p, "Ipv4Prefix", "Ipv4PrefixCount")
     }
 
     /// The answer to a call that mixes prefixes and single addresses.
@@ -185,11 +151,11 @@ impl World {
     pub(super) fn take_prefix_request(
         &mut self,
         vsw: &str,
-        req: &PrefixRequest,
+        req: &Asked,
     ) -> Result<Vec<Ipv4Addr>, ApiError> {
         match req {
-            PrefixRequest::Count(n) => self.take_prefixes(vsw, *n),
-            PrefixRequest::List(l) => self.take_specific_prefixes(vsw, l),
+            Asked::Count(n) => self.take_prefixes(vsw, *n),
+            Asked::List(l) => self.take_specific_prefixes(vsw, l),
         }
     }
 
@@ -212,7 +178,7 @@ impl World {
     pub(super) fn assign_prefixes(
         &mut self,
         id: &str,
-        req: PrefixRequest,
+        req: Asked,
         now: Instant,
     ) -> Result<Value, ApiError> {
         self.assignable(id)?;
