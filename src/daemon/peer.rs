@@ -23,16 +23,16 @@ pub(super) fn foreign_enis(
         .describe_enis(&q)?
         .into_iter()
         .filter_map(|e| {
-            if let Some(gone) = e.foreign_node(instance_id, node_id) {
-                if e.live_peer(instance_id, node_id).is_none() {
-                    warn!(
-                        "{} was made by eniipd node {gone}, which does not run here: adopting it",
-                        e.id
-                    );
-                }
+            let peer = e.foreign_node(instance_id, node_id)?.to_string();
+            if crate::util::node::alive(&peer) {
+                Some((e.id, peer))
+            } else {
+                warn!(
+                    "{} was made by eniipd node {peer}, which does not run here: adopting it",
+                    e.id
+                );
+                None
             }
-            let peer = e.live_peer(instance_id, node_id)?.to_string();
-            Some((e.id, peer))
         })
         .collect())
 }
