@@ -71,7 +71,7 @@ impl PoolState {
     pub fn freeable_enis(&self) -> Vec<String> {
         self.enis
             .values()
-            .filter(|e| e.phase == EniPhase::Ready && e.pending == 0)
+            .filter(|e| e.phase == EniPhase::Ready && e.pending == 0 && !e.gone)
             .filter(|e| {
                 let mut on = self.ips.values().filter(|ip| ip.eni == e.id);
                 matches!(
