@@ -176,6 +176,22 @@ pub struct Gauges {
     pub eni_ops: u64,
     /// Vswitches currently inhibited for exhaustion.
     pub inhibited_vswitches: u64,
+    /// Prefix mode only: per ENI, its pool IPs in /28 prefixes and as
+    /// single addresses (the primary included), and its prefix count.
+    pub eni_modes: Vec<EniModeGauge>,
+}
+
+/// How one ENI holds its addresses (prefix mode).
+#[derive(Debug, Clone, Default)]
+pub struct EniModeGauge {
+    /// The ENI.
+    pub eni: String,
+    /// Addresses in its /28 prefixes.
+    pub in_prefixes: u64,
+    /// Single addresses, its primary included.
+    pub singles: u64,
+    /// Its /28 prefixes.
+    pub prefixes: u64,
 }
 
 fn escape(v: &str) -> String {
@@ -233,6 +249,41 @@ pub fn render(g: &Gauges) -> String {
         "Vswitches skipped after exhaustion.",
     );
     let _ = writeln!(out, "eniipd_inhibited_vswitches {}", g.inhibited_vswitches);
+    if !g.eni_modes.is_empty() {
+        header(
+            &mut out,
+            "eniipd_eni_ips",
+            "gauge",
+            "Pool IPs per ENI by how they are held (prefix mode): in /28 prefixes or single.",
+        );
+        for m in &g.eni_modes {
+            let eni = escape(&m.eni);
+            let _ = writeln!(
+                out,
+                "eniipd_eni_ips{{eni=\"{eni}\",mode=\"prefix\"}} {}",
+                m.in_prefixes
+            );
+            let _ = writeln!(
+                out,
+                "eniipd_eni_ips{{eni=\"{eni}\",mode=\"single\"}} {}",
+                m.singles
+            );
+        }
+        header(
+            &mut out,
+            "eniipd_eni_prefixes",
+            "gauge",
+            "IPv4 /28 prefixes per ENI (prefix mode).",
+        );
+        for m in &g.eni_modes {
+            let _ = writeln!(
+                out,
+                "eniipd_eni_prefixes{{eni=\"{}\"}} {}",
+                escape(&m.eni),
+                m.prefixes
+            );
+        }
+    }
 
     let r = REGISTRY.lock();
     header(

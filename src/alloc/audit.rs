@@ -9,11 +9,16 @@
 //! operation in flight (addresses pending or being released, ENIs being
 //! created or freed) counts. So a healthy daemon under load audits
 //! consistent.
+//!
+//! Prefix mode: the cloud's addresses of an ENI are its secondary
+//! addresses and every address of its /28s; prefixes are compared too
+//! (`prefix <p> ...` lines), so a leaked /28 shows even while its
+//! addresses are idle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
-use crate::cloud::{CloudApi, Eni, EniStatus};
+use crate::cloud::{CloudApi, Eni, EniStatus, Ipv4Prefix};
 use crate::core::AllocError;
 
 use super::maint::{attached_managed, drift, tagged_unattached};
@@ -95,7 +100,27 @@ fn differences(
         if local.pending > 0 {
             continue;
         }
-        let remote: BTreeSet<Ipv4Addr> = e.private_ips.iter().copied().collect();
+        // Prefixes first: a /28 is assigned and given back whole.
+        let remote_prefixes: BTreeSet<Ipv4Prefix> = e.ipv4_prefixes.iter().copied().collect();
+        for p in remote_prefixes.difference(&local.prefixes) {
+            out.push(format!(
+                "prefix {p} is on eni {id} in the cloud but unknown locally"
+            ));
+        }
+        for p in local.prefixes.difference(&remote_prefixes) {
+            let releasing = p
+                .addresses()
+                .any(|a| s.pool.ips.get(&a).is_some_and(|ip| ip.releasing));
+            if !releasing {
+                out.push(format!("prefix {p} is missing from eni {id} in the cloud"));
+            }
+        }
+        let remote: BTreeSet<Ipv4Addr> = e
+            .private_ips
+            .iter()
+            .copied()
+            .chain(e.ipv4_prefixes.iter().flat_map(|p| p.addresses()))
+            .collect();
         // Addresses are compared with their ENI: a vswitch may give an
         // address of a deleted ENI to another one.
         for a in &remote {

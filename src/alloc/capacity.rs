@@ -4,6 +4,11 @@
 //! (dual stack: the smaller of it and EniIpv6AddressQuantity); capacity =
 //! usable ENIs x IPs per ENI. `min_eni` sets the min pool; pool sizes are
 //! clamped to capacity and min <= max.
+//!
+//! Prefix mode (`ip_prefix`): every IPv4 slot of an ENI but its primary's
+//! holds a /28, so IPs per ENI = (EniPrivateIpAddressQuantity - 1) x 16 + 1
+//! (the issue's (quota - 1) x 16 prefix addresses, plus the primary, which
+//! SPEC section 3 makes a pool IP like any other).
 
 use crate::cloud::InstanceTypeLimits;
 use crate::config::{Config, IpStack};
@@ -15,6 +20,11 @@ pub struct Capacity {
     pub usable_enis: usize,
     /// Pool IPs per ENI, its primary IP included.
     pub ips_per_eni: usize,
+    /// IPv4 slots per ENI beside its primary's (each holds one secondary
+    /// address, or one /28 in prefix mode).
+    pub slots_per_eni: usize,
+    /// Prefix mode: new addresses come as /28s where they can.
+    pub prefix_mode: bool,
     /// `usable_enis * ips_per_eni`.
     pub total_ips: usize,
     /// Idle IPs to keep at least.
@@ -83,6 +93,10 @@ pub fn compute(
     if cfg.ip_stack == IpStack::Dual {
         ips_per_eni = ips_per_eni.min(limits.ipv6_per_eni as usize);
     }
+    let slots_per_eni = ips_per_eni.saturating_sub(1);
+    if cfg.ip_prefix {
+        ips_per_eni = super::prefix::ips_per_eni(ips_per_eni) + 1;
+    }
     let total = usable * ips_per_eni;
     let mut min_idle = if sizes.min_eni != 0 {
         sizes.min_eni * ips_per_eni
@@ -116,6 +130,8 @@ pub fn compute(
     Capacity {
         usable_enis: usable,
         ips_per_eni,
+        slots_per_eni,
+        prefix_mode: cfg.ip_prefix,
         total_ips: total,
         min_idle,
         max_idle,
@@ -174,6 +190,18 @@ mod tests {
         let cap = compute(&limits(3, 10, 1), &c, PoolSizes::of(&c), &mut Vec::new());
         assert_eq!(cap.ips_per_eni, 1);
         assert_eq!(cap.total_ips, 2);
+    }
+
+    #[test]
+    fn prefix_mode_holds_a_slash_28_per_slot_plus_the_primary() {
+        // ecs.g7.large: 3 ENIs, 6 IPv4 each.
+        let c = cfg(r#"{"ip_prefix": true, "max_pool_size": 1000}"#);
+        let cap = compute(&limits(3, 6, 6), &c, PoolSizes::of(&c), &mut Vec::new());
+        assert_eq!((cap.usable_enis, cap.slots_per_eni), (2, 5));
+        assert_eq!(cap.ips_per_eni, 81);
+        assert_eq!(cap.total_ips, 162);
+        assert_eq!(cap.max_idle, 162, "pool sizes count addresses");
+        assert!(cap.prefix_mode);
     }
 
     #[test]

@@ -41,8 +41,11 @@ pub struct CreateJob {
     pub instance_id: String,
     /// This daemon's node id.
     pub node_id: String,
-    /// Addresses to create it with, its primary included (>= 1).
+    /// Addresses to create it with, its primary included (>= 1); with
+    /// `prefixes`, only if the vswitch has no free /28.
     pub init: usize,
+    /// /28 prefixes to create it with (prefix mode; 0: single addresses).
+    pub prefixes: usize,
     /// Also give it as many IPv6 addresses.
     pub dual: bool,
     /// Deadline for attach + InUse + metadata.
@@ -107,7 +110,28 @@ fn create(
         tags: eni_tags(&job.instance_id, &job.node_id, &job.extra_tags),
         description: "interface created by eniipd".into(),
     };
-    let eni = cloud.create_eni(&req).map_err(|e| (e, None))?;
+    let mut prefix_fallback = false;
+    let eni = if job.prefixes > 0 {
+        let with_prefixes = CreateEni {
+            secondary_ipv4_count: 0,
+            ..req.clone()
+        };
+        match cloud.create_eni_with_prefixes(&with_prefixes, job.prefixes) {
+            Err(e) if e.kind == CloudErrorKind::PrefixExhausted => {
+                warn!(
+                    "{} has no free /28 prefix ({}); creating the ENI with single addresses",
+                    job.vswitch,
+                    e.code_or_kind()
+                );
+                prefix_fallback = true;
+                cloud.create_eni(&req)
+            }
+            other => other,
+        }
+    } else {
+        cloud.create_eni(&req)
+    }
+    .map_err(|e| (e, None))?;
     info!(
         "created {} on {} with {} address(es)",
         eni.id,
@@ -135,6 +159,8 @@ fn create(
             // metadata may still lag behind it.
             ready.v4 = eni.private_ips.clone();
             ready.v6 = eni.ipv6s.clone();
+            ready.prefixes = eni.ipv4_prefixes.clone();
+            ready.prefix_fallback = prefix_fallback;
             if let Some(p) = eni.primary_ip {
                 ready.primary_ip = p;
             }
@@ -200,6 +226,8 @@ pub fn ready_info(
                         primary_ip: md.primary_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
                         v4: md.ipv4s,
                         v6: md.ipv6s,
+                        prefixes: Vec::new(),
+                        prefix_fallback: false,
                     });
                 }
             }

@@ -175,6 +175,7 @@ fn view(cloud: &dyn CloudApi, e: &Eni) -> CloudEniView {
         Ok(mut r) => {
             r.v4 = e.private_ips.clone();
             r.v6 = e.ipv6s.clone();
+            r.prefixes = e.ipv4_prefixes.clone();
             if let Some(p) = e.primary_ip {
                 r.primary_ip = p;
             }
@@ -193,6 +194,8 @@ fn view(cloud: &dyn CloudApi, e: &Eni) -> CloudEniView {
                 primary_ip: e.primary_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
                 v4: e.private_ips.clone(),
                 v6: e.ipv6s.clone(),
+                prefixes: e.ipv4_prefixes.clone(),
+                prefix_fallback: false,
             },
             in_metadata: false,
         },

@@ -189,6 +189,11 @@ impl Snapshot {
             connections: 0,
             eni_ops: self.eni_ops as u64,
             inhibited_vswitches: self.inhibited_vswitches as u64,
+            eni_modes: if self.capacity.prefix_mode {
+                self.pool.eni_modes()
+            } else {
+                Vec::new()
+            },
         }
     }
 }

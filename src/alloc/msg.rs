@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
-use crate::cloud::CloudError;
+use crate::cloud::{CloudError, Ipv4Prefix};
 use crate::pool::PoolEni;
 
 use super::capacity::Capacity;
@@ -19,6 +19,15 @@ use super::Snapshot;
 
 /// One unit of demand sent to the cloud: an address asked of an ENI.
 pub type TicketId = u64;
+
+/// A ticket as a worker gets it: its id and how the address is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unit {
+    /// The ticket.
+    pub ticket: TicketId,
+    /// As part of a /28 prefix, or as a single secondary address.
+    pub kind: super::prefix::Kind,
+}
 /// One ENI create or free operation.
 pub type OpId = u64;
 
@@ -62,9 +71,23 @@ pub struct ReadyEni {
     pub v4: Vec<Ipv4Addr>,
     /// Every IPv6 on it.
     pub v6: Vec<Ipv6Addr>,
+    /// Its IPv4 /28 prefixes (their addresses are not in `v4`).
+    pub prefixes: Vec<Ipv4Prefix>,
+    /// Created with single addresses because its vswitch had no free /28
+    /// (prefix mode): prefixes are not asked for it for a while.
+    pub prefix_fallback: bool,
 }
 
 impl ReadyEni {
+    /// Every IPv4 on it: `v4` and the addresses of its prefixes.
+    pub fn all_v4(&self) -> Vec<Ipv4Addr> {
+        let mut all = self.v4.clone();
+        for p in &self.prefixes {
+            all.extend(p.addresses());
+        }
+        all
+    }
+
     /// The pool's record of it, with nothing pending.
     pub fn pool_eni(&self) -> PoolEni {
         PoolEni::ready(
@@ -99,6 +122,9 @@ pub enum Event {
         eni: String,
         /// The tickets the batch served, in order.
         tickets: Vec<TicketId>,
+        /// A prefix call: the /28s granted (their addresses are in `v4`
+        /// too). `None`: a call for single addresses.
+        prefixes: Option<Vec<Ipv4Prefix>>,
         /// Granted IPv4.
         v4: Vec<Ipv4Addr>,
         /// Granted IPv6.
@@ -116,6 +142,9 @@ pub enum Event {
         gone_v4: Vec<Ipv4Addr>,
         /// IPv6 the cloud took back (all asked unless `error`).
         gone_v6: Vec<Ipv6Addr>,
+        /// Prefixes the cloud took back (their addresses are in `v4` and
+        /// `gone_v4` too).
+        gone_prefixes: Vec<Ipv4Prefix>,
         /// Where it stopped, if it did: what is not gone is still there.
         error: Option<CloudError>,
     },

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::time::Instant;
 
 use crate::cloud::Ipv4Prefix;
 
@@ -60,12 +59,38 @@ pub enum Kind {
 }
 
 /// The kind of the next Assign on an ENI: prefixes in prefix mode unless a
-/// `PrefixExhausted` answer inhibited them until a time still to come.
-pub fn next_kind(prefix_mode: bool, prefix_inhibit: Option<Instant>, now: Instant) -> Kind {
-    match (prefix_mode, prefix_inhibit) {
+/// `PrefixExhausted` answer inhibited them (on its vswitch) until a time
+/// still to come (Unix ms).
+pub fn next_kind(prefix_mode: bool, prefix_inhibit_ms: Option<u64>, now_ms: u64) -> Kind {
+    match (prefix_mode, prefix_inhibit_ms) {
         (false, _) => Kind::Single,
-        (true, Some(until)) if until > now => Kind::Single,
+        (true, Some(until)) if until > now_ms => Kind::Single,
         (true, _) => Kind::Prefix,
+    }
+}
+
+/// Addresses an ENI can still be asked for: `free_slots` IPv4 slots hold
+/// 16 each as /28s, one each as single addresses.
+pub fn room(kind: Kind, free_slots: usize) -> usize {
+    match kind {
+        Kind::Prefix => free_slots * PER_PREFIX,
+        Kind::Single => free_slots,
+    }
+}
+
+/// IPv4 slots that `pending` addresses in flight take, `in_prefixes` of
+/// them asked as parts of /28s.
+pub fn pending_slots(pending: usize, in_prefixes: usize) -> usize {
+    in_prefixes.div_ceil(PER_PREFIX) + pending.saturating_sub(in_prefixes)
+}
+
+/// Units to queue for `n` addresses of demand: whole /28s' worth in
+/// prefix kind (the surplus arrives anyway and is counted as pending),
+/// never more than `limit` (room, backlog).
+pub fn round_units(kind: Kind, n: usize, limit: usize) -> usize {
+    match kind {
+        Kind::Prefix => (n.div_ceil(PER_PREFIX) * PER_PREFIX).min(limit),
+        Kind::Single => n.min(limit),
     }
 }
 
@@ -161,7 +186,6 @@ pub fn by_prefix(
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-    use std::time::Duration;
 
     fn p(s: &str) -> Ipv4Prefix {
         s.parse().unwrap()
@@ -195,8 +219,8 @@ mod tests {
 
     #[test]
     fn fallback_lasts_as_long_as_the_inhibit() {
-        let now = Instant::now();
-        let later = now + Duration::from_secs(30);
+        let now = 1_000_000;
+        let later = now + 30_000;
         assert_eq!(next_kind(false, None, now), Kind::Single);
         assert_eq!(next_kind(true, None, now), Kind::Prefix);
         assert_eq!(next_kind(true, Some(later), now), Kind::Single);

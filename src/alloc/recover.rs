@@ -141,12 +141,28 @@ pub fn recover(
         for b in v6_iter {
             pool.add_unpaired_v6(&e.id, b);
         }
-        notes.push(format!(
-            "adopted {} on {} with {} address(es)",
-            e.id,
-            e.vswitch_id,
-            e.private_ips.len()
-        ));
+        // Prefixes come from the OpenAPI like the addresses: a prefix
+        // member is never taken for a single address.
+        for p in &e.ipv4_prefixes {
+            pool.add_prefix(&e.id, *p);
+        }
+        let in_prefixes = e.ipv4_prefixes.len() * crate::cloud::Ipv4Prefix::SIZE as usize;
+        notes.push(if in_prefixes > 0 {
+            format!(
+                "adopted {} on {} with {} address(es) and {} /28 prefix(es) ({in_prefixes} addresses)",
+                e.id,
+                e.vswitch_id,
+                e.private_ips.len(),
+                e.ipv4_prefixes.len()
+            )
+        } else {
+            format!(
+                "adopted {} on {} with {} address(es)",
+                e.id,
+                e.vswitch_id,
+                e.private_ips.len()
+            )
+        });
     }
 
     let now_ms = unix_ms();

@@ -1,14 +1,17 @@
 //! The per-ENI worker: one OS thread per managed ENI.
 //!
-//! It waits on its bounded backlog (capacity 10) and its control channel.
-//! When a unit of demand arrives it aggregates more for the aggregation
-//! window (300 ms by default), stopping early once it has
-//! `max_ips_per_call`, then asks for all of them in ONE
+//! It waits on its bounded backlog (capacity 10, or 10 x 16 in prefix
+//! mode) and its control channel. When a unit of demand arrives it
+//! aggregates more for the aggregation window (300 ms by default),
+//! stopping early once it has `max_ips_per_call` units (in prefix mode:
+//! enough for `max_ips_per_call` /28s), then asks for all of them in ONE
 //! AssignPrivateIpAddresses call (paired with AssignIpv6Addresses in dual
-//! stack), waits (bounded) for metadata to show them, and reports the
-//! outcome for exactly the tickets it took, on the actor's bounded event
-//! channel. Unlike the seed, a failure is reported once for the batch with
-//! the ticket ids, so the actor's pending count for the ENI cannot drift.
+//! stack; with `Ipv4PrefixCount` for prefix units), waits (bounded) for
+//! metadata to show single addresses, and reports the outcome for exactly
+//! the tickets it took, on the actor's bounded event channel. Unlike the
+//! seed, a failure is reported once for the batch with the ticket ids, so
+//! the actor's pending count for the ENI cannot drift. A prefix call
+//! brings 16 addresses per /28: the surplus over the tickets becomes idle.
 //!
 //! Unassigns for this ENI go through the same thread, so the cloud never
 //! sees two operations on one ENI at once from us (`Operation.Conflict`).
@@ -25,11 +28,13 @@ use crossbeam_channel::{
 };
 use log::{debug, warn};
 
-use crate::cloud::{wait, CloudApi, CloudErrorKind};
+use crate::cloud::{wait, CloudApi, CloudErrorKind, Ipv4Prefix};
 
-use super::msg::{Event, TicketId};
+use super::msg::{Event, TicketId, Unit};
+use super::prefix::{Kind, PER_PREFIX};
 
-/// Backlog capacity of every ENI (the seed's `maxIPBacklog`).
+/// Backlog capacity of every ENI (the seed's `maxIPBacklog`); prefix mode
+/// multiplies it by the 16 addresses of a /28.
 pub const BACKLOG: usize = 10;
 
 /// Tunables of a worker.
@@ -41,6 +46,8 @@ pub struct WorkerConfig {
     pub max_per_call: usize,
     /// Pair every IPv4 with an IPv6.
     pub dual: bool,
+    /// Prefix mode: the backlog holds units for `max_per_call` /28s.
+    pub prefix_mode: bool,
     /// How long to wait for metadata to show new addresses.
     pub metadata_wait: Duration,
 }
@@ -50,13 +57,15 @@ enum Control {
         v4: Vec<Ipv4Addr>,
         v6: Vec<Ipv6Addr>,
     },
+    UnassignPrefixes(Vec<Ipv4Prefix>),
 }
 
 /// The actor's handle on a worker. Dropping it stops the worker after the
 /// batch in flight.
 #[derive(Debug)]
 pub struct WorkerHandle {
-    backlog: Sender<TicketId>,
+    backlog: Sender<Unit>,
+    capacity: usize,
     control: Sender<Control>,
     join: Option<JoinHandle<()>>,
 }
@@ -70,13 +79,13 @@ impl std::fmt::Debug for Control {
 impl WorkerHandle {
     /// Free places in the backlog.
     pub fn backlog_free(&self) -> usize {
-        BACKLOG.saturating_sub(self.backlog.len())
+        self.capacity.saturating_sub(self.backlog.len())
     }
 
     /// Queues a ticket; false if the backlog is full (the unit stays
     /// unplanned; nothing is lost).
-    pub fn try_submit(&self, t: TicketId) -> bool {
-        match self.backlog.try_send(t) {
+    pub fn try_submit(&self, ticket: TicketId, kind: Kind) -> bool {
+        match self.backlog.try_send(Unit { ticket, kind }) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
         }
@@ -85,6 +94,14 @@ impl WorkerHandle {
     /// Asks the worker to unassign addresses (at most 10 per call).
     pub fn unassign(&self, v4: Vec<Ipv4Addr>, v6: Vec<Ipv6Addr>) -> bool {
         self.control.send(Control::Unassign { v4, v6 }).is_ok()
+    }
+
+    /// Asks the worker to give whole /28 prefixes back (at most 10 per
+    /// call).
+    pub fn unassign_prefixes(&self, prefixes: Vec<Ipv4Prefix>) -> bool {
+        self.control
+            .send(Control::UnassignPrefixes(prefixes))
+            .is_ok()
     }
 
     /// Stops the worker and returns its thread, to join with a deadline.
@@ -101,7 +118,12 @@ pub fn spawn(
     cfg: WorkerConfig,
     events: Sender<Event>,
 ) -> io::Result<WorkerHandle> {
-    let (backlog_tx, backlog_rx) = bounded(BACKLOG);
+    let capacity = if cfg.prefix_mode {
+        BACKLOG * PER_PREFIX
+    } else {
+        BACKLOG
+    };
+    let (backlog_tx, backlog_rx) = bounded(capacity);
     let (control_tx, control_rx) = unbounded();
     let join = std::thread::Builder::new()
         .name(format!("eni-{}", eni.trim_start_matches("eni-")))
@@ -109,6 +131,7 @@ pub fn spawn(
         .spawn(move || run(&eni, &mac, &*cloud, &cfg, &backlog_rx, &control_rx, &events))?;
     Ok(WorkerHandle {
         backlog: backlog_tx,
+        capacity,
         control: control_tx,
         join: Some(join),
     })
@@ -119,7 +142,7 @@ fn run(
     mac: &str,
     cloud: &dyn CloudApi,
     cfg: &WorkerConfig,
-    backlog: &Receiver<TicketId>,
+    backlog: &Receiver<Unit>,
     control: &Receiver<Control>,
     events: &Sender<Event>,
 ) {
@@ -133,14 +156,28 @@ fn run(
                         return;
                     }
                 }
+                Ok(Control::UnassignPrefixes(prefixes)) => {
+                    let event = unassign_prefixes(cloud, eni, &prefixes);
+                    if events.send(event).is_err() {
+                        return;
+                    }
+                }
                 Err(_) => break,
             },
             recv(backlog) -> first => match first {
-                Ok(t) => {
-                    let tickets = gather(t, backlog, cfg);
-                    let event = assign(cloud, eni, mac, cfg, tickets);
-                    if events.send(event).is_err() {
-                        return;
+                Ok(u) => {
+                    let (prefix, single) = gather(u, backlog, cfg);
+                    for tickets in prefix.chunks(cfg.max_per_call * PER_PREFIX) {
+                        let event = assign_prefixes(cloud, eni, tickets.to_vec());
+                        if events.send(event).is_err() {
+                            return;
+                        }
+                    }
+                    for tickets in single.chunks(cfg.max_per_call) {
+                        let event = assign(cloud, eni, mac, cfg, tickets.to_vec());
+                        if events.send(event).is_err() {
+                            return;
+                        }
                     }
                 }
                 Err(_) => break,
@@ -150,17 +187,69 @@ fn run(
     debug!("worker for {eni} stopped");
 }
 
-/// Collects up to `max_per_call` tickets within the window after the first.
-fn gather(first: TicketId, backlog: &Receiver<TicketId>, cfg: &WorkerConfig) -> Vec<TicketId> {
-    let mut tickets = vec![first];
+/// Collects units within the window after the first, until there are
+/// enough for one call of the first unit's kind (`max_per_call` addresses,
+/// or `max_per_call` /28s); returns the prefix and the single tickets.
+fn gather(
+    first: Unit,
+    backlog: &Receiver<Unit>,
+    cfg: &WorkerConfig,
+) -> (Vec<TicketId>, Vec<TicketId>) {
+    let per_unit = |k: Kind| match k {
+        Kind::Prefix => 1,
+        Kind::Single => PER_PREFIX,
+    };
+    // Both kinds fill one budget: a call's worth of the first unit's kind.
+    let budget = cfg.max_per_call * PER_PREFIX;
+    let mut used = per_unit(first.kind);
+    let (mut prefix, mut single) = (Vec::new(), Vec::new());
+    let mut push = |u: Unit| match u.kind {
+        Kind::Prefix => prefix.push(u.ticket),
+        Kind::Single => single.push(u.ticket),
+    };
+    push(first);
     let deadline = Instant::now() + cfg.window;
-    while tickets.len() < cfg.max_per_call {
+    while used < budget {
         match backlog.recv_deadline(deadline) {
-            Ok(t) => tickets.push(t),
+            Ok(u) => {
+                used += per_unit(u.kind);
+                push(u);
+            }
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
         }
     }
-    tickets
+    (prefix, single)
+}
+
+/// One AssignPrivateIpAddresses with `Ipv4PrefixCount` for the /28s that
+/// `tickets` need; every address of every prefix granted is reported.
+fn assign_prefixes(cloud: &dyn CloudApi, eni: &str, tickets: Vec<TicketId>) -> Event {
+    let n = tickets.len().div_ceil(PER_PREFIX);
+    debug!(
+        "asking {n} /28 prefix(es) of {eni} for {} address(es)",
+        tickets.len()
+    );
+    let (prefixes, error) = match cloud.assign_ipv4_prefixes(eni, n) {
+        Ok(p) => (p, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    if error.is_none() && prefixes.len() != n {
+        warn!(
+            "{eni}: asked for {n} prefixes, the cloud assigned {}",
+            prefixes.len()
+        );
+    }
+    // Prefixes are read from the OpenAPI only (their metadata path is not
+    // confirmed): nothing to wait for.
+    let v4 = prefixes.iter().flat_map(|p| p.addresses()).collect();
+    Event::Assigned {
+        eni: eni.to_string(),
+        tickets,
+        prefixes: Some(prefixes),
+        v4,
+        v6: Vec::new(),
+        error,
+    }
 }
 
 fn assign(
@@ -179,6 +268,7 @@ fn assign(
             return Event::Assigned {
                 eni: eni.to_string(),
                 tickets,
+                prefixes: None,
                 v4: Vec::new(),
                 v6,
                 error: Some(error),
@@ -214,8 +304,34 @@ fn assign(
     Event::Assigned {
         eni: eni.to_string(),
         tickets,
+        prefixes: None,
         v4,
         v6,
+        error,
+    }
+}
+
+/// Gives whole /28 prefixes back, 10 per call. Reports the prefixes the
+/// cloud took back, and their addresses.
+fn unassign_prefixes(cloud: &dyn CloudApi, eni: &str, prefixes: &[Ipv4Prefix]) -> Event {
+    let mut gone = Vec::new();
+    let mut error = None;
+    for chunk in prefixes.chunks(10) {
+        match cloud.unassign_ipv4_prefixes(eni, chunk) {
+            Ok(()) => gone.extend_from_slice(chunk),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    debug!("{eni}: gave back {} /28 prefix(es)", gone.len());
+    Event::Unassigned {
+        eni: eni.to_string(),
+        v4: prefixes.iter().flat_map(|p| p.addresses()).collect(),
+        gone_v4: gone.iter().flat_map(|p| p.addresses()).collect(),
+        gone_v6: Vec::new(),
+        gone_prefixes: gone,
         error,
     }
 }
@@ -257,6 +373,7 @@ fn unassign(cloud: &dyn CloudApi, eni: &str, v4: Vec<Ipv4Addr>, v6: &[Ipv6Addr])
         v4,
         gone_v4,
         gone_v6,
+        gone_prefixes: Vec::new(),
         error,
     }
 }

@@ -366,18 +366,6 @@ impl RawConfig {
         for k in unknown {
             w.push(format!("unknown config key `{k}` is ignored"));
         }
-        // The emulator and the cloud client know prefixes; the allocator of
-        // this version does not use them yet, and an operator who asked for
-        // them must not take single addresses for prefix mode.
-        let asked = [&self.ip_prefix, &self.enable_ip_prefix]
-            .iter()
-            .any(|v| v.as_ref().and_then(Value::as_bool) == Some(true));
-        if asked {
-            w.push(
-                "`ip_prefix` is accepted, but this version still assigns single secondary addresses (no /28 prefixes yet)"
-                    .into(),
-            );
-        }
         w
     }
 }
@@ -416,11 +404,9 @@ mod tests {
                 .unwrap()
                 .ip_prefix
         );
-        // The alias is a known key: no unknown-key warning names it; the
-        // one warning says the allocator does not use prefixes yet.
+        // The alias is a known key: no unknown-key warning names it.
         let raw = RawConfig::parse(r#"{"enable_ip_prefix": true}"#).unwrap();
-        assert_eq!(raw.warnings().len(), 1, "{:?}", raw.warnings());
-        assert!(raw.warnings()[0].contains("single secondary addresses"));
+        assert!(raw.warnings().is_empty(), "{:?}", raw.warnings());
         let raw = RawConfig::parse(r#"{"enable_ip_prefix": false}"#).unwrap();
         assert!(raw.warnings().is_empty(), "{:?}", raw.warnings());
         let e = parse(r#"{"ip_prefix": "yes"}"#).unwrap_err().to_string();

@@ -294,4 +294,33 @@ pub struct EniEntry {
     pub pending: usize,
     /// Until when its vswitch is inhibited (Unix seconds), if it is.
     pub inhibited_until: Option<u64>,
+    /// Prefix mode only: how its addresses are held.
+    pub prefixes: Option<PrefixUse>,
+}
+
+/// How an ENI holds its addresses in prefix mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixUse {
+    /// Its /28 prefixes.
+    pub prefixes: usize,
+    /// Its single secondary addresses (a fallback when no /28 could be had).
+    pub singles: usize,
+    /// Prefixes are not asked for it now (no free /28 in its vswitch): the
+    /// next demand gets single addresses.
+    pub fallback: bool,
+}
+
+impl PrefixUse {
+    /// `prefix` (only prefixes beside the primary), `single` (only single
+    /// addresses), `mixed` (both); an ENI holding neither shows what it
+    /// asks for next.
+    pub fn mode(&self) -> &'static str {
+        match (self.prefixes > 0, self.singles > 0) {
+            (true, true) => "mixed",
+            (true, false) => "prefix",
+            (false, true) => "single",
+            (false, false) if self.fallback => "single",
+            (false, false) => "prefix",
+        }
+    }
 }

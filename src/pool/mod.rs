@@ -14,10 +14,11 @@
 //! holder; the owner indexes agree with the address states; every address
 //! belongs to a known ENI.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::core::{Allocation, EniEntry, ListEntry, Owner, SandboxId, StatusCounts};
+use crate::cloud::Ipv4Prefix;
+use crate::core::{Allocation, EniEntry, ListEntry, Owner, PrefixUse, SandboxId, StatusCounts};
 use crate::store::{Allocation as StoredAllocation, Hold};
 
 mod shrink;
@@ -58,6 +59,11 @@ pub struct PoolEni {
     /// no slot and only the addresses owners still hold, never handed out
     /// again; it is forgotten once they are released.
     pub gone: bool,
+    /// Its IPv4 /28 prefixes (prefix mode): every address of each is a
+    /// pool IP, and they go back to the cloud only as whole prefixes.
+    pub prefixes: BTreeSet<Ipv4Prefix>,
+    /// Of `pending`, the addresses asked as parts of /28s.
+    pub pending_in_prefixes: usize,
 }
 
 impl PoolEni {
@@ -81,6 +87,8 @@ impl PoolEni {
             pending: 0,
             at_limit: false,
             gone: false,
+            prefixes: BTreeSet::new(),
+            pending_in_prefixes: 0,
         }
     }
 }
@@ -158,6 +166,9 @@ pub struct PoolIp {
     /// The cloud no longer has it although an owner holds it: never handed
     /// out again; dropped from the pool when released.
     pub lost: bool,
+    /// The /28 of its ENI it belongs to (prefix mode): never unassigned on
+    /// its own, only with its whole prefix.
+    pub prefix: Option<Ipv4Prefix>,
 }
 
 /// What `release` did.
@@ -230,8 +241,53 @@ impl PoolState {
                 state,
                 releasing: false,
                 lost: false,
+                prefix: None,
             },
         );
+    }
+
+    /// Adds a /28 of an ENI and its 16 addresses (idle). Addresses already
+    /// known are left as they are, but counted as members.
+    pub fn add_prefix(&mut self, eni: &str, p: Ipv4Prefix) {
+        let Some(e) = self.enis.get_mut(eni) else {
+            return;
+        };
+        e.prefixes.insert(p);
+        for a in p.addresses() {
+            self.add_ip(eni, a, None);
+            if let Some(ip) = self.ips.get_mut(&a) {
+                if ip.eni == eni {
+                    ip.prefix = Some(p);
+                }
+            }
+        }
+    }
+
+    /// Forgets a /28 of an ENI (its addresses are removed separately, as
+    /// they are for single addresses).
+    pub fn remove_prefix(&mut self, eni: &str, p: Ipv4Prefix) {
+        if let Some(e) = self.enis.get_mut(eni) {
+            e.prefixes.remove(&p);
+        }
+        for a in p.addresses() {
+            if let Some(ip) = self.ips.get_mut(&a) {
+                if ip.eni == eni {
+                    ip.prefix = None;
+                }
+            }
+        }
+    }
+
+    /// IPv4 slots an ENI uses beside its primary: one per prefix, one per
+    /// single secondary address (invalid ones included).
+    pub fn slots_used(&self, eni: &str) -> usize {
+        let prefixes = self.enis.get(eni).map_or(0, |e| e.prefixes.len());
+        let singles = self
+            .ips
+            .values()
+            .filter(|ip| ip.eni == eni && !ip.primary && ip.prefix.is_none())
+            .count();
+        prefixes + singles
     }
 
     /// Records an unpaired IPv6 address (dual stack; invalid).
@@ -496,9 +552,12 @@ impl PoolState {
 
     /// The idle address to hand out next: secondary addresses before
     /// primaries (so ENIs can drain), then the ENI with the most addresses
-    /// in use (packing), then the lowest address.
+    /// in use (packing), then the fullest prefix (so whole prefixes empty
+    /// out and can go back; single addresses count as an empty prefix),
+    /// then the lowest address.
     fn best_idle(&self) -> Option<Ipv4Addr> {
         let inuse = self.inuse_by_eni();
+        let taken = self.taken_by_prefix();
         self.ips
             .values()
             .filter(|ip| ip.state == IpState::Idle && self.allocatable(ip))
@@ -506,10 +565,22 @@ impl PoolState {
                 (
                     ip.primary,
                     std::cmp::Reverse(inuse.get(ip.eni.as_str()).copied().unwrap_or(0)),
+                    std::cmp::Reverse(ip.prefix.and_then(|p| taken.get(&p).copied()).unwrap_or(0)),
                     ip.v4,
                 )
             })
             .map(|ip| ip.v4)
+    }
+
+    /// Per prefix, its addresses that are not idle.
+    fn taken_by_prefix(&self) -> HashMap<Ipv4Prefix, usize> {
+        let mut m: HashMap<Ipv4Prefix, usize> = HashMap::new();
+        for ip in self.ips.values() {
+            if let (Some(p), false) = (ip.prefix, ip.state == IpState::Idle) {
+                *m.entry(p).or_default() += 1;
+            }
+        }
+        m
     }
 
     fn inuse_by_eni(&self) -> HashMap<&str, usize> {
@@ -690,6 +761,8 @@ mod tests {
             pending: 0,
             at_limit: false,
             gone: false,
+            prefixes: BTreeSet::new(),
+            pending_in_prefixes: 0,
         }
     }
 

@@ -1,5 +1,8 @@
 //! What the pool can give back to the cloud: idle secondaries to shed,
-//! invalid addresses, ENIs holding nothing but their idle primary.
+//! whole idle prefixes, invalid addresses, ENIs holding nothing but their
+//! idle primary. A prefix's address is never given back on its own: the
+//! cloud would answer that it is not a secondary address of the ENI, and
+//! the /28 would stay assigned while the pool forgot its addresses.
 
 use super::*;
 
@@ -15,7 +18,12 @@ impl PoolState {
         let mut idle: Vec<&PoolIp> = self
             .ips
             .values()
-            .filter(|ip| ip.state == IpState::Idle && !ip.primary && self.allocatable(ip))
+            .filter(|ip| {
+                ip.state == IpState::Idle
+                    && !ip.primary
+                    && ip.prefix.is_none()
+                    && self.allocatable(ip)
+            })
             .collect();
         idle.sort_by_key(|ip| {
             (
@@ -46,7 +54,11 @@ impl PoolState {
     pub fn invalid_to_release(&self) -> Vec<(String, Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
         let mut by_eni: BTreeMap<String, (Vec<Ipv4Addr>, Vec<Ipv6Addr>)> = BTreeMap::new();
         for ip in self.ips.values() {
-            if matches!(ip.state, IpState::Invalid { .. }) && !ip.primary && !ip.releasing {
+            if matches!(ip.state, IpState::Invalid { .. })
+                && !ip.primary
+                && !ip.releasing
+                && ip.prefix.is_none()
+            {
                 let e = by_eni.entry(ip.eni.clone()).or_default();
                 e.0.push(ip.v4);
                 e.1.extend(ip.v6);
@@ -71,7 +83,9 @@ impl PoolState {
     pub fn freeable_enis(&self) -> Vec<String> {
         self.enis
             .values()
-            .filter(|e| e.phase == EniPhase::Ready && e.pending == 0 && !e.gone)
+            .filter(|e| {
+                e.phase == EniPhase::Ready && e.pending == 0 && !e.gone && e.prefixes.is_empty()
+            })
             .filter(|e| {
                 let mut on = self.ips.values().filter(|ip| ip.eni == e.id);
                 matches!(
@@ -81,5 +95,28 @@ impl PoolState {
             })
             .map(|e| e.id.clone())
             .collect()
+    }
+
+    /// Every prefix of a ready ENI, as a shrink sees it: its ENI, the
+    /// addresses in use on that ENI, and whether all 16 are idle (past any
+    /// reservation or cool-down) with nothing in flight.
+    pub fn prefix_candidates(&self) -> Vec<(String, Ipv4Prefix, usize, bool)> {
+        let inuse = self.inuse_by_eni();
+        let mut out = Vec::new();
+        for e in self.enis.values() {
+            if e.phase != EniPhase::Ready || e.gone {
+                continue;
+            }
+            for p in &e.prefixes {
+                let reclaimable = p.addresses().all(|a| {
+                    self.ips.get(&a).is_some_and(|ip| {
+                        ip.eni == e.id && ip.state == IpState::Idle && !ip.releasing && !ip.lost
+                    })
+                });
+                let n = inuse.get(e.id.as_str()).copied().unwrap_or(0);
+                out.push((e.id.clone(), *p, n, reclaimable));
+            }
+        }
+        out
     }
 }

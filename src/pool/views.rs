@@ -91,8 +91,14 @@ impl PoolState {
         out
     }
 
-    /// `enis` data for the ENIs that exist (the caller adds ones being created).
-    pub fn eni_entries(&self, inhibited: impl Fn(&str) -> Option<u64>) -> Vec<EniEntry> {
+    /// `enis` data for the ENIs that exist (the caller adds ones being
+    /// created). In prefix mode, `fallback` says whether a vswitch is out
+    /// of /28s for now, and each entry shows how its ENI holds addresses.
+    pub fn eni_entries(
+        &self,
+        inhibited: impl Fn(&str) -> Option<u64>,
+        fallback: Option<&dyn Fn(&str) -> bool>,
+    ) -> Vec<EniEntry> {
         self.enis
             .values()
             .filter(|e| !e.gone)
@@ -103,8 +109,48 @@ impl PoolState {
                 ips: self.ips_on(&e.id),
                 pending: e.pending,
                 inhibited_until: inhibited(&e.vswitch),
+                prefixes: fallback.map(|f| self.prefix_use(e, f(&e.vswitch))),
             })
             .collect()
+    }
+
+    /// Per ENI, its addresses in prefixes and single (metrics, prefix
+    /// mode).
+    pub fn eni_modes(&self) -> Vec<crate::metrics::EniModeGauge> {
+        let mut m: BTreeMap<&str, crate::metrics::EniModeGauge> = self
+            .enis
+            .values()
+            .filter(|e| !e.gone)
+            .map(|e| {
+                (
+                    e.id.as_str(),
+                    crate::metrics::EniModeGauge {
+                        eni: e.id.clone(),
+                        prefixes: e.prefixes.len() as u64,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        for ip in self.ips.values() {
+            if let Some(g) = m.get_mut(ip.eni.as_str()) {
+                if ip.prefix.is_some() {
+                    g.in_prefixes += 1;
+                } else {
+                    g.singles += 1;
+                }
+            }
+        }
+        m.into_values().collect()
+    }
+
+    /// How an ENI holds its addresses (prefix mode).
+    pub fn prefix_use(&self, e: &PoolEni, fallback: bool) -> PrefixUse {
+        PrefixUse {
+            prefixes: e.prefixes.len(),
+            singles: self.slots_used(&e.id) - e.prefixes.len(),
+            fallback,
+        }
     }
 
     /// Every owner and its address.
@@ -118,6 +164,18 @@ impl PoolState {
         for ip in self.ips.values() {
             if !self.enis.contains_key(&ip.eni) {
                 return Err(format!("{} is on unknown ENI {}", ip.v4, ip.eni));
+            }
+            if let Some(p) = ip.prefix {
+                let on = self
+                    .enis
+                    .get(&ip.eni)
+                    .is_some_and(|e| e.prefixes.contains(&p));
+                if !on || !p.contains(ip.v4) {
+                    return Err(format!(
+                        "{} is in {p}, which {} does not hold",
+                        ip.v4, ip.eni
+                    ));
+                }
             }
             if let IpState::InUse { owner, .. } = &ip.state {
                 if let Some(other) = seen_owner.insert(owner, ip.v4) {

@@ -321,7 +321,7 @@ pub fn list_line(e: &ListEntry) -> String {
 
 /// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`
 pub fn eni_line(e: &EniEntry) -> String {
-    format!(
+    let mut line = format!(
         "{} {} {} ips={} pending={} inhibited={}",
         e.eni,
         e.mac,
@@ -331,7 +331,11 @@ pub fn eni_line(e: &EniEntry) -> String {
         e.inhibited_until
             .map(format_utc)
             .unwrap_or_else(|| "-".into())
-    )
+    );
+    if let Some(p) = &e.prefixes {
+        line.push_str(&format!(" mode={} prefixes={}", p.mode(), p.prefixes));
+    }
+    line
 }
 
 /// The reply to a command's outcome.

@@ -118,6 +118,12 @@ impl Sim {
         );
     }
 
+    /// `POST /__sim/vswitch` with a JSON body (free counts of a vswitch).
+    pub fn vswitch(&self, json: &str) {
+        let (code, body) = self.admin("POST", "/__sim/vswitch", json);
+        assert_eq!(code, 200, "{body}");
+    }
+
     pub fn calls(&self, action: &str) -> u64 {
         self.state()["calls"][action].as_u64().unwrap_or(0)
     }

@@ -10,17 +10,27 @@ impl Actor {
             Event::Assigned {
                 eni,
                 tickets,
+                prefixes,
                 v4,
                 v6,
                 error,
-            } => self.on_assigned(eni, tickets, v4, v6, error),
+            } => match (prefixes, error) {
+                (Some(p), None) => self.on_prefixes_assigned(eni, tickets, &p),
+                (p, error) => self.on_assigned(eni, tickets, v4, v6, error, p.is_some()),
+            },
             Event::Unassigned {
                 eni,
                 v4,
                 gone_v4,
                 gone_v6,
+                gone_prefixes,
                 error,
-            } => self.on_unassigned(&eni, &v4, &gone_v4, &gone_v6, error),
+            } => {
+                for p in &gone_prefixes {
+                    self.pool.remove_prefix(&eni, *p);
+                }
+                self.on_unassigned(&eni, &v4, &gone_v4, &gone_v6, error);
+            }
             Event::EniCreated { op, eni } => {
                 if let Some(Op::Create { eni: slot, .. }) = self.ops.get_mut(&op) {
                     *slot = Some(eni);
@@ -79,6 +89,45 @@ impl Actor {
         valid
     }
 
+    /// A worker's call for these tickets ended: they no longer count as
+    /// pending on the ENI (its prefix tickets, if they were).
+    fn settle_pending(&mut self, eni: &str, tickets: usize, in_prefixes: bool) {
+        if let Some(e) = self.pool.enis.get_mut(eni) {
+            e.pending = e.pending.saturating_sub(tickets);
+            if in_prefixes {
+                e.pending_in_prefixes = e.pending_in_prefixes.saturating_sub(tickets);
+            }
+        }
+    }
+
+    /// A prefix call granted /28s: all 16 addresses of each join the pool
+    /// (those beyond the tickets idle).
+    pub(super) fn on_prefixes_assigned(
+        &mut self,
+        eni: String,
+        tickets: Vec<TicketId>,
+        prefixes: &[Ipv4Prefix],
+    ) {
+        self.settle_pending(&eni, tickets.len(), true);
+        for p in prefixes {
+            self.pool.add_prefix(&eni, *p);
+        }
+        self.last_change.insert(eni.clone(), Instant::now());
+        self.pool_backoff.succeed();
+        let valid = prefixes.len() * prefix::PER_PREFIX;
+        info!(
+            "{eni} got {} /28 prefix(es): {valid} address(es)",
+            prefixes.len()
+        );
+        for (i, t) in tickets.into_iter().enumerate() {
+            if i < valid {
+                self.ticket_done(t);
+            } else {
+                self.ticket_failed(t, None);
+            }
+        }
+    }
+
     pub(super) fn on_assigned(
         &mut self,
         eni: String,
@@ -86,10 +135,9 @@ impl Actor {
         v4: Vec<Ipv4Addr>,
         v6: Vec<Ipv6Addr>,
         error: Option<CloudError>,
+        as_prefixes: bool,
     ) {
-        if let Some(e) = self.pool.enis.get_mut(&eni) {
-            e.pending = e.pending.saturating_sub(tickets.len());
-        }
+        self.settle_pending(&eni, tickets.len(), as_prefixes);
         let valid = self.add_addresses(&eni, &v4, &v6);
         if let Some(err) = &error {
             warn!("assigning addresses to {eni} failed: {err}");
@@ -97,6 +145,11 @@ impl Actor {
                 CloudErrorKind::Exhausted => {
                     if let Some(vsw) = self.pool.enis.get(&eni).map(|e| e.vswitch.clone()) {
                         self.inhibit(&vsw, err);
+                    }
+                }
+                CloudErrorKind::PrefixExhausted => {
+                    if let Some(vsw) = self.pool.enis.get(&eni).map(|e| e.vswitch.clone()) {
+                        self.inhibit_prefixes(&vsw, err);
                     }
                 }
                 CloudErrorKind::LimitExceeded => {
@@ -181,7 +234,19 @@ impl Actor {
         );
         self.eni_permits.insert(r.id.clone(), permit);
         self.pool.add_eni(r.pool_eni());
-        let valid = self.add_addresses(&r.id, &r.v4, &r.v6);
+        let mut valid = self.add_addresses(&r.id, &r.v4, &r.v6);
+        for p in &r.prefixes {
+            self.pool.add_prefix(&r.id, *p);
+            valid += prefix::PER_PREFIX;
+        }
+        if r.prefix_fallback {
+            let err = CloudError::new(
+                CloudErrorKind::PrefixExhausted,
+                "CreateNetworkInterface",
+                "no free /28 prefix",
+            );
+            self.inhibit_prefixes(&r.vswitch, &err);
+        }
         self.pool_backoff.succeed();
         for (i, t) in tickets.into_iter().enumerate() {
             if i < valid {
@@ -218,7 +283,13 @@ impl Actor {
             self.inhibit(&vswitch, err);
         }
         for t in tickets {
-            self.ticket_failed(t, Some(err));
+            if err.kind == CloudErrorKind::LimitExceeded {
+                // An ENI that was never made cannot be marked at its limit:
+                // planning it again would ask the same again at once.
+                self.ticket_refused(t, err);
+            } else {
+                self.ticket_failed(t, Some(err));
+            }
         }
     }
 
@@ -299,6 +370,9 @@ impl Actor {
                 self.eni_permits.insert(r.id.clone(), permit);
                 self.pool.add_eni(r.pool_eni());
                 self.add_addresses(&r.id, &r.v4, &r.v6);
+                for p in &r.prefixes {
+                    self.pool.add_prefix(&r.id, *p);
+                }
                 self.start_worker(&r.id, &r.mac);
                 continue;
             }
@@ -312,12 +386,14 @@ impl Actor {
             if let Some(e) = self.pool.enis.get_mut(&r.id) {
                 e.at_limit = false;
             }
+            self.reconcile_prefixes(r);
+            let cloud_v4 = r.all_v4();
             // Addresses withdrawn while the ENI was away that are back.
             let found: Vec<Ipv4Addr> = self
                 .pool
                 .ips
                 .values()
-                .filter(|ip| ip.eni == r.id && ip.lost && r.v4.contains(&ip.v4))
+                .filter(|ip| ip.eni == r.id && ip.lost && cloud_v4.contains(&ip.v4))
                 .map(|ip| ip.v4)
                 .collect();
             for a in found {
@@ -328,21 +404,21 @@ impl Actor {
             // after the cloud granted it). One that an owner still holds on
             // a deleted ENI (the vswitch gave it out again) waits until
             // that owner releases it: never two owners of one address.
-            let unknown: Vec<Ipv4Addr> =
-                r.v4.iter()
-                    .copied()
-                    .filter(|a| match self.pool.ips.get(a) {
-                        None => true,
-                        Some(ip) if ip.eni != r.id => {
-                            warn!(
+            let unknown: Vec<Ipv4Addr> = cloud_v4
+                .iter()
+                .copied()
+                .filter(|a| match self.pool.ips.get(a) {
+                    None => true,
+                    Some(ip) if ip.eni != r.id => {
+                        warn!(
                             "{a} is on {} in the cloud but still held on {}; adopted once released",
                             r.id, ip.eni
                         );
-                            false
-                        }
-                        Some(_) => false,
-                    })
-                    .collect();
+                        false
+                    }
+                    Some(_) => false,
+                })
+                .collect();
             if !unknown.is_empty() {
                 warn!(
                     "adopting {} address(es) found on {} but unknown locally",
@@ -367,7 +443,7 @@ impl Actor {
                 .pool
                 .ips
                 .values()
-                .filter(|ip| ip.eni == r.id && !ip.releasing && !r.v4.contains(&ip.v4))
+                .filter(|ip| ip.eni == r.id && !ip.releasing && !cloud_v4.contains(&ip.v4))
                 .map(|ip| (ip.v4, matches!(ip.state, IpState::InUse { .. })))
                 .collect();
             for (a, owned) in missing {
@@ -384,6 +460,43 @@ impl Actor {
             }
         }
         self.withdraw_vanished(started, &busy, &cloud, detached);
+    }
+
+    /// Prefixes of a settled ENI against the cloud's: one the cloud has
+    /// and we do not (an Assign whose answer was lost) is adopted with its
+    /// addresses idle, so the next shrink can give it back whole; one we
+    /// have and the cloud does not is dropped (its addresses then follow
+    /// the rule for addresses the cloud no longer has).
+    fn reconcile_prefixes(&mut self, r: &ReadyEni) {
+        let local: Vec<Ipv4Prefix> = self
+            .pool
+            .enis
+            .get(&r.id)
+            .map(|e| e.prefixes.iter().copied().collect())
+            .unwrap_or_default();
+        for p in r.prefixes.iter().filter(|p| !local.contains(p)) {
+            let clash = p
+                .addresses()
+                .any(|a| self.pool.ips.get(&a).is_some_and(|ip| ip.eni != r.id));
+            if clash {
+                warn!(
+                    "{p} is on {} in the cloud but some of its addresses are still held on another ENI; adopted once released",
+                    r.id
+                );
+                continue;
+            }
+            warn!("adopting {p} found on {} but unknown locally", r.id);
+            self.pool.add_prefix(&r.id, *p);
+        }
+        for p in local.iter().filter(|p| !r.prefixes.contains(p)) {
+            let releasing = p
+                .addresses()
+                .any(|a| self.pool.ips.get(&a).is_some_and(|ip| ip.releasing));
+            if !releasing {
+                warn!("{p} is no longer on {} in the cloud", r.id);
+                self.pool.remove_prefix(&r.id, *p);
+            }
+        }
     }
 
     /// Managed ENIs the cloud no longer shows attached (an operator

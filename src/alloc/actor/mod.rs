@@ -26,11 +26,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 use log::{debug, error, info, warn};
 
-use crate::cloud::{CloudApi, CloudError, CloudErrorKind};
+use crate::cloud::{CloudApi, CloudError, CloudErrorKind, Ipv4Prefix};
 use crate::core::{
-    AllocError, Allocation, Answer, Command, EniEntry, Envelope, ErrCode, Owner, SandboxId,
+    AllocError, Allocation, Answer, Command, EniEntry, Envelope, ErrCode, Owner, PrefixUse,
+    SandboxId,
 };
-use crate::pool::{EniPhase, IpState, PoolState, ReleaseOutcome};
+use crate::pool::{EniPhase, IpState, PoolEni, PoolState, ReleaseOutcome};
 use crate::store::Record;
 use crate::util::sem::{Permit, Semaphore};
 use crate::util::time::{format_utc, unix_ms};
@@ -40,6 +41,7 @@ use super::describe::StatusBatcher;
 use super::eniops::{self, CreateJob};
 use super::msg::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, Request, TicketId};
 use super::planner::{self, EniRoom, PlanInput};
+use super::prefix::{self, Kind};
 use super::vswitch::VSwitches;
 use super::worker::{self, WorkerConfig, WorkerHandle};
 use super::{AllocatorOptions, Joinable, Journal, Snapshot};
@@ -154,6 +156,9 @@ pub(super) struct Actor {
     config_view: Vec<(String, String)>,
     /// When inhibited vswitches are probed next.
     next_vsw_probe: Instant,
+    /// Prefix mode: vswitches that had no free /28, until when (Unix ms)
+    /// their ENIs get single addresses instead.
+    prefix_inhibit: HashMap<String, u64>,
 }
 
 impl Actor {
@@ -196,6 +201,7 @@ impl Actor {
             cap: opts.capacity,
             config_view: opts.config_view.clone(),
             next_vsw_probe: now,
+            prefix_inhibit: HashMap::new(),
             requests_tx,
             helpers: Vec::new(),
             pool_backoff: Backoff::new(opts.pool_backoff_max),
@@ -237,8 +243,41 @@ impl Actor {
             window: self.opts.aggregation_window,
             max_per_call: self.opts.max_ips_per_call,
             dual: self.opts.dual,
+            prefix_mode: self.cap.prefix_mode,
             metadata_wait: self.opts.metadata_wait,
         }
+    }
+
+    /// How the next addresses of an ENI on `vswitch` are asked.
+    fn kind_on(&self, vswitch: &str, now_ms: u64) -> Kind {
+        prefix::next_kind(
+            self.cap.prefix_mode,
+            self.prefix_inhibit.get(vswitch).copied(),
+            now_ms,
+        )
+    }
+
+    /// Addresses an ENI can still be asked for (its free IPv4 slots, as
+    /// /28s or single addresses).
+    fn eni_room(&self, e: &PoolEni, now_ms: u64) -> usize {
+        let pending = prefix::pending_slots(e.pending, e.pending_in_prefixes);
+        let free = self
+            .cap
+            .slots_per_eni
+            .saturating_sub(self.pool.slots_used(&e.id) + pending);
+        prefix::room(self.kind_on(&e.vswitch, now_ms), free)
+    }
+
+    /// Prefix mode: no free /28 on `vswitch`; single addresses until the
+    /// inhibit period ends, then prefixes again.
+    fn inhibit_prefixes(&mut self, vswitch: &str, err: &CloudError) {
+        let until = unix_ms() + self.opts.inhibit.as_millis() as u64;
+        warn!(
+            "{vswitch} has no free /28 prefix ({}); single addresses until {}",
+            err.code_or_kind(),
+            format_utc(until / 1000)
+        );
+        self.prefix_inhibit.insert(vswitch.to_string(), until);
     }
 
     fn start_worker(&mut self, eni: &str, mac: &str) {
@@ -432,9 +471,13 @@ impl Actor {
 
     fn eni_entries(&self) -> Vec<EniEntry> {
         let now_ms = unix_ms();
-        let mut out = self
-            .pool
-            .eni_entries(|vsw| self.vsw.inhibited_until(vsw, now_ms).map(|u| u / 1000));
+        let fallback = |vsw: &str| self.kind_on(vsw, now_ms) == Kind::Single;
+        let mut out = self.pool.eni_entries(
+            |vsw| self.vsw.inhibited_until(vsw, now_ms).map(|u| u / 1000),
+            self.cap
+                .prefix_mode
+                .then_some(&fallback as &dyn Fn(&str) -> bool),
+        );
         for op in self.ops.values() {
             if let Op::Create {
                 vswitch,
@@ -450,6 +493,11 @@ impl Actor {
                     ips: 0,
                     pending: tickets.len(),
                     inhibited_until: self.vsw.inhibited_until(vswitch, now_ms).map(|u| u / 1000),
+                    prefixes: self.cap.prefix_mode.then(|| PrefixUse {
+                        prefixes: 0,
+                        singles: 0,
+                        fallback: fallback(vswitch),
+                    }),
                 });
             }
         }
@@ -484,7 +532,7 @@ impl Actor {
 /// The protocol error for a cloud failure.
 pub(super) fn cloud_error(e: &CloudError) -> AllocError {
     match e.kind {
-        CloudErrorKind::Exhausted => {
+        CloudErrorKind::Exhausted | CloudErrorKind::PrefixExhausted => {
             AllocError::cloud(ErrCode::Exhausted, e.code_or_kind(), e.message.clone())
         }
         CloudErrorKind::Timeout => AllocError::new(ErrCode::Timeout, e.to_string()),
@@ -557,6 +605,8 @@ mod tests {
                 primary_ip: ip(1),
                 v4: v4.to_vec(),
                 v6: Vec::new(),
+                prefixes: Vec::new(),
+                prefix_fallback: false,
             },
             in_metadata: true,
         }
@@ -575,6 +625,7 @@ mod tests {
             v4: vec![ip(3), ip(4)],
             gone_v4: vec![ip(3), ip(4)],
             gone_v6: Vec::new(),
+            gone_prefixes: Vec::new(),
             error: None,
         });
         // ...and only then does the old view arrive.

@@ -55,7 +55,7 @@ impl Actor {
             .filter(|e| self.vsw.inhibited_until(&e.vswitch, now_ms).is_none())
             .filter_map(|e| {
                 let held = self.pool.ips_on(&e.id) + e.pending;
-                let room = self.cap.ips_per_eni.saturating_sub(held);
+                let room = self.eni_room(e, now_ms);
                 let backlog_free = self.workers.get(&e.id)?.backlog_free();
                 (room > 0).then(|| {
                     (
@@ -87,7 +87,7 @@ impl Actor {
             vswitches: order,
             eni_slots: self.eni_sem.available(),
             op_slots: self.op_sem.available(),
-            max_per_call: self.opts.max_ips_per_call,
+            max_per_call: self.per_call(),
             ips_per_eni: self.cap.ips_per_eni,
         };
         let plan = planner::plan(&input);
@@ -95,17 +95,44 @@ impl Actor {
         units.extend(std::iter::repeat_n(None, pool_units));
 
         for (eni, n) in plan.submits {
-            for _ in 0..n {
-                let Some(&unit) = units.front() else { break };
+            let Some(e) = self.pool.enis.get(&eni) else {
+                continue;
+            };
+            let kind = self.kind_on(&e.vswitch, now_ms);
+            // A /28 brings 16 addresses whatever the demand: ask for whole
+            // ones, and count the surplus as pool tickets so that the
+            // addresses in flight are counted once.
+            let limit = self
+                .eni_room(e, now_ms)
+                .min(self.workers.get(&eni).map_or(0, |w| w.backlog_free()));
+            let total = prefix::round_units(kind, n, limit).max(n);
+            for i in 0..total {
+                // The planner's `n` units first, then the surplus.
+                let unit = if i < n {
+                    match units.front() {
+                        Some(&u) => u,
+                        None => break,
+                    }
+                } else {
+                    None
+                };
                 let t = self.new_ticket(unit);
-                let queued = self.workers.get(&eni).is_some_and(|w| w.try_submit(t));
+                let queued = self
+                    .workers
+                    .get(&eni)
+                    .is_some_and(|w| w.try_submit(t, kind));
                 if !queued {
                     self.ticket_done(t);
                     break;
                 }
-                units.pop_front();
+                if i < n {
+                    units.pop_front();
+                }
                 if let Some(e) = self.pool.enis.get_mut(&eni) {
                     e.pending += 1;
+                    if kind == Kind::Prefix {
+                        e.pending_in_prefixes += 1;
+                    }
                 }
             }
         }
@@ -120,7 +147,7 @@ impl Actor {
             .min();
         let gathered = oldest.is_none_or(|t| now.duration_since(t) >= self.opts.aggregation_window);
         for (vswitch, init) in plan.creates {
-            if !gathered && init < self.opts.max_ips_per_call.min(self.cap.ips_per_eni) {
+            if !gathered && init < self.per_call().min(self.cap.ips_per_eni) {
                 continue;
             }
             let (Some(eni_permit), Some(op_permit)) =
@@ -129,9 +156,26 @@ impl Actor {
                 break;
             };
             let op = self.id();
+            // In prefix kind the ENI comes with whole /28s beside its
+            // primary: the surplus over the demand is counted as pool
+            // tickets, as for a worker's prefix call.
+            let kind = self.kind_on(&vswitch, now_ms);
+            let prefixes = match kind {
+                Kind::Prefix => prefix::prefixes_for(init - 1, self.cap.slots_per_eni),
+                Kind::Single => 0,
+            };
+            let total = if prefixes > 0 {
+                1 + prefixes * prefix::PER_PREFIX
+            } else {
+                init
+            };
             let mut tickets = Vec::new();
-            for _ in 0..init {
-                let unit = units.pop_front().flatten();
+            for i in 0..total {
+                let unit = if i < init {
+                    units.pop_front().flatten()
+                } else {
+                    None
+                };
                 tickets.push(self.new_ticket(unit));
             }
             let job = CreateJob {
@@ -141,17 +185,24 @@ impl Actor {
                 extra_tags: self.opts.eni_tags.clone(),
                 instance_id: self.opts.instance_id.clone(),
                 node_id: self.opts.node_id.clone(),
-                init,
+                // Single addresses (no prefix, or none to be had): one
+                // call's worth, within the ENI's slots.
+                init: init.min(self.opts.max_ips_per_call.min(self.cap.slots_per_eni) + 1),
+                prefixes,
                 dual: self.opts.dual,
                 ready_timeout: self.opts.eni_ready_timeout,
                 metadata_wait: self.opts.metadata_wait,
             };
-            info!("creating an ENI on {vswitch} with {init} address(es)");
+            if prefixes > 0 {
+                info!("creating an ENI on {vswitch} with {prefixes} /28 prefix(es)");
+            } else {
+                info!("creating an ENI on {vswitch} with {init} address(es)");
+            }
             self.ops.insert(
                 op,
                 Op::Create {
                     vswitch,
-                    init,
+                    init: total,
                     eni: None,
                     tickets,
                     permit: eni_permit,
@@ -184,6 +235,16 @@ impl Actor {
             for id in doomed {
                 self.fail_waiter(id, AllocError::new(ErrCode::Exhausted, reason.clone()));
             }
+        }
+    }
+
+    /// Addresses one Assign or Create call brings at most: a call's worth
+    /// of /28s in prefix mode.
+    pub(super) fn per_call(&self) -> usize {
+        if self.cap.prefix_mode {
+            self.opts.max_ips_per_call * prefix::PER_PREFIX
+        } else {
+            self.opts.max_ips_per_call
         }
     }
 
@@ -237,7 +298,10 @@ impl Actor {
         {
             return;
         }
-        let idle = self.pool.idle_count();
+        let mut idle = self.pool.idle_count();
+        if self.cap.prefix_mode {
+            idle -= self.give_back_prefixes(idle);
+        }
         let mut excess = idle.saturating_sub(self.cap.max_idle);
         if excess == 0 {
             return;
@@ -282,5 +346,51 @@ impl Actor {
                 }
             }
         }
+    }
+
+    /// Prefix mode: gives back whole /28s whose 16 addresses are idle
+    /// (past any reservation or cool-down), from the ENIs with the fewest
+    /// addresses in use, while idle stays above `max_pool_size` and not
+    /// below `min_pool_size`. Returns the addresses on their way back.
+    fn give_back_prefixes(&mut self, idle: usize) -> usize {
+        let candidates: Vec<(String, prefix::Candidate)> = self
+            .pool
+            .prefix_candidates()
+            .into_iter()
+            .map(|(eni, p, in_use, reclaimable)| {
+                (
+                    eni,
+                    prefix::Candidate {
+                        prefix: p,
+                        eni_in_use: in_use,
+                        reclaimable,
+                    },
+                )
+            })
+            .collect();
+        let only: Vec<prefix::Candidate> = candidates.iter().map(|(_, c)| *c).collect();
+        let chosen = prefix::to_give_back(&only, idle, self.cap.min_idle, self.cap.max_idle);
+        let mut by_eni: BTreeMap<String, Vec<Ipv4Prefix>> = BTreeMap::new();
+        for (eni, c) in &candidates {
+            if chosen.contains(&c.prefix) {
+                by_eni.entry(eni.clone()).or_default().push(c.prefix);
+            }
+        }
+        let mut leaving = 0;
+        for (eni, prefixes) in by_eni {
+            let Some(w) = self.workers.get(&eni) else {
+                continue;
+            };
+            let members: Vec<Ipv4Addr> = prefixes.iter().flat_map(|p| p.addresses()).collect();
+            self.pool.set_releasing(&members, true);
+            leaving += members.len();
+            info!(
+                "giving {} idle /28 prefix(es) of {eni} back (idle {idle} > max {})",
+                prefixes.len(),
+                self.cap.max_idle
+            );
+            let _ = w.unassign_prefixes(prefixes);
+        }
+        leaving
     }
 }

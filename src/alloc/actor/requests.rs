@@ -444,7 +444,9 @@ impl Actor {
             return;
         };
         let Some(wid) = ticket.waiter else {
-            if err.is_some() {
+            // No free /28 is not a failure to back off from: the next plan
+            // asks single addresses at once.
+            if err.is_some_and(|e| e.kind != CloudErrorKind::PrefixExhausted) {
                 self.pool_backoff.fail(Instant::now());
             }
             return;
@@ -455,10 +457,24 @@ impl Actor {
         if let Some(e) = err {
             if !matches!(
                 e.kind,
-                CloudErrorKind::Exhausted | CloudErrorKind::LimitExceeded
+                CloudErrorKind::Exhausted
+                    | CloudErrorKind::PrefixExhausted
+                    | CloudErrorKind::LimitExceeded
             ) {
                 self.fail_waiter(wid, cloud_error(e));
             }
+        }
+    }
+
+    /// A ticket whose failure no other plan can avoid: its waiter gets
+    /// the cloud's error (a pool ticket backs off).
+    pub(super) fn ticket_refused(&mut self, t: TicketId, err: &CloudError) {
+        match self.tickets.get(&t).and_then(|ticket| ticket.waiter) {
+            Some(wid) => {
+                self.ticket_done(t);
+                self.fail_waiter(wid, cloud_error(err));
+            }
+            None => self.ticket_failed(t, Some(err)),
         }
     }
 

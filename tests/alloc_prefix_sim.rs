@@ -1,0 +1,293 @@
+//! Prefix mode end to end (real binaries, eniip-sim on loopback): a
+//! secondary ENI of an ecs.g7.large serves 80 pod addresses; 160 cold
+//! allocations on an ecs.g7.4xlarge cost at most two calls carrying
+//! prefixes; releasing everything gives whole /28s back; a vswitch with
+//! free addresses but no free /28 still serves, with single addresses.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use common::{config, eventually, field, tempdir, Daemon, Sim};
+use serde_json::{json, Value};
+
+fn sim(instance_type: &str) -> Sim {
+    Sim::start(&[
+        "--instance-type",
+        instance_type,
+        "--attach-delay-ms",
+        "50",
+        "--metadata-lag-ms",
+        "50",
+    ])
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Every address the emulator has on managed ENIs (single and in
+/// prefixes), with its ENI; and the prefixes.
+fn cloud(sim: &Sim) -> (BTreeMap<Ipv4Addr, String>, BTreeSet<String>) {
+    let mut ips = BTreeMap::new();
+    let mut prefixes = BTreeSet::new();
+    for e in sim.managed() {
+        let id = e["id"].as_str().unwrap().to_string();
+        for a in strings(&e["private_ips"]) {
+            assert!(ips.insert(a.parse().unwrap(), id.clone()).is_none());
+        }
+        for p in strings(&e["ipv4_prefixes"]) {
+            let p: eniipd::cloud::Ipv4Prefix = p.parse().unwrap();
+            for a in p.addresses() {
+                assert!(ips.insert(a, id.clone()).is_none(), "{a} twice");
+            }
+            assert!(prefixes.insert(p.to_string()));
+        }
+    }
+    (ips, prefixes)
+}
+
+fn vswitch_free(sim: &Sim) -> (u64, u64) {
+    let v = &sim.state()["vswitches"][0];
+    (
+        v["free"].as_u64().unwrap(),
+        v["free_prefixes"].as_u64().unwrap_or(u64::MAX),
+    )
+}
+
+fn prefix_calls(sim: &Sim) -> u64 {
+    let pc = &sim.state()["prefix_calls"];
+    pc["AssignPrivateIpAddresses"].as_u64().unwrap_or(0)
+        + pc["CreateNetworkInterface"].as_u64().unwrap_or(0)
+}
+
+/// `n` concurrent allocations; the replies by owner.
+fn burst(d: &Daemon, tag: &str, n: usize) -> BTreeMap<String, String> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                let owner = format!("{tag}/pod-{i}");
+                s.spawn(move || {
+                    let r = d.ok(&format!("alloc {owner}"));
+                    (owner, r)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn enis_lines(d: &Daemon) -> Vec<String> {
+    let r = d.ask("enis");
+    r[..r.len() - 1].to_vec()
+}
+
+#[test]
+fn a_g7_large_secondary_eni_hands_out_80_distinct_addresses() {
+    let sim = sim("ecs.g7.large");
+    let dir = tempdir("pfx80");
+    let d = Daemon::start(
+        &dir,
+        &config(&sim, &dir, json!({"ip_prefix": true, "max_pool_size": 0})),
+    );
+    let replies = burst(&d, "big", 80);
+    let ips: BTreeSet<Ipv4Addr> = replies
+        .values()
+        .map(|r| field(r, "ip").parse().unwrap())
+        .collect();
+    let enis: BTreeSet<String> = replies.values().map(|r| field(r, "eni")).collect();
+    assert_eq!(ips.len(), 80, "80 distinct addresses");
+    assert_eq!(enis.len(), 1, "all from one secondary ENI: {enis:?}");
+    let (cloud_ips, prefixes) = cloud(&sim);
+    assert_eq!(prefixes.len(), 5, "{prefixes:?}");
+    let eni = enis.iter().next().unwrap();
+    for ip in &ips {
+        assert_eq!(
+            cloud_ips.get(ip),
+            Some(eni),
+            "{ip} is not on {eni} in the cloud"
+        );
+        let p = eniipd::cloud::Ipv4Prefix::containing(*ip).to_string();
+        assert!(prefixes.contains(&p), "{ip} is outside every prefix");
+    }
+    println!(
+        "80 allocations on ecs.g7.large: {} call(s) carrying prefixes, {} create(s), {} assign(s)",
+        prefix_calls(&sim),
+        sim.calls("CreateNetworkInterface"),
+        sim.calls("AssignPrivateIpAddresses")
+    );
+    let lines = enis_lines(&d);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains(" ips=81 ") && lines[0].ends_with(" mode=prefix prefixes=5"),
+        "{lines:?}"
+    );
+    // Its primary is handed out last, then a second ENI serves.
+    let r = d.ok("alloc big/primary");
+    assert_eq!(&field(&r, "eni"), eni);
+    let r = d.ok("alloc big/next");
+    assert_ne!(&field(&r, "eni"), eni);
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+    let m = d.ask("metrics").join("\n");
+    assert!(
+        m.contains(&format!(
+            "eniipd_eni_ips{{eni=\"{eni}\",mode=\"prefix\"}} 80"
+        )) && m.contains(&format!("eniipd_eni_prefixes{{eni=\"{eni}\"}} 5")),
+        "{m}"
+    );
+}
+
+#[test]
+fn cold_160_cost_two_prefix_calls_and_release_returns_whole_prefixes() {
+    let sim = sim("ecs.g7.4xlarge");
+    let (free0, _) = vswitch_free(&sim);
+    let dir = tempdir("pfx160");
+    let d = Daemon::start(
+        &dir,
+        &config(&sim, &dir, json!({"ip_prefix": true, "max_pool_size": 0})),
+    );
+    let replies = burst(&d, "cold", 160);
+    let ips: BTreeSet<String> = replies.values().map(|r| field(r, "ip")).collect();
+    assert_eq!(ips.len(), 160);
+    let calls = prefix_calls(&sim);
+    println!(
+        "160 cold allocations on ecs.g7.4xlarge: {calls} Assign-or-Create call(s) carrying prefixes \
+         ({} create(s), {} assign(s) in all)",
+        sim.calls("CreateNetworkInterface"),
+        sim.calls("AssignPrivateIpAddresses")
+    );
+    assert!(calls <= 2, "{calls} calls carrying prefixes");
+    let (cloud_ips, prefixes) = cloud(&sim);
+    for ip in &ips {
+        assert!(
+            cloud_ips.contains_key(&ip.parse().unwrap()),
+            "{ip} not in the cloud"
+        );
+    }
+    assert!(!prefixes.is_empty());
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+
+    // A restart keeps every allocation, prefix members included.
+    let d = {
+        let mut d = d;
+        d.terminate(Duration::from_secs(10));
+        Daemon::start(
+            &dir,
+            &config(&sim, &dir, json!({"ip_prefix": true, "max_pool_size": 0})),
+        )
+    };
+    for (owner, r) in &replies {
+        assert_eq!(field(&d.ok(&format!("show {owner}")), "ip"), field(r, "ip"));
+    }
+
+    // Release all: with max_pool_size 0 every /28 goes back whole, never
+    // address by address, and the emptied ENI is freed.
+    for owner in replies.keys() {
+        assert!(d.ok(&format!("release {owner}")).starts_with("released="));
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || cloud(&sim).1.is_empty()),
+        "prefixes still in the cloud: {:?}; daemon: {}",
+        cloud(&sim).1,
+        d.ok("status")
+    );
+    let pc = &sim.state()["prefix_calls"];
+    assert!(
+        pc["UnassignPrivateIpAddresses"].as_u64().unwrap_or(0) >= 1,
+        "{pc}"
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || vswitch_free(&sim).0 == free0),
+        "the vswitch has {} free, {free0} before",
+        vswitch_free(&sim).0
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || d.ask("audit")
+            == vec!["OK consistent"]),
+        "{:?}",
+        d.ask("audit")
+    );
+}
+
+#[test]
+fn a_vswitch_without_a_free_slash_28_falls_back_to_single_addresses() {
+    let sim = sim("ecs.g7.large");
+    let vsw = sim.state()["vswitches"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sim.vswitch(&format!(r#"{{"id":"{vsw}","free_prefixes":0}}"#));
+    let dir = tempdir("pfxfrag");
+    let d = Daemon::start(
+        &dir,
+        &config(&sim, &dir, json!({"ip_prefix": true, "max_pool_size": 0})),
+    );
+    // g7.large: 6 addresses per ENI as singles, two usable ENIs.
+    let replies = burst(&d, "frag", 8);
+    let ips: BTreeSet<String> = replies.values().map(|r| field(r, "ip")).collect();
+    assert_eq!(ips.len(), 8);
+    let (cloud_ips, prefixes) = cloud(&sim);
+    assert!(prefixes.is_empty(), "{prefixes:?}");
+    for ip in &ips {
+        assert!(cloud_ips.contains_key(&ip.parse().unwrap()));
+    }
+    let lines = enis_lines(&d);
+    assert!(!lines.is_empty());
+    for l in &lines {
+        assert!(l.ends_with(" mode=single prefixes=0"), "{lines:?}");
+    }
+    assert!(
+        d.log_text().contains("no free /28"),
+        "the fallback is not logged"
+    );
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+}
+
+#[test]
+fn an_eni_whose_vswitch_runs_out_of_slash_28s_goes_on_with_single_addresses() {
+    let sim = sim("ecs.g7.4xlarge");
+    let vsw = sim.state()["vswitches"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = tempdir("pfxmixed");
+    let d = Daemon::start(
+        &dir,
+        &config(&sim, &dir, json!({"ip_prefix": true, "max_pool_size": 0})),
+    );
+    let first = burst(&d, "a", 20);
+    let eni = field(first.values().next().unwrap(), "eni");
+    let prefixes_before = cloud(&sim).1.len();
+    assert!(prefixes_before >= 2, "{prefixes_before}");
+    // No free /28 left: the same ENI goes on with single addresses.
+    sim.vswitch(&format!(r#"{{"id":"{vsw}","free_prefixes":0}}"#));
+    let more = burst(&d, "b", 40);
+    let ips: BTreeSet<String> = first
+        .values()
+        .chain(more.values())
+        .map(|r| field(r, "ip"))
+        .collect();
+    assert_eq!(ips.len(), 60);
+    for r in more.values() {
+        assert_eq!(field(r, "eni"), eni, "the fallback stays on the same ENI");
+    }
+    let (cloud_ips, prefixes) = cloud(&sim);
+    assert_eq!(prefixes.len(), prefixes_before, "no prefix was added");
+    for ip in &ips {
+        assert!(cloud_ips.contains_key(&ip.parse().unwrap()), "{ip}");
+    }
+    let lines = enis_lines(&d);
+    assert!(
+        lines.len() == 1 && lines[0].contains(" mode=mixed "),
+        "{lines:?}"
+    );
+    assert!(
+        d.log_text().contains("no free /28"),
+        "the fallback is not logged"
+    );
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+}
