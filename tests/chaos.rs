@@ -10,9 +10,17 @@
 //!   tagged ENI is left unattached;
 //! - pending is 0 once idle, and `audit` is consistent.
 //!
+//! The prefix-mode variant (`ip_prefix`) checks the same, with the cloud's
+//! addresses being its secondary addresses and every address of its /28s,
+//! so that no prefix is leaked (each one the cloud holds is fully known to
+//! the daemon) and no address outside a prefix or the secondary set is
+//! handed out; in half the rounds no vswitch has a free /28 (while both
+//! have free addresses), so the single-address fallback runs under faults
+//! too.
+//!
 //! Bounded: `ENIIPD_CHAOS_ROUNDS` rounds (default 8, well under a minute),
-//! each at most a few seconds of traffic; the dual-stack variant runs half
-//! as many. `ENIIPD_CHAOS_ROUNDS=50` is a soak.
+//! each at most a few seconds of traffic; the dual-stack and prefix
+//! variants run half as many. `ENIIPD_CHAOS_ROUNDS=50` is a soak.
 
 mod common;
 
@@ -51,19 +59,35 @@ fn rounds() -> usize {
         .unwrap_or(8)
 }
 
+/// The address mode a chaos run exercises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Ipv4,
+    Dual,
+    Prefix,
+}
+
 #[test]
 fn chaos_kill_restart_with_faults() {
-    chaos(false, rounds());
+    chaos(Mode::Ipv4, rounds());
 }
 
 /// The same in dual stack (half the rounds): every allocation is a pair,
 /// and once settled every managed ENI holds as many IPv6 as IPv4.
 #[test]
 fn chaos_dual_stack() {
-    chaos(true, rounds().div_ceil(2));
+    chaos(Mode::Dual, rounds().div_ceil(2));
 }
 
-fn chaos(dual: bool, rounds: usize) {
+/// The same in prefix mode (half the rounds): /28s come and go whole, and
+/// a vswitch without a free /28 makes the fallback run too.
+#[test]
+fn chaos_prefix_mode() {
+    chaos(Mode::Prefix, rounds().div_ceil(2));
+}
+
+fn chaos(mode: Mode, rounds: usize) {
+    let dual = mode == Mode::Dual;
     let seed = std::env::var("ENIIPD_CHAOS_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -104,7 +128,7 @@ fn chaos(dual: bool, rounds: usize) {
         &sim,
         &dir,
         json!({"max_pool_size": 3, "vswitches": {zone: ["vsw-chaosa", "vsw-chaosb"]}, "alloc_timeout": 30,
-               "ip_stack": if dual { "dual" } else { "ipv4" }}),
+               "ip_stack": if dual { "dual" } else { "ipv4" }, "ip_prefix": mode == Mode::Prefix}),
     );
     let faults = || {
         sim.fault(r#"{"action":"*","code":"Throttling.User","probability":0.2}"#);
@@ -122,14 +146,26 @@ fn chaos(dual: bool, rounds: usize) {
         // its retry budget; on for the traffic.
         sim.clear_faults();
         let mut d = Daemon::start(&dir, &cfg);
-        check_restart(&sim, &d, &model, round, dual);
+        check_restart(&sim, &d, &model, round, mode);
         faults();
         let exhaust = rng.below(2) == 0;
         if exhaust {
             exhausted_rounds += 1;
-            sim.set_free("vsw-chaosb", 0);
+            if mode == Mode::Prefix {
+                // Fragmented: free addresses, but no free /28 anywhere.
+                for v in ["vsw-chaosa", "vsw-chaosb"] {
+                    sim.vswitch(&format!(r#"{{"id":"{v}","free":1000,"free_prefixes":0}}"#));
+                }
+            } else {
+                sim.set_free("vsw-chaosb", 0);
+            }
         } else {
             sim.set_free("vsw-chaosb", 1000);
+            if mode == Mode::Prefix {
+                for v in ["vsw-chaosa", "vsw-chaosb"] {
+                    sim.vswitch(&format!(r#"{{"id":"{v}","free_prefixes":null}}"#));
+                }
+            }
         }
         let stop = AtomicBool::new(false);
         let kill_after = Duration::from_millis(500 + rng.below(2500));
@@ -187,7 +223,7 @@ fn chaos(dual: bool, rounds: usize) {
     sim.clear_faults();
     sim.set_free("vsw-chaosb", 1000);
     let d = Daemon::start(&dir, &cfg);
-    check_restart(&sim, &d, &model, rounds, dual);
+    check_restart(&sim, &d, &model, rounds, mode);
     assert!(
         eventually(Duration::from_secs(30), || d
             .ok("status")
@@ -197,7 +233,11 @@ fn chaos(dual: bool, rounds: usize) {
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
     println!(
         "chaos ({}): {} rounds, {kills} kill -9, {exhausted_rounds} with a vswitch exhausted; {} allocs, {} releases acknowledged, {} ERR replies, {} replies lost to kills; {} OpenAPI calls made under 20 % Throttling.User, 5 % InternalError and 5 % +300 ms faults",
-        if dual { "dual stack" } else { "IPv4" },
+        match mode {
+            Mode::Ipv4 => "IPv4",
+            Mode::Dual => "dual stack",
+            Mode::Prefix => "prefix mode; exhausted: no free /28",
+        },
         rounds,
         counts.allocs.load(Ordering::Relaxed),
         counts.releases.load(Ordering::Relaxed),
@@ -214,8 +254,9 @@ fn check_restart(
     d: &Daemon,
     model: &Mutex<BTreeMap<String, Known>>,
     round: usize,
-    dual: bool,
+    mode: Mode,
 ) {
+    let dual = mode == Mode::Dual;
     let mut m = model.lock().unwrap();
     for (owner, known) in m.iter_mut() {
         let r = d.ask(&format!("show {owner}"));
@@ -276,6 +317,18 @@ fn check_restart(
                     ip.as_str().unwrap().to_string(),
                     e["id"].as_str().unwrap().to_string(),
                 );
+            }
+            // Every address of every /28: a prefix the daemon lost track
+            // of shows as addresses it does not list.
+            for p in e["ipv4_prefixes"].as_array().into_iter().flatten() {
+                assert!(
+                    mode == Mode::Prefix,
+                    "round {round}: a prefix outside prefix mode: {p}"
+                );
+                let p: eniipd::cloud::Ipv4Prefix = p.as_str().unwrap().parse().unwrap();
+                for a in p.addresses() {
+                    cloud.insert(a.to_string(), e["id"].as_str().unwrap().to_string());
+                }
             }
         }
         let list = d.ask("list");
