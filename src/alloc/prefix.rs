@@ -1,51 +1,27 @@
-//! Prefix mode's pure decisions (issue 13), kept apart from the actor so
-//! they can be tested alone and wired in later: capacity, how a demand
-//! turns into /28s and calls, which address an allocation takes (packing),
-//! which prefixes a shrink gives back, and when a demand falls back to
-//! single addresses.
+//! Prefix mode's pure decisions (issue 13), apart from the actor so they
+//! can be tested alone: addresses per ENI, how a demand turns into /28s,
+//! room and pending counted in IPv4 slots, which prefixes a shrink gives
+//! back, and when a demand falls back to single addresses. Packing (an
+//! allocation takes an address of the fullest prefix) is the pool's
+//! `best_idle`.
 //!
-//! Invariants: an allocation packs into the fullest prefix that still has
-//! a free address, so whole prefixes empty out; a prefix is given back only
-//! with all 16 addresses idle and past stick/cooldown; pool sizes count
-//! addresses, never prefixes. NOT WIRED INTO THE ALLOCATOR YET.
-
-use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+//! Invariants: a prefix is given back only with all 16 addresses idle and
+//! past stick/cooldown; pool sizes count addresses, never prefixes.
 
 use crate::cloud::Ipv4Prefix;
 
 /// Addresses in a prefix.
 pub const PER_PREFIX: usize = Ipv4Prefix::SIZE as usize;
-/// Prefixes in one Assign or Create call (`Ipv4PrefixCount` is 1 to 10).
-pub const MAX_PREFIXES_PER_CALL: usize = 10;
-
 /// Pool addresses per ENI in prefix mode: every IPv4 slot but the
 /// primary's holds a /28 ((quota - 1) x 16).
 pub fn ips_per_eni(ipv4_quota: usize) -> usize {
     ipv4_quota.saturating_sub(1) * PER_PREFIX
 }
 
-/// Capacity in prefix mode: usable ENIs x (quota - 1) x 16.
-pub fn capacity(usable_enis: usize, ipv4_quota: usize) -> usize {
-    usable_enis * ips_per_eni(ipv4_quota)
-}
-
 /// Prefixes to ask for `demand` more addresses on an ENI with `free_slots`
 /// IPv4 slots left: whole /28s, never more than the slots.
 pub fn prefixes_for(demand: usize, free_slots: usize) -> usize {
     demand.div_ceil(PER_PREFIX).min(free_slots)
-}
-
-/// `n` prefixes as calls of at most [`MAX_PREFIXES_PER_CALL`] each.
-pub fn calls(n: usize) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut left = n;
-    while left > 0 {
-        let c = left.min(MAX_PREFIXES_PER_CALL);
-        out.push(c);
-        left -= c;
-    }
-    out
 }
 
 /// How an ENI's next demand is served.
@@ -94,33 +70,6 @@ pub fn round_units(kind: Kind, n: usize, limit: usize) -> usize {
     }
 }
 
-/// The address an allocation takes: in the fullest prefix that has one
-/// free (ties: the lower prefix), its lowest free address. `free` says
-/// whether an address may be handed out (idle, not reserved or cooling).
-pub fn pick(prefixes: &[Ipv4Prefix], free: impl Fn(Ipv4Addr) -> bool) -> Option<Ipv4Addr> {
-    let mut best: Option<(usize, Ipv4Prefix, Ipv4Addr)> = None;
-    for p in prefixes {
-        let mut first_free = None;
-        let mut taken = 0;
-        for a in p.addresses() {
-            if free(a) {
-                first_free.get_or_insert(a);
-            } else {
-                taken += 1;
-            }
-        }
-        let Some(a) = first_free else { continue };
-        let better = match best {
-            None => true,
-            Some((t, bp, _)) => taken > t || (taken == t && *p < bp),
-        };
-        if better {
-            best = Some((taken, *p, a));
-        }
-    }
-    best.map(|(_, _, a)| a)
-}
-
 /// A prefix as a shrink sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Candidate {
@@ -155,37 +104,9 @@ pub fn to_give_back(
     out
 }
 
-/// Per ENI, how many of its pool addresses sit in prefixes and how many
-/// are single: what `enis` and `metrics` show as the ENI's mode.
-pub fn mode_counts(prefixes: &[Ipv4Prefix], addresses: &[Ipv4Addr]) -> (usize, usize) {
-    let in_prefix = addresses
-        .iter()
-        .filter(|a| prefixes.iter().any(|p| p.contains(**a)))
-        .count();
-    (in_prefix, addresses.len() - in_prefix)
-}
-
-/// Groups addresses by the prefix holding them (addresses outside every
-/// prefix are left out): the audit's view of "no address outside a prefix
-/// or the secondary set".
-pub fn by_prefix(
-    prefixes: &[Ipv4Prefix],
-    addresses: &[Ipv4Addr],
-) -> BTreeMap<Ipv4Prefix, Vec<Ipv4Addr>> {
-    let mut m: BTreeMap<Ipv4Prefix, Vec<Ipv4Addr>> =
-        prefixes.iter().map(|p| (*p, Vec::new())).collect();
-    for a in addresses {
-        if let Some(v) = m.get_mut(&Ipv4Prefix::containing(*a)) {
-            v.push(*a);
-        }
-    }
-    m
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
 
     fn p(s: &str) -> Ipv4Prefix {
         s.parse().unwrap()
@@ -193,28 +114,40 @@ mod tests {
 
     #[test]
     fn capacity_math_of_the_issue() {
-        // ecs.g7.large: 3 ENIs, 6 IPv4 each: one secondary ENI holds 80.
+        // ecs.g7.large: 6 IPv4 per ENI: one secondary ENI holds 80 in
+        // prefixes.
         assert_eq!(ips_per_eni(6), 80);
-        assert_eq!(capacity(2, 6), 160);
-        // ecs.g7.4xlarge: 8 ENIs, 30 IPv4 each.
-        assert_eq!(capacity(7, 30), 7 * 29 * 16);
+        // ecs.g7.4xlarge: 30 IPv4 per ENI.
+        assert_eq!(ips_per_eni(30), 29 * 16);
         assert_eq!(ips_per_eni(1), 0);
         assert_eq!(ips_per_eni(0), 0);
     }
 
     #[test]
-    fn demand_becomes_whole_prefixes_in_calls_of_ten() {
+    fn demand_becomes_whole_prefixes_within_the_slots() {
         assert_eq!(prefixes_for(1, 5), 1);
         assert_eq!(prefixes_for(16, 5), 1);
         assert_eq!(prefixes_for(17, 5), 2);
         assert_eq!(prefixes_for(80, 5), 5);
         assert_eq!(prefixes_for(81, 5), 5);
         assert_eq!(prefixes_for(0, 5), 0);
-        // 160 cold addresses on a 4xlarge ENI (29 slots): 10 prefixes, one
-        // call.
-        assert_eq!(calls(prefixes_for(160, 29)), vec![10]);
-        assert_eq!(calls(23), vec![10, 10, 3]);
-        assert!(calls(0).is_empty());
+        // 160 cold addresses on a 4xlarge ENI (29 slots): 10 prefixes.
+        assert_eq!(prefixes_for(160, 29), 10);
+    }
+
+    #[test]
+    fn room_and_pending_count_slots() {
+        assert_eq!(room(Kind::Prefix, 3), 48);
+        assert_eq!(room(Kind::Single, 3), 3);
+        // 20 in flight as prefix units take 2 slots; 3 singles beside, 3.
+        assert_eq!(pending_slots(20, 20), 2);
+        assert_eq!(pending_slots(23, 20), 5);
+        assert_eq!(pending_slots(0, 0), 0);
+        // Demand rounds up to whole /28s in prefix kind, within the limit.
+        assert_eq!(round_units(Kind::Prefix, 3, 160), 16);
+        assert_eq!(round_units(Kind::Prefix, 17, 160), 32);
+        assert_eq!(round_units(Kind::Prefix, 3, 10), 10);
+        assert_eq!(round_units(Kind::Single, 3, 160), 3);
     }
 
     #[test]
@@ -225,48 +158,6 @@ mod tests {
         assert_eq!(next_kind(true, None, now), Kind::Prefix);
         assert_eq!(next_kind(true, Some(later), now), Kind::Single);
         assert_eq!(next_kind(true, Some(now), later), Kind::Prefix);
-    }
-
-    #[test]
-    fn allocation_packs_into_the_fullest_prefix() {
-        let a = p("10.0.0.16/28");
-        let b = p("10.0.0.32/28");
-        let mut busy: BTreeSet<Ipv4Addr> = BTreeSet::new();
-        // Empty: the lower prefix, its first address.
-        let pick1 = pick(&[b, a], |x| !busy.contains(&x)).unwrap();
-        assert_eq!(pick1, Ipv4Addr::new(10, 0, 0, 16));
-        // b fuller than a: b's lowest free address.
-        busy.insert(Ipv4Addr::new(10, 0, 0, 33));
-        busy.insert(Ipv4Addr::new(10, 0, 0, 34));
-        busy.insert(Ipv4Addr::new(10, 0, 0, 16));
-        assert_eq!(
-            pick(&[a, b], |x| !busy.contains(&x)),
-            Some(Ipv4Addr::new(10, 0, 0, 32))
-        );
-        // A full prefix is skipped.
-        busy.extend(b.addresses());
-        assert_eq!(
-            pick(&[a, b], |x| !busy.contains(&x)),
-            Some(Ipv4Addr::new(10, 0, 0, 17))
-        );
-        busy.extend(a.addresses());
-        assert_eq!(pick(&[a, b], |x| !busy.contains(&x)), None);
-        // 80 allocations from five prefixes are 80 distinct addresses, and
-        // each prefix fills before the next is touched.
-        let five: Vec<Ipv4Prefix> = (1..=5)
-            .map(|i| p(&format!("10.0.1.{}/28", i * 16)))
-            .collect();
-        let mut taken = BTreeSet::new();
-        for n in 0..80 {
-            let x = pick(&five, |x| !taken.contains(&x)).unwrap();
-            assert!(taken.insert(x));
-            let touched = five
-                .iter()
-                .filter(|q| q.addresses().any(|y| taken.contains(&y)))
-                .count();
-            assert_eq!(touched, n / 16 + 1);
-        }
-        assert_eq!(pick(&five, |x| !taken.contains(&x)), None);
     }
 
     #[test]
@@ -298,20 +189,5 @@ mod tests {
         assert!(to_give_back(&cands, 20, 0, 20).is_empty());
         // A prefix with one address in use or cooling is never given back.
         assert!(to_give_back(&[c("10.0.0.48/28", 0, false)], 100, 0, 0).is_empty());
-    }
-
-    #[test]
-    fn modes_and_grouping() {
-        let a = p("10.0.0.16/28");
-        let ips = [
-            Ipv4Addr::new(10, 0, 0, 17),
-            Ipv4Addr::new(10, 0, 0, 30),
-            Ipv4Addr::new(10, 0, 0, 200),
-        ];
-        assert_eq!(mode_counts(&[a], &ips), (2, 1));
-        assert_eq!(mode_counts(&[], &ips), (0, 3));
-        let g = by_prefix(&[a], &ips);
-        assert_eq!(g[&a].len(), 2);
-        assert_eq!(g.len(), 1);
     }
 }

@@ -925,4 +925,85 @@ mod tests {
         assert_eq!(p.settle(1000), vec![ip("10.0.0.12")]);
         p.check().unwrap();
     }
+
+    fn prefix_pool() -> (PoolState, Ipv4Prefix, Ipv4Prefix) {
+        let mut p = PoolState::new(false);
+        p.add_eni(eni("eni-01", "10.0.0.10"));
+        p.add_ip("eni-01", ip("10.0.0.10"), None);
+        let a: Ipv4Prefix = "10.0.0.32/28".parse().unwrap();
+        let b: Ipv4Prefix = "10.0.0.16/28".parse().unwrap();
+        p.add_prefix("eni-01", a);
+        p.add_prefix("eni-01", b);
+        (p, a, b)
+    }
+
+    #[test]
+    fn allocation_fills_one_prefix_before_the_next() {
+        let (mut p, a, b) = prefix_pool();
+        assert_eq!(p.ips.len(), 33);
+        assert_eq!(p.slots_used("eni-01"), 2);
+        let mut got = Vec::new();
+        for i in 0..32 {
+            let o = owner(&format!("o{i}"));
+            let v4 = p.pick(&o, None).unwrap();
+            p.take(v4, &o, None, 1).unwrap();
+            got.push(v4);
+            // Once a prefix is started, it is filled first.
+            let touched = [a, b]
+                .iter()
+                .filter(|q| got.iter().any(|x| q.contains(*x)))
+                .count();
+            assert_eq!(touched, i / 16 + 1, "{got:?}");
+        }
+        // Then the primary.
+        let o = owner("last");
+        assert_eq!(p.pick(&o, None), Some(ip("10.0.0.10")));
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn prefixes_go_back_whole_and_never_address_by_address() {
+        let (mut p, a, b) = prefix_pool();
+        let o = owner("one");
+        let v4 = p.pick(&o, None).unwrap();
+        p.take(v4, &o, None, 1).unwrap();
+        // Idle prefix members are never shed as single addresses.
+        assert!(p.shed_candidates(100).is_empty());
+        assert!(p.freeable_enis().is_empty(), "an ENI with prefixes");
+        let c = p.prefix_candidates();
+        let held = Ipv4Prefix::containing(v4);
+        let other = if held == a { b } else { a };
+        assert_eq!(c.len(), 2);
+        for (eni, q, in_use, reclaimable) in &c {
+            assert_eq!((eni.as_str(), *in_use), ("eni-01", 1));
+            assert_eq!(*reclaimable, *q == other, "{q}");
+        }
+        // Reserved (stick time) is not reclaimable either.
+        p.release(&o, None, 10, 1000, 0);
+        assert!(
+            !p.prefix_candidates()
+                .iter()
+                .find(|c| c.1 == held)
+                .unwrap()
+                .3
+        );
+        p.settle(2000);
+        assert!(p.prefix_candidates().iter().all(|c| c.3));
+        // A prefix in flight back is not offered twice.
+        let members: Vec<Ipv4Addr> = other.addresses().collect();
+        p.set_releasing(&members, true);
+        assert!(
+            !p.prefix_candidates()
+                .iter()
+                .find(|c| c.1 == other)
+                .unwrap()
+                .3
+        );
+        // Gone: its addresses leave with it.
+        p.remove_prefix("eni-01", other);
+        p.remove_ips(&members);
+        assert_eq!(p.ips.len(), 17);
+        assert_eq!(p.slots_used("eni-01"), 1);
+        p.check().unwrap();
+    }
 }

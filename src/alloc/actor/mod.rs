@@ -562,8 +562,12 @@ mod tests {
     }
 
     fn actor_with(op_sem: Semaphore) -> Actor {
+        actor_of("{}", op_sem)
+    }
+
+    fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
         let fake = FakeCloud::new(4, 15, 1000);
-        let cfg = RawConfig::parse("{}").unwrap().validate().unwrap();
+        let cfg = RawConfig::parse(config).unwrap().validate().unwrap();
         let cap = capacity::compute(&fake.limits, &cfg, PoolSizes::of(&cfg), &mut Vec::new());
         let opts = AllocatorOptions::new(&cfg, INSTANCE, vec!["vsw-a".into()], Vec::new(), cap);
         let mut pool = PoolState::new(false);
@@ -790,5 +794,131 @@ mod tests {
         });
         assert_eq!(a.pool.ips[&held].eni, "eni-0002");
         assert!(a.pool.check().is_ok(), "{:?}", a.pool.check());
+    }
+
+    fn prefix_view(v4: &[Ipv4Addr], prefixes: &[&str]) -> CloudEniView {
+        let mut v = view(v4);
+        v.eni.prefixes = prefixes.iter().map(|p| p.parse().unwrap()).collect();
+        v
+    }
+
+    #[test]
+    fn a_prefix_whose_assign_answer_was_lost_is_adopted_and_one_the_cloud_lost_dropped() {
+        let mut a = actor_of(r#"{"ip_prefix": true}"#, Semaphore::new(3));
+        let p1: Ipv4Prefix = "10.0.0.16/28".parse().unwrap();
+        let p2: Ipv4Prefix = "10.0.0.32/28".parse().unwrap();
+        // The cloud granted p1 but the answer never came back.
+        let base = [ip(1), ip(2), ip(3), ip(4)];
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: vec![prefix_view(&base, &["10.0.0.16/28"])],
+            detached: None,
+        });
+        assert!(a.pool.enis[ENI].prefixes.contains(&p1));
+        assert_eq!(a.pool.ips.len(), 4 + 16);
+        assert!(p1.addresses().all(|x| a.pool.ips[&x].prefix == Some(p1)));
+        // Its members are never shed one by one; idle and whole, the
+        // prefix goes back whole.
+        assert!(a
+            .pool
+            .shed_candidates(100)
+            .iter()
+            .all(|(_, v)| v.iter().all(|x| !p1.contains(*x))));
+        // p2 is known locally but the cloud no longer has it: dropped with
+        // its addresses, an owned one kept for its owner and never handed
+        // out again.
+        a.pool.add_prefix(ENI, p2);
+        let o = Owner::parse("o/p2").unwrap();
+        a.pool.take(p2.base(), &o, None, 1);
+        std::thread::sleep(Duration::from_millis(2));
+        a.on_event(Event::Reconcile {
+            started: Instant::now(),
+            enis: vec![prefix_view(&base, &["10.0.0.16/28"])],
+            detached: None,
+        });
+        assert!(!a.pool.enis[ENI].prefixes.contains(&p2));
+        assert_eq!(a.pool.ips.len(), 4 + 16 + 1);
+        assert!(a.pool.ips[&p2.base()].lost);
+        assert!(a.pool.check().is_ok(), "{:?}", a.pool.check());
+        // A view read before a prefix went back does not bring it back.
+        let started = Instant::now();
+        let members: Vec<Ipv4Addr> = p1.addresses().collect();
+        a.pool.set_releasing(&members, true);
+        a.on_event(Event::Unassigned {
+            eni: ENI.into(),
+            v4: members.clone(),
+            gone_v4: members.clone(),
+            gone_v6: Vec::new(),
+            gone_prefixes: vec![p1],
+            error: None,
+        });
+        a.on_event(Event::Reconcile {
+            started,
+            enis: vec![prefix_view(&base, &["10.0.0.16/28"])],
+            detached: None,
+        });
+        assert!(
+            !a.pool.enis[ENI].prefixes.contains(&p1),
+            "a gone prefix came back"
+        );
+        assert!(members.iter().all(|x| !a.pool.ips.contains_key(x)));
+    }
+
+    #[test]
+    fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
+        let mut a = actor_of(r#"{"ip_prefix": true}"#, Semaphore::new(3));
+        let now_ms = unix_ms();
+        assert_eq!(a.kind_on("vsw-a", now_ms), Kind::Prefix);
+        // 15 IPv4 per ENI: 14 slots beside the primary, 3 used by singles.
+        let e = a.pool.enis[ENI].clone();
+        assert_eq!(a.eni_room(&e, now_ms), 11 * 16);
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let t = a.new_ticket(None);
+        a.waiters.push_back(Waiter {
+            id: 99,
+            since: Instant::now(),
+            owner: Owner::parse("o/w").unwrap(),
+            sandbox: None,
+            prefer: None,
+            replies: vec![(tx, Instant::now())],
+            deadline: Instant::now() + Duration::from_secs(60),
+            ticket: None,
+        });
+        a.tickets.get_mut(&t).unwrap().waiter = Some(99);
+        a.waiters[0].ticket = Some(t);
+        a.pool.enis.get_mut(ENI).unwrap().pending = 16;
+        a.pool.enis.get_mut(ENI).unwrap().pending_in_prefixes = 16;
+        let e = a.pool.enis[ENI].clone();
+        assert_eq!(a.eni_room(&e, now_ms), 10 * 16, "16 in flight take a slot");
+        a.on_event(Event::Assigned {
+            eni: ENI.into(),
+            tickets: vec![t],
+            prefixes: Some(Vec::new()),
+            v4: Vec::new(),
+            v6: Vec::new(),
+            error: Some(CloudError::new(
+                CloudErrorKind::PrefixExhausted,
+                "InvalidVSwitchId.IpNotEnough",
+                "no free /28",
+            )),
+        });
+        // The waiter is not failed: it is planned again, as singles.
+        assert!(rx.try_recv().is_err());
+        assert_eq!(a.waiters.len(), 1);
+        assert_eq!(a.waiters[0].ticket, None);
+        assert_eq!(a.kind_on("vsw-a", unix_ms()), Kind::Single);
+        let e = a.pool.enis[ENI].clone();
+        assert_eq!((e.pending, e.pending_in_prefixes), (15, 15));
+        assert_eq!(
+            a.eni_room(&e, unix_ms()),
+            11 - 1,
+            "one slot for 15 in flight"
+        );
+        assert_eq!(
+            a.eni_entries()[0].prefixes.map(|p| p.mode()),
+            Some("single")
+        );
+        // Once the inhibit has passed, prefixes again.
+        assert_eq!(a.kind_on("vsw-a", unix_ms() + 601_000), Kind::Prefix);
     }
 }
