@@ -8,7 +8,8 @@
 //! - warm alloc/release over the socket with a pre-filled pool: p50/p99 of
 //!   one client, ops/s of 1 and 16 clients;
 //! - a cold burst of 100 allocations on an empty pool with 50 ms emulator
-//!   latency: wall time and OpenAPI calls against the lower bound;
+//!   latency: wall time and OpenAPI calls against the lower bound; the
+//!   same burst in prefix mode (`ip_prefix`), and its ratios to it;
 //! - restart recovery time with the largest built-in instance type full;
 //! - footprint: idle RSS, threads, CPU time while idle, binary size.
 //!
@@ -387,8 +388,10 @@ fn warm(o: &Opts, bins: &Bins, work: &Path) -> Value {
            "ops_per_sec_1": one_ops, "ops_per_sec_16": sixteen_ops, "scaling_16_over_1": sixteen_ops / one_ops})
 }
 
-fn cold(bins: &Bins, work: &Path) -> Value {
-    let dir = work.join("cold");
+/// A cold burst of 100 on an empty pool, in secondary-address mode or in
+/// prefix mode (`ip_prefix`).
+fn cold(bins: &Bins, work: &Path, prefix: bool) -> Value {
+    let dir = work.join(if prefix { "cold-prefix" } else { "cold" });
     std::fs::create_dir_all(&dir).expect("dir");
     let sim = Sim::start(
         bins,
@@ -403,7 +406,11 @@ fn cold(bins: &Bins, work: &Path) -> Value {
             "100",
         ],
     );
-    let cfg = daemon_config(&sim, &dir, json!({"min_pool_size": 0, "max_pool_size": 0}));
+    let cfg = daemon_config(
+        &sim,
+        &dir,
+        json!({"min_pool_size": 0, "max_pool_size": 0, "ip_prefix": prefix}),
+    );
     let (d, _) = Daemon::start(bins, &dir, &cfg);
     let before = sim.calls();
     let t = Instant::now();
@@ -435,6 +442,12 @@ fn cold(bins: &Bins, work: &Path) -> Value {
     // ceil(100/30) ENIs a g7.4xlarge needs.
     let lower = 10 + 100u64.div_ceil(30);
     d.stop();
+    if prefix {
+        // One /28 per 16 addresses, ten per call, and the one ENI a
+        // g7.4xlarge's 29 prefix slots need: one create, one attach.
+        return json!({"wall_ms": ms(wall), "calls_by_action": by_action, "calls_total": total,
+                      "assign_or_create": assign_or_create});
+    }
     json!({"wall_ms": ms(wall), "calls_by_action": by_action, "calls_total": total, "assign_or_create": assign_or_create,
            "lower_bound": lower, "ratio_total_to_lower_bound": total as f64 / lower as f64,
            "ratio_assign_create_to_10": assign_or_create as f64 / 10.0})
@@ -532,7 +545,16 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
     eprintln!("warm alloc/release...");
     let w = warm(o, bins, work);
     eprintln!("cold burst of 100 (50 ms emulator latency)...");
-    let c = cold(bins, work);
+    let c = cold(bins, work, false);
+    eprintln!("cold burst of 100 in prefix mode (same emulator settings)...");
+    let cp = cold(bins, work, true);
+    let ratio =
+        |k: &str| cp[k].as_f64().unwrap_or(f64::NAN) / c[k].as_f64().unwrap_or(f64::NAN).max(1e-9);
+    let prefix_vs_single = json!({
+        "assign_or_create_ratio": ratio("assign_or_create"),
+        "calls_total_ratio": ratio("calls_total"),
+        "wall_ratio": ratio("wall_ms"),
+    });
     eprintln!("restart recovery, ecs.g7.8xlarge full...");
     let r = restart(bins, work);
     eprintln!("footprint ({} s idle)...", o.idle_secs);
@@ -542,6 +564,7 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
         "warm_p50_over_floor": {"value": p50 / floor, "target": "<= 1.5", "met": p50 / floor <= 1.5},
         "scaling_16_over_1": {"value": w["scaling_16_over_1"], "target": ">= 4", "met": w["scaling_16_over_1"].as_f64().unwrap_or(0.0) >= 4.0},
         "cold_calls_over_lower_bound": {"value": c["ratio_total_to_lower_bound"], "target": "<= 1.2", "met": c["ratio_total_to_lower_bound"].as_f64().unwrap_or(9.0) <= 1.2},
+        "prefix_cold_assign_or_create_over_secondary": {"value": prefix_vs_single["assign_or_create_ratio"], "target": "<= 0.2", "met": prefix_vs_single["assign_or_create_ratio"].as_f64().unwrap_or(9.0) <= 0.2},
         "idle_rss_mib": {"value": f["idle_rss_kib"].as_f64().unwrap_or(0.0) / 1024.0, "target": "<= 8", "met": f["idle_rss_kib"].as_f64().unwrap_or(1e9) <= 8.0 * 1024.0},
         "idle_cpu_ms_per_minute": {"value": f["cpu_ms_per_minute"], "target": "<= 60", "met": f["cpu_ms_per_minute"].as_f64().unwrap_or(1e9) <= 60.0},
         "binary_mib": {"value": f["binary_bytes"].as_f64().unwrap_or(0.0) / 1048576.0, "target": "<= 8", "met": f["binary_bytes"].as_u64().unwrap_or(u64::MAX) <= 8 << 20},
@@ -549,7 +572,7 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
     json!({
         "machine": {"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "when": eniipd::util::time::now_utc()},
         "floors": {"socket_rtt_p50_ms": rtt, "atomic_write_fsync_p50_ms": fsync, "state_bytes": state_bytes, "floor_ms": floor},
-        "warm": w, "cold_burst": c, "restart": r, "footprint": f, "targets": targets,
+        "warm": w, "cold_burst": c, "cold_burst_prefix": cp, "prefix_vs_secondary": prefix_vs_single, "restart": r, "footprint": f, "targets": targets,
     })
 }
 
@@ -602,6 +625,31 @@ fn print_table(r: &Value) {
             "lower_bound",
         ),
         (
+            "cold 100, prefix mode: wall time (ms)",
+            "cold_burst_prefix",
+            "wall_ms",
+        ),
+        (
+            "cold 100, prefix mode: OpenAPI calls in all",
+            "cold_burst_prefix",
+            "calls_total",
+        ),
+        (
+            "cold 100, prefix mode: assign + create calls",
+            "cold_burst_prefix",
+            "assign_or_create",
+        ),
+        (
+            "cold 100, prefix / secondary: wall time",
+            "prefix_vs_secondary",
+            "wall_ratio",
+        ),
+        (
+            "cold 100, prefix / secondary: OpenAPI calls",
+            "prefix_vs_secondary",
+            "calls_total_ratio",
+        ),
+        (
             "restart: recovery with 210 allocations (ms, median of 3)",
             "restart",
             "recovery_ms_median",
@@ -625,6 +673,10 @@ fn print_table(r: &Value) {
     println!(
         "| cold 100: calls by action | {} |",
         r["cold_burst"]["calls_by_action"]
+    );
+    println!(
+        "| cold 100, prefix mode: calls by action | {} |",
+        r["cold_burst_prefix"]["calls_by_action"]
     );
     println!();
     println!("| target | value | goal | met |");
