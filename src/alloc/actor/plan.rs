@@ -160,8 +160,12 @@ impl Actor {
             // primary: the surplus over the demand is counted as pool
             // tickets, as for a worker's prefix call.
             let kind = self.kind_on(&vswitch, now_ms);
+            // At least one: the primary is handed out last, and the next
+            // demand then needs no call of its own.
             let prefixes = match kind {
-                Kind::Prefix => prefix::prefixes_for(init - 1, self.cap.slots_per_eni),
+                Kind::Prefix => {
+                    prefix::prefixes_for(init.saturating_sub(1).max(1), self.cap.slots_per_eni)
+                }
                 Kind::Single => 0,
             };
             let total = if prefixes > 0 {
