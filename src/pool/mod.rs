@@ -278,8 +278,10 @@ impl PoolState {
         }
     }
 
-    /// IPv4 slots an ENI uses beside its primary: one per prefix, one per
-    /// single secondary address (invalid ones included).
+    /// Address slots an ENI uses beside its primary: one per prefix, one
+    /// per single secondary address (invalid ones included), and in dual
+    /// stack one per unpaired IPv6 (it holds a slot of the IPv6 quota
+    /// until it goes back).
     pub fn slots_used(&self, eni: &str) -> usize {
         let prefixes = self.enis.get(eni).map_or(0, |e| e.prefixes.len());
         let singles = self
@@ -287,7 +289,8 @@ impl PoolState {
             .values()
             .filter(|ip| ip.eni == eni && !ip.primary && ip.prefix.is_none())
             .count();
-        prefixes + singles
+        let unpaired = self.unpaired_v6.values().filter(|e| *e == eni).count();
+        prefixes + singles + unpaired
     }
 
     /// Records an unpaired IPv6 address (dual stack; invalid).

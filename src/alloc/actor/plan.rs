@@ -160,6 +160,14 @@ impl Actor {
             // primary: the surplus over the demand is counted as pool
             // tickets, as for a worker's prefix call.
             let kind = self.kind_on(&vswitch, now_ms);
+            // Single addresses: one call's worth, within the ENI's slots
+            // (the planner sizes prefix-mode creates in /28s' worth).
+            let init = match kind {
+                Kind::Single => {
+                    init.min(self.opts.max_ips_per_call.min(self.cap.slots_per_eni) + 1)
+                }
+                Kind::Prefix => init,
+            };
             // At least one: the primary is handed out last, and the next
             // demand then needs no call of its own.
             let prefixes = match kind {
@@ -189,8 +197,8 @@ impl Actor {
                 extra_tags: self.opts.eni_tags.clone(),
                 instance_id: self.opts.instance_id.clone(),
                 node_id: self.opts.node_id.clone(),
-                // Single addresses (no prefix, or none to be had): one
-                // call's worth, within the ENI's slots.
+                // What a create with single addresses asks if no /28 can
+                // be had.
                 init: init.min(self.opts.max_ips_per_call.min(self.cap.slots_per_eni) + 1),
                 prefixes,
                 dual: self.opts.dual,
