@@ -291,3 +291,72 @@ fn an_eni_whose_vswitch_runs_out_of_slash_28s_goes_on_with_single_addresses() {
     );
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
 }
+
+#[test]
+fn a_lost_assign_answer_leaks_no_prefix() {
+    let sim = sim("ecs.g7.4xlarge");
+    let dir = tempdir("pfxlost");
+    let d = Daemon::start(
+        &dir,
+        &config(&sim, &dir, json!({"ip_prefix": true, "max_pool_size": 0})),
+    );
+    // One /28 with the new ENI; 15 of it and the primary idle after the
+    // first allocation.
+    d.ok("alloc lost/first");
+    assert_eq!(cloud(&sim).1.len(), 1);
+    // Every answer to an Assign is lost after the cloud carried it out:
+    // the retries (same ClientToken) are answered the same way.
+    sim.fault(r#"{"action":"AssignPrivateIpAddresses","code":"InternalError","after":true}"#);
+    let replies: Vec<Vec<String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..20)
+            .map(|i| {
+                let d = &d;
+                s.spawn(move || d.ask(&format!("alloc lost/pod-{i}")))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let failed = replies.iter().filter(|r| r[0].starts_with("ERR")).count();
+    println!(
+        "20 allocations with every Assign answer lost: {} served from idle, {failed} refused",
+        20 - failed
+    );
+    assert_eq!(failed, 4, "{replies:?}");
+    assert!(replies
+        .iter()
+        .all(|r| r[0].starts_with("OK ip=") || r[0].starts_with("ERR cloud InternalError")));
+    // The cloud assigned one /28 that the daemon never heard of...
+    assert_eq!(
+        cloud(&sim).1.len(),
+        2,
+        "one prefix per lost call, retries included"
+    );
+    sim.clear_faults();
+    // ...and adopts it: audit consistent, 5 more served without a new call.
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            enis_lines(&d).iter().any(|l| l.ends_with(" prefixes=2"))
+        }),
+        "the lost prefix was not adopted: {:?}",
+        enis_lines(&d)
+    );
+    let calls = prefix_calls(&sim);
+    for i in 0..5 {
+        d.ok(&format!("alloc lost/again-{i}"));
+    }
+    assert_eq!(prefix_calls(&sim), calls, "the adopted /28 serves them");
+    assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+    // Released, both go back whole.
+    d.ok("release lost/first");
+    for i in 0..20 {
+        d.ok(&format!("release lost/pod-{i}"));
+    }
+    for i in 0..5 {
+        d.ok(&format!("release lost/again-{i}"));
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || cloud(&sim).1.is_empty()),
+        "prefixes left in the cloud: {:?}",
+        cloud(&sim).1
+    );
+}

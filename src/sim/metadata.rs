@@ -64,7 +64,7 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     if !delay.is_zero() {
         std::thread::sleep(delay);
     }
-    if let Some(e) = fault {
+    if let Some((e, _)) = fault {
         let reason = match e.status {
             429 => "Too Many Requests",
             500 => "Internal Server Error",

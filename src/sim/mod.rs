@@ -105,6 +105,10 @@ pub struct FaultRule {
     pub count: Option<u64>,
     /// Delay added when it fires.
     pub latency_ms: u64,
+    /// The action is carried out first and only its answer is replaced by
+    /// the error: a lost answer (the cloud did it, the caller heard a
+    /// failure).
+    pub after: bool,
 }
 
 impl FaultRule {
@@ -117,6 +121,7 @@ impl FaultRule {
             probability: 1.0,
             count: None,
             latency_ms: 0,
+            after: false,
         }
     }
 
@@ -163,6 +168,14 @@ impl FaultRule {
                     .ok_or("\"count\" must be a non-negative integer")?,
             ),
         };
+        let after = match v.get("after") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            _ => return Err("\"after\" must be true or false".into()),
+        };
+        if after && code.is_none() {
+            return Err("\"after\" needs a \"code\" to answer in place of the result".into());
+        }
         Ok(FaultRule {
             action: action.to_string(),
             code,
@@ -170,6 +183,7 @@ impl FaultRule {
             probability,
             count,
             latency_ms,
+            after,
         })
     }
 }

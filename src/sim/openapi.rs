@@ -152,7 +152,7 @@ pub fn pick_fault(
     w: &mut super::world::World,
     call: &str,
     any_action: bool,
-) -> (Duration, Option<ApiError>) {
+) -> (Duration, Option<(ApiError, bool)>) {
     let mut g = sh.gateway.lock();
     let mut delay = Duration::ZERO;
     let mut fault = None;
@@ -173,7 +173,7 @@ pub fn pick_fault(
         if fault.is_none() {
             if let Some(code) = &f.rule.code {
                 let status = f.rule.status.unwrap_or_else(|| status_of(code));
-                fault = Some(err(status, code, message_of(code)));
+                fault = Some((err(status, code, message_of(code)), f.rule.after));
             }
         }
     }
@@ -285,9 +285,12 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     if !delay.is_zero() {
         std::thread::sleep(delay);
     }
-    if let Some(e) = fault {
-        return error_response(sh, &action, &version, &e, rid());
-    }
+    // A fault "after" the action replaces only its answer (a lost answer).
+    let lost_answer = match fault {
+        Some((e, false)) => return error_response(sh, &action, &version, &e, rid()),
+        Some((e, true)) => Some(e),
+        None => None,
+    };
 
     let token = params.get("ClientToken").filter(|t| !t.is_empty()).cloned();
     let fingerprint = || {
@@ -331,6 +334,9 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
         };
         (result, request_id)
     };
+    if let Some(e) = lost_answer {
+        return error_response(sh, &action, &version, &e, request_id);
+    }
     match result {
         Ok(mut v) => {
             if let Value::Object(m) = &mut v {
