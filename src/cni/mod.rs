@@ -432,6 +432,82 @@ mod tests {
         assert!(keep_lines(&[]).is_empty());
     }
 
+    /// A stand-in eniipd on a socket: answers each request line by its
+    /// verb from `answers`, and gives back every line it was sent.
+    fn fake_eniipd(
+        answers: &'static [(&'static str, &'static str)],
+    ) -> (std::path::PathBuf, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = std::env::temp_dir().join(format!(
+            "eniip-cni-test-{}-{}",
+            std::process::id(),
+            hashed(&format!("{:?}", std::time::Instant::now()))
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("eniipd.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let h = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut w = s.try_clone().unwrap();
+            let mut seen = Vec::new();
+            for line in BufReader::new(s).lines() {
+                let Ok(line) = line else { break };
+                let verb = line.split(' ').next().unwrap_or("").to_string();
+                seen.push(line);
+                let a = answers
+                    .iter()
+                    .find(|(v, _)| *v == verb)
+                    .map_or("ERR unknown-command", |(_, a)| a);
+                writeln!(w, "{a}").unwrap();
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            seen
+        });
+        (path, h)
+    }
+
+    #[test]
+    fn add_without_an_ipv6_gateway_fails_and_gives_the_address_back() {
+        let (socket, server) = fake_eniipd(&[
+            (
+                "alloc",
+                "OK ip=192.168.0.9 ipv6=2408:4005:3ff:5100::9 eni=eni-1 mac=00:16:3e:00:00:01 \
+                 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253",
+            ),
+            (
+                "eni",
+                "OK eni=eni-1 mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253",
+            ),
+            ("release", "OK released=192.168.0.9"),
+        ]);
+        let conf = NetConf::parse(
+            json!({"cniVersion": "1.1.0", "name": "eni", "socket": socket})
+                .to_string()
+                .as_bytes(),
+            Command::Add,
+        )
+        .unwrap();
+        let mut e = env("abc123", &[]);
+        // Never entered: the failure comes before the datapath.
+        e.netns = Some("/proc/self/ns/net".into());
+        let err = add(&conf, &e).unwrap_err();
+        assert_eq!(err.code, code::DAEMON, "{err}");
+        assert!(
+            err.msg.contains("no IPv6 gateway for ENI eni-1") && err.msg.contains("vsw-1"),
+            "{err}"
+        );
+        let seen = server.join().unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                "alloc eni/abc123 sandbox=abc123".to_string(),
+                "eni eni-1".to_string(),
+                "release eni/abc123 sandbox=abc123".to_string(),
+            ]
+        );
+    }
+
     #[test]
     fn version_answers_in_the_callers_version() {
         let v: Value = serde_json::from_str(&version(br#"{"cniVersion":"1.0.0"}"#)).unwrap();
