@@ -202,7 +202,8 @@ fn prepare_eni(
     .ctx(|| format!("default route via {gateway} dev {} table {table}", eni.name))?;
     if let Some(gw6) = gateway6 {
         enable_ipv6(&eni.name)?;
-        // IPv6 forwards only when `all` says so (no per-link switch).
+        // The kernel forwards IPv6 only when `all` says so (a link's own
+        // switch only makes it act as a router).
         write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
         host.replace_route(
             table,
