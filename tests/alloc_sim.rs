@@ -229,6 +229,11 @@ fn releases_and_max_pool_size_give_addresses_back() {
     for i in 0..25 {
         d.ok(&format!("alloc gb/{i}"));
     }
+    // IPv4 only: `eni` has the alloc reply's fields and no IPv6 ones.
+    let a = d.ok("show gb/0");
+    let info = d.ok(&format!("eni {}", field(&a, "eni")));
+    assert_eq!(field(&info, "gateway"), field(&a, "gateway"), "{info}");
+    assert!(!info.contains("6="), "{info}");
     let at_peak = cloud_ips(&sim).len();
     assert!(at_peak >= 25);
     for i in 0..25 {

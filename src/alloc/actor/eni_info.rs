@@ -20,6 +20,9 @@ const V6_WAIT: Duration = Duration::from_secs(5);
 /// Concurrent metadata lookups.
 const MAX_LOOKUPS: usize = 16;
 
+/// The helper name of a lookup thread.
+const LOOKUP_THREAD: &str = "eni lookup";
+
 static LOOKUPS: AtomicUsize = AtomicUsize::new(0);
 
 /// Releases a lookup slot when the thread ends, however it ends.
@@ -68,8 +71,9 @@ impl Actor {
             return;
         }
         let slot = Slot;
-        // Finished lookups need no join.
-        self.helpers.retain(|(_, h)| !h.is_finished());
+        // Finished lookups need no join (and would pile up otherwise).
+        self.helpers
+            .retain(|(name, h)| name != LOOKUP_THREAD || !h.is_finished());
         let cloud = Arc::clone(&self.cloud);
         let spawned = std::thread::Builder::new()
             .name("eniipd-eni-info".into())
@@ -79,7 +83,7 @@ impl Actor {
                 let _ = reply.send(r.map(Answer::Eni));
             });
         match spawned {
-            Ok(h) => self.helpers.push(("eni lookup".into(), h)),
+            Ok(h) => self.helpers.push((LOOKUP_THREAD.into(), h)),
             // The closure (its reply and slot) is dropped: the client sees
             // the allocator's answer channel close.
             Err(e) => warn!("cannot start an ENI lookup thread: {e}"),
