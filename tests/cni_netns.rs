@@ -374,6 +374,19 @@ fn dual_stack_routes_ipv6_out_the_right_eni_and_leaves_nothing_behind() {
     // 7 containers: more than one ENI of this type holds (6), so the
     // VPC's strict reverse-path check proves each uses its own ENI.
     let ctrs: Vec<Ctr> = (0..7).map(|i| Ctr::new(&w, i)).collect();
+    // Namespaces whose new links come with IPv6 off (as some hosts and
+    // runtimes have it): the plugin turns it on where it needs it.
+    for ns in ctrs.iter().map(|c| &c.ns.name).chain([&w.node.name]) {
+        cnienv::sh(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ]);
+    }
     let adds: Vec<_> = ctrs
         .iter()
         .map(|c| w.cni("ADD", Some(c), &conf).expect_ok("dual ADD"))
