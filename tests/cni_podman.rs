@@ -29,6 +29,15 @@ use serde_json::{json, Value};
 /// The node's address that portmap clients connect to.
 const NODE_ADDR: &str = "10.250.0.1";
 
+/// One podman test at a time: podman instances with private roots still
+/// share run-time state (`podman system reset` at the end of one test
+/// left the other's containers without their network).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 struct Podman {
     dir: PathBuf,
     node: String,
@@ -234,6 +243,7 @@ fn podman_containers_get_their_address_from_eniipd() {
     ) {
         return;
     }
+    let _serial = one_at_a_time();
     let w = World::start("ecs.g7.xlarge", json!({}));
     // Scope host: the node's ARP for the gateway then goes out with source
     // 0.0.0.0 (as with no address), which the emulated VPC, strict about
@@ -388,6 +398,7 @@ fn podman_containers_get_ipv6_in_dual_stack() {
     ) {
         return;
     }
+    let _serial = one_at_a_time();
     let w = World::start_dual("ecs.g7.large", json!({}));
     let pm = Podman::with_plugins(
         &w,
