@@ -1,6 +1,8 @@
 //! eniip-cni, the CNI plugin (spec 1.0.0 and 1.1.0): gets a container's
 //! address from eniipd over its socket and builds the container's network
-//! ([`datapath`]) over netlink, synchronously.
+//! ([`datapath`]) over netlink, synchronously. In dual stack the IPv6 half
+//! needs the vswitch's IPv6 gateway, which eniipd's `eni` verb gives (the
+//! `alloc` reply does not carry it).
 //!
 //! Identity: the owner is `<network>/<K8S_POD_NAMESPACE>/<K8S_POD_NAME>`
 //! when `CNI_ARGS` names the pod (so `ip_stick_time` gives a restarted pod
