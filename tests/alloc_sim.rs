@@ -173,6 +173,47 @@ fn dual_stack_pairs_come_and_go_together() {
     );
 }
 
+/// `eni ID` gives what a datapath needs to route through an ENI: the same
+/// MAC, vswitch and IPv4 gateway as `alloc`, and in dual stack the
+/// vswitch's IPv6 CIDR and gateway (which no `alloc` reply carries).
+#[test]
+fn eni_gives_the_vswitch_gateways_in_dual_stack() {
+    let sim = large_sim(&[
+        "--vswitch",
+        "vsw-dual0000000000000001=192.168.0.0/22,ipv6=2408:4005:3ff:5100::/64,free=1000",
+    ]);
+    let dir = tempdir("eniverb");
+    let d = Daemon::start(
+        &dir,
+        &config(&sim, &dir, json!({"ip_stack": "dual", "max_pool_size": 4})),
+    );
+    let a = d.ok("alloc eniverb/0");
+    let eni = field(&a, "eni");
+    let info = d.ok(&format!("eni {eni}"));
+    for k in ["eni", "mac", "vswitch", "cidr", "gateway"] {
+        assert_eq!(field(&info, k), field(&a, k), "{k}: {info} / {a}");
+    }
+    assert_eq!(field(&info, "cidr6"), "2408:4005:3ff:5100::/64", "{info}");
+    assert_eq!(
+        field(&info, "gateway6"),
+        "2408:4005:3ff:5100:ffff:ffff:ffff:fff7",
+        "{info}"
+    );
+    // The IPv4 fields keep the alloc reply's order; v6 fields come last.
+    assert!(info.starts_with(&format!("eni={eni} mac=")), "{info}");
+    assert_eq!(
+        d.ask("eni eni-doesnotexist0000"),
+        vec!["ERR not-found".to_string()]
+    );
+    for bad in ["eni", "eni a b", "eni eni|x"] {
+        let r = d.ask(bad);
+        assert!(
+            r.last().unwrap().starts_with("ERR bad-request"),
+            "{bad}: {r:?}"
+        );
+    }
+}
+
 #[test]
 fn releases_and_max_pool_size_give_addresses_back() {
     let sim = large_sim(&[]);
@@ -188,6 +229,11 @@ fn releases_and_max_pool_size_give_addresses_back() {
     for i in 0..25 {
         d.ok(&format!("alloc gb/{i}"));
     }
+    // IPv4 only: `eni` has the alloc reply's fields and no IPv6 ones.
+    let a = d.ok("show gb/0");
+    let info = d.ok(&format!("eni {}", field(&a, "eni")));
+    assert_eq!(field(&info, "gateway"), field(&a, "gateway"), "{info}");
+    assert!(!info.contains("6="), "{info}");
     let at_peak = cloud_ips(&sim).len();
     assert!(at_peak >= 25);
     for i in 0..25 {

@@ -4,15 +4,17 @@
 //! DEL is idempotent (twice, with the netns gone, across an eniipd
 //! restart); GC releases exactly what its keep-list omits; STATUS reports
 //! eniipd down (50) and a pool at capacity (51); a failed ADD gives its
-//! address back. Needs root and `ip`; says SKIPPED loudly otherwise (and
-//! fails under ENIIPD_CI=1).
+//! address back; in dual stack, IPv6 goes out the right ENI too, CHECK
+//! catches a missing IPv6 rule, and DEL, GC and a failed ADD leave no IPv6
+//! state. Needs root and `ip` (busybox and ip6tables for some); says
+//! SKIPPED loudly otherwise (and fails under ENIIPD_CI=1).
 
 mod cnienv;
 mod common;
 
 use std::time::Duration;
 
-use cnienv::{can_run, eventually, Ctr, World, GATEWAY};
+use cnienv::{can_run, eventually, Ctr, World, GATEWAY, GATEWAY6};
 use serde_json::{json, Value};
 
 const LARGE: &str = "ecs.g7.large";
@@ -351,4 +353,157 @@ fn a_late_del_of_an_old_sandbox_leaves_its_successor_alone() {
     w.cni("DEL", Some(&new), &prev(&conf, &r_new.json))
         .expect_ok("DEL of the successor");
     assert!(w.inuse().is_empty(), "{:?}", w.inuse());
+}
+
+/// The node's IPv6 rules and routes (every table), for assertions.
+fn node_v6(w: &World) -> String {
+    format!(
+        "{}{}",
+        w.node_ip(&["-6", "rule"]),
+        w.node_ip(&["-6", "route", "show", "table", "all"])
+    )
+}
+
+#[test]
+fn dual_stack_routes_ipv6_out_the_right_eni_and_leaves_nothing_behind() {
+    if !can_run("cni dual stack", &["busybox", "ip6tables"]) {
+        return;
+    }
+    let w = World::start_dual(LARGE, json!({}));
+    let conf = w.conf("1.1.0", json!({}));
+    // 7 containers: more than one ENI of this type holds (6), so the
+    // VPC's strict reverse-path check proves each uses its own ENI.
+    let ctrs: Vec<Ctr> = (0..7).map(|i| Ctr::new(&w, i)).collect();
+    // Namespaces whose new links come with IPv6 off (as some hosts and
+    // runtimes have it): the plugin turns it on where it needs it.
+    for ns in ctrs.iter().map(|c| &c.ns.name).chain([&w.node.name]) {
+        cnienv::sh(&[
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ]);
+    }
+    let adds: Vec<_> = ctrs
+        .iter()
+        .map(|c| w.cni("ADD", Some(c), &conf).expect_ok("dual ADD"))
+        .collect();
+    let r = &adds[0].json;
+    assert_eq!(r["ips"].as_array().unwrap().len(), 2, "{r}");
+    assert_eq!(r["ips"][0]["gateway"], "169.254.1.1", "{r}");
+    assert_eq!(r["ips"][1]["gateway"], "fe80::1", "{r}");
+    assert_eq!(r["ips"][1]["interface"], 1, "{r}");
+    assert!(
+        r["ips"][1]["address"].as_str().unwrap().ends_with("/128"),
+        "{r}"
+    );
+    assert!(
+        r["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["dst"] == "::/0" && x["gw"] == "fe80::1"),
+        "{r}"
+    );
+    let enis: std::collections::BTreeSet<String> = w
+        .daemon()
+        .ask("list")
+        .iter()
+        .filter(|l| l.contains(" inuse "))
+        .map(|l| l.split(' ').nth(3).unwrap().to_string())
+        .collect();
+    assert!(enis.len() >= 2, "{enis:?}");
+
+    for (c, add) in ctrs.iter().zip(&adds) {
+        let (ip, ip6) = (add.ip(), add.ip6());
+        // eniipd's pair is what the container got.
+        let owner = format!("{}/{}", w.network, c.id);
+        let show = w.daemon().ok(&format!("show {owner}"));
+        assert!(show.contains(&format!("ipv6={ip6} ")), "{show}");
+        let addrs = c.ns.exec(&["ip", "-6", "addr", "show", "dev", "eth0"]);
+        let addrs = String::from_utf8_lossy(&addrs.stdout).into_owned();
+        let line = addrs
+            .lines()
+            .find(|l| l.contains(&format!("{ip6}/128")))
+            .unwrap_or_else(|| panic!("no {ip6}/128: {addrs}"));
+        assert!(!line.contains("tentative"), "usable at once: {addrs}");
+        assert!(
+            eventually(Duration::from_secs(10), || c.ping6(GATEWAY6)),
+            "ping6 {GATEWAY6} from {ip6}\n{}",
+            w.diag()
+        );
+        assert!(c.ping(GATEWAY), "ping {GATEWAY} from {ip}");
+    }
+
+    // CHECK passes, and fails once the IPv6 rule is gone (the IPv4 one
+    // still there); without it the pod's IPv6 no longer reaches the VPC.
+    let (c0, r0) = (&ctrs[0], &adds[0]);
+    let ip6 = r0.ip6();
+    let checked = prev(&conf, &r0.json);
+    w.cni("CHECK", Some(c0), &checked).expect_ok("dual CHECK");
+    w.node_ip(&[
+        "-6",
+        "rule",
+        "del",
+        "pref",
+        "2048",
+        "from",
+        &format!("{ip6}/128"),
+    ]);
+    let bad = w.cni("CHECK", Some(c0), &checked);
+    assert_eq!(bad.code(), 101, "{bad:?}");
+    let msg = bad.json["msg"].as_str().unwrap();
+    assert!(msg.contains("rule") && msg.contains(&ip6), "{bad:?}");
+    assert!(
+        !c0.ping6(GATEWAY6),
+        "no IPv6 rule: the pod must not reach the VPC"
+    );
+    assert!(c0.ping(GATEWAY), "IPv4 is unaffected");
+
+    // DEL removes the IPv6 state with the rest.
+    w.cni("DEL", Some(c0), &checked).expect_ok("dual DEL");
+    let v6 = node_v6(&w);
+    assert!(!v6.contains(&ip6), "{v6}");
+
+    // GC keeping one: the others' IPv6 rules and routes go with them.
+    let gc_conf = w.conf(
+        "1.1.0",
+        json!({"cni.dev/valid-attachments": [{"containerID": ctrs[1].id, "ifname": "eth0"}]}),
+    );
+    w.cni("GC", None, &gc_conf).expect_ok("dual GC");
+    let v6 = node_v6(&w);
+    for (i, add) in adds.iter().enumerate().skip(1) {
+        assert_eq!(
+            v6.contains(&format!("{} ", add.ip6())),
+            i == 1,
+            "{i} {}: {v6}",
+            add.ip6()
+        );
+    }
+    assert!(ctrs[1].ping6(GATEWAY6), "the kept one still works");
+    w.cni("DEL", Some(&ctrs[1]), &prev(&conf, &adds[1].json))
+        .expect_ok("last DEL");
+    assert!(w.inuse().is_empty(), "{:?}", w.inuse());
+    let rules = w.node_ip(&["-6", "rule"]);
+    assert!(!rules.contains("2048"), "{rules}");
+    let links = w.node_ip(&["-o", "link"]);
+    assert!(!links.contains("enip"), "{links}");
+
+    // A failed ADD (eth0 taken in the container) leaves no IPv6 either.
+    let c = Ctr::new(&w, 9);
+    cnienv::sh(&[
+        "ip", "-n", &c.ns.name, "link", "add", "eth0", "type", "veth", "peer", "name", "other0",
+    ]);
+    let out = w.cni("ADD", Some(&c), &conf);
+    assert_eq!(out.code(), 101, "{out:?}");
+    assert!(
+        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
+        "{:?}",
+        w.inuse()
+    );
+    let rules = w.node_ip(&["-6", "rule"]);
+    assert!(!rules.contains("2048"), "{rules}");
 }

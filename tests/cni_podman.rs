@@ -12,7 +12,9 @@
 //! Shows: `podman run --network <net>` gets an address eniipd lists for that
 //! container, pings the vswitch gateway out the right ENI, serves through
 //! portmap; `podman rm` releases it (eniipd and the emulator agree); 20
-//! containers started at once get distinct addresses across 2+ ENIs.
+//! containers started at once get distinct addresses across 2+ ENIs. In
+//! dual stack, a container gets eniipd's IPv6 address too and pings the
+//! vswitch's IPv6 gateway.
 
 mod cnienv;
 mod common;
@@ -21,11 +23,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use cnienv::{can_run, sh, World, GATEWAY};
+use cnienv::{can_run, sh, World, GATEWAY, GATEWAY6};
 use serde_json::{json, Value};
 
 /// The node's address that portmap clients connect to.
 const NODE_ADDR: &str = "10.250.0.1";
+
+/// One podman test at a time: podman instances with private roots still
+/// share run-time state (`podman system reset` at the end of one test
+/// left the other's containers without their network).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 struct Podman {
     dir: PathBuf,
@@ -34,6 +45,18 @@ struct Podman {
 
 impl Podman {
     fn new(w: &World) -> Podman {
+        Podman::with_plugins(
+            w,
+            json!([
+                {"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500},
+                {"type": "portmap", "capabilities": {"portMappings": true}},
+                {"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.rp_filter": "1"}},
+                {"type": "bandwidth", "capabilities": {"bandwidth": true}}
+            ]),
+        )
+    }
+
+    fn with_plugins(w: &World, plugins: Value) -> Podman {
         let dir = common::tempdir("podman");
         for d in [
             "root",
@@ -68,12 +91,7 @@ cni_plugin_dirs = ["{d}/plugins"]
         let conflist = json!({
             "cniVersion": "1.0.0",
             "name": w.network,
-            "plugins": [
-                {"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500},
-                {"type": "portmap", "capabilities": {"portMappings": true}},
-                {"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.rp_filter": "1"}},
-                {"type": "bandwidth", "capabilities": {"bandwidth": true}}
-            ]
+            "plugins": plugins,
         });
         std::fs::write(
             dir.join("net").join(format!("{}.conflist", w.network)),
@@ -83,7 +101,7 @@ cni_plugin_dirs = ["{d}/plugins"]
         // The image: busybox-static and its applets.
         let rootfs = dir.join("rootfs");
         std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
-        for a in ["sh", "ping", "httpd", "sleep", "ip", "cat"] {
+        for a in ["sh", "ping", "ping6", "httpd", "sleep", "ip", "cat"] {
             std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
         }
         std::fs::write(rootfs.join("www/index.html"), "hello-from-the-pod\n").unwrap();
@@ -225,6 +243,7 @@ fn podman_containers_get_their_address_from_eniipd() {
     ) {
         return;
     }
+    let _serial = one_at_a_time();
     let w = World::start("ecs.g7.xlarge", json!({}));
     // Scope host: the node's ARP for the gateway then goes out with source
     // 0.0.0.0 (as with no address), which the emulated VPC, strict about
@@ -361,4 +380,85 @@ fn podman_containers_get_their_address_from_eniipd() {
         .filter(|(_, (s, _, _))| s == "inuse")
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn podman_containers_get_ipv6_in_dual_stack() {
+    if !can_run(
+        "cni under podman, dual stack",
+        &[
+            "podman",
+            "runc",
+            "conmon",
+            "busybox",
+            "nsenter",
+            "ip6tables",
+            "tar",
+        ],
+    ) {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let w = World::start_dual("ecs.g7.large", json!({}));
+    let pm = Podman::with_plugins(
+        &w,
+        json!([{"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500}]),
+    );
+    let net = w.network.clone();
+    pm.ok(&[
+        "run",
+        "-d",
+        "--name",
+        "v6",
+        "--network",
+        &net,
+        "localhost/eniip-bb:1",
+        "sleep",
+        "600",
+    ]);
+    let v: Value = serde_json::from_str(&pm.ok(&["inspect", "v6"])).unwrap();
+    let settings = &v[0]["NetworkSettings"]["Networks"][&net];
+    let ip = settings["IPAddress"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let ip6 = settings["GlobalIPv6Address"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(ip6.contains(':'), "podman shows no IPv6: {v}");
+    let (state, owner, _) = pool(&w).get(&ip).cloned().unwrap_or_default();
+    assert_eq!(state, "inuse", "{:?}", pool(&w));
+    let show = w.daemon().ok(&format!("show {owner}"));
+    assert!(show.contains(&format!("ipv6={ip6} ")), "{show} / {ip6}");
+    let ping6 = || {
+        pm.run(&["exec", "v6", "ping6", "-c", "1", "-W", "2", GATEWAY6])
+            .status
+            .success()
+    };
+    if !cnienv::eventually(std::time::Duration::from_secs(10), ping6) {
+        let o = pm.run(&[
+            "exec",
+            "v6",
+            "sh",
+            "-c",
+            "ip -6 addr; ip -6 route; ip -6 neigh",
+        ]);
+        panic!(
+            "ping6 {GATEWAY6} from {ip6}:\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            w.diag()
+        );
+    }
+    let out = pm.run(&["exec", "v6", "ping", "-c", "1", "-W", "2", GATEWAY]);
+    assert!(out.status.success(), "IPv4 too");
+    pm.ok(&["rm", "-f", "-t", "0", "v6"]);
+    let (state, _, _) = pool(&w).get(&ip).cloned().unwrap_or_default();
+    assert_eq!(state, "idle", "{:?}", pool(&w));
+    let v6 = format!(
+        "{}{}",
+        w.node_ip(&["-6", "rule"]),
+        w.node_ip(&["-6", "route", "show", "table", "all"])
+    );
+    assert!(!v6.contains(&ip6), "{v6}");
 }

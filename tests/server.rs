@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::bounded;
 use eniipd::core::{
-    AllocError, Allocation, Answer, Command as Cmd, Commands, EniEntry, Envelope, ErrCode,
+    AllocError, Allocation, Answer, Command as Cmd, Commands, EniEntry, EniInfo, Envelope, ErrCode,
     ListEntry, Owner, StatusCounts,
 };
 use eniipd::server::listener::{bind_socket, Server, ServerConfig};
@@ -94,6 +94,15 @@ impl Fake {
                     ..StatusCounts::default()
                 })
             }
+            Cmd::Eni { eni } if eni == "eni-test" => Answer::Eni(EniInfo {
+                eni,
+                mac: "00:16:3e:00:00:01".into(),
+                vswitch: "vsw-test".into(),
+                cidr: "10.0.0.0/24".into(),
+                gateway: "10.0.0.253".parse().unwrap(),
+                v6: None,
+            }),
+            Cmd::Eni { .. } => return Err(AllocError::bare(ErrCode::NotFound)),
             Cmd::Enis => Answer::Enis(vec![EniEntry {
                 eni: "eni-test".into(),
                 mac: "00:16:3e:00:00:01".into(),

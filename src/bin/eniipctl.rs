@@ -26,8 +26,8 @@ Options (before or after the command; `--` ends them):
   --help          this text
 
 Commands: ping, version, help, alloc OWNER [sandbox=ID] [prefer=IP],
-release OWNER [sandbox=ID], show OWNER, list, status, enis, audit, metrics,
-config, quit, and gc owner-prefix=P [KEEP-ID...]: eniipctl sends the
+release OWNER [sandbox=ID], show OWNER, list, status, enis, eni ID, audit,
+metrics, config, quit, and gc owner-prefix=P [KEEP-ID...]: eniipctl sends the
 keep-list in as many `keep` lines as it needs, then the `gc`. See
 eniipd-protocol(7).
 

@@ -13,6 +13,15 @@
 //!   gateway, onlink; and the rule `from <pod>/32 iif <host end> lookup
 //!   <table>`.
 //!
+//! In dual stack ([`Attach::v6`]) the same shape again for IPv6: the pod
+//! address as /128 (no duplicate address detection, so it is usable at
+//! once), a default route via the link-local [`POD_GATEWAY6`] with a
+//! permanent neighbour entry for it (the host end's MAC); on the host a
+//! route to the pod address over the host end with a permanent neighbour
+//! entry; the ENI table's IPv6 default route via the vswitch's IPv6
+//! gateway, onlink, and the rule `from <pod>/128 iif <host end> lookup
+//! <table>`; IPv6 on the links involved, and forwarding.
+//!
 //! Invariant: everything one attachment adds is found again from its host
 //! end's name (the rule carries it as `iif`), so DEL and GC never remove a
 //! rule that belongs to another sandbox, even one holding the same address.
@@ -20,15 +29,15 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use sha1::{Digest, Sha1};
 
-use super::netlink::{format_mac, Link, Netlink, Rule4, MAIN_TABLE};
+use super::netlink::{format_mac, Family, Link, Netlink, Rule, MAIN_TABLE};
 use super::netns;
-use super::spec::POD_GATEWAY;
+use super::spec::{POD_GATEWAY, POD_GATEWAY6};
 
 /// Host ends of our veth pairs start with this.
 pub const HOST_PREFIX: &str = "enip";
@@ -89,6 +98,15 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
     format!("{HOST_PREFIX}{}", &hex[..11])
 }
 
+/// A pod's IPv6 half (dual stack).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pod6 {
+    /// The pod's IPv6 address.
+    pub ip: Ipv6Addr,
+    /// The vswitch's IPv6 gateway.
+    pub gateway: Ipv6Addr,
+}
+
 /// What an attachment needs.
 #[derive(Debug)]
 pub struct Attach<'a> {
@@ -98,6 +116,8 @@ pub struct Attach<'a> {
     pub eni_mac: &'a [u8],
     /// The vswitch gateway.
     pub gateway: Ipv4Addr,
+    /// The IPv6 half, in dual stack.
+    pub v6: Option<Pod6>,
     /// veth MTU.
     pub mtu: u32,
     /// Interface name in the container.
@@ -140,12 +160,26 @@ fn wait_link(nl: &mut Netlink, mac: &[u8], timeout: Duration) -> Result<Link, Da
     }
 }
 
-/// The ENI link, up, with its table's default route; returns it and the
+fn v4(ip: Ipv4Addr) -> IpAddr {
+    IpAddr::V4(ip)
+}
+
+fn v6(ip: Ipv6Addr) -> IpAddr {
+    IpAddr::V6(ip)
+}
+
+/// IPv6 on for `link` (a host may have it off by default for new links).
+fn enable_ipv6(link: &str) -> Result<(), DatapathError> {
+    write_sysctl(&format!("net/ipv6/conf/{link}/disable_ipv6"), "0")
+}
+
+/// The ENI link, up, with its table's default routes; returns it and the
 /// table number.
 fn prepare_eni(
     host: &mut Netlink,
     mac: &[u8],
     gateway: Ipv4Addr,
+    gateway6: Option<Ipv6Addr>,
     timeout: Duration,
 ) -> Result<(Link, u32), DatapathError> {
     let eni = wait_link(host, mac, timeout)?;
@@ -158,14 +192,28 @@ fn prepare_eni(
     write_sysctl(&format!("net/ipv4/conf/{}/rp_filter", eni.name), "2")?;
     write_sysctl("net/ipv4/ip_forward", "1")?;
     let table = TABLE_BASE + eni.index;
-    host.replace_route4(
+    host.replace_route(
         table,
-        (Ipv4Addr::UNSPECIFIED, 0),
-        Some(gateway),
+        (v4(Ipv4Addr::UNSPECIFIED), 0),
+        Some(v4(gateway)),
         eni.index,
         true,
     )
     .ctx(|| format!("default route via {gateway} dev {} table {table}", eni.name))?;
+    if let Some(gw6) = gateway6 {
+        enable_ipv6(&eni.name)?;
+        // The kernel forwards IPv6 only when `all` says so (a link's own
+        // switch only makes it act as a router).
+        write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
+        host.replace_route(
+            table,
+            (v6(Ipv6Addr::UNSPECIFIED), 0),
+            Some(v6(gw6)),
+            eni.index,
+            true,
+        )
+        .ctx(|| format!("default route via {gw6} dev {} table {table}", eni.name))?;
+    }
     Ok((eni, table))
 }
 
@@ -173,7 +221,8 @@ fn prepare_eni(
 /// [`teardown`] (the caller's rollback).
 pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
-    let (_eni, table) = prepare_eni(&mut host, a.eni_mac, a.gateway, a.link_timeout)?;
+    let gw6 = a.v6.map(|p| p.gateway);
+    let (_eni, table) = prepare_eni(&mut host, a.eni_mac, a.gateway, gw6, a.link_timeout)?;
 
     // A host end (and its rules) left by an earlier, failed ADD of this
     // attachment.
@@ -196,48 +245,82 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     {
         ctr.set_up(lo.index).ctx(|| "set lo up".into())?;
     }
-    ctr.add_addr4(cl.index, a.ip, 32)
+    ctr.add_addr(cl.index, v4(a.ip), 32)
         .ctx(|| format!("address {}/32 on {}", a.ip, a.ifname))?;
+    if let Some(p) = a.v6 {
+        let knob = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", a.ifname);
+        netns::run_in(a.netns, move || std::fs::write(&knob, "0"))
+            .ctx(|| format!("enable IPv6 on {} in the container", a.ifname))?;
+        ctr.add_addr(cl.index, v6(p.ip), 128)
+            .ctx(|| format!("address {}/128 on {}", p.ip, a.ifname))?;
+    }
     ctr.set_up(cl.index)
         .ctx(|| format!("set {} up", a.ifname))?;
-    ctr.replace_neigh4(cl.index, POD_GATEWAY, &hv.mac)
+    ctr.replace_neigh(cl.index, v4(POD_GATEWAY), &hv.mac)
         .ctx(|| format!("neighbour {POD_GATEWAY} in the container"))?;
-    ctr.replace_route4(MAIN_TABLE, (POD_GATEWAY, 32), None, cl.index, false)
+    ctr.replace_route(MAIN_TABLE, (v4(POD_GATEWAY), 32), None, cl.index, false)
         .ctx(|| format!("route {POD_GATEWAY} dev {}", a.ifname))?;
-    ctr.replace_route4(
+    ctr.replace_route(
         MAIN_TABLE,
-        (Ipv4Addr::UNSPECIFIED, 0),
-        Some(POD_GATEWAY),
+        (v4(Ipv4Addr::UNSPECIFIED), 0),
+        Some(v4(POD_GATEWAY)),
         cl.index,
         false,
     )
     .ctx(|| format!("default route via {POD_GATEWAY} in the container"))?;
+    if a.v6.is_some() {
+        // A link-local gateway is on-link by definition: no link route.
+        ctr.replace_neigh(cl.index, v6(POD_GATEWAY6), &hv.mac)
+            .ctx(|| format!("neighbour {POD_GATEWAY6} in the container"))?;
+        ctr.replace_route(
+            MAIN_TABLE,
+            (v6(Ipv6Addr::UNSPECIFIED), 0),
+            Some(v6(POD_GATEWAY6)),
+            cl.index,
+            false,
+        )
+        .ctx(|| format!("default route via {POD_GATEWAY6} in the container"))?;
+    }
 
+    if a.v6.is_some() {
+        enable_ipv6(a.host_veth)?;
+    }
     host.set_up(hv.index)
         .ctx(|| format!("set {} up", a.host_veth))?;
-    host.replace_neigh4(hv.index, a.ip, &cl.mac)
+    host.replace_neigh(hv.index, v4(a.ip), &cl.mac)
         .ctx(|| format!("neighbour {} on {}", a.ip, a.host_veth))?;
-    host.replace_route4(MAIN_TABLE, (a.ip, 32), None, hv.index, false)
+    host.replace_route(MAIN_TABLE, (v4(a.ip), 32), None, hv.index, false)
         .ctx(|| format!("route {}/32 dev {}", a.ip, a.host_veth))?;
-    host.add_rule4(&pod_rule(a.ip, a.host_veth, table))
+    host.add_rule(&pod_rule(v4(a.ip), a.host_veth, table))
         .ctx(|| format!("rule from {} lookup {table}", a.ip))?;
+    if let Some(p) = a.v6 {
+        host.replace_neigh(hv.index, v6(p.ip), &cl.mac)
+            .ctx(|| format!("neighbour {} on {}", p.ip, a.host_veth))?;
+        host.replace_route(MAIN_TABLE, (v6(p.ip), 128), None, hv.index, false)
+            .ctx(|| format!("route {}/128 dev {}", p.ip, a.host_veth))?;
+        host.add_rule(&pod_rule(v6(p.ip), a.host_veth, table))
+            .ctx(|| format!("rule from {} lookup {table}", p.ip))?;
+    }
     Ok(Attached {
         host_mac: format_mac(&hv.mac),
         container_mac: format_mac(&cl.mac),
     })
 }
 
-fn pod_rule(ip: Ipv4Addr, host_veth: &str, table: u32) -> Rule4 {
-    Rule4 {
+fn pod_rule(ip: IpAddr, host_veth: &str, table: u32) -> Rule {
+    let family = Family::of(&ip);
+    Rule {
+        family,
         priority: RULE_PRIORITY,
-        src: Some((ip, 32)),
+        src: Some((ip, if family == Family::V4 { 32 } else { 128 })),
         iif: Some(host_veth.to_string()),
         table,
     }
 }
 
-/// Removes one attachment's host end (its peer and routes go with it) and
-/// its rules. Whatever is already gone is fine.
+/// Removes one attachment's host end (its peer, routes and neighbour
+/// entries go with it) and its rules, IPv4 and IPv6. Whatever is already
+/// gone is fine.
 pub fn teardown(host_veth: &str) -> Result<(), DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     if let Some(l) = host.link_by_name(host_veth).ctx(|| "list links".into())? {
@@ -246,24 +329,36 @@ pub fn teardown(host_veth: &str) -> Result<(), DatapathError> {
             r => r.ctx(|| format!("delete {host_veth}"))?,
         }
     }
-    for r in host.rules4().ctx(|| "list rules".into())? {
-        if r.iif.as_deref() == Some(host_veth) {
-            host.del_rule4(&r)
-                .ctx(|| format!("delete rule of {host_veth}"))?;
+    for family in [Family::V4, Family::V6] {
+        let rules = match host.rules(family) {
+            // No IPv6 in this kernel: no IPv6 rule of ours either.
+            Err(e) if family == Family::V6 && no_family(&e) => continue,
+            r => r.ctx(|| "list rules".into())?,
+        };
+        for r in rules {
+            if r.iif.as_deref() == Some(host_veth) {
+                host.del_rule(&r)
+                    .ctx(|| format!("delete rule of {host_veth}"))?;
+            }
         }
     }
     Ok(())
 }
 
+/// True for the answer of a kernel without the address family.
+fn no_family(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(nix::libc::EAFNOSUPPORT)
+}
+
 /// Removes every attachment of ours that routes `ip` (its rules and host
-/// end), for an address eniipd no longer gives to anyone (GC). Returns the
+/// end, its IPv6 half included), for an address eniipd no longer gives to anyone (GC). Returns the
 /// host ends removed.
 pub fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     let mut removed = Vec::new();
-    for r in host.rules4().ctx(|| "list rules".into())? {
+    for r in host.rules(Family::V4).ctx(|| "list rules".into())? {
         let Some(iif) = r.iif.clone() else { continue };
-        if r.src == Some((ip, 32)) && iif.starts_with(HOST_PREFIX) {
+        if r.src == Some((v4(ip), 32)) && iif.starts_with(HOST_PREFIX) {
             teardown(&iif)?;
             removed.push(iif);
         }
@@ -280,6 +375,8 @@ pub struct Expect<'a> {
     pub eni_mac: &'a [u8],
     /// The vswitch gateway.
     pub gateway: Ipv4Addr,
+    /// The IPv6 half, in dual stack.
+    pub v6: Option<Pod6>,
     /// Interface name in the container.
     pub ifname: &'a str,
     /// Host end's name.
@@ -288,8 +385,30 @@ pub struct Expect<'a> {
     pub netns: &'a File,
 }
 
-/// CHECK: the address, the routes and the rule are as ADD left them.
+/// One family's expectations, for [`check`].
+struct Want {
+    pod: IpAddr,
+    prefix: u8,
+    vswitch_gateway: IpAddr,
+    pod_gateway: IpAddr,
+}
+
+/// CHECK: the addresses, the routes and the rules are as ADD left them.
 pub fn check(e: &Expect) -> Result<(), DatapathError> {
+    let mut wants = vec![Want {
+        pod: v4(e.ip),
+        prefix: 32,
+        vswitch_gateway: v4(e.gateway),
+        pod_gateway: v4(POD_GATEWAY),
+    }];
+    if let Some(p) = e.v6 {
+        wants.push(Want {
+            pod: v6(p.ip),
+            prefix: 128,
+            vswitch_gateway: v6(p.gateway),
+            pod_gateway: v6(POD_GATEWAY6),
+        });
+    }
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     let eni = host
         .link_by_mac(e.eni_mac)
@@ -303,32 +422,40 @@ pub fn check(e: &Expect) -> Result<(), DatapathError> {
     if !hv.up {
         return Err(fail(format!("host end {} is down", e.host_veth)));
     }
-    let main = host.routes4(MAIN_TABLE).ctx(|| "list routes".into())?;
-    if !main
-        .iter()
-        .any(|r| r.dst == (e.ip, 32) && r.oif == Some(hv.index))
-    {
-        return Err(fail(format!(
-            "route {}/32 dev {} is missing",
-            e.ip, e.host_veth
-        )));
-    }
-    let want = pod_rule(e.ip, e.host_veth, table);
-    if !host.rules4().ctx(|| "list rules".into())?.contains(&want) {
-        return Err(fail(format!(
-            "rule from {}/32 iif {} lookup {table} is missing",
-            e.ip, e.host_veth
-        )));
-    }
-    let t = host.routes4(table).ctx(|| "list routes".into())?;
-    if !t
-        .iter()
-        .any(|r| r.dst.1 == 0 && r.gateway == Some(e.gateway) && r.oif == Some(eni.index))
-    {
-        return Err(fail(format!(
-            "default route via {} dev {} in table {table} is missing",
-            e.gateway, eni.name
-        )));
+    for w in &wants {
+        let family = Family::of(&w.pod);
+        let main = host
+            .routes(family, MAIN_TABLE)
+            .ctx(|| "list routes".into())?;
+        if !main
+            .iter()
+            .any(|r| r.dst == (w.pod, w.prefix) && r.oif == Some(hv.index))
+        {
+            return Err(fail(format!(
+                "route {}/{} dev {} is missing",
+                w.pod, w.prefix, e.host_veth
+            )));
+        }
+        let want = pod_rule(w.pod, e.host_veth, table);
+        if !host
+            .rules(family)
+            .ctx(|| "list rules".into())?
+            .contains(&want)
+        {
+            return Err(fail(format!(
+                "rule from {}/{} iif {} lookup {table} is missing",
+                w.pod, w.prefix, e.host_veth
+            )));
+        }
+        let t = host.routes(family, table).ctx(|| "list routes".into())?;
+        if !t.iter().any(|r| {
+            r.dst.1 == 0 && r.gateway == Some(w.vswitch_gateway) && r.oif == Some(eni.index)
+        }) {
+            return Err(fail(format!(
+                "default route via {} dev {} in table {table} is missing",
+                w.vswitch_gateway, eni.name
+            )));
+        }
     }
 
     let mut ctr = netns::netlink_in(e.netns).ctx(|| "netlink socket in the container".into())?;
@@ -339,22 +466,29 @@ pub fn check(e: &Expect) -> Result<(), DatapathError> {
     if !cl.up {
         return Err(fail(format!("{} is down in the container", e.ifname)));
     }
-    let addrs = ctr.addrs4(cl.index).ctx(|| "list addresses".into())?;
-    if !addrs.contains(&(e.ip, 32)) {
-        return Err(fail(format!(
-            "{} lacks {}/32 (has {addrs:?})",
-            e.ifname, e.ip
-        )));
-    }
-    let routes = ctr.routes4(MAIN_TABLE).ctx(|| "list routes".into())?;
-    if !routes
-        .iter()
-        .any(|r| r.dst.1 == 0 && r.gateway == Some(POD_GATEWAY) && r.oif == Some(cl.index))
-    {
-        return Err(fail(format!(
-            "default route via {POD_GATEWAY} dev {} is missing in the container",
-            e.ifname
-        )));
+    for w in &wants {
+        let family = Family::of(&w.pod);
+        let addrs = ctr
+            .addrs(cl.index, family)
+            .ctx(|| "list addresses".into())?;
+        if !addrs.contains(&(w.pod, w.prefix)) {
+            return Err(fail(format!(
+                "{} lacks {}/{} (has {addrs:?})",
+                e.ifname, w.pod, w.prefix
+            )));
+        }
+        let routes = ctr
+            .routes(family, MAIN_TABLE)
+            .ctx(|| "list routes".into())?;
+        if !routes
+            .iter()
+            .any(|r| r.dst.1 == 0 && r.gateway == Some(w.pod_gateway) && r.oif == Some(cl.index))
+        {
+            return Err(fail(format!(
+                "default route via {} dev {} is missing in the container",
+                w.pod_gateway, e.ifname
+            )));
+        }
     }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! eniip-cni, the CNI plugin (spec 1.0.0 and 1.1.0): gets a container's
 //! address from eniipd over its socket and builds the container's network
-//! ([`datapath`]) over netlink, synchronously.
+//! ([`datapath`]) over netlink, synchronously. In dual stack the IPv6 half
+//! needs the vswitch's IPv6 gateway, which eniipd's `eni` verb gives (the
+//! `alloc` reply does not carry it).
 //!
 //! Identity: the owner is `<network>/<K8S_POD_NAMESPACE>/<K8S_POD_NAME>`
 //! when `CNI_ARGS` names the pod (so `ip_stick_time` gives a restarted pod
@@ -19,18 +21,18 @@ pub mod netlink;
 pub mod netns;
 pub mod spec;
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
 
-use crate::core::Owner;
-use crate::server::protocol::parse_allocation;
+use crate::core::{Allocation, Owner};
+use crate::server::protocol::{parse_allocation, parse_eni};
 use client::{field, Client};
 use spec::{
     code, CniError, CniResult, Command, Env, Interface, IpConfig, NetConf, ResultRoute,
-    POD_GATEWAY, SUPPORTED_VERSIONS,
+    POD_GATEWAY, POD_GATEWAY6, SUPPORTED_VERSIONS,
 };
 
 /// How long ADD waits for the ENI's link to appear after the attach.
@@ -122,6 +124,26 @@ fn open_netns(env: &Env) -> Result<Option<std::fs::File>, CniError> {
     })
 }
 
+/// The IPv6 half of an allocation holding `ip6`: the vswitch's IPv6
+/// gateway comes from eniipd's `eni` (no `alloc` reply carries it).
+fn pod6(c: &mut Client, alloc: &Allocation, ip6: Ipv6Addr) -> Result<datapath::Pod6, CniError> {
+    let r = c.ask(&format!("eni {}", alloc.eni))?;
+    let info = parse_eni(&r.text).ok_or_else(|| {
+        CniError::new(code::DAEMON, "eniipd's eni answer is not understood").details(r.text.clone())
+    })?;
+    let (_, gateway) = info.v6.ok_or_else(|| {
+        CniError::new(
+            code::DAEMON,
+            format!(
+                "eniipd knows no IPv6 gateway for ENI {} (vswitch {}): the pod's IPv6 address {ip6} cannot be routed",
+                alloc.eni, alloc.vswitch
+            ),
+        )
+        .details(r.text.clone())
+    })?;
+    Ok(datapath::Pod6 { ip: ip6, gateway })
+}
+
 fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
     let owner = owner_of(&conf.name, env);
     let sandbox = sandbox_of(&env.container_id);
@@ -142,10 +164,15 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
     let built = (|| {
         let mac = netlink::parse_mac(&alloc.mac)
             .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", alloc.mac)))?;
+        let v6 = match alloc.ipv6 {
+            Some(ip6) => Some(pod6(&mut c, &alloc, ip6)?),
+            None => None,
+        };
         datapath::setup(&datapath::Attach {
             ip: alloc.ip,
             eni_mac: &mac,
             gateway: alloc.gateway,
+            v6,
             mtu: conf.mtu,
             ifname: &env.ifname,
             host_veth: &host_veth,
@@ -163,6 +190,26 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             return Err(e);
         }
     };
+    let mut ips = vec![IpConfig {
+        address: format!("{}/32", alloc.ip),
+        gateway: Some(POD_GATEWAY.to_string()),
+        interface: Some(1),
+    }];
+    let mut routes = vec![ResultRoute {
+        dst: "0.0.0.0/0".into(),
+        gw: Some(POD_GATEWAY.to_string()),
+    }];
+    if let Some(ip6) = alloc.ipv6 {
+        ips.push(IpConfig {
+            address: format!("{ip6}/128"),
+            gateway: Some(POD_GATEWAY6.to_string()),
+            interface: Some(1),
+        });
+        routes.push(ResultRoute {
+            dst: "::/0".into(),
+            gw: Some(POD_GATEWAY6.to_string()),
+        });
+    }
     let result = CniResult {
         cni_version: conf.cni_version.clone(),
         interfaces: vec![
@@ -177,15 +224,8 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
                 sandbox: Some(netns_path.display().to_string()),
             },
         ],
-        ips: vec![IpConfig {
-            address: format!("{}/32", alloc.ip),
-            gateway: Some(POD_GATEWAY.to_string()),
-            interface: Some(1),
-        }],
-        routes: vec![ResultRoute {
-            dst: "0.0.0.0/0".into(),
-            gw: Some(POD_GATEWAY.to_string()),
-        }],
+        ips,
+        routes,
         dns: conf.dns.clone().unwrap_or_else(|| json!({})),
     };
     serde_json::to_string(&result)
@@ -238,6 +278,21 @@ fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
             ),
         ));
     }
+    // The IPv6 half is checked when ADD reported one (an attachment made
+    // before eniip-cni configured IPv6 has none to check).
+    let v6 = match (CniResult::ipv6_of(prev), alloc.ipv6) {
+        (None, _) => None,
+        (Some(want6), Some(ip6)) if want6 == ip6 => Some(pod6(&mut c, &alloc, ip6)?),
+        (Some(want6), got) => {
+            return Err(CniError::new(
+                code::DATAPATH,
+                format!(
+                    "eniipd gives {owner} IPv6 {} but prevResult has {want6}",
+                    got.map_or_else(|| "none".to_string(), |a| a.to_string())
+                ),
+            ))
+        }
+    };
     let ns = open_netns(env)?
         .ok_or_else(|| CniError::new(code::DATAPATH, "the container's netns is gone"))?;
     let mac = netlink::parse_mac(&alloc.mac)
@@ -246,6 +301,7 @@ fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
         ip: alloc.ip,
         eni_mac: &mac,
         gateway: alloc.gateway,
+        v6,
         ifname: &env.ifname,
         host_veth: &datapath::host_veth_name(&env.container_id, &env.ifname),
         netns: &ns,
@@ -376,6 +432,82 @@ mod tests {
         }
         assert_eq!(seen, ids);
         assert!(keep_lines(&[]).is_empty());
+    }
+
+    /// A stand-in eniipd on a socket: answers each request line by its
+    /// verb from `answers`, and gives back every line it was sent.
+    fn fake_eniipd(
+        answers: &'static [(&'static str, &'static str)],
+    ) -> (std::path::PathBuf, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = std::env::temp_dir().join(format!(
+            "eniip-cni-test-{}-{}",
+            std::process::id(),
+            hashed(&format!("{:?}", std::time::Instant::now()))
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("eniipd.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let h = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut w = s.try_clone().unwrap();
+            let mut seen = Vec::new();
+            for line in BufReader::new(s).lines() {
+                let Ok(line) = line else { break };
+                let verb = line.split(' ').next().unwrap_or("").to_string();
+                seen.push(line);
+                let a = answers
+                    .iter()
+                    .find(|(v, _)| *v == verb)
+                    .map_or("ERR unknown-command", |(_, a)| a);
+                writeln!(w, "{a}").unwrap();
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+            seen
+        });
+        (path, h)
+    }
+
+    #[test]
+    fn add_without_an_ipv6_gateway_fails_and_gives_the_address_back() {
+        let (socket, server) = fake_eniipd(&[
+            (
+                "alloc",
+                "OK ip=192.168.0.9 ipv6=2408:4005:3ff:5100::9 eni=eni-1 mac=00:16:3e:00:00:01 \
+                 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253",
+            ),
+            (
+                "eni",
+                "OK eni=eni-1 mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253",
+            ),
+            ("release", "OK released=192.168.0.9"),
+        ]);
+        let conf = NetConf::parse(
+            json!({"cniVersion": "1.1.0", "name": "eni", "socket": socket})
+                .to_string()
+                .as_bytes(),
+            Command::Add,
+        )
+        .unwrap();
+        let mut e = env("abc123", &[]);
+        // Never entered: the failure comes before the datapath.
+        e.netns = Some("/proc/self/ns/net".into());
+        let err = add(&conf, &e).unwrap_err();
+        assert_eq!(err.code, code::DAEMON, "{err}");
+        assert!(
+            err.msg.contains("no IPv6 gateway for ENI eni-1") && err.msg.contains("vsw-1"),
+            "{err}"
+        );
+        let seen = server.join().unwrap();
+        assert_eq!(
+            seen,
+            vec![
+                "alloc eni/abc123 sandbox=abc123".to_string(),
+                "eni eni-1".to_string(),
+                "release eni/abc123 sandbox=abc123".to_string(),
+            ]
+        );
     }
 
     #[test]

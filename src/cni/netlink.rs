@@ -7,7 +7,7 @@
 //! opened in, whatever thread later uses it (see [`super::netns`]).
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
@@ -15,7 +15,9 @@ use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
     NLM_F_REPLACE, NLM_F_REQUEST,
 };
-use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
+};
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
 };
@@ -53,26 +55,64 @@ pub struct Link {
     pub up: bool,
 }
 
-/// One IPv4 route as a dump shows it.
+/// An address family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// IPv4
+    V4,
+    /// IPv6
+    V6,
+}
+
+impl Family {
+    /// The family of `ip`.
+    pub fn of(ip: &IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+
+    fn af(self) -> AddressFamily {
+        match self {
+            Family::V4 => AddressFamily::Inet,
+            Family::V6 => AddressFamily::Inet6,
+        }
+    }
+
+    /// The unspecified address (`0.0.0.0`, `::`): a default route's
+    /// destination.
+    pub fn any(self) -> IpAddr {
+        match self {
+            Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        }
+    }
+}
+
+/// One route as a dump shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route4 {
+pub struct Route {
     /// Table.
     pub table: u32,
-    /// Destination and prefix length (`0.0.0.0/0` for a default route).
-    pub dst: (Ipv4Addr, u8),
+    /// Destination and prefix length (`0.0.0.0/0` or `::/0` for a default
+    /// route).
+    pub dst: (IpAddr, u8),
     /// Gateway.
-    pub gateway: Option<Ipv4Addr>,
+    pub gateway: Option<IpAddr>,
     /// Output link.
     pub oif: Option<u32>,
 }
 
-/// One IPv4 policy rule as a dump shows it.
+/// One policy rule as a dump shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule4 {
+pub struct Rule {
+    /// Its family.
+    pub family: Family,
     /// Priority.
     pub priority: u32,
     /// `from` prefix.
-    pub src: Option<(Ipv4Addr, u8)>,
+    pub src: Option<(IpAddr, u8)>,
     /// `iif` name.
     pub iif: Option<String>,
     /// Table looked up.
@@ -270,16 +310,19 @@ impl Netlink {
         self.request(RouteNetlinkMessage::SetLink(msg), 0).map(drop)
     }
 
-    /// Adds `ip/prefix` to a link (already there is fine).
-    pub fn add_addr4(&mut self, index: u32, ip: Ipv4Addr, prefix: u8) -> io::Result<()> {
+    /// Adds `ip/prefix` to a link (already there is fine). An IPv6 address
+    /// skips duplicate address detection, so it is usable at once.
+    pub fn add_addr(&mut self, index: u32, ip: IpAddr, prefix: u8) -> io::Result<()> {
         let mut msg = AddressMessage::default();
-        msg.header.family = AddressFamily::Inet;
+        msg.header.family = Family::of(&ip).af();
         msg.header.prefix_len = prefix;
         msg.header.index = index;
-        msg.attributes = vec![
-            AddressAttribute::Local(IpAddr::V4(ip)),
-            AddressAttribute::Address(IpAddr::V4(ip)),
-        ];
+        msg.attributes = vec![AddressAttribute::Local(ip), AddressAttribute::Address(ip)];
+        if ip.is_ipv6() {
+            msg.header.flags = AddressHeaderFlags::Nodad;
+            msg.attributes
+                .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        }
         match self.request(
             RouteNetlinkMessage::NewAddress(msg),
             NLM_F_CREATE | NLM_F_EXCL,
@@ -289,41 +332,51 @@ impl Netlink {
         }
     }
 
-    /// IPv4 addresses of a link, with prefix lengths.
-    pub fn addrs4(&mut self, index: u32) -> io::Result<Vec<(Ipv4Addr, u8)>> {
+    /// Addresses of `family` on a link, with prefix lengths.
+    pub fn addrs(&mut self, index: u32, family: Family) -> io::Result<Vec<(IpAddr, u8)>> {
         let mut msg = AddressMessage::default();
-        msg.header.family = AddressFamily::Inet;
+        msg.header.family = family.af();
         let msgs = self.request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP)?;
         Ok(msgs
             .into_iter()
             .filter_map(|m| match m {
                 RouteNetlinkMessage::NewAddress(a) if a.header.index == index => {
-                    a.attributes.iter().find_map(|at| match at {
-                        AddressAttribute::Local(IpAddr::V4(ip)) => Some((*ip, a.header.prefix_len)),
+                    let local = a.attributes.iter().find_map(|at| match at {
+                        AddressAttribute::Local(ip) => Some(*ip),
                         _ => None,
-                    })
+                    });
+                    // IPv6 addresses come as IFA_ADDRESS alone.
+                    let addr = a.attributes.iter().find_map(|at| match at {
+                        AddressAttribute::Address(ip) => Some(*ip),
+                        _ => None,
+                    });
+                    local
+                        .or(addr)
+                        .filter(|ip| Family::of(ip) == family)
+                        .map(|ip| (ip, a.header.prefix_len))
                 }
                 _ => None,
             })
             .collect())
     }
 
-    /// Adds or replaces an IPv4 route: `dst/prefix [via gw] dev oif table T`;
+    /// Adds or replaces a route: `dst/prefix [via gw] dev oif table T`;
     /// with `onlink` the gateway need not be on a subnet of the link.
-    pub fn replace_route4(
+    pub fn replace_route(
         &mut self,
         table: u32,
-        dst: (Ipv4Addr, u8),
-        gateway: Option<Ipv4Addr>,
+        dst: (IpAddr, u8),
+        gateway: Option<IpAddr>,
         oif: u32,
         onlink: bool,
     ) -> io::Result<()> {
+        let family = Family::of(&dst.0);
         let mut msg = RouteMessage::default();
-        msg.header.address_family = AddressFamily::Inet;
+        msg.header.address_family = family.af();
         msg.header.destination_prefix_length = dst.1;
         msg.header.table = if table < 256 { table as u8 } else { 252 };
         msg.header.protocol = RouteProtocol::Boot;
-        msg.header.scope = if gateway.is_some() {
+        msg.header.scope = if gateway.is_some() || family == Family::V6 {
             RouteScope::Universe
         } else {
             RouteScope::Link
@@ -334,11 +387,11 @@ impl Netlink {
         }
         if dst.1 > 0 {
             msg.attributes
-                .push(RouteAttribute::Destination(RouteAddress::Inet(dst.0)));
+                .push(RouteAttribute::Destination(RouteAddress::from(dst.0)));
         }
         if let Some(gw) = gateway {
             msg.attributes
-                .push(RouteAttribute::Gateway(RouteAddress::Inet(gw)));
+                .push(RouteAttribute::Gateway(RouteAddress::from(gw)));
         }
         msg.attributes.push(RouteAttribute::Oif(oif));
         msg.attributes.push(RouteAttribute::Table(table));
@@ -349,31 +402,31 @@ impl Netlink {
         .map(drop)
     }
 
-    /// Every IPv4 route of `table`.
-    pub fn routes4(&mut self, table: u32) -> io::Result<Vec<Route4>> {
+    /// Every route of `family` in `table`.
+    pub fn routes(&mut self, family: Family, table: u32) -> io::Result<Vec<Route>> {
         let mut msg = RouteMessage::default();
-        msg.header.address_family = AddressFamily::Inet;
+        msg.header.address_family = family.af();
         let msgs = self.request(RouteNetlinkMessage::GetRoute(msg), NLM_F_DUMP)?;
         Ok(msgs
             .into_iter()
             .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => Some(route_of(&r)),
+                RouteNetlinkMessage::NewRoute(r) => Some(route_of(&r, family)),
                 _ => None,
             })
             .filter(|r| r.table == table)
             .collect())
     }
 
-    /// Deletes an IPv4 route (gone already is fine).
-    pub fn del_route4(&mut self, r: &Route4) -> io::Result<()> {
+    /// Deletes a route (gone already is fine).
+    pub fn del_route(&mut self, r: &Route) -> io::Result<()> {
         let mut msg = RouteMessage::default();
-        msg.header.address_family = AddressFamily::Inet;
+        msg.header.address_family = Family::of(&r.dst.0).af();
         msg.header.destination_prefix_length = r.dst.1;
         msg.header.table = if r.table < 256 { r.table as u8 } else { 252 };
         msg.header.scope = RouteScope::NoWhere;
         if r.dst.1 > 0 {
             msg.attributes
-                .push(RouteAttribute::Destination(RouteAddress::Inet(r.dst.0)));
+                .push(RouteAttribute::Destination(RouteAddress::from(r.dst.0)));
         }
         if let Some(oif) = r.oif {
             msg.attributes.push(RouteAttribute::Oif(oif));
@@ -385,9 +438,9 @@ impl Netlink {
         }
     }
 
-    /// Adds `from src/32 iif IIF lookup TABLE` at `priority` (already there
-    /// is fine).
-    pub fn add_rule4(&mut self, rule: &Rule4) -> io::Result<()> {
+    /// Adds `from src iif IIF lookup TABLE` at `priority` (already there is
+    /// fine).
+    pub fn add_rule(&mut self, rule: &Rule) -> io::Result<()> {
         match self.request(
             RouteNetlinkMessage::NewRule(rule_msg(rule)),
             NLM_F_CREATE | NLM_F_EXCL,
@@ -398,36 +451,40 @@ impl Netlink {
     }
 
     /// Deletes a rule (gone already is fine).
-    pub fn del_rule4(&mut self, rule: &Rule4) -> io::Result<()> {
+    pub fn del_rule(&mut self, rule: &Rule) -> io::Result<()> {
         match self.request(RouteNetlinkMessage::DelRule(rule_msg(rule)), 0) {
             Err(e) if is_missing(&e) => Ok(()),
             r => r.map(drop),
         }
     }
 
-    /// Every IPv4 rule.
-    pub fn rules4(&mut self) -> io::Result<Vec<Rule4>> {
+    /// Every rule of `family`.
+    pub fn rules(&mut self, family: Family) -> io::Result<Vec<Rule>> {
         let mut msg = RuleMessage::default();
-        msg.header.family = AddressFamily::Inet;
+        msg.header.family = family.af();
         let msgs = self.request(RouteNetlinkMessage::GetRule(msg), NLM_F_DUMP)?;
         Ok(msgs
             .into_iter()
             .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRule(r) => Some(rule_of(&r)),
+                RouteNetlinkMessage::NewRule(r) => Some(rule_of(&r, family)),
                 _ => None,
             })
             .collect())
     }
 
-    /// A permanent IPv4 neighbour entry `ip lladdr mac dev index`.
-    pub fn replace_neigh4(&mut self, index: u32, ip: Ipv4Addr, mac: &[u8]) -> io::Result<()> {
+    /// A permanent neighbour entry `ip lladdr mac dev index`.
+    pub fn replace_neigh(&mut self, index: u32, ip: IpAddr, mac: &[u8]) -> io::Result<()> {
         let mut msg = NeighbourMessage::default();
-        msg.header.family = AddressFamily::Inet;
+        msg.header.family = Family::of(&ip).af();
         msg.header.ifindex = index;
         msg.header.state = NeighbourState::Permanent;
         msg.header.kind = RouteType::Unicast;
+        let dst = match ip {
+            IpAddr::V4(a) => NeighbourAddress::Inet(a),
+            IpAddr::V6(a) => NeighbourAddress::Inet6(a),
+        };
         msg.attributes = vec![
-            NeighbourAttribute::Destination(NeighbourAddress::Inet(ip)),
+            NeighbourAttribute::Destination(dst),
             NeighbourAttribute::LinkLayerAddress(mac.to_vec()),
         ];
         self.request(
@@ -455,18 +512,27 @@ fn link_of(l: &LinkMessage) -> Link {
     link
 }
 
-fn route_of(r: &RouteMessage) -> Route4 {
-    let mut route = Route4 {
+fn route_of(r: &RouteMessage, family: Family) -> Route {
+    let mut route = Route {
         table: u32::from(r.header.table),
-        dst: (Ipv4Addr::UNSPECIFIED, r.header.destination_prefix_length),
+        dst: (family.any(), r.header.destination_prefix_length),
         gateway: None,
         oif: None,
+    };
+    let ip = |a: &RouteAddress| match a {
+        RouteAddress::Inet(v) => Some(IpAddr::V4(*v)),
+        RouteAddress::Inet6(v) => Some(IpAddr::V6(*v)),
+        _ => None,
     };
     for a in &r.attributes {
         match a {
             RouteAttribute::Table(t) => route.table = *t,
-            RouteAttribute::Destination(RouteAddress::Inet(d)) => route.dst.0 = *d,
-            RouteAttribute::Gateway(RouteAddress::Inet(g)) => route.gateway = Some(*g),
+            RouteAttribute::Destination(d) => {
+                if let Some(d) = ip(d) {
+                    route.dst.0 = d;
+                }
+            }
+            RouteAttribute::Gateway(g) => route.gateway = ip(g),
             RouteAttribute::Oif(o) => route.oif = Some(*o),
             _ => {}
         }
@@ -477,9 +543,9 @@ fn route_of(r: &RouteMessage) -> Route4 {
     route
 }
 
-fn rule_msg(rule: &Rule4) -> RuleMessage {
+fn rule_msg(rule: &Rule) -> RuleMessage {
     let mut msg = RuleMessage::default();
-    msg.header.family = AddressFamily::Inet;
+    msg.header.family = rule.family.af();
     msg.header.action = RuleAction::ToTable;
     msg.header.table = if rule.table < 256 {
         rule.table as u8
@@ -488,7 +554,7 @@ fn rule_msg(rule: &Rule4) -> RuleMessage {
     };
     if let Some((src, len)) = rule.src {
         msg.header.src_len = len;
-        msg.attributes.push(RuleAttribute::Source(IpAddr::V4(src)));
+        msg.attributes.push(RuleAttribute::Source(src));
     }
     if let Some(iif) = &rule.iif {
         msg.attributes.push(RuleAttribute::Iifname(iif.clone()));
@@ -498,8 +564,9 @@ fn rule_msg(rule: &Rule4) -> RuleMessage {
     msg
 }
 
-fn rule_of(r: &RuleMessage) -> Rule4 {
-    let mut rule = Rule4 {
+fn rule_of(r: &RuleMessage, family: Family) -> Rule {
+    let mut rule = Rule {
+        family,
         priority: 0,
         src: None,
         iif: None,
@@ -508,7 +575,7 @@ fn rule_of(r: &RuleMessage) -> Rule4 {
     for a in &r.attributes {
         match a {
             RuleAttribute::Priority(p) => rule.priority = *p,
-            RuleAttribute::Source(IpAddr::V4(s)) => rule.src = Some((*s, r.header.src_len)),
+            RuleAttribute::Source(s) => rule.src = Some((*s, r.header.src_len)),
             RuleAttribute::Iifname(n) => rule.iif = Some(n.clone()),
             RuleAttribute::Table(t) => rule.table = *t,
             _ => {}

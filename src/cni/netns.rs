@@ -1,7 +1,7 @@
 //! Network namespaces without moving the caller: a netlink socket for a
-//! namespace is opened on a short-lived, named thread that `setns`es into
-//! it; the socket stays bound to that namespace after the thread ends, so
-//! the main thread never changes namespace.
+//! namespace is opened (or a sysctl of it written) on a short-lived, named
+//! thread that `setns`es into it; the socket stays bound to that namespace
+//! after the thread ends, so the main thread never changes namespace.
 
 use std::fs::File;
 use std::io;
@@ -13,7 +13,7 @@ use nix::sched::{setns, CloneFlags};
 
 use super::netlink::Netlink;
 
-/// How long opening a socket in a namespace may take.
+/// How long the work of a namespace thread may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Opens a namespace file (`/run/netns/x`, `/proc/PID/ns/net`). `Ok(None)`
@@ -26,8 +26,13 @@ pub fn open(path: &Path) -> io::Result<Option<File>> {
     }
 }
 
-/// A netlink socket inside the namespace `ns`.
-pub fn netlink_in(ns: &File) -> io::Result<Netlink> {
+/// Runs `f` on a short-lived thread inside the namespace `ns` and returns
+/// what it returns (a socket it opens stays in that namespace; a
+/// `/proc/sys/net` path it opens is that namespace's).
+pub fn run_in<T: Send + 'static>(
+    ns: &File,
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     let ns = ns.try_clone()?;
     let (tx, rx) = crossbeam_channel::bounded(1);
     let handle = std::thread::Builder::new()
@@ -35,12 +40,17 @@ pub fn netlink_in(ns: &File) -> io::Result<Netlink> {
         .spawn(move || {
             let r = setns(ns.as_fd(), CloneFlags::CLONE_NEWNET)
                 .map_err(|e| io::Error::other(format!("setns: {e}")))
-                .and_then(|()| Netlink::open());
+                .and_then(|()| f());
             let _ = tx.send(r);
         })?;
     let r = rx
         .recv_timeout(OPEN_TIMEOUT)
-        .map_err(|_| io::Error::other("no netlink socket from the namespace thread in time"))?;
+        .map_err(|_| io::Error::other("no answer from the namespace thread in time"))?;
     let _ = handle.join();
     r
+}
+
+/// A netlink socket inside the namespace `ns`.
+pub fn netlink_in(ns: &File) -> io::Result<Netlink> {
+    run_in(ns, Netlink::open)
 }

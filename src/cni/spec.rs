@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -349,6 +349,9 @@ impl NetConf {
 /// static neighbour entry pointing at the host end of the veth).
 pub const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 
+/// The pod's IPv6 gateway: link-local, answered the same way.
+pub const POD_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+
 /// An interface of the result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Interface {
@@ -404,6 +407,15 @@ pub struct CniResult {
 impl CniResult {
     /// The first IPv4 address of a (previous) result, if it has one.
     pub fn ipv4_of(prev: &Value) -> Option<Ipv4Addr> {
+        Self::first_of(prev)
+    }
+
+    /// The first IPv6 address of a (previous) result, if it has one.
+    pub fn ipv6_of(prev: &Value) -> Option<Ipv6Addr> {
+        Self::first_of(prev)
+    }
+
+    fn first_of<A: std::str::FromStr>(prev: &Value) -> Option<A> {
         prev.get("ips")?.as_array()?.iter().find_map(|ip| {
             let a = ip.get("address")?.as_str()?;
             a.split('/').next()?.parse().ok()
@@ -531,5 +543,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(CniResult::ipv4_of(&v), Some(Ipv4Addr::new(192, 168, 0, 7)));
+        assert_eq!(CniResult::ipv6_of(&v), None);
+        let v: Value = serde_json::from_str(
+            r#"{"ips":[{"address":"2408:4005:3ff:5100::5/128","gateway":"fe80::1"},
+                       {"address":"192.168.0.7/32","gateway":"169.254.1.1"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(CniResult::ipv4_of(&v), Some(Ipv4Addr::new(192, 168, 0, 7)));
+        assert_eq!(
+            CniResult::ipv6_of(&v),
+            Some("2408:4005:3ff:5100::5".parse().unwrap())
+        );
     }
 }

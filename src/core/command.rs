@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, RecvTimeoutError, SendTimeoutError, Sender};
 
-use super::{AllocError, Allocation, EniEntry, ErrCode, ListEntry, Owner, SandboxId, StatusCounts};
+use super::{
+    AllocError, Allocation, EniEntry, EniInfo, ErrCode, ListEntry, Owner, SandboxId, StatusCounts,
+};
 
 /// What a client asks of the allocator.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +48,11 @@ pub enum Command {
     Status,
     /// Managed ENIs.
     Enis,
+    /// One managed ENI's link and gateways (what a datapath needs).
+    Eni {
+        /// `eni-...`
+        eni: String,
+    },
     /// Local state against the cloud.
     Audit,
     /// Prometheus exposition.
@@ -80,6 +87,7 @@ impl Command {
             Command::List => "list",
             Command::Status => "status",
             Command::Enis => "enis",
+            Command::Eni { .. } => "eni",
             Command::Audit => "audit",
             Command::Metrics => "metrics",
             Command::Config => "config",
@@ -101,6 +109,8 @@ pub enum Answer {
     Status(StatusCounts),
     /// `Enis`.
     Enis(Vec<EniEntry>),
+    /// `Eni`.
+    Eni(EniInfo),
     /// `Audit`: the differences (empty: consistent).
     Audit(Vec<String>),
     /// `Metrics`: exposition text.

@@ -245,6 +245,25 @@ pub struct Allocation {
     pub gateway: Ipv4Addr,
 }
 
+/// What a consumer needs to route through one managed ENI: its link (by
+/// MAC) and its vswitch's gateways.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EniInfo {
+    /// `eni-...`
+    pub eni: String,
+    /// Its MAC.
+    pub mac: String,
+    /// Its vswitch.
+    pub vswitch: String,
+    /// The vswitch's IPv4 CIDR.
+    pub cidr: String,
+    /// The vswitch's IPv4 gateway.
+    pub gateway: Ipv4Addr,
+    /// The vswitch's IPv6 CIDR and gateway, when known (dual stack, the
+    /// vswitch has IPv6 and metadata lists it for the ENI).
+    pub v6: Option<(String, Ipv6Addr)>,
+}
+
 /// Pool counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StatusCounts {

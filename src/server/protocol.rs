@@ -12,8 +12,8 @@ use std::net::IpAddr;
 
 pub use crate::core::MAX_ID;
 use crate::core::{
-    AllocError, Allocation, Answer, Command, EniEntry, ErrCode, ListEntry, Owner, SandboxId,
-    StatusCounts,
+    AllocError, Allocation, Answer, Command, EniEntry, EniInfo, ErrCode, ListEntry, Owner,
+    SandboxId, StatusCounts,
 };
 use crate::util::time::format_utc;
 
@@ -98,6 +98,7 @@ impl Request {
                 }
             }
             Request::Command(Command::Show { owner }) => id("", owner.as_str()),
+            Request::Command(Command::Eni { eni }) => id("", eni),
             Request::Command(Command::Gc { owner_prefix, .. }) => id("owner-prefix=", owner_prefix),
             _ => {}
         }
@@ -116,6 +117,7 @@ pub const HELP: &[&str] = &[
     "list                                   every pool IP: ip state owner eni",
     "status                                 pool counters",
     "enis                                   managed ENIs",
+    "eni ID                                 one managed ENI: MAC, vswitch, gateways",
     "audit                                  compare local state with the cloud",
     "metrics                                Prometheus metrics",
     "config                                 effective configuration",
@@ -205,6 +207,13 @@ pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
                 keep: Vec::new(),
             }))
         }
+        "eni" => match args.as_slice() {
+            [id] if valid_eni_id(id) => Ok(Request::Command(Command::Eni {
+                eni: id.to_string(),
+            })),
+            [id] => Err(AllocError::bad(format!("invalid ENI id {}", clip(id)))),
+            _ => Err(AllocError::bad("eni needs exactly one ENI id")),
+        },
         "alloc" | "release" | "show" => {
             let (owner, rest) = match args.split_first() {
                 Some((o, rest)) => (Owner::parse(o)?, rest),
@@ -256,6 +265,52 @@ pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
 /// At most 64 characters of client text, for error messages.
 fn clip(s: &str) -> String {
     s.chars().take(64).collect()
+}
+
+/// An ENI id as the cloud makes them (`eni-` and letters and digits): at
+/// most 64 of `A-Z a-z 0-9 -`.
+fn valid_eni_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// `eni=.. mac=.. vswitch=.. cidr=.. gateway=..[ cidr6=.. gateway6=..]`
+pub fn eni_text(e: &EniInfo) -> String {
+    let mut s = format!(
+        "eni={} mac={} vswitch={} cidr={} gateway={}",
+        e.eni, e.mac, e.vswitch, e.cidr, e.gateway
+    );
+    if let Some((cidr6, gw6)) = &e.v6 {
+        s.push_str(&format!(" cidr6={cidr6} gateway6={gw6}"));
+    }
+    s
+}
+
+/// Parses [`eni_text`] output (used by eniip-cni and tests). Unknown keys
+/// are skipped, so a later eniipd may add fields.
+pub fn parse_eni(text: &str) -> Option<EniInfo> {
+    let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
+    let (mut cidr6, mut gateway6) = (None, None);
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        let (k, v) = word.split_once('=')?;
+        match k {
+            "eni" => eni = Some(v.to_string()),
+            "mac" => mac = Some(v.to_string()),
+            "vswitch" => vswitch = Some(v.to_string()),
+            "cidr" => cidr = Some(v.to_string()),
+            "gateway" => gateway = Some(v.parse().ok()?),
+            "cidr6" => cidr6 = Some(v.to_string()),
+            "gateway6" => gateway6 = Some(v.parse().ok()?),
+            _ => {}
+        }
+    }
+    Some(EniInfo {
+        eni: eni?,
+        mac: mac?,
+        vswitch: vswitch?,
+        cidr: cidr?,
+        gateway: gateway?,
+        v6: cidr6.zip(gateway6),
+    })
 }
 
 /// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`
@@ -355,6 +410,7 @@ pub fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
         Answer::List(l) => counted(l.iter().map(list_line).collect()),
         Answer::Status(s) => Reply::ok(status_text(&s)),
         Answer::Enis(l) => counted(l.iter().map(eni_line).collect()),
+        Answer::Eni(e) => Reply::ok(eni_text(&e)),
         Answer::Audit(d) if d.is_empty() => Reply::ok("consistent"),
         Answer::Audit(d) => {
             let n = d.len();
@@ -625,6 +681,58 @@ mod tests {
     }
 
     #[test]
+    fn eni_takes_one_cloud_id_and_renders_v6_only_when_known() {
+        assert_eq!(
+            parse("ENI eni-bp1abc").unwrap(),
+            Request::Command(Command::Eni {
+                eni: "eni-bp1abc".into()
+            })
+        );
+        let r = parse("eni eni-1").unwrap();
+        assert_eq!(parse(&r.to_line()).unwrap(), r);
+        assert!(!r.is_mutating());
+        for bad in ["eni", "eni a b", "eni eni/1", "eni eni_1", "eni x=1"] {
+            assert_eq!(parse(bad).unwrap_err().code, ErrCode::BadRequest, "{bad}");
+        }
+        assert_eq!(
+            parse(&format!("eni {}", "e".repeat(65))).unwrap_err().code,
+            ErrCode::BadRequest
+        );
+
+        let mut e = EniInfo {
+            eni: "eni-abc".into(),
+            mac: "00:16:3e:00:00:01".into(),
+            vswitch: "vsw-1".into(),
+            cidr: "192.168.0.0/22".into(),
+            gateway: "192.168.3.253".parse().unwrap(),
+            v6: None,
+        };
+        let reply = answer_reply(Ok(Answer::Eni(e.clone()))).render();
+        assert_eq!(
+            reply,
+            "OK eni=eni-abc mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253\n"
+        );
+        assert_eq!(parse_eni(&eni_text(&e)), Some(e.clone()));
+        e.v6 = Some((
+            "2408:4005:3ff:5100::/64".into(),
+            "2408:4005:3ff:5100:ffff:ffff:ffff:fff7".parse().unwrap(),
+        ));
+        let t = eni_text(&e);
+        assert!(
+            t.ends_with(
+                " cidr6=2408:4005:3ff:5100::/64 gateway6=2408:4005:3ff:5100:ffff:ffff:ffff:fff7"
+            ),
+            "{t}"
+        );
+        assert_eq!(parse_eni(&t), Some(e.clone()));
+        // A later field is skipped; a half of the IPv6 pair is no pair.
+        assert_eq!(parse_eni(&format!("{t} zone=x")), Some(e.clone()));
+        let half = t.split(" gateway6=").next().unwrap();
+        assert_eq!(parse_eni(half).unwrap().v6, None);
+        assert_eq!(parse_eni("eni=eni-1 mac=m"), None);
+    }
+
+    #[test]
     fn final_line_detection() {
         assert!(is_final_line("OK"));
         assert!(is_final_line("OK pong"));
@@ -674,6 +782,7 @@ mod proptests {
             id().prop_map(|o| Request::Command(Command::Show {
                 owner: Owner::parse(&o).unwrap()
             })),
+            "eni-[a-z0-9]{1,20}".prop_map(|eni| Request::Command(Command::Eni { eni })),
         ]
     }
 

@@ -8,7 +8,11 @@
 //! - `vpc`: the vswitch gateway (on `lo`) and the other end of every ENI;
 //!   its routes and permanent neighbour entries (address -> ENI MAC, from
 //!   the emulator's state) play the VPC router; strict rp_filter there
-//!   drops a packet that arrives over the wrong ENI;
+//!   drops a packet that arrives over the wrong ENI. In dual stack
+//!   ([`World::start_dual`]) the vswitch's IPv6 gateway is on every ENI's
+//!   VPC end (so it answers neighbour solicitations there, as the VPC
+//!   does), IPv6 addresses get routes and neighbour entries too, and
+//!   ip6tables' `rpfilter` plays strict rp_filter for IPv6;
 //! - containers: one namespace each.
 //!
 //! eniipd and eniip-sim run in the host namespace on loopback; eniipd's
@@ -35,6 +39,12 @@ use crate::common::{config, tempdir, Daemon, Sim};
 
 /// The emulator's default vswitch gateway (192.168.0.0/22).
 pub const GATEWAY: &str = "192.168.3.253";
+/// The dual-stack vswitch of [`World::start_dual`]: the default IPv4 block
+/// and an IPv6 /64 (only ever routed inside the test's namespaces).
+pub const DUAL_VSWITCH: &str =
+    "vsw-dual0000000000000001=192.168.0.0/22,ipv6=2408:4005:3ff:5100::/64,free=1000";
+/// That vswitch's IPv6 gateway, as the emulator computes it.
+pub const GATEWAY6: &str = "2408:4005:3ff:5100:ffff:ffff:ffff:fff7";
 
 /// True when these tests can run here (root, `ip`, the commands named and
 /// the absolute paths named); otherwise says so loudly, and under CI
@@ -175,6 +185,8 @@ fn sim_state(ecs: &str) -> Option<Value> {
 /// One pass: a link for every attached managed ENI, a VPC route and
 /// neighbour entry for every address on it; unplugs detached ones.
 struct Plug {
+    /// The vswitch IPv6 gateway, in dual stack.
+    gateway6: Option<String>,
     ecs: String,
     instance: String,
     node: String,
@@ -187,6 +199,7 @@ struct Plug {
 
 fn hotplug_pass(p: &mut Plug) {
     let (ecs, instance, node, vpc, t) = (&p.ecs, &p.instance, &p.node, &p.vpc, &p.tag);
+    let gateway6 = p.gateway6.clone();
     let (links, routed, next) = (&mut p.links, &mut p.routed, &mut p.next);
     let Some(state) = sim_state(ecs) else { return };
     let mut present = BTreeSet::new();
@@ -210,6 +223,19 @@ fn hotplug_pass(p: &mut Plug) {
             ]) {
                 continue;
             }
+            if let Some(gw6) = &gateway6 {
+                let _ = try_sh(&[
+                    "ip",
+                    "-n",
+                    vpc,
+                    "addr",
+                    "add",
+                    &format!("{gw6}/128"),
+                    "dev",
+                    &vn,
+                    "nodad",
+                ]);
+            }
             let _ = try_sh(&["ip", "-n", vpc, "link", "set", &vn, "up"]);
             let _ = try_sh(&[
                 "ip",
@@ -224,18 +250,21 @@ fn hotplug_pass(p: &mut Plug) {
         }
         let (mac, n) = links[&id].clone();
         let vn = format!("v{t}n{n}");
-        for ip in e["private_ips"].as_array().into_iter().flatten() {
+        let v4s = e["private_ips"].as_array().into_iter().flatten();
+        let v6s = e["ipv6s"].as_array().into_iter().flatten();
+        for ip in v4s.chain(v6s) {
             let ip = ip.as_str().unwrap_or("").to_string();
             if routed.contains(&(id.clone(), ip.clone())) {
                 continue;
             }
+            let host = if ip.contains(':') { "128" } else { "32" };
             let ok = try_sh(&[
                 "ip",
                 "-n",
                 vpc,
                 "route",
                 "replace",
-                &format!("{ip}/32"),
+                &format!("{ip}/{host}"),
                 "dev",
                 &vn,
             ]) && try_sh(&[
@@ -287,6 +316,18 @@ impl World {
     /// `instance_type`: the emulator's (an ENI of `ecs.g7.large` holds 6
     /// addresses, of `ecs.g7.xlarge` 15).
     pub fn start(instance_type: &str, extra: Value) -> World {
+        World::start_on(instance_type, false, extra)
+    }
+
+    /// Same in dual stack: eniipd with `ip_stack` `dual` on
+    /// [`DUAL_VSWITCH`], the VPC answering [`GATEWAY6`] too.
+    pub fn start_dual(instance_type: &str, extra: Value) -> World {
+        let mut extra = extra;
+        extra["ip_stack"] = json!("dual");
+        World::start_on(instance_type, true, extra)
+    }
+
+    fn start_on(instance_type: &str, dual: bool, extra: Value) -> World {
         let t = tag();
         let node = Netns::new(&format!("eniip-node-{t}"));
         let vpc = Netns::new(&format!("eniip-vpc-{t}"));
@@ -315,14 +356,38 @@ impl World {
                 &format!("{k}={v}"),
             ]);
         }
-        let sim = Sim::start(&[
+        if dual {
+            // Strict reverse-path filtering for IPv6 (the kernel has no
+            // rp_filter knob for it).
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &vpc.name,
+                "ip6tables",
+                "-t",
+                "raw",
+                "-A",
+                "PREROUTING",
+                "-m",
+                "rpfilter",
+                "--invert",
+                "-j",
+                "DROP",
+            ]);
+        }
+        let mut sim_args = vec![
             "--instance-type",
             instance_type,
             "--attach-delay-ms",
             "50",
             "--metadata-lag-ms",
             "50",
-        ]);
+        ];
+        if dual {
+            sim_args.extend(["--vswitch", DUAL_VSWITCH]);
+        }
+        let sim = Sim::start(&sim_args);
         let dir = tempdir("cni");
         let cfg = config(&sim, &dir, extra);
         let daemon = Daemon::start(&dir, &cfg);
@@ -330,6 +395,7 @@ impl World {
         let stop = Arc::new(AtomicBool::new(false));
         let enis = Arc::new(Mutex::new(BTreeMap::new()));
         let mut plug = Plug {
+            gateway6: dual.then(|| GATEWAY6.to_string()),
             ecs: sim.ecs.clone(),
             instance: sim.instance.clone(),
             node: node.name.clone(),
@@ -433,9 +499,15 @@ impl World {
             (&self.node.name, "rule"),
             (&self.node.name, "route show table all"),
             (&self.node.name, "neigh"),
+            (&self.node.name, "-6 rule"),
+            (&self.node.name, "-6 route show table all"),
+            (&self.node.name, "-6 neigh"),
             (&self.vpc.name, "link"),
             (&self.vpc.name, "route"),
             (&self.vpc.name, "neigh"),
+            (&self.vpc.name, "-6 addr"),
+            (&self.vpc.name, "-6 route"),
+            (&self.vpc.name, "-6 neigh"),
         ] {
             let mut a = vec!["ip", "-n", ns.as_str()];
             a.extend(what.split(' '));
@@ -553,6 +625,19 @@ impl CniOut {
             .unwrap_or_else(|| panic!("no code in {self:?}"))
     }
 
+    /// The pod's IPv6 address of an ADD result.
+    pub fn ip6(&self) -> String {
+        self.json["ips"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["address"].as_str())
+            .find(|a| a.contains(':'))
+            .unwrap_or_else(|| panic!("no IPv6 address in {self:?}"))
+            .trim_end_matches("/128")
+            .to_string()
+    }
+
     /// The pod address of an ADD result.
     pub fn ip(&self) -> String {
         self.json["ips"][0]["address"]
@@ -586,6 +671,17 @@ impl Ctr {
         let out = self
             .ns
             .exec(&["busybox", "ping", "-c", "1", "-W", "2", dst]);
+        out.status.success()
+    }
+}
+
+impl Ctr {
+    /// Pings IPv6 `dst` once from inside (busybox ping6; the answer must
+    /// come within 2 s).
+    pub fn ping6(&self, dst: &str) -> bool {
+        let out = self
+            .ns
+            .exec(&["busybox", "ping6", "-c", "1", "-W", "2", dst]);
         out.status.success()
     }
 }

@@ -46,6 +46,7 @@ use super::vswitch::VSwitches;
 use super::worker::{self, WorkerConfig, WorkerHandle};
 use super::{AllocatorOptions, Joinable, Journal, Snapshot};
 
+mod eni_info;
 mod events;
 mod plan;
 mod requests;

@@ -39,6 +39,7 @@ impl Actor {
             Command::Enis => {
                 let _ = reply.send(Ok(Answer::Enis(self.eni_entries())));
             }
+            Command::Eni { eni } => self.on_eni(&eni, reply),
             Command::Metrics => {
                 let mut g = self.snapshot().gauges();
                 g.connections = crate::metrics::connections();
