@@ -1,0 +1,379 @@
+//! Event orderings too narrow to hit reliably through threads, driven
+//! directly on an actor.
+
+use super::*;
+use crate::alloc::capacity::{self, PoolSizes};
+use crate::alloc::fake::{FakeCloud, MemJournal, INSTANCE};
+use crate::config::RawConfig;
+use crate::pool::PoolEni;
+
+const ENI: &str = "eni-0001";
+
+fn ip(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, 0, last)
+}
+
+fn actor() -> Actor {
+    actor_with(Semaphore::new(3))
+}
+
+fn actor_with(op_sem: Semaphore) -> Actor {
+    actor_of("{}", op_sem)
+}
+
+fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let cfg = RawConfig::parse(config).unwrap().validate().unwrap();
+    let cap = capacity::compute(&fake.limits, &cfg, PoolSizes::of(&cfg), &mut Vec::new());
+    let opts = AllocatorOptions::new(&cfg, INSTANCE, vec!["vsw-a".into()], Vec::new(), cap);
+    let mut pool = PoolState::new(false);
+    pool.add_eni(PoolEni::ready(
+        ENI,
+        "00:16:3e:00:00:01",
+        "vsw-a",
+        "10.0.0.0/24",
+        ip(253),
+        ip(1),
+    ));
+    for last in 1..=4 {
+        pool.add_ip(ENI, ip(last), None);
+    }
+    let (events_tx, _) = crossbeam_channel::bounded(16);
+    let (fatal_tx, _) = crossbeam_channel::bounded(16);
+    let (requests_tx, _) = crossbeam_channel::bounded(16);
+    Actor::new(
+        Arc::new(opts),
+        fake,
+        Arc::new(MemJournal::default()),
+        pool,
+        Semaphore::new(3),
+        op_sem,
+        events_tx,
+        fatal_tx,
+        requests_tx,
+    )
+}
+
+fn view(v4: &[Ipv4Addr]) -> CloudEniView {
+    CloudEniView {
+        eni: ReadyEni {
+            id: ENI.into(),
+            mac: "00:16:3e:00:00:01".into(),
+            vswitch: "vsw-a".into(),
+            cidr: "10.0.0.0/24".into(),
+            gateway: ip(253),
+            primary_ip: ip(1),
+            v4: v4.to_vec(),
+            v6: Vec::new(),
+            prefixes: Vec::new(),
+            prefix_fallback: false,
+        },
+        in_metadata: true,
+    }
+}
+
+#[test]
+fn a_cloud_view_older_than_an_unassign_does_not_bring_its_addresses_back() {
+    let mut a = actor();
+    // The maintenance thread reads the cloud...
+    let started = Instant::now();
+    let stale = view(&[ip(1), ip(2), ip(3), ip(4)]);
+    // ...then an unassign of two idle addresses ends...
+    a.pool.set_releasing(&[ip(3), ip(4)], true);
+    a.on_event(Event::Unassigned {
+        eni: ENI.into(),
+        v4: vec![ip(3), ip(4)],
+        gone_v4: vec![ip(3), ip(4)],
+        gone_v6: Vec::new(),
+        gone_prefixes: Vec::new(),
+        error: None,
+    });
+    // ...and only then does the old view arrive.
+    a.on_event(Event::Reconcile {
+        started,
+        enis: vec![stale],
+        detached: None,
+    });
+    let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
+    assert_eq!(held, [ip(1), ip(2)], "gone addresses came back");
+
+    // A view taken after the change is acted on: an address the cloud
+    // granted whose answer was lost is adopted, one it lost is dropped.
+    std::thread::sleep(Duration::from_millis(2));
+    a.on_event(Event::Reconcile {
+        started: Instant::now(),
+        enis: vec![view(&[ip(1), ip(5)])],
+        detached: None,
+    });
+    let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
+    assert_eq!(held, [ip(1), ip(5)]);
+}
+
+#[test]
+fn a_cloud_view_older_than_a_free_does_not_adopt_the_eni_again() {
+    let mut a = actor();
+    let started = Instant::now();
+    let stale = view(&[ip(1)]);
+    a.on_event(Event::EniFreed {
+        eni: ENI.into(),
+        result: Ok(()),
+    });
+    assert!(a.pool.enis.is_empty());
+    a.on_event(Event::Reconcile {
+        started,
+        enis: vec![stale],
+        detached: None,
+    });
+    assert!(a.pool.enis.is_empty(), "a deleted ENI was adopted");
+    assert!(a.pool.ips.is_empty());
+}
+
+#[test]
+fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
+    let ops = Semaphore::new(1);
+    let mut a = actor_with(ops.clone());
+    // Every address taken, so the next alloc needs a new ENI.
+    for last in 1..=4 {
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        a.on_alloc(
+            Owner::parse(&format!("o/{last}")).unwrap(),
+            None,
+            None,
+            Instant::now(),
+            tx,
+        );
+    }
+    // A sweep holds the only operation slot.
+    let sweep = ops.try_acquire().unwrap();
+    let (tx, _rx) = crossbeam_channel::bounded(1);
+    a.on_alloc(
+        Owner::parse("o/new").unwrap(),
+        None,
+        None,
+        Instant::now(),
+        tx,
+    );
+    let later = Instant::now() + a.opts.aggregation_window + Duration::from_millis(1);
+    a.step(later);
+    assert_eq!(a.waiters.len(), 1);
+    assert!(a.ops.is_empty(), "no slot, so no create");
+    // The sweep ends without telling the actor: it must look again
+    // soon, not at the next maintenance pass minutes away.
+    drop(sweep);
+    let wake = a.next_wakeup(later);
+    assert!(wake <= later + REPLAN, "{:?}", wake - later);
+}
+
+#[test]
+fn an_eni_detached_behind_our_back_is_withdrawn_and_readopted_when_back() {
+    let mut a = actor();
+    let (tx, _rx) = crossbeam_channel::bounded(1);
+    a.on_alloc(Owner::parse("o/1").unwrap(), None, None, Instant::now(), tx);
+    let held = a.pool.owner_ip(&Owner::parse("o/1").unwrap()).unwrap().v4;
+    // The cloud no longer lists the ENI as attached (it still exists).
+    a.on_event(Event::Reconcile {
+        started: Instant::now(),
+        enis: Vec::new(),
+        detached: Some(vec![ENI.into()]),
+    });
+    assert_eq!(a.pool.ips.len(), 1, "idle addresses leave the pool");
+    assert!(
+        a.pool.ips[&held].lost,
+        "the owned one is never handed out again"
+    );
+    assert!(a.pool.enis[ENI].at_limit, "nothing more is asked of it");
+    let other = Owner::parse("o/2").unwrap();
+    assert_eq!(
+        a.pool.pick(&other, None),
+        None,
+        "nothing from a vanished ENI"
+    );
+    // It is attached again: its addresses come back as idle.
+    a.on_event(Event::Reconcile {
+        started: Instant::now(),
+        enis: vec![view(&[ip(1), ip(2), ip(3), ip(4)])],
+        detached: None,
+    });
+    assert!(!a.pool.enis[ENI].at_limit);
+    assert_eq!(a.pool.ips.len(), 4);
+    assert!(!a.pool.ips[&held].lost);
+    assert!(a.pool.pick(&other, None).is_some());
+}
+
+#[test]
+fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released() {
+    let mut a = actor();
+    let o1 = Owner::parse("o/1").unwrap();
+    let (tx, _rx) = crossbeam_channel::bounded(1);
+    a.on_alloc(o1.clone(), None, None, Instant::now(), tx);
+    let held = a.pool.owner_ip(&o1).unwrap().v4;
+    let slots = a.eni_sem.available();
+    // Neither attached nor detached: the ENI is gone from the cloud.
+    a.on_event(Event::Reconcile {
+        started: Instant::now(),
+        enis: Vec::new(),
+        detached: Some(Vec::new()),
+    });
+    assert_eq!(a.eni_sem.available(), slots + 1, "its slot is free again");
+    assert!(a.eni_entries().is_empty(), "not listed as a managed ENI");
+    assert_eq!(a.status_counts().enis, 0);
+    assert_eq!(a.pool.ips.len(), 1, "only the owned address is kept");
+    assert!(a.pool.ips[&held].lost);
+    assert_eq!(a.pool.owner_ip(&o1).map(|ip| ip.v4), Some(held));
+    // The vswitch gives the held address to a new ENI: it is not
+    // adopted (two owners) while o/1 holds it.
+    let mut new = view(&[ip(9), held]);
+    new.eni.id = "eni-0002".into();
+    new.eni.primary_ip = ip(9);
+    a.on_event(Event::Reconcile {
+        started: Instant::now(),
+        enis: vec![new.clone()],
+        detached: Some(Vec::new()),
+    });
+    assert_eq!(a.pool.ips[&held].eni, ENI, "still the old owner's");
+    assert!(
+        a.pool
+            .pick(&Owner::parse("o/2").unwrap(), Some(IpAddr::V4(held)))
+            != Some(held)
+    );
+    // Released: the deleted ENI is forgotten, and the next pass adopts
+    // the address on its new ENI.
+    let (tx, _rx) = crossbeam_channel::bounded(1);
+    a.on_release(o1, None, tx);
+    a.step(Instant::now());
+    assert!(!a.pool.enis.contains_key(ENI), "forgotten");
+    std::thread::sleep(Duration::from_millis(2));
+    a.on_event(Event::Reconcile {
+        started: Instant::now(),
+        enis: vec![new],
+        detached: Some(Vec::new()),
+    });
+    assert_eq!(a.pool.ips[&held].eni, "eni-0002");
+    assert!(a.pool.check().is_ok(), "{:?}", a.pool.check());
+}
+
+fn prefix_view(v4: &[Ipv4Addr], prefixes: &[&str]) -> CloudEniView {
+    let mut v = view(v4);
+    v.eni.prefixes = prefixes.iter().map(|p| p.parse().unwrap()).collect();
+    v
+}
+
+#[test]
+fn a_prefix_whose_assign_answer_was_lost_is_adopted_and_one_the_cloud_lost_dropped() {
+    let mut a = actor_of(r#"{"ip_prefix": true}"#, Semaphore::new(3));
+    let p1: Ipv4Prefix = "10.0.0.16/28".parse().unwrap();
+    let p2: Ipv4Prefix = "10.0.0.32/28".parse().unwrap();
+    // The cloud granted p1 but the answer never came back.
+    let base = [ip(1), ip(2), ip(3), ip(4)];
+    a.on_event(Event::Reconcile {
+        started: Instant::now(),
+        enis: vec![prefix_view(&base, &["10.0.0.16/28"])],
+        detached: None,
+    });
+    assert!(a.pool.enis[ENI].prefixes.contains(&p1));
+    assert_eq!(a.pool.ips.len(), 4 + 16);
+    assert!(p1.addresses().all(|x| a.pool.ips[&x].prefix == Some(p1)));
+    // Its members are never shed one by one; idle and whole, the
+    // prefix goes back whole.
+    assert!(a
+        .pool
+        .shed_candidates(100)
+        .iter()
+        .all(|(_, v)| v.iter().all(|x| !p1.contains(*x))));
+    // p2 is known locally but the cloud no longer has it: dropped with
+    // its addresses, an owned one kept for its owner and never handed
+    // out again.
+    a.pool.add_prefix(ENI, p2);
+    let o = Owner::parse("o/p2").unwrap();
+    a.pool.take(p2.base(), &o, None, 1);
+    std::thread::sleep(Duration::from_millis(2));
+    a.on_event(Event::Reconcile {
+        started: Instant::now(),
+        enis: vec![prefix_view(&base, &["10.0.0.16/28"])],
+        detached: None,
+    });
+    assert!(!a.pool.enis[ENI].prefixes.contains(&p2));
+    assert_eq!(a.pool.ips.len(), 4 + 16 + 1);
+    assert!(a.pool.ips[&p2.base()].lost);
+    assert!(a.pool.check().is_ok(), "{:?}", a.pool.check());
+    // A view read before a prefix went back does not bring it back.
+    let started = Instant::now();
+    let members: Vec<Ipv4Addr> = p1.addresses().collect();
+    a.pool.set_releasing(&members, true);
+    a.on_event(Event::Unassigned {
+        eni: ENI.into(),
+        v4: members.clone(),
+        gone_v4: members.clone(),
+        gone_v6: Vec::new(),
+        gone_prefixes: vec![p1],
+        error: None,
+    });
+    a.on_event(Event::Reconcile {
+        started,
+        enis: vec![prefix_view(&base, &["10.0.0.16/28"])],
+        detached: None,
+    });
+    assert!(
+        !a.pool.enis[ENI].prefixes.contains(&p1),
+        "a gone prefix came back"
+    );
+    assert!(members.iter().all(|x| !a.pool.ips.contains_key(x)));
+}
+
+#[test]
+fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
+    let mut a = actor_of(r#"{"ip_prefix": true}"#, Semaphore::new(3));
+    let now_ms = unix_ms();
+    assert_eq!(a.kind_on("vsw-a", now_ms), Kind::Prefix);
+    // 15 IPv4 per ENI: 14 slots beside the primary, 3 used by singles.
+    let e = a.pool.enis[ENI].clone();
+    assert_eq!(a.eni_room(&e, now_ms), 11 * 16);
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let t = a.new_ticket(None);
+    a.waiters.push_back(Waiter {
+        id: 99,
+        since: Instant::now(),
+        owner: Owner::parse("o/w").unwrap(),
+        sandbox: None,
+        prefer: None,
+        replies: vec![(tx, Instant::now())],
+        deadline: Instant::now() + Duration::from_secs(60),
+        ticket: None,
+    });
+    a.tickets.get_mut(&t).unwrap().waiter = Some(99);
+    a.waiters[0].ticket = Some(t);
+    a.pool.enis.get_mut(ENI).unwrap().pending = 16;
+    a.pool.enis.get_mut(ENI).unwrap().pending_in_prefixes = 16;
+    let e = a.pool.enis[ENI].clone();
+    assert_eq!(a.eni_room(&e, now_ms), 10 * 16, "16 in flight take a slot");
+    a.on_event(Event::Assigned {
+        eni: ENI.into(),
+        tickets: vec![t],
+        prefixes: Some(Vec::new()),
+        v4: Vec::new(),
+        v6: Vec::new(),
+        error: Some(CloudError::new(
+            CloudErrorKind::PrefixExhausted,
+            "InvalidVSwitchId.IpNotEnough",
+            "no free /28",
+        )),
+    });
+    // The waiter is not failed: it is planned again, as singles.
+    assert!(rx.try_recv().is_err());
+    assert_eq!(a.waiters.len(), 1);
+    assert_eq!(a.waiters[0].ticket, None);
+    assert_eq!(a.kind_on("vsw-a", unix_ms()), Kind::Single);
+    let e = a.pool.enis[ENI].clone();
+    assert_eq!((e.pending, e.pending_in_prefixes), (15, 15));
+    assert_eq!(
+        a.eni_room(&e, unix_ms()),
+        11 - 1,
+        "one slot for 15 in flight"
+    );
+    assert_eq!(
+        a.eni_entries()[0].prefixes.map(|p| p.mode()),
+        Some("single")
+    );
+    // Once the inhibit has passed, prefixes again.
+    assert_eq!(a.kind_on("vsw-a", unix_ms() + 601_000), Kind::Prefix);
+}

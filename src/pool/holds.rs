@@ -1,0 +1,137 @@
+//! Holds: reservations (`ip_stick_time`), cool-downs (`ip_cooldown`) and
+//! the quarantine after a state rebuild; restoring them and the owners
+//! from the state files; ending them when their time is up.
+
+use super::*;
+
+impl PoolState {
+    /// Restores an allocation from the state file.
+    pub fn restore_allocation(&mut self, a: &StoredAllocation) -> bool {
+        let Ok(owner) = Owner::parse(&a.owner) else {
+            return false;
+        };
+        match self.ips.get(&a.ipv4) {
+            Some(ip) if ip.eni == a.eni || a.eni.is_empty() => {}
+            _ => return false,
+        }
+        let sandbox = a.sandbox.as_deref().and_then(|s| SandboxId::parse(s).ok());
+        if let Some(v6) = a.ipv6 {
+            if let Some(ip) = self.ips.get_mut(&a.ipv4) {
+                if ip.v6.is_none() {
+                    ip.v6 = Some(v6);
+                    self.unpaired_v6.remove(&v6);
+                }
+            }
+        }
+        self.set_state(
+            a.ipv4,
+            IpState::InUse {
+                owner,
+                sandbox,
+                since_ms: a.at_ms,
+            },
+        );
+        true
+    }
+
+    /// Restores a reservation / cool-down / quarantine from the state file.
+    pub fn restore_hold(&mut self, h: &Hold, now_ms: u64) -> bool {
+        match self.ips.get(&h.ipv4) {
+            Some(ip) if matches!(ip.state, IpState::Idle) => {}
+            _ => return false,
+        }
+        let state = match &h.last_owner {
+            None if h.reserved_until_ms > now_ms => IpState::Quarantined {
+                until_ms: h.reserved_until_ms,
+            },
+            None => return false,
+            Some(o) => {
+                let Ok(owner) = Owner::parse(o) else {
+                    return false;
+                };
+                if h.reserved_until_ms > now_ms {
+                    IpState::Reserved {
+                        owner,
+                        until_ms: h.reserved_until_ms,
+                        cool_until_ms: h.cooling_until_ms,
+                    }
+                } else if h.cooling_until_ms > now_ms {
+                    IpState::Cooling {
+                        owner,
+                        until_ms: h.cooling_until_ms,
+                    }
+                } else {
+                    return false;
+                }
+            }
+        };
+        self.set_state(h.ipv4, state);
+        true
+    }
+
+    /// Puts an idle address in quarantine until `until_ms`.
+    pub fn quarantine(&mut self, v4: Ipv4Addr, until_ms: u64) -> Option<Hold> {
+        let ip = self.ips.get(&v4)?;
+        if ip.state != IpState::Idle {
+            return None;
+        }
+        let hold = Hold {
+            ipv4: v4,
+            ipv6: ip.v6,
+            eni: ip.eni.clone(),
+            last_owner: None,
+            reserved_until_ms: until_ms,
+            cooling_until_ms: 0,
+        };
+        self.set_state(v4, IpState::Quarantined { until_ms });
+        Some(hold)
+    }
+
+    /// Ends expired holds. Returns the addresses that became idle (their
+    /// hold records can be cleared).
+    pub fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
+        let mut freed = Vec::new();
+        let mut cooled = Vec::new();
+        for ip in self.ips.values() {
+            match &ip.state {
+                IpState::Reserved {
+                    owner,
+                    until_ms,
+                    cool_until_ms,
+                } if *until_ms <= now_ms => {
+                    if *cool_until_ms > now_ms {
+                        cooled.push((ip.v4, owner.clone(), *cool_until_ms));
+                    } else {
+                        freed.push(ip.v4);
+                    }
+                }
+                IpState::Cooling { until_ms, .. } | IpState::Quarantined { until_ms }
+                    if *until_ms <= now_ms =>
+                {
+                    freed.push(ip.v4);
+                }
+                _ => {}
+            }
+        }
+        for (v4, owner, until_ms) in cooled {
+            self.set_state(v4, IpState::Cooling { owner, until_ms });
+        }
+        for v4 in &freed {
+            self.set_state(*v4, IpState::Idle);
+        }
+        freed
+    }
+
+    /// The earliest hold expiry, if any (so the caller can wake then).
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.ips
+            .values()
+            .filter_map(|ip| match &ip.state {
+                IpState::Reserved { until_ms, .. }
+                | IpState::Cooling { until_ms, .. }
+                | IpState::Quarantined { until_ms } => Some(*until_ms),
+                _ => None,
+            })
+            .min()
+    }
+}

@@ -1,0 +1,259 @@
+use super::*;
+
+fn eni(id: &str, primary: &str) -> PoolEni {
+    PoolEni {
+        id: id.into(),
+        mac: format!("00:16:3e:00:00:{}", &id[id.len() - 2..]),
+        vswitch: "vsw-1".into(),
+        cidr: "10.0.0.0/22".into(),
+        gateway: "10.0.3.253".parse().unwrap(),
+        primary_ip: primary.parse().unwrap(),
+        phase: EniPhase::Ready,
+        pending: 0,
+        at_limit: false,
+        gone: false,
+        prefixes: BTreeSet::new(),
+        pending_in_prefixes: 0,
+    }
+}
+
+fn ip(s: &str) -> Ipv4Addr {
+    s.parse().unwrap()
+}
+
+fn owner(s: &str) -> Owner {
+    Owner::parse(s).unwrap()
+}
+
+fn pool() -> PoolState {
+    let mut p = PoolState::new(false);
+    p.add_eni(eni("eni-01", "10.0.0.10"));
+    for a in ["10.0.0.10", "10.0.0.11", "10.0.0.12"] {
+        p.add_ip("eni-01", ip(a), None);
+    }
+    p
+}
+
+#[test]
+fn primary_is_handed_out_last() {
+    let mut p = pool();
+    let mut got = Vec::new();
+    for i in 0..3 {
+        let o = owner(&format!("o{i}"));
+        let v4 = p.pick(&o, None).unwrap();
+        p.take(v4, &o, None, 1).unwrap();
+        got.push(v4);
+    }
+    assert_eq!(got, vec![ip("10.0.0.11"), ip("10.0.0.12"), ip("10.0.0.10")]);
+    assert!(p.pick(&owner("o3"), None).is_none());
+    p.check().unwrap();
+}
+
+#[test]
+fn prefer_and_reservation() {
+    let mut p = pool();
+    let a = owner("a");
+    let v4 = p.pick(&a, Some("10.0.0.12".parse().unwrap())).unwrap();
+    assert_eq!(v4, ip("10.0.0.12"));
+    p.take(v4, &a, None, 0);
+    // Reserved for `a` for 1000 ms, then cooling until 5000.
+    let out = p.release(&a, None, 100, 1000, 5000);
+    let ReleaseOutcome::Released { hold: Some(h), .. } = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!((h.reserved_until_ms, h.cooling_until_ms), (1100, 5100));
+    let b = owner("b");
+    // b may not take a's reserved address even when preferring it.
+    assert_ne!(
+        p.pick(&b, Some("10.0.0.12".parse().unwrap())),
+        Some(ip("10.0.0.12"))
+    );
+    // a gets it back.
+    assert_eq!(p.pick(&a, None), Some(ip("10.0.0.12")));
+    // After the reservation, it cools: still a's, not b's.
+    assert!(p.settle(1200).is_empty());
+    assert_eq!(p.ips[&ip("10.0.0.12")].state.name(), "cooling");
+    assert_eq!(p.pick(&a, None), Some(ip("10.0.0.12")));
+    assert_eq!(p.next_expiry(), Some(5100));
+    assert_eq!(p.settle(5100), vec![ip("10.0.0.12")]);
+    assert_eq!(p.ips[&ip("10.0.0.12")].state, IpState::Idle);
+    p.check().unwrap();
+}
+
+#[test]
+fn sandbox_rules() {
+    let mut p = pool();
+    let a = owner("a");
+    let sx = SandboxId::parse("x").unwrap();
+    let sy = SandboxId::parse("y").unwrap();
+    let v4 = p.pick(&a, None).unwrap();
+    p.take(v4, &a, Some(&sx), 0);
+    // A new sandbox of the same owner moves the allocation.
+    let moved = p.move_sandbox(&a, Some(&sy)).unwrap();
+    assert_eq!(moved.sandbox.as_deref(), Some("y"));
+    assert!(p.move_sandbox(&a, Some(&sy)).is_none());
+    // A late release from x changes nothing.
+    assert_eq!(
+        p.release(&a, Some(&sx), 0, 0, 0),
+        ReleaseOutcome::SandboxMismatch
+    );
+    assert!(p.owner_ip(&a).is_some());
+    assert!(matches!(
+        p.release(&a, Some(&sy), 0, 0, 0),
+        ReleaseOutcome::Released { hold: None, .. }
+    ));
+    assert_eq!(p.release(&a, None, 0, 0, 0), ReleaseOutcome::NotHeld);
+    p.check().unwrap();
+}
+
+#[test]
+fn shedding_and_freeing_order() {
+    let mut p = pool();
+    p.add_eni(eni("eni-02", "10.0.1.10"));
+    for a in ["10.0.1.10", "10.0.1.11", "10.0.1.12"] {
+        p.add_ip("eni-02", ip(a), None);
+    }
+    let o = owner("busy");
+    p.take(ip("10.0.0.11"), &o, None, 0);
+    // eni-02 has nothing in use: its secondaries go first; primaries never.
+    let shed = p.shed_candidates(3);
+    assert_eq!(shed[0].0, "eni-02");
+    assert_eq!(shed[0].1.len(), 2);
+    assert_eq!(shed[1], ("eni-01".to_string(), vec![ip("10.0.0.12")]));
+    assert!(p.freeable_enis().is_empty());
+    p.remove_ips(&[ip("10.0.1.11"), ip("10.0.1.12")]);
+    assert_eq!(p.freeable_enis(), vec!["eni-02".to_string()]);
+    p.enis.get_mut("eni-02").unwrap().pending = 1;
+    assert!(p.freeable_enis().is_empty());
+    p.check().unwrap();
+}
+
+#[test]
+fn dual_stack_unpaired_is_invalid() {
+    let mut p = PoolState::new(true);
+    p.add_eni(eni("eni-01", "10.0.0.10"));
+    p.add_ip("eni-01", ip("10.0.0.10"), Some("fd00::10".parse().unwrap()));
+    p.add_ip("eni-01", ip("10.0.0.11"), None);
+    p.add_unpaired_v6("eni-01", "fd00::12".parse().unwrap());
+    let c = p.counts();
+    assert_eq!((c.ips, c.idle), (3, 1));
+    assert_eq!(p.list().iter().filter(|e| e.state == "invalid").count(), 2);
+    let inv = p.invalid_to_release();
+    assert_eq!(inv.len(), 1);
+    assert_eq!(inv[0].1, vec![ip("10.0.0.11")]);
+    assert_eq!(inv[0].2.len(), 1);
+    p.check().unwrap();
+}
+
+#[test]
+fn restore_and_quarantine() {
+    let mut p = pool();
+    let a = StoredAllocation {
+        owner: "ns/a".into(),
+        sandbox: None,
+        ipv4: ip("10.0.0.11"),
+        ipv6: None,
+        eni: "eni-01".into(),
+        at_ms: 5,
+    };
+    assert!(p.restore_allocation(&a));
+    let gone = StoredAllocation {
+        ipv4: ip("10.9.9.9"),
+        ..a.clone()
+    };
+    assert!(!p.restore_allocation(&gone));
+    let h = p.quarantine(ip("10.0.0.12"), 1000).unwrap();
+    assert_eq!(h.last_owner, None);
+    assert!(p.pick(&owner("x"), Some("10.0.0.12".parse().unwrap())) != Some(ip("10.0.0.12")));
+    assert_eq!(
+        p.list()
+            .iter()
+            .find(|e| e.ip == IpAddr::V4(ip("10.0.0.12")))
+            .unwrap()
+            .state,
+        "reserved"
+    );
+    assert_eq!(p.settle(1000), vec![ip("10.0.0.12")]);
+    p.check().unwrap();
+}
+
+fn prefix_pool() -> (PoolState, Ipv4Prefix, Ipv4Prefix) {
+    let mut p = PoolState::new(false);
+    p.add_eni(eni("eni-01", "10.0.0.10"));
+    p.add_ip("eni-01", ip("10.0.0.10"), None);
+    let a: Ipv4Prefix = "10.0.0.32/28".parse().unwrap();
+    let b: Ipv4Prefix = "10.0.0.16/28".parse().unwrap();
+    p.add_prefix("eni-01", a);
+    p.add_prefix("eni-01", b);
+    (p, a, b)
+}
+
+#[test]
+fn allocation_fills_one_prefix_before_the_next() {
+    let (mut p, a, b) = prefix_pool();
+    assert_eq!(p.ips.len(), 33);
+    assert_eq!(p.slots_used("eni-01"), 2);
+    let mut got = Vec::new();
+    for i in 0..32 {
+        let o = owner(&format!("o{i}"));
+        let v4 = p.pick(&o, None).unwrap();
+        p.take(v4, &o, None, 1).unwrap();
+        got.push(v4);
+        // Once a prefix is started, it is filled first.
+        let touched = [a, b]
+            .iter()
+            .filter(|q| got.iter().any(|x| q.contains(*x)))
+            .count();
+        assert_eq!(touched, i / 16 + 1, "{got:?}");
+    }
+    // Then the primary.
+    let o = owner("last");
+    assert_eq!(p.pick(&o, None), Some(ip("10.0.0.10")));
+    p.check().unwrap();
+}
+
+#[test]
+fn prefixes_go_back_whole_and_never_address_by_address() {
+    let (mut p, a, b) = prefix_pool();
+    let o = owner("one");
+    let v4 = p.pick(&o, None).unwrap();
+    p.take(v4, &o, None, 1).unwrap();
+    // Idle prefix members are never shed as single addresses.
+    assert!(p.shed_candidates(100).is_empty());
+    assert!(p.freeable_enis().is_empty(), "an ENI with prefixes");
+    let c = p.prefix_candidates();
+    let held = Ipv4Prefix::containing(v4);
+    let other = if held == a { b } else { a };
+    assert_eq!(c.len(), 2);
+    for (eni, q, in_use, reclaimable) in &c {
+        assert_eq!((eni.as_str(), *in_use), ("eni-01", 1));
+        assert_eq!(*reclaimable, *q == other, "{q}");
+    }
+    // Reserved (stick time) is not reclaimable either.
+    p.release(&o, None, 10, 1000, 0);
+    assert!(
+        !p.prefix_candidates()
+            .iter()
+            .find(|c| c.1 == held)
+            .unwrap()
+            .3
+    );
+    p.settle(2000);
+    assert!(p.prefix_candidates().iter().all(|c| c.3));
+    // A prefix in flight back is not offered twice.
+    let members: Vec<Ipv4Addr> = other.addresses().collect();
+    p.set_releasing(&members, true);
+    assert!(
+        !p.prefix_candidates()
+            .iter()
+            .find(|c| c.1 == other)
+            .unwrap()
+            .3
+    );
+    // Gone: its addresses leave with it.
+    p.remove_prefix("eni-01", other);
+    p.remove_ips(&members);
+    assert_eq!(p.ips.len(), 17);
+    assert_eq!(p.slots_used("eni-01"), 1);
+    p.check().unwrap();
+}

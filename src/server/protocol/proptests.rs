@@ -1,0 +1,78 @@
+use super::*;
+use proptest::prelude::*;
+
+fn id() -> impl Strategy<Value = String> {
+    "[A-Za-z0-9._:@/-]{1,40}"
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        Just(Request::Ping),
+        Just(Request::Command(Command::Status)),
+        Just(Request::Command(Command::List)),
+        Just(Request::Quit),
+        proptest::collection::vec(id(), 1..5).prop_map(Request::Keep),
+        id().prop_map(|p| Request::Command(Command::Gc {
+            owner_prefix: p,
+            keep: Vec::new()
+        })),
+        (
+            id(),
+            proptest::option::of(id()),
+            proptest::option::of(any::<[u8; 4]>())
+        )
+            .prop_map(|(o, s, p)| Request::Command(Command::Alloc {
+                owner: Owner::parse(&o).unwrap(),
+                sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
+                prefer: p.map(|b| IpAddr::V4(std::net::Ipv4Addr::from(b))),
+            })),
+        (id(), proptest::option::of(id())).prop_map(|(o, s)| Request::Command(Command::Release {
+            owner: Owner::parse(&o).unwrap(),
+            sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
+        })),
+        id().prop_map(|o| Request::Command(Command::Show {
+            owner: Owner::parse(&o).unwrap()
+        })),
+        "eni-[a-z0-9]{1,20}".prop_map(|eni| Request::Command(Command::Eni { eni })),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Any bytes: a request or an error, never a panic; errors render
+    /// as exactly one final line.
+    #[test]
+    fn never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..5000)) {
+        match parse_request(&bytes) {
+            Ok(r) => prop_assert!(parse_request(r.to_line().as_bytes()).is_ok()),
+            Err(e) => {
+                let text = Reply::err(e).render();
+                prop_assert_eq!(text.matches('\n').count(), 1);
+                prop_assert!(text.starts_with("ERR "));
+            }
+        }
+    }
+
+    /// Printable lines too (closer to what parses).
+    #[test]
+    fn never_panics_on_text(line in "[ -~]{0,300}") {
+        let _ = parse_request(line.as_bytes());
+    }
+
+    /// Rendering a request and parsing it gives it back.
+    #[test]
+    fn round_trip(r in request()) {
+        prop_assert_eq!(parse_request(r.to_line().as_bytes()).unwrap(), r);
+    }
+
+    /// Whatever the data, a reply has exactly one final line, last.
+    #[test]
+    fn replies_are_framed(data in proptest::collection::vec("[ -~\n\r\t]{0,60}", 0..8), ok in any::<bool>(), text in "[ -~\n]{0,40}") {
+        let outcome = if ok { Ok(text) } else { Err(AllocError::new(ErrCode::Cloud, text)) };
+        let rendered = Reply { data, outcome }.render();
+        let lines: Vec<&str> = rendered.split_terminator('\n').collect();
+        prop_assert_eq!(lines.iter().filter(|l| is_final_line(l)).count(), 1);
+        prop_assert!(is_final_line(lines.last().unwrap()));
+    }
+}

@@ -1,0 +1,201 @@
+use super::*;
+
+fn parse(s: &str) -> Result<Request, AllocError> {
+    parse_request(s.as_bytes())
+}
+
+#[test]
+fn commands_parse_case_insensitively() {
+    assert_eq!(parse("PING").unwrap(), Request::Ping);
+    assert_eq!(parse("Version\r").unwrap(), Request::Version);
+    assert_eq!(
+        parse("  status  ").unwrap(),
+        Request::Command(Command::Status)
+    );
+    for name in ["help", "list", "enis", "audit", "metrics", "config", "quit"] {
+        assert_eq!(parse(name).unwrap().name(), name);
+    }
+}
+
+#[test]
+fn alloc_arguments() {
+    let r = parse("alloc default/web-1 sandbox=abc123 prefer=192.168.0.10").unwrap();
+    assert_eq!(
+        r,
+        Request::Command(Command::Alloc {
+            owner: Owner::parse("default/web-1").unwrap(),
+            sandbox: Some(SandboxId::parse("abc123").unwrap()),
+            prefer: Some("192.168.0.10".parse().unwrap()),
+        })
+    );
+    assert_eq!(parse(&r.to_line()).unwrap(), r);
+    assert!(parse("alloc a sandbox=x sandbox=y").is_err());
+    assert!(parse("alloc a prefer=nope").is_err());
+    assert!(parse("alloc a colour=blue").is_err());
+    assert!(parse("alloc a extra").is_err());
+    assert!(parse("release a prefer=10.0.0.1").is_err());
+    assert!(parse("show a sandbox=x").is_err());
+    assert!(parse("ping extra").is_err());
+}
+
+#[test]
+fn keep_and_gc() {
+    assert_eq!(
+        parse("keep abc ns/pod-1").unwrap(),
+        Request::Keep(vec!["abc".into(), "ns/pod-1".into()])
+    );
+    assert_eq!(parse("keep").unwrap_err().code, ErrCode::BadRequest);
+    assert_eq!(parse("keep a|b").unwrap_err().code, ErrCode::BadRequest);
+    assert_eq!(
+        parse("GC owner-prefix=net1/").unwrap(),
+        Request::Command(Command::Gc {
+            owner_prefix: "net1/".into(),
+            keep: Vec::new()
+        })
+    );
+    assert_eq!(parse("gc").unwrap_err().code, ErrCode::BadRequest);
+    assert_eq!(parse("gc net1/").unwrap_err().code, ErrCode::BadRequest);
+    assert!(parse("gc owner-prefix=a owner-prefix=b").is_err());
+    assert!(parse("keep x").unwrap().is_mutating());
+    assert!(parse("gc owner-prefix=x").unwrap().is_mutating());
+}
+
+#[test]
+fn owners_are_validated() {
+    assert!(parse("alloc").is_err());
+    assert!(parse("alloc ns/name:80@x_y-z.w").is_ok());
+    assert_eq!(parse("alloc a|b").unwrap_err().code, ErrCode::BadRequest);
+    assert_eq!(parse("alloc é").unwrap_err().code, ErrCode::BadRequest);
+    let long = "a".repeat(256);
+    assert_eq!(
+        parse(&format!("alloc {long}")).unwrap_err().code,
+        ErrCode::BadRequest
+    );
+    assert!(parse(&format!("alloc {}", "a".repeat(255))).is_ok());
+}
+
+#[test]
+fn garbage_is_refused_not_panicked() {
+    assert_eq!(
+        parse_request(&[0xff, 0xfe]).unwrap_err().code,
+        ErrCode::BadRequest
+    );
+    assert_eq!(
+        parse_request(b"ping\x00").unwrap_err().code,
+        ErrCode::BadRequest
+    );
+    assert_eq!(parse_request(b"").unwrap_err().code, ErrCode::BadRequest);
+    assert_eq!(
+        parse("frobnicate").unwrap_err().code,
+        ErrCode::UnknownCommand
+    );
+    let long = vec![b'a'; MAX_LINE + 1];
+    assert_eq!(parse_request(&long).unwrap_err().code, ErrCode::LineTooLong);
+}
+
+#[test]
+fn replies_render_with_one_final_line() {
+    let r = Reply::with_data(
+        vec!["10.0.0.1 idle - eni-1".into(), "OK sneaky".into()],
+        "2",
+    );
+    let text = r.render();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines.iter().filter(|l| is_final_line(l)).count(), 1);
+    assert_eq!(lines[2], "OK 2");
+    let e = Reply::err(AllocError::new(ErrCode::Cloud, "Throttling.User too\nmany"));
+    assert_eq!(e.render(), "ERR cloud Throttling.User too many\n");
+    let c = Reply::err(AllocError::cloud(
+        ErrCode::Cloud,
+        "Throttling.User",
+        "Request was denied due to user flow control.",
+    ));
+    assert_eq!(
+        c.render(),
+        "ERR cloud Throttling.User Request was denied due to user flow control.\n"
+    );
+    assert_eq!(Reply::ok("").render(), "OK\n");
+    assert_eq!(
+        Reply::err(AllocError::bare(ErrCode::NotFound)).render(),
+        "ERR not-found\n"
+    );
+}
+
+#[test]
+fn allocation_text_round_trips() {
+    let a = Allocation {
+        ip: "192.168.0.11".parse().unwrap(),
+        ipv6: Some("2408:4005:300::11".parse().unwrap()),
+        eni: "eni-abc".into(),
+        mac: "00:16:3e:00:00:01".into(),
+        vswitch: "vsw-1".into(),
+        cidr: "192.168.0.0/22".into(),
+        gateway: "192.168.3.253".parse().unwrap(),
+    };
+    let t = allocation_text(&a);
+    assert!(t.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
+    assert_eq!(parse_allocation(&t), Some(a));
+}
+
+#[test]
+fn eni_takes_one_cloud_id_and_renders_v6_only_when_known() {
+    assert_eq!(
+        parse("ENI eni-bp1abc").unwrap(),
+        Request::Command(Command::Eni {
+            eni: "eni-bp1abc".into()
+        })
+    );
+    let r = parse("eni eni-1").unwrap();
+    assert_eq!(parse(&r.to_line()).unwrap(), r);
+    assert!(!r.is_mutating());
+    for bad in ["eni", "eni a b", "eni eni/1", "eni eni_1", "eni x=1"] {
+        assert_eq!(parse(bad).unwrap_err().code, ErrCode::BadRequest, "{bad}");
+    }
+    assert_eq!(
+        parse(&format!("eni {}", "e".repeat(65))).unwrap_err().code,
+        ErrCode::BadRequest
+    );
+
+    let mut e = EniInfo {
+        eni: "eni-abc".into(),
+        mac: "00:16:3e:00:00:01".into(),
+        vswitch: "vsw-1".into(),
+        cidr: "192.168.0.0/22".into(),
+        gateway: "192.168.3.253".parse().unwrap(),
+        v6: None,
+    };
+    let reply = answer_reply(Ok(Answer::Eni(e.clone()))).render();
+    assert_eq!(
+        reply,
+        "OK eni=eni-abc mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253\n"
+    );
+    assert_eq!(parse_eni(&eni_text(&e)), Some(e.clone()));
+    e.v6 = Some((
+        "2408:4005:3ff:5100::/64".into(),
+        "2408:4005:3ff:5100:ffff:ffff:ffff:fff7".parse().unwrap(),
+    ));
+    let t = eni_text(&e);
+    assert!(
+        t.ends_with(
+            " cidr6=2408:4005:3ff:5100::/64 gateway6=2408:4005:3ff:5100:ffff:ffff:ffff:fff7"
+        ),
+        "{t}"
+    );
+    assert_eq!(parse_eni(&t), Some(e.clone()));
+    // A later field is skipped; a half of the IPv6 pair is no pair.
+    assert_eq!(parse_eni(&format!("{t} zone=x")), Some(e.clone()));
+    let half = t.split(" gateway6=").next().unwrap();
+    assert_eq!(parse_eni(half).unwrap().v6, None);
+    assert_eq!(parse_eni("eni=eni-1 mac=m"), None);
+}
+
+#[test]
+fn final_line_detection() {
+    assert!(is_final_line("OK"));
+    assert!(is_final_line("OK pong"));
+    assert!(is_final_line("ERR busy"));
+    assert!(!is_final_line("OKAY"));
+    assert!(!is_final_line("ERRORS 1"));
+    assert!(!is_final_line(" OK"));
+}
