@@ -201,6 +201,11 @@ fn eni_gives_the_vswitch_gateways_in_dual_stack() {
     );
     // The IPv4 fields keep the alloc reply's order; v6 fields come last.
     assert!(info.starts_with(&format!("eni={eni} mac=")), "{info}");
+    // Read once per vswitch: with the metadata service failing, the next
+    // ADD of a pod on that vswitch still gets its gateway.
+    sim.fault(r#"{"action":"metadata","code":"InternalError"}"#);
+    assert_eq!(d.ok(&format!("eni {eni}")), info);
+    sim.clear_faults();
     assert_eq!(
         d.ask("eni eni-doesnotexist0000"),
         vec!["ERR not-found".to_string()]

@@ -180,6 +180,16 @@ pub enum Event {
     },
     /// DescribeVSwitches free counts.
     VSwitchFree(Vec<(String, u64)>),
+    /// A vswitch's IPv6 CIDR and gateway, as metadata lists them (read
+    /// for `eni`; kept, since they do not change).
+    VSwitchV6 {
+        /// The vswitch.
+        vswitch: String,
+        /// Its IPv6 CIDR.
+        cidr6: String,
+        /// Its IPv6 gateway.
+        gateway6: Ipv6Addr,
+    },
     /// Security-group drift lines (empty: none).
     SecurityGroupDrift(Vec<String>),
     /// The cloud's view of the managed ENIs, taken after `started`.

@@ -8,7 +8,8 @@
 //! `ipv6-gateway` once its `ipv6s` appear, which can lag the OpenAPI a
 //! moment, so the thread polls for it within [`V6_WAIT`]. At most
 //! [`MAX_LOOKUPS`] such threads run at once; beyond that the answer is
-//! `busy`.
+//! `busy`. A vswitch's IPv6 CIDR and gateway do not change: once read they
+//! are kept (by vswitch) and later requests are answered without I/O.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -23,14 +24,12 @@ const MAX_LOOKUPS: usize = 16;
 /// The helper name of a lookup thread.
 const LOOKUP_THREAD: &str = "eni lookup";
 
-static LOOKUPS: AtomicUsize = AtomicUsize::new(0);
-
 /// Releases a lookup slot when the thread ends, however it ends.
-struct Slot;
+struct Slot(Arc<AtomicUsize>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        LOOKUPS.fetch_sub(1, Ordering::SeqCst);
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -58,28 +57,49 @@ impl Actor {
             let _ = reply.send(Ok(Answer::Eni(info)));
             return;
         }
+        if let Some(v6) = self.vswitch_v6.get(&info.vswitch) {
+            let info = EniInfo {
+                v6: Some(v6.clone()),
+                ..info
+            };
+            let _ = reply.send(Ok(Answer::Eni(info)));
+            return;
+        }
         if self.stopping {
             let _ = reply.send(Err(AllocError::shutting_down()));
             return;
         }
-        if LOOKUPS.fetch_add(1, Ordering::SeqCst) >= MAX_LOOKUPS {
-            LOOKUPS.fetch_sub(1, Ordering::SeqCst);
+        if self.lookups.fetch_add(1, Ordering::SeqCst) >= MAX_LOOKUPS {
+            self.lookups.fetch_sub(1, Ordering::SeqCst);
             let _ = reply.send(Err(AllocError::new(
                 ErrCode::Busy,
                 "too many ENI lookups in flight",
             )));
             return;
         }
-        let slot = Slot;
+        let slot = Slot(Arc::clone(&self.lookups));
         // Finished lookups need no join (and would pile up otherwise).
         self.helpers
             .retain(|(name, h)| name != LOOKUP_THREAD || !h.is_finished());
         let cloud = Arc::clone(&self.cloud);
+        let events = self.events_tx.clone();
         let spawned = std::thread::Builder::new()
             .name("eniipd-eni-info".into())
             .spawn(move || {
                 let _slot = slot;
                 let r = with_v6(&*cloud, info, Instant::now() + V6_WAIT);
+                if let Ok(EniInfo {
+                    vswitch,
+                    v6: Some((cidr6, gateway6)),
+                    ..
+                }) = &r
+                {
+                    let _ = events.try_send(Event::VSwitchV6 {
+                        vswitch: vswitch.clone(),
+                        cidr6: cidr6.clone(),
+                        gateway6: *gateway6,
+                    });
+                }
                 let _ = reply.send(r.map(Answer::Eni));
             });
         match spawned {

@@ -45,6 +45,13 @@ impl Actor {
                     info!("{id} has free addresses again: no longer inhibited");
                 }
             }
+            Event::VSwitchV6 {
+                vswitch,
+                cidr6,
+                gateway6,
+            } => {
+                self.vswitch_v6.insert(vswitch, (cidr6, gateway6));
+            }
             Event::SecurityGroupDrift(lines) => {
                 for l in &lines {
                     warn!("security group drift: {l}");

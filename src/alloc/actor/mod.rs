@@ -160,6 +160,10 @@ pub(super) struct Actor {
     /// Prefix mode: vswitches that had no free /28, until when (Unix ms)
     /// their ENIs get single addresses instead.
     prefix_inhibit: HashMap<String, u64>,
+    /// Dual stack: vswitches' IPv6 CIDR and gateway, once read (`eni`).
+    vswitch_v6: HashMap<String, (String, Ipv6Addr)>,
+    /// `eni` lookups reading metadata now.
+    lookups: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Actor {
@@ -203,6 +207,8 @@ impl Actor {
             config_view: opts.config_view.clone(),
             next_vsw_probe: now,
             prefix_inhibit: HashMap::new(),
+            vswitch_v6: HashMap::new(),
+            lookups: Arc::default(),
             requests_tx,
             helpers: Vec::new(),
             pool_backoff: Backoff::new(opts.pool_backoff_max),
