@@ -7,7 +7,10 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
+use std::os::unix::net::UnixStream;
+use std::sync::Barrier;
 use std::time::Duration;
 
 use common::{config, eventually, field, tempdir, Daemon, Sim};
@@ -65,15 +68,28 @@ fn prefix_calls(sim: &Sim) -> u64 {
         + pc["CreateNetworkInterface"].as_u64().unwrap_or(0)
 }
 
-/// `n` concurrent allocations; the replies by owner.
+/// `n` allocations at once: every client connects first, then all send
+/// together (a burst, however slowly a loaded machine starts threads);
+/// the replies by owner.
 fn burst(d: &Daemon, tag: &str, n: usize) -> BTreeMap<String, String> {
+    let go = Barrier::new(n);
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|i| {
                 let owner = format!("{tag}/pod-{i}");
+                let go = &go;
                 s.spawn(move || {
-                    let r = d.ok(&format!("alloc {owner}"));
-                    (owner, r)
+                    let mut c = UnixStream::connect(&d.socket).unwrap();
+                    c.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+                    go.wait();
+                    c.write_all(format!("alloc {owner}\n").as_bytes()).unwrap();
+                    let mut r = String::new();
+                    BufReader::new(c).read_line(&mut r).unwrap();
+                    let r = r.trim_end().to_string();
+                    let ok = r
+                        .strip_prefix("OK ")
+                        .unwrap_or_else(|| panic!("{owner}: {r}"));
+                    (owner, ok.to_string())
                 })
             })
             .collect();
