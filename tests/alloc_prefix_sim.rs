@@ -221,12 +221,7 @@ fn cold_160_cost_two_prefix_calls_and_release_returns_whole_prefixes() {
         "the vswitch has {} free, {free0} before",
         vswitch_free(&sim).0
     );
-    assert!(
-        eventually(Duration::from_secs(10), || d.ask("audit")
-            == vec!["OK consistent"]),
-        "{:?}",
-        d.ask("audit")
-    );
+    d.audits_consistent_within(Duration::from_secs(10));
 }
 
 #[test]

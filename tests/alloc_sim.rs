@@ -165,12 +165,7 @@ fn dual_stack_pairs_come_and_go_together() {
         "dual/0 keeps {ip} and {ipv6}: {:?}",
         sim.managed()
     );
-    assert!(
-        eventually(Duration::from_secs(10), || d.ask("audit")
-            == vec!["OK consistent"]),
-        "{:?}",
-        d.ask("audit")
-    );
+    d.audits_consistent_within(Duration::from_secs(10));
 }
 
 /// `eni ID` gives what a datapath needs to route through an ENI: the same
@@ -256,12 +251,7 @@ fn releases_and_max_pool_size_give_addresses_back() {
         st.contains(" inuse=0 ") && st.contains(" pending=0 "),
         "{st}"
     );
-    assert!(
-        eventually(Duration::from_secs(10), || d.ask("audit")
-            == vec!["OK consistent"]),
-        "{:?}",
-        d.ask("audit")
-    );
+    d.audits_consistent_within(Duration::from_secs(10));
 }
 
 #[test]
@@ -392,12 +382,7 @@ fn an_eni_deleted_behind_the_daemons_back_is_let_go() {
         "{:?}",
         d.ask("enis")
     );
-    assert!(
-        eventually(Duration::from_secs(10), || d.ask("audit")
-            == vec!["OK consistent".to_string()]),
-        "{:?}",
-        d.ask("audit")
-    );
+    d.audits_consistent_within(Duration::from_secs(10));
     // The whole capacity can be had again (a new ENI replaces it).
     for i in 12..18 {
         let r = d.ask(&format!("alloc o/{i}"));
@@ -498,12 +483,7 @@ fn a_failing_metadata_service_reaches_clients_named_as_such() {
         "{reply:?}"
     );
     sim.clear_faults();
-    assert!(
-        eventually(Duration::from_secs(10), || d.ask("audit")
-            == vec!["OK consistent"]),
-        "{:?}",
-        d.ask("audit")
-    );
+    d.audits_consistent_within(Duration::from_secs(10));
 }
 
 #[test]

@@ -216,17 +216,7 @@ fn a_failed_add_gives_its_address_back_and_leaves_nothing() {
     let w = World::start(LARGE, json!({}));
     let conf = w.conf("1.0.0", json!({}));
     let c = Ctr::new(&w, 0);
-    // eth0 is taken in the container: the veth cannot be made.
-    cnienv::sh(&[
-        "ip", "-n", &c.ns.name, "link", "add", "eth0", "type", "veth", "peer", "name", "other0",
-    ]);
-    let out = w.cni("ADD", Some(&c), &conf);
-    assert_eq!(out.code(), 101, "{out:?}");
-    assert!(
-        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
-        "{:?}",
-        w.inuse()
-    );
+    w.failed_add(&c, &conf);
     let links = w.node_ip(&["-o", "link"]);
     assert!(!links.contains("enip"), "{links}");
     let rules = w.node_ip(&["rule"]);
@@ -494,16 +484,7 @@ fn dual_stack_routes_ipv6_out_the_right_eni_and_leaves_nothing_behind() {
 
     // A failed ADD (eth0 taken in the container) leaves no IPv6 either.
     let c = Ctr::new(&w, 9);
-    cnienv::sh(&[
-        "ip", "-n", &c.ns.name, "link", "add", "eth0", "type", "veth", "peer", "name", "other0",
-    ]);
-    let out = w.cni("ADD", Some(&c), &conf);
-    assert_eq!(out.code(), 101, "{out:?}");
-    assert!(
-        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
-        "{:?}",
-        w.inuse()
-    );
+    w.failed_add(&c, &conf);
     let rules = w.node_ip(&["-6", "rule"]);
     assert!(!rules.contains("2048"), "{rules}");
 }

@@ -430,8 +430,7 @@ impl PoolState {
     /// out and can go back; single addresses count as an empty prefix),
     /// then the lowest address.
     fn best_idle(&self) -> Option<Ipv4Addr> {
-        let inuse = self.inuse_by_eni();
-        let taken = self.taken_by_prefix();
+        let (inuse, taken) = self.not_idle_counts();
         self.ips
             .values()
             .filter(|ip| ip.state == IpState::Idle && self.allocatable(ip))
@@ -446,25 +445,22 @@ impl PoolState {
             .map(|ip| ip.v4)
     }
 
-    /// Per prefix, its addresses that are not idle.
-    fn taken_by_prefix(&self) -> HashMap<Ipv4Prefix, usize> {
-        let mut m: HashMap<Ipv4Prefix, usize> = HashMap::new();
-        for ip in self.ips.values() {
-            if let (Some(p), false) = (ip.prefix, ip.state == IpState::Idle) {
-                *m.entry(p).or_default() += 1;
+    /// Addresses that are not idle, per ENI and per prefix, in one pass
+    /// (`best_idle` runs on every allocation).
+    fn not_idle_counts(&self) -> (HashMap<&str, usize>, HashMap<Ipv4Prefix, usize>) {
+        let mut by_eni: HashMap<&str, usize> = HashMap::new();
+        let mut by_prefix: HashMap<Ipv4Prefix, usize> = HashMap::new();
+        for ip in self.ips.values().filter(|ip| ip.state != IpState::Idle) {
+            *by_eni.entry(ip.eni.as_str()).or_default() += 1;
+            if let Some(p) = ip.prefix {
+                *by_prefix.entry(p).or_default() += 1;
             }
         }
-        m
+        (by_eni, by_prefix)
     }
 
     fn inuse_by_eni(&self) -> HashMap<&str, usize> {
-        let mut m: HashMap<&str, usize> = HashMap::new();
-        for ip in self.ips.values() {
-            if !matches!(ip.state, IpState::Idle) {
-                *m.entry(ip.eni.as_str()).or_default() += 1;
-            }
-        }
-        m
+        self.not_idle_counts().0
     }
 
     /// Hands `v4` to `owner`; returns the record to persist.

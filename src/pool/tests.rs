@@ -1,20 +1,14 @@
 use super::*;
 
 fn eni(id: &str, primary: &str) -> PoolEni {
-    PoolEni {
-        id: id.into(),
-        mac: format!("00:16:3e:00:00:{}", &id[id.len() - 2..]),
-        vswitch: "vsw-1".into(),
-        cidr: "10.0.0.0/22".into(),
-        gateway: "10.0.3.253".parse().unwrap(),
-        primary_ip: primary.parse().unwrap(),
-        phase: EniPhase::Ready,
-        pending: 0,
-        at_limit: false,
-        gone: false,
-        prefixes: BTreeSet::new(),
-        pending_in_prefixes: 0,
-    }
+    PoolEni::ready(
+        id,
+        &format!("00:16:3e:00:00:{}", &id[id.len() - 2..]),
+        "vsw-1",
+        "10.0.0.0/22",
+        "10.0.3.253".parse().unwrap(),
+        primary.parse().unwrap(),
+    )
 }
 
 fn ip(s: &str) -> Ipv4Addr {

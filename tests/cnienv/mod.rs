@@ -458,6 +458,22 @@ impl World {
         c
     }
 
+    /// An ADD that fails after its address was taken (eth0 is already in
+    /// the container, so the veth cannot be made): error 101, and the
+    /// address is given back.
+    pub fn failed_add(&self, c: &Ctr, conf: &Value) {
+        sh(&[
+            "ip", "-n", &c.ns.name, "link", "add", "eth0", "type", "veth", "peer", "name", "other0",
+        ]);
+        let out = self.cni("ADD", Some(c), conf);
+        assert_eq!(out.code(), 101, "{out:?}");
+        assert!(
+            crate::common::eventually(Duration::from_secs(5), || self.inuse().is_empty()),
+            "{:?}",
+            self.inuse()
+        );
+    }
+
     /// `ip=owner` of every in-use address, from eniipd's `list`.
     pub fn inuse(&self) -> BTreeMap<String, String> {
         self.daemon()

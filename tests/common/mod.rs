@@ -268,6 +268,16 @@ impl Daemon {
         last.trim_start_matches("OK").trim().to_string()
     }
 
+    /// Asserts that `audit` says consistent within `limit` (a maintenance
+    /// pass may still be settling what the test just did).
+    pub fn audits_consistent_within(&self, limit: Duration) {
+        assert!(
+            eventually(limit, || self.ask("audit") == ["OK consistent"]),
+            "{:?}",
+            self.ask("audit")
+        );
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();

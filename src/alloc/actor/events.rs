@@ -156,7 +156,7 @@ impl Actor {
                 }
                 CloudErrorKind::PrefixExhausted => {
                     if let Some(vsw) = self.pool.enis.get(&eni).map(|e| e.vswitch.clone()) {
-                        self.inhibit_prefixes(&vsw, err);
+                        self.inhibit_prefixes(&vsw, err.code_or_kind());
                     }
                 }
                 CloudErrorKind::LimitExceeded => {
@@ -247,12 +247,7 @@ impl Actor {
             valid += prefix::PER_PREFIX;
         }
         if r.prefix_fallback {
-            let err = CloudError::new(
-                CloudErrorKind::PrefixExhausted,
-                "CreateNetworkInterface",
-                "no free /28 prefix",
-            );
-            self.inhibit_prefixes(&r.vswitch, &err);
+            self.inhibit_prefixes(&r.vswitch, "at CreateNetworkInterface");
         }
         self.pool_backoff.succeed();
         for (i, t) in tickets.into_iter().enumerate() {

@@ -277,11 +277,10 @@ impl Actor {
 
     /// Prefix mode: no free /28 on `vswitch`; single addresses until the
     /// inhibit period ends, then prefixes again.
-    fn inhibit_prefixes(&mut self, vswitch: &str, err: &CloudError) {
+    fn inhibit_prefixes(&mut self, vswitch: &str, code: &str) {
         let until = unix_ms() + self.opts.inhibit.as_millis() as u64;
         warn!(
-            "{vswitch} has no free /28 prefix ({}); single addresses until {}",
-            err.code_or_kind(),
+            "{vswitch} has no free /28 prefix ({code}); single addresses until {}",
             format_utc(until / 1000)
         );
         self.prefix_inhibit.insert(vswitch.to_string(), until);

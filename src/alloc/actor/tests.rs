@@ -377,3 +377,47 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
     // Once the inhibit has passed, prefixes again.
     assert_eq!(a.kind_on("vsw-a", unix_ms() + 601_000), Kind::Prefix);
 }
+
+#[test]
+fn a_create_refused_for_a_limit_fails_its_waiters_instead_of_asking_again() {
+    let mut a = actor();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    a.waiters.push_back(Waiter {
+        id: 7,
+        since: Instant::now(),
+        owner: Owner::parse("o/limit").unwrap(),
+        sandbox: None,
+        prefer: None,
+        replies: vec![(tx, Instant::now())],
+        deadline: Instant::now() + Duration::from_secs(60),
+        ticket: None,
+    });
+    let t = a.new_ticket(Some(7));
+    let permit = a.eni_sem.try_acquire().unwrap();
+    a.ops.insert(
+        1,
+        Op::Create {
+            vswitch: "vsw-a".into(),
+            init: 1,
+            eni: None,
+            tickets: vec![t],
+            permit,
+        },
+    );
+    // No ENI exists to mark at its limit: planning the waiter again would
+    // ask the same create again at once, in a loop.
+    a.on_event(Event::EniFailed {
+        op: 1,
+        error: CloudError::new(
+            CloudErrorKind::LimitExceeded,
+            "CreateNetworkInterface",
+            "too many addresses",
+        ),
+        leaked: None,
+    });
+    let answer = rx.try_recv().expect("the waiter is answered");
+    let err = answer.expect_err("with an error");
+    assert_eq!(err.code, ErrCode::Cloud, "{err:?}");
+    assert!(a.waiters.is_empty());
+    assert!(a.tickets.is_empty());
+}
