@@ -12,9 +12,9 @@
 //! Run: `cargo bench --bench cni-bench [-- --iters N]` as root (prints
 //! SKIPPED otherwise).
 
-#[path = "../tests/cnienv/mod.rs"]
+#[path = "../tests/it/cnienv.rs"]
 mod cnienv;
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common.rs"]
 mod common;
 
 use std::fs::File;

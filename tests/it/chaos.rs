@@ -22,7 +22,7 @@
 //! each at most a few seconds of traffic; the dual-stack and prefix
 //! variants run half as many. `ENIIPD_CHAOS_ROUNDS=50` is a soak.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

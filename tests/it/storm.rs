@@ -1,21 +1,16 @@
-//! The listen socket under connect storms, in a test binary of its own:
-//! these tests race the accept thread against clients, so nothing else of
-//! this crate's tests may run beside them (test binaries run one at a time).
+//! The listen socket under connect storms: these tests race the accept
+//! thread against clients, so they take turns with the other tests that
+//! flood a server ([`common::one_flood_at_a_time`]).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::common;
+
 use eniipd::core::Commands;
 use eniipd::server::listener::{bind_socket, Server, ServerConfig};
-
-/// The tests here take turns too.
-static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ALONE.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// A server whose commands are never answered: these tests need `ping`
 /// (answered by the listener itself) and nothing else.
@@ -112,7 +107,7 @@ fn connect_storm(path: &std::path::Path, threads: usize, n: usize) -> (usize, us
 
 #[test]
 fn several_clients_connecting_at_once_all_get_in() {
-    let _turn = alone();
+    let _turn = common::one_flood_at_a_time();
     // Fewer than the backlog holds, so every one succeeds even if the
     // accept thread gets no CPU meanwhile (with a backlog of 1024 some
     // get EAGAIN).
@@ -127,11 +122,11 @@ fn several_clients_connecting_at_once_all_get_in() {
 /// closed with nothing sent were dropped at accept), but with other work
 /// on two cores the accept thread can lose it (209 to 1371 EAGAINs seen at
 /// load 6). Run it on a quiet machine:
-/// `cargo test --test storm -- --ignored`.
+/// `cargo test --test it storm:: -- --ignored`.
 #[test]
 #[ignore = "races the accept thread against a client: needs an idle machine"]
 fn a_connect_close_storm_never_finds_the_backlog_full() {
-    let _turn = alone();
+    let _turn = common::one_flood_at_a_time();
     let h = Harness::new();
     let n = 10_000;
     let started = Instant::now();
@@ -147,7 +142,7 @@ fn a_connect_close_storm_never_finds_the_backlog_full() {
 
 #[test]
 fn the_listen_backlog_queues_4096_connections_before_an_accept() {
-    let _turn = alone();
+    let _turn = common::one_flood_at_a_time();
     use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
     use std::os::fd::AsRawFd;
     let dir = PathBuf::from(format!("/tmp/eniipd-backlog-{}", std::process::id()));

@@ -65,7 +65,7 @@ fn kill_9_loses_no_acknowledged_record() {
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
-                "crash_child",
+                "store_crash::crash_child",
                 "--nocapture",
                 "--test-threads",
                 "1",

@@ -6,7 +6,7 @@
 //! Needs root, `mkfs.ext4`, `mount` and `fsfreeze`; without them it says so
 //! loudly and, under CI (`ENIIPD_CI`), fails.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

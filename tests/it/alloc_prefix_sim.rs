@@ -4,7 +4,7 @@
 //! prefixes; releasing everything gives whole /28s back; a vswitch with
 //! free addresses but no free /28 still serves, with single addresses.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};

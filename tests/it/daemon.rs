@@ -2,7 +2,7 @@
 //! every command, socat, access control, signals and restart, readiness,
 //! the state lock, configuration errors, socket activation, metrics.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::PathBuf;

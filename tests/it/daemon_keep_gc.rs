@@ -3,7 +3,7 @@
 //! one connection, owner-prefix scoping, sandbox ids as keys, the list
 //! emptied after each `gc`, and the durability of what `gc` released.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

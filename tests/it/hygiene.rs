@@ -1,6 +1,6 @@
 //! Secret hygiene and hostile clients, with the real binaries.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;

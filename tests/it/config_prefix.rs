@@ -2,7 +2,7 @@
 //! accepted and shown by `--check-config`; with `ip_stack: dual` refused
 //! before any cloud call, exit 78, the message naming both keys.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common;
 use crossbeam_channel::bounded;
 use eniipd::core::{
     AllocError, Allocation, Answer, Command as Cmd, Commands, EniEntry, EniInfo, Envelope, ErrCode,
@@ -164,16 +165,6 @@ impl Fake {
         });
         Commands::new(tx, Duration::from_secs(10))
     }
-}
-
-/// Tests that flood the server take turns: side by side on a small
-/// machine they starve each other's connection threads. (The connect
-/// storms, which race the accept thread, have a test binary of their own:
-/// tests/storm.rs.)
-static FLOODS: Mutex<()> = Mutex::new(());
-
-fn one_flood_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    FLOODS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 struct Harness {
@@ -349,7 +340,7 @@ fn a_peer_outside_allowed_uids_may_read_but_not_allocate() {
 
 #[test]
 fn hostile_input_is_refused_while_another_client_is_served() {
-    let _turn = one_flood_at_a_time();
+    let _turn = common::one_flood_at_a_time();
     let h = Harness::new(ServerConfig {
         line_timeout: Duration::from_millis(800),
         ..Harness::me()
@@ -620,7 +611,7 @@ fn shutdown_answers_in_flight_refuses_new_and_returns_in_time() {
 
 #[test]
 fn a_client_still_sending_a_huge_line_reads_line_too_long() {
-    let _turn = one_flood_at_a_time();
+    let _turn = common::one_flood_at_a_time();
     let h = Harness::new(Harness::me());
     let mut s = h.connect();
     s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();

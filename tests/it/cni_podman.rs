@@ -16,8 +16,8 @@
 //! dual stack, a container gets eniipd's IPv6 address too and pings the
 //! vswitch's IPv6 gateway.
 
-mod cnienv;
-mod common;
+use crate::cnienv;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -9,8 +9,7 @@
 //! state. Needs root and `ip` (busybox and ip6tables for some); says
 //! SKIPPED loudly otherwise (and fails under ENIIPD_CI=1).
 
-mod cnienv;
-mod common;
+use crate::cnienv;
 
 use std::time::Duration;
 

@@ -17,6 +17,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// Tests that flood a server take turns: side by side on a small machine
+/// they starve each other's connection threads, and the connect storms
+/// race the accept thread.
+pub fn one_flood_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static FLOODS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    FLOODS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn tempdir(tag: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let d = PathBuf::from(format!(

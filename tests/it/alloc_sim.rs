@@ -2,7 +2,7 @@
 //! addresses back under max_pool_size (dual stack too), and kill -9 in the
 //! middle of a burst followed by a restart.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;

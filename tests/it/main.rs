@@ -1,0 +1,31 @@
+//! The integration tests: one binary (ripgrep's shape), a module per
+//! area, so an edit relinks one test binary, not twenty. `common` runs the
+//! real binaries against eniip-sim; `cnienv` builds the network namespaces
+//! eniip-cni's tests run in.
+
+mod cnienv;
+mod common;
+
+mod alloc_prefix_sim;
+mod alloc_sim;
+mod chaos;
+mod cloud_prefix_sim;
+mod cloud_sim;
+mod cni_docs;
+mod cni_netns;
+mod cni_podman;
+mod config_prefix;
+mod daemon;
+mod daemon_keep_gc;
+mod docs;
+mod frozen_disk;
+mod hygiene;
+mod server;
+mod sim_actions;
+mod sim_prefixes;
+mod sim_protocol;
+mod sim_python_sdk;
+mod sim_v3;
+mod store_corruption;
+mod store_crash;
+mod storm;
