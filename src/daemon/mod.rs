@@ -421,6 +421,12 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             format!("another process runs as eniipd node {node_id} (a copy of this state directory?): {e}"),
         )
     })?;
+    if let Some(p) = beacon.squatter() {
+        warn!(
+            "the name @eniipd-node-{node_id} is held by pid {} of uid {}, which is not an eniipd: running without it, so another eniipd on this host cannot tell this one runs; stop that process",
+            p.pid, p.uid
+        );
+    }
     let committer = Arc::new(store.start());
     info!(
         "state: {} allocation(s), {} hold(s) in {}",

@@ -17,6 +17,7 @@ mod cni_podman;
 mod config_prefix;
 mod daemon;
 mod daemon_keep_gc;
+mod daemon_peer;
 mod docs;
 mod frozen_disk;
 mod hygiene;
