@@ -22,6 +22,7 @@ mod daemon_peer;
 mod docs;
 mod frozen_disk;
 mod hygiene;
+mod readme_socat;
 mod server;
 mod sim_actions;
 mod sim_prefixes;
