@@ -14,6 +14,7 @@ mod cloud_sim;
 mod cni_docs;
 mod cni_netns;
 mod cni_podman;
+mod cni_versions;
 mod config_prefix;
 mod daemon;
 mod daemon_keep_gc;
