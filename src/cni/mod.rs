@@ -20,6 +20,7 @@ pub mod datapath;
 pub mod netlink;
 pub mod netns;
 pub mod spec;
+pub mod wording;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -369,7 +370,11 @@ fn gc(conf: &NetConf) -> Result<(), CniError> {
 /// capacity).
 fn status(conf: &NetConf) -> Result<(), CniError> {
     let not_available = |e: CniError| {
-        CniError::new(code::NOT_AVAILABLE, "eniipd is not available").details(e.to_string())
+        CniError::new(
+            code::NOT_AVAILABLE,
+            format!("eniipd is not available: {}", e.msg),
+        )
+        .details(e.to_string())
     };
     let mut c = Client::connect(&conf.socket).map_err(not_available)?;
     let r = c.ask("status").map_err(not_available)?;
@@ -378,9 +383,12 @@ fn status(conf: &NetConf) -> Result<(), CniError> {
         (n("idle"), n("pending"), n("ips"), n("capacity"))
     {
         if idle == 0 && pending == 0 && ips >= capacity {
+            let enis = n("enis").unwrap_or(0);
             return Err(CniError::new(
                 code::LIMITED,
-                "no address can be had: eniipd's pool is at capacity with none idle",
+                format!(
+                    "no address can be had: the instance's ENI quota is reached and every ENI                      is full ({ips} of {capacity} addresses on {enis} ENIs in use, none idle)"
+                ),
             )
             .details(r.text.clone()));
         }

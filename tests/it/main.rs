@@ -12,6 +12,7 @@ mod chaos;
 mod cloud_prefix_sim;
 mod cloud_sim;
 mod cni_docs;
+mod cni_errors;
 mod cni_local;
 mod cni_netns;
 mod cni_podman;
