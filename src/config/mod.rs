@@ -273,6 +273,22 @@ impl RawConfig {
         })
     }
 
+    /// [`RawConfig::load`], except that a missing file at the default
+    /// path ([`DEFAULT_CONFIG_PATH`], not named on the command line) is
+    /// every key's default, as SPEC says every key is optional. `Ok(None)`
+    /// is that case. A file named with `--config` must exist: a missing
+    /// one is more likely a typo than a wish for defaults.
+    pub fn load_or_defaults(path: &Path, named: bool) -> Result<Option<RawConfig>, ConfigError> {
+        match RawConfig::load(path) {
+            Err(ConfigError::Read { source, .. })
+                if !named && source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
+            other => other.map(Some),
+        }
+    }
+
     /// Parses JSON text (a UTF-8 byte-order mark is allowed). A value of
     /// the wrong type is refused naming its key and what it must be.
     pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
@@ -387,6 +403,17 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         RawConfig::parse(text).unwrap().validate()
+    }
+
+    #[test]
+    fn a_missing_default_file_is_all_defaults_a_missing_named_one_is_an_error() {
+        let gone = std::env::temp_dir().join(format!("eniipd-no-such-{}.json", std::process::id()));
+        assert!(RawConfig::load_or_defaults(&gone, false).unwrap().is_none());
+        let err = RawConfig::load_or_defaults(&gone, true).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err}");
+        // Any other read error of the default file is still an error.
+        let dir = std::env::temp_dir();
+        assert!(RawConfig::load_or_defaults(&dir, false).is_err());
     }
 
     #[test]

@@ -134,7 +134,12 @@ pub fn load_config(
         (None, false) => Some(PathBuf::from(DEFAULT_CONFIG_PATH)),
     };
     let mut raw = match &path {
-        Some(p) => RawConfig::load(p).map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?,
+        Some(p) => RawConfig::load_or_defaults(p, args.config.is_some())
+            .map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?
+            .unwrap_or_else(|| {
+                info!("no {}: every key takes its default", p.display());
+                RawConfig::default()
+            }),
         None => RawConfig::default(),
     };
     let mut warnings = raw.warnings();
@@ -368,7 +373,11 @@ fn check_near_misses(args: &Args) -> Result<(), DaemonError> {
         .config
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
-    let raw = RawConfig::load(&path).map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?;
+    let Some(raw) = RawConfig::load_or_defaults(&path, args.config.is_some())
+        .map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?
+    else {
+        return Ok(());
+    };
     let misses: Vec<String> = raw
         .near_misses()
         .into_iter()

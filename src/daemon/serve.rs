@@ -48,7 +48,11 @@ fn reload(r: &Running) {
         info!("SIGHUP: no config file to reload");
         return;
     };
-    match RawConfig::load(&path).and_then(|raw| raw.validate()) {
+    let named = r.config_path.is_some();
+    let loaded = RawConfig::load_or_defaults(&path, named)
+        .map(Option::unwrap_or_default)
+        .and_then(|raw| raw.validate());
+    match loaded {
         Ok(new) => {
             let old = r.cfg.effective();
             for (k, v) in new.effective() {

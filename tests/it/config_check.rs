@@ -194,3 +194,40 @@ fn the_documented_examples_pass_check_config_on_a_fresh_host_after_what_the_docs
         );
     }
 }
+
+/// SPEC: every key is optional, so no /etc/eniipd/eni.json at all is every
+/// key's default (it was exit 78, "cannot read config file"). A file named
+/// with --config must still exist.
+#[test]
+fn no_config_file_at_the_default_path_means_all_defaults() {
+    let default = Path::new("/etc/eniipd/eni.json");
+    if default.exists() {
+        eprintln!(
+            "SKIPPED: {} exists on this host (an installed eniipd?)",
+            default.display()
+        );
+        assert!(
+            std::env::var_os("ENIIPD_CI").is_none(),
+            "CI hosts have no /etc/eniipd/eni.json"
+        );
+        return;
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("min_pool_size=0") && out.contains("state_dir=/var/lib/eniipd"),
+        "{out}"
+    );
+    let dir = tempdir("cc-missing");
+    let o = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        .args(["--check-config", "--config"])
+        .arg(dir.join("eni.json"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    assert!(stderr(&o).contains("eni.json"), "{}", stderr(&o));
+}
