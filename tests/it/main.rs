@@ -19,6 +19,7 @@ mod config_prefix;
 mod daemon;
 mod daemon_keep_gc;
 mod daemon_peer;
+mod daemon_simulate;
 mod docs;
 mod frozen_disk;
 mod hygiene;
