@@ -1,6 +1,12 @@
-//! The CNI contract (spec 1.0.0 and 1.1.0) as types: the error object and
-//! its codes, the environment, the network configuration (raw JSON ->
-//! validated [`NetConf`], errors naming the key), and the result.
+//! The CNI contract (spec 0.4.0, 1.0.0 and 1.1.0) as types: the error
+//! object and its codes, the environment, the network configuration (raw
+//! JSON -> validated [`NetConf`], errors naming the key), and the result.
+//!
+//! Invariant: a caller gets its answer in the version it called with
+//! ([`CniResult::for_version`]): runtimes parse results with the library
+//! of their day (containerd 1.6/1.7's libcni reads up to 1.0.0), so
+//! answering a 1.0.0 call in 1.1.0 fails every pod. GC and STATUS exist
+//! only from 1.1.0.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -10,8 +16,13 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The spec versions this plugin speaks.
-pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0.0", "1.1.0"];
+/// The spec versions this plugin speaks, oldest first.
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
+
+/// True for the versions that have GC and STATUS.
+pub fn has_gc_and_status(version: &str) -> bool {
+    version == "1.1.0"
+}
 
 /// CNI error codes used here (spec section "Error").
 pub mod code {
@@ -265,10 +276,10 @@ impl NetConf {
                 ),
             ));
         }
-        if matches!(cmd, Command::Gc | Command::Status) && cni_version == "1.0.0" {
+        if matches!(cmd, Command::Gc | Command::Status) && !has_gc_and_status(&cni_version) {
             return Err(CniError::new(
                 code::INCOMPATIBLE_VERSION,
-                "GC and STATUS need cniVersion 1.1.0",
+                format!("GC and STATUS need cniVersion 1.1.0 (the config has {cni_version})"),
             ));
         }
         let name = match &raw.name {
@@ -367,6 +378,9 @@ pub struct Interface {
 /// An address of the result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct IpConfig {
+    /// `"4"` or `"6"`: spec 0.4.0 requires it, 1.0.0 removed it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub version: Option<String>,
     /// `a.b.c.d/32`
     pub address: String,
     /// The default gateway.
@@ -405,6 +419,19 @@ pub struct CniResult {
 }
 
 impl CniResult {
+    /// The result as a caller of `version` reads it: in 0.4.0 every
+    /// address says its IP version; from 1.0.0 none does. (The fields a
+    /// 1.1.0 result adds are not used here, so 1.0.0 and 1.1.0 differ only
+    /// in `cniVersion`.)
+    pub fn for_version(mut self, version: &str) -> CniResult {
+        let old = version.starts_with("0.");
+        for ip in &mut self.ips {
+            ip.version = old.then(|| if ip.address.contains(':') { "6" } else { "4" }.to_string());
+        }
+        self.cni_version = version.to_string();
+        self
+    }
+
     /// The first IPv4 address of a (previous) result, if it has one.
     pub fn ipv4_of(prev: &Value) -> Option<Ipv4Addr> {
         Self::first_of(prev)
@@ -465,7 +492,12 @@ mod tests {
             (r#"{"cniVersion":"1.0.0"}"#, "name", code::INVALID_CONFIG),
             (r#"{"name":"e"}"#, "cniVersion", code::INVALID_CONFIG),
             (
-                r#"{"cniVersion":"0.4.0","name":"e"}"#,
+                r#"{"cniVersion":"0.3.1","name":"e"}"#,
+                "cniVersion",
+                code::INCOMPATIBLE_VERSION,
+            ),
+            (
+                r#"{"cniVersion":"1.2.0","name":"e"}"#,
                 "cniVersion",
                 code::INCOMPATIBLE_VERSION,
             ),
@@ -483,9 +515,63 @@ mod tests {
         assert_eq!(e.code, code::DECODE);
         let e = NetConf::parse(br#"{"cniVersion":"1.1.0","name":"e"}"#, Command::Gc).unwrap_err();
         assert!(e.msg.contains("cni.dev/valid-attachments"), "{e}");
-        let e =
-            NetConf::parse(br#"{"cniVersion":"1.0.0","name":"e"}"#, Command::Status).unwrap_err();
-        assert_eq!(e.code, code::INCOMPATIBLE_VERSION);
+        for v in ["0.4.0", "1.0.0"] {
+            for cmd in [Command::Status, Command::Gc] {
+                let json =
+                    format!(r#"{{"cniVersion":"{v}","name":"e","cni.dev/valid-attachments":[]}}"#);
+                let e = NetConf::parse(json.as_bytes(), cmd).unwrap_err();
+                assert_eq!(e.code, code::INCOMPATIBLE_VERSION, "{v} {cmd:?}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_spoken_version_parses_with_cni_versions_alongside() {
+        for v in SUPPORTED_VERSIONS {
+            for cmd in [Command::Add, Command::Del, Command::Check] {
+                let json = format!(
+                    r#"{{"cniVersion":"{v}","cniVersions":["0.4.0","1.0.0","1.1.0"],"name":"e"}}"#
+                );
+                let c = NetConf::parse(json.as_bytes(), cmd).unwrap();
+                assert_eq!(c.cni_version, v);
+            }
+        }
+    }
+
+    fn result() -> CniResult {
+        let ip = |a: &str| IpConfig {
+            version: None,
+            address: a.into(),
+            gateway: None,
+            interface: Some(1),
+        };
+        CniResult {
+            cni_version: String::new(),
+            interfaces: vec![],
+            ips: vec![ip("192.168.0.7/32"), ip("2408:4005:3ff:5100::5/128")],
+            routes: vec![],
+            dns: Value::Null,
+        }
+    }
+
+    #[test]
+    fn results_are_rendered_in_the_callers_version() {
+        let r: Value = serde_json::to_value(result().for_version("0.4.0")).unwrap();
+        assert_eq!(r["cniVersion"], "0.4.0");
+        assert_eq!(r["ips"][0]["version"], "4");
+        assert_eq!(r["ips"][1]["version"], "6");
+        for v in ["1.0.0", "1.1.0"] {
+            let r: Value = serde_json::to_value(result().for_version(v)).unwrap();
+            assert_eq!(r["cniVersion"], v);
+            assert!(r["ips"][0].get("version").is_none(), "{r}");
+        }
+        // A 0.4.0 prevResult gives its addresses like a 1.0.0 one.
+        let prev = serde_json::to_value(result().for_version("0.4.0")).unwrap();
+        assert_eq!(
+            CniResult::ipv4_of(&prev),
+            Some(Ipv4Addr::new(192, 168, 0, 7))
+        );
+        assert!(CniResult::ipv6_of(&prev).is_some());
     }
 
     #[test]
