@@ -1,6 +1,9 @@
-//! eniip-cni under a real runtime: Debian's podman (CNI backend) with runc,
-//! the reference plugins chained after it (portmap, tuning, bandwidth) and
-//! an image imported from busybox-static.
+//! eniip-cni under a real runtime: Debian's podman (CNI backend) with runc
+//! on the shipped `cni/eniip.conflist`, unchanged (eniip-cni, then Debian's
+//! portmap and bandwidth), and an image imported from busybox-static. The
+//! conflist's socket path `/run/eniipd/eniipd.sock` is the test's eniipd
+//! inside a mount namespace every podman command enters
+//! ([`cnienv::MountHolder`]).
 //!
 //! podman runs with its network namespace set to the test's node namespace
 //! (`nsenter --net`, which, unlike `ip netns exec`, keeps /sys and the
@@ -41,22 +44,38 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 struct Podman {
     dir: PathBuf,
     node: String,
+    /// The network's name (the shipped conflist's `eniip`, or the test's).
+    net: String,
+    /// `nsenter` arguments entering the mount namespace where the shipped
+    /// conflist's socket path is the test's eniipd (empty: none needed).
+    enter: Vec<String>,
+    holder: Option<std::sync::Arc<cnienv::MountHolder>>,
 }
 
 impl Podman {
+    /// podman on the shipped `cni/eniip.conflist`, installed unchanged the
+    /// way README says, its socket path made the test's eniipd
+    /// ([`cnienv::MountHolder`]).
     fn new(w: &World) -> Podman {
-        Podman::with_plugins(
-            w,
-            json!([
-                {"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500},
-                {"type": "portmap", "capabilities": {"portMappings": true}},
-                {"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.rp_filter": "1"}},
-                {"type": "bandwidth", "capabilities": {"bandwidth": true}}
-            ]),
-        )
+        let mut p = Podman::with_plugins(w, None);
+        let conflist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cni/eniip.conflist");
+        sh(&[
+            "install",
+            "-m",
+            "0644",
+            &conflist.display().to_string(),
+            &p.dir.join("net/10-eniip.conflist").display().to_string(),
+        ]);
+        let holder = cnienv::MountHolder::new(&w.socket());
+        p.enter = holder.enter();
+        p.holder = Some(std::sync::Arc::new(holder));
+        p.net = "eniip".into();
+        p
     }
 
-    fn with_plugins(w: &World, plugins: Value) -> Podman {
+    /// podman on a conflist of the test's own (`plugins`; none: no
+    /// conflist is written).
+    fn with_plugins(w: &World, plugins: Option<Value>) -> Podman {
         let dir = common::tempdir("podman");
         for d in [
             "root",
@@ -88,16 +107,18 @@ cni_plugin_dirs = ["{d}/plugins"]
             d = dir.display()
         );
         std::fs::write(dir.join("containers.conf"), conf).unwrap();
-        let conflist = json!({
-            "cniVersion": "1.0.0",
-            "name": w.network,
-            "plugins": plugins,
-        });
-        std::fs::write(
-            dir.join("net").join(format!("{}.conflist", w.network)),
-            serde_json::to_vec_pretty(&conflist).unwrap(),
-        )
-        .unwrap();
+        if let Some(plugins) = plugins {
+            let conflist = json!({
+                "cniVersion": "1.0.0",
+                "name": w.network,
+                "plugins": plugins,
+            });
+            std::fs::write(
+                dir.join("net").join(format!("{}.conflist", w.network)),
+                serde_json::to_vec_pretty(&conflist).unwrap(),
+            )
+            .unwrap();
+        }
         // The image: busybox-static and its applets.
         let rootfs = dir.join("rootfs");
         std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
@@ -116,6 +137,9 @@ cni_plugin_dirs = ["{d}/plugins"]
         let p = Podman {
             dir,
             node: w.node.name.clone(),
+            net: w.network.clone(),
+            enter: Vec::new(),
+            holder: None,
         };
         let out = p.run(&[
             "import",
@@ -132,6 +156,7 @@ cni_plugin_dirs = ["{d}/plugins"]
 
     fn run(&self, args: &[&str]) -> Output {
         Command::new("nsenter")
+            .args(&self.enter)
             .arg(format!("--net=/run/netns/{}", self.node))
             .arg("podman")
             .arg("--root")
@@ -259,7 +284,7 @@ fn podman_containers_get_their_address_from_eniipd() {
         "host",
     ]);
     let pm = Podman::new(&w);
-    let net = w.network.clone();
+    let net = pm.net.clone();
 
     // One container with a published port.
     pm.ok(&[
@@ -328,10 +353,17 @@ fn podman_containers_get_their_address_from_eniipd() {
         .iter()
         .map(|n| {
             let (n, dir, node, net) = (n.clone(), pm.dir.clone(), pm.node.clone(), net.clone());
+            let (enter, holder) = (pm.enter.clone(), pm.holder.clone());
             std::thread::Builder::new()
                 .name(format!("podman-{n}"))
                 .spawn(move || {
-                    let p = Podman { dir, node };
+                    let mut p = Podman {
+                        dir,
+                        node,
+                        net: net.clone(),
+                        enter,
+                        holder,
+                    };
                     let out = p.run(&[
                         "run",
                         "-d",
@@ -343,7 +375,10 @@ fn podman_containers_get_their_address_from_eniipd() {
                         "sleep",
                         "600",
                     ]);
-                    std::mem::forget(p); // the shared folder is the test's
+                    // The shared folder and the mount holder are the
+                    // test's: give the holder back, skip the clean-up.
+                    drop(p.holder.take());
+                    std::mem::forget(p);
                     out
                 })
                 .unwrap()
@@ -402,7 +437,7 @@ fn podman_containers_get_ipv6_in_dual_stack() {
     let w = World::start_dual("ecs.g7.large", json!({}));
     let pm = Podman::with_plugins(
         &w,
-        json!([{"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500}]),
+        Some(json!([{"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500}])),
     );
     let net = w.network.clone();
     pm.ok(&[

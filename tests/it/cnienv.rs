@@ -803,3 +803,48 @@ pub fn plugin_conf(list: &Value, plugin: &Value, prev: &Value) -> Value {
     }
     c
 }
+
+/// A process that holds one private mount namespace with
+/// [`ShippedSocket`]'s folder on `/run/eniipd`, for runtimes made of many
+/// short commands (podman): each enters it (`nsenter -t PID -m`), so the
+/// network namespaces one command mounts are there for the next. Killed
+/// (by its pid) on drop, which ends the namespace.
+pub struct MountHolder {
+    child: std::process::Child,
+    _ship: ShippedSocket,
+}
+
+impl MountHolder {
+    pub fn new(socket: &Path) -> MountHolder {
+        let ship = ShippedSocket::new(socket);
+        let argv = ship.wrap();
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            // Bounded: a test lasts minutes at most.
+            .args(["busybox", "sleep", "1800"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let h = MountHolder { child, _ship: ship };
+        let mountinfo = format!("/proc/{}/mountinfo", h.child.id());
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                std::fs::read_to_string(&mountinfo).is_ok_and(|m| m.contains(" /run/eniipd "))
+            }),
+            "the mount holder did not mount /run/eniipd"
+        );
+        h
+    }
+
+    /// `nsenter` arguments that enter its mount namespace.
+    pub fn enter(&self) -> Vec<String> {
+        vec!["-t".into(), self.child.id().to_string(), "-m".into()]
+    }
+}
+
+impl Drop for MountHolder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
