@@ -18,7 +18,11 @@ use crate::cloud::sign::SignatureVersion;
 use crate::util::Secret;
 
 mod effective;
+mod keys;
 mod validate;
+
+pub use keys::KNOWN_KEYS;
+use keys::{near_miss, TERWAY_IGNORED_KEYS};
 
 /// Default config file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/eniipd/eni.json";
@@ -28,36 +32,6 @@ pub const DEFAULT_SOCKET_PATH: &str = "/run/eniipd/eniipd.sock";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/eniipd";
 /// Default metadata endpoint.
 pub const DEFAULT_METADATA_ENDPOINT: &str = "http://100.100.100.200";
-
-/// Terway keys that eniipd accepts but does not use (one warning names them).
-const TERWAY_IGNORED_KEYS: &[&str] = &[
-    "version",
-    "credential_path",
-    "service_cidr",
-    "prefix",
-    "enable_eip_pool",
-    "allow_eip_rob",
-    "enable_eni_trunking",
-    "wait_trunk_eni",
-    "custom_stateful_workload_kinds",
-    "ipam_type",
-    "eni_cap_policy",
-    "backoff_override",
-    "extra_routes",
-    "disable_device_plugin",
-    "disable_security_group_check",
-    "kube_client_qps",
-    "kube_client_burst",
-    "resource_group_id",
-    "enable_erdma",
-    "ip_pool_sync_period",
-    "idle_ip_reclaim_after",
-    "idle_ip_reclaim_interval",
-    "idle_ip_reclaim_batch_size",
-    "idle_ip_reclaim_jitter_factor",
-    "rate_limit",
-    "trunk_eni_tags",
-];
 
 /// What a typed key's value must be, for errors.
 fn expected_shape(key: &str) -> &'static str {
@@ -364,7 +338,44 @@ impl RawConfig {
             ));
         }
         for k in unknown {
-            w.push(format!("unknown config key `{k}` is ignored"));
+            match near_miss(k) {
+                Some(known) => w.push(format!(
+                    "unknown config key `{k}` is ignored: did you mean `{known}`? (`{known}` keeps its default)"
+                )),
+                None => w.push(format!("unknown config key `{k}` is ignored")),
+            }
+        }
+        w
+    }
+
+    /// Unknown keys that are near misses of known ones, with the key each
+    /// resembles: errors for `--check-config` (a typo would silently fall
+    /// back to the default).
+    pub fn near_misses(&self) -> Vec<(String, &'static str)> {
+        self.other
+            .keys()
+            .filter_map(|k| near_miss(k).map(|known| (k.clone(), known)))
+            .collect()
+    }
+}
+
+impl Config {
+    /// What the daemon would warn about at start that needs no cloud:
+    /// pool bounds that contradict each other (the capacity clamps, which
+    /// need the instance type, come at start).
+    pub fn local_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.min_eni == 0 && self.min_pool_size > self.max_pool_size {
+            w.push(format!(
+                "min_pool_size {} exceeds max_pool_size {}: max_pool_size will be raised to {}",
+                self.min_pool_size, self.max_pool_size, self.min_pool_size
+            ));
+        }
+        if self.max_eni != 0 && self.min_eni > self.max_eni {
+            w.push(format!(
+                "min_eni {} exceeds max_eni {}: at most {} ENIs will be used, min_eni cannot be met",
+                self.min_eni, self.max_eni, self.max_eni
+            ));
         }
         w
     }
