@@ -15,6 +15,8 @@
 
 // `pub` here means "for the tests", not an API (as in cnienv).
 #![allow(unreachable_pub, missing_debug_implementations)]
+// The benchmark uses part of it.
+#![allow(dead_code)]
 
 use crate::cnienv::{self, ShippedSocket, World};
 
