@@ -23,6 +23,8 @@ mod cnienv;
 mod common;
 #[path = "../tests/it/cri.rs"]
 mod cri;
+#[path = "../tests/it/shipped.rs"]
+mod shipped;
 
 use std::fs::File;
 use std::io::Write;

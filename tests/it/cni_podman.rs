@@ -3,7 +3,7 @@
 //! portmap and bandwidth), and an image imported from busybox-static. The
 //! conflist's socket path `/run/eniipd/eniipd.sock` is the test's eniipd
 //! inside a mount namespace every podman command enters
-//! ([`cnienv::MountHolder`]).
+//! ([`crate::shipped::MountHolder`]).
 //!
 //! podman runs with its network namespace set to the test's node namespace
 //! (`nsenter --net`, which, unlike `ip netns exec`, keeps /sys and the
@@ -49,13 +49,13 @@ struct Podman {
     /// `nsenter` arguments entering the mount namespace where the shipped
     /// conflist's socket path is the test's eniipd (empty: none needed).
     enter: Vec<String>,
-    holder: Option<std::sync::Arc<cnienv::MountHolder>>,
+    holder: Option<std::sync::Arc<crate::shipped::MountHolder>>,
 }
 
 impl Podman {
     /// podman on the shipped `cni/eniip.conflist`, installed unchanged the
     /// way README says, its socket path made the test's eniipd
-    /// ([`cnienv::MountHolder`]).
+    /// ([`crate::shipped::MountHolder`]).
     fn new(w: &World) -> Podman {
         let mut p = Podman::with_plugins(w, None);
         let conflist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cni/eniip.conflist");
@@ -66,7 +66,7 @@ impl Podman {
             &conflist.display().to_string(),
             &p.dir.join("net/10-eniip.conflist").display().to_string(),
         ]);
-        let holder = cnienv::MountHolder::new(&w.socket());
+        let holder = crate::shipped::MountHolder::new(&w.socket());
         p.enter = holder.enter();
         p.holder = Some(std::sync::Arc::new(holder));
         p.net = "eniip".into();
@@ -347,12 +347,17 @@ fn podman_containers_get_their_address_from_eniipd() {
     assert!(on_eni.contains(&ip), "{on_eni:?}");
     assert_eq!(w.daemon().ask("audit").last().unwrap(), "OK consistent");
 
-    // 20 at once.
+    twenty_at_once(&w, &pm, &net);
+}
+
+/// 20 containers started at once get distinct addresses across 2+ ENIs;
+/// one on each ENI reaches the gateway through it; `rm` gives all back.
+fn twenty_at_once(w: &World, pm: &Podman, net: &str) {
     let names: Vec<String> = (0..20).map(|i| format!("burst{i}")).collect();
     let handles: Vec<_> = names
         .iter()
         .map(|n| {
-            let (n, dir, node, net) = (n.clone(), pm.dir.clone(), pm.node.clone(), net.clone());
+            let (n, dir, node, net) = (n.clone(), pm.dir.clone(), pm.node.clone(), net.to_string());
             let (enter, holder) = (pm.enter.clone(), pm.holder.clone());
             std::thread::Builder::new()
                 .name(format!("podman-{n}"))
@@ -392,10 +397,10 @@ fn podman_containers_get_their_address_from_eniipd() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let ips: Vec<String> = names.iter().map(|n| pm.address(n, &net).1).collect();
+    let ips: Vec<String> = names.iter().map(|n| pm.address(n, net).1).collect();
     let distinct: BTreeSet<&String> = ips.iter().collect();
     assert_eq!(distinct.len(), 20, "{ips:?}");
-    let p = pool(&w);
+    let p = pool(w);
     let mut by_eni: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for (ip, n) in ips.iter().zip(&names) {
         let (state, _, eni) = p.get(ip).cloned().unwrap_or_default();
@@ -410,7 +415,7 @@ fn podman_containers_get_their_address_from_eniipd() {
         assert!(out.status.success(), "{n} {ip} on {eni}");
     }
     pm.ok(&["rm", "-af", "-t", "0"]);
-    let left: Vec<_> = pool(&w)
+    let left: Vec<_> = pool(w)
         .into_iter()
         .filter(|(_, (s, _, _))| s == "inuse")
         .collect();

@@ -12,7 +12,8 @@ use crate::cnienv;
 
 use std::time::Duration;
 
-use cnienv::{can_run, eventually, Ctr, ShippedSocket, World, GATEWAY};
+use crate::shipped::{self, ShippedSocket};
+use cnienv::{can_run, eventually, Ctr, World, GATEWAY};
 use serde_json::{json, Value};
 
 const LARGE: &str = "ecs.g7.large";
@@ -46,14 +47,14 @@ fn the_shipped_conflist_runs_unchanged_with_debians_plugins() {
     }
     let w = World::start(LARGE, json!({}));
     let ship = ShippedSocket::new(&w.socket());
-    let list = cnienv::shipped_conflist("eniip.conflist");
+    let list = shipped::shipped_conflist("eniip.conflist");
     let plugins = list["plugins"].as_array().expect("plugins").clone();
     let mut c = Ctr::new(&w, 0);
     c.args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1".into();
     let ctr = || Some((c.id.as_str(), c.ns.path(), c.args.as_str()));
     let run = |cmd: &str, p: &Value, prev: &Value| {
-        let bin = cnienv::plugin_bin(p["type"].as_str().expect("type"));
-        let conf = cnienv::plugin_conf(&list, p, prev);
+        let bin = shipped::plugin_bin(p["type"].as_str().expect("type"));
+        let conf = shipped::plugin_conf(&list, p, prev);
         let out = cnienv::run_bin_under(&ship.wrap(), &w.node.name, &bin, cmd, ctr(), &conf);
         assert!(out.ok, "{cmd} {bin} ({}): {out:?}", list["cniVersion"]);
         out
@@ -147,14 +148,14 @@ fn the_1_1_conflist_gives_status_and_gc() {
     }
     let w = World::start(LARGE, json!({}));
     let ship = ShippedSocket::new(&w.socket());
-    let list = cnienv::shipped_conflist("eniip-1.1.conflist");
+    let list = shipped::shipped_conflist("eniip-1.1.conflist");
     assert_eq!(list["cniVersion"], "1.1.0");
     let ours = list["plugins"]
         .as_array()
         .and_then(|p| p.iter().find(|p| p["type"] == "eniip-cni"))
         .expect("an eniip-cni entry")
         .clone();
-    let conf = cnienv::plugin_conf(&list, &ours, &Value::Null);
+    let conf = shipped::plugin_conf(&list, &ours, &Value::Null);
     let run = |cmd: &str, ctr: Option<&Ctr>, conf: &Value| {
         let ctr = ctr.map(|c| (c.id.as_str(), c.ns.path(), ""));
         cnienv::run_bin_under(&ship.wrap(), &w.node.name, cnienv::plugin(), cmd, ctr, conf)

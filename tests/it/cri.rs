@@ -6,7 +6,7 @@
 //! containerd runs in the test's node namespace (`nsenter --net`, keeping
 //! /sys and the cgroup tree runc needs) and in a private mount namespace
 //! where the test's eniipd socket is on `/run/eniipd`
-//! ([`cnienv::ShippedSocket`]), so the shipped conflist is installed
+//! ([`ShippedSocket`]), so the shipped conflist is installed
 //! byte for byte. Its CNI bin dir holds eniip-cni and Debian's reference
 //! plugins, its conf dir the shipped conflist; its sandbox image is built
 //! offline from busybox-static and imported with `ctr images import`, so
@@ -18,7 +18,8 @@
 // The benchmark uses part of it.
 #![allow(dead_code)]
 
-use crate::cnienv::{self, ShippedSocket, World};
+use crate::cnienv::{self, World};
+use crate::shipped::ShippedSocket;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
