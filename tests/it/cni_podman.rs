@@ -87,8 +87,13 @@ impl Podman {
         ] {
             std::fs::create_dir_all(dir.join(d)).unwrap();
         }
+        // An eniip-cni someone installed in /usr/lib/cni (as README says)
+        // is not the one under test.
         for e in std::fs::read_dir("/usr/lib/cni").unwrap().flatten() {
-            std::os::unix::fs::symlink(e.path(), dir.join("plugins").join(e.file_name())).unwrap();
+            if e.file_name() != "eniip-cni" {
+                std::os::unix::fs::symlink(e.path(), dir.join("plugins").join(e.file_name()))
+                    .unwrap();
+            }
         }
         std::os::unix::fs::symlink(cnienv::plugin(), dir.join("plugins/eniip-cni")).unwrap();
         let conf = format!(

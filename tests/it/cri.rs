@@ -175,8 +175,12 @@ impl Containerd {
             &cnienv::s(&conflist),
             &cnienv::s(&netd.join("10-eniip.conflist")),
         ]);
+        // The reference plugins beside it; an eniip-cni someone installed
+        // in /usr/lib/cni (as README says) is not the one under test.
         for p in std::fs::read_dir("/usr/lib/cni").unwrap().flatten() {
-            std::os::unix::fs::symlink(p.path(), bin.join(p.file_name())).unwrap();
+            if p.file_name() != "eniip-cni" {
+                std::os::unix::fs::symlink(p.path(), bin.join(p.file_name())).unwrap();
+            }
         }
         let cfg = dir.join("config.toml");
         write(&cfg, &config(&dir));
