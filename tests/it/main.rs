@@ -16,6 +16,7 @@ mod cni_netns;
 mod cni_podman;
 mod config_prefix;
 mod daemon;
+mod daemon_conflist;
 mod daemon_keep_gc;
 mod docs;
 mod frozen_disk;
