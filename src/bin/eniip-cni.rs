@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use eniipd::cni::spec::{code, CniError, Command, Env};
 
 const HELP: &str = "\
-eniip-cni - CNI plugin (spec 1.0.0, 1.1.0): container addresses from eniipd
+eniip-cni - CNI plugin (spec 0.4.0, 1.0.0, 1.1.0): container addresses from eniipd
 
 Usage: a container runtime runs it with CNI_COMMAND (ADD, DEL, CHECK, GC,
 STATUS, VERSION) and the other CNI_* variables set, and the network

@@ -38,7 +38,10 @@ pub struct Client {
 fn unreachable(socket: &Path, e: impl std::fmt::Display) -> CniError {
     CniError::new(
         code::TRY_AGAIN,
-        format!("eniipd is not reachable at {}", socket.display()),
+        format!(
+            "eniipd is down: it is not reachable at {}",
+            socket.display()
+        ),
     )
     .details(e.to_string())
 }
@@ -104,7 +107,7 @@ fn daemon_error(request: &str, line: &str) -> CniError {
         "busy" | "shutting-down" | "timeout" | "cloud" => code::TRY_AGAIN,
         _ => code::DAEMON,
     };
-    CniError::new(cni, format!("eniipd refused {}: {err_code}", verb(request))).details(rest)
+    CniError::new(cni, super::wording::explain(verb(request), err_code, rest)).details(rest)
 }
 
 /// The value of `key=` in an `OK` text.

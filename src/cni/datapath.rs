@@ -22,9 +22,18 @@
 //! gateway, onlink, and the rule `from <pod>/128 iif <host end> lookup
 //! <table>`; IPv6 on the links involved, and forwarding.
 //!
+//! Local pods: the rule `to <pod> lookup main` (IPv4 and IPv6, priority
+//! [`TO_POD_PRIORITY`], ahead of the per-ENI `from` rules) sends traffic
+//! to a pod of this node over its veth, so two pods on different ENIs
+//! reach each other on the node instead of through the VPC (Terway's
+//! `toContainerPriority`).
+//!
 //! Invariant: everything one attachment adds is found again from its host
-//! end's name (the rule carries it as `iif`), so DEL and GC never remove a
-//! rule that belongs to another sandbox, even one holding the same address.
+//! end's name (the `from` rule carries it as `iif`), so DEL and GC never
+//! remove a rule that belongs to another sandbox, even one holding the same
+//! address. A `to` rule cannot name a host end (traffic to a pod comes from
+//! anywhere), so it is one per address, and is removed only when no `from`
+//! rule of ours routes that address any more.
 
 use std::fmt;
 use std::fs::File;
@@ -43,6 +52,8 @@ use super::spec::{POD_GATEWAY, POD_GATEWAY6};
 pub const HOST_PREFIX: &str = "enip";
 /// Priority of the per-pod policy rules.
 pub const RULE_PRIORITY: u32 = 2048;
+/// Priority of the `to <pod> lookup main` rules: ahead of [`RULE_PRIORITY`].
+pub const TO_POD_PRIORITY: u32 = 512;
 /// Per-ENI routing tables are `TABLE_BASE + ifindex`.
 pub const TABLE_BASE: u32 = 1000;
 /// Poll period while waiting for an ENI link.
@@ -293,6 +304,9 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
         .ctx(|| format!("route {}/32 dev {}", a.ip, a.host_veth))?;
     host.add_rule(&pod_rule(v4(a.ip), a.host_veth, table))
         .ctx(|| format!("rule from {} lookup {table}", a.ip))?;
+    // After the `from` rule: a rollback finds this one through it.
+    host.add_rule(&to_pod_rule(v4(a.ip)))
+        .ctx(|| format!("rule to {} lookup main", a.ip))?;
     if let Some(p) = a.v6 {
         host.replace_neigh(hv.index, v6(p.ip), &cl.mac)
             .ctx(|| format!("neighbour {} on {}", p.ip, a.host_veth))?;
@@ -300,6 +314,8 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
             .ctx(|| format!("route {}/128 dev {}", p.ip, a.host_veth))?;
         host.add_rule(&pod_rule(v6(p.ip), a.host_veth, table))
             .ctx(|| format!("rule from {} lookup {table}", p.ip))?;
+        host.add_rule(&to_pod_rule(v6(p.ip)))
+            .ctx(|| format!("rule to {} lookup main", p.ip))?;
     }
     Ok(Attached {
         host_mac: format_mac(&hv.mac),
@@ -307,15 +323,38 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     })
 }
 
+fn host_prefix(ip: IpAddr) -> (IpAddr, u8) {
+    (ip, if ip.is_ipv4() { 32 } else { 128 })
+}
+
 fn pod_rule(ip: IpAddr, host_veth: &str, table: u32) -> Rule {
-    let family = Family::of(&ip);
     Rule {
-        family,
+        family: Family::of(&ip),
         priority: RULE_PRIORITY,
-        src: Some((ip, if family == Family::V4 { 32 } else { 128 })),
+        src: Some(host_prefix(ip)),
+        dst: None,
         iif: Some(host_veth.to_string()),
         table,
     }
+}
+
+/// `to <pod> lookup main` (see the module doc).
+fn to_pod_rule(ip: IpAddr) -> Rule {
+    Rule {
+        family: Family::of(&ip),
+        priority: TO_POD_PRIORITY,
+        src: None,
+        dst: Some(host_prefix(ip)),
+        iif: None,
+        table: MAIN_TABLE,
+    }
+}
+
+/// True for a `from` rule of one of our host ends routing `ip`.
+fn routes_pod(r: &Rule, ip: IpAddr) -> bool {
+    r.priority == RULE_PRIORITY
+        && r.src == Some(host_prefix(ip))
+        && r.iif.as_deref().is_some_and(|i| i.starts_with(HOST_PREFIX))
 }
 
 /// Removes one attachment's host end (its peer, routes and neighbour
@@ -323,7 +362,24 @@ fn pod_rule(ip: IpAddr, host_veth: &str, table: u32) -> Rule {
 /// gone is fine.
 pub fn teardown(host_veth: &str) -> Result<(), DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
+    // The pod's addresses, from the host end's routes (read before the
+    // link goes, taking them along) and from its rules: either may be all
+    // that is left of a half-built or hand-edited attachment.
+    let mut pods: Vec<IpAddr> = Vec::new();
     if let Some(l) = host.link_by_name(host_veth).ctx(|| "list links".into())? {
+        for family in [Family::V4, Family::V6] {
+            let routes = match host.routes(family, MAIN_TABLE) {
+                Err(e) if family == Family::V6 && no_family(&e) => continue,
+                r => r.ctx(|| "list routes".into())?,
+            };
+            let full = if family == Family::V4 { 32 } else { 128 };
+            pods.extend(
+                routes
+                    .iter()
+                    .filter(|r| r.oif == Some(l.index) && r.dst.1 == full)
+                    .map(|r| r.dst.0),
+            );
+        }
         match host.del_link(l.index) {
             Err(e) if super::netlink::is_missing(&e) => {}
             r => r.ctx(|| format!("delete {host_veth}"))?,
@@ -335,10 +391,21 @@ pub fn teardown(host_veth: &str) -> Result<(), DatapathError> {
             Err(e) if family == Family::V6 && no_family(&e) => continue,
             r => r.ctx(|| "list rules".into())?,
         };
-        for r in rules {
-            if r.iif.as_deref() == Some(host_veth) {
-                host.del_rule(&r)
-                    .ctx(|| format!("delete rule of {host_veth}"))?;
+        let (mine, others): (Vec<Rule>, Vec<Rule>) = rules
+            .into_iter()
+            .partition(|r| r.iif.as_deref() == Some(host_veth));
+        for r in &mine {
+            host.del_rule(r)
+                .ctx(|| format!("delete rule of {host_veth}"))?;
+        }
+        pods.extend(mine.iter().filter_map(|r| r.src.map(|(ip, _)| ip)));
+        // Its addresses' `to` rules, unless another host end of ours still
+        // routes the address (a pod's new sandbox, when this is a late DEL
+        // of the old one).
+        for ip in pods.iter().filter(|ip| Family::of(ip) == family) {
+            if !others.iter().any(|r| routes_pod(r, *ip)) {
+                host.del_rule(&to_pod_rule(*ip))
+                    .ctx(|| format!("delete rule to {ip}"))?;
             }
         }
     }
@@ -437,14 +504,17 @@ pub fn check(e: &Expect) -> Result<(), DatapathError> {
             )));
         }
         let want = pod_rule(w.pod, e.host_veth, table);
-        if !host
-            .rules(family)
-            .ctx(|| "list rules".into())?
-            .contains(&want)
-        {
+        let rules = host.rules(family).ctx(|| "list rules".into())?;
+        if !rules.contains(&want) {
             return Err(fail(format!(
                 "rule from {}/{} iif {} lookup {table} is missing",
                 w.pod, w.prefix, e.host_veth
+            )));
+        }
+        if !rules.contains(&to_pod_rule(w.pod)) {
+            return Err(fail(format!(
+                "rule to {}/{} lookup main (pod to pod on the node) is missing",
+                w.pod, w.prefix
             )));
         }
         let t = host.routes(family, table).ctx(|| "list routes".into())?;

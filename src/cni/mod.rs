@@ -1,4 +1,4 @@
-//! eniip-cni, the CNI plugin (spec 1.0.0 and 1.1.0): gets a container's
+//! eniip-cni, the CNI plugin (spec 0.4.0, 1.0.0 and 1.1.0): gets a container's
 //! address from eniipd over its socket and builds the container's network
 //! ([`datapath`]) over netlink, synchronously. In dual stack the IPv6 half
 //! needs the vswitch's IPv6 gateway, which eniipd's `eni` verb gives (the
@@ -20,6 +20,7 @@ pub mod datapath;
 pub mod netlink;
 pub mod netns;
 pub mod spec;
+pub mod wording;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -191,6 +192,7 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         }
     };
     let mut ips = vec![IpConfig {
+        version: None,
         address: format!("{}/32", alloc.ip),
         gateway: Some(POD_GATEWAY.to_string()),
         interface: Some(1),
@@ -201,6 +203,7 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
     }];
     if let Some(ip6) = alloc.ipv6 {
         ips.push(IpConfig {
+            version: None,
             address: format!("{ip6}/128"),
             gateway: Some(POD_GATEWAY6.to_string()),
             interface: Some(1),
@@ -210,6 +213,9 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             gw: Some(POD_GATEWAY6.to_string()),
         });
     }
+    // `interface` 1 is CNI_IFNAME in the sandbox: containerd's go-cni
+    // finds the pod's addresses through it ("failed to find network info
+    // for sandbox" otherwise).
     let result = CniResult {
         cni_version: conf.cni_version.clone(),
         interfaces: vec![
@@ -227,7 +233,8 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         ips,
         routes,
         dns: conf.dns.clone().unwrap_or_else(|| json!({})),
-    };
+    }
+    .for_version(&conf.cni_version);
     serde_json::to_string(&result)
         .map_err(|e| CniError::new(code::IO, format!("cannot render the result: {e}")))
 }
@@ -363,7 +370,11 @@ fn gc(conf: &NetConf) -> Result<(), CniError> {
 /// capacity).
 fn status(conf: &NetConf) -> Result<(), CniError> {
     let not_available = |e: CniError| {
-        CniError::new(code::NOT_AVAILABLE, "eniipd is not available").details(e.to_string())
+        CniError::new(
+            code::NOT_AVAILABLE,
+            format!("eniipd is not available: {}", e.msg),
+        )
+        .details(e.to_string())
     };
     let mut c = Client::connect(&conf.socket).map_err(not_available)?;
     let r = c.ask("status").map_err(not_available)?;
@@ -372,9 +383,12 @@ fn status(conf: &NetConf) -> Result<(), CniError> {
         (n("idle"), n("pending"), n("ips"), n("capacity"))
     {
         if idle == 0 && pending == 0 && ips >= capacity {
+            let enis = n("enis").unwrap_or(0);
             return Err(CniError::new(
                 code::LIMITED,
-                "no address can be had: eniipd's pool is at capacity with none idle",
+                format!(
+                    "no address can be had: the instance's ENI quota is reached and every ENI                      is full ({ips} of {capacity} addresses on {enis} ENIs in use, none idle)"
+                ),
             )
             .details(r.text.clone()));
         }
@@ -514,7 +528,9 @@ mod tests {
     fn version_answers_in_the_callers_version() {
         let v: Value = serde_json::from_str(&version(br#"{"cniVersion":"1.0.0"}"#)).unwrap();
         assert_eq!(v["cniVersion"], "1.0.0");
-        assert_eq!(v["supportedVersions"], json!(["1.0.0", "1.1.0"]));
+        assert_eq!(v["supportedVersions"], json!(["0.4.0", "1.0.0", "1.1.0"]));
+        let v: Value = serde_json::from_str(&version(br#"{"cniVersion":"0.4.0"}"#)).unwrap();
+        assert_eq!(v["cniVersion"], "0.4.0");
         let v: Value = serde_json::from_str(&version(b"")).unwrap();
         assert_eq!(v["cniVersion"], "1.1.0");
     }

@@ -113,6 +113,8 @@ pub struct Rule {
     pub priority: u32,
     /// `from` prefix.
     pub src: Option<(IpAddr, u8)>,
+    /// `to` prefix.
+    pub dst: Option<(IpAddr, u8)>,
     /// `iif` name.
     pub iif: Option<String>,
     /// Table looked up.
@@ -438,8 +440,8 @@ impl Netlink {
         }
     }
 
-    /// Adds `from src iif IIF lookup TABLE` at `priority` (already there is
-    /// fine).
+    /// Adds `[from src] [to dst] [iif IIF] lookup TABLE` at `priority`
+    /// (already there is fine: one rule, never a duplicate).
     pub fn add_rule(&mut self, rule: &Rule) -> io::Result<()> {
         match self.request(
             RouteNetlinkMessage::NewRule(rule_msg(rule)),
@@ -556,6 +558,10 @@ fn rule_msg(rule: &Rule) -> RuleMessage {
         msg.header.src_len = len;
         msg.attributes.push(RuleAttribute::Source(src));
     }
+    if let Some((dst, len)) = rule.dst {
+        msg.header.dst_len = len;
+        msg.attributes.push(RuleAttribute::Destination(dst));
+    }
     if let Some(iif) = &rule.iif {
         msg.attributes.push(RuleAttribute::Iifname(iif.clone()));
     }
@@ -569,6 +575,7 @@ fn rule_of(r: &RuleMessage, family: Family) -> Rule {
         family,
         priority: 0,
         src: None,
+        dst: None,
         iif: None,
         table: u32::from(r.header.table),
     };
@@ -576,6 +583,7 @@ fn rule_of(r: &RuleMessage, family: Family) -> Rule {
         match a {
             RuleAttribute::Priority(p) => rule.priority = *p,
             RuleAttribute::Source(s) => rule.src = Some((*s, r.header.src_len)),
+            RuleAttribute::Destination(d) => rule.dst = Some((*d, r.header.dst_len)),
             RuleAttribute::Iifname(n) => rule.iif = Some(n.clone()),
             RuleAttribute::Table(t) => rule.table = *t,
             _ => {}

@@ -1,6 +1,12 @@
-//! The CNI contract (spec 1.0.0 and 1.1.0) as types: the error object and
-//! its codes, the environment, the network configuration (raw JSON ->
-//! validated [`NetConf`], errors naming the key), and the result.
+//! The CNI contract (spec 0.4.0, 1.0.0 and 1.1.0) as types: the error
+//! object and its codes, the environment, the network configuration (raw
+//! JSON -> validated [`NetConf`], errors naming the key), and the result.
+//!
+//! Invariant: a caller gets its answer in the version it called with
+//! ([`CniResult::for_version`]): runtimes parse results with the library
+//! of their day (containerd 1.6/1.7's libcni reads up to 1.0.0), so
+//! answering a 1.0.0 call in 1.1.0 fails every pod. GC and STATUS exist
+//! only from 1.1.0.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -10,8 +16,13 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The spec versions this plugin speaks.
-pub const SUPPORTED_VERSIONS: [&str; 2] = ["1.0.0", "1.1.0"];
+/// The spec versions this plugin speaks, oldest first.
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
+
+/// True for the versions that have GC and STATUS.
+pub fn has_gc_and_status(version: &str) -> bool {
+    version == "1.1.0"
+}
 
 /// CNI error codes used here (spec section "Error").
 pub mod code {
@@ -265,10 +276,10 @@ impl NetConf {
                 ),
             ));
         }
-        if matches!(cmd, Command::Gc | Command::Status) && cni_version == "1.0.0" {
+        if matches!(cmd, Command::Gc | Command::Status) && !has_gc_and_status(&cni_version) {
             return Err(CniError::new(
                 code::INCOMPATIBLE_VERSION,
-                "GC and STATUS need cniVersion 1.1.0",
+                format!("GC and STATUS need cniVersion 1.1.0 (the config has {cni_version})"),
             ));
         }
         let name = match &raw.name {
@@ -367,6 +378,9 @@ pub struct Interface {
 /// An address of the result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct IpConfig {
+    /// `"4"` or `"6"`: spec 0.4.0 requires it, 1.0.0 removed it.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub version: Option<String>,
     /// `a.b.c.d/32`
     pub address: String,
     /// The default gateway.
@@ -405,6 +419,19 @@ pub struct CniResult {
 }
 
 impl CniResult {
+    /// The result as a caller of `version` reads it: in 0.4.0 every
+    /// address says its IP version; from 1.0.0 none does. (The fields a
+    /// 1.1.0 result adds are not used here, so 1.0.0 and 1.1.0 differ only
+    /// in `cniVersion`.)
+    pub fn for_version(mut self, version: &str) -> CniResult {
+        let old = version.starts_with("0.");
+        for ip in &mut self.ips {
+            ip.version = old.then(|| if ip.address.contains(':') { "6" } else { "4" }.to_string());
+        }
+        self.cni_version = version.to_string();
+        self
+    }
+
     /// The first IPv4 address of a (previous) result, if it has one.
     pub fn ipv4_of(prev: &Value) -> Option<Ipv4Addr> {
         Self::first_of(prev)
@@ -424,135 +451,5 @@ impl CniResult {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn conf(s: &str) -> Result<NetConf, CniError> {
-        NetConf::parse(s.as_bytes(), Command::Add)
-    }
-
-    #[test]
-    fn a_minimal_config_takes_the_defaults() {
-        let c = conf(r#"{"cniVersion":"1.0.0","name":"eni","type":"eniip-cni"}"#).unwrap();
-        assert_eq!(c.socket, PathBuf::from(DEFAULT_SOCKET));
-        assert_eq!(c.mtu, 1500);
-        assert_eq!(c.name, "eni");
-    }
-
-    #[test]
-    fn errors_name_the_key() {
-        for (json, key, code_) in [
-            (
-                r#"{"cniVersion":"1.0.0","name":"e","mtu":"x"}"#,
-                "mtu",
-                code::INVALID_CONFIG,
-            ),
-            (
-                r#"{"cniVersion":"1.0.0","name":"e","mtu":100}"#,
-                "mtu",
-                code::INVALID_CONFIG,
-            ),
-            (
-                r#"{"cniVersion":"1.0.0","name":"e","socket":"rel"}"#,
-                "socket",
-                code::INVALID_CONFIG,
-            ),
-            (
-                r#"{"cniVersion":"1.0.0","name":"a/b"}"#,
-                "name",
-                code::INVALID_CONFIG,
-            ),
-            (r#"{"cniVersion":"1.0.0"}"#, "name", code::INVALID_CONFIG),
-            (r#"{"name":"e"}"#, "cniVersion", code::INVALID_CONFIG),
-            (
-                r#"{"cniVersion":"0.4.0","name":"e"}"#,
-                "cniVersion",
-                code::INCOMPATIBLE_VERSION,
-            ),
-            (
-                r#"{"cniVersion":"1.0.0","name":"e","dns":3}"#,
-                "dns",
-                code::INVALID_CONFIG,
-            ),
-        ] {
-            let e = conf(json).unwrap_err();
-            assert_eq!(e.code, code_, "{json}: {e}");
-            assert!(e.msg.contains(key), "{json}: {e}");
-        }
-        let e = NetConf::parse(b"{not json", Command::Add).unwrap_err();
-        assert_eq!(e.code, code::DECODE);
-        let e = NetConf::parse(br#"{"cniVersion":"1.1.0","name":"e"}"#, Command::Gc).unwrap_err();
-        assert!(e.msg.contains("cni.dev/valid-attachments"), "{e}");
-        let e =
-            NetConf::parse(br#"{"cniVersion":"1.0.0","name":"e"}"#, Command::Status).unwrap_err();
-        assert_eq!(e.code, code::INCOMPATIBLE_VERSION);
-    }
-
-    #[test]
-    fn valid_attachments_parse() {
-        let c = NetConf::parse(
-            br#"{"cniVersion":"1.1.0","name":"e","cni.dev/valid-attachments":[{"containerID":"abc","ifname":"eth0"}]}"#,
-            Command::Gc,
-        )
-        .unwrap();
-        assert_eq!(
-            c.valid_attachments,
-            vec![Attachment {
-                container_id: "abc".into(),
-                ifname: "eth0".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn env_and_cni_args() {
-        let vars: HashMap<&str, &str> = [
-            ("CNI_CONTAINERID", "c1"),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_NETNS", "/run/netns/x"),
-            (
-                "CNI_ARGS",
-                "IgnoreUnknown=1;K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-1",
-            ),
-        ]
-        .into_iter()
-        .collect();
-        let e = Env::from_vars(Command::Add, |k| vars.get(k).map(|s| s.to_string())).unwrap();
-        assert_eq!(e.args["K8S_POD_NAME"], "web-1");
-        assert_eq!(e.netns, Some(PathBuf::from("/run/netns/x")));
-        let e = Env::from_vars(Command::Add, |k| {
-            (k != "CNI_NETNS")
-                .then(|| vars.get(k).map(|s| s.to_string()))
-                .flatten()
-        })
-        .unwrap_err();
-        assert_eq!(e.code, code::INVALID_ENV);
-        // DEL works without a netns (it may be gone).
-        assert!(Env::from_vars(Command::Del, |k| {
-            (k != "CNI_NETNS")
-                .then(|| vars.get(k).map(|s| s.to_string()))
-                .flatten()
-        })
-        .is_ok());
-    }
-
-    #[test]
-    fn previous_results_give_their_address() {
-        let v: Value = serde_json::from_str(
-            r#"{"ips":[{"address":"192.168.0.7/32","gateway":"169.254.1.1","interface":1}]}"#,
-        )
-        .unwrap();
-        assert_eq!(CniResult::ipv4_of(&v), Some(Ipv4Addr::new(192, 168, 0, 7)));
-        assert_eq!(CniResult::ipv6_of(&v), None);
-        let v: Value = serde_json::from_str(
-            r#"{"ips":[{"address":"2408:4005:3ff:5100::5/128","gateway":"fe80::1"},
-                       {"address":"192.168.0.7/32","gateway":"169.254.1.1"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(CniResult::ipv4_of(&v), Some(Ipv4Addr::new(192, 168, 0, 7)));
-        assert_eq!(
-            CniResult::ipv6_of(&v),
-            Some("2408:4005:3ff:5100::5".parse().unwrap())
-        );
-    }
-}
+#[path = "spec_tests.rs"]
+mod tests;

@@ -19,9 +19,11 @@ use crate::util::Secret;
 
 mod cni;
 mod effective;
+mod keys;
 mod validate;
 
 pub use cni::CniSettings;
+pub use keys::KNOWN_KEYS;
 
 /// Default config file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/eniipd/eni.json";
@@ -31,36 +33,6 @@ pub const DEFAULT_SOCKET_PATH: &str = "/run/eniipd/eniipd.sock";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/eniipd";
 /// Default metadata endpoint.
 pub const DEFAULT_METADATA_ENDPOINT: &str = "http://100.100.100.200";
-
-/// Terway keys that eniipd accepts but does not use (one warning names them).
-const TERWAY_IGNORED_KEYS: &[&str] = &[
-    "version",
-    "credential_path",
-    "service_cidr",
-    "prefix",
-    "enable_eip_pool",
-    "allow_eip_rob",
-    "enable_eni_trunking",
-    "wait_trunk_eni",
-    "custom_stateful_workload_kinds",
-    "ipam_type",
-    "eni_cap_policy",
-    "backoff_override",
-    "extra_routes",
-    "disable_device_plugin",
-    "disable_security_group_check",
-    "kube_client_qps",
-    "kube_client_burst",
-    "resource_group_id",
-    "enable_erdma",
-    "ip_pool_sync_period",
-    "idle_ip_reclaim_after",
-    "idle_ip_reclaim_interval",
-    "idle_ip_reclaim_batch_size",
-    "idle_ip_reclaim_jitter_factor",
-    "rate_limit",
-    "trunk_eni_tags",
-];
 
 /// What a typed key's value must be, for errors.
 fn expected_shape(key: &str) -> &'static str {
@@ -355,26 +327,6 @@ impl RawConfig {
                 mode & 0o7777
             )
         })
-    }
-
-    /// Warnings for keys that are accepted but ignored, or unknown.
-    pub fn warnings(&self) -> Vec<String> {
-        let (terway, unknown): (Vec<&String>, Vec<&String>) = self
-            .other
-            .keys()
-            .partition(|k| TERWAY_IGNORED_KEYS.contains(&k.as_str()));
-        let mut w = Vec::new();
-        if !terway.is_empty() {
-            let names: Vec<&str> = terway.iter().map(|s| s.as_str()).collect();
-            w.push(format!(
-                "Terway keys not used by eniipd are ignored: {}",
-                names.join(", ")
-            ));
-        }
-        for k in unknown {
-            w.push(format!("unknown config key `{k}` is ignored"));
-        }
-        w
     }
 }
 

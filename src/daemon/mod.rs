@@ -364,12 +364,39 @@ pub fn run(args: Args) -> i32 {
     code
 }
 
+/// `--check-config`: a typo of a known key is an error (78), not the
+/// warning the daemon gives at start.
+fn check_near_misses(args: &Args) -> Result<(), DaemonError> {
+    let path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+    let raw = RawConfig::load(&path).map_err(|e| DaemonError::new(exit::CONFIG, chain(&e)))?;
+    let misses: Vec<String> = raw
+        .near_misses()
+        .into_iter()
+        .map(|(k, known)| format!("`{k}` (did you mean `{known}`?)"))
+        .collect();
+    if misses.is_empty() {
+        return Ok(());
+    }
+    Err(DaemonError::new(
+        exit::CONFIG,
+        format!(
+            "{}: unknown key(s) close to known ones: {}; fix the spelling (a misspelt key is ignored and its default used)",
+            path.display(),
+            misses.join(", ")
+        ),
+    ))
+}
+
 fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, DaemonError> {
     if args.check_config {
         let (cfg, warnings) = load_config(args, None, None)?;
-        for w in warnings {
+        for w in warnings.iter().chain(&cfg.local_warnings()) {
             warn!("{w}");
         }
+        check_near_misses(args)?;
         let mut out = std::io::stdout().lock();
         for (k, v) in cfg.effective() {
             let _ = writeln!(out, "{k}={v}");
@@ -396,11 +423,23 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             )
         })?;
         info!("emulator: {}", sim.ready_line());
-        (Some(sim), Some(simulate_dir()?))
+        // A kept demo keeps its socket too (an exported SOCK stays right
+        // across restarts); only a throwaway one gets a directory of its
+        // own, removed at stop.
+        let throwaway = match &args.state_dir {
+            Some(_) => None,
+            None => Some(simulate_dir()?),
+        };
+        (Some(sim), throwaway)
     } else {
         (None, None)
     };
-    let (cfg, warnings) = load_config(args, sim.as_ref(), sim_dir.as_deref())?;
+    let sock_dir = args
+        .state_dir
+        .clone()
+        .filter(|_| args.simulate)
+        .or_else(|| sim_dir.clone());
+    let (cfg, warnings) = load_config(args, sim.as_ref(), sock_dir.as_deref())?;
     for w in warnings {
         warn!("{w}");
     }
@@ -428,6 +467,12 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             format!("another process runs as eniipd node {node_id} (a copy of this state directory?): {e}"),
         )
     })?;
+    if let Some(p) = beacon.squatter() {
+        warn!(
+            "the name @eniipd-node-{node_id} is held by pid {} of uid {}, which is not an eniipd: running without it, so another eniipd on this host cannot tell this one runs; stop that process",
+            p.pid, p.uid
+        );
+    }
     let committer = Arc::new(store.start());
     info!(
         "state: {} allocation(s), {} hold(s) in {}",

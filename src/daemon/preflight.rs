@@ -23,7 +23,7 @@ pub struct Preflight {
 pub fn check(cfg: &Config, dry_run: bool) -> Result<Preflight, Vec<String>> {
     let mut problems = Vec::new();
     let socket_gid = match &cfg.socket_group {
-        Some(g) => match resolve_group(g) {
+        Some(g) => match resolve_group(g).and_then(group_exists) {
             Ok(gid) => Some(gid),
             Err(e) => {
                 problems.push(format!("socket_group {g}: {e}"));
@@ -61,6 +61,18 @@ pub fn check(cfg: &Config, dry_run: bool) -> Result<Preflight, Vec<String>> {
         })
     } else {
         Err(problems)
+    }
+}
+
+/// A numeric gid with no group behind it cannot be meant: the socket
+/// would belong to a group nobody can join.
+fn group_exists(gid: u32) -> std::io::Result<u32> {
+    match nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))? {
+        Some(_) => Ok(gid),
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no group has gid {gid} (create it, or name an existing group)"),
+        )),
     }
 }
 

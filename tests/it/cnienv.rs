@@ -585,8 +585,23 @@ pub fn run_bin(
     ctr: Option<(&str, PathBuf, &str)>,
     conf: &Value,
 ) -> CniOut {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", node, bin])
+    run_bin_under(&[], node, bin, cmd, ctr, conf)
+}
+
+/// Same, the command line prefixed by `wrap` (e.g.
+/// [`crate::shipped::ShippedSocket::wrap`]).
+pub fn run_bin_under(
+    wrap: &[String],
+    node: &str,
+    bin: &str,
+    cmd: &str,
+    ctr: Option<(&str, PathBuf, &str)>,
+    conf: &Value,
+) -> CniOut {
+    let mut argv: Vec<String> = wrap.to_vec();
+    argv.extend(["ip", "netns", "exec", node, bin].map(String::from));
+    let mut c = Command::new(&argv[0]);
+    c.args(&argv[1..])
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", cmd)

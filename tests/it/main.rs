@@ -5,22 +5,32 @@
 
 mod cnienv;
 mod common;
+mod cri;
+mod shipped;
 
 mod alloc_prefix_sim;
 mod alloc_sim;
 mod chaos;
 mod cloud_prefix_sim;
 mod cloud_sim;
+mod cni_containerd;
 mod cni_docs;
+mod cni_errors;
+mod cni_local;
 mod cni_netns;
 mod cni_podman;
+mod cni_versions;
+mod config_check;
 mod config_prefix;
 mod daemon;
 mod daemon_conflist;
 mod daemon_keep_gc;
+mod daemon_peer;
+mod daemon_simulate;
 mod docs;
 mod frozen_disk;
 mod hygiene;
+mod readme_socat;
 mod server;
 mod sim_actions;
 mod sim_prefixes;

@@ -120,6 +120,11 @@ fn trial(
     want: &PersistedState,
     tally: &mut Tally,
 ) {
+    // A directory per trial: the state lock is an flock, and a child that
+    // another test of this process forks holds a copy of the previous
+    // trial's lock until it execs.
+    let trial_dir = &trial_dir.join(tally.tried.to_string());
+    fs::create_dir(trial_dir).unwrap();
     for (name, bytes) in files {
         let mut b = bytes.clone();
         if *name == file {
@@ -145,6 +150,7 @@ fn trial(
             .wrong
             .push(format!("{file} byte {offset} bit {bit}: {e}")),
     }
+    let _ = fs::remove_dir_all(trial_dir);
 }
 
 #[test]
@@ -214,10 +220,17 @@ fn an_interrupted_last_append_is_dropped_and_the_rest_loads() {
     // Where the last frame starts: loading the log without it must give
     // the state before the last batch, and nothing else does.
     let trial_dir = tempdir("torn-trial");
+    let trials = std::cell::Cell::new(0u32);
+    // A directory per load, for the reason `trial` gives.
     let load = |wal: &[u8]| {
-        fs::write(trial_dir.join("state.json"), &snap).unwrap();
-        fs::write(trial_dir.join("wal"), wal).unwrap();
-        Store::open(&trial_dir, StoreOptions::default()).map(|(_s, state)| state)
+        trials.set(trials.get() + 1);
+        let d = trial_dir.join(trials.get().to_string());
+        fs::create_dir(&d).unwrap();
+        fs::write(d.join("state.json"), &snap).unwrap();
+        fs::write(d.join("wal"), wal).unwrap();
+        let got = Store::open(&d, StoreOptions::default()).map(|(_s, state)| state);
+        let _ = fs::remove_dir_all(&d);
+        got
     };
     let last = (0..wal.len())
         .find(|cut| load(&wal[..*cut]).ok().as_ref() == Some(&before_last))

@@ -91,6 +91,9 @@ def main():
     assert t.network_cards.network_card_info[0].network_card_index == 0
     assert t.cpu_options.threads_per_core == 2
     assert t.enhanced_network.rss_support is True
+    # Fields the model knows that the real answer carries (burstable types
+    # give them values, others 0).
+    filled(t, "baseline_credit", "initial_credit")
     done.append("DescribeInstanceTypes")
 
     r = ecs.describe_instance_attribute(
@@ -110,7 +113,10 @@ def main():
             region_id=region, security_group_ids=json.dumps([sg])
         )
     )
-    assert r.body.security_groups.security_group[0].security_group_id == sg
+    g = r.body.security_groups.security_group[0]
+    assert g.security_group_id == sg
+    filled(g, "creation_time", "ecs_count", "rule_count", "resource_group_id",
+           "service_id", "available_instance_amount", "group_to_group_rule_count")
     done.append("DescribeSecurityGroups")
 
     r = vpc.describe_vswitches(
@@ -119,6 +125,7 @@ def main():
     v = r.body.v_switches.v_switch[0]
     assert v.v_switch_id == vsw and v.available_ip_address_count > 0, v
     assert v.ipv_6cidr_block, v
+    filled(v, "creation_time", "network_acl_id")
     done.append("DescribeVSwitches")
 
     r = ecs.create_network_interface(
@@ -148,6 +155,22 @@ def main():
     done.append("AttachNetworkInterface")
     s = wait_status(ecs, region, eni, "InUse")
     assert s.attachment.instance_id == instance or s.instance_id == instance, s
+    filled(s, "queue_pair_number")
+    r = ecs.describe_network_interfaces(
+        ecs_models.DescribeNetworkInterfacesRequest(
+            region_id=region, network_interface_id=[eni]
+        )
+    )
+    filled(r.body, "page_number", "page_size", "total_count")
+    # A tag filter with a key and no value matches on the key alone.
+    r = ecs.describe_network_interfaces(
+        ecs_models.DescribeNetworkInterfacesRequest(
+            region_id=region,
+            tag=[ecs_models.DescribeNetworkInterfacesRequestTag(key="creator")],
+        )
+    )
+    found = [e.network_interface_id for e in r.body.network_interface_sets.network_interface_set]
+    assert eni in found, f"Tag.1.Key alone did not find {eni}: {found}"
     done.append("DescribeNetworkInterfaces")
 
     r = ecs.assign_private_ip_addresses(

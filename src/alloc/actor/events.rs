@@ -40,8 +40,7 @@ impl Actor {
             Event::EniFailed { op, error, leaked } => self.on_eni_failed(op, &error, leaked),
             Event::EniFreed { eni, result } => self.on_eni_freed(eni, result),
             Event::VSwitchFree(counts) => {
-                let lift_at = self.opts.max_ips_per_call as u64;
-                for id in self.vsw.set_free(counts, lift_at) {
+                for id in self.vsw.set_free(counts) {
                     info!("{id} has free addresses again: no longer inhibited");
                 }
             }
@@ -146,6 +145,9 @@ impl Actor {
     ) {
         self.settle_pending(&eni, tickets.len(), as_prefixes);
         let valid = self.add_addresses(&eni, &v4, &v6);
+        if let Some(vsw) = self.pool.enis.get(&eni).map(|e| e.vswitch.clone()) {
+            self.vsw.took(&vsw, v4.len());
+        }
         if let Some(err) = &error {
             warn!("assigning addresses to {eni} failed: {err}");
             match err.kind {
@@ -242,6 +244,10 @@ impl Actor {
         self.eni_permits.insert(r.id.clone(), permit);
         self.pool.add_eni(r.pool_eni());
         let mut valid = self.add_addresses(&r.id, &r.v4, &r.v6);
+        self.vsw.took(
+            &r.vswitch,
+            r.v4.len() + r.prefixes.len() * prefix::PER_PREFIX,
+        );
         for p in &r.prefixes {
             self.pool.add_prefix(&r.id, *p);
             valid += prefix::PER_PREFIX;

@@ -180,7 +180,7 @@ impl Actor {
         requests_tx: Sender<Request>,
     ) -> Actor {
         let mut vsw = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
-        vsw.set_free(opts.vswitch_free.iter().cloned(), u64::MAX);
+        vsw.set_free(opts.vswitch_free.iter().cloned());
         let eni_permits = pool
             .enis
             .keys()

@@ -46,7 +46,13 @@ impl Actor {
         }
 
         let now_ms = unix_ms();
-        let order = self.vsw.order(now_ms);
+        let mut order = self.vsw.order(now_ms);
+        for c in &mut order {
+            c.free = self
+                .vsw
+                .budget(&c.id, self.asked_on(&c.id))
+                .map(|b| b as u64);
+        }
         let mut enis: Vec<(usize, usize, EniRoom)> = self
             .pool
             .enis
@@ -71,6 +77,9 @@ impl Actor {
             })
             .collect();
         enis.sort_by(|a, b| (a.0, a.1, &a.2.id).cmp(&(b.0, b.1, &b.2.id)));
+        let mut enis: Vec<EniRoom> = enis.into_iter().map(|(_, _, e)| e).collect();
+        self.cap_to_vswitches(&mut enis, now_ms);
+        enis.retain(|e| e.room > 0);
         let creating_room = self
             .ops
             .values()
@@ -82,7 +91,7 @@ impl Actor {
         let input = PlanInput {
             demand: clients.len() + pool_units,
             client_demand: clients.len(),
-            enis: enis.into_iter().map(|(_, _, e)| e).collect(),
+            enis,
             creating_room,
             vswitches: order,
             eni_slots: self.eni_sem.available(),
@@ -248,6 +257,57 @@ impl Actor {
                 self.fail_waiter(id, AllocError::new(ErrCode::Exhausted, reason.clone()));
             }
         }
+    }
+
+    /// Caps each ENI's room by what its vswitch has left (its cached free
+    /// count less what is asked and not yet granted there), in the order
+    /// the ENIs are used: no call asks a vswitch for more than it has, so
+    /// its last addresses are handed out instead of refused as a batch.
+    /// Prefix mode is left alone: a free count says nothing of free /28s.
+    fn cap_to_vswitches(&self, rooms: &mut [EniRoom], now_ms: u64) {
+        let mut left: HashMap<String, usize> = HashMap::new();
+        for r in rooms.iter_mut() {
+            let Some(e) = self.pool.enis.get(&r.id) else {
+                continue;
+            };
+            if self.kind_on(&e.vswitch, now_ms) != Kind::Single {
+                continue;
+            }
+            let budget = match left.entry(e.vswitch.clone()) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    match self.vsw.budget(&e.vswitch, self.asked_on(&e.vswitch)) {
+                        Some(b) => v.insert(b),
+                        None => continue,
+                    }
+                }
+            };
+            r.room = r.room.min(*budget);
+            *budget -= r.room;
+        }
+    }
+
+    /// Addresses asked of a vswitch and not yet granted: the pending
+    /// tickets of its ENIs and the ENIs being created on it.
+    fn asked_on(&self, vswitch: &str) -> usize {
+        let pending: usize = self
+            .pool
+            .enis
+            .values()
+            .filter(|e| e.vswitch == vswitch)
+            .map(|e| e.pending)
+            .sum();
+        let creating: usize = self
+            .ops
+            .values()
+            .map(|op| match op {
+                Op::Create {
+                    vswitch: v, init, ..
+                } if v == vswitch => *init,
+                _ => 0,
+            })
+            .sum();
+        pending + creating
     }
 
     /// Addresses one Assign or Create call brings at most: a call's worth

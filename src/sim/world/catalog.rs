@@ -100,6 +100,8 @@ impl World {
                     "MaximumQueueNumberPerEni": queues, "PrimaryEniQueueNumber": queues,
                     "SecondaryEniQueueNumber": queues.min(2), "TotalEniQueueQuantity": queues * t.enis,
                     "QueuePairNumber": 0, "NetworkCardQuantity": 1,
+                    // Burstable (t-family) types only have credits.
+                    "BaselineCredit": 0, "InitialCredit": 0,
                     "NetworkCards": {"NetworkCardInfo": [{"NetworkCardIndex": 0}]},
                     "EnhancedNetwork": {"SriovSupport": false, "RssSupport": true, "VfQueueNumberPerEni": 0},
                     "JumboFrameSupport": true, "NetworkEncryptionSupport": false,
@@ -130,13 +132,12 @@ impl World {
             .unwrap_or_default();
         let vsw = primary.map(|e| e.vswitch.clone()).unwrap_or_default();
         let me = self.identity();
-        let created = crate::util::time::unix_secs().saturating_sub(86_400);
         let basics = json!({"InstanceId": self.instance_id, "InstanceName": me.instance_name, "HostName": me.hostname,
             "Description": "", "ImageId": me.image_id, "SerialNumber": me.serial_number,
             "InstanceType": self.cfg.itype.id, "RegionId": self.cfg.region, "ZoneId": self.cfg.zone,
             "Status": "Running", "StoppedMode": "Not-applicable", "ClusterId": "", "VlanId": "",
             "Cpu": self.cfg.itype.cpus, "Memory": self.cfg.itype.memory_gib * 1024, "InstanceNetworkType": "vpc",
-            "CreationTime": format!("{}Z", &crate::util::time::format_utc(created)[..16]),
+            "CreationTime": day_ago(),
             "ExpiredTime": "2099-12-31T15:59Z", "InstanceChargeType": "PostPaid",
             "InternetChargeType": "PayByTraffic", "InternetMaxBandwidthIn": 10240, "InternetMaxBandwidthOut": 0,
             "IoOptimized": "optimized", "CreditSpecification": "", "EnableJumboFrame": false});
@@ -166,7 +167,11 @@ impl World {
         let items: Vec<Value> = if wanted.is_empty() || wanted.contains(&self.sg_id) {
             vec![
                 json!({"SecurityGroupId": self.sg_id, "SecurityGroupName": "default", "Description": "",
-                "SecurityGroupType": "normal", "VpcId": self.vpc_id, "ServiceManaged": false, "Tags": {"Tag": []}}),
+                "SecurityGroupType": "normal", "VpcId": self.vpc_id, "ServiceManaged": false, "Tags": {"Tag": []},
+                "CreationTime": day_ago(), "ResourceGroupId": "", "ServiceID": 0,
+                // The one instance; a normal group holds 2000.
+                "EcsCount": 1, "AvailableInstanceAmount": 1999,
+                "RuleCount": 0, "GroupToGroupRuleCount": 0}),
             ]
         } else {
             Vec::new()
@@ -213,6 +218,7 @@ impl World {
                     "Ipv6CidrBlock": v.cidr6.map(|c| c.to_string()).unwrap_or_default(), "EnabledIpv6": v.cidr6.is_some(),
                     "ZoneId": v.zone, "AvailableIpAddressCount": v.free, "VSwitchName": v.id, "Description": "",
                     "IsDefault": false, "OwnerId": OWNER_ID, "ResourceGroupId": "", "ShareType": "",
+                    "CreationTime": day_ago(), "NetworkAclId": "",
                     "RouteTable": {"RouteTableId": "vtb-sim", "RouteTableType": "System"}, "Tags": {"Tag": []}})
             })
             .collect();
@@ -220,4 +226,11 @@ impl World {
             json!({"TotalCount": matched.len(), "PageNumber": page, "PageSize": size, "VSwitches": {"VSwitch": items}}),
         )
     }
+}
+
+/// A creation time a day ago, as the OpenAPI writes it
+/// (`2024-05-01T12:00Z`).
+fn day_ago() -> String {
+    let created = crate::util::time::unix_secs().saturating_sub(86_400);
+    format!("{}Z", &crate::util::time::format_utc(created)[..16])
 }

@@ -324,10 +324,7 @@ impl World {
             .filter(|e| e.deleted_at.is_none())
             .filter(|e| ids.is_empty() || ids.contains(&e.id))
             .filter(|e| ips.is_empty() || e.live_v4().any(|a| ips.contains(&a.ip.to_string())))
-            .filter(|e| {
-                tags.iter()
-                    .all(|(k, v)| e.tags.iter().any(|(ek, ev)| ek == k && ev == v))
-            })
+            .filter(|e| tags_match(&tags, &e.tags))
             .filter(|e| status.as_deref().is_none_or(|s| e.status.as_str() == s))
             .filter(|e| {
                 instance
@@ -389,7 +386,8 @@ impl World {
             String::new()
         };
         Ok(
-            json!({"NextToken": next, "TotalCount": total, "NetworkInterfaceSets": {"NetworkInterfaceSet": items}}),
+            json!({"NextToken": next, "TotalCount": total, "PageNumber": start / max + 1, "PageSize": max,
+                "NetworkInterfaceSets": {"NetworkInterfaceSet": items}}),
         )
     }
 }

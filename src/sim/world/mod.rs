@@ -28,7 +28,7 @@ pub use prefixes::PREFIX_SIZE;
 mod tagging;
 
 pub use catalog::Identity;
-use params::{asked, int, invalid, list, missing, need, tags};
+use params::{asked, int, invalid, list, missing, need, tags, tags_match};
 pub use params::{err, message_of, status_of, ApiError, Asked, Params};
 
 /// A vswitch.
@@ -494,6 +494,8 @@ impl World {
             "DeleteOnRelease": true,
             "SourceDestCheck": false,
             "QueueNumber": 2,
+            // Queue pairs are for RDMA (ERI) interfaces only.
+            "QueuePairNumber": 0,
             "SecurityGroupIds": {"SecurityGroupId": e.sgs},
             "PrivateIpSets": {"PrivateIpSet": e.live_v4().map(|a| json!({
                 "PrivateIpAddress": a.ip.to_string(),

@@ -179,6 +179,15 @@ pub(super) fn list(p: &Params, name: &str, max: usize) -> Result<Vec<String>, Ap
     Ok(out.into_iter().map(|(_, v)| v).collect())
 }
 
+/// A `Tag.N` filter: every given key carried, with the given value when
+/// one is given (a key alone matches any value, as the OpenAPI does).
+pub(super) fn tags_match(filter: &[(String, String)], tags: &[(String, String)]) -> bool {
+    filter.iter().all(|(k, v)| {
+        tags.iter()
+            .any(|(ek, ev)| ek == k && (v.is_empty() || ev == v))
+    })
+}
+
 pub(super) fn tags(p: &Params) -> Result<Vec<(String, String)>, ApiError> {
     let mut by_index: BTreeMap<usize, (String, String)> = BTreeMap::new();
     for (k, v) in p {

@@ -131,12 +131,7 @@ impl World {
             }
             // A Tag.N filter selects resources carrying every given key (and
             // value, when one is given); their tags are all listed.
-            let matches = filter.iter().all(|(k, v)| {
-                e.tags
-                    .iter()
-                    .any(|(ek, ev)| ek == k && (v.is_empty() || ev == v))
-            });
-            if !matches {
+            if !tags_match(&filter, &e.tags) {
                 continue;
             }
             for (k, v) in &e.tags {

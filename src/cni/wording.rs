@@ -1,0 +1,104 @@
+//! Why eniipd refused, in words a user can act on: runtimes show a CNI
+//! error's `msg` as the pod's event (`kubectl describe pod`, `podman run`),
+//! so it says which failure it was (the vswitch out of addresses, and
+//! which; the instance's ENI quota; the cloud throttling; a timeout;
+//! eniipd stopping or busy) and what happens next. Pure: the `ERR` line's
+//! code and text in, a sentence out; eniipd's own text stays in the
+//! error's `details`.
+
+/// The words for `ERR <err_code> <rest>` answered to `verb`.
+pub fn explain(verb: &str, err_code: &str, rest: &str) -> String {
+    let text = rest.strip_prefix(err_code).unwrap_or(rest).trim();
+    match err_code {
+        "exhausted" => exhausted(text),
+        "cloud" => {
+            let cloud_code = text.split(' ').next().unwrap_or("");
+            if cloud_code.starts_with("Throttling") || cloud_code.contains("FlowControl") {
+                format!(
+                    "the cloud is throttling eniipd's calls ({cloud_code}): no address yet, \
+                     the runtime's retry will get one once the rate allows"
+                )
+            } else {
+                format!("the cloud refused eniipd ({cloud_code}): {text}")
+            }
+        }
+        "timeout" => format!(
+            "timed out: eniipd had no address for this pod in time ({text}); \
+             the cloud may be slow or throttling eniipd's calls; the runtime's retry continues the wait"
+        ),
+        "shutting-down" => "eniipd is stopping: try again once it is back".to_string(),
+        "busy" => "eniipd is busy (too many requests in flight): try again".to_string(),
+        "denied" => format!(
+            "eniipd denied {verb}: this plugin's user is neither in allowed_uids nor in \
+             socket_group"
+        ),
+        _ if text.is_empty() => format!("eniipd refused {verb}: {err_code}"),
+        _ => format!("eniipd refused {verb}: {err_code}: {text}"),
+    }
+}
+
+/// The vswitch named in `text` (`vsw-...`), if any.
+fn vswitches(text: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| w.starts_with("vsw-"))
+        .collect();
+    v.dedup();
+    v
+}
+
+fn exhausted(text: &str) -> String {
+    let vsw = vswitches(text);
+    if !vsw.is_empty() {
+        return format!(
+            "vswitch {} is out of addresses: free addresses there or add a vswitch to \
+             eni.json's vswitches ({text})",
+            vsw.join(", ")
+        );
+    }
+    if text.contains("IpNotEnough") || text.contains("vswitch") {
+        return format!("the vswitch is out of addresses ({text})");
+    }
+    if text.starts_with("capacity reached") {
+        return format!(
+            "no address left on this node: the instance's ENI quota is reached and every \
+             ENI is full ({text}); pods on this node must give addresses back first"
+        );
+    }
+    format!("no address can be had (exhausted): {text}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_failure_says_what_it_was() {
+        let vsw = explain(
+            "alloc",
+            "exhausted",
+            "exhausted no vswitch has free addresses (vsw-abc until 2026-12-04T03:00:00Z)",
+        );
+        assert!(vsw.contains("vswitch vsw-abc is out of addresses"), "{vsw}");
+        let quota = explain(
+            "alloc",
+            "exhausted",
+            "exhausted capacity reached: 12 addresses on 2 of 2 ENIs (12 in use, 0 reserved, 0 cooling, 1 requested)",
+        );
+        assert!(quota.contains("ENI quota is reached"), "{quota}");
+        assert!(quota.contains("2 of 2 ENIs"), "{quota}");
+        let t = explain("alloc", "cloud", "cloud Throttling.User Request was denied");
+        assert!(
+            t.contains("throttling") && t.contains("Throttling.User"),
+            "{t}"
+        );
+        let t = explain("alloc", "timeout", "timeout no address within 30 s");
+        assert!(t.starts_with("timed out") && t.contains("30 s"), "{t}");
+        let other = explain("alloc", "cloud", "cloud Forbidden.RAM not allowed");
+        assert!(other.contains("Forbidden.RAM"), "{other}");
+        assert_eq!(
+            explain("show", "not-found", "not-found"),
+            "eniipd refused show: not-found"
+        );
+    }
+}
