@@ -140,6 +140,9 @@ impl Config {
         );
         push("signature_version", self.signature_version.as_str().into());
         push("ip_prefix", self.ip_prefix.to_string());
+        for (k, val) in self.cni.effective() {
+            push(k, val);
+        }
         v
     }
 }

@@ -72,6 +72,9 @@ pub const KNOWN_KEYS: &[&str] = &[
     "signature_version",
     "ip_prefix",
     "enable_ip_prefix",
+    "sandbox_reap_interval",
+    "cni_conflist",
+    "cni_conflist_source",
 ];
 
 /// Edit distance (insert, delete, substitute, swap of neighbours).

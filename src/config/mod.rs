@@ -17,10 +17,12 @@ use serde_json::Value;
 use crate::cloud::sign::SignatureVersion;
 use crate::util::Secret;
 
+mod cni;
 mod effective;
 mod keys;
 mod validate;
 
+pub use cni::CniSettings;
 pub use keys::KNOWN_KEYS;
 
 /// Default config file.
@@ -107,6 +109,9 @@ pub struct RawConfig {
     pub ip_prefix: Option<Value>,
     /// Terway's name for `ip_prefix`.
     pub enable_ip_prefix: Option<Value>,
+    pub sandbox_reap_interval: Option<Value>,
+    pub cni_conflist: Option<String>,
+    pub cni_conflist_source: Option<String>,
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
 }
@@ -189,6 +194,8 @@ pub struct Config {
     /// (falling back to single addresses where no /28 can be had). IPv4
     /// only: refused with `ip_stack` "dual".
     pub ip_prefix: bool,
+    /// What eniipd does for eniip-cni: the sandbox reaper, the conflist.
+    pub cni: CniSettings,
 }
 
 /// Why a config could not be loaded.

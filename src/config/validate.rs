@@ -11,7 +11,7 @@ fn invalid(key: &str, value: &Value, allowed: &str) -> ConfigError {
     }
 }
 
-fn invalid_str(key: &str, value: &str, allowed: &str) -> ConfigError {
+pub(super) fn invalid_str(key: &str, value: &str, allowed: &str) -> ConfigError {
     invalid(key, &Value::String(value.to_string()), allowed)
 }
 
@@ -45,7 +45,7 @@ fn usize_in(
     int_in(key, v, default as u64, lo as u64, hi as u64).map(|n| n as usize)
 }
 
-fn secs(
+pub(super) fn secs(
     key: &str,
     v: &Option<Value>,
     default: u64,
@@ -148,6 +148,7 @@ impl RawConfig {
             metrics_listen: self.metrics_listen()?,
             signature_version: self.signature_version()?,
             ip_prefix: self.ip_prefix(ip_stack)?,
+            cni: self.cni_settings()?,
         })
     }
 

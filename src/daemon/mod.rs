@@ -9,6 +9,7 @@
 //! Serving and the stop against one deadline are in [`serve`].
 
 pub mod args;
+mod conflist;
 mod peer;
 pub mod preflight;
 mod serve;
@@ -329,6 +330,8 @@ struct Running {
     config_path: Option<PathBuf>,
     limits: crate::cloud::InstanceTypeLimits,
     sim_dir: Option<PathBuf>,
+    /// Installs `cni_conflist` once the pool is warm (started last).
+    conflist: Option<conflist::Installer>,
     /// Dropped last: this node is alive until the process ends.
     _beacon: crate::util::node::Beacon,
 }
@@ -451,6 +454,10 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     }
     let notifier = Notifier::from_env();
     let pre = preflight::check(&cfg, false).map_err(preflight_error)?;
+    let conflist_bytes = match &cfg.cni.conflist {
+        Some(_) => conflist::content(cfg.cni.conflist_source.as_deref(), &cfg.socket_path)?,
+        None => Vec::new(),
+    };
 
     // The state lock first: nothing else may touch the directory or the
     // socket without it.
@@ -547,6 +554,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     }
     let _ = notifier.ready();
     let _ = notifier.status(&status);
+    let conflist = conflist::Installer::start(&cfg, conflist_bytes, alloc.commands())?;
     Ok(Some(Running {
         server,
         alloc,
@@ -559,6 +567,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         config_path: args.config.clone(),
         limits,
         sim_dir,
+        conflist,
         _beacon: beacon,
     }))
 }

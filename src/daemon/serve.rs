@@ -144,6 +144,9 @@ fn stop_all(r: Running, code: i32) -> i32 {
     let started = Instant::now();
     let until = started + STOP_DEADLINE;
     r.alloc.begin_stop();
+    if let Some(c) = r.conflist {
+        c.stop_until(until);
+    }
     if let Some(m) = r.metrics_http {
         m.shutdown_until(until);
     }

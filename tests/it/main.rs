@@ -23,6 +23,7 @@ mod cni_versions;
 mod config_check;
 mod config_prefix;
 mod daemon;
+mod daemon_conflist;
 mod daemon_keep_gc;
 mod daemon_peer;
 mod daemon_simulate;
