@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use eniipd::sim::{
-    SimOptions, Simulator, VSwitchSpec, DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET,
+    flow, SimOptions, Simulator, VSwitchSpec, DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET,
 };
 
 fn help() -> String {
@@ -21,7 +21,9 @@ Usage:
             [--region ID] [--zone ID] [--vswitch ID=CIDR[,ipv6=CIDR6][,free=N]]...
             [--access-key-id ID --access-key-secret SECRET]
             [--latency-ms N] [--attach-delay-ms N] [--metadata-lag-ms N]
-            [--metadata-hardened] [--seed N] [--version] [--help]
+            [--metadata-hardened] [--seed N]
+            [--flow-control ACTION=N/min|default]... [--flow-control-model window|bucket]
+            [--version] [--help]
 
 Defaults:
   --listen 127.0.0.1:0 and --metadata-listen 127.0.0.1:0 (ephemeral ports;
@@ -34,6 +36,10 @@ Defaults:
     access key id:     {DEFAULT_ACCESS_KEY_ID}
     access key secret: {DEFAULT_ACCESS_KEY_SECRET}
   The metadata service also serves the RAM role EniipdSimRole.
+  No flow control unless --flow-control is given: then every Action has
+  the account's default quota per minute (eniip-sim(1)) unless given one;
+  `*=N/min` sets every Action without its own; `default` takes the
+  defaults as they are. Calls over the quota: 400 Throttling.User.
 
 When ready it prints one line to stdout:
   ready ecs=http://127.0.0.1:P vpc=http://127.0.0.1:P metadata=http://127.0.0.1:Q instance=<id> region=<id>
@@ -54,6 +60,7 @@ fn main() -> ExitCode {
     let mut o = SimOptions::default();
     let mut vswitches = Vec::new();
     let (mut key_id, mut key_secret) = (None, None);
+    let mut flow_given: Option<std::collections::BTreeMap<String, u32>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let (flag, inline) = match a.split_once('=') {
@@ -127,6 +134,26 @@ fn main() -> ExitCode {
             "--metadata-lag-ms" => o.metadata_lag = Duration::from_millis(num!(flag)),
             "--seed" => o.seed = Some(num!(flag)),
             "--metadata-hardened" => o.metadata_hardened = true,
+            "--flow-control" => {
+                let v = val!(flag);
+                let given = flow_given.get_or_insert_with(Default::default);
+                if v != "default" {
+                    match flow::parse_limit(&v) {
+                        Ok((a, n)) => drop(given.insert(a, n)),
+                        Err(e) => return usage(&format!("--flow-control {e}")),
+                    }
+                }
+            }
+            "--flow-control-model" => match flow::FlowModel::parse(&val!(flag)) {
+                Ok(m) => o.flow.model = m,
+                Err(e) => return usage(&format!("--flow-control-model {e}")),
+            },
+            // A test knob (eniip-sim(1)): windows shorter than the
+            // service's minute, so tests need not wait one.
+            "--flow-window-ms" => match num!(flag) {
+                0 => return usage("--flow-window-ms must be at least 1"),
+                n => o.flow.window = Duration::from_millis(n),
+            },
             other => return usage(&format!("unknown option {other}")),
         }
     }
@@ -140,6 +167,9 @@ fn main() -> ExitCode {
     }
     if !vswitches.is_empty() {
         o.vswitches = vswitches;
+    }
+    if let Some(given) = &flow_given {
+        o.flow.limits = flow::FlowOptions::with_defaults(given);
     }
     let _ = env_logger::Builder::new()
         .parse_filters(&std::env::var("ENIIP_SIM_LOG").unwrap_or_else(|_| "info".into()))

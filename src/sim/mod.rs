@@ -11,6 +11,7 @@
 //! the tests and the benchmarks) or as the `eniip-sim` binary.
 
 pub mod auth;
+pub mod flow;
 pub mod metadata;
 pub mod net;
 pub mod openapi;
@@ -224,6 +225,9 @@ pub struct SimOptions {
     /// Where the world is kept across runs: restored at start if the file
     /// exists, saved at shutdown (`eniipd --simulate --state-dir DIR`).
     pub world_file: Option<std::path::PathBuf>,
+    /// The account's flow control (none by default: one instance's
+    /// emulator answers every call).
+    pub flow: flow::FlowOptions,
 }
 
 impl Default for SimOptions {
@@ -250,6 +254,7 @@ impl Default for SimOptions {
             ram_role: Some("EniipdSimRole".into()),
             sts_ttl: Duration::from_secs(3600),
             world_file: None,
+            flow: flow::FlowOptions::default(),
         }
     }
 }
@@ -328,6 +333,20 @@ pub struct Shared {
     pub metadata_hardened: bool,
     /// The VPC block metadata reports.
     pub vpc_cidr: String,
+    /// The account's flow control, shared by every instance.
+    pub flow: Mutex<flow::FlowControl>,
+}
+
+impl Shared {
+    /// `GET /__sim/state`: the world, and the throttled calls per Action.
+    pub fn state_json(&self) -> Value {
+        let mut v = self.world.lock().state_json(Instant::now());
+        let throttled = serde_json::to_value(self.flow.lock().throttled()).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("throttled".into(), throttled);
+        }
+        v
+    }
 }
 
 impl Shared {
@@ -477,6 +496,7 @@ impl Simulator {
             sts_ttl: opts.sts_ttl,
             metadata_hardened: opts.metadata_hardened,
             vpc_cidr: vpc_cidr(&nets),
+            flow: Mutex::new(flow::FlowControl::new(opts.flow.clone())),
         });
         let http = HttpOptions {
             max_connections: 1024,
@@ -561,7 +581,7 @@ impl Simulator {
 
     /// The state JSON of `GET /__sim/state`.
     pub fn state(&self) -> Value {
-        self.shared.world.lock().state_json(Instant::now())
+        self.shared.state_json()
     }
 
     /// Adds a fault rule.
