@@ -22,6 +22,7 @@ Usage:
             [--access-key-id ID --access-key-secret SECRET]
             [--latency-ms N] [--attach-delay-ms N] [--metadata-lag-ms N]
             [--metadata-hardened] [--seed N]
+            [--instances N] [--instance-types TYPE,TYPE...]
             [--flow-control ACTION=N/min|default]... [--flow-control-model window|bucket]
             [--version] [--help]
 
@@ -36,7 +37,12 @@ Defaults:
     access key id:     {DEFAULT_ACCESS_KEY_ID}
     access key secret: {DEFAULT_ACCESS_KEY_SECRET}
   The metadata service also serves the RAM role EniipdSimRole.
-  No flow control unless --flow-control is given: then every Action has
+  With --instances N (one account, one region) N instances share the
+  vswitches and the account's flow control; the first is of --instance-type,
+  the others of --instance-types cycled (default: --instance-type); after
+  the ready line one line per instance:
+    instance id=<id> type=<type> metadata=<url>
+  No flow control for one instance unless --flow-control is given: then every Action has
   the account's default quota per minute (eniip-sim(1)) unless given one;
   `*=N/min` sets every Action without its own; `default` takes the
   defaults as they are. Calls over the quota: 400 Throttling.User.
@@ -144,6 +150,13 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            "--instances" => match num!(flag) {
+                n @ 1..=1000 => o.instances = n as usize,
+                n => return usage(&format!("--instances {n}: from 1 to 1000")),
+            },
+            "--instance-types" => {
+                o.instance_types = val!(flag).split(',').map(str::to_string).collect()
+            }
             "--flow-control-model" => match flow::FlowModel::parse(&val!(flag)) {
                 Ok(m) => o.flow.model = m,
                 Err(e) => return usage(&format!("--flow-control-model {e}")),
@@ -168,8 +181,9 @@ fn main() -> ExitCode {
     if !vswitches.is_empty() {
         o.vswitches = vswitches;
     }
-    if let Some(given) = &flow_given {
-        o.flow.limits = flow::FlowOptions::with_defaults(given);
+    // A fleet shares the account's quota: flow control is on for it.
+    if flow_given.is_some() || o.instances > 1 {
+        o.flow.limits = flow::FlowOptions::with_defaults(&flow_given.unwrap_or_default());
     }
     let _ = env_logger::Builder::new()
         .parse_filters(&std::env::var("ENIIP_SIM_LOG").unwrap_or_else(|_| "info".into()))
@@ -203,6 +217,9 @@ fn main() -> ExitCode {
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}", sim.ready_line());
+        for line in sim.instance_lines() {
+            let _ = writeln!(out, "{line}");
+        }
         let _ = out.flush();
     }
     log::info!("eniip-sim serving instance {}", sim.instance_id());

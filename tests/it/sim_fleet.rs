@@ -114,3 +114,80 @@ fn without_flow_control_nothing_is_throttled() {
     }
     assert_eq!(sim.state()["throttled"], serde_json::json!({}));
 }
+
+/// The addresses on the ENIs attached to `instance`, from the state.
+fn addresses_of(st: &Value, instance: &str) -> Vec<String> {
+    st["enis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["instance_id"] == instance)
+        .flat_map(|e| e["private_ips"].as_array().unwrap().clone())
+        .map(|ip| ip.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn each_daemon_of_a_fleet_is_its_own_instance_on_shared_vswitches() {
+    const N: usize = 5;
+    let sim = Sim::start(&[
+        "--instances",
+        "5",
+        "--instance-types",
+        "ecs.g7.large,ecs.g7.2xlarge",
+        "--attach-delay-ms",
+        "20",
+        "--metadata-lag-ms",
+        "0",
+    ]);
+    assert_eq!(sim.fleet.len(), N);
+    assert_eq!(
+        sim.fleet[0].0, sim.instance,
+        "instance 1 is the ready line's"
+    );
+    assert_eq!(sim.fleet[0].2, sim.metadata);
+    let types: Vec<&str> = sim.fleet.iter().map(|f| f.1.as_str()).collect();
+    assert_eq!(
+        types[1..],
+        [
+            "ecs.g7.large",
+            "ecs.g7.2xlarge",
+            "ecs.g7.large",
+            "ecs.g7.2xlarge"
+        ]
+    );
+    let free0 = sim.state()["vswitches"][0]["free"].as_u64().unwrap();
+    let mut daemons = Vec::new();
+    for (i, (_, _, md)) in sim.fleet.iter().enumerate() {
+        let dir = crate::common::tempdir(&format!("fleet{i}"));
+        let cfg = crate::common::config(
+            &sim,
+            &dir,
+            serde_json::json!({"metadata_endpoint": md, "min_pool_size": 2}),
+        );
+        daemons.push(crate::common::Daemon::start(&dir, &cfg));
+    }
+    let got: Vec<String> = daemons
+        .iter()
+        .enumerate()
+        .map(|(i, d)| crate::common::field(&d.ok(&format!("alloc ns/pod-{i}")), "ip"))
+        .collect();
+    let st = sim.state();
+    for (i, (id, _, _)) in sim.fleet.iter().enumerate() {
+        let mine = addresses_of(&st, id);
+        assert!(
+            mine.contains(&got[i]),
+            "daemon {i} got {} not on instance {id}: {st}",
+            got[i]
+        );
+        for (j, other) in sim.fleet.iter().enumerate() {
+            if j != i {
+                assert!(!addresses_of(&st, &other.0).contains(&got[i]));
+            }
+        }
+    }
+    let free = st["vswitches"][0]["free"].as_u64().unwrap();
+    // Each node took at least its pod's address plus its pool from the
+    // one vswitch (and a primary address per new ENI).
+    assert!(free + (N as u64) * 2 <= free0, "free {free0} -> {free}");
+}
