@@ -9,13 +9,22 @@
 //! a fresh process started straight into the node namespace (a `setns` in
 //! the child before `exec`), as a runtime would run it.
 //!
-//! Run: `cargo bench --bench cni-bench [-- --iters N]` as root (prints
-//! SKIPPED otherwise).
+//! With `--containerd`: RunPodSandbox under Debian's containerd on the
+//! shipped conflist (tests/it/cri.rs; the time is the RPC's own, measured
+//! by the CRI client), interleaved with eniip-cni's own ADD run straight,
+//! in the same world.
+//!
+//! Run: `cargo bench --bench cni-bench [-- --iters N] [--containerd]` as
+//! root (prints SKIPPED otherwise).
 
 #[path = "../tests/it/cnienv.rs"]
 mod cnienv;
 #[path = "../tests/it/common.rs"]
 mod common;
+#[path = "../tests/it/cri.rs"]
+mod cri;
+#[path = "../tests/it/shipped.rs"]
+mod shipped;
 
 use std::fs::File;
 use std::io::Write;
@@ -73,15 +82,22 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 fn main() {
-    let mut iters = 200usize;
+    let mut iters = None;
+    let mut under_containerd = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--iters" => iters = args.next().and_then(|s| s.parse().ok()).expect("--iters N"),
+            "--iters" => iters = Some(args.next().and_then(|s| s.parse().ok()).expect("--iters N")),
+            "--containerd" => under_containerd = true,
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
     }
+    if under_containerd {
+        containerd(iters.unwrap_or(30));
+        return;
+    }
+    let iters = iters.unwrap_or(200);
     if !cnienv::can_run(
         "cni-bench",
         &["/usr/lib/cni/ptp", "/usr/lib/cni/host-local"],
@@ -160,4 +176,55 @@ fn main() {
     );
     drop(ctr);
     let _ = std::fs::remove_dir_all(&ipam_dir);
+}
+
+/// RunPodSandbox p50/p99 under containerd beside eniip-cni's own ADD.
+fn containerd(iters: usize) {
+    let tools = cri::tools();
+    let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+    if !cnienv::can_run("cni-bench --containerd", &tools) {
+        return;
+    }
+    let w = World::start("ecs.g7.xlarge", json!({"min_pool_size": 10}));
+    let c = cri::Containerd::start(&w);
+    let node = File::open(w.node.path()).unwrap();
+    let ctr = Netns::new(&format!("eniip-bench-{}", w.tag));
+    let conf = w.conf("1.0.0", json!({}));
+    let eniip = cnienv::plugin();
+    let pod = |name: &str| -> f64 {
+        let (id, secs) = c
+            .run_pod(name, "bench")
+            .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}\n{}", c.log()));
+        c.stop(&id).unwrap();
+        c.remove(&id).unwrap();
+        secs * 1000.0
+    };
+    for i in 0..3 {
+        pod(&format!("warm{i}"));
+        run(&node, eniip, "ADD", "warm", &ctr.path(), &conf);
+        run(&node, eniip, "DEL", "warm", &ctr.path(), &conf);
+    }
+    let (mut runs, mut adds) = (vec![], vec![]);
+    for i in 0..iters {
+        runs.push(pod(&format!("pod{i}")));
+        let t = Instant::now();
+        run(&node, eniip, "ADD", "direct", &ctr.path(), &conf);
+        adds.push(t.elapsed().as_secs_f64() * 1000.0);
+        run(&node, eniip, "DEL", "direct", &ctr.path(), &conf);
+    }
+    println!("containerd {iters} pods, one after another, interleaved (ms)");
+    println!("{:<40} {:>8} {:>8}", "", "p50", "p99");
+    println!(
+        "{:<40} {:>8.2} {:>8.2}",
+        "RunPodSandbox (containerd 1.6, CRI)",
+        pct(&mut runs, 0.5),
+        pct(&mut runs, 0.99)
+    );
+    println!(
+        "{:<40} {:>8.2} {:>8.2}",
+        "eniip-cni ADD alone",
+        pct(&mut adds, 0.5),
+        pct(&mut adds, 0.99)
+    );
+    drop(ctr);
 }

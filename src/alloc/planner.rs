@@ -260,6 +260,23 @@ mod tests {
     }
 
     #[test]
+    fn a_create_asks_a_nearly_full_vswitch_only_what_it_has() {
+        let mut i = input(10);
+        i.op_slots = 1;
+        i.vswitches = vec![
+            VswChoice {
+                id: "small".into(),
+                free: Some(3),
+            },
+            VswChoice {
+                id: "smaller".into(),
+                free: Some(0),
+            },
+        ];
+        assert_eq!(plan(&i).creates, vec![("small".into(), 3)]);
+    }
+
+    #[test]
     fn small_eni_types_cap_the_initial_count() {
         let mut i = input(4);
         i.ips_per_eni = 3;

@@ -24,7 +24,7 @@ pub fn explain(verb: &str, err_code: &str, rest: &str) -> String {
         }
         "timeout" => format!(
             "timed out: eniipd had no address for this pod in time ({text}); \
-             the cloud may be slow, the runtime's retry continues the wait"
+             the cloud may be slow or throttling eniipd's calls; the runtime's retry continues the wait"
         ),
         "shutting-down" => "eniipd is stopping: try again once it is back".to_string(),
         "busy" => "eniipd is busy (too many requests in flight): try again".to_string(),

@@ -118,6 +118,43 @@ pub(super) fn near_miss(key: &str) -> Option<&'static str> {
         .map(|(_, k)| k)
 }
 
+impl super::RawConfig {
+    /// Warnings for keys that are accepted but ignored, or unknown.
+    pub fn warnings(&self) -> Vec<String> {
+        let (terway, unknown): (Vec<&String>, Vec<&String>) = self
+            .other
+            .keys()
+            .partition(|k| TERWAY_IGNORED_KEYS.contains(&k.as_str()));
+        let mut w = Vec::new();
+        if !terway.is_empty() {
+            let names: Vec<&str> = terway.iter().map(|s| s.as_str()).collect();
+            w.push(format!(
+                "Terway keys not used by eniipd are ignored: {}",
+                names.join(", ")
+            ));
+        }
+        for k in unknown {
+            match near_miss(k) {
+                Some(known) => w.push(format!(
+                    "unknown config key `{k}` is ignored: did you mean `{known}`? (`{known}` keeps its default)"
+                )),
+                None => w.push(format!("unknown config key `{k}` is ignored")),
+            }
+        }
+        w
+    }
+
+    /// Unknown keys that are near misses of known ones, with the key each
+    /// resembles: errors for `--check-config` (a typo would silently fall
+    /// back to the default).
+    pub fn near_misses(&self) -> Vec<(String, &'static str)> {
+        self.other
+            .keys()
+            .filter_map(|k| near_miss(k).map(|known| (k.clone(), known)))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,6 @@ mod keys;
 mod validate;
 
 pub use keys::KNOWN_KEYS;
-use keys::{near_miss, TERWAY_IGNORED_KEYS};
 
 /// Default config file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/eniipd/eni.json";
@@ -321,63 +320,6 @@ impl RawConfig {
                 mode & 0o7777
             )
         })
-    }
-
-    /// Warnings for keys that are accepted but ignored, or unknown.
-    pub fn warnings(&self) -> Vec<String> {
-        let (terway, unknown): (Vec<&String>, Vec<&String>) = self
-            .other
-            .keys()
-            .partition(|k| TERWAY_IGNORED_KEYS.contains(&k.as_str()));
-        let mut w = Vec::new();
-        if !terway.is_empty() {
-            let names: Vec<&str> = terway.iter().map(|s| s.as_str()).collect();
-            w.push(format!(
-                "Terway keys not used by eniipd are ignored: {}",
-                names.join(", ")
-            ));
-        }
-        for k in unknown {
-            match near_miss(k) {
-                Some(known) => w.push(format!(
-                    "unknown config key `{k}` is ignored: did you mean `{known}`? (`{known}` keeps its default)"
-                )),
-                None => w.push(format!("unknown config key `{k}` is ignored")),
-            }
-        }
-        w
-    }
-
-    /// Unknown keys that are near misses of known ones, with the key each
-    /// resembles: errors for `--check-config` (a typo would silently fall
-    /// back to the default).
-    pub fn near_misses(&self) -> Vec<(String, &'static str)> {
-        self.other
-            .keys()
-            .filter_map(|k| near_miss(k).map(|known| (k.clone(), known)))
-            .collect()
-    }
-}
-
-impl Config {
-    /// What the daemon would warn about at start that needs no cloud:
-    /// pool bounds that contradict each other (the capacity clamps, which
-    /// need the instance type, come at start).
-    pub fn local_warnings(&self) -> Vec<String> {
-        let mut w = Vec::new();
-        if self.min_eni == 0 && self.min_pool_size > self.max_pool_size {
-            w.push(format!(
-                "min_pool_size {} exceeds max_pool_size {}: max_pool_size will be raised to {}",
-                self.min_pool_size, self.max_pool_size, self.min_pool_size
-            ));
-        }
-        if self.max_eni != 0 && self.min_eni > self.max_eni {
-            w.push(format!(
-                "min_eni {} exceeds max_eni {}: at most {} ENIs will be used, min_eni cannot be met",
-                self.min_eni, self.max_eni, self.max_eni
-            ));
-        }
-        w
     }
 }
 

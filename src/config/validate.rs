@@ -471,6 +471,28 @@ impl RawConfig {
     }
 }
 
+impl Config {
+    /// What the daemon would warn about at start that needs no cloud:
+    /// pool bounds that contradict each other (the capacity clamps, which
+    /// need the instance type, come at start).
+    pub fn local_warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.min_eni == 0 && self.min_pool_size > self.max_pool_size {
+            w.push(format!(
+                "min_pool_size {} exceeds max_pool_size {}: max_pool_size will be raised to {}",
+                self.min_pool_size, self.max_pool_size, self.min_pool_size
+            ));
+        }
+        if self.max_eni != 0 && self.min_eni > self.max_eni {
+            w.push(format!(
+                "min_eni {} exceeds max_eni {}: at most {} ENIs will be used, min_eni cannot be met",
+                self.min_eni, self.max_eni, self.max_eni
+            ));
+        }
+        w
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -420,11 +420,23 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             )
         })?;
         info!("emulator: {}", sim.ready_line());
-        (Some(sim), Some(simulate_dir()?))
+        // A kept demo keeps its socket too (an exported SOCK stays right
+        // across restarts); only a throwaway one gets a directory of its
+        // own, removed at stop.
+        let throwaway = match &args.state_dir {
+            Some(_) => None,
+            None => Some(simulate_dir()?),
+        };
+        (Some(sim), throwaway)
     } else {
         (None, None)
     };
-    let (cfg, warnings) = load_config(args, sim.as_ref(), sim_dir.as_deref())?;
+    let sock_dir = args
+        .state_dir
+        .clone()
+        .filter(|_| args.simulate)
+        .or_else(|| sim_dir.clone());
+    let (cfg, warnings) = load_config(args, sim.as_ref(), sock_dir.as_deref())?;
     for w in warnings {
         warn!("{w}");
     }

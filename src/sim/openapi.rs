@@ -197,67 +197,53 @@ pub fn pick_fault(
     (delay, fault)
 }
 
-/// Handles one request on the OpenAPI listener.
+/// A request refused before the world acts on it, with what it named of
+/// itself (the error's host depends on the version).
+struct Refused {
+    action: String,
+    version: String,
+    error: ApiError,
+}
+
+impl Refused {
+    fn early(error: ApiError) -> Refused {
+        Refused {
+            action: String::new(),
+            version: String::new(),
+            error,
+        }
+    }
+}
+
+/// An authenticated call, ready for the world.
+struct Call {
+    action: String,
+    version: String,
+    params: Params,
+    v3: bool,
+}
+
+/// Handles one request on the OpenAPI listener: route, method and
+/// parameters, authentication, then faults, replay and the world's answer.
 pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     if let Some(rest) = req.path.strip_prefix("/__sim/") {
         return admin(sh, req, rest);
     }
-    let rid = || sh.world.lock().request_id();
-    if req.path != "/" {
-        return error_response(
-            sh,
-            "",
-            "",
-            &err(
-                404,
-                "InvalidApi.NotFound",
-                "Specified api is not found, please check your url and method.",
-            ),
-            rid(),
-        );
+    match accept(sh, req) {
+        Ok(call) => answer(sh, &call),
+        Err(r) => {
+            let rid = sh.world.lock().request_id();
+            error_response(sh, &r.action, &r.version, &r.error, rid)
+        }
     }
-    if req.method != "GET" && req.method != "POST" {
-        return error_response(
-            sh,
-            "",
-            "",
-            &err(
-                400,
-                "UnsupportedHTTPMethod",
-                format!("HTTP method {} is not supported.", req.method),
-            ),
-            rid(),
-        );
-    }
+}
+
+/// Everything that may refuse a request before it is counted: the path,
+/// the method, the parameters, the signature and the action.
+fn accept(sh: &Shared, req: &HttpRequest) -> Result<Call, Refused> {
+    route(req).map_err(Refused::early)?;
+    let (query, pairs) = read_params(req).map_err(Refused::early)?;
     let v3 = req.header("authorization").is_some();
-    let Some(query) = parse_form(&req.query) else {
-        return error_response(
-            sh,
-            "",
-            "",
-            &err(
-                400,
-                "InvalidParameter",
-                "The query string is not properly encoded.",
-            ),
-            rid(),
-        );
-    };
-    let body = match body_params(req) {
-        Ok(b) => b,
-        Err(e) => return error_response(sh, "", "", &e, rid()),
-    };
-    let mut pairs = query.clone();
-    pairs.extend(body);
-    if pairs.len() > 500 {
-        return error_response(
-            sh,
-            "",
-            "",
-            &err(400, "InvalidParameter", "Too many parameters."),
-            rid(),
-        );
-    }
     let mut params: Params = pairs.iter().cloned().collect();
     if v3 {
         // V3 carries the action and version in headers.
@@ -274,88 +260,90 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     } else {
         auth::authenticate_v1(sh, &req.method, &pairs, &params)
     };
-    if let Err(e) = authenticated {
-        return error_response(sh, &action, &version, &e, rid());
+    if let Err(error) = authenticated {
+        return Err(Refused {
+            action,
+            version,
+            error,
+        });
     }
     if action.is_empty() {
-        return error_response(sh, "", &version, &err(400, "MissingParameter", "The input parameter \"Action\" that is mandatory for processing this request is not supplied."), rid());
+        return Err(Refused {
+            action,
+            version,
+            error: err(400, "MissingParameter", "The input parameter \"Action\" that is mandatory for processing this request is not supplied."),
+        });
     }
+    Ok(Call {
+        action,
+        version,
+        params,
+        v3,
+    })
+}
 
-    if let Some(r) = flow_step(sh, &action, &version) {
+/// Only `/`, by GET or POST.
+fn route(req: &HttpRequest) -> Result<(), ApiError> {
+    if req.path != "/" {
+        return Err(err(
+            404,
+            "InvalidApi.NotFound",
+            "Specified api is not found, please check your url and method.",
+        ));
+    }
+    if req.method != "GET" && req.method != "POST" {
+        return Err(err(
+            400,
+            "UnsupportedHTTPMethod",
+            format!("HTTP method {} is not supported.", req.method),
+        ));
+    }
+    Ok(())
+}
+
+/// Parameters in the order sent.
+type Pairs = Vec<(String, String)>;
+
+/// The query's pairs, and the query's and the body's together (at most
+/// 500).
+fn read_params(req: &HttpRequest) -> Result<(Pairs, Pairs), ApiError> {
+    let query = parse_form(&req.query).ok_or_else(|| {
+        err(
+            400,
+            "InvalidParameter",
+            "The query string is not properly encoded.",
+        )
+    })?;
+    let mut pairs = query.clone();
+    pairs.extend(body_params(req)?);
+    if pairs.len() > 500 {
+        return Err(err(400, "InvalidParameter", "Too many parameters."));
+    }
+    Ok((query, pairs))
+}
+
+/// A counted call: its faults and latency, then the world's answer (or a
+/// replay of it), then a fault that loses the answer.
+fn answer(sh: &Shared, call: &Call) -> HttpResponse {
+    if let Some(r) = flow_step(sh, &call.action, &call.version) {
         return r;
     }
-    // Count the call, pick faults, then sleep outside the lock.
-    let (delay, fault) = {
-        let mut w = sh.world.lock();
-        *w.calls.entry(action.clone()).or_default() += 1;
-        // Counted apart: how many calls carried prefixes is what prefix
-        // mode's call economy is judged by.
-        if params
-            .keys()
-            .any(|k| k == "Ipv4PrefixCount" || k.starts_with("Ipv4Prefix."))
-        {
-            *w.prefix_calls.entry(action.clone()).or_default() += 1;
-        }
-        *w.signatures
-            .entry(if v3 { "v3" } else { "v1" })
-            .or_default() += 1;
-        let (extra, fault) = pick_fault(sh, &mut w, &action, true);
-        (sh.latency + extra, fault)
-    };
+    let (delay, fault) = count_and_pick_faults(sh, call);
     if !delay.is_zero() {
         std::thread::sleep(delay);
     }
     // A fault "after" the action replaces only its answer (a lost answer).
     let lost_answer = match fault {
-        Some((e, false)) => return error_response(sh, &action, &version, &e, rid()),
+        Some((e, false)) => {
+            let rid = sh.world.lock().request_id();
+            return error_response(sh, &call.action, &call.version, &e, rid);
+        }
         Some((e, true)) => Some(e),
         None => None,
     };
-
-    let token = params.get("ClientToken").filter(|t| !t.is_empty()).cloned();
-    let fingerprint = || {
-        params
-            .iter()
-            .filter(|(k, _)| !VOLATILE.contains(&k.as_str()))
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join("&")
-    };
-    let key = token
-        .filter(|_| IDEMPOTENT.contains(&action.as_str()))
-        .map(|t| (action.clone(), t));
-    let now = Instant::now();
-    let (result, request_id) = {
-        let mut w = sh.world.lock();
-        let request_id = w.request_id();
-        let mut g = sh.gateway.lock();
-        let replay = key.as_ref().and_then(|k| g.replays.get(k).cloned());
-        let result = match replay {
-            Some((fp, _)) if fp != fingerprint() => Err(err(
-                400,
-                "IdempotentParameterMismatch",
-                "The request uses the same client token as a previous, but non-identical request.",
-            )),
-            Some((_, r)) => r,
-            None => {
-                let r = w.act(&action, &version, &params, now);
-                if let Some(k) = key {
-                    // Only successes are remembered: a refused request may be
-                    // retried with the same token once the cause is gone.
-                    if r.is_ok() {
-                        if g.replays.len() > 10_000 {
-                            g.replays.clear();
-                        }
-                        g.replays.insert(k, (fingerprint(), r.clone()));
-                    }
-                }
-                r
-            }
-        };
-        (result, request_id)
-    };
+    let (result, request_id) = dispatch(sh, call);
     if let Some(e) = lost_answer {
-        return error_response(sh, &action, &version, &e, request_id);
+        return error_response(sh, &call.action, &call.version, &e, request_id);
     }
     match result {
         Ok(mut v) => {
@@ -364,8 +352,73 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
             }
             HttpResponse::json(200, &v).with_header("x-acs-request-id", request_id)
         }
-        Err(e) => error_response(sh, &action, &version, &e, request_id),
+        Err(e) => error_response(sh, &call.action, &call.version, &e, request_id),
     }
+}
+
+/// Counts the call (by action, by prefix use, by signature) and picks its
+/// faults; the latency is slept by the caller, outside the lock.
+fn count_and_pick_faults(sh: &Shared, call: &Call) -> (Duration, Option<(ApiError, bool)>) {
+    let mut w = sh.world.lock();
+    *w.calls.entry(call.action.clone()).or_default() += 1;
+    // Counted apart: how many calls carried prefixes is what prefix
+    // mode's call economy is judged by.
+    if call
+        .params
+        .keys()
+        .any(|k| k == "Ipv4PrefixCount" || k.starts_with("Ipv4Prefix."))
+    {
+        *w.prefix_calls.entry(call.action.clone()).or_default() += 1;
+    }
+    *w.signatures
+        .entry(if call.v3 { "v3" } else { "v1" })
+        .or_default() += 1;
+    let (extra, fault) = pick_fault(sh, &mut w, &call.action, true);
+    (sh.latency + extra, fault)
+}
+
+/// The world acts, or a ClientToken's earlier success is replayed (the
+/// same token with other parameters is refused); with the request id.
+fn dispatch(sh: &Shared, call: &Call) -> (Result<Value, ApiError>, String) {
+    let fingerprint = || {
+        call.params
+            .iter()
+            .filter(|(k, _)| !VOLATILE.contains(&k.as_str()))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&")
+    };
+    let key = call
+        .params
+        .get("ClientToken")
+        .filter(|t| !t.is_empty() && IDEMPOTENT.contains(&call.action.as_str()))
+        .map(|t| (call.action.clone(), t.clone()));
+    let now = Instant::now();
+    let mut w = sh.world.lock();
+    let request_id = w.request_id();
+    let mut g = sh.gateway.lock();
+    let replay = key.as_ref().and_then(|k| g.replays.get(k).cloned());
+    let result = match replay {
+        Some((fp, _)) if fp != fingerprint() => Err(err(
+            400,
+            "IdempotentParameterMismatch",
+            "The request uses the same client token as a previous, but non-identical request.",
+        )),
+        Some((_, r)) => r,
+        None => {
+            let r = w.act(&call.action, &call.version, &call.params, now);
+            // Only successes are remembered: a refused request may be
+            // retried with the same token once the cause is gone.
+            if let (Some(k), true) = (key, r.is_ok()) {
+                if g.replays.len() > 10_000 {
+                    g.replays.clear();
+                }
+                g.replays.insert(k, (fingerprint(), r.clone()));
+            }
+            r
+        }
+    };
+    (result, request_id)
 }
 
 fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {

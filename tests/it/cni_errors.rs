@@ -1,6 +1,7 @@
 //! A failed ADD says why, in words a user can act on (runtimes show the
 //! CNI error's `msg` as the pod's event): eniipd down, the vswitch out of
-//! addresses (named), the instance's ENI quota reached; STATUS the same.
+//! addresses (named), the instance's ENI quota reached, a timeout; STATUS
+//! the same.
 //! Needs root and `ip`; says SKIPPED loudly otherwise (and fails under
 //! ENIIPD_CI=1).
 
@@ -61,5 +62,26 @@ fn an_add_refused_for_an_empty_vswitch_names_it() {
         msg(&out).contains(&format!("vswitch {vsw} is out of addresses")),
         "{out:?}"
     );
+    assert!(w.inuse().is_empty(), "{:?}", w.inuse());
+}
+
+#[test]
+fn an_add_that_times_out_says_so() {
+    if !can_run("cni error words", &[]) {
+        return;
+    }
+    // The cloud throttles every address call; eniipd's cloud layer keeps
+    // retrying past alloc_timeout, so the ADD times out.
+    let w = World::start(LARGE, json!({"alloc_timeout": 3}));
+    for action in ["AssignPrivateIpAddresses", "CreateNetworkInterface"] {
+        w.sim.fault(&format!(
+            r#"{{"action":"{action}","code":"Throttling.User"}}"#
+        ));
+    }
+    let c = Ctr::new(&w, 0);
+    let out = w.cni("ADD", Some(&c), &w.conf("1.0.0", json!({})));
+    assert_eq!(out.code(), 11, "{out:?}");
+    assert!(msg(&out).starts_with("timed out"), "{out:?}");
+    assert!(msg(&out).contains("3 s"), "{out:?}");
     assert!(w.inuse().is_empty(), "{:?}", w.inuse());
 }

@@ -1,6 +1,9 @@
-//! eniip-cni under a real runtime: Debian's podman (CNI backend) with runc,
-//! the reference plugins chained after it (portmap, tuning, bandwidth) and
-//! an image imported from busybox-static.
+//! eniip-cni under a real runtime: Debian's podman (CNI backend) with runc
+//! on the shipped `cni/eniip.conflist`, unchanged (eniip-cni, then Debian's
+//! portmap and bandwidth), and an image imported from busybox-static. The
+//! conflist's socket path `/run/eniipd/eniipd.sock` is the test's eniipd
+//! inside a mount namespace every podman command enters
+//! ([`crate::shipped::MountHolder`]).
 //!
 //! podman runs with its network namespace set to the test's node namespace
 //! (`nsenter --net`, which, unlike `ip netns exec`, keeps /sys and the
@@ -41,22 +44,38 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 struct Podman {
     dir: PathBuf,
     node: String,
+    /// The network's name (the shipped conflist's `eniip`, or the test's).
+    net: String,
+    /// `nsenter` arguments entering the mount namespace where the shipped
+    /// conflist's socket path is the test's eniipd (empty: none needed).
+    enter: Vec<String>,
+    holder: Option<std::sync::Arc<crate::shipped::MountHolder>>,
 }
 
 impl Podman {
+    /// podman on the shipped `cni/eniip.conflist`, installed unchanged the
+    /// way README says, its socket path made the test's eniipd
+    /// ([`crate::shipped::MountHolder`]).
     fn new(w: &World) -> Podman {
-        Podman::with_plugins(
-            w,
-            json!([
-                {"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500},
-                {"type": "portmap", "capabilities": {"portMappings": true}},
-                {"type": "tuning", "sysctl": {"net.ipv4.conf.eth0.rp_filter": "1"}},
-                {"type": "bandwidth", "capabilities": {"bandwidth": true}}
-            ]),
-        )
+        let mut p = Podman::with_plugins(w, None);
+        let conflist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cni/eniip.conflist");
+        sh(&[
+            "install",
+            "-m",
+            "0644",
+            &conflist.display().to_string(),
+            &p.dir.join("net/10-eniip.conflist").display().to_string(),
+        ]);
+        let holder = crate::shipped::MountHolder::new(&w.socket());
+        p.enter = holder.enter();
+        p.holder = Some(std::sync::Arc::new(holder));
+        p.net = "eniip".into();
+        p
     }
 
-    fn with_plugins(w: &World, plugins: Value) -> Podman {
+    /// podman on a conflist of the test's own (`plugins`; none: no
+    /// conflist is written).
+    fn with_plugins(w: &World, plugins: Option<Value>) -> Podman {
         let dir = common::tempdir("podman");
         for d in [
             "root",
@@ -68,8 +87,13 @@ impl Podman {
         ] {
             std::fs::create_dir_all(dir.join(d)).unwrap();
         }
+        // An eniip-cni someone installed in /usr/lib/cni (as README says)
+        // is not the one under test.
         for e in std::fs::read_dir("/usr/lib/cni").unwrap().flatten() {
-            std::os::unix::fs::symlink(e.path(), dir.join("plugins").join(e.file_name())).unwrap();
+            if e.file_name() != "eniip-cni" {
+                std::os::unix::fs::symlink(e.path(), dir.join("plugins").join(e.file_name()))
+                    .unwrap();
+            }
         }
         std::os::unix::fs::symlink(cnienv::plugin(), dir.join("plugins/eniip-cni")).unwrap();
         let conf = format!(
@@ -88,16 +112,18 @@ cni_plugin_dirs = ["{d}/plugins"]
             d = dir.display()
         );
         std::fs::write(dir.join("containers.conf"), conf).unwrap();
-        let conflist = json!({
-            "cniVersion": "1.0.0",
-            "name": w.network,
-            "plugins": plugins,
-        });
-        std::fs::write(
-            dir.join("net").join(format!("{}.conflist", w.network)),
-            serde_json::to_vec_pretty(&conflist).unwrap(),
-        )
-        .unwrap();
+        if let Some(plugins) = plugins {
+            let conflist = json!({
+                "cniVersion": "1.0.0",
+                "name": w.network,
+                "plugins": plugins,
+            });
+            std::fs::write(
+                dir.join("net").join(format!("{}.conflist", w.network)),
+                serde_json::to_vec_pretty(&conflist).unwrap(),
+            )
+            .unwrap();
+        }
         // The image: busybox-static and its applets.
         let rootfs = dir.join("rootfs");
         std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
@@ -116,6 +142,9 @@ cni_plugin_dirs = ["{d}/plugins"]
         let p = Podman {
             dir,
             node: w.node.name.clone(),
+            net: w.network.clone(),
+            enter: Vec::new(),
+            holder: None,
         };
         let out = p.run(&[
             "import",
@@ -132,6 +161,7 @@ cni_plugin_dirs = ["{d}/plugins"]
 
     fn run(&self, args: &[&str]) -> Output {
         Command::new("nsenter")
+            .args(&self.enter)
             .arg(format!("--net=/run/netns/{}", self.node))
             .arg("podman")
             .arg("--root")
@@ -259,7 +289,7 @@ fn podman_containers_get_their_address_from_eniipd() {
         "host",
     ]);
     let pm = Podman::new(&w);
-    let net = w.network.clone();
+    let net = pm.net.clone();
 
     // One container with a published port.
     pm.ok(&[
@@ -322,16 +352,28 @@ fn podman_containers_get_their_address_from_eniipd() {
     assert!(on_eni.contains(&ip), "{on_eni:?}");
     assert_eq!(w.daemon().ask("audit").last().unwrap(), "OK consistent");
 
-    // 20 at once.
+    twenty_at_once(&w, &pm, &net);
+}
+
+/// 20 containers started at once get distinct addresses across 2+ ENIs;
+/// one on each ENI reaches the gateway through it; `rm` gives all back.
+fn twenty_at_once(w: &World, pm: &Podman, net: &str) {
     let names: Vec<String> = (0..20).map(|i| format!("burst{i}")).collect();
     let handles: Vec<_> = names
         .iter()
         .map(|n| {
-            let (n, dir, node, net) = (n.clone(), pm.dir.clone(), pm.node.clone(), net.clone());
+            let (n, dir, node, net) = (n.clone(), pm.dir.clone(), pm.node.clone(), net.to_string());
+            let (enter, holder) = (pm.enter.clone(), pm.holder.clone());
             std::thread::Builder::new()
                 .name(format!("podman-{n}"))
                 .spawn(move || {
-                    let p = Podman { dir, node };
+                    let mut p = Podman {
+                        dir,
+                        node,
+                        net: net.clone(),
+                        enter,
+                        holder,
+                    };
                     let out = p.run(&[
                         "run",
                         "-d",
@@ -343,7 +385,10 @@ fn podman_containers_get_their_address_from_eniipd() {
                         "sleep",
                         "600",
                     ]);
-                    std::mem::forget(p); // the shared folder is the test's
+                    // The shared folder and the mount holder are the
+                    // test's: give the holder back, skip the clean-up.
+                    drop(p.holder.take());
+                    std::mem::forget(p);
                     out
                 })
                 .unwrap()
@@ -357,10 +402,10 @@ fn podman_containers_get_their_address_from_eniipd() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let ips: Vec<String> = names.iter().map(|n| pm.address(n, &net).1).collect();
+    let ips: Vec<String> = names.iter().map(|n| pm.address(n, net).1).collect();
     let distinct: BTreeSet<&String> = ips.iter().collect();
     assert_eq!(distinct.len(), 20, "{ips:?}");
-    let p = pool(&w);
+    let p = pool(w);
     let mut by_eni: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     for (ip, n) in ips.iter().zip(&names) {
         let (state, _, eni) = p.get(ip).cloned().unwrap_or_default();
@@ -375,7 +420,7 @@ fn podman_containers_get_their_address_from_eniipd() {
         assert!(out.status.success(), "{n} {ip} on {eni}");
     }
     pm.ok(&["rm", "-af", "-t", "0"]);
-    let left: Vec<_> = pool(&w)
+    let left: Vec<_> = pool(w)
         .into_iter()
         .filter(|(_, (s, _, _))| s == "inuse")
         .collect();
@@ -402,7 +447,7 @@ fn podman_containers_get_ipv6_in_dual_stack() {
     let w = World::start_dual("ecs.g7.large", json!({}));
     let pm = Podman::with_plugins(
         &w,
-        json!([{"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500}]),
+        Some(json!([{"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500}])),
     );
     let net = w.network.clone();
     pm.ok(&[

@@ -4,14 +4,16 @@
 //! each of 0.4.0, 1.0.0 and 1.1.0 is answered in its own version with the
 //! addresses mapped to `CNI_IFNAME` (what containerd's go-cni looks up); a
 //! version we do not speak, and GC or STATUS before 1.1.0, get CNI error 1
-//! with nothing taken. Needs root, `ip`, `unshare`, busybox and Debian's
+//! with nothing taken; `cni/eniip-1.1.conflist`'s entry answers STATUS
+//! and GC. Needs root, `ip`, `unshare`, busybox and Debian's
 //! plugins; says SKIPPED loudly otherwise (and fails under ENIIPD_CI=1).
 
 use crate::cnienv;
 
 use std::time::Duration;
 
-use cnienv::{can_run, eventually, Ctr, ShippedSocket, World, GATEWAY};
+use crate::shipped::{self, ShippedSocket};
+use cnienv::{can_run, eventually, Ctr, World, GATEWAY};
 use serde_json::{json, Value};
 
 const LARGE: &str = "ecs.g7.large";
@@ -45,14 +47,14 @@ fn the_shipped_conflist_runs_unchanged_with_debians_plugins() {
     }
     let w = World::start(LARGE, json!({}));
     let ship = ShippedSocket::new(&w.socket());
-    let list = cnienv::shipped_conflist("eniip.conflist");
+    let list = shipped::shipped_conflist("eniip.conflist");
     let plugins = list["plugins"].as_array().expect("plugins").clone();
     let mut c = Ctr::new(&w, 0);
     c.args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1".into();
     let ctr = || Some((c.id.as_str(), c.ns.path(), c.args.as_str()));
     let run = |cmd: &str, p: &Value, prev: &Value| {
-        let bin = cnienv::plugin_bin(p["type"].as_str().expect("type"));
-        let conf = cnienv::plugin_conf(&list, p, prev);
+        let bin = shipped::plugin_bin(p["type"].as_str().expect("type"));
+        let conf = shipped::plugin_conf(&list, p, prev);
         let out = cnienv::run_bin_under(&ship.wrap(), &w.node.name, &bin, cmd, ctr(), &conf);
         assert!(out.ok, "{cmd} {bin} ({}): {out:?}", list["cniVersion"]);
         out
@@ -134,4 +136,44 @@ fn each_version_is_answered_in_its_own() {
     }
     w.cni("STATUS", None, &w.conf("1.1.0", json!({})))
         .expect_ok("STATUS 1.1.0");
+}
+
+/// `cni/eniip-1.1.conflist` (for stacks that speak 1.1.0 throughout):
+/// eniip-cni's entry, as shipped, answers STATUS and GC, and an ADD in
+/// 1.1.0.
+#[test]
+fn the_1_1_conflist_gives_status_and_gc() {
+    if !can_run("cni 1.1 conflist", &["unshare"]) {
+        return;
+    }
+    let w = World::start(LARGE, json!({}));
+    let ship = ShippedSocket::new(&w.socket());
+    let list = shipped::shipped_conflist("eniip-1.1.conflist");
+    assert_eq!(list["cniVersion"], "1.1.0");
+    let ours = list["plugins"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["type"] == "eniip-cni"))
+        .expect("an eniip-cni entry")
+        .clone();
+    let conf = shipped::plugin_conf(&list, &ours, &Value::Null);
+    let run = |cmd: &str, ctr: Option<&Ctr>, conf: &Value| {
+        let ctr = ctr.map(|c| (c.id.as_str(), c.ns.path(), ""));
+        cnienv::run_bin_under(&ship.wrap(), &w.node.name, cnienv::plugin(), cmd, ctr, conf)
+    };
+    let out = run("STATUS", None, &conf);
+    assert!(out.ok, "STATUS: {out:?}");
+    let c = Ctr::new(&w, 0);
+    let add = run("ADD", Some(&c), &conf);
+    assert!(add.ok, "ADD: {add:?}");
+    assert_eq!(add.json["cniVersion"], "1.1.0");
+    // GC keeping nothing releases it.
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let out = run("GC", None, &gc);
+    assert!(out.ok, "GC: {out:?}");
+    assert!(
+        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
+        "{:?}",
+        w.inuse()
+    );
 }

@@ -589,7 +589,7 @@ pub fn run_bin(
 }
 
 /// Same, the command line prefixed by `wrap` (e.g.
-/// [`ShippedSocket::wrap`]).
+/// [`crate::shipped::ShippedSocket::wrap`]).
 pub fn run_bin_under(
     wrap: &[String],
     node: &str,
@@ -725,81 +725,4 @@ pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
 /// `path` as a string.
 pub fn s(p: &Path) -> String {
     p.display().to_string()
-}
-
-/// The shipped conflists name eniipd's socket `/run/eniipd/eniipd.sock`;
-/// the test's eniipd has its own. To run a shipped conflist byte for byte,
-/// what runs it (the plugins, a runtime) runs in a private mount namespace
-/// where a folder holding `eniipd.sock` (a symlink to the test's socket) is
-/// bind-mounted on `/run/eniipd`. The host's `/run/eniipd` is only ever a
-/// mount point: an empty folder, created if missing and left in place
-/// (another test may be using it as its own mount point).
-pub struct ShippedSocket {
-    dir: PathBuf,
-}
-
-/// The path the shipped conflists name.
-pub const SHIPPED_SOCKET: &str = "/run/eniipd/eniipd.sock";
-
-impl ShippedSocket {
-    pub fn new(socket: &Path) -> ShippedSocket {
-        let dir = crate::common::tempdir("shipsock");
-        std::os::unix::fs::symlink(socket, dir.join("eniipd.sock")).unwrap();
-        std::fs::create_dir_all("/run/eniipd").unwrap();
-        ShippedSocket { dir }
-    }
-
-    /// The command prefix: a private mount namespace with the socket
-    /// folder on `/run/eniipd`, then the command (`"$@"`).
-    pub fn wrap(&self) -> Vec<String> {
-        [
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            "mount --bind \"$0\" /run/eniipd && exec \"$@\"",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([s(&self.dir)])
-        .collect()
-    }
-}
-
-impl Drop for ShippedSocket {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A shipped conflist (`cni/<name>`), as it is.
-pub fn shipped_conflist(name: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("cni").join(name);
-    let text =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The plugin's binary for a conflist `type`: ours, or the reference
-/// plugin of that name in /usr/lib/cni (Debian's).
-pub fn plugin_bin(kind: &str) -> String {
-    if kind == "eniip-cni" {
-        plugin().to_string()
-    } else {
-        format!("/usr/lib/cni/{kind}")
-    }
-}
-
-/// One plugin's configuration as libcni builds it from a conflist entry:
-/// the list's `cniVersion` and `name`, and the result so far.
-pub fn plugin_conf(list: &Value, plugin: &Value, prev: &Value) -> Value {
-    let mut c = plugin.clone();
-    c["cniVersion"] = list["cniVersion"].clone();
-    c["name"] = list["name"].clone();
-    if !prev.is_null() {
-        c["prevResult"] = prev.clone();
-    }
-    c
 }

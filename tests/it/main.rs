@@ -5,12 +5,15 @@
 
 mod cnienv;
 mod common;
+mod cri;
+mod shipped;
 
 mod alloc_prefix_sim;
 mod alloc_sim;
 mod chaos;
 mod cloud_prefix_sim;
 mod cloud_sim;
+mod cni_containerd;
 mod cni_docs;
 mod cni_errors;
 mod cni_local;
@@ -22,6 +25,7 @@ mod config_prefix;
 mod daemon;
 mod daemon_keep_gc;
 mod daemon_peer;
+mod daemon_simulate;
 mod docs;
 mod frozen_disk;
 mod hygiene;

@@ -288,31 +288,53 @@ fn prefixes_and_addresses_are_never_mixed_in_one_call() {
             "{params:?}"
         );
     }
-    // An explicit block is honoured.
+    // An explicit block is honoured: one no ENI's address falls in (the
+    // primaries are drawn at random from the vswitch).
+    let used: Vec<std::net::Ipv4Addr> = call(&c, "DescribeNetworkInterfaces", &[]).unwrap()
+        ["NetworkInterfaceSets"]["NetworkInterfaceSet"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| {
+            e["PrivateIpSets"]["PrivateIpSet"]
+                .as_array()
+                .unwrap()
+                .clone()
+        })
+        .filter_map(|a| a["PrivateIpAddress"].as_str()?.parse().ok())
+        .collect();
+    let base = (0u8..=240)
+        .step_by(16)
+        .map(|b| std::net::Ipv4Addr::new(10, 3, 1, b))
+        .find(|b| {
+            !used.iter().any(|u| {
+                u.octets()[..3] == b.octets()[..3] && u.octets()[3] & 0xf0 == b.octets()[3]
+            })
+        })
+        .unwrap();
+    let block = format!("{base}/28");
+    let inside = std::net::Ipv4Addr::new(10, 3, 1, base.octets()[3] + 5).to_string();
     let r = call(
         &c,
         "AssignPrivateIpAddresses",
-        &[("NetworkInterfaceId", id), ("Ipv4Prefix.1", "10.3.1.0/28")],
+        &[("NetworkInterfaceId", id), ("Ipv4Prefix.1", &block)],
     )
     .unwrap();
     assert_eq!(
         strings(&r["AssignedPrivateIpAddressesSet"]["Ipv4PrefixSet"]["Ipv4Prefixes"]),
-        vec!["10.3.1.0/28".to_string()]
+        vec![block.clone()]
     );
     // Taken: the same block again, or an address inside it.
     let (_, taken) = code(call(
         &c,
         "AssignPrivateIpAddresses",
-        &[("NetworkInterfaceId", id), ("Ipv4Prefix.1", "10.3.1.0/28")],
+        &[("NetworkInterfaceId", id), ("Ipv4Prefix.1", &block)],
     ));
     assert_eq!(taken, "InvalidIp.IpAssigned");
     let (_, taken) = code(call(
         &c,
         "AssignPrivateIpAddresses",
-        &[
-            ("NetworkInterfaceId", id),
-            ("PrivateIpAddress.1", "10.3.1.5"),
-        ],
+        &[("NetworkInterfaceId", id), ("PrivateIpAddress.1", &inside)],
     ));
     assert_eq!(taken, "InvalidIp.IpAssigned");
     // Unassign refuses mixing too.
@@ -322,8 +344,8 @@ fn prefixes_and_addresses_are_never_mixed_in_one_call() {
             "UnassignPrivateIpAddresses",
             &[
                 ("NetworkInterfaceId", id),
-                ("Ipv4Prefix.1", "10.3.1.0/28"),
-                ("PrivateIpAddress.1", "10.3.1.5")
+                ("Ipv4Prefix.1", &block),
+                ("PrivateIpAddress.1", &inside)
             ],
         )),
         bad

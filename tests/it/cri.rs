@@ -1,0 +1,360 @@
+//! Debian's containerd, started by a test with its own config, root,
+//! state and socket, driven over its CRI socket the way a kubelet does
+//! (`tests/it/cri.py`, PyPI's `container-runtime-interface-api` with
+//! `grpcio` in the venv `.ci/run` makes under `target/cri-venv`).
+//!
+//! containerd runs in the test's node namespace (`nsenter --net`, keeping
+//! /sys and the cgroup tree runc needs) and in a private mount namespace
+//! where the test's eniipd socket is on `/run/eniipd`
+//! ([`ShippedSocket`]), so the shipped conflist is installed
+//! byte for byte. Its CNI bin dir holds eniip-cni and Debian's reference
+//! plugins, its conf dir the shipped conflist; its sandbox image is built
+//! offline from busybox-static and imported with `ctr images import`, so
+//! it never pulls. On drop every sandbox is stopped and removed, then
+//! containerd and any shim of its socket are stopped.
+
+// `pub` here means "for the tests", not an API (as in cnienv).
+#![allow(unreachable_pub, missing_debug_implementations)]
+// The benchmark uses part of it.
+#![allow(dead_code)]
+
+use crate::cnienv::{self, World};
+use crate::shipped::ShippedSocket;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// The sandbox image containerd is told to use (imported, never pulled).
+pub const SANDBOX_IMAGE: &str = "docker.io/eniip-test/pause:1";
+
+/// The CRI client's Python (the venv `.ci/run` makes).
+pub fn python() -> String {
+    std::env::var("ENIIPD_CRI_PYTHON")
+        .unwrap_or_else(|_| format!("{}/target/cri-venv/bin/python", env!("CARGO_MANIFEST_DIR")))
+}
+
+/// What the containerd tests need, for [`cnienv::can_run`].
+pub fn tools() -> Vec<String> {
+    vec![
+        "containerd".into(),
+        "ctr".into(),
+        "runc".into(),
+        "nsenter".into(),
+        "unshare".into(),
+        "busybox".into(),
+        "/usr/lib/cni/portmap".into(),
+        "/usr/lib/cni/bandwidth".into(),
+        "/usr/lib/cni/loopback".into(),
+        python(),
+    ]
+}
+
+/// A pod's state as PodSandboxStatus gives it.
+#[derive(Debug, Clone)]
+pub struct PodStatus {
+    pub state: String,
+    pub ip: String,
+    pub pid: u64,
+    pub netns: String,
+}
+
+pub struct Containerd {
+    child: Option<Child>,
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    _ship: ShippedSocket,
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+/// A docker archive of an image whose only file is busybox-static and
+/// whose entrypoint sleeps (a pause container needs nothing else).
+fn sandbox_image(dir: &Path) -> PathBuf {
+    let img = dir.join("image");
+    let root = img.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    let layer = img.join("layer.tar");
+    cnienv::sh(&[
+        "tar",
+        "--owner=0",
+        "--group=0",
+        "-C",
+        &cnienv::s(&root),
+        "-cf",
+        &cnienv::s(&layer),
+        "bin",
+    ]);
+    let sum = cnienv::sh(&["sha256sum", &cnienv::s(&layer)]);
+    let digest = sum.split(' ').next().unwrap().to_string();
+    let config = json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Entrypoint": ["/bin/busybox", "sleep", "2147483647"]},
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{digest}")]},
+    });
+    write(&img.join("config.json"), &config.to_string());
+    let manifest = json!([{
+        "Config": "config.json",
+        "RepoTags": ["eniip-test/pause:1"],
+        "Layers": ["layer.tar"],
+    }]);
+    write(&img.join("manifest.json"), &manifest.to_string());
+    let archive = dir.join("pause.tar");
+    cnienv::sh(&[
+        "tar",
+        "-C",
+        &cnienv::s(&img),
+        "-cf",
+        &cnienv::s(&archive),
+        "manifest.json",
+        "config.json",
+        "layer.tar",
+    ]);
+    archive
+}
+
+/// containerd's config: everything under `dir`, CNI from `dir`'s folders,
+/// the imported sandbox image, the native snapshotter (works on any
+/// filesystem the test's temporary folder is on).
+fn config(dir: &Path) -> String {
+    let d = cnienv::s(dir);
+    format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{SANDBOX_IMAGE}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  # A negative oom_score_adj for the sandbox needs CAP_SYS_RESOURCE a
+  # containerized CI may lack: keep the runtime's own.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{d}/bin"
+    conf_dir = "{d}/net.d"
+    max_conf_num = 1
+"#
+    )
+}
+
+impl Containerd {
+    /// Starts containerd for `w` with the shipped conflist installed the
+    /// way README says, and imports the sandbox image.
+    pub fn start(w: &World) -> Containerd {
+        let dir = crate::common::tempdir("containerd");
+        let (bin, netd) = (dir.join("bin"), dir.join("net.d"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&netd).unwrap();
+        // README: install -m 0755 eniip-cni <bin dir>, install -m 0644
+        // cni/eniip.conflist <conf dir>/10-eniip.conflist.
+        cnienv::sh(&["install", "-m", "0755", cnienv::plugin(), &cnienv::s(&bin)]);
+        let conflist = Path::new(env!("CARGO_MANIFEST_DIR")).join("cni/eniip.conflist");
+        cnienv::sh(&[
+            "install",
+            "-m",
+            "0644",
+            &cnienv::s(&conflist),
+            &cnienv::s(&netd.join("10-eniip.conflist")),
+        ]);
+        // The reference plugins beside it; an eniip-cni someone installed
+        // in /usr/lib/cni (as README says) is not the one under test.
+        for p in std::fs::read_dir("/usr/lib/cni").unwrap().flatten() {
+            if p.file_name() != "eniip-cni" {
+                std::os::unix::fs::symlink(p.path(), bin.join(p.file_name())).unwrap();
+            }
+        }
+        let cfg = dir.join("config.toml");
+        write(&cfg, &config(&dir));
+        let ship = ShippedSocket::new(&w.socket());
+        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
+        let mut argv = vec![format!("--net={}", cnienv::s(&w.node.path()))];
+        argv.extend(ship.wrap());
+        argv.extend(["containerd".into(), "--config".into(), cnienv::s(&cfg)]);
+        let child = Command::new("nsenter")
+            .args(&argv)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let c = Containerd {
+            child: Some(child),
+            socket: dir.join("containerd.sock"),
+            dir,
+            _ship: ship,
+        };
+        let up = crate::common::eventually(Duration::from_secs(30), || {
+            c.socket.exists() && c.cri(&["list"]).is_ok()
+        });
+        assert!(up, "containerd did not come up: {}", c.log());
+        let archive = sandbox_image(&c.dir);
+        cnienv::sh(&[
+            "ctr",
+            "--address",
+            &cnienv::s(&c.socket),
+            "-n",
+            "k8s.io",
+            "images",
+            "import",
+            "--snapshotter",
+            "native",
+            &cnienv::s(&archive),
+        ]);
+        c
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+    }
+
+    /// One CRI call: its JSON answer, or the RPC error's text.
+    pub fn cri(&self, args: &[&str]) -> Result<Value, String> {
+        let out = Command::new(python())
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/cri.py"))
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .map_err(|e| format!("python: {e}"))?;
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        if out.status.success() {
+            Ok(v)
+        } else {
+            Err(format!(
+                "{} {}",
+                v["error"].as_str().unwrap_or(""),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// RunPodSandbox: the sandbox id and the call's own duration.
+    pub fn run_pod(&self, name: &str, ns: &str) -> Result<(String, f64), String> {
+        let uid = format!("uid-{name}");
+        let v = self.cri(&["run", name, ns, &uid])?;
+        Ok((
+            v["id"].as_str().unwrap_or("").to_string(),
+            v["seconds"].as_f64().unwrap_or(0.0),
+        ))
+    }
+
+    pub fn status(&self, id: &str) -> PodStatus {
+        let v = self
+            .cri(&["status", id])
+            .unwrap_or_else(|e| panic!("PodSandboxStatus {id}: {e}"));
+        PodStatus {
+            state: v["state"].as_str().unwrap_or("").to_string(),
+            ip: v["ip"].as_str().unwrap_or("").to_string(),
+            pid: v["pid"].as_u64().unwrap_or(0),
+            netns: v["netns"].as_str().unwrap_or("").to_string(),
+        }
+    }
+
+    pub fn stop(&self, id: &str) -> Result<(), String> {
+        self.cri(&["stop", id]).map(drop)
+    }
+
+    pub fn remove(&self, id: &str) -> Result<(), String> {
+        self.cri(&["remove", id]).map(drop)
+    }
+
+    /// ListPodSandbox: the ids.
+    pub fn list(&self) -> Vec<String> {
+        let v = self
+            .cri(&["list"])
+            .unwrap_or_else(|e| panic!("ListPodSandbox: {e}"));
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["id"].as_str().map(String::from))
+            .collect()
+    }
+
+    /// Pings `dst` once from inside the sandbox whose pause process is
+    /// `pid`.
+    pub fn ping_from(&self, pid: u64, dst: &str) -> bool {
+        Command::new("nsenter")
+            .args([
+                "-t",
+                &pid.to_string(),
+                "-n",
+                "busybox",
+                "ping",
+                "-c",
+                "1",
+                "-W",
+                "2",
+                dst,
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    /// Pids of the shims serving this containerd (they outlive it).
+    fn shims(&self) -> Vec<i32> {
+        let sock = cnienv::s(&self.socket);
+        let mut pids = Vec::new();
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            if cmd.contains("containerd-shim") && cmd.contains(&sock) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        // Bounded: one pass over what containerd still lists.
+        if let Ok(v) = self.cri(&["list"]) {
+            for s in v.as_array().into_iter().flatten() {
+                if let Some(id) = s["id"].as_str() {
+                    let _ = self.stop(id);
+                    let _ = self.remove(id);
+                }
+            }
+        }
+        let shims = self.shims();
+        if let Some(mut c) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = crate::common::eventually(Duration::from_secs(10), || {
+                c.try_wait().ok().flatten().is_some()
+            });
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for pid in shims {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
