@@ -88,7 +88,8 @@ pub fn retry_after_ms<'a>(
 }
 
 /// The wait before attempt `attempt + 1` (attempt counts from 1), given the
-/// failure and a jitter factor in `[0.5, 1.5)`.
+/// failure and a jitter factor in `[0.5, 1.5)`. A throttled call with a
+/// hint waits the hint plus up to `throttle_base` (the jitter's share).
 pub fn backoff(
     policy: &RetryPolicy,
     attempt: u32,
@@ -99,8 +100,12 @@ pub fn backoff(
     if e.kind == CloudErrorKind::Throttled {
         if let Some(ms) = time_left {
             // The server said when the window reopens; add a little so we
-            // are not early.
-            return Duration::from_millis(ms + 50).min(policy.max_delay);
+            // are not early. Every node throttled in that window heard the
+            // same hint: the jitter spreads their retries over
+            // `throttle_base` after it (never before), so they do not all
+            // come back on the same second and spend the new window at once.
+            let hint = Duration::from_millis(ms + 50).min(policy.max_delay);
+            return hint + policy.throttle_base.mul_f64(jitter.clamp(0.5, 1.5) - 0.5);
         }
     }
     let base = if e.kind == CloudErrorKind::Throttled {
