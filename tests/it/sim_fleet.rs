@@ -191,3 +191,33 @@ fn each_daemon_of_a_fleet_is_its_own_instance_on_shared_vswitches() {
     // one vswitch (and a primary address per new ENI).
     assert!(free + (N as u64) * 2 <= free0, "free {free0} -> {free}");
 }
+
+/// A daemon started while the account's quota for a start-up read is
+/// spent, for longer than one call's retry budget (60 s): it waits for
+/// the window to turn and becomes ready, rather than exit 69 (which says
+/// the cloud is unreachable).
+#[test]
+fn a_daemon_started_on_a_spent_quota_waits_for_the_next_window() {
+    let sim = Sim::start(&[
+        "--flow-control",
+        "DescribeInstanceTypes=1/min",
+        "--flow-window-ms",
+        "70000",
+    ]);
+    let c = client(&sim);
+    assert!(
+        !throttled(&describe(&c, &sim.region)),
+        "the window's one call"
+    );
+    assert!(throttled(&describe(&c, &sim.region)), "the quota is spent");
+    let dir = crate::common::tempdir("fleet-spent");
+    let cfg = crate::common::config(&sim, &dir, serde_json::json!({"start_timeout": 1}));
+    let d = crate::common::Daemon::spawn(&dir, &cfg, &[]);
+    d.wait_ready(Duration::from_secs(150));
+    let st = sim.state();
+    assert!(
+        st["throttled"]["DescribeInstanceTypes"].as_u64().unwrap() >= 2,
+        "{st}"
+    );
+    assert!(d.ok("alloc ns/pod-0").contains("ip="));
+}
