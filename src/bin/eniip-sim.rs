@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use eniipd::sim::{
-    SimOptions, Simulator, VSwitchSpec, DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET,
+    flow, SimOptions, Simulator, VSwitchSpec, DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET,
 };
 
 fn help() -> String {
@@ -21,7 +21,10 @@ Usage:
             [--region ID] [--zone ID] [--vswitch ID=CIDR[,ipv6=CIDR6][,free=N]]...
             [--access-key-id ID --access-key-secret SECRET]
             [--latency-ms N] [--attach-delay-ms N] [--metadata-lag-ms N]
-            [--metadata-hardened] [--seed N] [--version] [--help]
+            [--metadata-hardened] [--seed N]
+            [--instances N] [--instance-types TYPE,TYPE...]
+            [--flow-control ACTION=N/min|default]... [--flow-control-model window|bucket]
+            [--version] [--help]
 
 Defaults:
   --listen 127.0.0.1:0 and --metadata-listen 127.0.0.1:0 (ephemeral ports;
@@ -34,6 +37,15 @@ Defaults:
     access key id:     {DEFAULT_ACCESS_KEY_ID}
     access key secret: {DEFAULT_ACCESS_KEY_SECRET}
   The metadata service also serves the RAM role EniipdSimRole.
+  With --instances N (one account, one region) N instances share the
+  vswitches and the account's flow control; the first is of --instance-type,
+  the others of --instance-types cycled (default: --instance-type); after
+  the ready line one line per instance:
+    instance id=<id> type=<type> metadata=<url>
+  No flow control for one instance unless --flow-control is given: then every Action has
+  the account's default quota per minute (eniip-sim(1)) unless given one;
+  `*=N/min` sets every Action without its own; `default` takes the
+  defaults as they are. Calls over the quota: 400 Throttling.User.
 
 When ready it prints one line to stdout:
   ready ecs=http://127.0.0.1:P vpc=http://127.0.0.1:P metadata=http://127.0.0.1:Q instance=<id> region=<id>
@@ -54,6 +66,7 @@ fn main() -> ExitCode {
     let mut o = SimOptions::default();
     let mut vswitches = Vec::new();
     let (mut key_id, mut key_secret) = (None, None);
+    let mut flow_given: Option<std::collections::BTreeMap<String, u32>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let (flag, inline) = match a.split_once('=') {
@@ -127,6 +140,33 @@ fn main() -> ExitCode {
             "--metadata-lag-ms" => o.metadata_lag = Duration::from_millis(num!(flag)),
             "--seed" => o.seed = Some(num!(flag)),
             "--metadata-hardened" => o.metadata_hardened = true,
+            "--flow-control" => {
+                let v = val!(flag);
+                let given = flow_given.get_or_insert_with(Default::default);
+                if v != "default" {
+                    match flow::parse_limit(&v) {
+                        Ok((a, n)) => drop(given.insert(a, n)),
+                        Err(e) => return usage(&format!("--flow-control {e}")),
+                    }
+                }
+            }
+            "--instances" => match num!(flag) {
+                n @ 1..=1000 => o.instances = n as usize,
+                n => return usage(&format!("--instances {n}: from 1 to 1000")),
+            },
+            "--instance-types" => {
+                o.instance_types = val!(flag).split(',').map(str::to_string).collect()
+            }
+            "--flow-control-model" => match flow::FlowModel::parse(&val!(flag)) {
+                Ok(m) => o.flow.model = m,
+                Err(e) => return usage(&format!("--flow-control-model {e}")),
+            },
+            // A test knob (eniip-sim(1)): windows shorter than the
+            // service's minute, so tests need not wait one.
+            "--flow-window-ms" => match num!(flag) {
+                0 => return usage("--flow-window-ms must be at least 1"),
+                n => o.flow.window = Duration::from_millis(n),
+            },
             other => return usage(&format!("unknown option {other}")),
         }
     }
@@ -140,6 +180,10 @@ fn main() -> ExitCode {
     }
     if !vswitches.is_empty() {
         o.vswitches = vswitches;
+    }
+    // A fleet shares the account's quota: flow control is on for it.
+    if flow_given.is_some() || o.instances > 1 {
+        o.flow.limits = flow::FlowOptions::with_defaults(&flow_given.unwrap_or_default());
     }
     let _ = env_logger::Builder::new()
         .parse_filters(&std::env::var("ENIIP_SIM_LOG").unwrap_or_else(|_| "info".into()))
@@ -173,6 +217,9 @@ fn main() -> ExitCode {
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}", sim.ready_line());
+        for line in sim.instance_lines() {
+            let _ = writeln!(out, "{line}");
+        }
         let _ = out.flush();
     }
     log::info!("eniip-sim serving instance {}", sim.instance_id());

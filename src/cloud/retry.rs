@@ -88,7 +88,8 @@ pub fn retry_after_ms<'a>(
 }
 
 /// The wait before attempt `attempt + 1` (attempt counts from 1), given the
-/// failure and a jitter factor in `[0.5, 1.5)`.
+/// failure and a jitter factor in `[0.5, 1.5)`. A throttled call with a
+/// hint waits the hint plus up to `throttle_base` (the jitter's share).
 pub fn backoff(
     policy: &RetryPolicy,
     attempt: u32,
@@ -99,8 +100,12 @@ pub fn backoff(
     if e.kind == CloudErrorKind::Throttled {
         if let Some(ms) = time_left {
             // The server said when the window reopens; add a little so we
-            // are not early.
-            return Duration::from_millis(ms + 50).min(policy.max_delay);
+            // are not early. Every node throttled in that window heard the
+            // same hint: the jitter spreads their retries over
+            // `throttle_base` after it (never before), so they do not all
+            // come back on the same second and spend the new window at once.
+            let hint = Duration::from_millis(ms + 50).min(policy.max_delay);
+            return hint + policy.throttle_base.mul_f64(jitter.clamp(0.5, 1.5) - 0.5);
         }
     }
     let base = if e.kind == CloudErrorKind::Throttled {
@@ -196,10 +201,10 @@ mod tests {
         let p = RetryPolicy::default();
         let t = api(400, "Throttling.User");
         assert_eq!(
-            backoff(&p, 1, &t, Some(1000), 1.0),
+            backoff(&p, 1, &t, Some(1000), 0.5),
             Duration::from_millis(1050)
         );
-        assert_eq!(backoff(&p, 1, &t, Some(999_999), 1.0), p.max_delay);
+        assert_eq!(backoff(&p, 1, &t, Some(999_999), 0.5), p.max_delay);
         assert_eq!(backoff(&p, 1, &t, None, 1.0), Duration::from_secs(1));
         assert_eq!(backoff(&p, 3, &t, None, 1.0), Duration::from_secs(4));
         let s = api(500, "InternalError");
@@ -207,5 +212,29 @@ mod tests {
         assert_eq!(backoff(&p, 2, &s, None, 1.0), Duration::from_millis(400));
         assert!(backoff(&p, 40, &s, None, 1.5) <= p.max_delay);
         assert_eq!(backoff(&p, 1, &s, None, 9.0), Duration::from_millis(300));
+    }
+
+    #[test]
+    fn throttle_hints_are_spread_so_a_fleet_does_not_retry_at_once() {
+        // N daemons throttled in one window all hear "the window turns in
+        // 1000 ms": their retries must land spread over throttle_base
+        // after it, never before it.
+        let p = RetryPolicy::default();
+        let t = api(400, "Throttling.User");
+        let hint = Duration::from_millis(1050);
+        let waits: Vec<Duration> = [0.5, 0.7, 1.0, 1.3, 1.49]
+            .iter()
+            .map(|j| backoff(&p, 1, &t, Some(1000), *j))
+            .collect();
+        assert_eq!(waits[0], hint, "the earliest is the hint itself");
+        for w in waits.windows(2) {
+            assert!(w[0] < w[1], "{waits:?}: equal jitters, equal seconds");
+        }
+        assert!(waits
+            .iter()
+            .all(|w| *w >= hint && *w < hint + p.throttle_base));
+        // Capped hints keep their spread too.
+        let capped = backoff(&p, 1, &t, Some(999_999), 1.0);
+        assert!(capped > p.max_delay && capped <= p.max_delay + p.throttle_base);
     }
 }

@@ -211,7 +211,8 @@ impl RpcClient {
                 attempt,
                 &e,
                 time_left,
-                crate::util::rand::jitter(0.3),
+                // The whole [0.5, 1.5): a fleet's throttled retries spread.
+                crate::util::rand::jitter(0.5),
             );
             if !retryable(&e)
                 || attempt >= self.policy.max_attempts

@@ -221,7 +221,12 @@ fn simulate_dir() -> Result<PathBuf, DaemonError> {
     Ok(dir)
 }
 
-/// Retries a start-up cloud read for up to `budget`; failure is exit 69,
+/// How long start-up waits for the account's quota while every answer is
+/// a throttle: a fleet's restart spends windows, it is not an outage.
+const THROTTLED_START_LIMIT: Duration = Duration::from_secs(30 * 60);
+
+/// Retries a start-up cloud read for up to `budget` (up to
+/// [`THROTTLED_START_LIMIT`] while it is throttled); failure is exit 69,
 /// refused credentials exit 77, and SIGTERM/SIGINT while it waits a clean
 /// stop.
 fn at_start<T>(
@@ -231,6 +236,7 @@ fn at_start<T>(
     mut f: impl FnMut() -> Result<T, CloudError>,
 ) -> Result<T, DaemonError> {
     let end = Instant::now() + budget;
+    let throttled_end = Instant::now() + THROTTLED_START_LIMIT;
     let mut delay = Duration::from_millis(500);
     loop {
         match f() {
@@ -250,6 +256,18 @@ fn at_start<T>(
                     exit::UNAVAILABLE,
                     format!("{what}: {}", chain(&e)),
                 ));
+            }
+            // Throttled: the cloud answers, the account's quota is spent
+            // (a fleet starting at once). Wait our turn, with jitter, up
+            // to THROTTLED_START_LIMIT rather than exit 69 (which says the
+            // cloud is unreachable).
+            Err(e)
+                if e.kind == crate::cloud::CloudErrorKind::Throttled
+                    && Instant::now() + delay < end.max(throttled_end) =>
+            {
+                warn!("{what}: {e}; the account's quota is spent, waiting for the next window");
+                stopped_during_start(signals, delay.mul_f64(crate::util::rand::jitter(0.5)))?;
+                delay = (delay * 2).min(Duration::from_secs(10));
             }
             Err(e) if Instant::now() + delay >= end => {
                 return Err(DaemonError::new(

@@ -17,8 +17,9 @@ fn not_found() -> HttpResponse {
     HttpResponse::text(404, "Not Found\n")
 }
 
-/// Handles one request on the metadata listener.
-pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
+/// Handles one request on the metadata listener of the account's
+/// `instance`-th instance (0: the first, the one of the `ready` line).
+pub fn handle(sh: &Shared, req: &HttpRequest, instance: usize) -> HttpResponse {
     if req.path == "/latest/api/token" {
         if req.method != "PUT" {
             return HttpResponse::text(405, "Method Not Allowed\n");
@@ -82,27 +83,30 @@ pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     else {
         return not_found();
     };
-    serve(sh, path)
+    serve(sh, path, instance)
 }
 
 fn listing(items: &[&str]) -> HttpResponse {
     HttpResponse::text(200, items.join("\n"))
 }
 
-fn serve(sh: &Shared, path: &str) -> HttpResponse {
+fn serve(sh: &Shared, path: &str, instance: usize) -> HttpResponse {
     let now = Instant::now();
     let (enis, ids) = {
         let mut w = sh.world.lock();
-        let enis = w.metadata_enis(now);
+        let Some((id, itype)) = w.fleet.get(instance).cloned() else {
+            return not_found();
+        };
+        let enis = w.metadata_enis(now, &id);
         (
             enis,
             (
-                w.instance_id.clone(),
+                id.clone(),
                 w.vpc_id.clone(),
                 w.cfg.region.clone(),
                 w.cfg.zone.clone(),
-                w.cfg.itype.id,
-                w.identity(),
+                itype.id,
+                w.identity_of(&id),
             ),
         )
     };

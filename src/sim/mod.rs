@@ -11,6 +11,7 @@
 //! the tests and the benchmarks) or as the `eniip-sim` binary.
 
 pub mod auth;
+pub mod flow;
 pub mod metadata;
 pub mod net;
 pub mod openapi;
@@ -224,6 +225,15 @@ pub struct SimOptions {
     /// Where the world is kept across runs: restored at start if the file
     /// exists, saved at shutdown (`eniipd --simulate --state-dir DIR`).
     pub world_file: Option<std::path::PathBuf>,
+    /// The account's flow control (none by default: one instance's
+    /// emulator answers every call).
+    pub flow: flow::FlowOptions,
+    /// The account's instances (1: the single-instance emulator); each
+    /// has its own metadata listener on an ephemeral loopback port.
+    pub instances: usize,
+    /// The types of the instances after the first, cycled (empty: every
+    /// instance is of `instance_type`).
+    pub instance_types: Vec<String>,
 }
 
 impl Default for SimOptions {
@@ -250,6 +260,9 @@ impl Default for SimOptions {
             ram_role: Some("EniipdSimRole".into()),
             sts_ttl: Duration::from_secs(3600),
             world_file: None,
+            flow: flow::FlowOptions::default(),
+            instances: 1,
+            instance_types: Vec::new(),
         }
     }
 }
@@ -328,6 +341,32 @@ pub struct Shared {
     pub metadata_hardened: bool,
     /// The VPC block metadata reports.
     pub vpc_cidr: String,
+    /// The account's flow control, shared by every instance.
+    pub flow: Mutex<flow::FlowControl>,
+}
+
+impl Shared {
+    /// `GET /__sim/state`: the world, and the throttled calls per Action.
+    pub fn state_json(&self) -> Value {
+        let (mut v, fleet) = {
+            let mut w = self.world.lock();
+            (w.state_json(Instant::now()), w.fleet.clone())
+        };
+        if fleet.len() > 1 {
+            let list: Vec<Value> = fleet
+                .iter()
+                .map(|(id, t)| serde_json::json!({"id": id, "type": t.id}))
+                .collect();
+            if let Some(m) = v.as_object_mut() {
+                m.insert("instances".into(), Value::Array(list));
+            }
+        }
+        let throttled = serde_json::to_value(self.flow.lock().throttled()).unwrap_or_default();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("throttled".into(), throttled);
+        }
+        v
+    }
 }
 
 impl Shared {
@@ -379,6 +418,8 @@ pub struct Simulator {
     shared: Arc<Shared>,
     api: HttpServer,
     md: HttpServer,
+    /// The metadata listeners of the instances after the first.
+    fleet_md: Vec<HttpServer>,
     world_file: Option<std::path::PathBuf>,
 }
 
@@ -404,6 +445,50 @@ fn vpc_cidr(nets: &[Net4]) -> String {
     }
     let mask = u32::MAX << (32 - prefix);
     format!("{}/{prefix}", std::net::Ipv4Addr::from(base & mask))
+}
+
+/// The instances after the first: each added to the world and given its
+/// own metadata listener (same address as the first's, ephemeral port).
+fn start_fleet(
+    shared: &Arc<Shared>,
+    opts: &SimOptions,
+    http: &HttpOptions,
+) -> Result<Vec<HttpServer>, SimError> {
+    if opts.instances == 0 || opts.instances > 1000 {
+        return Err(SimError::Config(format!(
+            "{} instances: from 1 to 1000",
+            opts.instances
+        )));
+    }
+    let mut servers = Vec::new();
+    for n in 1..opts.instances {
+        let name = match opts.instance_types.len() {
+            0 => &opts.instance_type,
+            k => &opts.instance_types[(n - 1) % k],
+        };
+        let itype = types::find(name).ok_or_else(|| {
+            SimError::Config(format!(
+                "unknown instance type {name} (known: {})",
+                types::known()
+            ))
+        })?;
+        shared
+            .world
+            .lock()
+            .add_instance(itype)
+            .map_err(SimError::Config)?;
+        let addr = SocketAddr::new(opts.metadata_listen.ip(), 0);
+        let sh = Arc::clone(shared);
+        let md = HttpServer::bind(
+            addr,
+            "sim-md",
+            Arc::new(move |r| metadata::handle(&sh, r, n)),
+            http.clone(),
+        )
+        .map_err(|source| SimError::Bind { addr, source })?;
+        servers.push(md);
+    }
+    Ok(servers)
 }
 
 impl Simulator {
@@ -477,6 +562,7 @@ impl Simulator {
             sts_ttl: opts.sts_ttl,
             metadata_hardened: opts.metadata_hardened,
             vpc_cidr: vpc_cidr(&nets),
+            flow: Mutex::new(flow::FlowControl::new(opts.flow.clone())),
         });
         let http = HttpOptions {
             max_connections: 1024,
@@ -497,17 +583,19 @@ impl Simulator {
         let md = HttpServer::bind(
             md_listen,
             "sim-md",
-            Arc::new(move |r| metadata::handle(&sh, r)),
-            http,
+            Arc::new(move |r| metadata::handle(&sh, r, 0)),
+            http.clone(),
         )
         .map_err(|source| SimError::Bind {
             addr: md_listen,
             source,
         })?;
+        let fleet_md = start_fleet(&shared, &opts, &http)?;
         Ok(Simulator {
             shared,
             api,
             md,
+            fleet_md,
             world_file: opts.world_file.clone(),
         })
     }
@@ -525,6 +613,34 @@ impl Simulator {
     /// `http://127.0.0.1:Q`
     pub fn metadata_url(&self) -> String {
         format!("http://{}", self.md.local_addr())
+    }
+
+    /// Every instance of the account: (id, type, metadata URL), the
+    /// first one first.
+    pub fn instances(&self) -> Vec<(String, String, String)> {
+        let fleet = self.shared.world.lock().fleet.clone();
+        let urls = std::iter::once(self.metadata_url()).chain(
+            self.fleet_md
+                .iter()
+                .map(|m| format!("http://{}", m.local_addr())),
+        );
+        fleet
+            .into_iter()
+            .zip(urls)
+            .map(|((id, t), url)| (id, t.id.to_string(), url))
+            .collect()
+    }
+
+    /// The lines printed after the `ready` line, one per instance:
+    /// `instance id=<id> type=<type> metadata=<url>` (none with one).
+    pub fn instance_lines(&self) -> Vec<String> {
+        if self.fleet_md.is_empty() {
+            return Vec::new();
+        }
+        self.instances()
+            .into_iter()
+            .map(|(id, t, url)| format!("instance id={id} type={t} metadata={url}"))
+            .collect()
     }
 
     /// The instance id.
@@ -561,7 +677,7 @@ impl Simulator {
 
     /// The state JSON of `GET /__sim/state`.
     pub fn state(&self) -> Value {
-        self.shared.world.lock().state_json(Instant::now())
+        self.shared.state_json()
     }
 
     /// Adds a fault rule.
@@ -613,6 +729,9 @@ impl Simulator {
     pub fn shutdown(self) {
         self.api.shutdown();
         self.md.shutdown();
+        for m in self.fleet_md {
+            m.shutdown();
+        }
         if let Some(path) = &self.world_file {
             let saved = self.shared.world.lock().saved();
             let tmp = path.with_extension("tmp");

@@ -83,6 +83,23 @@ fn error_response(
     r
 }
 
+/// The account's flow control: a call over its Action's quota is answered
+/// `Throttling.User`, its retry hints saying when the window turns.
+fn flow_step(sh: &Shared, action: &str, version: &str) -> Option<HttpResponse> {
+    let wait = sh.flow.lock().admit(action, Instant::now()).err()?;
+    let code = "Throttling.User";
+    let e = err(status_of(code), code, message_of(code));
+    let ms = (wait.as_millis() as u64).max(1);
+    let reset = unix_secs() + ms.div_ceil(1000);
+    let r = error_response(sh, action, version, &e, sh.world.lock().request_id())
+        .with_header("x-acs-retry-after", ms.to_string())
+        .with_header(
+            "x-ratelimit-user-api",
+            format!("Limit:1,Remain:0,TimeLeft:{ms},Reset:{reset}"),
+        );
+    Some(r)
+}
+
 /// Flattens a JSON body the Tea way: `a.b`, `list.1`, scalars as text.
 fn flatten_json(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
     let key = |k: &str| {
@@ -308,6 +325,9 @@ fn read_params(req: &HttpRequest) -> Result<(Pairs, Pairs), ApiError> {
 /// A counted call: its faults and latency, then the world's answer (or a
 /// replay of it), then a fault that loses the answer.
 fn answer(sh: &Shared, call: &Call) -> HttpResponse {
+    if let Some(r) = flow_step(sh, &call.action, &call.version) {
+        return r;
+    }
     let (delay, fault) = count_and_pick_faults(sh, call);
     if !delay.is_zero() {
         std::thread::sleep(delay);
@@ -404,7 +424,7 @@ fn dispatch(sh: &Shared, call: &Call) -> (Result<Value, ApiError>, String) {
 fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
     let bad = |why: String| HttpResponse::json(400, &json!({"error": why}));
     match (req.method.as_str(), rest) {
-        ("GET", "state") => HttpResponse::json(200, &sh.world.lock().state_json(Instant::now())),
+        ("GET", "state") => HttpResponse::json(200, &sh.state_json()),
         ("POST", "faults") => {
             let v: Value = match serde_json::from_slice(&req.body) {
                 Ok(v) => v,

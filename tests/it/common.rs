@@ -58,6 +58,9 @@ pub struct Sim {
     pub metadata: String,
     pub instance: String,
     pub region: String,
+    /// With `--instances N`: (id, type, metadata URL) per instance, from
+    /// the `instance ...` lines after `ready`.
+    pub fleet: Vec<(String, String, String)>,
 }
 
 impl Sim {
@@ -69,9 +72,25 @@ impl Sim {
             .spawn()
             .unwrap();
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        let n: usize = args
+            .iter()
+            .position(|a| *a == "--instances")
+            .map_or(0, |i| args[i + 1].parse().unwrap());
+        let mut fleet = Vec::new();
+        for _ in 0..n {
+            let mut l = String::new();
+            out.read_line(&mut l).unwrap();
+            let f = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(&format!("{k}=")))
+                    .unwrap_or_else(|| panic!("no {k} in {l:?}"))
+                    .to_string()
+            };
+            assert!(l.starts_with("instance "), "{l:?}");
+            fleet.push((f("id"), f("type"), f("metadata")));
+        }
         let field = |k: &str| {
             line.split_whitespace()
                 .find_map(|w| w.strip_prefix(&format!("{k}=")))
@@ -83,6 +102,7 @@ impl Sim {
             metadata: field("metadata"),
             instance: field("instance"),
             region: field("region"),
+            fleet,
             child,
         }
     }

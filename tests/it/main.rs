@@ -33,6 +33,7 @@ mod hygiene;
 mod readme_socat;
 mod server;
 mod sim_actions;
+mod sim_fleet;
 mod sim_prefixes;
 mod sim_protocol;
 mod sim_python_sdk;

@@ -34,12 +34,16 @@ fn merged(mut a: Value, b: Value) -> Value {
 }
 
 impl World {
-    /// The instance's identity.
+    /// The first instance's identity.
     pub fn identity(&self) -> Identity {
-        let id = self.instance_id.trim_start_matches("i-");
+        self.identity_of(&self.instance_id)
+    }
+
+    /// An instance's identity, derived from its id.
+    pub fn identity_of(&self, instance: &str) -> Identity {
+        let id = instance.trim_start_matches("i-");
         let hostname = format!("iZ{id}Z");
-        let hex: String = self
-            .instance_id
+        let hex: String = instance
             .bytes()
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
@@ -117,26 +121,30 @@ impl World {
     }
 
     pub(super) fn instance_attribute(&mut self, p: &Params) -> Result<Value, ApiError> {
-        let i = need(p, "InstanceId")?;
-        if i != self.instance_id {
+        let i = need(p, "InstanceId")?.to_string();
+        if !self.is_instance(&i) {
             return Err(err(
                 404,
                 "InvalidInstanceId.NotFound",
                 "The specified InstanceId does not exist.",
             ));
         }
-        let primary = self.enis.values().find(|e| e.primary_eni);
+        let itype = self.itype_of_instance(&i);
+        let primary = self
+            .enis
+            .values()
+            .find(|e| e.primary_eni && e.instance.as_deref() == Some(i.as_str()));
         let ip = primary
             .and_then(|e| e.primary_ip())
             .map(|a| a.to_string())
             .unwrap_or_default();
         let vsw = primary.map(|e| e.vswitch.clone()).unwrap_or_default();
-        let me = self.identity();
-        let basics = json!({"InstanceId": self.instance_id, "InstanceName": me.instance_name, "HostName": me.hostname,
+        let me = self.identity_of(&i);
+        let basics = json!({"InstanceId": i, "InstanceName": me.instance_name, "HostName": me.hostname,
             "Description": "", "ImageId": me.image_id, "SerialNumber": me.serial_number,
-            "InstanceType": self.cfg.itype.id, "RegionId": self.cfg.region, "ZoneId": self.cfg.zone,
+            "InstanceType": itype.id, "RegionId": self.cfg.region, "ZoneId": self.cfg.zone,
             "Status": "Running", "StoppedMode": "Not-applicable", "ClusterId": "", "VlanId": "",
-            "Cpu": self.cfg.itype.cpus, "Memory": self.cfg.itype.memory_gib * 1024, "InstanceNetworkType": "vpc",
+            "Cpu": itype.cpus, "Memory": itype.memory_gib * 1024, "InstanceNetworkType": "vpc",
             "CreationTime": day_ago(),
             "ExpiredTime": "2099-12-31T15:59Z", "InstanceChargeType": "PostPaid",
             "InternetChargeType": "PayByTraffic", "InternetMaxBandwidthIn": 10240, "InternetMaxBandwidthOut": 0,

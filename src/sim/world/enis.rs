@@ -205,7 +205,7 @@ impl World {
 
     pub(super) fn instance_check(&self, p: &Params) -> Result<(), ApiError> {
         let i = need(p, "InstanceId")?;
-        if i != self.instance_id {
+        if !self.is_instance(i) {
             return Err(err(
                 404,
                 "InvalidEcsId.NotFound",
@@ -224,12 +224,13 @@ impl World {
         if e.status != EniStatus::Available {
             return Err(Self::state_error("Available", &e.status));
         }
+        let instance = need(p, "InstanceId")?.to_string();
         let attached = self
             .enis
             .values()
-            .filter(|e| e.deleted_at.is_none() && e.instance.as_deref() == Some(&self.instance_id))
+            .filter(|e| e.deleted_at.is_none() && e.instance.as_deref() == Some(&instance))
             .count();
-        if attached >= self.cfg.itype.enis as usize {
+        if attached >= self.itype_of_instance(&instance).enis as usize {
             return Err(err(
                 403,
                 "EniPerInstanceLimitExceeded",
@@ -237,7 +238,6 @@ impl World {
             ));
         }
         let delay = self.cfg.attach_delay;
-        let instance = self.instance_id.clone();
         let e = self.eni_mut(&id)?;
         e.instance = Some(instance);
         if delay.is_zero() {

@@ -26,7 +26,7 @@ impl World {
         let n = asked4.len();
         self.assignable(&id)?;
         let e = self.eni(&id)?;
-        if Self::v4_slots(e) + n > self.cfg.itype.ipv4_per_eni as usize {
+        if Self::v4_slots(e) + n > self.itype_of(e).ipv4_per_eni as usize {
             return Err(err(
                 403,
                 "InvalidOperation.Ipv4CountExceeded",
@@ -204,7 +204,7 @@ impl World {
         let n = asked6.len();
         self.assignable(&id)?;
         let e = self.eni(&id)?;
-        if e.live_v6().count() + n > self.cfg.itype.ipv6_per_eni as usize {
+        if e.live_v6().count() + n > self.itype_of(e).ipv6_per_eni as usize {
             return Err(err(
                 403,
                 "InvalidOperation.Ipv6CountExceeded",

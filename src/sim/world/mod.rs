@@ -137,8 +137,10 @@ pub struct World {
     pub cfg: WorldConfig,
     /// The generator.
     pub rng: Rng,
-    /// Instance id.
+    /// Instance id (the first instance: the one of the `ready` line).
     pub instance_id: String,
+    /// Every instance of the account, the first included: (id, type).
+    pub fleet: Vec<(String, &'static InstanceType)>,
     /// VPC id.
     pub vpc_id: String,
     /// The security group of the instance.
@@ -206,9 +208,11 @@ impl World {
             rng.hex(9).chars().take(17).collect::<String>()
         );
         let now = Instant::now();
+        let itype = cfg.itype;
         let mut w = World {
             cfg,
             rng,
+            fleet: vec![(instance_id.clone(), itype)],
             instance_id,
             vpc_id,
             sg_id,
@@ -221,6 +225,52 @@ impl World {
             macs: HashSet::new(),
             created_at: now,
         };
+        let first = w.instance_id.clone();
+        w.add_primary_eni(&first, now)?;
+        Ok(w)
+    }
+
+    /// Another instance of the account, of type `itype`, with its primary
+    /// ENI on the first vswitch; its id.
+    pub fn add_instance(&mut self, itype: &'static InstanceType) -> Result<String, String> {
+        let id = loop {
+            let id = format!(
+                "i-{}{}",
+                self.region_prefix,
+                self.rng.hex(9).chars().take(17).collect::<String>()
+            );
+            if !self.is_instance(&id) {
+                break id;
+            }
+        };
+        self.fleet.push((id.clone(), itype));
+        self.add_primary_eni(&id, Instant::now())?;
+        Ok(id)
+    }
+
+    /// Whether `id` is one of the account's instances.
+    pub fn is_instance(&self, id: &str) -> bool {
+        self.fleet.iter().any(|(i, _)| i == id)
+    }
+
+    /// The type of instance `id` (the first instance's if unknown).
+    pub fn itype_of_instance(&self, id: &str) -> &'static InstanceType {
+        self.fleet
+            .iter()
+            .find(|(i, _)| i == id)
+            .map_or(self.cfg.itype, |(_, t)| *t)
+    }
+
+    /// The type whose per-ENI limits an ENI has: its instance's, or the
+    /// first instance's while it is attached to none.
+    fn itype_of(&self, e: &SimEni) -> &'static InstanceType {
+        e.instance
+            .as_deref()
+            .map_or(self.cfg.itype, |i| self.itype_of_instance(i))
+    }
+
+    fn add_primary_eni(&mut self, instance: &str, now: Instant) -> Result<(), String> {
+        let w = self;
         let vsw = w.vswitches[0].id.clone();
         let ip = w.take_v4(&vsw, 1).map_err(|e| e.message)?;
         let id = w.new_eni_id();
@@ -232,7 +282,7 @@ impl World {
             vswitch: vsw,
             status: EniStatus::InUse,
             pending: None,
-            instance: Some(w.instance_id.clone()),
+            instance: Some(instance.to_string()),
             primary_eni: true,
             v4: vec![Addr {
                 ip: ip[0],
@@ -252,7 +302,7 @@ impl World {
             deleted_at: None,
         };
         w.enis.insert(id, eni);
-        Ok(w)
+        Ok(())
     }
 
     fn new_eni_id(&mut self) -> String {
@@ -547,7 +597,7 @@ impl World {
     }
 
     /// ENIs attached to the instance as metadata shows them now (lagging).
-    pub fn metadata_enis(&mut self, now: Instant) -> Vec<MdEni> {
+    pub fn metadata_enis(&mut self, now: Instant, instance: &str) -> Vec<MdEni> {
         self.settle(now);
         let t = now
             .checked_sub(self.cfg.metadata_lag)
@@ -555,7 +605,9 @@ impl World {
         self.enis
             .values()
             .filter(|e| {
-                e.attached_since.is_some_and(|a| a <= t) && e.detach_started.is_none_or(|d| d > t)
+                e.instance.as_deref() == Some(instance)
+                    && e.attached_since.is_some_and(|a| a <= t)
+                    && e.detach_started.is_none_or(|d| d > t)
             })
             .map(|e| {
                 let vsw = self.vswitches.iter().find(|v| v.id == e.vswitch);

@@ -183,7 +183,7 @@ impl World {
     ) -> Result<Value, ApiError> {
         self.assignable(id)?;
         let e = self.eni(id)?;
-        if Self::v4_slots(e) + req.len() > self.cfg.itype.ipv4_per_eni as usize {
+        if Self::v4_slots(e) + req.len() > self.itype_of(e).ipv4_per_eni as usize {
             return Err(err(
                 403,
                 "InvalidOperation.Ipv4CountExceeded",
