@@ -91,21 +91,10 @@ pub fn plan(input: &PlanInput) -> Plan {
     let mut new_room = 0;
     while need_new > 0 && slots > 0 && !input.vswitches.is_empty() && input.ips_per_eni > 0 {
         let init = need_new.min(per_call).min(input.ips_per_eni);
-        // A vswitch that has the whole call, else the one with the most
-        // left, asked only what it has (its last addresses are usable).
         let pick = free
             .iter()
             .position(|f| f.is_none_or(|f| f >= init as u64))
-            .or_else(|| {
-                (0..free.len())
-                    .filter(|i| free[*i].is_some_and(|f| f > 0))
-                    .max_by_key(|i| free[*i])
-            })
             .unwrap_or(0);
-        let init = match free.get(pick) {
-            Some(Some(f)) if *f > 0 => init.min(usize::try_from(*f).unwrap_or(usize::MAX)),
-            _ => init,
-        };
         if let Some(Some(f)) = free.get_mut(pick) {
             *f = f.saturating_sub(input.ips_per_eni as u64);
         }
@@ -257,23 +246,6 @@ mod tests {
         // Unknown counts are tried in order.
         i.vswitches[0].free = None;
         assert_eq!(plan(&i).creates, vec![("small".into(), 10)]);
-    }
-
-    #[test]
-    fn a_create_asks_a_nearly_full_vswitch_only_what_it_has() {
-        let mut i = input(10);
-        i.op_slots = 1;
-        i.vswitches = vec![
-            VswChoice {
-                id: "small".into(),
-                free: Some(3),
-            },
-            VswChoice {
-                id: "smaller".into(),
-                free: Some(0),
-            },
-        ];
-        assert_eq!(plan(&i).creates, vec![("small".into(), 3)]);
     }
 
     #[test]

@@ -40,6 +40,10 @@ pub struct Recovered {
 
 /// Rebuilds the pool. `quarantine`: after a state rebuild, keep every
 /// address with no known owner out of circulation this long.
+///
+/// The phases: ENIs left half-made are finished off, the attached ones
+/// settled and adopted with their addresses, the recorded owners and
+/// holds restored on them, and (after a rebuild) the rest quarantined.
 pub fn recover(
     cloud: &dyn CloudApi,
     instance_id: &str,
@@ -50,7 +54,41 @@ pub fn recover(
 ) -> Result<Recovered, CloudError> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut notes = Vec::new();
+    delete_unattached(cloud, instance_id, node_id, deadline, &mut notes)?;
+    let adopted = settle_attached(cloud, instance_id, node_id, deadline, &mut notes)?;
+    let mut pool = PoolState::new(dual);
+    let pairs = known_pairs(persisted);
+    for e in &adopted {
+        notes.push(adopt(cloud, &mut pool, e, &pairs, dual, deadline)?);
+    }
+    let now_ms = unix_ms();
+    let mut records = restore_owners(&mut pool, persisted, now_ms);
+    if let Some(q) = quarantine {
+        notes.push(quarantine_idle(&mut pool, q, now_ms, &mut records));
+    }
+    if let Err(e) = pool.check() {
+        return Err(CloudError::new(
+            crate::cloud::CloudErrorKind::Api,
+            "recovery",
+            format!("inconsistent state after recovery: {e}"),
+        ));
+    }
+    Ok(Recovered {
+        pool,
+        records,
+        notes,
+    })
+}
 
+/// Tagged ENIs left unattached (a crash between create and attach) are
+/// deleted, once any detach has finished.
+fn delete_unattached(
+    cloud: &dyn CloudApi,
+    instance_id: &str,
+    node_id: &str,
+    deadline: Instant,
+    notes: &mut Vec<String>,
+) -> Result<(), CloudError> {
     for e in tagged_unattached(cloud, instance_id, node_id)? {
         match e.status {
             EniStatus::Available | EniStatus::Detaching => {
@@ -66,7 +104,18 @@ pub fn recover(
             _ => {}
         }
     }
+    Ok(())
+}
 
+/// The attached managed ENIs to adopt: ones mid-attach are waited for,
+/// ones mid-detach finished off and deleted.
+fn settle_attached(
+    cloud: &dyn CloudApi,
+    instance_id: &str,
+    node_id: &str,
+    deadline: Instant,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Eni>, CloudError> {
     let mut adopted: Vec<Eni> = Vec::new();
     for e in attached_managed(cloud, instance_id, node_id)? {
         match e.status {
@@ -85,87 +134,102 @@ pub fn recover(
             _ => {}
         }
     }
+    Ok(adopted)
+}
 
-    let mut pool = PoolState::new(dual);
-    // Pairs known from the state file, to keep dual-stack pairs stable.
-    let mut known_pairs: BTreeMap<Ipv4Addr, Ipv6Addr> = BTreeMap::new();
+/// Pairs known from the state file, to keep dual-stack pairs stable.
+fn known_pairs(persisted: &PersistedState) -> BTreeMap<Ipv4Addr, Ipv6Addr> {
+    let mut known: BTreeMap<Ipv4Addr, Ipv6Addr> = BTreeMap::new();
     for a in persisted.allocations.values() {
         if let Some(v6) = a.ipv6 {
-            known_pairs.insert(a.ipv4, v6);
+            known.insert(a.ipv4, v6);
         }
     }
     for h in persisted.holds.values() {
         if let Some(v6) = h.ipv6 {
-            known_pairs.insert(h.ipv4, v6);
+            known.insert(h.ipv4, v6);
         }
     }
+    known
+}
 
-    for e in &adopted {
-        wait::wait_mac_present(cloud.metadata(), &e.mac, deadline)?;
-        let info = eniops::ready_info(cloud, &e.id, &e.mac, &e.vswitch_id, deadline)?;
-        let md4: BTreeSet<Ipv4Addr> = info.v4.iter().copied().collect();
-        let api4: BTreeSet<Ipv4Addr> = e.private_ips.iter().copied().collect();
-        if md4 != api4 {
-            info!(
-                "{}: metadata lists {} address(es), the OpenAPI {}; using the OpenAPI",
-                e.id,
-                md4.len(),
-                api4.len()
-            );
-        }
-        let primary = e
-            .primary_ip
-            .or_else(|| e.private_ips.first().copied())
-            .unwrap_or(info.primary_ip);
-        pool.add_eni(PoolEni::ready(
-            &e.id,
-            &e.mac,
-            &e.vswitch_id,
-            &info.cidr,
-            info.gateway,
-            primary,
-        ));
-        let mut v6_left: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
-        let mut unpaired4 = Vec::new();
-        for a in &e.private_ips {
-            match known_pairs.get(a) {
-                Some(b) if dual && v6_left.remove(b) => pool.add_ip(&e.id, *a, Some(*b)),
-                _ if dual => unpaired4.push(*a),
-                _ => pool.add_ip(&e.id, *a, None),
-            }
-        }
-        let mut v6_iter = v6_left.into_iter();
-        for a in unpaired4 {
-            pool.add_ip(&e.id, a, v6_iter.next());
-        }
-        for b in v6_iter {
-            pool.add_unpaired_v6(&e.id, b);
-        }
-        // Prefixes come from the OpenAPI like the addresses: a prefix
-        // member is never taken for a single address.
-        for p in &e.ipv4_prefixes {
-            pool.add_prefix(&e.id, *p);
-        }
-        let in_prefixes = e.ipv4_prefixes.len() * crate::cloud::Ipv4Prefix::SIZE as usize;
-        notes.push(if in_prefixes > 0 {
-            format!(
-                "adopted {} on {} with {} address(es) and {} /28 prefix(es) ({in_prefixes} addresses)",
-                e.id,
-                e.vswitch_id,
-                e.private_ips.len(),
-                e.ipv4_prefixes.len()
-            )
-        } else {
-            format!(
-                "adopted {} on {} with {} address(es)",
-                e.id,
-                e.vswitch_id,
-                e.private_ips.len()
-            )
-        });
+/// Adds an attached ENI and its addresses (as the OpenAPI lists them) to
+/// the pool; the note for the start-up log.
+fn adopt(
+    cloud: &dyn CloudApi,
+    pool: &mut PoolState,
+    e: &Eni,
+    known_pairs: &BTreeMap<Ipv4Addr, Ipv6Addr>,
+    dual: bool,
+    deadline: Instant,
+) -> Result<String, CloudError> {
+    wait::wait_mac_present(cloud.metadata(), &e.mac, deadline)?;
+    let info = eniops::ready_info(cloud, &e.id, &e.mac, &e.vswitch_id, deadline)?;
+    let md4: BTreeSet<Ipv4Addr> = info.v4.iter().copied().collect();
+    let api4: BTreeSet<Ipv4Addr> = e.private_ips.iter().copied().collect();
+    if md4 != api4 {
+        info!(
+            "{}: metadata lists {} address(es), the OpenAPI {}; using the OpenAPI",
+            e.id,
+            md4.len(),
+            api4.len()
+        );
     }
+    let primary = e
+        .primary_ip
+        .or_else(|| e.private_ips.first().copied())
+        .unwrap_or(info.primary_ip);
+    pool.add_eni(PoolEni::ready(
+        &e.id,
+        &e.mac,
+        &e.vswitch_id,
+        &info.cidr,
+        info.gateway,
+        primary,
+    ));
+    let mut v6_left: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
+    let mut unpaired4 = Vec::new();
+    for a in &e.private_ips {
+        match known_pairs.get(a) {
+            Some(b) if dual && v6_left.remove(b) => pool.add_ip(&e.id, *a, Some(*b)),
+            _ if dual => unpaired4.push(*a),
+            _ => pool.add_ip(&e.id, *a, None),
+        }
+    }
+    let mut v6_iter = v6_left.into_iter();
+    for a in unpaired4 {
+        pool.add_ip(&e.id, a, v6_iter.next());
+    }
+    for b in v6_iter {
+        pool.add_unpaired_v6(&e.id, b);
+    }
+    // Prefixes come from the OpenAPI like the addresses: a prefix
+    // member is never taken for a single address.
+    for p in &e.ipv4_prefixes {
+        pool.add_prefix(&e.id, *p);
+    }
+    let in_prefixes = e.ipv4_prefixes.len() * crate::cloud::Ipv4Prefix::SIZE as usize;
+    Ok(if in_prefixes > 0 {
+        format!(
+            "adopted {} on {} with {} address(es) and {} /28 prefix(es) ({in_prefixes} addresses)",
+            e.id,
+            e.vswitch_id,
+            e.private_ips.len(),
+            e.ipv4_prefixes.len()
+        )
+    } else {
+        format!(
+            "adopted {} on {} with {} address(es)",
+            e.id,
+            e.vswitch_id,
+            e.private_ips.len()
+        )
+    })
+}
 
-    let now_ms = unix_ms();
+/// Recorded owners keep the addresses still there and recorded holds
+/// their addresses; the rest is dropped, durably (the records returned).
+fn restore_owners(pool: &mut PoolState, persisted: &PersistedState, now_ms: u64) -> Vec<Record> {
     let mut records = Vec::new();
     for a in persisted.allocations.values() {
         if !pool.restore_allocation(a) {
@@ -183,39 +247,36 @@ pub fn recover(
             records.push(Record::ClearHold { ipv4: h.ipv4 });
         }
     }
-    if let Some(q) = quarantine {
-        let until = now_ms + q.as_millis() as u64;
-        let idle: Vec<Ipv4Addr> = pool
-            .ips
-            .values()
-            .filter(|ip| ip.state == crate::pool::IpState::Idle)
-            .map(|ip| ip.v4)
-            .collect();
-        let n = idle.len();
-        for v4 in idle {
-            if let Some(hold) = pool.quarantine(v4, until) {
-                // An empty owner: the release of nobody, carrying the hold.
-                records.push(Record::Release {
-                    owner: String::new(),
-                    hold: Some(hold),
-                });
-            }
+    records
+}
+
+/// After a state rebuild: every idle address (no known owner) is held for
+/// `q`, durably; the note for the start-up log.
+fn quarantine_idle(
+    pool: &mut PoolState,
+    q: Duration,
+    now_ms: u64,
+    records: &mut Vec<Record>,
+) -> String {
+    let until = now_ms + q.as_millis() as u64;
+    let idle: Vec<Ipv4Addr> = pool
+        .ips
+        .values()
+        .filter(|ip| ip.state == crate::pool::IpState::Idle)
+        .map(|ip| ip.v4)
+        .collect();
+    let n = idle.len();
+    for v4 in idle {
+        if let Some(hold) = pool.quarantine(v4, until) {
+            // An empty owner: the release of nobody, carrying the hold.
+            records.push(Record::Release {
+                owner: String::new(),
+                hold: Some(hold),
+            });
         }
-        notes.push(format!(
-            "{n} address(es) with no known owner quarantined for {} s",
-            q.as_secs()
-        ));
     }
-    if let Err(e) = pool.check() {
-        return Err(CloudError::new(
-            crate::cloud::CloudErrorKind::Api,
-            "recovery",
-            format!("inconsistent state after recovery: {e}"),
-        ));
-    }
-    Ok(Recovered {
-        pool,
-        records,
-        notes,
-    })
+    format!(
+        "{n} address(es) with no known owner quarantined for {} s",
+        q.as_secs()
+    )
 }

@@ -41,38 +41,22 @@ impl VSwitches {
     }
 
     /// Records free-address counts (DescribeVSwitches); an inhibited
-    /// vswitch with any free address is usable again at once: requests on
-    /// it are sized to its count ([`VSwitches::budget`]), so its last
-    /// addresses fit the demand and a refused batch cannot recur. The ids
-    /// whose inhibition was lifted.
-    pub fn set_free(&mut self, counts: impl IntoIterator<Item = (String, u64)>) -> Vec<String> {
+    /// vswitch with at least `lift_at` free addresses (refilled, not just
+    /// the last few the failed batch could not use) is usable again at
+    /// once. The ids whose inhibition was lifted.
+    pub fn set_free(
+        &mut self,
+        counts: impl IntoIterator<Item = (String, u64)>,
+        lift_at: u64,
+    ) -> Vec<String> {
         let mut lifted = Vec::new();
         for (id, free) in counts {
-            if free > 0 && self.inhibited_until_ms.remove(&id).is_some() {
+            if free >= lift_at.max(1) && self.inhibited_until_ms.remove(&id).is_some() {
                 lifted.push(id.clone());
             }
             self.free.insert(id, free);
         }
         lifted
-    }
-
-    /// `n` addresses were taken on a vswitch: its cached count drops until
-    /// the next DescribeVSwitches says better.
-    pub fn took(&mut self, id: &str, n: usize) {
-        if let Some(f) = self.free.get_mut(id) {
-            *f = f.saturating_sub(n as u64);
-        }
-    }
-
-    /// The most addresses a request on this vswitch may ask for beside
-    /// `pending` already asked and not yet granted: its cached free count
-    /// (`None`: not known, no limit).
-    pub fn budget(&self, id: &str, pending: usize) -> Option<usize> {
-        self.free.get(id).map(|f| {
-            usize::try_from(*f)
-                .unwrap_or(usize::MAX)
-                .saturating_sub(pending)
-        })
     }
 
     /// Ids of the vswitches inhibited at `now_ms`.
@@ -143,7 +127,7 @@ mod tests {
             vec!["a".into(), "b".into(), "c".into()],
             VSwitchPolicy::Ordered,
         );
-        v.set_free([("a".to_string(), 10), ("b".to_string(), 300)]);
+        v.set_free([("a".to_string(), 10), ("b".to_string(), 300)], u64::MAX);
         let ids: Vec<String> = v.order(0).into_iter().map(|c| c.id).collect();
         assert_eq!(ids, vec!["b", "a", "c"]);
         v.inhibit("b", 1000);
@@ -153,23 +137,6 @@ mod tests {
         assert_eq!(ids, vec!["a", "c"]);
         assert_eq!(v.inhibited_count(500), 1);
         assert_eq!(v.order(2000).len(), 3);
-    }
-
-    #[test]
-    fn any_free_address_lifts_and_the_budget_follows_what_was_taken() {
-        let mut v = VSwitches::new(vec!["a".into(), "b".into()], VSwitchPolicy::Ordered);
-        assert_eq!(v.budget("a", 0), None);
-        v.inhibit("a", u64::MAX);
-        v.inhibit("b", u64::MAX);
-        assert_eq!(
-            v.set_free([("a".to_string(), 0), ("b".to_string(), 4)]),
-            vec!["b"]
-        );
-        assert_eq!(v.inhibited_ids(0), vec!["a"]);
-        assert_eq!(v.budget("b", 1), Some(3));
-        v.took("b", 3);
-        assert_eq!(v.budget("b", 0), Some(1));
-        assert_eq!(v.budget("b", 2), Some(0));
     }
 
     #[test]

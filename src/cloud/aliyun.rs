@@ -7,11 +7,12 @@ use std::sync::Arc;
 use super::credentials::{CredentialProvider, CredentialSource};
 use super::error::{CloudError, CloudErrorKind};
 use super::metadata::MetadataClient;
-use super::prefix::{self, Ipv4Prefix};
+use super::prefix;
 use super::ratelimit::RateLimiter;
 use super::retry::RetryPolicy;
 use super::rpc::{RpcClient, Timeouts};
 use super::sign::SignatureVersion;
+use super::Ipv4Prefix;
 use super::{
     ecs, vpc, CloudApi, CreateEni, Eni, EniQuery, InstanceTypeLimits, MetadataApi, VSwitch,
     ECS_VERSION, VPC_VERSION,

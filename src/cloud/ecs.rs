@@ -12,73 +12,19 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use serde_json::Value;
 
 use super::error::{CloudError, CloudErrorKind};
+use super::json as jv;
 use super::rpc::{CallOpts, RpcClient};
-use super::{CreateEni, Eni, EniQuery, EniStatus, InstanceTypeLimits};
+use super::{CreateEni, Eni, EniQuery, EniStatus, InstanceTypeLimits, Ipv4Prefix};
 
-/// Tolerant JSON access.
-pub mod jv {
-    use serde_json::Value;
-
-    /// A string field; numbers and booleans as text; null/missing as "".
-    pub fn s(v: &Value, key: &str) -> String {
-        match v.get(key) {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Number(n)) => n.to_string(),
-            Some(Value::Bool(b)) => b.to_string(),
-            _ => String::new(),
-        }
-    }
-
-    /// An integer field (numbers or numeric strings); otherwise 0.
-    pub fn u(v: &Value, key: &str) -> u64 {
-        match v.get(key) {
-            Some(Value::Number(n)) => n
-                .as_u64()
-                .or_else(|| n.as_f64().map(|f| f.max(0.0) as u64))
-                .unwrap_or(0),
-            Some(Value::String(s)) => s.trim().parse().unwrap_or(0),
-            _ => 0,
-        }
-    }
-
-    /// A boolean field (also "true"/"false" strings).
-    pub fn b(v: &Value, key: &str) -> bool {
-        match v.get(key) {
-            Some(Value::Bool(b)) => *b,
-            Some(Value::String(s)) => s.eq_ignore_ascii_case("true"),
-            _ => false,
-        }
-    }
-
-    /// The items at `path` (e.g. `["Tags", "Tag"]`): an array's items, a
-    /// single object as one item, and nothing for null, `{}`, `[]` or a
-    /// missing key anywhere along the path.
-    pub fn list<'a>(v: &'a Value, path: &[&str]) -> Vec<&'a Value> {
-        let mut cur = v;
-        for k in path {
-            match cur.get(*k) {
-                Some(next) => cur = next,
-                None => return Vec::new(),
-            }
-        }
-        match cur {
-            Value::Array(a) => a.iter().collect(),
-            Value::Object(o) if !o.is_empty() => vec![cur],
-            _ => Vec::new(),
-        }
-    }
-
-    /// Strings at `path` (items that are strings or numbers).
-    pub fn strings(v: &Value, path: &[&str]) -> Vec<String> {
-        list(v, path)
-            .into_iter()
-            .filter_map(|x| match x {
-                Value::String(s) => Some(s.clone()),
-                Value::Number(n) => Some(n.to_string()),
-                _ => None,
-            })
-            .collect()
-    }
+/// A prefix in an answer.
+pub(super) fn parse_prefix(action: &str, s: &str) -> Result<Ipv4Prefix, CloudError> {
+    s.parse().map_err(|why: String| {
+        CloudError::new(
+            CloudErrorKind::Decode,
+            action,
+            format!("the answer holds {why}"),
+        )
+    })
 }
 
 fn decode(action: &str, what: String) -> CloudError {
@@ -163,7 +109,7 @@ pub fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> {
         // length, a future form) must not make every describe fail and
         // stop a daemon that serves single addresses (debug: a reconcile
         // would repeat it every period).
-        match super::prefix::parse(action, &s) {
+        match parse_prefix(action, &s) {
             Ok(p) => ipv4_prefixes.push(p),
             Err(e) if !s.is_empty() => log::debug!("{id}: IPv4 prefix ignored: {e}"),
             Err(_) => {}
@@ -245,14 +191,7 @@ pub fn create_network_interface_with(
     }
     tags(&mut p, &req.tags);
     p.extend_from_slice(extra);
-    let v = c.call(
-        A,
-        &p,
-        CallOpts {
-            client_token: true,
-            success_codes: &[],
-        },
-    )?;
+    let v = c.call(A, &p, CallOpts::ONCE)?;
     eni_from_json(A, &v)
 }
 
@@ -283,10 +222,7 @@ pub fn detach_network_interface(
     c.call(
         "DetachNetworkInterface",
         &p,
-        CallOpts {
-            client_token: false,
-            success_codes: &["InvalidEniId.NotFound", "InvalidEcsId.NotFound"],
-        },
+        CallOpts::done_if(&["InvalidEniId.NotFound", "InvalidEcsId.NotFound"]),
     )
     .map(|_| ())
 }
@@ -297,10 +233,7 @@ pub fn delete_network_interface(c: &RpcClient, eni: &str) -> Result<(), CloudErr
     c.call(
         "DeleteNetworkInterface",
         &p,
-        CallOpts {
-            client_token: false,
-            success_codes: &["InvalidEniId.NotFound"],
-        },
+        CallOpts::done_if(&["InvalidEniId.NotFound"]),
     )
     .map(|_| ())
 }
@@ -361,14 +294,7 @@ pub fn assign_private_ip_addresses(
             count.to_string(),
         ),
     ];
-    let v = c.call(
-        A,
-        &p,
-        CallOpts {
-            client_token: true,
-            success_codes: &[],
-        },
-    )?;
+    let v = c.call(A, &p, CallOpts::ONCE)?;
     jv::strings(
         &v,
         &[
@@ -424,15 +350,8 @@ fn unassign<T: ToString>(
     let call = |batch: &[T]| {
         let mut p = vec![("NetworkInterfaceId".to_string(), eni.to_string())];
         repeated(&mut p, field, batch.iter().map(ToString::to_string));
-        c.call(
-            action,
-            &p,
-            CallOpts {
-                client_token: false,
-                success_codes: &["InvalidEniId.NotFound"],
-            },
-        )
-        .map(|_| ())
+        c.call(action, &p, CallOpts::done_if(&["InvalidEniId.NotFound"]))
+            .map(|_| ())
     };
     match call(ips) {
         Err(e) if e.code.as_deref() == Some(GONE) && ips.len() > 1 => {
@@ -464,14 +383,7 @@ pub fn assign_ipv6_addresses(
         ("NetworkInterfaceId".to_string(), eni.to_string()),
         ("Ipv6AddressCount".to_string(), count.to_string()),
     ];
-    let v = c.call(
-        A,
-        &p,
-        CallOpts {
-            client_token: true,
-            success_codes: &[],
-        },
-    )?;
+    let v = c.call(A, &p, CallOpts::ONCE)?;
     jv::strings(&v, &["Ipv6Sets", "Ipv6Address"])
         .iter()
         .map(|s| parse_v6(A, s))

@@ -9,6 +9,9 @@ use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 
+/// The action name of a metadata call's errors (not an OpenAPI action).
+pub(crate) const METADATA_ACTION: &str = "metadata";
+
 /// The class of a failure, as the allocator needs to see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CloudErrorKind {
@@ -178,7 +181,7 @@ impl CloudError {
     pub fn code_or_kind(&self) -> &str {
         match &self.code {
             Some(c) => c,
-            None if self.action == super::metadata::ACTION => "metadata",
+            None if self.action == METADATA_ACTION => "metadata",
             None => self.kind.as_str(),
         }
     }

@@ -18,11 +18,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde::Deserialize;
 
-use super::error::{CloudError, CloudErrorKind};
+use super::error::{CloudError, CloudErrorKind, METADATA_ACTION as ACTION};
 use super::{InstanceIdentity, MetadataApi, MetadataEni};
 
 const TOKEN_TTL_SECS: u64 = 21_600;
-pub(crate) const ACTION: &str = "metadata";
 
 /// Credentials of the instance's RAM role.
 #[derive(Clone, Deserialize)]

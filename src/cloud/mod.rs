@@ -12,6 +12,7 @@ pub mod aliyun;
 pub mod credentials;
 pub mod ecs;
 pub mod error;
+mod json;
 pub mod metadata;
 pub mod prefix;
 pub mod ratelimit;
@@ -25,8 +26,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+pub use crate::core::Ipv4Prefix;
 pub use error::{CloudError, CloudErrorKind};
-pub use prefix::Ipv4Prefix;
 
 /// The ECS OpenAPI version.
 pub const ECS_VERSION: &str = "2014-05-26";

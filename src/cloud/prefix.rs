@@ -1,5 +1,6 @@
-//! IPv4 prefixes (/28, 16 addresses) on ENIs: the type, and the ECS calls
-//! that assign, unassign and create with them.
+//! IPv4 prefixes (/28, 16 addresses) on ENIs: the ECS calls that assign,
+//! unassign and create with them (the type is the domain's,
+//! [`crate::core::Ipv4Prefix`]).
 //!
 //! Prefixes and single addresses never travel in one call (the API refuses
 //! it). A call carrying prefixes that the vswitch cannot serve fails with
@@ -8,76 +9,10 @@
 //! shows, and a vswitch without a free /28 may still have single addresses,
 //! so the caller falls back instead of inhibiting the vswitch.
 
-use std::fmt;
-use std::net::Ipv4Addr;
-use std::str::FromStr;
-
 use super::ecs;
+use super::json as jv;
 use super::rpc::{CallOpts, RpcClient};
-use super::{CloudError, CloudErrorKind, CreateEni, Eni};
-
-/// An IPv4 /28 prefix, by its network address (always 16-aligned).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ipv4Prefix(Ipv4Addr);
-
-impl Ipv4Prefix {
-    /// Addresses in a prefix.
-    pub const SIZE: u32 = 16;
-    /// Its length.
-    pub const LEN: u8 = 28;
-
-    /// The prefix holding `a`.
-    pub fn containing(a: Ipv4Addr) -> Ipv4Prefix {
-        Ipv4Prefix(Ipv4Addr::from(u32::from(a) & !(Self::SIZE - 1)))
-    }
-
-    /// The network address.
-    pub fn base(self) -> Ipv4Addr {
-        self.0
-    }
-
-    /// True if `a` is one of its 16 addresses.
-    pub fn contains(self, a: Ipv4Addr) -> bool {
-        Self::containing(a) == self
-    }
-
-    /// Its 16 addresses, in order.
-    pub fn addresses(self) -> impl Iterator<Item = Ipv4Addr> {
-        let b = u32::from(self.0);
-        (0..Self::SIZE).map(move |i| Ipv4Addr::from(b + i))
-    }
-}
-
-impl fmt::Display for Ipv4Prefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.0, Self::LEN)
-    }
-}
-
-impl FromStr for Ipv4Prefix {
-    type Err = String;
-
-    /// `a.b.c.d/28`, host bits zero.
-    fn from_str(s: &str) -> Result<Ipv4Prefix, String> {
-        let bad = || format!("{s:?} is not an IPv4 /28 prefix");
-        let (a, len) = s.trim().split_once('/').ok_or_else(bad)?;
-        let a: Ipv4Addr = a.parse().map_err(|_| bad())?;
-        if len != "28" || Self::containing(a) != Ipv4Prefix(a) {
-            return Err(bad());
-        }
-        Ok(Ipv4Prefix(a))
-    }
-}
-
-pub(super) fn parse(action: &str, s: &str) -> Result<Ipv4Prefix, CloudError> {
-    s.parse().map_err(|why: String| {
-        CloudError::new(
-            CloudErrorKind::Decode,
-            action,
-            format!("the answer holds {why}"),
-        )
-    })
-}
+use super::{CloudError, CloudErrorKind, CreateEni, Eni, Ipv4Prefix};
 
 /// Reclassifies a failed prefix call: no room for a prefix is exhaustion of
 /// prefixes only.
@@ -102,17 +37,8 @@ pub fn assign_ipv4_prefixes(
         ("NetworkInterfaceId".to_string(), eni.to_string()),
         ("Ipv4PrefixCount".to_string(), count.to_string()),
     ];
-    let v = c
-        .call(
-            A,
-            &p,
-            CallOpts {
-                client_token: true,
-                success_codes: &[],
-            },
-        )
-        .map_err(prefix_kind)?;
-    ecs::jv::strings(
+    let v = c.call(A, &p, CallOpts::ONCE).map_err(prefix_kind)?;
+    jv::strings(
         &v,
         &[
             "AssignedPrivateIpAddressesSet",
@@ -121,7 +47,7 @@ pub fn assign_ipv4_prefixes(
         ],
     )
     .iter()
-    .map(|s| parse(A, s))
+    .map(|s| ecs::parse_prefix(A, s))
     .collect()
 }
 
@@ -165,6 +91,7 @@ pub fn create_network_interface_with_prefixes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn parses_and_prints_aligned_28s_only() {
@@ -227,7 +154,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            ecs::jv::strings(
+            jv::strings(
                 &a,
                 &[
                     "AssignedPrivateIpAddressesSet",

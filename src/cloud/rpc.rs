@@ -81,6 +81,24 @@ pub struct CallOpts {
     pub success_codes: &'static [&'static str],
 }
 
+impl CallOpts {
+    /// A call that changes something and must not happen twice: it
+    /// carries a ClientToken, the same on every retry.
+    pub const ONCE: CallOpts = CallOpts {
+        client_token: true,
+        success_codes: &[],
+    };
+
+    /// A call whose goal is already reached when the service answers one
+    /// of `codes` (a release of something already gone).
+    pub const fn done_if(codes: &'static [&'static str]) -> CallOpts {
+        CallOpts {
+            client_token: false,
+            success_codes: codes,
+        }
+    }
+}
+
 /// A client for one endpoint and version.
 #[derive(Debug)]
 pub struct RpcClient {
@@ -258,59 +276,9 @@ impl RpcClient {
         ];
         match self.signature {
             SignatureVersion::V1 => {
-                query.extend([
-                    ("Action".into(), action.into()),
-                    ("Version".into(), self.version.into()),
-                    ("Format".into(), "JSON".into()),
-                    ("AccessKeyId".into(), creds.access_key_id.clone()),
-                    ("SignatureMethod".into(), "HMAC-SHA1".into()),
-                    ("SignatureVersion".into(), "1.0".into()),
-                    ("SignatureNonce".into(), crate::util::rand::uuid()),
-                    ("Timestamp".into(), timestamp.clone()),
-                ]);
-                if let Some(t) = &creds.security_token {
-                    query.push(("SecurityToken".into(), t.expose().to_string()));
-                }
-                let sig = sign::signature(
-                    creds.access_key_secret.expose(),
-                    &sign::string_to_sign("POST", &query),
-                );
-                query.push(("Signature".into(), sig));
-                headers.push(("content-type", "application/x-www-form-urlencoded".into()));
+                self.sign_v1(action, &creds, &timestamp, &mut query, &mut headers)
             }
-            SignatureVersion::V3 => {
-                // The same headers the official SDKs sign, the host as sent.
-                headers.extend([
-                    ("host", self.host.clone()),
-                    ("x-acs-date", timestamp.clone()),
-                    ("x-acs-signature-nonce", crate::util::rand::uuid()),
-                    ("x-acs-content-sha256", v3::content_sha256(b"")),
-                ]);
-                if let Some(t) = &creds.security_token {
-                    headers.push(("x-acs-accesskey-id", creds.access_key_id.clone()));
-                    headers.push(("x-acs-security-token", t.expose().to_string()));
-                }
-                let signed: Vec<String> = headers
-                    .iter()
-                    .map(|(k, _)| k.to_string())
-                    .filter(|k| v3::signs_by_default(k))
-                    .collect();
-                let creq = v3::canonical_request(
-                    "POST",
-                    "/",
-                    &query,
-                    &headers,
-                    &signed,
-                    &v3::content_sha256(b""),
-                );
-                let sig =
-                    v3::signature(creds.access_key_secret.expose(), &v3::string_to_sign(&creq));
-                let (_, names) = v3::canonical_headers(&headers, &signed);
-                headers.push((
-                    "authorization",
-                    v3::authorization(&creds.access_key_id, &names, &sig),
-                ));
-            }
+            SignatureVersion::V3 => self.sign_v3(&creds, &timestamp, &query, &mut headers),
         }
         let encoded: Vec<String> = query
             .iter()
@@ -318,11 +286,98 @@ impl RpcClient {
             .collect();
         let url = format!("{}/?{}", self.endpoint, encoded.join("&"));
         drop(query);
-
         let t0 = Instant::now();
+        let answer = self.send(action, &url, headers, t0);
+        let secs = t0.elapsed().as_secs_f64();
+        match answer {
+            Ok(a) => read_answer(action, a, &creds, &timestamp, secs),
+            Err(e) => (Err(e), None),
+        }
+    }
+
+    /// Signature version 1.0 (HMAC-SHA1): the signature and the key id
+    /// travel in the query.
+    fn sign_v1(
+        &self,
+        action: &str,
+        creds: &Credentials,
+        timestamp: &str,
+        query: &mut Vec<(String, String)>,
+        headers: &mut Vec<(&str, String)>,
+    ) {
+        query.extend([
+            ("Action".into(), action.into()),
+            ("Version".into(), self.version.into()),
+            ("Format".into(), "JSON".into()),
+            ("AccessKeyId".into(), creds.access_key_id.clone()),
+            ("SignatureMethod".into(), "HMAC-SHA1".into()),
+            ("SignatureVersion".into(), "1.0".into()),
+            ("SignatureNonce".into(), crate::util::rand::uuid()),
+            ("Timestamp".into(), timestamp.to_string()),
+        ]);
+        if let Some(t) = &creds.security_token {
+            query.push(("SecurityToken".into(), t.expose().to_string()));
+        }
+        let sig = sign::signature(
+            creds.access_key_secret.expose(),
+            &sign::string_to_sign("POST", query),
+        );
+        query.push(("Signature".into(), sig));
+        headers.push(("content-type", "application/x-www-form-urlencoded".into()));
+    }
+
+    /// ACS3-HMAC-SHA256: the signature over the canonical request travels
+    /// in the `authorization` header.
+    fn sign_v3(
+        &self,
+        creds: &Credentials,
+        timestamp: &str,
+        query: &[(String, String)],
+        headers: &mut Vec<(&str, String)>,
+    ) {
+        // The same headers the official SDKs sign, the host as sent.
+        headers.extend([
+            ("host", self.host.clone()),
+            ("x-acs-date", timestamp.to_string()),
+            ("x-acs-signature-nonce", crate::util::rand::uuid()),
+            ("x-acs-content-sha256", v3::content_sha256(b"")),
+        ]);
+        if let Some(t) = &creds.security_token {
+            headers.push(("x-acs-accesskey-id", creds.access_key_id.clone()));
+            headers.push(("x-acs-security-token", t.expose().to_string()));
+        }
+        let signed: Vec<String> = headers
+            .iter()
+            .map(|(k, _)| k.to_string())
+            .filter(|k| v3::signs_by_default(k))
+            .collect();
+        let creq = v3::canonical_request(
+            "POST",
+            "/",
+            query,
+            headers,
+            &signed,
+            &v3::content_sha256(b""),
+        );
+        let sig = v3::signature(creds.access_key_secret.expose(), &v3::string_to_sign(&creq));
+        let (_, names) = v3::canonical_headers(headers, &signed);
+        headers.push((
+            "authorization",
+            v3::authorization(&creds.access_key_id, &names, &sig),
+        ));
+    }
+
+    /// Sends the signed request; what came back, or why nothing did.
+    fn send(
+        &self,
+        action: &str,
+        url: &str,
+        headers: Vec<(&str, String)>,
+        t0: Instant,
+    ) -> Result<RawAnswer, CloudError> {
         let mut req = self
             .agent
-            .post(&url)
+            .post(url)
             .config()
             .timeout_global(Some(self.timeouts.for_action(action)))
             .build();
@@ -336,45 +391,37 @@ impl RpcClient {
             Ok(r) => r,
             Err(ureq::Error::Timeout(t)) => {
                 crate::metrics::record_openapi(action, "timeout", secs());
-                let e = CloudError::new(
+                return Err(CloudError::new(
                     CloudErrorKind::Timeout,
                     action,
                     format!(
                         "no answer within {:?} ({t})",
                         self.timeouts.for_action(action)
                     ),
-                );
-                return (Err(e), None);
+                ));
             }
             Err(e) => {
                 crate::metrics::record_openapi(action, "transport", secs());
                 let msg = format!("cannot reach {}: {e}", self.endpoint);
-                return (
-                    Err(CloudError::new(CloudErrorKind::Transport, action, msg).with_source(e)),
-                    None,
-                );
+                return Err(CloudError::new(CloudErrorKind::Transport, action, msg).with_source(e));
             }
         };
         let status = resp.status().as_u16();
+        let header = |h: &str| {
+            resp.headers()
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
         let hints: Vec<String> = ["x-ratelimit-user-api", "x-ratelimit-user"]
             .iter()
-            .filter_map(|h| {
-                resp.headers()
-                    .get(*h)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-            })
+            .filter_map(|h| header(h))
             .collect();
-        let retry_after = resp
-            .headers()
-            .get("x-acs-retry-after")
-            .and_then(|v| v.to_str().ok());
-        let time_left = retry_after_ms(retry_after, hints.iter().map(String::as_str));
-        let header_rid = resp
-            .headers()
-            .get("x-acs-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let time_left = retry_after_ms(
+            header("x-acs-retry-after").as_deref(),
+            hints.iter().map(String::as_str),
+        );
+        let request_id = header("x-acs-request-id");
         let body = match resp
             .body_mut()
             .with_config()
@@ -384,76 +431,107 @@ impl RpcClient {
             Ok(b) => b,
             Err(ureq::Error::Timeout(_)) => {
                 crate::metrics::record_openapi(action, "timeout", secs());
-                return (
-                    Err(CloudError::new(
-                        CloudErrorKind::Timeout,
-                        action,
-                        "answer body too slow",
-                    )),
-                    None,
-                );
+                return Err(CloudError::new(
+                    CloudErrorKind::Timeout,
+                    action,
+                    "answer body too slow",
+                ));
             }
             Err(e) => {
                 crate::metrics::record_openapi(action, "transport", secs());
-                return (
-                    Err(
-                        CloudError::new(CloudErrorKind::Transport, action, "reading the answer")
-                            .with_source(e),
-                    ),
-                    None,
-                );
+                return Err(CloudError::new(
+                    CloudErrorKind::Transport,
+                    action,
+                    "reading the answer",
+                )
+                .with_source(e));
             }
         };
-        let json: Option<Value> = serde_json::from_str(&body).ok();
-        if (200..300).contains(&status) {
-            crate::metrics::record_openapi(action, "OK", secs());
-            return match json {
-                Some(v) => (Ok(v), None),
-                None => (
-                    Err(CloudError::new(
-                        CloudErrorKind::Decode,
-                        action,
-                        format!("HTTP {status} with a body that is not JSON"),
-                    )
-                    .with_status(status)),
-                    None,
-                ),
-            };
-        }
-        let (code, message, rid) = match &json {
-            Some(v) => (
-                first_str(v, &["Code", "code"]),
-                first_str(v, &["Message", "message", "description"]).unwrap_or_default(),
-                first_str(v, &["RequestId", "requestId"]).or(header_rid),
-            ),
-            None => (
-                None,
-                format!(
-                    "HTTP {status}: {}",
-                    body.chars().take(200).collect::<String>().trim()
-                ),
-                header_rid,
-            ),
-        };
-        let e = match code {
-            Some(code) => {
-                crate::metrics::record_openapi(action, &code, secs());
-                // A refused signature's message echoes the string to sign,
-                // which for 1.0 holds the key id and any STS token.
-                let mut message = redact(&message, &creds);
-                if code.starts_with("InvalidTimeStamp") {
-                    message = format!("{message} (this host's clock said {timestamp} UTC: check its time synchronisation)");
-                }
-                CloudError::api(action, status, code, message, rid)
-            }
-            None => {
-                crate::metrics::record_openapi(action, &format!("HTTP{status}"), secs());
-                let kind = super::error::classify(status, "");
-                CloudError::new(kind, action, message)
-                    .with_status(status)
-                    .with_request_id(rid)
-            }
-        };
-        (Err(e), time_left)
+        Ok(RawAnswer {
+            status,
+            time_left,
+            request_id,
+            body,
+        })
     }
+}
+
+/// What the service sent back, before it is read.
+#[derive(Debug)]
+struct RawAnswer {
+    status: u16,
+    /// How long the service asks to wait before the next try (ms).
+    time_left: Option<u64>,
+    /// `x-acs-request-id`, for an answer whose body names none.
+    request_id: Option<String>,
+    body: String,
+}
+
+/// The one place an answer is read: a 2xx JSON body is the result; any
+/// other answer is the error it names (its `Code` and `RequestId` kept,
+/// secrets redacted from its message), with the wait the service asked.
+fn read_answer(
+    action: &str,
+    a: RawAnswer,
+    creds: &Credentials,
+    timestamp: &str,
+    secs: f64,
+) -> (Result<Value, CloudError>, Option<u64>) {
+    let RawAnswer {
+        status,
+        time_left,
+        request_id: header_rid,
+        body,
+    } = a;
+    let json: Option<Value> = serde_json::from_str(&body).ok();
+    if (200..300).contains(&status) {
+        crate::metrics::record_openapi(action, "OK", secs);
+        return match json {
+            Some(v) => (Ok(v), None),
+            None => (
+                Err(CloudError::new(
+                    CloudErrorKind::Decode,
+                    action,
+                    format!("HTTP {status} with a body that is not JSON"),
+                )
+                .with_status(status)),
+                None,
+            ),
+        };
+    }
+    let (code, message, rid) = match &json {
+        Some(v) => (
+            first_str(v, &["Code", "code"]),
+            first_str(v, &["Message", "message", "description"]).unwrap_or_default(),
+            first_str(v, &["RequestId", "requestId"]).or(header_rid),
+        ),
+        None => (
+            None,
+            format!(
+                "HTTP {status}: {}",
+                body.chars().take(200).collect::<String>().trim()
+            ),
+            header_rid,
+        ),
+    };
+    let e = match code {
+        Some(code) => {
+            crate::metrics::record_openapi(action, &code, secs);
+            // A refused signature's message echoes the string to sign,
+            // which for 1.0 holds the key id and any STS token.
+            let mut message = redact(&message, creds);
+            if code.starts_with("InvalidTimeStamp") {
+                message = format!("{message} (this host's clock said {timestamp} UTC: check its time synchronisation)");
+            }
+            CloudError::api(action, status, code, message, rid)
+        }
+        None => {
+            crate::metrics::record_openapi(action, &format!("HTTP{status}"), secs);
+            let kind = super::error::classify(status, "");
+            CloudError::new(kind, action, message)
+                .with_status(status)
+                .with_request_id(rid)
+        }
+    };
+    (Err(e), time_left)
 }

@@ -1,7 +1,7 @@
 //! VPC actions (API version 2016-04-28): DescribeVSwitches.
 
-use super::ecs::jv;
 use super::error::CloudError;
+use super::json as jv;
 use super::rpc::{CallOpts, RpcClient};
 use super::VSwitch;
 

@@ -9,11 +9,13 @@
 //! `store` speak them without knowing there is a socket.
 
 pub mod command;
+mod prefix;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use command::{Answer, Command, Commands, Envelope};
+pub use prefix::Ipv4Prefix;
 
 /// Longest owner or sandbox id.
 pub const MAX_ID: usize = 255;

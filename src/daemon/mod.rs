@@ -364,15 +364,15 @@ pub fn run(args: Args) -> i32 {
     // Before anything else: a signal during start-up is then never the
     // default action (death), and one that comes before readiness is
     // handled once serving starts.
-    let (sig_rx, sig_handle) = match signals() {
+    let sig = match signals() {
         Ok(s) => s,
         Err(e) => {
             error!("cannot install signal handlers: {e}");
             return exit::FAILURE;
         }
     };
-    let code = match start(&args, &sig_rx) {
-        Ok(Some(running)) => serve(running, &sig_rx),
+    let code = match start(&args, &sig.rx) {
+        Ok(Some(running)) => serve(running, &sig.rx),
         Ok(None) => exit::OK,
         Err(e) if e.code == exit::OK => {
             info!("{e}");
@@ -383,7 +383,7 @@ pub fn run(args: Args) -> i32 {
             e.code
         }
     };
-    sig_handle.close();
+    sig.stop(Instant::now() + Duration::from_secs(1));
     code
 }
 

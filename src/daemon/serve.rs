@@ -22,12 +22,38 @@ enum Stop {
     Fatal(String),
 }
 
-pub(super) fn signals() -> Result<(Receiver<i32>, signal_hook::iterator::Handle), std::io::Error> {
+/// The signal thread: it forwards SIGTERM, SIGINT and SIGHUP to `rx`.
+pub(super) struct SignalThread {
+    pub(super) rx: Receiver<i32>,
+    handle: signal_hook::iterator::Handle,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl SignalThread {
+    /// Ends the thread and joins it, waiting until `deadline` at most (it
+    /// ends at once: closing the handle ends its loop, and dropping the
+    /// receiver any send it is in).
+    pub(super) fn stop(self, deadline: std::time::Instant) {
+        let SignalThread { rx, handle, thread } = self;
+        handle.close();
+        drop(rx);
+        while !thread.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        if thread.is_finished() {
+            let _ = thread.join();
+        } else {
+            log::warn!("the signal thread did not end in time; not joined");
+        }
+    }
+}
+
+pub(super) fn signals() -> Result<SignalThread, std::io::Error> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     let handle = signals.handle();
     let (tx, rx) = bounded(8);
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("eniipd-signals".into())
         .spawn(move || {
             for s in signals.forever() {
@@ -36,7 +62,7 @@ pub(super) fn signals() -> Result<(Receiver<i32>, signal_hook::iterator::Handle)
                 }
             }
         })?;
-    Ok((rx, handle))
+    Ok(SignalThread { rx, handle, thread })
 }
 
 fn reload(r: &Running) {

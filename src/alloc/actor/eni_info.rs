@@ -57,7 +57,7 @@ impl Actor {
             let _ = reply.send(Ok(Answer::Eni(info)));
             return;
         }
-        if let Some(v6) = self.vswitch_v6.get(&info.vswitch) {
+        if let Some(v6) = self.vsw.v6(&info.vswitch) {
             let info = EniInfo {
                 v6: Some(v6.clone()),
                 ..info

@@ -32,15 +32,14 @@ impl Actor {
                 self.on_unassigned(&eni, &v4, &gone_v4, &gone_v6, error);
             }
             Event::EniCreated { op, eni } => {
-                if let Some(Op::Create { eni: slot, .. }) = self.ops.get_mut(&op) {
-                    *slot = Some(eni);
-                }
+                self.inflight.created(op, eni);
             }
             Event::EniReady { op, eni } => self.on_eni_ready(op, eni),
             Event::EniFailed { op, error, leaked } => self.on_eni_failed(op, &error, leaked),
             Event::EniFreed { eni, result } => self.on_eni_freed(eni, result),
             Event::VSwitchFree(counts) => {
-                for id in self.vsw.set_free(counts) {
+                let lift_at = self.opts.max_ips_per_call as u64;
+                for id in self.vsw.set_free(counts, lift_at) {
                     info!("{id} has free addresses again: no longer inhibited");
                 }
             }
@@ -49,7 +48,7 @@ impl Actor {
                 cidr6,
                 gateway6,
             } => {
-                self.vswitch_v6.insert(vswitch, (cidr6, gateway6));
+                self.vsw.set_v6(vswitch, cidr6, gateway6);
             }
             Event::SecurityGroupDrift(lines) => {
                 for l in &lines {
@@ -145,9 +144,6 @@ impl Actor {
     ) {
         self.settle_pending(&eni, tickets.len(), as_prefixes);
         let valid = self.add_addresses(&eni, &v4, &v6);
-        if let Some(vsw) = self.pool.enis.get(&eni).map(|e| e.vswitch.clone()) {
-            self.vsw.took(&vsw, v4.len());
-        }
         if let Some(err) = &error {
             warn!("assigning addresses to {eni} failed: {err}");
             match err.kind {
@@ -229,10 +225,7 @@ impl Actor {
     }
 
     pub(super) fn on_eni_ready(&mut self, op: OpId, r: ReadyEni) {
-        let Some(Op::Create {
-            tickets, permit, ..
-        }) = self.ops.remove(&op)
-        else {
+        let Some(inflight::Ended { tickets, .. }) = self.inflight.ready(op, &r.id) else {
             return;
         };
         info!(
@@ -241,13 +234,8 @@ impl Actor {
             r.vswitch,
             r.v4.len()
         );
-        self.eni_permits.insert(r.id.clone(), permit);
         self.pool.add_eni(r.pool_eni());
         let mut valid = self.add_addresses(&r.id, &r.v4, &r.v6);
-        self.vsw.took(
-            &r.vswitch,
-            r.v4.len() + r.prefixes.len() * prefix::PER_PREFIX,
-        );
         for p in &r.prefixes {
             self.pool.add_prefix(&r.id, *p);
             valid += prefix::PER_PREFIX;
@@ -269,12 +257,11 @@ impl Actor {
     }
 
     pub(super) fn on_eni_failed(&mut self, op: OpId, err: &CloudError, leaked: Option<String>) {
-        let Some(Op::Create {
+        let Some(inflight::Ended {
             vswitch,
             tickets,
             eni: created,
-            ..
-        }) = self.ops.remove(&op)
+        }) = self.inflight.failed(op)
         else {
             return;
         };
@@ -302,8 +289,7 @@ impl Actor {
     }
 
     pub(super) fn on_eni_freed(&mut self, eni: String, result: Result<(), FreeFailure>) {
-        self.ops
-            .retain(|_, op| !matches!(op, Op::Free { eni: e } if *e == eni));
+        self.inflight.freed(&eni);
         match result {
             Ok(()) => {
                 info!("{eni} detached and deleted");
@@ -329,7 +315,7 @@ impl Actor {
             drop(w.stop());
         }
         self.pool.remove_eni(eni);
-        self.eni_permits.remove(eni);
+        self.inflight.forget(eni);
         // Kept (pruned by maintenance) so that a cloud view read before
         // the ENI went away cannot adopt it again.
         self.last_change.insert(eni.to_string(), Instant::now());
@@ -341,14 +327,7 @@ impl Actor {
         cloud: Vec<CloudEniView>,
         detached: Option<&[String]>,
     ) {
-        let busy: Vec<String> = self
-            .ops
-            .values()
-            .filter_map(|op| match op {
-                Op::Create { eni, .. } => eni.clone(),
-                Op::Free { eni } => Some(eni.clone()),
-            })
-            .collect();
+        let busy = self.inflight.busy_enis();
         for view in &cloud {
             let r = &view.eni;
             if busy.contains(&r.id) {
@@ -371,11 +350,7 @@ impl Actor {
                     r.id,
                     r.v4.len()
                 );
-                let permit = self
-                    .eni_sem
-                    .try_acquire()
-                    .unwrap_or_else(|| self.eni_sem.acquire_over_limit());
-                self.eni_permits.insert(r.id.clone(), permit);
+                self.inflight.adopt(&r.id);
                 self.pool.add_eni(r.pool_eni());
                 self.add_addresses(&r.id, &r.v4, &r.v6);
                 for p in &r.prefixes {
@@ -593,7 +568,7 @@ impl Actor {
                 self.helpers.push((format!("worker of {id}"), h));
             }
         }
-        self.eni_permits.remove(id);
+        self.inflight.forget(id);
         self.pool.drop_empty_gone();
     }
 }

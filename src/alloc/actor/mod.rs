@@ -33,7 +33,7 @@ use crate::core::{
 };
 use crate::pool::{EniPhase, IpState, PoolEni, PoolState, ReleaseOutcome};
 use crate::store::Record;
-use crate::util::sem::{Permit, Semaphore};
+use crate::util::sem::Semaphore;
 use crate::util::time::{format_utc, unix_ms};
 
 use super::capacity::Capacity;
@@ -46,50 +46,22 @@ use super::vswitch::VSwitches;
 use super::worker::{self, WorkerConfig, WorkerHandle};
 use super::{AllocatorOptions, Joinable, Journal, Snapshot};
 
+mod demand;
 mod eni_info;
 mod events;
+mod inflight;
 mod plan;
 mod requests;
+mod vswstate;
+
+use demand::{Ask, Demand, Pick};
+use inflight::InFlight;
+use vswstate::VswState;
 
 /// How soon a waiter that could not be planned is planned again.
 const REPLAN: Duration = Duration::from_millis(100);
-/// How often an inhibited vswitch's free count is read (DescribeVSwitches
-/// is cheap): a refilled vswitch serves again within this, not after the
-/// whole inhibit window.
-const VSW_PROBE: Duration = Duration::from_secs(10);
 
 type Reply = Sender<Result<Answer, AllocError>>;
-
-#[derive(Debug)]
-struct Waiter {
-    id: u64,
-    since: Instant,
-    owner: Owner,
-    sandbox: Option<SandboxId>,
-    prefer: Option<IpAddr>,
-    replies: Vec<(Reply, Instant)>,
-    deadline: Instant,
-    ticket: Option<TicketId>,
-}
-
-#[derive(Debug)]
-struct Ticket {
-    waiter: Option<u64>,
-}
-
-#[derive(Debug)]
-enum Op {
-    Create {
-        vswitch: String,
-        init: usize,
-        eni: Option<String>,
-        tickets: Vec<TicketId>,
-        permit: Permit,
-    },
-    Free {
-        eni: String,
-    },
-}
 
 /// Capped exponential backoff for background work that failed.
 #[derive(Debug)]
@@ -130,17 +102,12 @@ pub(super) struct Actor {
     journal: Arc<dyn Journal>,
     cap: Capacity,
     pool: PoolState,
-    vsw: VSwitches,
-    waiters: VecDeque<Waiter>,
-    tickets: HashMap<TicketId, Ticket>,
-    ops: BTreeMap<OpId, Op>,
+    vsw: VswState,
+    demand: Demand,
+    inflight: InFlight,
     workers: HashMap<String, WorkerHandle>,
-    eni_permits: HashMap<String, Permit>,
-    eni_sem: Semaphore,
-    op_sem: Semaphore,
     events_tx: Sender<Event>,
     fatal_tx: Sender<String>,
-    next_id: u64,
     pool_backoff: Backoff,
     shed_backoff: Backoff,
     free_backoff: HashMap<String, Instant>,
@@ -155,13 +122,6 @@ pub(super) struct Actor {
     /// joined at stop.
     helpers: Vec<Joinable>,
     config_view: Vec<(String, String)>,
-    /// When inhibited vswitches are probed next.
-    next_vsw_probe: Instant,
-    /// Prefix mode: vswitches that had no free /28, until when (Unix ms)
-    /// their ENIs get single addresses instead.
-    prefix_inhibit: HashMap<String, u64>,
-    /// Dual stack: vswitches' IPv6 CIDR and gateway, once read (`eni`).
-    vswitch_v6: HashMap<String, (String, Ipv6Addr)>,
     /// `eni` lookups reading metadata now.
     lookups: Arc<std::sync::atomic::AtomicUsize>,
 }
@@ -179,35 +139,15 @@ impl Actor {
         fatal_tx: Sender<String>,
         requests_tx: Sender<Request>,
     ) -> Actor {
-        let mut vsw = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
-        vsw.set_free(opts.vswitch_free.iter().cloned());
-        let eni_permits = pool
-            .enis
-            .keys()
-            .map(|id| {
-                (
-                    id.clone(),
-                    eni_sem
-                        .try_acquire()
-                        .unwrap_or_else(|| eni_sem.acquire_over_limit()),
-                )
-            })
-            .collect();
-        if eni_sem.used() > eni_sem.limit() {
-            warn!(
-                "{} managed ENIs are attached but the capacity allows {}: no new ENI will be created",
-                eni_sem.used(),
-                eni_sem.limit()
-            );
-        }
+        let mut switches = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
+        switches.set_free(opts.vswitch_free.iter().cloned(), u64::MAX);
+        let inflight = InFlight::new(eni_sem, op_sem, pool.enis.keys());
         let now = Instant::now();
         let cloud_for_batcher = Arc::clone(&cloud);
         Actor {
             cap: opts.capacity,
             config_view: opts.config_view.clone(),
-            next_vsw_probe: now,
-            prefix_inhibit: HashMap::new(),
-            vswitch_v6: HashMap::new(),
+            vsw: VswState::new(switches, opts.capacity.prefix_mode, now),
             lookups: Arc::default(),
             requests_tx,
             helpers: Vec::new(),
@@ -218,17 +158,11 @@ impl Actor {
             cloud,
             journal,
             pool,
-            vsw,
-            waiters: VecDeque::new(),
-            tickets: HashMap::new(),
-            ops: BTreeMap::new(),
+            demand: Demand::default(),
+            inflight,
             workers: HashMap::new(),
-            eni_permits,
-            eni_sem,
-            op_sem,
             events_tx,
             fatal_tx,
-            next_id: 1,
             free_backoff: HashMap::new(),
             last_change: HashMap::new(),
             sg_drift: Vec::new(),
@@ -238,11 +172,6 @@ impl Actor {
                 Duration::from_millis(30),
             )),
         }
-    }
-
-    fn id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
     }
 
     fn worker_config(&self) -> WorkerConfig {
@@ -257,11 +186,7 @@ impl Actor {
 
     /// How the next addresses of an ENI on `vswitch` are asked.
     fn kind_on(&self, vswitch: &str, now_ms: u64) -> Kind {
-        prefix::next_kind(
-            self.cap.prefix_mode,
-            self.prefix_inhibit.get(vswitch).copied(),
-            now_ms,
-        )
+        self.vsw.kind_on(vswitch, now_ms)
     }
 
     /// Addresses an ENI can still be asked for (its free IPv4 slots, as
@@ -283,7 +208,7 @@ impl Actor {
             "{vswitch} has no free /28 prefix ({code}); single addresses until {}",
             format_utc(until / 1000)
         );
-        self.prefix_inhibit.insert(vswitch.to_string(), until);
+        self.vsw.inhibit_prefixes(vswitch, until);
     }
 
     fn start_worker(&mut self, eni: &str, mac: &str) {
@@ -371,14 +296,14 @@ impl Actor {
             return;
         }
         self.stopping = true;
-        for w in self.waiters.drain(..) {
+        for w in self.demand.drain() {
             for (r, _) in w.replies {
                 let _ = r.send(Err(AllocError::shutting_down()));
             }
         }
         info!(
             "allocator stopped: {} ENI operation(s) still in flight are abandoned",
-            self.ops.len()
+            self.inflight.len()
         );
     }
 
@@ -386,14 +311,9 @@ impl Actor {
     /// (the actor never calls the cloud); the answer comes back as
     /// `VSwitchFree` and lifts the inhibition of one that has room.
     fn probe_inhibited(&mut self, now: Instant) {
-        if now < self.next_vsw_probe {
+        let Some(ids) = self.vsw.probe_due(now, unix_ms()) else {
             return;
-        }
-        let ids = self.vsw.inhibited_ids(unix_ms());
-        if ids.is_empty() {
-            return;
-        }
-        self.next_vsw_probe = now + VSW_PROBE;
+        };
         let cloud = Arc::clone(&self.cloud);
         let events = self.events_tx.clone();
         let spawned = std::thread::Builder::new()
@@ -413,23 +333,14 @@ impl Actor {
 
     fn next_wakeup(&self, now: Instant) -> Instant {
         let mut wake = self.next_maintenance;
-        if self.vsw.inhibited_count(unix_ms()) > 0 {
-            wake = wake.min(self.next_vsw_probe.max(now));
-        }
-        for w in &self.waiters {
-            wake = wake.min(w.deadline);
-            if w.ticket.is_none() {
-                let gathered = w.since + self.opts.aggregation_window;
-                wake = wake.min(if gathered > now {
-                    gathered
-                } else {
-                    // Gathered and still nothing asked for it: it waits for
-                    // a slot that another thread frees (an ENI operation or
-                    // a sweep ending) without telling the actor, so look
-                    // again soon instead of at the next event.
-                    now + REPLAN
-                });
-            }
+        let demand = self
+            .demand
+            .next_wakeup(now, self.opts.aggregation_window, REPLAN);
+        for at in [self.vsw.next_wakeup(now, unix_ms()), demand]
+            .into_iter()
+            .flatten()
+        {
+            wake = wake.min(at);
         }
         if let Some(ms) = self.pool.next_expiry() {
             let in_ms = ms.saturating_sub(unix_ms());
@@ -479,58 +390,51 @@ impl Actor {
         let now_ms = unix_ms();
         let fallback = |vsw: &str| self.kind_on(vsw, now_ms) == Kind::Single;
         let mut out = self.pool.eni_entries(
-            |vsw| self.vsw.inhibited_until(vsw, now_ms).map(|u| u / 1000),
+            |vsw| {
+                self.vsw
+                    .switches()
+                    .inhibited_until(vsw, now_ms)
+                    .map(|u| u / 1000)
+            },
             self.cap
                 .prefix_mode
                 .then_some(&fallback as &dyn Fn(&str) -> bool),
         );
-        for op in self.ops.values() {
-            if let Op::Create {
-                vswitch,
-                eni,
-                tickets,
-                ..
-            } = op
-            {
-                out.push(EniEntry {
-                    eni: eni.clone().unwrap_or_else(|| "creating".into()),
-                    mac: "-".into(),
-                    vswitch: vswitch.clone(),
-                    ips: 0,
-                    pending: tickets.len(),
-                    inhibited_until: self.vsw.inhibited_until(vswitch, now_ms).map(|u| u / 1000),
-                    prefixes: self.cap.prefix_mode.then(|| PrefixUse {
-                        prefixes: 0,
-                        singles: 0,
-                        fallback: fallback(vswitch),
-                    }),
-                });
-            }
+        for c in self.inflight.creating() {
+            out.push(EniEntry {
+                eni: c.eni.unwrap_or("creating").to_string(),
+                mac: "-".into(),
+                vswitch: c.vswitch.to_string(),
+                ips: 0,
+                pending: c.tickets,
+                inhibited_until: self
+                    .vsw
+                    .switches()
+                    .inhibited_until(c.vswitch, now_ms)
+                    .map(|u| u / 1000),
+                prefixes: self.cap.prefix_mode.then(|| PrefixUse {
+                    prefixes: 0,
+                    singles: 0,
+                    fallback: fallback(c.vswitch),
+                }),
+            });
         }
         out
     }
 
     fn snapshot(&self) -> Snapshot {
         let now_ms = unix_ms();
-        let mut creating = Vec::new();
-        let mut freeing = Vec::new();
-        for op in self.ops.values() {
-            match op {
-                Op::Create { eni: Some(e), .. } => creating.push(e.clone()),
-                Op::Create { eni: None, .. } => {}
-                Op::Free { eni } => freeing.push(eni.clone()),
-            }
-        }
+        let (creating, freeing) = self.inflight.creating_and_freeing();
         Snapshot {
             pool: self.pool.clone(),
-            pending: self.tickets.len(),
+            pending: self.demand.pending(),
             capacity: self.cap,
             creating,
             freeing,
-            eni_ops: self.op_sem.used(),
-            inhibited_vswitches: self.vsw.inhibited_count(now_ms),
+            eni_ops: self.inflight.op_slots_used(),
+            inhibited_vswitches: self.vsw.switches().inhibited_count(now_ms),
             sg_drift: self.sg_drift.clone(),
-            waiters: self.waiters.len(),
+            waiters: self.demand.waiting(),
         }
     }
 }

@@ -6,66 +6,76 @@ use super::*;
 impl Actor {
     // ---- planning ------------------------------------------------------
 
+    /// Gathers the input, lets the pure planner decide, then dispatches
+    /// what it decided.
     pub(super) fn plan(&mut self, now: Instant) {
         if self.stopping {
             return;
         }
         // Waiters without a ticket adopt pool tickets first.
-        let spare: Vec<TicketId> = self
-            .tickets
-            .iter()
-            .filter(|(_, t)| t.waiter.is_none())
-            .map(|(id, _)| *id)
-            .collect();
-        for t in spare {
-            let Some(w) = self.waiters.iter_mut().find(|w| w.ticket.is_none()) else {
-                break;
-            };
-            w.ticket = Some(t);
-            let wid = w.id;
-            if let Some(ticket) = self.tickets.get_mut(&t) {
-                ticket.waiter = Some(wid);
-            }
-        }
-        let clients: VecDeque<u64> = self
-            .waiters
-            .iter()
-            .filter(|w| w.ticket.is_none())
-            .map(|w| w.id)
-            .collect();
-        let pool_units = if self.pool_backoff.active(now) || !self.waiters.is_empty() {
-            0
-        } else {
-            let spare_tickets = self.tickets.values().filter(|t| t.waiter.is_none()).count();
-            self.cap
-                .min_idle
-                .saturating_sub(self.pool.idle_count() + spare_tickets)
+        self.demand.bind_spare();
+        let Some((input, mut units)) = self.gather(now) else {
+            return;
         };
-        if clients.is_empty() && pool_units == 0 {
+        let now_ms = unix_ms();
+        let plan = planner::plan(&input);
+        self.submit(plan.submits, &mut units, now_ms);
+        if !self.create(plan.creates, &mut units, now, now_ms) {
             return;
         }
+        self.fail_unplaceable(plan.unplaceable, now_ms);
+    }
 
-        let now_ms = unix_ms();
-        let mut order = self.vsw.order(now_ms);
-        for c in &mut order {
-            c.free = self
-                .vsw
-                .budget(&c.id, self.asked_on(&c.id))
-                .map(|b| b as u64);
+    /// The planner's input, and the units its demand stands for in order
+    /// (the unplanned waiters, oldest first, then pool top-up as `None`);
+    /// `None` when nothing is to be planned.
+    fn gather(&mut self, now: Instant) -> Option<(PlanInput, VecDeque<Option<u64>>)> {
+        let clients = self.demand.unplanned();
+        let pool_units = if self.pool_backoff.active(now) || self.demand.waiting() > 0 {
+            0
+        } else {
+            self.cap
+                .min_idle
+                .saturating_sub(self.pool.idle_count() + self.demand.spare_tickets())
+        };
+        if clients.is_empty() && pool_units == 0 {
+            return None;
         }
+        let now_ms = unix_ms();
+        let order = self.vsw.order(now_ms);
+        let input = PlanInput {
+            demand: clients.len() + pool_units,
+            client_demand: clients.len(),
+            enis: self.usable_enis(&order, now_ms),
+            creating_room: self.inflight.creating_room(self.cap.ips_per_eni),
+            vswitches: order,
+            eni_slots: self.inflight.eni_slots(),
+            op_slots: self.inflight.op_slots(),
+            max_per_call: self.per_call(),
+            ips_per_eni: self.cap.ips_per_eni,
+        };
+        let mut units: VecDeque<Option<u64>> = clients.into_iter().map(Some).collect();
+        units.extend(std::iter::repeat_n(None, pool_units));
+        Some((input, units))
+    }
+
+    /// ENIs that can take addresses now, in preference order: vswitch
+    /// rank, then fewest addresses held or pending.
+    fn usable_enis(&self, order: &[planner::VswChoice], now_ms: u64) -> Vec<EniRoom> {
+        let switches = self.vsw.switches();
         let mut enis: Vec<(usize, usize, EniRoom)> = self
             .pool
             .enis
             .values()
             .filter(|e| e.phase == EniPhase::Ready && !e.at_limit)
-            .filter(|e| self.vsw.inhibited_until(&e.vswitch, now_ms).is_none())
+            .filter(|e| switches.inhibited_until(&e.vswitch, now_ms).is_none())
             .filter_map(|e| {
                 let held = self.pool.ips_on(&e.id) + e.pending;
                 let room = self.eni_room(e, now_ms);
                 let backlog_free = self.workers.get(&e.id)?.backlog_free();
                 (room > 0).then(|| {
                     (
-                        VSwitches::rank(&order, &e.vswitch),
+                        VSwitches::rank(order, &e.vswitch),
                         held,
                         EniRoom {
                             id: e.id.clone(),
@@ -77,33 +87,17 @@ impl Actor {
             })
             .collect();
         enis.sort_by(|a, b| (a.0, a.1, &a.2.id).cmp(&(b.0, b.1, &b.2.id)));
-        let mut enis: Vec<EniRoom> = enis.into_iter().map(|(_, _, e)| e).collect();
-        self.cap_to_vswitches(&mut enis, now_ms);
-        enis.retain(|e| e.room > 0);
-        let creating_room = self
-            .ops
-            .values()
-            .map(|op| match op {
-                Op::Create { init, .. } => self.cap.ips_per_eni.saturating_sub(*init),
-                Op::Free { .. } => 0,
-            })
-            .sum();
-        let input = PlanInput {
-            demand: clients.len() + pool_units,
-            client_demand: clients.len(),
-            enis,
-            creating_room,
-            vswitches: order,
-            eni_slots: self.eni_sem.available(),
-            op_slots: self.op_sem.available(),
-            max_per_call: self.per_call(),
-            ips_per_eni: self.cap.ips_per_eni,
-        };
-        let plan = planner::plan(&input);
-        let mut units: VecDeque<Option<u64>> = clients.iter().copied().map(Some).collect();
-        units.extend(std::iter::repeat_n(None, pool_units));
+        enis.into_iter().map(|(_, _, e)| e).collect()
+    }
 
-        for (eni, n) in plan.submits {
+    /// Queues the planned units on their ENIs' workers, each as a ticket.
+    fn submit(
+        &mut self,
+        submits: Vec<(String, usize)>,
+        units: &mut VecDeque<Option<u64>>,
+        now_ms: u64,
+    ) {
+        for (eni, n) in submits {
             let Some(e) = self.pool.enis.get(&eni) else {
                 continue;
             };
@@ -145,169 +139,129 @@ impl Actor {
                 }
             }
         }
+    }
+
+    /// Starts the planned ENI creations; false if a thread could not be
+    /// started (the allocator is stopping).
+    fn create(
+        &mut self,
+        creates: Vec<(String, usize)>,
+        units: &mut VecDeque<Option<u64>>,
+        now: Instant,
+        now_ms: u64,
+    ) -> bool {
         // New ENIs aggregate like the workers do: a create waits until the
         // oldest waiting client has waited the aggregation window, unless
         // it is already full, so a burst is sized as a whole.
-        let oldest = self
-            .waiters
-            .iter()
-            .filter(|w| w.ticket.is_none())
-            .map(|w| w.since)
-            .min();
+        let oldest = self.demand.oldest_unplanned();
         let gathered = oldest.is_none_or(|t| now.duration_since(t) >= self.opts.aggregation_window);
-        for (vswitch, init) in plan.creates {
+        for (vswitch, init) in creates {
             if !gathered && init < self.per_call().min(self.cap.ips_per_eni) {
                 continue;
             }
-            let (Some(eni_permit), Some(op_permit)) =
-                (self.eni_sem.try_acquire(), self.op_sem.try_acquire())
-            else {
+            let Some(slots) = self.inflight.create_slots() else {
                 break;
             };
-            let op = self.id();
-            // In prefix kind the ENI comes with whole /28s beside its
-            // primary: the surplus over the demand is counted as pool
-            // tickets, as for a worker's prefix call.
-            let kind = self.kind_on(&vswitch, now_ms);
-            // Single addresses: one call's worth, within the ENI's slots
-            // (the planner sizes prefix-mode creates in /28s' worth).
-            let init = match kind {
-                Kind::Single => {
-                    init.min(self.opts.max_ips_per_call.min(self.cap.slots_per_eni) + 1)
-                }
-                Kind::Prefix => init,
-            };
-            // At least one: the primary is handed out last, and the next
-            // demand then needs no call of its own.
-            let prefixes = match kind {
-                Kind::Prefix => {
-                    prefix::prefixes_for(init.saturating_sub(1).max(1), self.cap.slots_per_eni)
-                }
-                Kind::Single => 0,
-            };
-            let total = if prefixes > 0 {
-                1 + prefixes * prefix::PER_PREFIX
-            } else {
-                init
-            };
-            let mut tickets = Vec::new();
-            for i in 0..total {
+            if !self.create_one(slots, vswitch, init, units, now_ms) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// One ENI creation on `vswitch` for `init` units of demand.
+    fn create_one(
+        &mut self,
+        slots: inflight::CreateSlots,
+        vswitch: String,
+        init: usize,
+        units: &mut VecDeque<Option<u64>>,
+        now_ms: u64,
+    ) -> bool {
+        // In prefix kind the ENI comes with whole /28s beside its
+        // primary: the surplus over the demand is counted as pool
+        // tickets, as for a worker's prefix call.
+        let kind = self.kind_on(&vswitch, now_ms);
+        let singles_max = self.opts.max_ips_per_call.min(self.cap.slots_per_eni) + 1;
+        // Single addresses: one call's worth, within the ENI's slots
+        // (the planner sizes prefix-mode creates in /28s' worth).
+        let init = match kind {
+            Kind::Single => init.min(singles_max),
+            Kind::Prefix => init,
+        };
+        // At least one: the primary is handed out last, and the next
+        // demand then needs no call of its own.
+        let prefixes = match kind {
+            Kind::Prefix => {
+                prefix::prefixes_for(init.saturating_sub(1).max(1), self.cap.slots_per_eni)
+            }
+            Kind::Single => 0,
+        };
+        let total = if prefixes > 0 {
+            1 + prefixes * prefix::PER_PREFIX
+        } else {
+            init
+        };
+        let tickets: Vec<TicketId> = (0..total)
+            .map(|i| {
                 let unit = if i < init {
                     units.pop_front().flatten()
                 } else {
                     None
                 };
-                tickets.push(self.new_ticket(unit));
-            }
-            let job = CreateJob {
-                op,
-                vswitch: vswitch.clone(),
-                security_groups: self.opts.security_groups.clone(),
-                extra_tags: self.opts.eni_tags.clone(),
-                instance_id: self.opts.instance_id.clone(),
-                node_id: self.opts.node_id.clone(),
-                // What a create with single addresses asks if no /28 can
-                // be had.
-                init: init.min(self.opts.max_ips_per_call.min(self.cap.slots_per_eni) + 1),
-                prefixes,
-                dual: self.opts.dual,
-                ready_timeout: self.opts.eni_ready_timeout,
-                metadata_wait: self.opts.metadata_wait,
-            };
-            if prefixes > 0 {
-                info!("creating an ENI on {vswitch} with {prefixes} /28 prefix(es)");
-            } else {
-                info!("creating an ENI on {vswitch} with {init} address(es)");
-            }
-            self.ops.insert(
-                op,
-                Op::Create {
-                    vswitch,
-                    init: total,
-                    eni: None,
-                    tickets,
-                    permit: eni_permit,
-                },
-            );
-            match eniops::spawn_create(
-                job,
-                Arc::clone(&self.cloud),
-                Arc::clone(&self.batcher),
-                self.events_tx.clone(),
-                op_permit,
-            ) {
-                Ok(h) => self.helpers.push((format!("ENI create {op}"), h)),
-                Err(e) => {
-                    self.fatal(format!("cannot start an ENI operation thread: {e}"));
-                    return;
-                }
-            }
-        }
-        if plan.unplaceable > 0 {
-            let reason = self.exhaustion_reason(now_ms);
-            let doomed: Vec<u64> = self
-                .waiters
-                .iter()
-                .rev()
-                .filter(|w| w.ticket.is_none())
-                .take(plan.unplaceable)
-                .map(|w| w.id)
-                .collect();
-            for id in doomed {
-                self.fail_waiter(id, AllocError::new(ErrCode::Exhausted, reason.clone()));
-            }
-        }
-    }
-
-    /// Caps each ENI's room by what its vswitch has left (its cached free
-    /// count less what is asked and not yet granted there), in the order
-    /// the ENIs are used: no call asks a vswitch for more than it has, so
-    /// its last addresses are handed out instead of refused as a batch.
-    /// Prefix mode is left alone: a free count says nothing of free /28s.
-    fn cap_to_vswitches(&self, rooms: &mut [EniRoom], now_ms: u64) {
-        let mut left: HashMap<String, usize> = HashMap::new();
-        for r in rooms.iter_mut() {
-            let Some(e) = self.pool.enis.get(&r.id) else {
-                continue;
-            };
-            if self.kind_on(&e.vswitch, now_ms) != Kind::Single {
-                continue;
-            }
-            let budget = match left.entry(e.vswitch.clone()) {
-                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    match self.vsw.budget(&e.vswitch, self.asked_on(&e.vswitch)) {
-                        Some(b) => v.insert(b),
-                        None => continue,
-                    }
-                }
-            };
-            r.room = r.room.min(*budget);
-            *budget -= r.room;
-        }
-    }
-
-    /// Addresses asked of a vswitch and not yet granted: the pending
-    /// tickets of its ENIs and the ENIs being created on it.
-    fn asked_on(&self, vswitch: &str) -> usize {
-        let pending: usize = self
-            .pool
-            .enis
-            .values()
-            .filter(|e| e.vswitch == vswitch)
-            .map(|e| e.pending)
-            .sum();
-        let creating: usize = self
-            .ops
-            .values()
-            .map(|op| match op {
-                Op::Create {
-                    vswitch: v, init, ..
-                } if v == vswitch => *init,
-                _ => 0,
+                self.new_ticket(unit)
             })
-            .sum();
-        pending + creating
+            .collect();
+        if prefixes > 0 {
+            info!("creating an ENI on {vswitch} with {prefixes} /28 prefix(es)");
+        } else {
+            info!("creating an ENI on {vswitch} with {init} address(es)");
+        }
+        let (op, op_permit) = self
+            .inflight
+            .begin_create(slots, vswitch.clone(), total, tickets);
+        let job = CreateJob {
+            op,
+            vswitch,
+            security_groups: self.opts.security_groups.clone(),
+            extra_tags: self.opts.eni_tags.clone(),
+            instance_id: self.opts.instance_id.clone(),
+            node_id: self.opts.node_id.clone(),
+            // What a create with single addresses asks if no /28 can
+            // be had.
+            init: init.min(singles_max),
+            prefixes,
+            dual: self.opts.dual,
+            ready_timeout: self.opts.eni_ready_timeout,
+            metadata_wait: self.opts.metadata_wait,
+        };
+        match eniops::spawn_create(
+            job,
+            Arc::clone(&self.cloud),
+            Arc::clone(&self.batcher),
+            self.events_tx.clone(),
+            op_permit,
+        ) {
+            Ok(h) => {
+                self.helpers.push((format!("ENI create {op}"), h));
+                true
+            }
+            Err(e) => {
+                self.fatal(format!("cannot start an ENI operation thread: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Client units no source can serve now fail at once, newest first.
+    fn fail_unplaceable(&mut self, unplaceable: usize, now_ms: u64) {
+        if unplaceable == 0 {
+            return;
+        }
+        let reason = self.exhaustion_reason(now_ms);
+        for id in self.demand.newest_unplanned(unplaceable) {
+            self.fail_waiter(id, AllocError::new(ErrCode::Exhausted, reason.clone()));
+        }
     }
 
     /// Addresses one Assign or Create call brings at most: a call's worth
@@ -321,17 +275,17 @@ impl Actor {
     }
 
     pub(super) fn exhaustion_reason(&self, now_ms: u64) -> String {
-        let inhibited: Vec<String> = self
-            .vsw
+        let switches = self.vsw.switches();
+        let inhibited: Vec<String> = switches
             .ids()
             .iter()
             .filter_map(|id| {
-                self.vsw
+                switches
                     .inhibited_until(id, now_ms)
                     .map(|u| format!("{id} until {}", format_utc(u / 1000)))
             })
             .collect();
-        if !inhibited.is_empty() && inhibited.len() == self.vsw.ids().len() {
+        if !inhibited.is_empty() && inhibited.len() == switches.ids().len() {
             format!("no vswitch has free addresses ({})", inhibited.join(", "))
         } else {
             let c = self.pool.counts();
@@ -343,7 +297,7 @@ impl Actor {
                 c.inuse,
                 c.reserved,
                 c.cooling,
-                self.tickets.len()
+                self.demand.pending()
             )
         }
     }
@@ -364,10 +318,7 @@ impl Actor {
                 let _ = w.unassign(v4, v6);
             }
         }
-        if !self.waiters.is_empty()
-            || self.tickets.values().any(|t| t.waiter.is_some())
-            || self.shed_backoff.active(now)
-        {
+        if self.demand.waiting() > 0 || self.demand.any_bound() || self.shed_backoff.active(now) {
             return;
         }
         let mut idle = self.pool.idle_count();
@@ -395,15 +346,13 @@ impl Actor {
         let mut freeable = self.pool.freeable_enis();
         freeable.retain(|e| self.free_backoff.get(e).is_none_or(|t| *t <= now));
         for eni in freeable.into_iter().take(excess) {
-            let Some(permit) = self.op_sem.try_acquire() else {
+            let Some((_, permit)) = self.inflight.begin_free(&eni) else {
                 break;
             };
             if let Some(p) = self.pool.enis.get_mut(&eni) {
                 p.phase = EniPhase::Freeing;
             }
             info!("freeing {eni}: it holds only its idle primary address");
-            let op = self.id();
-            self.ops.insert(op, Op::Free { eni: eni.clone() });
             match eniops::spawn_free(
                 eni.clone(),
                 self.opts.instance_id.clone(),

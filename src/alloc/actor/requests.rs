@@ -82,7 +82,7 @@ impl Actor {
 
     pub(super) fn status_counts(&self) -> crate::core::StatusCounts {
         let mut c = self.pool.counts();
-        c.pending = self.tickets.len();
+        c.pending = self.demand.pending();
         c.capacity = self.cap.total_ips;
         c
     }
@@ -95,14 +95,7 @@ impl Actor {
             }
             Request::KnownEnis(reply) => {
                 let mut ids: Vec<String> = self.pool.enis.keys().cloned().collect();
-                for op in self.ops.values() {
-                    match op {
-                        Op::Create { eni: Some(e), .. } | Op::Free { eni: e } => {
-                            ids.push(e.clone())
-                        }
-                        Op::Create { eni: None, .. } => {}
-                    }
-                }
+                ids.extend(self.inflight.busy_enis());
                 let _ = reply.send(ids);
             }
             Request::Reload {
@@ -156,29 +149,28 @@ impl Actor {
             }
             return;
         }
-        if let Some(w) = self.waiters.iter_mut().find(|w| w.owner == owner) {
-            // Two concurrent allocs for one owner get one address.
-            w.replies.push((reply, started));
-            if sandbox.is_some() {
-                w.sandbox = sandbox;
-            }
-            return;
-        }
-        if let Some(v4) = self.pool.pick(&owner, prefer) {
-            self.hand_out(v4, &owner, sandbox.as_ref(), vec![(reply, started)]);
-            return;
-        }
-        let id = self.id();
-        self.waiters.push_back(Waiter {
-            id,
-            since: Instant::now(),
+        let ask = Ask {
             owner,
             sandbox,
             prefer,
-            replies: vec![(reply, started)],
+            reply,
+            started,
             deadline: started + self.opts.alloc_timeout,
-            ticket: None,
-        });
+        };
+        // Two concurrent allocs for one owner get one address.
+        let Err(ask) = self.demand.join(ask) else {
+            return;
+        };
+        if let Some(v4) = self.pool.pick(&ask.owner, ask.prefer) {
+            self.hand_out(
+                v4,
+                &ask.owner,
+                ask.sandbox.as_ref(),
+                vec![(ask.reply, ask.started)],
+            );
+            return;
+        }
+        self.demand.push(ask, Instant::now());
     }
 
     pub(super) fn hand_out(
@@ -188,10 +180,25 @@ impl Actor {
         sandbox: Option<&SandboxId>,
         replies: Vec<(Reply, Instant)>,
     ) {
-        let Some(rec) = self.pool.take(v4, owner, sandbox, unix_ms()) else {
+        let rec = self.pool.take(v4, owner, sandbox, unix_ms());
+        let a = self.pool.allocation_of(v4);
+        self.answer_taken(v4, owner, a, rec, replies);
+    }
+
+    /// Commits an address just taken from the pool for `owner` and
+    /// answers once it is durable (nothing was taken: no answer).
+    fn answer_taken(
+        &mut self,
+        v4: Ipv4Addr,
+        owner: &Owner,
+        a: Option<Allocation>,
+        rec: Option<crate::store::Allocation>,
+        replies: Vec<(Reply, Instant)>,
+    ) {
+        let Some(rec) = rec else {
             return;
         };
-        match self.pool.allocation_of(v4) {
+        match a {
             Some(a) => {
                 debug!("{owner} gets {v4}");
                 self.commit_alloc(vec![Record::Alloc(rec)], a, replies);
@@ -305,14 +312,12 @@ impl Actor {
                 // A release while the owner's alloc still waits: the client
                 // gave up, so the alloc is cancelled rather than completed
                 // for nobody.
-                if let Some(pos) = self.waiters.iter().position(|w| &w.owner == owner) {
-                    if let Some(w) = self.remove_waiter(pos) {
-                        for (r, _) in w.replies {
-                            let _ = r.send(Err(AllocError::new(
-                                ErrCode::Timeout,
-                                "cancelled by a release of the same owner",
-                            )));
-                        }
+                if let Some(w) = self.demand.take_owner(owner) {
+                    for (r, _) in w.replies {
+                        let _ = r.send(Err(AllocError::new(
+                            ErrCode::Timeout,
+                            "cancelled by a release of the same owner",
+                        )));
                     }
                 }
                 (Vec::new(), None)
@@ -363,88 +368,56 @@ impl Actor {
 
     // ---- waiters and tickets -------------------------------------------
 
-    pub(super) fn remove_waiter(&mut self, pos: usize) -> Option<Waiter> {
-        let w = self.waiters.remove(pos)?;
-        if let Some(t) = w.ticket {
-            self.rebind(t);
-        }
-        Some(w)
-    }
-
-    /// Gives an outstanding ticket whose waiter left to the oldest waiter
-    /// that has none (or to the pool), so demand is never asked twice.
-    pub(super) fn rebind(&mut self, t: TicketId) {
-        let Some(ticket) = self.tickets.get_mut(&t) else {
-            return;
-        };
-        ticket.waiter = None;
-        if let Some(w) = self.waiters.iter_mut().find(|w| w.ticket.is_none()) {
-            w.ticket = Some(t);
-            ticket.waiter = Some(w.id);
-        }
-    }
-
     pub(super) fn expire_waiters(&mut self, now: Instant) {
-        while let Some(pos) = self.waiters.iter().position(|w| w.deadline <= now) {
-            if let Some(w) = self.remove_waiter(pos) {
-                info!(
-                    "alloc for {} timed out after {:?}",
-                    w.owner, self.opts.alloc_timeout
-                );
-                for (r, started) in w.replies {
-                    crate::metrics::record_alloc("timeout", started.elapsed().as_secs_f64());
-                    let _ = r.send(Err(AllocError::new(
-                        ErrCode::Timeout,
-                        format!("no address within {} s", self.opts.alloc_timeout.as_secs()),
-                    )));
-                }
+        while let Some(w) = self.demand.take_expired(now) {
+            info!(
+                "alloc for {} timed out after {:?}",
+                w.owner, self.opts.alloc_timeout
+            );
+            for (r, started) in w.replies {
+                crate::metrics::record_alloc("timeout", started.elapsed().as_secs_f64());
+                let _ = r.send(Err(AllocError::new(
+                    ErrCode::Timeout,
+                    format!("no address within {} s", self.opts.alloc_timeout.as_secs()),
+                )));
             }
         }
     }
 
     pub(super) fn fail_waiter(&mut self, id: u64, err: AllocError) {
-        if let Some(pos) = self.waiters.iter().position(|w| w.id == id) {
-            if let Some(w) = self.remove_waiter(pos) {
-                info!("alloc for {} failed: {err}", w.owner);
-                for (r, started) in w.replies {
-                    crate::metrics::record_alloc(
-                        err.code.as_str(),
-                        started.elapsed().as_secs_f64(),
-                    );
-                    let _ = r.send(Err(err.clone()));
-                }
+        if let Some(w) = self.demand.take(id) {
+            info!("alloc for {} failed: {err}", w.owner);
+            for (r, started) in w.replies {
+                crate::metrics::record_alloc(err.code.as_str(), started.elapsed().as_secs_f64());
+                let _ = r.send(Err(err.clone()));
             }
         }
     }
 
     /// Hands idle addresses to waiters, oldest first.
     pub(super) fn serve_waiters(&mut self) {
-        let mut i = 0;
-        while i < self.waiters.len() {
-            let (owner, prefer) = (self.waiters[i].owner.clone(), self.waiters[i].prefer);
-            match self.pool.pick(&owner, prefer) {
-                Some(v4) => {
-                    if let Some(w) = self.remove_waiter(i) {
-                        self.hand_out(v4, &w.owner, w.sandbox.as_ref(), w.replies);
-                    }
-                }
-                None => {
-                    if self.pool.idle_count() == 0 {
-                        break;
-                    }
-                    i += 1;
-                }
+        let now_ms = unix_ms();
+        let pool = &mut self.pool;
+        let served = self.demand.serve(|w| match pool.pick(&w.owner, w.prefer) {
+            Some(v4) => {
+                let rec = pool.take(v4, &w.owner, w.sandbox.as_ref(), now_ms);
+                Pick::Served((v4, pool.allocation_of(v4), rec))
             }
+            None if pool.idle_count() == 0 => Pick::Stop,
+            None => Pick::Skip,
+        });
+        for ((v4, a, rec), w) in served {
+            self.answer_taken(v4, &w.owner, a, rec, w.replies);
         }
     }
 
     /// A ticket ended without an address: its waiter is re-planned, or
     /// failed when the error is one that re-planning cannot cure.
     pub(super) fn ticket_failed(&mut self, t: TicketId, err: Option<&CloudError>) {
-        let Some(ticket) = self.tickets.remove(&t) else {
+        let Some(waiter) = self.demand.end_ticket(t) else {
             return;
         };
-        let Some(wid) = ticket.waiter else {
+        let Some(wid) = waiter else {
             // No free /28 is not a failure to back off from: the next plan
             // asks single addresses at once.
             if err.is_some_and(|e| e.kind != CloudErrorKind::PrefixExhausted) {
@@ -452,9 +425,6 @@ impl Actor {
             }
             return;
         };
-        if let Some(w) = self.waiters.iter_mut().find(|w| w.id == wid) {
-            w.ticket = None;
-        }
         if let Some(e) = err {
             if !matches!(
                 e.kind,
@@ -470,33 +440,20 @@ impl Actor {
     /// A ticket whose failure no other plan can avoid: its waiter gets
     /// the cloud's error (a pool ticket backs off).
     pub(super) fn ticket_refused(&mut self, t: TicketId, err: &CloudError) {
-        match self.tickets.get(&t).and_then(|ticket| ticket.waiter) {
-            Some(wid) => {
+        match self.demand.ticket_waiter(t) {
+            Some(Some(wid)) => {
                 self.ticket_done(t);
                 self.fail_waiter(wid, cloud_error(err));
             }
-            None => self.ticket_failed(t, Some(err)),
+            _ => self.ticket_failed(t, Some(err)),
         }
     }
 
     pub(super) fn ticket_done(&mut self, t: TicketId) {
-        if let Some(ticket) = self.tickets.remove(&t) {
-            if let Some(wid) = ticket.waiter {
-                if let Some(w) = self.waiters.iter_mut().find(|w| w.id == wid) {
-                    w.ticket = None;
-                }
-            }
-        }
+        self.demand.end_ticket(t);
     }
 
     pub(super) fn new_ticket(&mut self, waiter: Option<u64>) -> TicketId {
-        let t = self.id();
-        self.tickets.insert(t, Ticket { waiter });
-        if let Some(wid) = waiter {
-            if let Some(w) = self.waiters.iter_mut().find(|w| w.id == wid) {
-                w.ticket = Some(t);
-            }
-        }
-        t
+        self.demand.new_ticket(waiter)
     }
 }

@@ -54,6 +54,17 @@ fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
     )
 }
 
+fn ask(owner: &str, reply: Reply) -> Ask {
+    Ask {
+        owner: Owner::parse(owner).unwrap(),
+        sandbox: None,
+        prefer: None,
+        reply,
+        started: Instant::now(),
+        deadline: Instant::now() + Duration::from_secs(60),
+    }
+}
+
 fn view(v4: &[Ipv4Addr]) -> CloudEniView {
     CloudEniView {
         eni: ReadyEni {
@@ -155,8 +166,8 @@ fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
     );
     let later = Instant::now() + a.opts.aggregation_window + Duration::from_millis(1);
     a.step(later);
-    assert_eq!(a.waiters.len(), 1);
-    assert!(a.ops.is_empty(), "no slot, so no create");
+    assert_eq!(a.demand.waiting(), 1);
+    assert_eq!(a.inflight.len(), 0, "no slot, so no create");
     // The sweep ends without telling the actor: it must look again
     // soon, not at the next maintenance pass minutes away.
     drop(sweep);
@@ -207,14 +218,14 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
     let (tx, _rx) = crossbeam_channel::bounded(1);
     a.on_alloc(o1.clone(), None, None, Instant::now(), tx);
     let held = a.pool.owner_ip(&o1).unwrap().v4;
-    let slots = a.eni_sem.available();
+    let slots = a.inflight.eni_slots();
     // Neither attached nor detached: the ENI is gone from the cloud.
     a.on_event(Event::Reconcile {
         started: Instant::now(),
         enis: Vec::new(),
         detached: Some(Vec::new()),
     });
-    assert_eq!(a.eni_sem.available(), slots + 1, "its slot is free again");
+    assert_eq!(a.inflight.eni_slots(), slots + 1, "its slot is free again");
     assert!(a.eni_entries().is_empty(), "not listed as a managed ENI");
     assert_eq!(a.status_counts().enis, 0);
     assert_eq!(a.pool.ips.len(), 1, "only the owned address is kept");
@@ -329,19 +340,8 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
     let e = a.pool.enis[ENI].clone();
     assert_eq!(a.eni_room(&e, now_ms), 11 * 16);
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let t = a.new_ticket(None);
-    a.waiters.push_back(Waiter {
-        id: 99,
-        since: Instant::now(),
-        owner: Owner::parse("o/w").unwrap(),
-        sandbox: None,
-        prefer: None,
-        replies: vec![(tx, Instant::now())],
-        deadline: Instant::now() + Duration::from_secs(60),
-        ticket: None,
-    });
-    a.tickets.get_mut(&t).unwrap().waiter = Some(99);
-    a.waiters[0].ticket = Some(t);
+    let w = a.demand.push(ask("o/w", tx), Instant::now());
+    let t = a.new_ticket(Some(w));
     a.pool.enis.get_mut(ENI).unwrap().pending = 16;
     a.pool.enis.get_mut(ENI).unwrap().pending_in_prefixes = 16;
     let e = a.pool.enis[ENI].clone();
@@ -360,8 +360,8 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
     });
     // The waiter is not failed: it is planned again, as singles.
     assert!(rx.try_recv().is_err());
-    assert_eq!(a.waiters.len(), 1);
-    assert_eq!(a.waiters[0].ticket, None);
+    assert_eq!(a.demand.waiting(), 1);
+    assert_eq!(a.demand.ticket_of(w), None);
     assert_eq!(a.kind_on("vsw-a", unix_ms()), Kind::Single);
     let e = a.pool.enis[ENI].clone();
     assert_eq!((e.pending, e.pending_in_prefixes), (15, 15));
@@ -382,32 +382,14 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
 fn a_create_refused_for_a_limit_fails_its_waiters_instead_of_asking_again() {
     let mut a = actor();
     let (tx, rx) = crossbeam_channel::bounded(1);
-    a.waiters.push_back(Waiter {
-        id: 7,
-        since: Instant::now(),
-        owner: Owner::parse("o/limit").unwrap(),
-        sandbox: None,
-        prefer: None,
-        replies: vec![(tx, Instant::now())],
-        deadline: Instant::now() + Duration::from_secs(60),
-        ticket: None,
-    });
-    let t = a.new_ticket(Some(7));
-    let permit = a.eni_sem.try_acquire().unwrap();
-    a.ops.insert(
-        1,
-        Op::Create {
-            vswitch: "vsw-a".into(),
-            init: 1,
-            eni: None,
-            tickets: vec![t],
-            permit,
-        },
-    );
+    let w = a.demand.push(ask("o/limit", tx), Instant::now());
+    let t = a.new_ticket(Some(w));
+    let slots = a.inflight.create_slots().unwrap();
+    let (op, _op_permit) = a.inflight.begin_create(slots, "vsw-a".into(), 1, vec![t]);
     // No ENI exists to mark at its limit: planning the waiter again would
     // ask the same create again at once, in a loop.
     a.on_event(Event::EniFailed {
-        op: 1,
+        op,
         error: CloudError::new(
             CloudErrorKind::LimitExceeded,
             "CreateNetworkInterface",
@@ -418,6 +400,7 @@ fn a_create_refused_for_a_limit_fails_its_waiters_instead_of_asking_again() {
     let answer = rx.try_recv().expect("the waiter is answered");
     let err = answer.expect_err("with an error");
     assert_eq!(err.code, ErrCode::Cloud, "{err:?}");
-    assert!(a.waiters.is_empty());
-    assert!(a.tickets.is_empty());
+    assert_eq!(a.demand.waiting(), 0);
+    assert_eq!(a.demand.pending(), 0);
+    a.demand.check().unwrap();
 }

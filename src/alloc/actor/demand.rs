@@ -1,0 +1,445 @@
+//! The demand: clients waiting for an address (waiters, oldest first) and
+//! the addresses asked of the cloud for them or for the pool (tickets).
+//!
+//! Invariants, kept by every method here and checked by [`Demand::check`]
+//! in the tests:
+//! - every ticket ends exactly once ([`Demand::end_ticket`] removes it; a
+//!   second end of the same ticket finds nothing), so an ENI's `pending`
+//!   returns to zero after any burst, errors included;
+//! - a ticket is bound to at most one waiter and a waiter to at most one
+//!   ticket, and the binding is mutual (a cloud error reaches the request
+//!   that asked for it);
+//! - a waiter that leaves with a ticket hands it to the oldest waiter
+//!   without one (or to the pool), so demand is never asked twice.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use crate::core::{Owner, SandboxId};
+
+use super::super::msg::TicketId;
+use super::Reply;
+
+/// A client's alloc that no idle address could answer yet.
+#[derive(Debug)]
+pub(super) struct Waiter {
+    pub(super) id: u64,
+    pub(super) since: Instant,
+    pub(super) owner: Owner,
+    pub(super) sandbox: Option<SandboxId>,
+    pub(super) prefer: Option<IpAddr>,
+    /// Every request of this owner while it waits (they get one address).
+    pub(super) replies: Vec<(Reply, Instant)>,
+    pub(super) deadline: Instant,
+    ticket: Option<TicketId>,
+}
+
+/// What a waiter's new alloc asks.
+#[derive(Debug)]
+pub(super) struct Ask {
+    pub(super) owner: Owner,
+    pub(super) sandbox: Option<SandboxId>,
+    pub(super) prefer: Option<IpAddr>,
+    pub(super) reply: Reply,
+    pub(super) started: Instant,
+    pub(super) deadline: Instant,
+}
+
+/// What [`Demand::serve`]'s chooser decided for one waiter.
+pub(super) enum Pick<T> {
+    /// It is served with this: it leaves.
+    Served(T),
+    /// Nothing for it; look at the next one.
+    Skip,
+    /// Nothing for anyone: stop looking.
+    Stop,
+}
+
+/// Waiters and tickets, with the invariants in the module's doc.
+#[derive(Debug, Default)]
+pub(super) struct Demand {
+    waiters: VecDeque<Waiter>,
+    /// Each ticket and the waiter it is bound to, if any.
+    tickets: HashMap<TicketId, Option<u64>>,
+    next_id: u64,
+}
+
+impl Demand {
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Clients waiting.
+    pub(super) fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// Tickets outstanding (addresses asked of the cloud).
+    pub(super) fn pending(&self) -> usize {
+        self.tickets.len()
+    }
+
+    /// Tickets no waiter is bound to (pool top-up).
+    pub(super) fn spare_tickets(&self) -> usize {
+        self.tickets.values().filter(|w| w.is_none()).count()
+    }
+
+    /// Whether some ticket is asked for a client.
+    pub(super) fn any_bound(&self) -> bool {
+        self.tickets.values().any(Option::is_some)
+    }
+
+    /// Adds `ask`'s reply to the waiter of the same owner (two concurrent
+    /// allocs for one owner get one address); gives `ask` back if there is
+    /// none.
+    pub(super) fn join(&mut self, ask: Ask) -> Result<(), Ask> {
+        match self.waiters.iter_mut().find(|w| w.owner == ask.owner) {
+            Some(w) => {
+                w.replies.push((ask.reply, ask.started));
+                if ask.sandbox.is_some() {
+                    w.sandbox = ask.sandbox;
+                }
+                Ok(())
+            }
+            None => Err(ask),
+        }
+    }
+
+    /// A new waiter, last in line; its id.
+    pub(super) fn push(&mut self, ask: Ask, now: Instant) -> u64 {
+        let id = self.id();
+        self.waiters.push_back(Waiter {
+            id,
+            since: now,
+            owner: ask.owner,
+            sandbox: ask.sandbox,
+            prefer: ask.prefer,
+            replies: vec![(ask.reply, ask.started)],
+            deadline: ask.deadline,
+            ticket: None,
+        });
+        id
+    }
+
+    fn remove_at(&mut self, pos: usize) -> Option<Waiter> {
+        let w = self.waiters.remove(pos)?;
+        if let Some(t) = w.ticket {
+            self.rebind(t);
+        }
+        Some(w)
+    }
+
+    /// Gives a ticket whose waiter left to the oldest waiter that has none
+    /// (or to the pool).
+    fn rebind(&mut self, t: TicketId) {
+        let Some(slot) = self.tickets.get_mut(&t) else {
+            return;
+        };
+        *slot = None;
+        if let Some(w) = self.waiters.iter_mut().find(|w| w.ticket.is_none()) {
+            w.ticket = Some(t);
+            *slot = Some(w.id);
+        }
+    }
+
+    /// Takes the waiter `id` out of line.
+    pub(super) fn take(&mut self, id: u64) -> Option<Waiter> {
+        let pos = self.waiters.iter().position(|w| w.id == id)?;
+        self.remove_at(pos)
+    }
+
+    /// Takes the waiter of `owner` out of line.
+    pub(super) fn take_owner(&mut self, owner: &Owner) -> Option<Waiter> {
+        let pos = self.waiters.iter().position(|w| &w.owner == owner)?;
+        self.remove_at(pos)
+    }
+
+    /// Takes one waiter whose deadline has passed at `now`.
+    pub(super) fn take_expired(&mut self, now: Instant) -> Option<Waiter> {
+        let pos = self.waiters.iter().position(|w| w.deadline <= now)?;
+        self.remove_at(pos)
+    }
+
+    /// Every waiter, out of line (the allocator stops).
+    pub(super) fn drain(&mut self) -> Vec<Waiter> {
+        let out: Vec<Waiter> = self.waiters.drain(..).collect();
+        for slot in self.tickets.values_mut() {
+            *slot = None;
+        }
+        out
+    }
+
+    /// Offers each waiter, oldest first, to `choose`; those it serves
+    /// leave, with what served them.
+    pub(super) fn serve<T>(
+        &mut self,
+        mut choose: impl FnMut(&Waiter) -> Pick<T>,
+    ) -> Vec<(T, Waiter)> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.waiters.len() {
+            match choose(&self.waiters[i]) {
+                Pick::Served(t) => {
+                    if let Some(w) = self.remove_at(i) {
+                        out.push((t, w));
+                    }
+                }
+                Pick::Skip => i += 1,
+                Pick::Stop => break,
+            }
+        }
+        out
+    }
+
+    /// A new ticket, bound to the waiter `waiter` if given (a pool ticket
+    /// otherwise).
+    pub(super) fn new_ticket(&mut self, waiter: Option<u64>) -> TicketId {
+        let t = self.id();
+        let bound = waiter.and_then(|wid| self.waiters.iter_mut().find(|w| w.id == wid));
+        let slot = match bound {
+            Some(w) => {
+                if let Some(old) = w.ticket.replace(t) {
+                    // Never two tickets for one waiter: the old one is
+                    // the pool's now.
+                    self.tickets.insert(old, None);
+                }
+                Some(w.id)
+            }
+            None => None,
+        };
+        self.tickets.insert(t, slot);
+        t
+    }
+
+    /// Ends ticket `t`: `None` if it had already ended (or never was),
+    /// else the waiter it was bound to, which is free to be planned again.
+    pub(super) fn end_ticket(&mut self, t: TicketId) -> Option<Option<u64>> {
+        let wid = self.tickets.remove(&t)?;
+        if let Some(wid) = wid {
+            if let Some(w) = self.waiters.iter_mut().find(|w| w.id == wid) {
+                w.ticket = None;
+            }
+        }
+        Some(wid)
+    }
+
+    /// The waiter ticket `t` is bound to, while it is outstanding.
+    pub(super) fn ticket_waiter(&self, t: TicketId) -> Option<Option<u64>> {
+        self.tickets.get(&t).copied()
+    }
+
+    /// Waiters without a ticket adopt pool tickets, oldest first.
+    pub(super) fn bind_spare(&mut self) {
+        let spare: Vec<TicketId> = self
+            .tickets
+            .iter()
+            .filter(|(_, w)| w.is_none())
+            .map(|(t, _)| *t)
+            .collect();
+        for t in spare {
+            let Some(w) = self.waiters.iter_mut().find(|w| w.ticket.is_none()) else {
+                break;
+            };
+            w.ticket = Some(t);
+            self.tickets.insert(t, Some(w.id));
+        }
+    }
+
+    fn unticketed(&self) -> impl DoubleEndedIterator<Item = &Waiter> {
+        self.waiters.iter().filter(|w| w.ticket.is_none())
+    }
+
+    /// Ids of the waiters nothing is asked for yet, oldest first.
+    pub(super) fn unplanned(&self) -> Vec<u64> {
+        self.unticketed().map(|w| w.id).collect()
+    }
+
+    /// Ids of the newest `n` waiters nothing is asked for, newest first.
+    pub(super) fn newest_unplanned(&self, n: usize) -> Vec<u64> {
+        self.unticketed().rev().take(n).map(|w| w.id).collect()
+    }
+
+    /// Since when the oldest waiter nothing is asked for waits.
+    pub(super) fn oldest_unplanned(&self) -> Option<Instant> {
+        self.unticketed().map(|w| w.since).min()
+    }
+
+    /// When the demand needs the actor next: a deadline, or an unplanned
+    /// waiter's aggregation window closing (`replan` after it, for one
+    /// that waits for a slot another thread frees without telling).
+    pub(super) fn next_wakeup(
+        &self,
+        now: Instant,
+        window: Duration,
+        replan: Duration,
+    ) -> Option<Instant> {
+        let mut wake: Option<Instant> = None;
+        for w in &self.waiters {
+            let mut at = w.deadline;
+            if w.ticket.is_none() {
+                let gathered = w.since + window;
+                at = at.min(if gathered > now {
+                    gathered
+                } else {
+                    now + replan
+                });
+            }
+            wake = Some(wake.map_or(at, |x| x.min(at)));
+        }
+        wake
+    }
+
+    /// The invariants of the module's doc, for tests.
+    #[cfg(test)]
+    pub(super) fn check(&self) -> Result<(), String> {
+        for w in &self.waiters {
+            if let Some(t) = w.ticket {
+                if self.tickets.get(&t) != Some(&Some(w.id)) {
+                    return Err(format!("waiter {} holds ticket {t} not bound to it", w.id));
+                }
+            }
+        }
+        for (t, wid) in &self.tickets {
+            if let Some(wid) = wid {
+                let ok = self
+                    .waiters
+                    .iter()
+                    .any(|w| w.id == *wid && w.ticket == Some(*t));
+                if !ok {
+                    return Err(format!("ticket {t} bound to waiter {wid}, who has another"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether waiter `id` has a ticket, for tests.
+    #[cfg(test)]
+    pub(super) fn ticket_of(&self, id: u64) -> Option<TicketId> {
+        self.waiters.iter().find(|w| w.id == id)?.ticket
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(owner: &str) -> Ask {
+        let (reply, _rx) = crossbeam_channel::bounded(1);
+        Ask {
+            owner: Owner::parse(owner).unwrap(),
+            sandbox: None,
+            prefer: None,
+            reply,
+            started: Instant::now(),
+            deadline: Instant::now() + Duration::from_secs(60),
+        }
+    }
+
+    #[test]
+    fn every_ticket_ends_exactly_once() {
+        let mut d = Demand::default();
+        let w = d.push(ask("o/1"), Instant::now());
+        let t = d.new_ticket(Some(w));
+        let pool = d.new_ticket(None);
+        assert_eq!(d.pending(), 2);
+        assert_eq!(d.end_ticket(t), Some(Some(w)));
+        assert_eq!(d.end_ticket(t), None, "a second end finds nothing");
+        assert_eq!(d.end_ticket(pool), Some(None));
+        assert_eq!(d.pending(), 0);
+        assert_eq!(d.ticket_of(w), None, "its waiter can be planned again");
+        d.check().unwrap();
+    }
+
+    #[test]
+    fn a_leaving_waiter_hands_its_ticket_to_the_oldest_without_one() {
+        let mut d = Demand::default();
+        let a = d.push(ask("o/a"), Instant::now());
+        let b = d.push(ask("o/b"), Instant::now());
+        let c = d.push(ask("o/c"), Instant::now());
+        let t = d.new_ticket(Some(a));
+        let tc = d.new_ticket(Some(c));
+        assert!(d.take(a).is_some());
+        assert_eq!(d.ticket_of(b), Some(t), "b inherits a's ticket");
+        assert_eq!(d.ticket_waiter(t), Some(Some(b)));
+        assert!(d.take_owner(&Owner::parse("o/b").unwrap()).is_some());
+        assert!(d.take(c).is_some());
+        assert_eq!(d.ticket_waiter(t), Some(None), "nobody left: the pool's");
+        assert_eq!(d.ticket_waiter(tc), Some(None));
+        assert_eq!(d.spare_tickets(), 2);
+        d.check().unwrap();
+    }
+
+    #[test]
+    fn spare_tickets_go_to_the_oldest_unplanned_waiters() {
+        let mut d = Demand::default();
+        let t = d.new_ticket(None);
+        let a = d.push(ask("o/a"), Instant::now());
+        let b = d.push(ask("o/b"), Instant::now());
+        d.bind_spare();
+        assert_eq!(d.ticket_of(a), Some(t));
+        assert_eq!(d.unplanned(), vec![b]);
+        assert_eq!(d.newest_unplanned(5), vec![b]);
+        assert!(d.any_bound());
+        // A ticket for a waiter that has one frees the old one.
+        let t2 = d.new_ticket(Some(a));
+        assert_eq!(d.ticket_waiter(t), Some(None));
+        assert_eq!(d.ticket_of(a), Some(t2));
+        d.check().unwrap();
+    }
+
+    #[test]
+    fn one_owner_waits_once_and_expired_waiters_leave() {
+        let mut d = Demand::default();
+        let now = Instant::now();
+        let w = d.push(ask("o/1"), now);
+        assert!(d.join(ask("o/1")).is_ok());
+        assert!(d.join(ask("o/2")).is_err());
+        assert_eq!(d.waiting(), 1);
+        assert!(d.take_expired(now).is_none());
+        let gone = d.take_expired(now + Duration::from_secs(61)).unwrap();
+        assert_eq!((gone.id, gone.replies.len()), (w, 2));
+        assert_eq!(d.waiting(), 0);
+    }
+
+    #[test]
+    fn serve_takes_what_is_chosen_and_stops_when_told() {
+        let mut d = Demand::default();
+        for o in ["o/a", "o/b", "o/c"] {
+            d.push(ask(o), Instant::now());
+        }
+        let served = d.serve(|w| match w.owner.as_str() {
+            "o/a" => Pick::Served(1),
+            "o/b" => Pick::Skip,
+            _ => Pick::Stop,
+        });
+        assert_eq!(served.len(), 1);
+        assert_eq!(served[0].1.owner.as_str(), "o/a");
+        assert_eq!(d.waiting(), 2);
+        let t = d.new_ticket(d.unplanned().first().copied());
+        assert_eq!(d.drain().len(), 2);
+        assert_eq!(d.ticket_waiter(t), Some(None));
+        d.check().unwrap();
+    }
+
+    #[test]
+    fn the_demand_wakes_at_deadlines_and_closing_windows() {
+        let mut d = Demand::default();
+        let now = Instant::now();
+        let window = Duration::from_millis(50);
+        let replan = Duration::from_millis(100);
+        assert_eq!(d.next_wakeup(now, window, replan), None);
+        let w = d.push(ask("o/a"), now);
+        assert_eq!(d.next_wakeup(now, window, replan), Some(now + window));
+        let later = now + Duration::from_secs(1);
+        assert_eq!(d.next_wakeup(later, window, replan), Some(later + replan));
+        d.new_ticket(Some(w));
+        let deadline = d.next_wakeup(later, window, replan).unwrap();
+        assert!(
+            deadline > later + Duration::from_secs(50),
+            "only its deadline"
+        );
+    }
+}
