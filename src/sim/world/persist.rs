@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use super::{Addr, SimEni, World};
 use crate::cloud::EniStatus;
+use crate::sim::types::{self, InstanceType};
 
 const VERSION: u64 = 1;
 
@@ -57,6 +58,7 @@ impl World {
         json!({
             "version": VERSION,
             "instance_id": self.instance_id,
+            "fleet": self.fleet.iter().map(|(id, t)| json!([id, t.id])).collect::<Vec<_>>(),
             "vpc_id": self.vpc_id,
             "sg_id": self.sg_id,
             "vswitches": self.vswitches.iter().map(|v| json!({
@@ -173,6 +175,8 @@ impl World {
         if !enis.values().any(|e| e.primary_eni) {
             return Err("the saved world has no primary ENI".into());
         }
+        let instance_id = text(&saved["instance_id"], "instance_id")?;
+        let fleet = self.saved_fleet(saved, &instance_id)?;
         // Everything checked: replace.
         for v in &mut self.vswitches {
             v.used.clear();
@@ -180,7 +184,8 @@ impl World {
         }
         self.enis = enis;
         self.macs = macs;
-        self.instance_id = text(&saved["instance_id"], "instance_id")?;
+        self.instance_id = instance_id;
+        self.fleet = fleet;
         self.vpc_id = text(&saved["vpc_id"], "vpc_id")?;
         self.sg_id = text(&saved["sg_id"], "sg_id")?;
         for (vsw, ip) in used4 {
@@ -201,6 +206,39 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// The saved instances (a world saved before fleets: its one
+    /// instance), which must be as many as the ones configured now: each
+    /// has its metadata listener already.
+    fn saved_fleet(
+        &self,
+        saved: &Value,
+        instance_id: &str,
+    ) -> Result<Vec<(String, &'static InstanceType)>, String> {
+        let Some(list) = saved["fleet"].as_array() else {
+            return Ok(vec![(instance_id.to_string(), self.cfg.itype)]);
+        };
+        let mut fleet = Vec::new();
+        for i in list {
+            let (Some(id), Some(t)) = (i[0].as_str(), i[1].as_str()) else {
+                return Err("saved world: a fleet entry is not [id, type]".into());
+            };
+            let itype = types::find(t)
+                .ok_or_else(|| format!("saved world: instance {id} has unknown type {t}"))?;
+            fleet.push((id.to_string(), itype));
+        }
+        if fleet.first().map(|(id, _)| id.as_str()) != Some(instance_id) {
+            return Err("saved world: the fleet does not start with instance_id".into());
+        }
+        if fleet.len() != self.fleet.len() {
+            return Err(format!(
+                "the saved world has {} instance(s), {} are configured now",
+                fleet.len(),
+                self.fleet.len()
+            ));
+        }
+        Ok(fleet)
     }
 
     fn mark_used_v4(&mut self, vsw: &str, ip: Ipv4Addr) {
@@ -256,6 +294,10 @@ mod tests {
         assert_ne!(other.instance_id, w.instance_id);
         other.restore(&saved).unwrap();
         assert_eq!(other.instance_id, w.instance_id);
+        // The metadata service serves the fleet: the restored instance
+        // must be in it, with its primary ENI.
+        assert_eq!(other.fleet[0].0, w.instance_id);
+        assert!(other.is_instance(&w.instance_id));
         assert_eq!(other.saved(), saved);
         assert_eq!(other.vswitches[0].free, w.vswitches[0].free);
         assert_eq!(other.vswitches[0].used, w.vswitches[0].used);
