@@ -310,6 +310,7 @@ fn floors(work: &Path) -> (f64, f64, usize) {
             ipv6: None,
             eni: "eni-bp1abcdefghijklmnopq".into(),
             at_ms: 1_700_000_000_000,
+            attach: None,
         }));
     }
     let size = serde_json::to_vec_pretty(&state)

@@ -75,6 +75,7 @@ struct Registry {
     alloc_total: BTreeMap<String, u64>,
     alloc_duration: Histogram,
     release_total: BTreeMap<String, u64>,
+    sandbox_reaped_total: BTreeMap<String, u64>,
     openapi_total: BTreeMap<(String, String), u64>,
     openapi_duration: BTreeMap<String, Histogram>,
     metadata_total: BTreeMap<String, u64>,
@@ -87,6 +88,7 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
         alloc_total: BTreeMap::new(),
         alloc_duration: Histogram::new(FAST_BUCKETS),
         release_total: BTreeMap::new(),
+        sandbox_reaped_total: BTreeMap::new(),
         openapi_total: BTreeMap::new(),
         openapi_duration: BTreeMap::new(),
         metadata_total: BTreeMap::new(),
@@ -109,6 +111,16 @@ pub fn record_release(result: &str) {
         .lock()
         .release_total
         .entry(result.to_string())
+        .or_default() += 1;
+}
+
+/// Records one allocation released by the sandbox reaper, by why its
+/// sandbox was taken for gone (`netns-gone`, `netns-empty`).
+pub fn record_reaped(reason: &str) {
+    *REGISTRY
+        .lock()
+        .sandbox_reaped_total
+        .entry(reason.to_string())
         .or_default() += 1;
 }
 
@@ -311,6 +323,19 @@ pub fn render(g: &Gauges) -> String {
     );
     for (k, v) in &r.release_total {
         let _ = writeln!(out, "eniipd_release_total{{result=\"{}\"}} {v}", escape(k));
+    }
+    header(
+        &mut out,
+        "eniipd_sandbox_reaped_total",
+        "counter",
+        "allocations released because their sandbox was gone, by reason.",
+    );
+    for (k, v) in &r.sandbox_reaped_total {
+        let _ = writeln!(
+            out,
+            "eniipd_sandbox_reaped_total{{reason=\"{}\"}} {v}",
+            escape(k)
+        );
     }
     header(
         &mut out,

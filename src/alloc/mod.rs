@@ -299,6 +299,29 @@ impl Allocator {
         self.request(Request::Snapshot, REPLY_TIMEOUT)
     }
 
+    /// Held allocations that recorded their sandbox's network.
+    pub fn attached(&self) -> Result<Vec<crate::pool::Attached>, AllocError> {
+        self.request(Request::Attached, REPLY_TIMEOUT)
+    }
+
+    /// Releases `a` if it is still held for the same sandbox and
+    /// namespace; the address released, if any.
+    pub fn reap(&self, a: &crate::pool::Attached) -> Result<Option<std::net::IpAddr>, AllocError> {
+        let answer = self.request(
+            |reply| Request::Reap {
+                owner: a.owner.clone(),
+                sandbox: a.sandbox.clone(),
+                netns_id: a.attach.netns_id,
+                reply,
+            },
+            REPLY_TIMEOUT,
+        )??;
+        Ok(match answer {
+            crate::core::Answer::Released(ip) => ip,
+            _ => None,
+        })
+    }
+
     /// SIGHUP: new pool sizes, and the configuration view that goes with
     /// them.
     pub fn reload(

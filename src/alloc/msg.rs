@@ -50,6 +50,20 @@ pub enum Request {
     },
     /// Liveness probe (watchdog).
     Ping(Sender<()>),
+    /// Held allocations with a sandbox network (the sandbox reaper).
+    Attached(Sender<Vec<crate::pool::Attached>>),
+    /// The reaper found this sandbox gone: release it if it is still the
+    /// owner's, in the same namespace.
+    Reap {
+        /// Whose.
+        owner: crate::core::Owner,
+        /// The sandbox found gone.
+        sandbox: Option<crate::core::SandboxId>,
+        /// Its namespace as recorded.
+        netns_id: crate::core::NsId,
+        /// `Released(Some(ip))` when released.
+        reply: Sender<Result<crate::core::Answer, crate::core::AllocError>>,
+    },
 }
 
 /// An ENI that is attached, in use and visible in metadata.

@@ -48,6 +48,7 @@ impl Verbs for Allocator {
             owner: owner.clone(),
             sandbox: sandbox.cloned(),
             prefer,
+            attach: None,
         })? {
             Answer::Allocation(a) => Ok(a),
             other => panic!("alloc answered {other:?}"),
@@ -630,6 +631,7 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
                 ipv6: None,
                 eni: "eni-kept".into(),
                 at_ms: 1,
+                attach: None,
             },
         );
     }

@@ -145,6 +145,18 @@ fn pod6(c: &mut Client, alloc: &Allocation, ip6: Ipv6Addr) -> Result<datapath::P
     Ok(datapath::Pod6 { ip: ip6, gateway })
 }
 
+/// ` netns=PATH veth=NAME` for eniipd's sandbox reaper, or nothing when
+/// the path cannot travel in a protocol word (the allocation is then
+/// never reaped, only released by DEL or GC).
+fn attach_args(netns: &std::path::Path, host_veth: &str) -> String {
+    match netns.to_str() {
+        Some(p) if p.starts_with('/') && !p.is_empty() && !p.chars().any(char::is_whitespace) => {
+            format!(" netns={p} veth={host_veth}")
+        }
+        _ => String::new(),
+    }
+}
+
 fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
     let owner = owner_of(&conf.name, env);
     let sandbox = sandbox_of(&env.container_id);
@@ -157,7 +169,10 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         )
     })?;
     let mut c = Client::connect(&conf.socket)?;
-    let reply = c.ask(&format!("alloc {owner} sandbox={sandbox}"))?;
+    let reply = c.ask(&format!(
+        "alloc {owner} sandbox={sandbox}{}",
+        attach_args(&netns_path, &host_veth)
+    ))?;
     let alloc = parse_allocation(&reply.text).ok_or_else(|| {
         CniError::new(code::DAEMON, "eniipd's alloc answer is not understood")
             .details(reply.text.clone())
@@ -517,7 +532,10 @@ mod tests {
         assert_eq!(
             seen,
             vec![
-                "alloc eni/abc123 sandbox=abc123".to_string(),
+                format!(
+                    "alloc eni/abc123 sandbox=abc123 netns=/proc/self/ns/net veth={}",
+                    datapath::host_veth_name("abc123", &e.ifname)
+                ),
                 "eni eni-1".to_string(),
                 "release eni/abc123 sandbox=abc123".to_string(),
             ]

@@ -1,6 +1,5 @@
 //! The keys that serve eniip-cni from eniipd's side: the sandbox reaper's
-//! `sandbox_reap_interval` (validated; the reaper itself is not written
-//! yet) and the conflist eniipd installs once the pool is ready
+//! `sandbox_reap_interval` (see `daemon/reaper.rs`) and the conflist eniipd installs once the pool is ready
 //! (`cni_conflist`, `cni_conflist_source`).
 
 use super::validate::{invalid_str, secs};

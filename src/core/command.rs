@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, RecvTimeoutError, SendTimeoutError, Sender};
 
 use super::{
-    AllocError, Allocation, EniEntry, EniInfo, ErrCode, ListEntry, Owner, SandboxId, StatusCounts,
+    AllocError, Allocation, Attachment, EniEntry, EniInfo, ErrCode, ListEntry, Owner, SandboxId,
+    StatusCounts,
 };
 
 /// What a client asks of the allocator.
@@ -29,6 +30,8 @@ pub enum Command {
         sandbox: Option<SandboxId>,
         /// An address to prefer if it is free.
         prefer: Option<IpAddr>,
+        /// The sandbox's network, for the reaper (eniip-cni sends it).
+        attach: Option<Attachment>,
     },
     /// Give `owner`'s address back.
     Release {

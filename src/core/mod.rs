@@ -8,12 +8,14 @@
 //! parses text into these types and renders them back; `alloc`, `pool` and
 //! `store` speak them without knowing there is a socket.
 
+mod attach;
 pub mod command;
 mod prefix;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+pub use attach::{valid_veth, Attachment, NsId, HOST_VETH_PREFIX};
 pub use command::{Answer, Command, Commands, Envelope};
 pub use prefix::Ipv4Prefix;
 

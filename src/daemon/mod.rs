@@ -12,6 +12,7 @@ pub mod args;
 mod conflist;
 mod peer;
 pub mod preflight;
+mod reaper;
 mod serve;
 
 use peer::{foreign_enis, refuse_beside_peer};
@@ -350,6 +351,8 @@ struct Running {
     sim_dir: Option<PathBuf>,
     /// Installs `cni_conflist` once the pool is warm (started last).
     conflist: Option<conflist::Installer>,
+    /// Releases what lost CNI DELs left (`sandbox_reap_interval`).
+    reaper: Option<reaper::Reaper>,
     /// Dropped last: this node is alive until the process ends.
     _beacon: crate::util::node::Beacon,
 }
@@ -573,6 +576,15 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     let _ = notifier.ready();
     let _ = notifier.status(&status);
     let conflist = conflist::Installer::start(&cfg, conflist_bytes, alloc.commands())?;
+    let reaper = match cfg.cni.sandbox_reap_interval {
+        d if d.is_zero() => None,
+        d => Some(reaper::Reaper::spawn(Arc::clone(&alloc), d).map_err(|e| {
+            DaemonError::new(
+                exit::FAILURE,
+                format!("cannot start the sandbox reaper: {e}"),
+            )
+        })?),
+    };
     Ok(Some(Running {
         server,
         alloc,
@@ -586,6 +598,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         limits,
         sim_dir,
         conflist,
+        reaper,
         _beacon: beacon,
     }))
 }

@@ -173,6 +173,9 @@ fn stop_all(r: Running, code: i32) -> i32 {
     if let Some(c) = r.conflist {
         c.stop_until(until);
     }
+    if let Some(reaper) = r.reaper {
+        reaper.stop(until);
+    }
     if let Some(m) = r.metrics_http {
         m.shutdown_until(until);
     }

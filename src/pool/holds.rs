@@ -23,6 +23,10 @@ impl PoolState {
                 }
             }
         }
+        if let Some(at) = &a.attach {
+            self.attachments
+                .insert(owner.clone(), (sandbox.clone(), at.clone()));
+        }
         self.set_state(
             a.ipv4,
             IpState::InUse {

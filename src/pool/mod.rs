@@ -18,9 +18,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::cloud::Ipv4Prefix;
-use crate::core::{Allocation, EniEntry, ListEntry, Owner, PrefixUse, SandboxId, StatusCounts};
+use crate::core::{
+    Allocation, Attachment, EniEntry, ListEntry, Owner, PrefixUse, SandboxId, StatusCounts,
+};
 use crate::store::{Allocation as StoredAllocation, Hold};
 
+mod attach;
+pub use attach::Attached;
 mod holds;
 mod shrink;
 mod views;
@@ -201,6 +205,8 @@ pub struct PoolState {
     pub unpaired_v6: BTreeMap<Ipv6Addr, String>,
     owners: HashMap<Owner, Ipv4Addr>,
     held_for: HashMap<Owner, Ipv4Addr>,
+    /// Sandbox networks by owner (see `attach.rs`).
+    attachments: HashMap<Owner, (Option<SandboxId>, Attachment)>,
     dual: bool,
 }
 
@@ -340,6 +346,7 @@ impl PoolState {
         match &ip.state {
             IpState::InUse { owner, .. } if self.owners.get(owner) == Some(&ip.v4) => {
                 self.owners.remove(owner);
+                self.attachments.remove(owner);
             }
             IpState::Reserved { owner, .. } | IpState::Cooling { owner, .. }
                 if self.held_for.get(owner) == Some(&ip.v4) =>
@@ -487,6 +494,7 @@ impl PoolState {
             ipv6: ip.v6,
             eni: ip.eni,
             at_ms: now_ms,
+            attach: self.attachment(owner).cloned(),
         })
     }
 
@@ -500,9 +508,7 @@ impl PoolState {
         let v4 = *self.owners.get(owner)?;
         let ip = self.ips.get_mut(&v4)?;
         let IpState::InUse {
-            sandbox: current,
-            since_ms,
-            ..
+            sandbox: current, ..
         } = &mut ip.state
         else {
             return None;
@@ -511,14 +517,7 @@ impl PoolState {
             Some(new) if current.as_ref() != Some(new) => *current = Some(new.clone()),
             _ => return None,
         }
-        Some(StoredAllocation {
-            owner: owner.to_string(),
-            sandbox: sandbox.map(|s| s.to_string()),
-            ipv4: v4,
-            ipv6: ip.v6,
-            eni: ip.eni.clone(),
-            at_ms: *since_ms,
-        })
+        self.stored(owner)
     }
 
     /// Releases an owner's address. With `sandbox`, only if the allocation

@@ -149,6 +149,7 @@ fn restore_and_quarantine() {
         ipv6: None,
         eni: "eni-01".into(),
         at_ms: 5,
+        attach: None,
     };
     assert!(p.restore_allocation(&a));
     let gone = StoredAllocation {

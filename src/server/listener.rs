@@ -685,8 +685,12 @@ fn handle(
             Reply::ok(format!("keep={}", keep.len()))
         }
         Request::Command(mut command) => {
-            if let Command::Gc { keep: list, .. } = &mut command {
-                *list = std::mem::take(keep);
+            match &mut command {
+                Command::Gc { keep: list, .. } => *list = std::mem::take(keep),
+                Command::Alloc { attach, .. } => {
+                    *attach = attach.take().and_then(|a| super::attach::resolve(a, peer));
+                }
+                _ => {}
             }
             let name = command.name();
             let outcome = sh.commands.ask(command);

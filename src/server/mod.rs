@@ -6,6 +6,7 @@
 //! [`crate::core::Command`] through [`crate::core::Commands`], and the
 //! answer is rendered back by [`protocol::answer_reply`].
 
+mod attach;
 pub mod listener;
 pub mod peer;
 pub mod protocol;

@@ -12,8 +12,8 @@ use std::net::IpAddr;
 
 pub use crate::core::MAX_ID;
 use crate::core::{
-    AllocError, Allocation, Answer, Command, EniEntry, EniInfo, ErrCode, ListEntry, Owner,
-    SandboxId, StatusCounts,
+    AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, ListEntry,
+    Owner, SandboxId, StatusCounts,
 };
 use crate::util::time::format_utc;
 
@@ -82,6 +82,7 @@ impl Request {
                 owner,
                 sandbox,
                 prefer,
+                attach,
             }) => {
                 id("", owner.as_str());
                 if let Some(sb) = sandbox {
@@ -89,6 +90,10 @@ impl Request {
                 }
                 if let Some(ip) = prefer {
                     id("prefer=", &ip.to_string());
+                }
+                if let Some(a) = attach {
+                    id("netns=", &a.netns);
+                    id("veth=", &a.veth);
                 }
             }
             Request::Command(Command::Release { owner, sandbox }) => {
@@ -221,6 +226,8 @@ pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
             };
             let mut sandbox = None;
             let mut prefer = None;
+            let mut netns = None;
+            let mut veth = None;
             for arg in rest {
                 let Some((k, v)) = arg.split_once('=') else {
                     return Err(AllocError::bad(format!(
@@ -237,6 +244,8 @@ pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
                             AllocError::bad(format!("prefer={} is not an IP address", clip(v)))
                         })?);
                     }
+                    ("alloc", "netns") if netns.is_none() => netns = Some(v),
+                    ("alloc", "veth") if veth.is_none() => veth = Some(v),
                     _ => {
                         return Err(AllocError::bad(format!(
                             "unexpected argument {}",
@@ -245,11 +254,20 @@ pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
                     }
                 }
             }
+            let attach = match (netns, veth) {
+                (None, None) => None,
+                (Some(n), Some(v)) if sandbox.is_some() => Some(Attachment::parse(n, v)?),
+                (Some(_), Some(_)) => {
+                    return Err(AllocError::bad("netns= and veth= need sandbox="));
+                }
+                _ => return Err(AllocError::bad("netns= and veth= go together")),
+            };
             Ok(Request::Command(match cmd.as_str() {
                 "alloc" => Command::Alloc {
                     owner,
                     sandbox,
                     prefer,
+                    attach,
                 },
                 "release" => Command::Release { owner, sandbox },
                 _ => Command::Show { owner },

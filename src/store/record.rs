@@ -25,6 +25,9 @@ pub struct Allocation {
     pub eni: String,
     /// When it was handed out (Unix ms).
     pub at_ms: u64,
+    /// The sandbox's network, when eniip-cni named it (for the reaper).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attach: Option<crate::core::Attachment>,
 }
 
 /// A released address kept for its last owner (`reserved_until_ms`) and/or
@@ -173,6 +176,7 @@ mod tests {
             ipv6: None,
             eni: "eni-1".into(),
             at_ms: 1,
+            attach: None,
         }
     }
 

@@ -207,6 +207,7 @@ mod tests {
             ipv6: Some("fd00::1".parse().unwrap()),
             eni: "eni-1".into(),
             at_ms: 7,
+            attach: None,
         }));
         s.apply(&Record::Release {
             owner: String::new(),

@@ -36,6 +36,7 @@ fn alloc_at(owner: &str, third: u8, last: u8) -> Record {
         ipv6: None,
         eni: "eni-1".into(),
         at_ms: 1,
+        attach: None,
     })
 }
 

@@ -393,6 +393,7 @@ mod tests {
             ipv6: None,
             eni: "eni-1".into(),
             at_ms: u64::from(i),
+            attach: None,
         })
     }
 

@@ -1,9 +1,11 @@
 //! Small self-contained helpers shared by the daemon, the client and the
 //! emulator: wall-clock formatting, a seedable PRNG, encodings, secrets and a
-//! non-blocking semaphore. None of them does I/O beyond reading the clock or
-//! `/dev/urandom`.
+//! non-blocking semaphore, namespace identities. None of them does I/O
+//! beyond reading the clock, `/dev/urandom`, a node's liveness socket and
+//! a namespace file's metadata.
 
 pub mod encoding;
+pub mod netns;
 pub mod node;
 pub mod rand;
 pub mod secret;

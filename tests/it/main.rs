@@ -19,6 +19,7 @@ mod cni_errors;
 mod cni_local;
 mod cni_netns;
 mod cni_podman;
+mod cni_reap;
 mod cni_versions;
 mod config_check;
 mod config_prefix;

@@ -39,6 +39,7 @@ fn alloc(i: u8) -> Record {
         ipv6: None,
         eni: "eni-sweep".into(),
         at_ms: 1_700_000_000_000 + u64::from(i),
+        attach: None,
     })
 }
 

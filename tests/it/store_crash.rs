@@ -17,6 +17,7 @@ fn record(i: u32) -> Record {
         ipv6: None,
         eni: "eni-crash".into(),
         at_ms: u64::from(i),
+        attach: None,
     })
 }
 

@@ -18,7 +18,11 @@ impl Actor {
                 owner,
                 sandbox,
                 prefer,
-            } => self.on_alloc(owner, sandbox, prefer, started, reply),
+                attach,
+            } => {
+                let renew = self.pool.note_attachment(&owner, sandbox.as_ref(), attach);
+                self.on_alloc(owner, sandbox, prefer, renew, started, reply);
+            }
             Command::Release { owner, sandbox } => self.on_release(owner, sandbox, reply),
             Command::Gc { owner_prefix, keep } => self.on_gc(&owner_prefix, &keep, reply),
             Command::Show { owner } => {
@@ -116,14 +120,52 @@ impl Actor {
             Request::Ping(reply) => {
                 let _ = reply.send(());
             }
+            Request::Attached(reply) => {
+                let _ = reply.send(self.pool.attached());
+            }
+            Request::Reap {
+                owner,
+                sandbox,
+                netns_id,
+                reply,
+            } => self.on_reap(&owner, sandbox, netns_id, reply),
         }
     }
 
+    /// The sandbox reaper found `owner`'s sandbox gone: its address is
+    /// released if it is still held for that sandbox and that namespace
+    /// (a new ADD in the meantime keeps it).
+    fn on_reap(
+        &mut self,
+        owner: &Owner,
+        sandbox: Option<SandboxId>,
+        netns_id: crate::core::NsId,
+        reply: Reply,
+    ) {
+        if self.stopping {
+            let _ = reply.send(Err(AllocError::shutting_down()));
+            return;
+        }
+        let same =
+            self.pool.attached().iter().any(|a| {
+                &a.owner == owner && a.sandbox == sandbox && a.attach.netns_id == netns_id
+            });
+        if !same {
+            let _ = reply.send(Ok(Answer::Released(None)));
+            return;
+        }
+        let (records, released) = self.release_one(owner, sandbox.as_ref());
+        self.commit_then(records, reply, move || Answer::Released(released));
+    }
+
+    /// `renew`: the owner's attachment changed, its record is written
+    /// again even if nothing else did.
     pub(super) fn on_alloc(
         &mut self,
         owner: Owner,
         sandbox: Option<SandboxId>,
         prefer: Option<IpAddr>,
+        renew: bool,
         started: Instant,
         reply: Reply,
     ) {
@@ -137,7 +179,8 @@ impl Actor {
             // answer still goes through the journal so that it is only sent
             // once the original allocation is durable.
             let moved = self.pool.move_sandbox(&owner, sandbox.as_ref());
-            let records = moved.map(Record::Alloc).into_iter().collect();
+            let renewed = moved.or_else(|| renew.then(|| self.pool.stored(&owner)).flatten());
+            let records = renewed.map(Record::Alloc).into_iter().collect();
             match self.pool.allocation_of(v4) {
                 Some(a) => self.commit_alloc(records, a, vec![(reply, started)]),
                 None => {

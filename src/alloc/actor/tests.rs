@@ -150,6 +150,7 @@ fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
             Owner::parse(&format!("o/{last}")).unwrap(),
             None,
             None,
+            false,
             Instant::now(),
             tx,
         );
@@ -161,6 +162,7 @@ fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
         Owner::parse("o/new").unwrap(),
         None,
         None,
+        false,
         Instant::now(),
         tx,
     );
@@ -179,7 +181,14 @@ fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
 fn an_eni_detached_behind_our_back_is_withdrawn_and_readopted_when_back() {
     let mut a = actor();
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.on_alloc(Owner::parse("o/1").unwrap(), None, None, Instant::now(), tx);
+    a.on_alloc(
+        Owner::parse("o/1").unwrap(),
+        None,
+        None,
+        false,
+        Instant::now(),
+        tx,
+    );
     let held = a.pool.owner_ip(&Owner::parse("o/1").unwrap()).unwrap().v4;
     // The cloud no longer lists the ENI as attached (it still exists).
     a.on_event(Event::Reconcile {
@@ -216,7 +225,7 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
     let mut a = actor();
     let o1 = Owner::parse("o/1").unwrap();
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.on_alloc(o1.clone(), None, None, Instant::now(), tx);
+    a.on_alloc(o1.clone(), None, None, false, Instant::now(), tx);
     let held = a.pool.owner_ip(&o1).unwrap().v4;
     let slots = a.inflight.eni_slots();
     // Neither attached nor detached: the ENI is gone from the cloud.

@@ -25,6 +25,7 @@ fn request() -> impl Strategy<Value = Request> {
                 owner: Owner::parse(&o).unwrap(),
                 sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
                 prefer: p.map(|b| IpAddr::V4(std::net::Ipv4Addr::from(b))),
+                attach: None,
             })),
         (id(), proptest::option::of(id())).prop_map(|(o, s)| Request::Command(Command::Release {
             owner: Owner::parse(&o).unwrap(),

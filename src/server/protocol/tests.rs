@@ -26,9 +26,34 @@ fn alloc_arguments() {
             owner: Owner::parse("default/web-1").unwrap(),
             sandbox: Some(SandboxId::parse("abc123").unwrap()),
             prefer: Some("192.168.0.10".parse().unwrap()),
+            attach: None,
         })
     );
     assert_eq!(parse(&r.to_line()).unwrap(), r);
+    // eniip-cni's attachment: both keys, with a sandbox, checked.
+    let r =
+        parse("alloc eni/p sandbox=abc netns=/var/run/netns/cni-1 veth=enip0123456789a").unwrap();
+    let Request::Command(Command::Alloc {
+        attach: Some(a), ..
+    }) = &r
+    else {
+        panic!("{r:?}");
+    };
+    assert_eq!(
+        (a.netns.as_str(), a.veth.as_str()),
+        ("/var/run/netns/cni-1", "enip0123456789a")
+    );
+    assert_eq!(parse(&r.to_line()).unwrap(), r);
+    for bad in [
+        "alloc eni/p netns=/var/run/netns/cni-1 veth=enip0123456789a",
+        "alloc eni/p sandbox=abc netns=/var/run/netns/cni-1",
+        "alloc eni/p sandbox=abc veth=enip0123456789a",
+        "alloc eni/p sandbox=abc netns=relative veth=enip0123456789a",
+        "alloc eni/p sandbox=abc netns=/x veth=eth0",
+        "release eni/p sandbox=abc netns=/x veth=enip0123456789a",
+    ] {
+        assert!(parse(bad).is_err(), "{bad}");
+    }
     assert!(parse("alloc a sandbox=x sandbox=y").is_err());
     assert!(parse("alloc a prefer=nope").is_err());
     assert!(parse("alloc a colour=blue").is_err());
