@@ -1,21 +1,35 @@
 //! eniipd's line protocol from the plugin's side: one connection per
-//! invocation, requests answered in order, every read with a deadline.
+//! invocation, requests answered in order, every request with a deadline.
 //!
-//! An eniipd that cannot be reached, or that answers `busy`,
-//! `shutting-down`, `timeout` or `cloud`, is CNI error 11 ("try again
-//! later"): the runtime retries and nothing is lost.
+//! An eniipd that cannot be reached, that does not answer `ping` within
+//! [`PING_TIMEOUT`] (stopped, hung), that misses a deadline, or that
+//! answers `busy`, `shutting-down`, `timeout` or `cloud`, is CNI error 11
+//! ("try again later"): the runtime retries and nothing is lost.
+//!
+//! Deadlines: eniipd answers `ping` from its listener at once, even while
+//! an allocation waits on the cloud, so a connection starts with one. An
+//! `alloc` may then take up to [`ALLOC_DEADLINE`] (a cold pool waits for
+//! the cloud, up to eniipd's `alloc_timeout`, 60 s by default), and while
+//! it waits eniipd is pinged on a second connection every [`WATCH_EVERY`]:
+//! a slow allocation goes on, a hung eniipd fails it within seconds. Every
+//! other request has [`REPLY_DEADLINE`].
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::spec::{code, CniError};
 use crate::server::protocol::is_final_line;
 
-/// How long one answer may take: a cold `alloc` waits for the cloud up to
-/// eniipd's `alloc_timeout` (60 s by default).
-const REPLY_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long eniipd may take to answer `ping`.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long an `alloc` may take in all.
+pub const ALLOC_DEADLINE: Duration = Duration::from_secs(90);
+/// How long any other answer may take.
+pub const REPLY_DEADLINE: Duration = Duration::from_secs(10);
+/// How often a waiting `alloc` checks that eniipd still answers.
+pub const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// Most data lines one answer may carry (a `gc` of a big node).
 const MAX_DATA_LINES: usize = 100_000;
 
@@ -31,6 +45,7 @@ pub struct Answer {
 /// One connection to eniipd.
 #[derive(Debug)]
 pub struct Client {
+    socket: PathBuf,
     writer: UnixStream,
     reader: BufReader<UnixStream>,
 }
@@ -46,51 +61,133 @@ fn unreachable(socket: &Path, e: impl std::fmt::Display) -> CniError {
     .details(e.to_string())
 }
 
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
 impl Client {
-    /// Connects to eniipd's socket.
+    /// Connects to eniipd's socket and checks that it answers `ping`
+    /// within [`PING_TIMEOUT`].
     pub fn connect(socket: &Path) -> Result<Client, CniError> {
         let s = UnixStream::connect(socket).map_err(|e| unreachable(socket, e))?;
-        s.set_read_timeout(Some(REPLY_TIMEOUT))
-            .and_then(|()| s.set_write_timeout(Some(REPLY_TIMEOUT)))
+        s.set_write_timeout(Some(REPLY_DEADLINE))
             .map_err(|e| unreachable(socket, e))?;
         let r = s.try_clone().map_err(|e| unreachable(socket, e))?;
-        Ok(Client {
+        let mut c = Client {
+            socket: socket.to_path_buf(),
             writer: s,
             reader: BufReader::new(r),
-        })
+        };
+        let late = || {
+            CniError::new(
+                code::TRY_AGAIN,
+                format!(
+                    "eniipd is not answering: no pong within {PING_TIMEOUT:?} at {} \
+                     (is it stopped or hung?)",
+                    socket.display()
+                ),
+            )
+        };
+        c.exchange("ping", PING_TIMEOUT, false, &late)?
+            .map_err(|err| daemon_error("ping", &err))?;
+        Ok(c)
     }
 
-    /// Sends one request; `Ok` for `OK`, a CNI error for `ERR` or a broken
-    /// connection.
+    /// Sends one request; `Ok` for `OK`, a CNI error for `ERR`, a broken
+    /// connection or a missed deadline (see the module doc).
     pub fn ask(&mut self, line: &str) -> Result<Answer, CniError> {
+        let (limit, watch) = match verb(line) {
+            "alloc" => (ALLOC_DEADLINE, true),
+            _ => (REPLY_DEADLINE, false),
+        };
+        let late = || {
+            CniError::new(
+                code::TRY_AGAIN,
+                format!("eniipd gave no answer to {} within {limit:?}", verb(line)),
+            )
+        };
+        self.exchange(line, limit, watch, &late)?
+            .map_err(|err| daemon_error(line, &err))
+    }
+
+    /// [`Client::ask`] where `ERR not-found` is an answer: `None`.
+    pub fn ask_found(&mut self, line: &str) -> Result<Option<Answer>, CniError> {
+        let late = || {
+            CniError::new(
+                code::TRY_AGAIN,
+                format!(
+                    "eniipd gave no answer to {} within {REPLY_DEADLINE:?}",
+                    verb(line)
+                ),
+            )
+        };
+        match self.exchange(line, REPLY_DEADLINE, false, &late)? {
+            Ok(a) => Ok(Some(a)),
+            Err(err) if err.split(' ').nth(1) == Some("not-found") => Ok(None),
+            Err(err) => Err(daemon_error(line, &err)),
+        }
+    }
+
+    /// One request and its answer within `limit` (the `ERR` line as the
+    /// inner error); `late` is the error past it. `watch`: ping eniipd
+    /// while waiting.
+    fn exchange(
+        &mut self,
+        line: &str,
+        limit: Duration,
+        watch: bool,
+        late: &dyn Fn() -> CniError,
+    ) -> Result<Result<Answer, String>, CniError> {
         let broken = |e: &dyn std::fmt::Display| {
             CniError::new(code::TRY_AGAIN, "the connection to eniipd broke")
                 .details(format!("{}: {e}", verb(line)))
         };
+        let deadline = Instant::now() + limit;
         self.writer
             .write_all(format!("{line}\n").as_bytes())
             .map_err(|e| broken(&e))?;
         let mut data = Vec::new();
+        // Kept across timed-out reads: a line read in parts stays whole.
+        let mut l = String::new();
         loop {
-            let mut l = String::new();
-            let n = self.reader.read_line(&mut l).map_err(|e| broken(&e))?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(late());
+            }
+            let wait = if watch { left.min(WATCH_EVERY) } else { left };
+            self.reader
+                .get_ref()
+                .set_read_timeout(Some(wait))
+                .map_err(|e| broken(&e))?;
+            let n = match self.reader.read_line(&mut l) {
+                Ok(n) => n,
+                Err(e) if timed_out(&e) => {
+                    if watch {
+                        // Slow or hung? A hung eniipd fails the ping.
+                        Client::connect(&self.socket)?;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(broken(&e)),
+            };
             if n == 0 {
                 return Err(broken(&"closed"));
             }
-            let l = l.trim_end_matches(['\n', '\r']).to_string();
-            if is_final_line(&l) {
-                return match l.strip_prefix("OK") {
+            let done = std::mem::take(&mut l);
+            let done = done.trim_end_matches(['\n', '\r']).to_string();
+            if is_final_line(&done) {
+                return Ok(match done.strip_prefix("OK") {
                     Some(rest) => Ok(Answer {
                         data,
                         text: rest.trim_start().to_string(),
                     }),
-                    None => Err(daemon_error(line, &l)),
-                };
+                    None => Err(done),
+                });
             }
             if data.len() >= MAX_DATA_LINES {
                 return Err(broken(&"answer too long"));
             }
-            data.push(l);
+            data.push(done);
         }
     }
 }

@@ -154,11 +154,30 @@ fn write_sysctl(path: &str, value: &str) -> Result<(), DatapathError> {
     std::fs::write(format!("/proc/sys/{path}"), value).ctx(|| format!("sysctl {path}={value}"))
 }
 
+/// The one link with the ENI's `mac`, if there is one; more than one is an
+/// error naming them.
+fn eni_link(nl: &mut Netlink, mac: &[u8]) -> Result<Option<Link>, DatapathError> {
+    let mut found = nl.links_by_mac(mac).ctx(|| "list links".into())?;
+    if found.len() > 1 {
+        // Never guess: a bond, VLAN or stray veth with the ENI's MAC would
+        // take the pod's traffic where the VPC does not expect it.
+        let names: Vec<&str> = found.iter().map(|l| l.name.as_str()).collect();
+        return Err(fail(format!(
+            "{} links carry the ENI's MAC {}: {}; eniip-cni cannot tell which is the ENI \
+             (remove or re-address the others)",
+            found.len(),
+            format_mac(mac),
+            names.join(", ")
+        )));
+    }
+    Ok(found.pop())
+}
+
 /// Waits (up to `timeout`) for the link with `mac`.
 fn wait_link(nl: &mut Netlink, mac: &[u8], timeout: Duration) -> Result<Link, DatapathError> {
     let end = Instant::now() + timeout;
     loop {
-        if let Some(l) = nl.link_by_mac(mac).ctx(|| "list links".into())? {
+        if let Some(l) = eni_link(nl, mac)? {
             return Ok(l);
         }
         if Instant::now() >= end {
@@ -477,9 +496,7 @@ pub fn check(e: &Expect) -> Result<(), DatapathError> {
         });
     }
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
-    let eni = host
-        .link_by_mac(e.eni_mac)
-        .ctx(|| "list links".into())?
+    let eni = eni_link(&mut host, e.eni_mac)?
         .ok_or_else(|| fail(format!("no ENI link with MAC {}", format_mac(e.eni_mac))))?;
     let table = TABLE_BASE + eni.index;
     let hv = host

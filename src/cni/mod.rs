@@ -7,16 +7,23 @@
 //! Identity: the owner is `<network>/<K8S_POD_NAMESPACE>/<K8S_POD_NAME>`
 //! when `CNI_ARGS` names the pod (so `ip_stick_time` gives a restarted pod
 //! its address back), else `<network>/<CNI_CONTAINERID>`; the sandbox is
-//! `CNI_CONTAINERID`. Both are hashed into eniipd's id alphabet when they do
-//! not fit. The network prefix keeps two networks of one pod apart and
-//! scopes GC.
+//! `CNI_CONTAINERID`. A pod's owner has three parts and a container's two,
+//! and neither kind is used literally when a part holds `/` or `@` or the
+//! whole does not fit eniipd's id alphabet: it is then `<network>/@p-HASH`
+//! or `<network>/@c-HASH`, so an owner made from a container id never
+//! equals one made from a pod. The network prefix keeps two networks of
+//! one pod apart and scopes GC.
 //!
-//! Invariants: an ADD that fails after taking the address gives it back and
-//! removes what it built; DEL is idempotent; an unreachable eniipd fails ADD
-//! and DEL with CNI error 11 before anything changes.
+//! Invariants: one invocation per owner at a time ([`lock`]); an ADD that
+//! fails gives back only what it took itself (the address only when the
+//! owner held none before it, the host end only when it made it); DEL is
+//! idempotent; an eniipd that is down or hung fails ADD and DEL with CNI
+//! error 11 within seconds, before anything changes ([`client`]); the
+//! environment is checked before anything is asked or built (CNI error 4).
 
 pub mod client;
 pub mod datapath;
+pub mod lock;
 pub mod netlink;
 pub mod netns;
 pub mod spec;
@@ -41,10 +48,15 @@ pub const LINK_TIMEOUT: Duration = Duration::from_secs(10);
 /// A `keep` line's budget (the protocol's 4096 bytes, with room).
 const KEEP_LINE_BYTES: usize = 4000;
 
+fn hex_sha1(s: &str) -> String {
+    Sha1::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn hashed(s: &str) -> String {
-    let h = Sha1::digest(s.as_bytes());
-    let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
-    format!("h-{hex}")
+    format!("h-{}", hex_sha1(s))
 }
 
 /// `s` if eniipd accepts it as an id, else a stable hash of it.
@@ -61,21 +73,39 @@ pub fn sandbox_of(container_id: &str) -> String {
     fit_id(container_id)
 }
 
+/// A part of an owner that can be used as it is: no `/` (it would read as
+/// another split) and no `@` (it would read as a hashed form).
+fn literal(part: &str) -> bool {
+    !part.is_empty() && !part.contains(['/', '@'])
+}
+
 /// The owner of an attachment (see the module doc).
 pub fn owner_of(network: &str, env: &Env) -> String {
-    let rest = match (
+    let pod = match (
         env.args.get("K8S_POD_NAMESPACE").filter(|s| !s.is_empty()),
         env.args.get("K8S_POD_NAME").filter(|s| !s.is_empty()),
     ) {
-        (Some(ns), Some(pod)) => format!("{ns}/{pod}"),
-        _ => env.container_id.clone(),
+        (Some(ns), Some(pod)) => Some((ns, pod)),
+        _ => None,
     };
-    let owner = format!("{network}/{rest}");
-    if Owner::parse(&owner).is_ok() {
-        owner
-    } else {
-        format!("{network}/{}", hashed(&rest))
-    }
+    let (plain, hashed) = match pod {
+        Some((ns, pod)) => (
+            (literal(ns) && literal(pod)).then(|| format!("{network}/{ns}/{pod}")),
+            // The length keeps `a/b` + `c` and `a` + `b/c` apart.
+            format!(
+                "{network}/@p-{}",
+                hex_sha1(&format!("{}:{ns}/{pod}", ns.len()))
+            ),
+        ),
+        None => {
+            let id = &env.container_id;
+            (
+                literal(id).then(|| format!("{network}/{id}")),
+                format!("{network}/@c-{}", hex_sha1(id)),
+            )
+        }
+    };
+    plain.filter(|o| Owner::parse(o).is_ok()).unwrap_or(hashed)
 }
 
 /// Runs one command; `Ok` is what goes to stdout (possibly nothing).
@@ -112,17 +142,34 @@ fn datapath_error(e: datapath::DatapathError) -> CniError {
     CniError::new(code::DATAPATH, e.to_string())
 }
 
+/// The container's netns, open, checked to be a network namespace other
+/// than the plugin's own (a pod interface made in the node's namespace
+/// would take over its default route). `Ok(None)`: nothing is there.
 fn open_netns(env: &Env) -> Result<Option<std::fs::File>, CniError> {
     let Some(path) = &env.netns else {
         return Ok(None);
     };
-    netns::open(path).map_err(|e| {
-        CniError::new(
-            code::IO,
-            format!("cannot open CNI_NETNS {}", path.display()),
-        )
-        .details(e.to_string())
-    })
+    let bad = |what: String| CniError::new(code::INVALID_ENV, what);
+    let f = match netns::open(path) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            return Err(
+                bad(format!("cannot open CNI_NETNS {}", path.display())).details(e.to_string())
+            )
+        }
+    };
+    let id = crate::util::netns::identity_of(&f, path)
+        .map_err(|e| bad(format!("CNI_NETNS {}: {e}", path.display())))?;
+    let own = crate::util::netns::own()
+        .map_err(|e| CniError::new(code::IO, format!("cannot read the plugin's own netns: {e}")))?;
+    if id == own {
+        return Err(bad(format!(
+            "CNI_NETNS {} is the namespace eniip-cni runs in, not a container's",
+            path.display()
+        )));
+    }
+    Ok(Some(f))
 }
 
 /// The IPv6 half of an allocation holding `ip6`: the vswitch's IPv6
@@ -168,7 +215,13 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             format!("CNI_NETNS {} does not exist", netns_path.display()),
         )
     })?;
+    let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
     let mut c = Client::connect(&conf.socket)?;
+    // What this ADD may give back if it fails: the address only if the
+    // owner held none before it (a second ADD of a running pod, or the new
+    // sandbox of a pod whose old one was not deleted yet, must not take
+    // the address away from under it).
+    let held_before = c.ask_found(&format!("show {owner}"))?.is_some();
     let reply = c.ask(&format!(
         "alloc {owner} sandbox={sandbox}{}",
         attach_args(&netns_path, &host_veth)
@@ -200,9 +253,11 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
     let attached = match built {
         Ok(a) => a,
         Err(e) => {
-            // Roll back: what we built, then the address.
+            // Roll back: what we built, then the address if it was ours.
             let _ = datapath::teardown(&host_veth);
-            let _ = c.ask(&format!("release {owner} sandbox={sandbox}"));
+            if !held_before {
+                let _ = c.ask(&format!("release {owner} sandbox={sandbox}"));
+            }
             return Err(e);
         }
     };
@@ -258,8 +313,10 @@ fn del(conf: &NetConf, env: &Env) -> Result<(), CniError> {
     let owner = owner_of(&conf.name, env);
     let sandbox = sandbox_of(&env.container_id);
     let host_veth = datapath::host_veth_name(&env.container_id, &env.ifname);
-    // Reach eniipd first: when it is down nothing changes (error 11) and
-    // the runtime's retry finds everything as it was.
+    let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
+    // Reach eniipd first: when it is down or hung nothing changes (error
+    // 11) and the runtime's retry finds everything as it was; a release
+    // that times out after the teardown is retried the same way.
     let mut c = Client::connect(&conf.socket)?;
     datapath::teardown(&host_veth).map_err(datapath_error)?;
     let r = c.ask(&format!("release {owner} sandbox={sandbox}"))?;
@@ -285,6 +342,9 @@ fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
         )
     })?;
     let owner = owner_of(&conf.name, env);
+    let ns = open_netns(env)?
+        .ok_or_else(|| CniError::new(code::DATAPATH, "the container's netns is gone"))?;
+    let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
     let mut c = Client::connect(&conf.socket)?;
     let r = c.ask(&format!("show {owner}"))?;
     let alloc = parse_allocation(&r.text).ok_or_else(|| {
@@ -315,8 +375,6 @@ fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
             ))
         }
     };
-    let ns = open_netns(env)?
-        .ok_or_else(|| CniError::new(code::DATAPATH, "the container's netns is gone"))?;
     let mac = netlink::parse_mac(&alloc.mac)
         .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", alloc.mac)))?;
     datapath::check(&datapath::Expect {
@@ -363,19 +421,34 @@ fn gc(conf: &NetConf) -> Result<(), CniError> {
     let r = c.ask(&format!("gc owner-prefix={}/", conf.name))?;
     let mut first_err = None;
     for line in &r.data {
-        let Some(ip) = line
-            .split(' ')
-            .next()
-            .and_then(|s| s.parse::<Ipv4Addr>().ok())
-        else {
-            continue;
+        let mut words = line.split(' ');
+        let ip = words.next().and_then(|s| s.parse::<Ipv4Addr>().ok());
+        let owner = words.next().unwrap_or("");
+        // The host end eniipd recorded at ADD: found even when the ADD was
+        // killed before its rules existed (cleanup_ip finds ends by rule).
+        let veth = words
+            .find_map(|w| w.strip_prefix("veth="))
+            .filter(|v| v.starts_with(datapath::HOST_PREFIX));
+        let Some(ip) = ip else { continue };
+        // An invocation for this owner that runs now finishes first.
+        let _held = match lock::lock(&conf.lock_dir, owner, client::REPLY_DEADLINE) {
+            Ok(l) => l,
+            Err(e) => {
+                first_err.get_or_insert(e);
+                continue;
+            }
         };
+        if let Some(v) = veth {
+            if let Err(e) = datapath::teardown(v) {
+                first_err.get_or_insert(datapath_error(e));
+            }
+        }
         if let Err(e) = datapath::cleanup_ip(ip) {
-            first_err.get_or_insert(e);
+            first_err.get_or_insert(datapath_error(e));
         }
     }
     match first_err {
-        Some(e) => Err(datapath_error(e)),
+        Some(e) => Err(e),
         None => Ok(()),
     }
 }
@@ -438,11 +511,37 @@ mod tests {
         // Out of the alphabet or too long: hashed, the network kept.
         let long = "x".repeat(300);
         let o = owner_of("eni", &env(&long, &[]));
-        assert!(o.starts_with("eni/h-") && Owner::parse(&o).is_ok(), "{o}");
+        assert!(o.starts_with("eni/@c-") && Owner::parse(&o).is_ok(), "{o}");
         let o = owner_of("eni", &env("a b", &[]));
-        assert!(o.starts_with("eni/h-") && Owner::parse(&o).is_ok(), "{o}");
+        assert!(o.starts_with("eni/@c-") && Owner::parse(&o).is_ok(), "{o}");
         assert_eq!(sandbox_of("abc"), "abc");
         assert!(sandbox_of(&long).starts_with("h-"));
+    }
+
+    #[test]
+    fn owners_of_containers_never_equal_owners_of_pods() {
+        let pod = |ns: &str, name: &str| {
+            owner_of(
+                "eni",
+                &env("c", &[("K8S_POD_NAMESPACE", ns), ("K8S_POD_NAME", name)]),
+            )
+        };
+        let ctr = |id: &str| owner_of("eni", &env(id, &[]));
+        // The collision reported: no CNI_ARGS and CNI_CONTAINERID=ns/pod.
+        assert_ne!(ctr("ns/web-1"), pod("ns", "web-1"));
+        // Whatever a container id holds, it is not a pod's owner; hashed
+        // forms cannot be forged by an id or a pod name either.
+        for id in ["ns/web-1", "@p-x", "ns/@c-y", "a b", "ns/web-1/x", "@c-1"] {
+            let o = ctr(id);
+            assert_eq!(o.matches('/').count(), 1, "{id} -> {o}");
+            assert!(o.starts_with("eni/@c-"), "{id} -> {o}");
+            assert!(Owner::parse(&o).is_ok(), "{o}");
+        }
+        // Pods whose parts would read as another split are hashed apart.
+        assert_ne!(pod("a/b", "c"), pod("a", "b/c"));
+        assert!(pod("a/b", "c").starts_with("eni/@p-"));
+        assert!(pod("ns", "@x").starts_with("eni/@p-"));
+        assert_ne!(pod("ns", "@x"), ctr("@x"));
     }
 
     #[test]
@@ -463,83 +562,259 @@ mod tests {
         assert!(keep_lines(&[]).is_empty());
     }
 
-    /// A stand-in eniipd on a socket: answers each request line by its
-    /// verb from `answers`, and gives back every line it was sent.
-    fn fake_eniipd(
-        answers: &'static [(&'static str, &'static str)],
-    ) -> (std::path::PathBuf, std::thread::JoinHandle<Vec<String>>) {
-        use std::io::{BufRead, BufReader, Write};
+    fn test_dir(what: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!(
-            "eniip-cni-test-{}-{}",
+            "eniip-cni-test-{what}-{}-{}",
             std::process::id(),
             hashed(&format!("{:?}", std::time::Instant::now()))
         ));
         std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A stand-in eniipd on a socket: answers each request line by its
+    /// verb from `answers` (`ping` with `pong`), on every connection, and
+    /// gives back every line it was sent but the pings. An answer
+    /// `sleep N` waits N ms, then gives the next answer for that verb.
+    fn fake_eniipd(
+        answers: &'static [(&'static str, &'static str)],
+    ) -> (std::path::PathBuf, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::{BufRead, BufReader, Write};
+        let dir = test_dir("eniipd");
         let path = dir.join("eniipd.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
         let h = std::thread::spawn(move || {
-            let (s, _) = listener.accept().unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let mut w = s.try_clone().unwrap();
-            let mut seen = Vec::new();
-            for line in BufReader::new(s).lines() {
-                let Ok(line) = line else { break };
-                let verb = line.split(' ').next().unwrap_or("").to_string();
-                seen.push(line);
-                let a = answers
-                    .iter()
-                    .find(|(v, _)| *v == verb)
-                    .map_or("ERR unknown-command", |(_, a)| a);
-                writeln!(w, "{a}").unwrap();
+            let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let mut conns = Vec::new();
+            let end = std::time::Instant::now() + Duration::from_secs(20);
+            // Serves until the first connection (the plugin's own) ends.
+            while std::time::Instant::now() < end {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        let seen = seen.clone();
+                        conns.push(std::thread::spawn(move || {
+                            s.set_nonblocking(false).unwrap();
+                            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                            let mut w = s.try_clone().unwrap();
+                            for line in BufReader::new(s).lines() {
+                                let Ok(line) = line else { break };
+                                let verb = line.split(' ').next().unwrap_or("").to_string();
+                                if verb == "ping" {
+                                    writeln!(w, "OK pong").unwrap();
+                                    continue;
+                                }
+                                seen.lock().push(line);
+                                let mut mine = answers.iter().filter(|(v, _)| *v == verb);
+                                let mut a = mine.next().map_or("ERR unknown-command", |(_, a)| a);
+                                if let Some(ms) = a.strip_prefix("sleep ") {
+                                    std::thread::sleep(Duration::from_millis(ms.parse().unwrap()));
+                                    a = mine.next().map_or("ERR unknown-command", |(_, a)| a);
+                                }
+                                if writeln!(w, "{a}").is_err() {
+                                    break;
+                                }
+                            }
+                        }));
+                    }
+                    Err(_) if conns.first().is_some_and(|c| c.is_finished()) => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            for c in conns {
+                let _ = c.join();
             }
             let _ = std::fs::remove_dir_all(&dir);
+            let seen = seen.lock().clone();
             seen
         });
         (path, h)
     }
 
-    #[test]
-    fn add_without_an_ipv6_gateway_fails_and_gives_the_address_back() {
-        let (socket, server) = fake_eniipd(&[
-            (
-                "alloc",
-                "OK ip=192.168.0.9 ipv6=2408:4005:3ff:5100::9 eni=eni-1 mac=00:16:3e:00:00:01 \
-                 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253",
-            ),
-            (
-                "eni",
-                "OK eni=eni-1 mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253",
-            ),
-            ("release", "OK released=192.168.0.9"),
-        ]);
-        let conf = NetConf::parse(
-            json!({"cniVersion": "1.1.0", "name": "eni", "socket": socket})
-                .to_string()
-                .as_bytes(),
+    fn conf_on(socket: &std::path::Path) -> NetConf {
+        NetConf::parse(
+            json!({
+                "cniVersion": "1.1.0", "name": "eni", "socket": socket,
+                "lockDir": test_dir("locks"),
+            })
+            .to_string()
+            .as_bytes(),
             Command::Add,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A network namespace of a thread's own, for as long as the guard
+    /// lives (`None`, said loudly, without the right to make one).
+    struct OtherNetns {
+        path: std::path::PathBuf,
+        done: Option<crossbeam_channel::Sender<()>>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl OtherNetns {
+        fn new(test: &str) -> Option<OtherNetns> {
+            let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+            let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+            let thread = std::thread::spawn(move || {
+                let r = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map(|()| nix::unistd::gettid());
+                let ok = r.is_ok();
+                let _ = ready_tx.send(r);
+                if ok {
+                    let _ = done_rx.recv_timeout(Duration::from_secs(60));
+                }
+            });
+            match ready_rx.recv().unwrap() {
+                Ok(tid) => Some(OtherNetns {
+                    path: format!("/proc/{}/task/{tid}/ns/net", std::process::id()).into(),
+                    done: Some(done_tx),
+                    thread: Some(thread),
+                }),
+                Err(e) => {
+                    let msg = format!("SKIPPED: {test}: needs a network namespace ({e})");
+                    assert!(
+                        std::env::var("ENIIPD_CI").as_deref() != Ok("1"),
+                        "{msg} (ENIIPD_CI=1: a skip is a failure)"
+                    );
+                    eprintln!("\n*** {msg} ***\n");
+                    None
+                }
+            }
+        }
+    }
+
+    impl Drop for OtherNetns {
+        fn drop(&mut self) {
+            drop(self.done.take());
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    const ALLOC_V6: &str = "OK ip=192.168.0.9 ipv6=2408:4005:3ff:5100::9 eni=eni-1 \
+        mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253";
+    const ENI_V4_ONLY: &str =
+        "OK eni=eni-1 mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253";
+
+    #[test]
+    fn add_without_an_ipv6_gateway_fails_and_gives_the_address_back() {
+        let Some(ns) = OtherNetns::new("an ADD's rollback") else {
+            return;
+        };
+        let (socket, server) = fake_eniipd(&[
+            ("show", "ERR not-found"),
+            ("alloc", ALLOC_V6),
+            ("eni", ENI_V4_ONLY),
+            ("release", "OK released=192.168.0.9"),
+        ]);
+        let conf = conf_on(&socket);
         let mut e = env("abc123", &[]);
         // Never entered: the failure comes before the datapath.
-        e.netns = Some("/proc/self/ns/net".into());
+        e.netns = Some(ns.path.clone());
         let err = add(&conf, &e).unwrap_err();
         assert_eq!(err.code, code::DAEMON, "{err}");
         assert!(
             err.msg.contains("no IPv6 gateway for ENI eni-1") && err.msg.contains("vsw-1"),
             "{err}"
         );
+        drop(e);
         let seen = server.join().unwrap();
         assert_eq!(
             seen,
             vec![
+                "show eni/abc123".to_string(),
                 format!(
-                    "alloc eni/abc123 sandbox=abc123 netns=/proc/self/ns/net veth={}",
-                    datapath::host_veth_name("abc123", &e.ifname)
+                    "alloc eni/abc123 sandbox=abc123 netns={} veth={}",
+                    ns.path.display(),
+                    datapath::host_veth_name("abc123", "eth0")
                 ),
                 "eni eni-1".to_string(),
                 "release eni/abc123 sandbox=abc123".to_string(),
             ]
         );
+    }
+
+    #[test]
+    fn a_failed_add_keeps_an_address_the_owner_held_before_it() {
+        let Some(ns) = OtherNetns::new("an ADD's rollback") else {
+            return;
+        };
+        // A second ADD of a running pod: the address is the first one's.
+        let (socket, server) = fake_eniipd(&[
+            ("show", ALLOC_V6),
+            ("alloc", ALLOC_V6),
+            ("eni", ENI_V4_ONLY),
+            ("release", "OK released=192.168.0.9"),
+        ]);
+        let mut e = env("abc123", &[]);
+        e.netns = Some(ns.path.clone());
+        let err = add(&conf_on(&socket), &e).unwrap_err();
+        assert_eq!(err.code, code::DAEMON, "{err}");
+        let seen = server.join().unwrap();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(!seen.iter().any(|l| l.starts_with("release")), "{seen:?}");
+    }
+
+    #[test]
+    fn a_bad_netns_is_refused_before_eniipd_is_asked() {
+        // No eniipd at all: a check made after connecting would answer 11.
+        let conf = conf_on(std::path::Path::new("/nonexistent/eniipd.sock"));
+        let dir = test_dir("netns");
+        let file = dir.join("file");
+        std::fs::write(&file, "x").unwrap();
+        for (path, says) in [
+            ("/proc/self/ns/net", "is the namespace eniip-cni runs in"),
+            (
+                "/proc/thread-self/ns/net",
+                "is the namespace eniip-cni runs in",
+            ),
+            ("/dev/null", "is not a network namespace"),
+            ("/proc/self/ns/uts", "is not a network namespace"),
+            (dir.to_str().unwrap(), "is not a network namespace"),
+            (file.to_str().unwrap(), "is not a network namespace"),
+        ] {
+            let mut e = env("abc123", &[]);
+            e.netns = Some(path.into());
+            for cmd in [Command::Add, Command::Check] {
+                let r = if cmd == Command::Add {
+                    add(&conf, &e).map(drop)
+                } else {
+                    let mut c = conf.clone();
+                    c.prev_result = Some(json!({"ips": [{"address": "192.168.0.9/32"}]}));
+                    check(&c, &e)
+                };
+                let err = r.unwrap_err();
+                assert_eq!(err.code, code::INVALID_ENV, "{path} {cmd:?}: {err}");
+                assert!(err.msg.contains(says), "{path}: {err}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_hung_eniipd_fails_within_seconds_and_a_slow_alloc_does_not() {
+        // Accepts (the kernel does, for a stopped process too) and never
+        // answers.
+        let dir = test_dir("hung");
+        let path = dir.join("eniipd.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let t = std::time::Instant::now();
+        let err = Client::connect(&path).unwrap_err();
+        assert_eq!(err.code, code::TRY_AGAIN, "{err}");
+        assert!(err.msg.contains("not answering"), "{err}");
+        assert!(t.elapsed() < client::PING_TIMEOUT * 3, "{:?}", t.elapsed());
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // Answers ping at once and the alloc after 2.5 s, beyond one watch
+        // period: the alloc waits for it.
+        let (socket, server) = fake_eniipd(&[("alloc", "sleep 2500"), ("alloc", ALLOC_V6)]);
+        let mut c = Client::connect(&socket).unwrap();
+        let a = c.ask("alloc eni/x").unwrap();
+        assert!(a.text.starts_with("ip=192.168.0.9"), "{a:?}");
+        drop(c);
+        assert_eq!(server.join().unwrap(), vec!["alloc eni/x".to_string()]);
     }
 
     #[test]

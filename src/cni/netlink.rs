@@ -270,9 +270,9 @@ impl Netlink {
         Ok(self.links()?.into_iter().find(|l| l.name == name))
     }
 
-    /// The link whose hardware address is `mac`, if any.
-    pub fn link_by_mac(&mut self, mac: &[u8]) -> io::Result<Option<Link>> {
-        Ok(self.links()?.into_iter().find(|l| l.mac == mac))
+    /// The links whose hardware address is `mac`.
+    pub fn links_by_mac(&mut self, mac: &[u8]) -> io::Result<Vec<Link>> {
+        Ok(self.links()?.into_iter().filter(|l| l.mac == mac).collect())
     }
 
     /// Creates a veth pair: `name` here, `peer` in the namespace `peer_ns`.

@@ -145,6 +145,18 @@ impl Command {
     }
 }
 
+/// An interface name the kernel takes as it is (its `dev_valid_name`):
+/// 1..15 bytes, not `.` or `..`, no `/`, `:`, NUL or white space.
+pub fn valid_ifname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 16
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| matches!(b, b'/' | b':' | 0) || b.is_ascii_whitespace() || b == 0x0b)
+}
+
 /// The `CNI_*` environment of one invocation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Env {
@@ -170,10 +182,14 @@ impl Env {
         if matches!(cmd, Command::Add | Command::Del | Command::Check) {
             env.container_id = need("CNI_CONTAINERID")?;
             env.ifname = need("CNI_IFNAME")?;
-            if env.ifname.len() > 15 || env.ifname.contains(['/', ' ']) || env.ifname == "." {
+            if !valid_ifname(&env.ifname) {
                 return Err(CniError::new(
                     code::INVALID_ENV,
-                    format!("CNI_IFNAME {:?} is not a valid interface name", env.ifname),
+                    format!(
+                        "CNI_IFNAME {:?} is not a valid interface name (1..15 bytes, not . or .., \
+                         no /, : or white space)",
+                        env.ifname
+                    ),
                 ));
             }
             env.netns = get("CNI_NETNS")
@@ -203,6 +219,8 @@ struct RawConf {
     #[serde(rename = "type")]
     kind: Option<Value>,
     socket: Option<Value>,
+    #[serde(rename = "lockDir")]
+    lock_dir: Option<Value>,
     mtu: Option<Value>,
     dns: Option<Value>,
     #[serde(rename = "prevResult")]
@@ -229,6 +247,8 @@ pub struct NetConf {
     pub name: String,
     /// eniipd's socket.
     pub socket: PathBuf,
+    /// `lockDir`: where the per-owner locks live ([`super::lock`]).
+    pub lock_dir: PathBuf,
     /// MTU of the veth pair.
     pub mtu: u32,
     /// `dns`, passed through to the result.
@@ -301,6 +321,11 @@ impl NetConf {
             Some(Value::String(s)) if s.starts_with('/') => PathBuf::from(s),
             Some(_) => return Err(bad_config("socket", "must be an absolute path")),
         };
+        let lock_dir = match &raw.lock_dir {
+            None => PathBuf::from(super::lock::DEFAULT_LOCK_DIR),
+            Some(Value::String(s)) if s.starts_with('/') => PathBuf::from(s),
+            Some(_) => return Err(bad_config("lockDir", "must be an absolute path")),
+        };
         let mtu = match &raw.mtu {
             None => DEFAULT_MTU,
             Some(v) => match v.as_u64() {
@@ -348,6 +373,7 @@ impl NetConf {
             cni_version,
             name,
             socket,
+            lock_dir,
             mtu,
             dns,
             prev_result,

@@ -189,3 +189,37 @@ fn previous_results_give_their_address() {
         Some("2408:4005:3ff:5100::5".parse().unwrap())
     );
 }
+
+#[test]
+fn interface_names_the_kernel_would_refuse_are_refused_first() {
+    for bad in [
+        "",
+        ".",
+        "..",
+        "a/b",
+        "eth:0",
+        "eth\t0",
+        "eth\n0",
+        "eth 0",
+        "e\u{0}",
+        "x".repeat(16).as_str(),
+    ] {
+        assert!(!valid_ifname(bad), "{bad:?}");
+        let vars: HashMap<&str, &str> = [
+            ("CNI_CONTAINERID", "c1"),
+            ("CNI_IFNAME", bad),
+            ("CNI_NETNS", "/run/netns/x"),
+        ]
+        .into_iter()
+        .collect();
+        for cmd in [Command::Add, Command::Del, Command::Check] {
+            let r = Env::from_vars(cmd, |k| vars.get(k).map(|s| s.to_string()));
+            // An empty name is "not set"; every other one is named.
+            let e = r.unwrap_err();
+            assert_eq!(e.code, code::INVALID_ENV, "{bad:?} {e}");
+        }
+    }
+    for good in ["eth0", "net1", "x".repeat(15).as_str(), "e-1.2_x"] {
+        assert!(valid_ifname(good), "{good:?}");
+    }
+}

@@ -120,8 +120,21 @@ pub enum Answer {
     Metrics(String),
     /// `Config`: `key=value` pairs, secrets masked.
     Config(Vec<(String, String)>),
-    /// `Gc`: what was released, `(address, owner, sandbox)` (durable).
-    Collected(Vec<(IpAddr, Owner, Option<SandboxId>)>),
+    /// `Gc`: what was released (durable).
+    Collected(Vec<Collected>),
+}
+
+/// One allocation a `gc` released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collected {
+    /// Its address.
+    pub ip: IpAddr,
+    /// Its owner.
+    pub owner: Owner,
+    /// Its sandbox, when one was given.
+    pub sandbox: Option<SandboxId>,
+    /// The host end eniip-cni named at `alloc`, when it did.
+    pub veth: Option<String>,
 }
 
 /// A command on its way to the actor, with where to answer.

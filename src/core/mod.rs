@@ -16,7 +16,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use attach::{valid_veth, Attachment, NsId, HOST_VETH_PREFIX};
-pub use command::{Answer, Command, Commands, Envelope};
+pub use command::{Answer, Collected, Command, Commands, Envelope};
 pub use prefix::Ipv4Prefix;
 
 /// Longest owner or sandbox id.

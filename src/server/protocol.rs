@@ -446,11 +446,18 @@ pub fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
             let n = released.len();
             let data = released
                 .into_iter()
-                .map(|(ip, owner, sandbox)| {
-                    format!(
-                        "{ip} {owner} {}",
-                        sandbox.as_ref().map(SandboxId::as_str).unwrap_or("-")
-                    )
+                .map(|c| {
+                    let mut line = format!(
+                        "{} {} {}",
+                        c.ip,
+                        c.owner,
+                        c.sandbox.as_ref().map(SandboxId::as_str).unwrap_or("-")
+                    );
+                    if let Some(v) = &c.veth {
+                        line.push_str(" veth=");
+                        line.push_str(v);
+                    }
+                    line
                 })
                 .collect();
             Reply::with_data(data, format!("released={n}"))

@@ -18,14 +18,18 @@ const NS_GET_NSTYPE: nix::libc::c_ulong = 0xb703;
 /// there is not a network namespace (a regular file, a directory,
 /// `/dev/null`, another kind of namespace).
 pub fn identity(path: &Path) -> io::Result<(u64, u64)> {
-    let f = File::open(path)?;
+    identity_of(&File::open(path)?, path)
+}
+
+/// [`identity`] of a file already open (`path` only names it in errors).
+pub fn identity_of(f: &File, path: &Path) -> io::Result<(u64, u64)> {
     let not_netns = || {
         io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("{} is not a network namespace", path.display()),
         )
     };
-    let st = nix::sys::statfs::fstatfs(&f).map_err(io::Error::from)?;
+    let st = nix::sys::statfs::fstatfs(f).map_err(io::Error::from)?;
     #[allow(clippy::unnecessary_cast)]
     if st.filesystem_type().0 as i64 != NSFS_MAGIC {
         return Err(not_netns());

@@ -16,6 +16,7 @@ mod cloud_sim;
 mod cni_containerd;
 mod cni_docs;
 mod cni_errors;
+mod cni_hostile;
 mod cni_local;
 mod cni_netns;
 mod cni_podman;

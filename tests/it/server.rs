@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use crate::common;
 use crossbeam_channel::bounded;
 use eniipd::core::{
-    AllocError, Allocation, Answer, Command as Cmd, Commands, EniEntry, EniInfo, Envelope, ErrCode,
-    ListEntry, Owner, StatusCounts,
+    AllocError, Allocation, Answer, Collected, Command as Cmd, Commands, EniEntry, EniInfo,
+    Envelope, ErrCode, ListEntry, Owner, StatusCounts,
 };
 use eniipd::server::listener::{bind_socket, Server, ServerConfig};
 use eniipd::server::protocol::is_final_line;
@@ -142,7 +142,12 @@ impl Fake {
                         .into_iter()
                         .map(|o| {
                             let a = h.remove(&o).unwrap();
-                            (IpAddr::V4(a.ip), Owner::parse(&o).unwrap(), None)
+                            Collected {
+                                ip: IpAddr::V4(a.ip),
+                                owner: Owner::parse(&o).unwrap(),
+                                sandbox: None,
+                                veth: None,
+                            }
                         })
                         .collect(),
                 )

@@ -28,8 +28,8 @@ use log::{debug, error, info, warn};
 
 use crate::cloud::{CloudApi, CloudError, CloudErrorKind, Ipv4Prefix};
 use crate::core::{
-    AllocError, Allocation, Answer, Command, EniEntry, Envelope, ErrCode, Owner, PrefixUse,
-    SandboxId,
+    AllocError, Allocation, Answer, Collected, Command, EniEntry, Envelope, ErrCode, Owner,
+    PrefixUse, SandboxId,
 };
 use crate::pool::{EniPhase, IpState, PoolEni, PoolState, ReleaseOutcome};
 use crate::store::Record;

@@ -321,11 +321,17 @@ impl Actor {
         let mut records = Vec::new();
         let mut collected = Vec::new();
         for (owner, sandbox) in doomed {
+            let veth = self.pool.attachment(&owner).map(|a| a.veth.clone());
             let (mut r, released) = self.release_one(&owner, sandbox.as_ref());
             records.append(&mut r);
             if let Some(ip) = released {
                 info!("gc: released {ip} of {owner}");
-                collected.push((ip, owner, sandbox));
+                collected.push(Collected {
+                    ip,
+                    owner,
+                    sandbox,
+                    veth,
+                });
             }
         }
         self.commit_then(records, reply, move || {

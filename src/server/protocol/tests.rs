@@ -224,3 +224,21 @@ fn final_line_detection() {
     assert!(!is_final_line("ERRORS 1"));
     assert!(!is_final_line(" OK"));
 }
+
+#[test]
+fn gc_lines_name_the_host_end_when_one_was_recorded() {
+    let collected = |veth: Option<&str>, sandbox: Option<&str>| crate::core::Collected {
+        ip: "10.0.0.14".parse().unwrap(),
+        owner: Owner::parse("batch/job-7").unwrap(),
+        sandbox: sandbox.map(|s| SandboxId::parse(s).unwrap()),
+        veth: veth.map(String::from),
+    };
+    let r = answer_reply(Ok(Answer::Collected(vec![
+        collected(None, None),
+        collected(Some("enip0123456789a"), Some("abc")),
+    ])));
+    assert_eq!(
+        r.render(),
+        "10.0.0.14 batch/job-7 -\n10.0.0.14 batch/job-7 abc veth=enip0123456789a\nOK released=2\n"
+    );
+}
