@@ -7,7 +7,14 @@
 //! - deletes ENIs tagged for this instance and left unattached (a crash
 //!   between create and attach), unless the actor knows them or they are
 //!   younger than `sweep_min_age`. A delete holds an ENI operation permit.
+//!
+//! After a restart served from the state files, the first pass comes
+//! early (`first_reconcile`, or at once when the actor asks), is retried
+//! soon while it fails, checks for another eniipd's ENIs and sweeps every
+//! loose ENI whatever its age: it does what a first start does before
+//! serving, and the actor hands out nothing new until its view arrives.
 
+use std::collections::BTreeSet;
 use std::io;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -28,35 +35,97 @@ use super::eniops;
 use super::msg::{CloudEniView, Event, ReadyEni, Request};
 use super::AllocatorOptions;
 
+/// What wakes the maintenance thread besides its period.
+pub(super) struct Wakeups {
+    /// The allocator stops.
+    pub(super) stop: Receiver<()>,
+    /// The allocator wants the first reconcile now (after a restart
+    /// served from the state files, an `alloc` waits on it).
+    pub(super) kick: Receiver<()>,
+}
+
 pub(super) fn spawn(
     opts: Arc<AllocatorOptions>,
     cloud: Arc<dyn CloudApi>,
     requests: Sender<Request>,
     events: Sender<Event>,
     op_sem: Semaphore,
-    stop: Receiver<()>,
+    wake: Wakeups,
+    fatal: Sender<super::Fatal>,
 ) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("eniipd-maint".into())
-        .spawn(move || loop {
-            let wait = opts
-                .pool_check_interval
-                .mul_f64(crate::util::rand::jitter(0.2));
-            match stop.recv_timeout(wait) {
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                _ => return,
+        .spawn(move || {
+            let period = || {
+                opts.pool_check_interval
+                    .mul_f64(crate::util::rand::jitter(0.2))
+            };
+            // After a restart served from the state files the first pass
+            // comes early (spread over the fleet by the daemon's jitter),
+            // and is tried again soon while it fails: until it has run,
+            // nothing new is handed out.
+            let mut first = opts.first_reconcile.is_some();
+            let mut leftovers = BTreeSet::new();
+            let mut retry = Duration::from_secs(1);
+            let mut wait = opts.first_reconcile.unwrap_or_else(period);
+            // The actor drops its end once it no longer needs a kick (or
+            // never had one): from then on only the period wakes.
+            let mut kick = wake.kick;
+            loop {
+                crossbeam_channel::select! {
+                    recv(wake.stop) -> _ => return,
+                    recv(kick) -> k => if k.is_err() {
+                        kick = crossbeam_channel::never();
+                        continue;
+                    },
+                    default(wait) => {}
+                }
+                let reconciled = cycle(
+                    &opts,
+                    &*cloud,
+                    &requests,
+                    &events,
+                    &op_sem,
+                    Pass {
+                        first,
+                        leftovers: &mut leftovers,
+                    },
+                    &fatal,
+                );
+                if first && !reconciled {
+                    retry = (retry * 2).min(opts.pool_check_interval);
+                    wait = retry.mul_f64(crate::util::rand::jitter(0.5));
+                    continue;
+                }
+                first = false;
+                wait = period();
             }
-            cycle(&opts, &*cloud, &requests, &events, &op_sem);
         })
 }
 
+/// What a pass carries from the ones before.
+struct Pass<'a> {
+    /// Before the actor's first view after a restart served from the
+    /// state files: the pass also makes the peer check a first start
+    /// makes before serving.
+    first: bool,
+    /// Loose ENIs listed before the actor planned anything (so none is
+    /// one this run is creating): leftovers of the last run, deleted
+    /// whatever their age, as a first start does, until they are gone.
+    leftovers: &'a mut BTreeSet<String>,
+}
+
+/// One pass; true when the actor was sent the cloud's view.
 fn cycle(
     opts: &AllocatorOptions,
     cloud: &dyn CloudApi,
     requests: &Sender<Request>,
     events: &Sender<Event>,
     op_sem: &Semaphore,
-) {
+    pass: Pass<'_>,
+    fatal: &Sender<super::Fatal>,
+) -> bool {
+    let first = pass.first;
     if opts.vswitch_policy == VSwitchPolicy::Ordered {
         match cloud.describe_vswitches(&opts.vswitches) {
             Ok(v) => {
@@ -76,8 +145,23 @@ fn cycle(
             .get_or_insert_with(|| tagged_unattached(cloud, &opts.instance_id, &opts.node_id))
             .clone()
     };
-    match attached_managed(cloud, &opts.instance_id, &opts.node_id) {
-        Ok(enis) => {
+    let mut reconciled = false;
+    match attached(cloud, &opts.instance_id) {
+        Ok(all) => {
+            if first {
+                let peers = live_peers(&all, &opts.instance_id, &opts.node_id);
+                if !peers.is_empty() {
+                    let _ = fatal.send(super::Fatal {
+                        message: peer_refusal(&peers),
+                        peer_running: true,
+                    });
+                    return false;
+                }
+            }
+            let enis: Vec<Eni> = all
+                .into_iter()
+                .filter(|e| e.is_managed_by(&opts.instance_id, &opts.node_id))
+                .collect();
             let _ = events.send(Event::SecurityGroupDrift(drift(
                 &enis,
                 &opts.security_groups,
@@ -93,17 +177,79 @@ fn cycle(
                 Ok(l) => Some(l.iter().map(|e| e.id.clone()).collect()),
                 Err(_) => None,
             };
-            let _ = events.send(Event::Reconcile {
-                started,
-                enis: views,
-                detached,
-            });
+            reconciled = events
+                .send(Event::Reconcile {
+                    started,
+                    enis: views,
+                    detached,
+                })
+                .is_ok();
         }
         Err(e) => warn!("describing managed ENIs failed: {e}"),
     }
-    if let Err(e) = sweep(opts, cloud, requests, op_sem, loose()) {
+    // Nothing is planned before the first pass's view arrives, so what
+    // that pass lists is the last run's.
+    let loose = loose();
+    if let Ok(l) = &loose {
+        let listed: BTreeSet<String> = l.iter().map(|e| e.id.clone()).collect();
+        if first {
+            pass.leftovers.extend(listed.iter().cloned());
+        }
+        pass.leftovers.retain(|id| listed.contains(id));
+    }
+    if let Err(e) = sweep(
+        cloud,
+        requests,
+        op_sem,
+        loose,
+        opts.sweep_min_age,
+        pass.leftovers,
+    ) {
         warn!("sweeping unattached ENIs failed: {e}");
     }
+    reconciled
+}
+
+/// Every ENI attached to this instance (any status, anyone's).
+fn attached(cloud: &dyn CloudApi, instance_id: &str) -> Result<Vec<Eni>, crate::cloud::CloudError> {
+    let q = EniQuery {
+        instance_id: Some(instance_id.to_string()),
+        ..EniQuery::default()
+    };
+    cloud.describe_enis(&q)
+}
+
+/// ENIs among `enis` that another eniipd (another node id) made and that
+/// runs on this host, with that node: two daemons on one instance would
+/// hand out each other's addresses. One whose node does not run here is
+/// adopted (logged).
+pub fn live_peers(enis: &[Eni], instance_id: &str, node_id: &str) -> Vec<(String, String)> {
+    enis.iter()
+        .filter_map(|e| {
+            let peer = e.foreign_node(instance_id, node_id)?.to_string();
+            if crate::util::node::alive(&peer) {
+                Some((e.id.clone(), peer))
+            } else {
+                warn!(
+                    "{} was made by eniipd node {peer}, which does not run here: adopting it",
+                    e.id
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+/// Why this daemon refuses to run beside the live peers of [`live_peers`].
+pub fn peer_refusal(peers: &[(String, String)]) -> String {
+    let list: Vec<String> = peers
+        .iter()
+        .map(|(eni, node)| format!("{eni} (node {node})"))
+        .collect();
+    format!(
+        "another eniipd (another state directory) runs on this host and manages ENIs attached to this instance: {}; two daemons on one instance would hand out each other's addresses. Stop one of them (once it is gone, this one adopts its ENIs)",
+        list.join(", ")
+    )
 }
 
 /// The managed ENIs attached to this instance (any status).
@@ -112,12 +258,7 @@ pub fn attached_managed(
     instance_id: &str,
     node_id: &str,
 ) -> Result<Vec<Eni>, crate::cloud::CloudError> {
-    let q = EniQuery {
-        instance_id: Some(instance_id.to_string()),
-        ..EniQuery::default()
-    };
-    Ok(cloud
-        .describe_enis(&q)?
+    Ok(attached(cloud, instance_id)?
         .into_iter()
         .filter(|e| e.is_managed_by(instance_id, node_id))
         .collect())
@@ -203,18 +344,20 @@ fn view(cloud: &dyn CloudApi, e: &Eni) -> CloudEniView {
 }
 
 fn sweep(
-    opts: &AllocatorOptions,
     cloud: &dyn CloudApi,
     requests: &Sender<Request>,
     op_sem: &Semaphore,
     loose: Result<Vec<Eni>, crate::cloud::CloudError>,
+    min_age: Duration,
+    leftovers: &BTreeSet<String>,
 ) -> Result<(), crate::cloud::CloudError> {
     let candidates: Vec<Eni> = loose?
         .into_iter()
         .filter(|e| e.status == EniStatus::Available)
         .filter(|e| {
-            e.created_at
-                .is_none_or(|t| unix_secs().saturating_sub(t) >= opts.sweep_min_age.as_secs())
+            leftovers.contains(&e.id)
+                || e.created_at
+                    .is_none_or(|t| unix_secs().saturating_sub(t) >= min_age.as_secs())
         })
         .collect();
     if candidates.is_empty() {

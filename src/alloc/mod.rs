@@ -113,6 +113,12 @@ pub struct AllocatorOptions {
     pub sweep_min_age: Duration,
     /// What the `config` command shows (effective values, secrets masked).
     pub config_view: Vec<(String, String)>,
+    /// A restart served from the state files before the OpenAPI was
+    /// asked: the first reconcile runs this long after start (or at once
+    /// when an `alloc` needs a new address), and until it has run nothing
+    /// new is handed out and the peer check of a cold start is made there.
+    /// `None`: the pool came from the OpenAPI.
+    pub first_reconcile: Option<Duration>,
 }
 
 impl AllocatorOptions {
@@ -151,6 +157,26 @@ impl AllocatorOptions {
             pool_backoff_max: Duration::from_secs(300),
             sweep_min_age: Duration::from_secs(300),
             config_view: cfg.effective(),
+            first_reconcile: None,
+        }
+    }
+}
+
+/// Why the allocator stopped by itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fatal {
+    /// What happened, for the log.
+    pub message: String,
+    /// Another eniipd (another state directory) manages ENIs attached to
+    /// this instance: a restart cannot help until one of them is stopped.
+    pub peer_running: bool,
+}
+
+impl From<String> for Fatal {
+    fn from(message: String) -> Fatal {
+        Fatal {
+            message,
+            peer_running: false,
         }
     }
 }
@@ -212,7 +238,7 @@ pub struct Allocator {
     maint_stop: Sender<()>,
     maint: parking_lot::Mutex<Option<JoinHandle<()>>>,
     actor: parking_lot::Mutex<Option<JoinHandle<Vec<Joinable>>>>,
-    fatal: Receiver<String>,
+    fatal: Receiver<Fatal>,
     opts: Arc<AllocatorOptions>,
 }
 
@@ -240,6 +266,9 @@ impl Allocator {
         let (stop_tx, stop_rx) = bounded(1);
         let (maint_stop_tx, maint_stop_rx) = bounded(1);
         let (fatal_tx, fatal_rx) = bounded(16);
+        // The allocator asks for its first reconcile early (an `alloc`
+        // waits on it); one pending ask is enough.
+        let (kick_tx, kick_rx) = bounded(1);
         let eni_sem = Semaphore::new(opts.capacity.usable_enis);
         let op_sem = Semaphore::new(opts.max_concurrent_eni_ops);
         let actor = actor::Actor::new(
@@ -250,9 +279,10 @@ impl Allocator {
             eni_sem,
             op_sem.clone(),
             ev_tx.clone(),
-            fatal_tx,
+            fatal_tx.clone(),
             req_tx.clone(),
-        );
+        )
+        .with_first_reconcile(kick_tx);
         let actor = std::thread::Builder::new()
             .name("eniipd-pool".into())
             .spawn(move || actor.run(cmd_rx, req_rx, ev_rx, stop_rx))?;
@@ -262,7 +292,11 @@ impl Allocator {
             req_tx.clone(),
             ev_tx,
             op_sem,
-            maint_stop_rx,
+            maint::Wakeups {
+                stop: maint_stop_rx,
+                kick: kick_rx,
+            },
+            fatal_tx,
         )?;
         Ok(Allocator {
             commands: Commands::new(cmd_tx, opts.alloc_timeout),
@@ -345,7 +379,7 @@ impl Allocator {
     }
 
     /// Fatal errors (a failed commit): the daemon must stop.
-    pub fn fatal(&self) -> &Receiver<String> {
+    pub fn fatal(&self) -> &Receiver<Fatal> {
         &self.fatal
     }
 

@@ -10,6 +10,13 @@
 //! Tagged ENIs left unattached (a crash between create and attach) are
 //! deleted; ones caught mid-attach are waited for and adopted; ones caught
 //! mid-detach are finished off.
+//!
+//! A restart need not wait for the OpenAPI: [`provisional`] rebuilds, from
+//! the state files and metadata alone, the pool of what was handed out
+//! (every recorded owner and hold, on the ENIs metadata shows attached),
+//! with no address to hand out. The allocator serves it at once and hands
+//! out nothing new until its first reconcile with the OpenAPI has adopted
+//! what the cloud has (see `Actor::verified`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -17,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
-use crate::cloud::{wait, CloudApi, CloudError, Eni, EniStatus};
+use crate::cloud::{wait, CloudApi, CloudError, Eni, EniStatus, MetadataApi, MetadataEni};
 use crate::pool::{PoolEni, PoolState};
 use crate::store::{PersistedState, Record};
 use crate::util::time::unix_ms;
@@ -78,6 +85,100 @@ pub fn recover(
         records,
         notes,
     })
+}
+
+/// What [`provisional`] made of the state files and metadata.
+#[derive(Debug)]
+pub enum Provisional {
+    /// The pool of what was handed out, to serve before the first
+    /// reconcile.
+    Ready(Box<Recovered>),
+    /// The state files name what metadata does not show (an ENI detached
+    /// while the daemon was down, a state directory from another
+    /// instance): only the OpenAPI can say what is left. Why.
+    Cold(String),
+}
+
+/// The pool of a restart before the OpenAPI is asked: the ENIs the state
+/// files name (by their owners' and holds' addresses), with the datapath
+/// facts metadata gives for each, and on them exactly the recorded
+/// addresses, their owners and holds. Nothing idle: which other addresses
+/// the ENIs hold is the OpenAPI's to say (metadata lags both ways).
+pub fn provisional(
+    md: &dyn MetadataApi,
+    dual: bool,
+    persisted: &PersistedState,
+) -> Result<Provisional, CloudError> {
+    let mut named: BTreeMap<&str, Vec<(Ipv4Addr, Option<Ipv6Addr>)>> = BTreeMap::new();
+    for a in persisted.allocations.values() {
+        named
+            .entry(a.eni.as_str())
+            .or_default()
+            .push((a.ipv4, a.ipv6));
+    }
+    for h in persisted.holds.values() {
+        named
+            .entry(h.eni.as_str())
+            .or_default()
+            .push((h.ipv4, h.ipv6));
+    }
+    if named.contains_key("") {
+        return Ok(Provisional::Cold(
+            "the state files hold an address with no ENI recorded".into(),
+        ));
+    }
+    let mut attached: BTreeMap<String, MetadataEni> = BTreeMap::new();
+    for mac in md.macs()? {
+        let e = md.eni(&mac)?;
+        attached.insert(e.eni_id.clone(), e);
+    }
+    let mut pool = PoolState::new(dual);
+    let mut notes = Vec::new();
+    for (eni, addrs) in &named {
+        let Some(m) = attached.get(*eni) else {
+            return Ok(Provisional::Cold(format!(
+                "the state files hold addresses on {eni}, which metadata does not show attached"
+            )));
+        };
+        let (Some(gateway), false) = (m.gateway, m.vswitch_cidr.is_empty()) else {
+            return Ok(Provisional::Cold(format!(
+                "metadata gives no gateway or CIDR for {eni} ({})",
+                m.mac
+            )));
+        };
+        let primary = m.primary_ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
+        pool.add_eni(PoolEni::ready(
+            eni,
+            &m.mac,
+            &m.vswitch_id,
+            &m.vswitch_cidr,
+            gateway,
+            primary,
+        ));
+        let unseen = addrs.iter().filter(|(a, _)| !m.ipv4s.contains(a)).count();
+        for (v4, v6) in addrs {
+            pool.add_ip(eni, *v4, v6.filter(|_| dual));
+        }
+        notes.push(if unseen > 0 {
+            format!(
+                "{eni}: {} recorded address(es), {unseen} of them not (yet) in metadata; the OpenAPI decides at the first reconcile",
+                addrs.len()
+            )
+        } else {
+            format!("{eni}: {} recorded address(es), all in metadata", addrs.len())
+        });
+    }
+    let records = restore_owners(&mut pool, persisted, unix_ms());
+    if let Err(e) = pool.check() {
+        return Ok(Provisional::Cold(format!(
+            "the recorded addresses do not make a consistent pool: {e}"
+        )));
+    }
+    Ok(Provisional::Ready(Box::new(Recovered {
+        pool,
+        records,
+        notes,
+    })))
 }
 
 /// Tagged ENIs left unattached (a crash between create and attach) are

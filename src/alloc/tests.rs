@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::capacity::{self, PoolSizes};
 use super::fake::{FakeCloud, FakeEni, MemJournal, INSTANCE};
-use super::recover::recover;
+use super::recover::{provisional, recover, Provisional};
 use super::{Allocator, AllocatorOptions};
-use crate::cloud::{EniStatus, TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY};
+use crate::cloud::{CloudApi, EniStatus, TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY};
 use crate::config::RawConfig;
 use crate::core::{
     AllocError, Allocation, Answer, Command, EniEntry, ErrCode, Owner, SandboxId, StatusCounts,
@@ -680,6 +680,76 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
     );
     assert!(a.audit().unwrap().is_empty(), "{:?}", a.audit());
     a.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+#[test]
+fn a_restart_from_the_state_files_serves_owners_at_once_and_nothing_new_before_the_openapi() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    fake.insert(managed(
+        "eni-kept",
+        "00:16:3e:aa:00:01",
+        &["10.0.9.1", "10.0.9.2", "10.0.9.3"],
+    ));
+    let mut persisted = PersistedState::default();
+    let stored = |o: &str, ip: &str, eni: &str| Stored {
+        owner: o.into(),
+        sandbox: None,
+        ipv4: ip.parse().unwrap(),
+        ipv6: None,
+        eni: eni.into(),
+        at_ms: 1,
+        attach: None,
+    };
+    persisted
+        .allocations
+        .insert("ns/a".into(), stored("ns/a", "10.0.9.2", "eni-kept"));
+    let Provisional::Ready(r) = provisional(fake.metadata(), false, &persisted).unwrap() else {
+        panic!("every recorded ENI is in metadata");
+    };
+    // Exactly what was handed out: no idle address before the OpenAPI.
+    assert_eq!(r.pool.enis.len(), 1);
+    let counts = r.pool.counts();
+    assert_eq!((counts.inuse, counts.idle), (1, 0));
+    assert_eq!(fake.calls("DescribeNetworkInterfaces"), 0);
+
+    let mut o = options(&fake, "{}");
+    o.first_reconcile = Some(Duration::from_secs(3600));
+    let (a, _j) = start_with(&fake, o, r.pool);
+    assert_eq!(
+        a.show(&owner("ns/a")).unwrap().ip,
+        "10.0.9.2".parse::<Ipv4Addr>().unwrap()
+    );
+    assert_eq!(
+        a.alloc(&owner("ns/a"), None, None).unwrap().ip,
+        "10.0.9.2".parse::<Ipv4Addr>().unwrap(),
+        "an owner gets its own address again before any OpenAPI call"
+    );
+    assert_eq!(fake.calls("DescribeNetworkInterfaces"), 0);
+    // A new owner's alloc asks for the first reconcile at once (not in an
+    // hour) and is served from what the OpenAPI shows.
+    let got = a.alloc(&owner("ns/new"), None, None).unwrap().ip;
+    assert!(fake.calls("DescribeNetworkInterfaces") > 0);
+    assert!(
+        ["10.0.9.1", "10.0.9.3"].contains(&got.to_string().as_str()),
+        "{got}: one of the ENI's idle addresses, adopted at the reconcile"
+    );
+    assert!(a.audit().unwrap().is_empty(), "{:?}", a.audit());
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+
+    // What metadata does not show makes a cold start (the OpenAPI first).
+    persisted
+        .allocations
+        .insert("ns/b".into(), stored("ns/b", "10.0.7.1", "eni-detached"));
+    match provisional(fake.metadata(), false, &persisted).unwrap() {
+        Provisional::Cold(why) => assert!(why.contains("eni-detached"), "{why}"),
+        Provisional::Ready(_) => panic!("an ENI metadata does not show was trusted"),
+    }
+    persisted.allocations.remove("ns/b");
+    fake.hide_from_metadata("00:16:3e:aa:00:01");
+    assert!(matches!(
+        provisional(fake.metadata(), false, &persisted).unwrap(),
+        Provisional::Cold(_)
+    ));
 }
 
 #[test]

@@ -50,7 +50,8 @@ Defaults:
 When ready it prints one line to stdout:
   ready ecs=http://127.0.0.1:P vpc=http://127.0.0.1:P metadata=http://127.0.0.1:Q instance=<id> region=<id>
 and logs to stderr only. Admin: GET /__sim/state, POST/DELETE /__sim/faults,
-POST /__sim/vswitch on the OpenAPI listener. See eniip-sim(1).
+POST /__sim/vswitch, POST /__sim/metadata on the OpenAPI listener.
+See eniip-sim(1).
 ",
         eniipd::sim::types::DEFAULT,
         eniipd::sim::types::known()

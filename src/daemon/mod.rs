@@ -10,6 +10,7 @@
 
 pub mod args;
 mod conflist;
+mod facts;
 mod peer;
 pub mod preflight;
 mod reaper;
@@ -28,7 +29,7 @@ use crossbeam_channel::Receiver;
 use log::{error, info, warn};
 
 use crate::alloc::capacity::{self, PoolSizes};
-use crate::alloc::recover::recover;
+use crate::alloc::recover::{provisional, recover, Provisional};
 use crate::alloc::{Allocator, AllocatorOptions};
 use crate::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
 use crate::cloud::credentials::CredentialSource;
@@ -520,28 +521,80 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         identity.instance_id = id.clone();
     }
     let cloud: Arc<dyn CloudApi> = Arc::new(build_cloud(&cfg, &identity));
-    let (limits, mut opts) = allocator_options(&cfg, &identity, &*cloud, signals)?;
-    opts.node_id = node_id;
-    at_start("looking for another eniipd's ENIs", budget, signals, || {
-        foreign_enis(&*cloud, &identity.instance_id, &opts.node_id)
-    })
-    .and_then(refuse_beside_peer)?;
-
-    let recovered = at_start(
-        "restoring the pool from the cloud",
-        budget * 3,
-        signals,
-        || {
-            recover(
-                &*cloud,
-                &identity.instance_id,
-                &opts.node_id,
-                opts.dual,
-                &persisted,
-                quarantine,
-            )
+    let dual = cfg.ip_stack == crate::config::IpStack::Dual;
+    let kept = kept_facts(&cfg, &identity);
+    // A restart whose state files metadata confirms is served from them
+    // before the OpenAPI is asked anything (a fleet restarting at once
+    // would otherwise spend the account's quota before any node serves).
+    let warm = match (&kept, quarantine) {
+        (Some(_), None) => match at_start("reading metadata", budget, signals, || {
+            provisional(&md, dual, &persisted)
+        })? {
+            Provisional::Ready(r) => Some(*r),
+            Provisional::Cold(why) => {
+                info!("restoring the pool from the OpenAPI before serving: {why}");
+                None
+            }
         },
-    )?;
+        _ => None,
+    };
+    let facts = match (&warm, kept) {
+        (Some(_), Some(f)) => f,
+        _ => ask_facts(&cfg, &identity, &*cloud, signals)?,
+    };
+    let mut opts = allocator_options(&cfg, &identity, &facts)?;
+    opts.node_id = node_id;
+    let recovered = match warm {
+        Some(mut r) => {
+            for n in r.notes.drain(..) {
+                info!("{n}");
+            }
+            let first = first_reconcile_delay(cfg.pool_check_interval);
+            info!(
+                "restarted from the state files and metadata, before any OpenAPI call: nothing new is handed out until the first reconcile, in {} ms (or at the first alloc that needs an address)",
+                first.as_millis()
+            );
+            opts.first_reconcile = Some(first);
+            r
+        }
+        None => {
+            if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
+                match cloud.describe_vswitches(&opts.vswitches) {
+                    Ok(v) => {
+                        opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect()
+                    }
+                    Err(e) => warn!("DescribeVSwitches failed ({e}); vswitches start unordered"),
+                }
+            }
+            at_start("looking for another eniipd's ENIs", budget, signals, || {
+                foreign_enis(&*cloud, &identity.instance_id, &opts.node_id)
+            })
+            .and_then(refuse_beside_peer)?;
+            let r = at_start(
+                "restoring the pool from the cloud",
+                budget * 3,
+                signals,
+                || {
+                    recover(
+                        &*cloud,
+                        &identity.instance_id,
+                        &opts.node_id,
+                        opts.dual,
+                        &persisted,
+                        quarantine,
+                    )
+                },
+            )?;
+            if let Err(e) = facts::save(&cfg.state_dir, &facts) {
+                warn!(
+                    "cannot keep the instance's facts in {} ({e}): the next start asks the OpenAPI again",
+                    cfg.state_dir.display()
+                );
+            }
+            r
+        }
+    };
+    let limits = facts.limits();
     for n in &recovered.notes {
         info!("{n}");
     }
@@ -625,14 +678,36 @@ fn open_state(
     }
 }
 
-/// What the allocator needs from the cloud and the config: the instance
-/// type's limits, security groups, vswitches and capacity.
-fn allocator_options(
+/// The instance's facts kept at the last cold start, if they describe
+/// this instance and hold what this configuration needs from them.
+fn kept_facts(cfg: &Config, identity: &InstanceIdentity) -> Option<facts::InstanceFacts> {
+    match facts::load(&cfg.state_dir) {
+        Ok(Some(f)) if !f.describe(identity) => {
+            info!(
+                "{} describes {} ({}), not this instance: asking the OpenAPI",
+                facts::INSTANCE_FILE,
+                f.instance_id,
+                f.instance_type
+            );
+            None
+        }
+        Ok(Some(f)) if cfg.security_groups.is_empty() && f.security_groups.is_empty() => None,
+        Ok(f) => f,
+        Err(e) => {
+            warn!("ignoring the kept instance facts: {e}");
+            None
+        }
+    }
+}
+
+/// What the OpenAPI says about the instance: its type's limits and
+/// (unless configured) its security groups.
+fn ask_facts(
     cfg: &Config,
     identity: &InstanceIdentity,
     cloud: &dyn CloudApi,
     signals: &Receiver<i32>,
-) -> Result<(crate::cloud::InstanceTypeLimits, AllocatorOptions), DaemonError> {
+) -> Result<facts::InstanceFacts, DaemonError> {
     let budget = cfg.start_timeout;
     let limits = at_start("DescribeInstanceTypes", budget, signals, || {
         cloud.instance_type_limits(&identity.instance_type)
@@ -641,6 +716,32 @@ fn allocator_options(
         at_start("DescribeInstanceAttribute", budget, signals, || {
             cloud.instance_security_groups(&identity.instance_id)
         })?
+    } else {
+        Vec::new()
+    };
+    Ok(facts::InstanceFacts::new(
+        identity,
+        &limits,
+        &security_groups,
+    ))
+}
+
+/// When the first reconcile of a restart served from the state files
+/// runs: at a random point of the first `min(pool_check_interval, 10 s)`,
+/// so that the nodes of a fleet restarted at once spread their calls.
+fn first_reconcile_delay(pool_check_interval: Duration) -> Duration {
+    let spread = pool_check_interval.min(Duration::from_secs(10));
+    spread.mul_f64(crate::util::rand::with_thread_rng(|r| r.unit()))
+}
+
+fn allocator_options(
+    cfg: &Config,
+    identity: &InstanceIdentity,
+    facts: &facts::InstanceFacts,
+) -> Result<AllocatorOptions, DaemonError> {
+    let limits = facts.limits();
+    let security_groups = if cfg.security_groups.is_empty() {
+        facts.security_groups.clone()
     } else {
         cfg.security_groups.clone()
     };
@@ -675,13 +776,7 @@ fn allocator_options(
     let mut opts =
         AllocatorOptions::new(cfg, &identity.instance_id, vswitches, security_groups, cap);
     opts.config_view = capacity::effective_view(cfg, &cap);
-    if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
-        match cloud.describe_vswitches(&opts.vswitches) {
-            Ok(v) => opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect(),
-            Err(e) => warn!("DescribeVSwitches failed ({e}); vswitches start unordered"),
-        }
-    }
-    Ok((limits, opts))
+    Ok(opts)
 }
 
 /// The client socket: inherited from systemd, or bound here; then the

@@ -9,6 +9,7 @@ use crossbeam_channel::{bounded, select, tick, Receiver};
 use log::{error, info, warn};
 
 use crate::alloc::capacity::{self, Capacity, PoolSizes};
+use crate::alloc::Fatal;
 use crate::config::{RawConfig, DEFAULT_CONFIG_PATH};
 
 use super::{chain, exit, status_line, Running};
@@ -19,7 +20,7 @@ const STOP_DEADLINE: Duration = Duration::from_secs(8);
 
 enum Stop {
     Signal(i32),
-    Fatal(String),
+    Fatal(Fatal),
 }
 
 /// The signal thread: it forwards SIGTERM, SIGINT and SIGHUP to `rx`.
@@ -127,10 +128,10 @@ pub(super) fn serve(r: Running, sig_rx: &Receiver<i32>) -> i32 {
             recv(sig_rx) -> s => match s {
                 Ok(signal_hook::consts::SIGHUP) => reload(&r),
                 Ok(s) => break Stop::Signal(s),
-                Err(_) => break Stop::Fatal("signal thread ended".into()),
+                Err(_) => break Stop::Fatal(String::from("signal thread ended").into()),
             },
-            recv(r.alloc.fatal()) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "allocator stopped".into())),
-            recv(store_failures) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "the state store stopped".into())),
+            recv(r.alloc.fatal()) -> m => break Stop::Fatal(m.unwrap_or_else(|_| String::from("allocator stopped").into())),
+            recv(store_failures) -> m => break Stop::Fatal(m.unwrap_or_else(|_| "the state store stopped".into()).into()),
             recv(status_tick.as_ref().unwrap_or(&never)) -> _ => {
                 let text = status_line(&r.alloc.commands());
                 if !text.is_empty() && text != last_status {
@@ -152,9 +153,14 @@ pub(super) fn serve(r: Running, sig_rx: &Receiver<i32>) -> i32 {
             info!("signal {s}: stopping");
             exit::OK
         }
-        Stop::Fatal(m) => {
-            error!("stopping: {m}");
-            exit::FAILURE
+        Stop::Fatal(f) => {
+            error!("stopping: {}", f.message);
+            // Restarting beside a live peer would find it again.
+            if f.peer_running {
+                exit::TEMPFAIL
+            } else {
+                exit::FAILURE
+            }
         }
     };
     let _ = r.notifier.stopping();

@@ -475,6 +475,16 @@ fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
                 HttpResponse::json(404, &json!({"error": format!("no vswitch {id}")}))
             }
         }
+        ("POST", "metadata") => {
+            let lag = serde_json::from_slice::<Value>(&req.body)
+                .ok()
+                .and_then(|v| v.get("lag_ms").and_then(Value::as_u64));
+            let Some(ms) = lag else {
+                return bad("expected {\"lag_ms\": N}".into());
+            };
+            sh.world.lock().cfg.metadata_lag = std::time::Duration::from_millis(ms);
+            HttpResponse::json(200, &json!({"ok": true}))
+        }
         _ => HttpResponse::json(404, &json!({"error": "unknown admin endpoint"})),
     }
 }

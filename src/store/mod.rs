@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 
 pub use committer::Committer;
 pub use record::{Allocation, Hold, PersistedState, Record};
+pub(crate) use snapshot::write_atomic;
 
 /// Tunables.
 #[derive(Debug, Clone)]

@@ -152,6 +152,35 @@ impl Sim {
         assert_eq!(code, 200, "{body}");
     }
 
+    /// `POST /__sim/metadata`: the metadata lag from now on.
+    pub fn set_metadata_lag(&self, ms: u64) {
+        let (code, body) = self.admin("POST", "/__sim/metadata", &format!(r#"{{"lag_ms":{ms}}}"#));
+        assert_eq!(code, 200, "{body}");
+    }
+
+    /// eniipd's own signed client against this emulator, one attempt per
+    /// call (the test's own OpenAPI calls, behind the daemon's back).
+    pub fn openapi(&self) -> eniipd::cloud::aliyun::AliyunCloud {
+        use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
+        AliyunCloud::new(AliyunCloudOptions {
+            ecs_endpoint: self.ecs.clone(),
+            vpc_endpoint: self.ecs.clone(),
+            retry: eniipd::cloud::retry::RetryPolicy {
+                max_attempts: 1,
+                ..eniipd::cloud::retry::RetryPolicy::default()
+            },
+            ..AliyunCloudOptions::new(
+                &self.region,
+                &self.metadata,
+                eniipd::cloud::credentials::CredentialSource::Static {
+                    id: eniipd::sim::DEFAULT_ACCESS_KEY_ID.into(),
+                    secret: eniipd::util::Secret::new(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET),
+                    token: None,
+                },
+            )
+        })
+    }
+
     pub fn calls(&self, action: &str) -> u64 {
         self.state()["calls"][action].as_u64().unwrap_or(0)
     }

@@ -28,6 +28,7 @@ mod daemon;
 mod daemon_conflist;
 mod daemon_keep_gc;
 mod daemon_peer;
+mod daemon_restart;
 mod daemon_simulate;
 mod docs;
 mod frozen_disk;

@@ -61,7 +61,7 @@ impl Actor {
                 enis,
                 detached,
             } => self.on_reconcile(started, enis, detached.as_deref()),
-            Event::Fatal(msg) => self.fatal(msg),
+            Event::Fatal(msg) => self.fatal(msg.into()),
         }
     }
 
@@ -443,6 +443,7 @@ impl Actor {
             }
         }
         self.withdraw_vanished(started, &busy, &cloud, detached);
+        self.verify();
     }
 
     /// Prefixes of a settled ENI against the cloud's: one the cloud has

@@ -107,7 +107,7 @@ pub(super) struct Actor {
     inflight: InFlight,
     workers: HashMap<String, WorkerHandle>,
     events_tx: Sender<Event>,
-    fatal_tx: Sender<String>,
+    fatal_tx: Sender<super::Fatal>,
     pool_backoff: Backoff,
     shed_backoff: Backoff,
     free_backoff: HashMap<String, Instant>,
@@ -124,6 +124,13 @@ pub(super) struct Actor {
     config_view: Vec<(String, String)>,
     /// `eni` lookups reading metadata now.
     lookups: Arc<std::sync::atomic::AtomicUsize>,
+    /// The pool is the OpenAPI's view (false only after a restart served
+    /// from the state files, until the first reconcile): until then no
+    /// address is handed out that was not already, and nothing is planned
+    /// or given back. Owners keep theirs, releases work.
+    verified: bool,
+    /// Asks the maintenance thread for the first reconcile now.
+    first_reconcile: Option<Sender<()>>,
 }
 
 impl Actor {
@@ -136,7 +143,7 @@ impl Actor {
         eni_sem: Semaphore,
         op_sem: Semaphore,
         events_tx: Sender<Event>,
-        fatal_tx: Sender<String>,
+        fatal_tx: Sender<super::Fatal>,
         requests_tx: Sender<Request>,
     ) -> Actor {
         let mut switches = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
@@ -167,11 +174,46 @@ impl Actor {
             last_change: HashMap::new(),
             sg_drift: Vec::new(),
             stopping: false,
+            verified: true,
+            first_reconcile: None,
             batcher: Arc::new(StatusBatcher::new(
                 Arc::clone(&cloud_for_batcher),
                 Duration::from_millis(30),
             )),
         }
+    }
+
+    /// After a restart served from the state files (`first_reconcile` in
+    /// the options): unverified until the first reconcile, which `kick`
+    /// asks for early.
+    pub(super) fn with_first_reconcile(mut self, kick: Sender<()>) -> Actor {
+        if self.opts.first_reconcile.is_some() {
+            self.verified = false;
+            self.first_reconcile = Some(kick);
+        }
+        self
+    }
+
+    /// Asks for the first reconcile at once (a waiter needs it).
+    fn ask_first_reconcile(&self) {
+        if let Some(k) = &self.first_reconcile {
+            let _ = k.try_send(());
+        }
+    }
+
+    /// The first reconcile has run: the pool is the OpenAPI's view.
+    fn verify(&mut self) {
+        if self.verified {
+            return;
+        }
+        self.verified = true;
+        self.first_reconcile = None;
+        info!(
+            "the pool is verified against the OpenAPI: {} address(es) on {} ENI(s), {} waiter(s) served from now on",
+            self.pool.ips.len(),
+            self.pool.enis.len(),
+            self.demand.waiting()
+        );
     }
 
     fn worker_config(&self) -> WorkerConfig {
@@ -222,13 +264,13 @@ impl Actor {
             Ok(h) => {
                 self.workers.insert(eni.to_string(), h);
             }
-            Err(e) => self.fatal(format!("cannot start the worker thread of {eni}: {e}")),
+            Err(e) => self.fatal(format!("cannot start the worker thread of {eni}: {e}").into()),
         }
     }
 
-    fn fatal(&mut self, msg: String) {
-        error!("{msg}");
-        let _ = self.fatal_tx.try_send(msg);
+    fn fatal(&mut self, f: super::Fatal) {
+        error!("{}", f.message);
+        let _ = self.fatal_tx.try_send(f);
         self.begin_stop();
     }
 

@@ -9,7 +9,7 @@ impl Actor {
     /// Gathers the input, lets the pure planner decide, then dispatches
     /// what it decided.
     pub(super) fn plan(&mut self, now: Instant) {
-        if self.stopping {
+        if self.stopping || !self.verified {
             return;
         }
         // Waiters without a ticket adopt pool tickets first.
@@ -247,7 +247,7 @@ impl Actor {
                 true
             }
             Err(e) => {
-                self.fatal(format!("cannot start an ENI operation thread: {e}"));
+                self.fatal(format!("cannot start an ENI operation thread: {e}").into());
                 false
             }
         }
@@ -305,6 +305,9 @@ impl Actor {
     // ---- maintenance ---------------------------------------------------
 
     pub(super) fn maintain(&mut self, now: Instant) {
+        if !self.verified {
+            return;
+        }
         // Change times of ENIs that are gone are only needed while a cloud
         // view read before they went may still arrive.
         let horizon = now.checked_sub(Duration::from_secs(600));
@@ -362,7 +365,7 @@ impl Actor {
             ) {
                 Ok(h) => self.helpers.push((format!("ENI free {eni}"), h)),
                 Err(e) => {
-                    self.fatal(format!("cannot start an ENI operation thread: {e}"));
+                    self.fatal(format!("cannot start an ENI operation thread: {e}").into());
                     return;
                 }
             }

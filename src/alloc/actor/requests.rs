@@ -204,6 +204,14 @@ impl Actor {
         let Err(ask) = self.demand.join(ask) else {
             return;
         };
+        if !self.verified {
+            // Nothing new before the OpenAPI has said what is ours: this
+            // waiter is served once the first reconcile has run (asked
+            // for now) or fails at its deadline.
+            self.demand.push(ask, Instant::now());
+            self.ask_first_reconcile();
+            return;
+        }
         if let Some(v4) = self.pool.pick(&ask.owner, ask.prefer) {
             self.hand_out(
                 v4,
@@ -279,7 +287,7 @@ impl Actor {
                         crate::metrics::record_alloc("internal", 0.0);
                         let _ = r.send(Err(AllocError::new(ErrCode::Internal, msg.clone())));
                     }
-                    let _ = fatal.try_send(msg);
+                    let _ = fatal.try_send(msg.into());
                 }
             }),
         );
@@ -409,7 +417,7 @@ impl Actor {
                     let msg = format!("state commit failed: {e}");
                     crate::metrics::record_release("internal");
                     let _ = reply.send(Err(AllocError::new(ErrCode::Internal, msg.clone())));
-                    let _ = fatal.try_send(msg);
+                    let _ = fatal.try_send(msg.into());
                 }
             }),
         );
@@ -445,6 +453,9 @@ impl Actor {
 
     /// Hands idle addresses to waiters, oldest first.
     pub(super) fn serve_waiters(&mut self) {
+        if !self.verified {
+            return;
+        }
         let now_ms = unix_ms();
         let pool = &mut self.pool;
         let served = self.demand.serve(|w| match pool.pick(&w.owner, w.prefer) {

@@ -1,0 +1,188 @@
+//! A restart that asks the OpenAPI nothing before it is ready (issue 21
+//! item 2): the state files and metadata give what was handed out; the
+//! OpenAPI, asked after, decides what else is ours.
+
+use crate::common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::{config, eventually, field, tempdir, Daemon, Sim};
+use eniipd::cloud::rpc::CallOpts;
+use serde_json::{json, Value};
+
+fn call(sim: &Sim, action: &str, params: &[(&str, &str)]) -> Value {
+    let p: Vec<(String, String)> = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    sim.openapi()
+        .ecs()
+        .call(action, &p, CallOpts::default())
+        .unwrap_or_else(|e| panic!("{action}: {e}"))
+}
+
+fn idle(d: &Daemon) -> u64 {
+    field(&d.ok("status"), "idle").parse().unwrap()
+}
+
+/// The addresses `list` shows.
+fn listed(d: &Daemon) -> BTreeSet<String> {
+    d.ask("list")
+        .iter()
+        .filter(|l| !l.starts_with("OK"))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_restart_is_ready_while_the_openapi_answers_nothing_but_throttles() {
+    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let dir = tempdir("restart-throttled");
+    let cfg = config(
+        &sim,
+        &dir,
+        json!({"min_pool_size": 3, "max_pool_size": 6, "alloc_timeout": 3}),
+    );
+    let mut d = Daemon::start(&dir, &cfg);
+    let a = d.ok("alloc ns/a");
+    let b = d.ok("alloc ns/b");
+    assert!(eventually(Duration::from_secs(30), || idle(&d) >= 3));
+    let (status, _) = d.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", d.log_text());
+
+    // Every OpenAPI call is refused as a spent quota from now on.
+    sim.fault(r#"{"action":"*","code":"Throttling.User"}"#);
+    let throttled_before = sim.state()["throttled"].clone();
+    let started = Instant::now();
+    let d = Daemon::spawn(&dir, &cfg, &[]);
+    d.wait_ready(Duration::from_secs(20));
+    let ready_in = started.elapsed();
+    println!("ready in {ready_in:?} with every OpenAPI call throttled");
+    assert!(
+        d.log_text()
+            .contains("restarted from the state files and metadata"),
+        "{}",
+        d.log_text()
+    );
+    // The owners are served at once: shown, allocated again, released.
+    assert_eq!(d.ok("show ns/a"), a);
+    assert_eq!(d.ok("alloc ns/a"), a);
+    d.ok("release ns/b");
+    // Nothing new before the OpenAPI says what is ours: a new owner waits
+    // its alloc_timeout and is told so.
+    let reply = d.ask("alloc ns/c");
+    assert!(
+        reply.last().is_some_and(|l| l.starts_with("ERR timeout")),
+        "{reply:?}"
+    );
+    assert_eq!(
+        sim.state()["throttled"],
+        throttled_before,
+        "no fault-free call happened"
+    );
+
+    // The quota is back: the next alloc is served, from the cloud's view.
+    sim.clear_faults();
+    let c = d.ok("alloc ns/c");
+    let ip = |r: &str| field(r, "ip");
+    assert_ne!(ip(&c), ip(&a));
+    assert_ne!(
+        ip(&c),
+        ip(&b),
+        "ns/b's address is cooling or reserved, not handed out"
+    );
+    d.audits_consistent_within(Duration::from_secs(20));
+}
+
+#[test]
+fn an_address_metadata_still_shows_but_the_openapi_took_away_is_never_handed_out() {
+    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let dir = tempdir("restart-lagging");
+    let cfg = config(&sim, &dir, json!({"min_pool_size": 4, "max_pool_size": 8}));
+    let mut d = Daemon::start(&dir, &cfg);
+    let a = d.ok("alloc ns/a");
+    let (eni, mac) = (field(&a, "eni"), field(&a, "mac"));
+    assert!(eventually(Duration::from_secs(30), || idle(&d) >= 4));
+    // An idle secondary address of the same ENI (`list`: ip state owner
+    // eni; the ENI's primary address cannot be unassigned).
+    let primary = sim
+        .managed()
+        .into_iter()
+        .find(|e| e["id"] == eni.as_str())
+        .map(|e| e["primary_ip"].as_str().unwrap().to_string())
+        .unwrap();
+    let taken = d
+        .ask("list")
+        .iter()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.len() == 4 && w[1] == "idle" && w[3] == eni && w[0] != primary)
+        .map(|w| w[0].to_string())
+        .expect("an idle address on the ENI of ns/a");
+    // Metadata lags 6 s from now on: the ENI (older than that) stays
+    // shown, and so does what the OpenAPI takes away from it.
+    std::thread::sleep(Duration::from_secs(7));
+    sim.set_metadata_lag(6000);
+    let (status, _) = d.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", d.log_text());
+
+    // Behind the daemon's back: an idle address leaves the ENI and is
+    // given to another (unmanaged) ENI, so it is someone else's now.
+    call(
+        &sim,
+        "UnassignPrivateIpAddresses",
+        &[
+            ("RegionId", &sim.region),
+            ("NetworkInterfaceId", &eni),
+            ("PrivateIpAddress.1", &taken),
+        ],
+    );
+    let sg = call(&sim, "DescribeSecurityGroups", &[("RegionId", &sim.region)])["SecurityGroups"]
+        ["SecurityGroup"][0]["SecurityGroupId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let vsw = sim.state()["vswitches"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    call(
+        &sim,
+        "CreateNetworkInterface",
+        &[
+            ("RegionId", &sim.region),
+            ("VSwitchId", &vsw),
+            ("SecurityGroupId", &sg),
+            ("PrimaryIpAddress", &taken),
+        ],
+    );
+    let shown = ureq::get(format!(
+        "{}/latest/meta-data/network/interfaces/macs/{mac}/private-ipv4s",
+        sim.metadata
+    ))
+    .call()
+    .unwrap()
+    .body_mut()
+    .read_to_string()
+    .unwrap();
+    assert!(
+        shown.contains(&taken),
+        "the scenario needs metadata to still show {taken}: {shown}"
+    );
+
+    let d = Daemon::start(&dir, &cfg);
+    assert!(d
+        .log_text()
+        .contains("restarted from the state files and metadata"));
+    let mut got = Vec::new();
+    for i in 0..6 {
+        got.push(field(&d.ok(&format!("alloc ns/new-{i}")), "ip"));
+    }
+    assert!(
+        !got.contains(&taken),
+        "{taken} was handed out although another ENI holds it: {got:?}"
+    );
+    assert!(!listed(&d).contains(&taken), "{taken} is in the pool");
+    sim.set_metadata_lag(50);
+    d.audits_consistent_within(Duration::from_secs(20));
+}
