@@ -10,6 +10,8 @@
 //! - a cold burst of 100 allocations on an empty pool with 50 ms emulator
 //!   latency: wall time and OpenAPI calls against the lower bound; the
 //!   same burst in prefix mode (`ip_prefix`), and its ratios to it;
+//! - the first address on a cold node (200 ms per call, 2 s attach, 500 ms
+//!   metadata lag) against its critical path from those settings;
 //! - restart recovery time with the largest built-in instance type full;
 //! - footprint: idle RSS, threads, CPU time while idle, binary size.
 //!
@@ -454,6 +456,45 @@ fn cold(bins: &Bins, work: &Path, prefix: bool) -> Value {
            "ratio_assign_create_to_10": assign_or_create as f64 / 10.0})
 }
 
+/// The node's first pod: one `alloc` on an empty pool with 200 ms per
+/// OpenAPI call, a 2 s attach and 500 ms of metadata lag, 3 runs (fresh
+/// emulator and daemon each). Its critical path, from the same settings:
+/// create, attach call, the attach itself, one describe that sees it
+/// InUse, the metadata lag.
+fn first_address(bins: &Bins, work: &Path) -> Value {
+    const LATENCY_MS: f64 = 200.0;
+    const ATTACH_MS: f64 = 2000.0;
+    const LAG_MS: f64 = 500.0;
+    let critical = 3.0 * LATENCY_MS + ATTACH_MS + LAG_MS;
+    let mut runs = Vec::new();
+    for i in 0..3 {
+        let dir = work.join(format!("first-{i}"));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let sim = Sim::start(
+            bins,
+            &[
+                "--latency-ms",
+                &LATENCY_MS.to_string(),
+                "--attach-delay-ms",
+                &ATTACH_MS.to_string(),
+                "--metadata-lag-ms",
+                &LAG_MS.to_string(),
+            ],
+        );
+        let cfg = daemon_config(&sim, &dir, json!({"min_pool_size": 0}));
+        let (d, _) = Daemon::start(bins, &dir, &cfg);
+        let t = Instant::now();
+        let r = Conn::open(&d.socket).ask("alloc first/pod\n");
+        assert!(r.starts_with("OK ip="), "{r}");
+        runs.push(ms(t.elapsed()));
+        d.stop();
+    }
+    let mut sorted = runs.clone();
+    let median = pct(&mut sorted, 0.5);
+    json!({"runs_ms": runs, "median_ms": median, "critical_path_ms": critical,
+           "ratio": median / critical})
+}
+
 fn restart(bins: &Bins, work: &Path) -> Value {
     let dir = work.join("restart");
     std::fs::create_dir_all(&dir).expect("dir");
@@ -556,6 +597,8 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
         "calls_total_ratio": ratio("calls_total"),
         "wall_ratio": ratio("wall_ms"),
     });
+    eprintln!("the first address on a cold node (3 runs)...");
+    let first = first_address(bins, work);
     eprintln!("restart recovery, ecs.g7.8xlarge full...");
     let r = restart(bins, work);
     eprintln!("footprint ({} s idle)...", o.idle_secs);
@@ -566,6 +609,7 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
         "scaling_16_over_1": {"value": w["scaling_16_over_1"], "target": ">= 4", "met": w["scaling_16_over_1"].as_f64().unwrap_or(0.0) >= 4.0},
         "cold_calls_over_lower_bound": {"value": c["ratio_total_to_lower_bound"], "target": "<= 1.2", "met": c["ratio_total_to_lower_bound"].as_f64().unwrap_or(9.0) <= 1.2},
         "prefix_cold_assign_or_create_over_secondary": {"value": prefix_vs_single["assign_or_create_ratio"], "target": "<= 0.2", "met": prefix_vs_single["assign_or_create_ratio"].as_f64().unwrap_or(9.0) <= 0.2},
+        "first_address_over_critical_path": {"value": first["ratio"], "target": "<= 1.1", "met": first["ratio"].as_f64().unwrap_or(9.0) <= 1.1},
         "idle_rss_mib": {"value": f["idle_rss_kib"].as_f64().unwrap_or(0.0) / 1024.0, "target": "<= 8", "met": f["idle_rss_kib"].as_f64().unwrap_or(1e9) <= 8.0 * 1024.0},
         "idle_cpu_ms_per_minute": {"value": f["cpu_ms_per_minute"], "target": "<= 60", "met": f["cpu_ms_per_minute"].as_f64().unwrap_or(1e9) <= 60.0},
         "binary_mib": {"value": f["binary_bytes"].as_f64().unwrap_or(0.0) / 1048576.0, "target": "<= 8", "met": f["binary_bytes"].as_u64().unwrap_or(u64::MAX) <= 8 << 20},
@@ -573,7 +617,7 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
     json!({
         "machine": {"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "when": eniipd::util::time::now_utc()},
         "floors": {"socket_rtt_p50_ms": rtt, "atomic_write_fsync_p50_ms": fsync, "state_bytes": state_bytes, "floor_ms": floor},
-        "warm": w, "cold_burst": c, "cold_burst_prefix": cp, "prefix_vs_secondary": prefix_vs_single, "restart": r, "footprint": f, "targets": targets,
+        "warm": w, "cold_burst": c, "cold_burst_prefix": cp, "prefix_vs_secondary": prefix_vs_single, "first_address": first, "restart": r, "footprint": f, "targets": targets,
     })
 }
 
@@ -650,6 +694,17 @@ fn print_table(r: &Value) {
             "prefix_vs_secondary",
             "calls_total_ratio",
         ),
+        (
+            "first address on a cold node (ms, median of 3)",
+            "first_address",
+            "median_ms",
+        ),
+        (
+            "first address: critical path from the emulator's settings (ms)",
+            "first_address",
+            "critical_path_ms",
+        ),
+        ("first address / critical path", "first_address", "ratio"),
         (
             "restart: recovery with 210 allocations (ms, median of 3)",
             "restart",

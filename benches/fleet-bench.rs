@@ -529,11 +529,11 @@ fn print_table(r: &Value) {
             s("ready"),
             s("full_pool"),
             f(&p["quota_bound_s"]),
-            p["calls"],
-            p["calls_until_all_ready"],
-            p["throttled"],
-            p["warm_restarts"],
-            p["failed_allocs"],
+            p["calls"].to_string(),
+            p["calls_until_all_ready"].to_string(),
+            p["throttled"].to_string(),
+            p["warm_restarts"].to_string(),
+            p["failed_allocs"].to_string(),
             f(&p["rss_sum_mib"]),
         );
     }

@@ -208,7 +208,6 @@ pub fn ready_info(
     vswitch: &str,
     deadline: Instant,
 ) -> Result<ReadyEni, CloudError> {
-    let mut delay = Duration::from_millis(100);
     loop {
         match cloud.metadata().eni(mac) {
             Ok(md) => {
@@ -242,8 +241,9 @@ pub fn ready_info(
                 format!("gateway and CIDR of {mac} ({eni_id}) did not appear in metadata"),
             ));
         }
-        std::thread::sleep(delay.min(deadline - now));
-        delay = (delay * 3 / 2).min(Duration::from_secs(1));
+        // Metadata is outside the account's flow control: a short fixed
+        // step (see `cloud::wait`).
+        std::thread::sleep(wait::METADATA_STEP.min(deadline - now));
     }
 }
 

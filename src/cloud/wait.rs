@@ -1,18 +1,38 @@
-//! Wait-with-deadline helpers for the cloud's eventual consistency
-//! (provisional version; the cloud-layer branch supplies the final one with
-//! the same signatures).
+//! Wait-with-deadline helpers for the cloud's eventual consistency.
+//!
+//! OpenAPI polls back off (100 ms, x1.5, up to 1 s): they count against
+//! the account's flow control. Metadata polls do not (the service is the
+//! instance's own, outside it), so they run every 50 ms: an ENI or an
+//! address is seen within 50 ms of metadata showing it, not up to a
+//! second later (a node's first pod waits for exactly this).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use super::{CloudApi, CloudError, CloudErrorKind, Eni, EniQuery, EniStatus, MetadataApi};
 
+/// How often a wait asks.
+#[derive(Debug, Clone, Copy)]
+enum Every {
+    /// The OpenAPI: backing off.
+    OpenApi,
+    /// Metadata: a fixed short step.
+    Metadata,
+}
+
+/// The step between metadata polls.
+pub const METADATA_STEP: Duration = Duration::from_millis(50);
+
 fn poll<T>(
     what: &str,
+    every: Every,
     deadline: Instant,
     mut probe: impl FnMut() -> Result<Option<T>, CloudError>,
 ) -> Result<T, CloudError> {
-    let mut delay = Duration::from_millis(100);
+    let mut delay = match every {
+        Every::OpenApi => Duration::from_millis(100),
+        Every::Metadata => METADATA_STEP,
+    };
     loop {
         if let Some(v) = probe()? {
             return Ok(v);
@@ -26,7 +46,9 @@ fn poll<T>(
             ));
         }
         std::thread::sleep(delay.min(deadline - now));
-        delay = (delay * 3 / 2).min(Duration::from_secs(1));
+        if let Every::OpenApi = every {
+            delay = (delay * 3 / 2).min(Duration::from_secs(1));
+        }
     }
 }
 
@@ -40,6 +62,7 @@ pub fn wait_ips_present(
 ) -> Result<(), CloudError> {
     poll(
         &format!("addresses on {mac} in metadata"),
+        Every::Metadata,
         deadline,
         || match md.eni_ips(mac, !v6.is_empty()) {
             Ok((have4, have6)) => Ok((v4.iter().all(|a| have4.contains(a))
@@ -61,6 +84,7 @@ pub fn wait_ips_absent(
 ) -> Result<(), CloudError> {
     poll(
         &format!("addresses to leave {mac} in metadata"),
+        Every::Metadata,
         deadline,
         || match md.eni_ips(mac, !v6.is_empty()) {
             Ok((have4, have6)) => Ok((!v4.iter().any(|a| have4.contains(a))
@@ -78,13 +102,18 @@ pub fn wait_mac_present(
     mac: &str,
     deadline: Instant,
 ) -> Result<(), CloudError> {
-    poll(&format!("{mac} in metadata"), deadline, || {
-        Ok(md
-            .macs()?
-            .iter()
-            .any(|m| m.eq_ignore_ascii_case(mac))
-            .then_some(()))
-    })
+    poll(
+        &format!("{mac} in metadata"),
+        Every::Metadata,
+        deadline,
+        || {
+            Ok(md
+                .macs()?
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(mac))
+                .then_some(()))
+        },
+    )
 }
 
 fn describe_one(api: &dyn CloudApi, eni_id: &str) -> Result<Option<Eni>, CloudError> {
@@ -104,6 +133,7 @@ pub fn wait_eni_status(
 ) -> Result<Eni, CloudError> {
     poll(
         &format!("{eni_id} to be {want}"),
+        Every::OpenApi,
         deadline,
         || match describe_one(api, eni_id)? {
             Some(e) if e.status == want => Ok(Some(e)),
@@ -123,7 +153,10 @@ pub fn wait_eni_gone(
     eni_id: &str,
     deadline: Instant,
 ) -> Result<(), CloudError> {
-    poll(&format!("{eni_id} to be deleted"), deadline, || {
-        Ok(describe_one(api, eni_id)?.is_none().then_some(()))
-    })
+    poll(
+        &format!("{eni_id} to be deleted"),
+        Every::OpenApi,
+        deadline,
+        || Ok(describe_one(api, eni_id)?.is_none().then_some(())),
+    )
 }

@@ -261,6 +261,11 @@ impl Demand {
         self.unticketed().rev().take(n).map(|w| w.id).collect()
     }
 
+    /// When the newest waiter nothing is asked for arrived.
+    pub(super) fn last_unplanned_arrival(&self) -> Option<Instant> {
+        self.unticketed().map(|w| w.since).max()
+    }
+
     /// Since when the oldest waiter nothing is asked for waits.
     pub(super) fn oldest_unplanned(&self) -> Option<Instant> {
         self.unticketed().map(|w| w.since).min()

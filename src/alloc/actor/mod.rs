@@ -61,6 +61,11 @@ use vswstate::VswState;
 /// How soon a waiter that could not be planned is planned again.
 const REPLAN: Duration = Duration::from_millis(100);
 
+/// A gap in arriving requests this long ends a create's aggregation early
+/// (a burst arrives within milliseconds; a lone first pod should not wait
+/// the whole window).
+const CREATE_QUIET: Duration = Duration::from_millis(50);
+
 type Reply = Sender<Result<Answer, AllocError>>;
 
 /// Capped exponential backoff for background work that failed.
@@ -383,6 +388,11 @@ impl Actor {
             .flatten()
         {
             wake = wake.min(at);
+        }
+        if let Some(t) = self.demand.last_unplanned_arrival() {
+            if t + CREATE_QUIET > now {
+                wake = wake.min(t + CREATE_QUIET);
+            }
         }
         if let Some(ms) = self.pool.next_expiry() {
             let in_ms = ms.saturating_sub(unix_ms());

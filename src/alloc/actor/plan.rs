@@ -152,9 +152,17 @@ impl Actor {
     ) -> bool {
         // New ENIs aggregate like the workers do: a create waits until the
         // oldest waiting client has waited the aggregation window, unless
-        // it is already full, so a burst is sized as a whole.
+        // it is already full, so a burst is sized as a whole; or until
+        // no request has arrived for CREATE_QUIET: the burst is over, and
+        // the node's first pod does not wait the whole window for
+        // requests that are not coming.
         let oldest = self.demand.oldest_unplanned();
-        let gathered = oldest.is_none_or(|t| now.duration_since(t) >= self.opts.aggregation_window);
+        let quiet = self
+            .demand
+            .last_unplanned_arrival()
+            .is_none_or(|t| now.duration_since(t) >= CREATE_QUIET);
+        let gathered =
+            quiet || oldest.is_none_or(|t| now.duration_since(t) >= self.opts.aggregation_window);
         for (vswitch, init) in creates {
             if !gathered && init < self.per_call().min(self.cap.ips_per_eni) {
                 continue;
