@@ -19,6 +19,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -66,6 +67,9 @@ enum Control {
 pub struct WorkerHandle {
     backlog: Sender<Unit>,
     capacity: usize,
+    /// Addresses one call may ask when fewer than `max_per_call` (0: no
+    /// cap), set by the actor for a vswitch near exhaustion.
+    call_cap: Arc<AtomicUsize>,
     control: Sender<Control>,
     join: Option<JoinHandle<()>>,
 }
@@ -77,6 +81,11 @@ impl std::fmt::Debug for Control {
 }
 
 impl WorkerHandle {
+    /// Caps the addresses one call asks (`None`: `max_per_call`).
+    pub fn set_call_cap(&self, cap: Option<usize>) {
+        self.call_cap.store(cap.unwrap_or(0), Ordering::Relaxed);
+    }
+
     /// Free places in the backlog.
     pub fn backlog_free(&self) -> usize {
         self.capacity.saturating_sub(self.backlog.len())
@@ -125,13 +134,27 @@ pub fn spawn(
     };
     let (backlog_tx, backlog_rx) = bounded(capacity);
     let (control_tx, control_rx) = unbounded();
+    let call_cap = Arc::new(AtomicUsize::new(0));
+    let cap = Arc::clone(&call_cap);
     let join = std::thread::Builder::new()
         .name(format!("eni-{}", eni.trim_start_matches("eni-")))
         .stack_size(256 * 1024)
-        .spawn(move || run(&eni, &mac, &*cloud, &cfg, &backlog_rx, &control_rx, &events))?;
+        .spawn(move || {
+            run(
+                &eni,
+                &mac,
+                &*cloud,
+                &cfg,
+                &cap,
+                &backlog_rx,
+                &control_rx,
+                &events,
+            )
+        })?;
     Ok(WorkerHandle {
         backlog: backlog_tx,
         capacity,
+        call_cap,
         control: control_tx,
         join: Some(join),
     })
@@ -142,6 +165,7 @@ fn run(
     mac: &str,
     cloud: &dyn CloudApi,
     cfg: &WorkerConfig,
+    call_cap: &AtomicUsize,
     backlog: &Receiver<Unit>,
     control: &Receiver<Control>,
     events: &Sender<Event>,
@@ -173,7 +197,11 @@ fn run(
                             return;
                         }
                     }
-                    for tickets in single.chunks(cfg.max_per_call) {
+                    let per_call = match call_cap.load(Ordering::Relaxed) {
+                        0 => cfg.max_per_call,
+                        c => c.min(cfg.max_per_call),
+                    };
+                    for tickets in single.chunks(per_call.max(1)) {
                         let event = assign(cloud, eni, mac, cfg, tickets.to_vec());
                         if events.send(event).is_err() {
                             return;

@@ -284,6 +284,7 @@ fn kill_9_mid_burst_loses_no_acknowledged_allocation_and_leaks_nothing() {
     println!("{} allocations acknowledged before kill -9", acked.len());
     drop(d);
     let d = Daemon::start(&dir, &cfg);
+    d.wait_verified(Duration::from_secs(30));
     for (owner, ip) in &acked {
         let r = d.ask(&format!("show {owner}"));
         assert_eq!(
@@ -534,4 +535,55 @@ fn a_refilled_vswitch_serves_again_without_waiting_out_the_inhibit() {
         "{}",
         d.log_text()
     );
+}
+
+#[test]
+fn the_last_addresses_of_a_small_vswitch_are_handed_out() {
+    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let dir = tempdir("last4");
+    let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
+    let d = Daemon::start(&dir, &cfg);
+    let vsw = sim.state()["vswitches"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // An ENI with room for many more, on a vswitch down to its last 4.
+    let first = d.ok("alloc last/first");
+    sim.set_free(&vsw, 4);
+    // 6 at once: one call for 6 is refused (an assign is all or
+    // nothing); the last 4 must still be handed out, and only the other
+    // 2 refused as exhausted.
+    let replies: Vec<String> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..6)
+            .map(|i| {
+                let d = &d;
+                s.spawn(move || d.ask(&format!("alloc last/pod-{i}"))[0].clone())
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let served: BTreeSet<String> = replies
+        .iter()
+        .filter(|r| r.starts_with("OK ip="))
+        .map(|r| field(r, "ip"))
+        .collect();
+    let exhausted = replies
+        .iter()
+        .filter(|r| r.starts_with("ERR exhausted"))
+        .count();
+    println!("6 allocations on a vswitch with 4 free: {replies:?}");
+    assert_eq!(served.len(), 4, "every free address is used: {replies:?}");
+    assert_eq!(exhausted, 2, "{replies:?}");
+    assert!(!served.contains(&field(&first, "ip")));
+    assert_eq!(sim.state()["vswitches"][0]["free"], 0);
+    // Three come back: any free address lifts the inhibit (it waited for
+    // max_ips_per_call, 10, before), within a probe period.
+    sim.set_free(&vsw, 3);
+    assert!(
+        eventually(Duration::from_secs(30), || d.ask("alloc last/again")[0]
+            .starts_with("OK ip=")),
+        "{}",
+        d.log_text()
+    );
+    d.audits_consistent_within(Duration::from_secs(20));
 }

@@ -277,6 +277,23 @@ impl Daemon {
         }
     }
 
+    /// After a restart served from the state files: blocks until the first
+    /// reconcile has verified the pool against the OpenAPI (before it, the
+    /// pool holds only what was handed out; eniipd(8)). At once after a
+    /// first start.
+    pub fn wait_verified(&self, limit: Duration) {
+        // The log is appended across restarts: this start's part begins
+        // at its last "state: ..." line.
+        let this_start = |l: &str| l[l.rfind("eniipd::daemon: state: ").unwrap_or(0)..].to_string();
+        if !this_start(&self.log_text()).contains("restarted from the state files") {
+            return;
+        }
+        let ok = eventually(limit, || {
+            this_start(&self.log_text()).contains("the pool is verified against the OpenAPI")
+        });
+        assert!(ok, "the pool was never verified:\n{}", self.log_text());
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.as_ref().unwrap().id() as i32
     }

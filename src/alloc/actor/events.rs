@@ -38,10 +38,10 @@ impl Actor {
             Event::EniFailed { op, error, leaked } => self.on_eni_failed(op, &error, leaked),
             Event::EniFreed { eni, result } => self.on_eni_freed(eni, result),
             Event::VSwitchFree(counts) => {
-                let lift_at = self.opts.max_ips_per_call as u64;
-                for id in self.vsw.set_free(counts, lift_at) {
+                for id in self.vsw.set_free(counts) {
                     info!("{id} has free addresses again: no longer inhibited");
                 }
+                self.apply_call_caps();
             }
             Event::VSwitchV6 {
                 vswitch,
@@ -62,6 +62,22 @@ impl Actor {
                 detached,
             } => self.on_reconcile(started, enis, detached.as_deref()),
             Event::Fatal(msg) => self.fatal(msg.into()),
+        }
+    }
+
+    /// A call for `asked` addresses on `vswitch` found too few free: the
+    /// next calls ask fewer, or the vswitch is inhibited (`vswstate`).
+    pub(super) fn exhausted(&mut self, vswitch: &str, asked: usize, err: &CloudError) {
+        let until = unix_ms() + self.opts.inhibit.as_millis() as u64;
+        match self.vsw.exhausted(vswitch, asked, until) {
+            vswstate::Exhaustion::Capped(n) => {
+                warn!(
+                    "{vswitch} has fewer than {asked} free address(es) ({}): asking at most {n} a call",
+                    err.code_or_kind()
+                );
+                self.apply_call_caps();
+            }
+            vswstate::Exhaustion::Inhibited => self.inhibit(vswitch, err),
         }
     }
 
@@ -149,7 +165,11 @@ impl Actor {
             match err.kind {
                 CloudErrorKind::Exhausted => {
                     if let Some(vsw) = self.pool.enis.get(&eni).map(|e| e.vswitch.clone()) {
-                        self.inhibit(&vsw, err);
+                        if as_prefixes {
+                            self.inhibit(&vsw, err);
+                        } else {
+                            self.exhausted(&vsw, tickets.len(), err);
+                        }
                     }
                 }
                 CloudErrorKind::PrefixExhausted => {
@@ -166,6 +186,14 @@ impl Actor {
             }
         } else {
             self.pool_backoff.succeed();
+            if !as_prefixes {
+                if let Some(vsw) = self.pool.enis.get(&eni).map(|e| e.vswitch.clone()) {
+                    if self.vsw.call_cap(&vsw).is_some() {
+                        self.vsw.served(&vsw, tickets.len());
+                        self.apply_call_caps();
+                    }
+                }
+            }
         }
         for (i, t) in tickets.into_iter().enumerate() {
             if i < valid {
@@ -275,7 +303,8 @@ impl Actor {
         }
         warn!("creating an ENI on {vswitch} failed: {err}");
         if err.kind == CloudErrorKind::Exhausted {
-            self.inhibit(&vswitch, err);
+            // The ENI's primary address is one of what it asked.
+            self.exhausted(&vswitch, tickets.len(), err);
         }
         for t in tickets {
             if err.kind == CloudErrorKind::LimitExceeded {

@@ -159,7 +159,12 @@ impl Actor {
         Actor {
             cap: opts.capacity,
             config_view: opts.config_view.clone(),
-            vsw: VswState::new(switches, opts.capacity.prefix_mode, now),
+            vsw: VswState::new(
+                switches,
+                opts.capacity.prefix_mode,
+                opts.max_ips_per_call,
+                now,
+            ),
             lookups: Arc::default(),
             requests_tx,
             helpers: Vec::new(),
@@ -268,8 +273,22 @@ impl Actor {
         ) {
             Ok(h) => {
                 self.workers.insert(eni.to_string(), h);
+                self.apply_call_caps();
             }
             Err(e) => self.fatal(format!("cannot start the worker thread of {eni}: {e}").into()),
+        }
+    }
+
+    /// Tells every worker how many addresses one call on its vswitch may
+    /// ask (see `vswstate`).
+    fn apply_call_caps(&self) {
+        for (eni, w) in &self.workers {
+            let cap = self
+                .pool
+                .enis
+                .get(eni)
+                .and_then(|e| self.vsw.call_cap(&e.vswitch));
+            w.set_call_cap(cap);
         }
     }
 

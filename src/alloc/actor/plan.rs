@@ -194,7 +194,7 @@ impl Actor {
         // Single addresses: one call's worth, within the ENI's slots
         // (the planner sizes prefix-mode creates in /28s' worth).
         let init = match kind {
-            Kind::Single => init.min(singles_max),
+            Kind::Single => init.min(singles_max).min(self.vsw.call_size(&vswitch)),
             Kind::Prefix => init,
         };
         // At least one: the primary is handed out last, and the next

@@ -3,10 +3,18 @@
 //! addresses instead (the prefix fallback), the IPv6 CIDR and gateway of
 //! each (read once: they never change), and when inhibited ones are probed.
 //!
+//! Near exhaustion a vswitch's calls are capped (`call_cap`): an
+//! `InvalidVSwitchId.IpNotEnough` answer to a call for n > 1 addresses
+//! halves the cap instead of inhibiting (an assign is all or nothing, so
+//! the last few free addresses are only had by asking fewer); only a call
+//! for one address that is refused inhibits. A free count read caps the
+//! calls at what the vswitch has; a call served at the cap doubles it.
+//!
 //! Invariants: an inhibition or a prefix fallback ends on its own at its
 //! deadline (nothing has to remember to lift it), or earlier when a probe
-//! finds the vswitch refilled; at most one probe is due per
-//! [`VswState::PROBE`], and none while nothing is inhibited.
+//! finds the vswitch with any free address; at most one probe is due per
+//! [`VswState::PROBE`], and none while nothing is inhibited; a cap is
+//! never 0 and never reaches `max_per_call` (it is removed there).
 
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
@@ -24,6 +32,19 @@ pub(super) struct VswState {
     prefix_inhibit: HashMap<String, u64>,
     v6: HashMap<String, (String, Ipv6Addr)>,
     next_probe: Instant,
+    /// Addresses one call on a vswitch may ask, when fewer than a call's
+    /// worth (see the module's doc).
+    call_cap: HashMap<String, usize>,
+    max_per_call: usize,
+}
+
+/// What an exhaustion answer did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Exhaustion {
+    /// Calls on the vswitch now ask at most this many addresses.
+    Capped(usize),
+    /// Even one address was refused: the vswitch is inhibited.
+    Inhibited,
 }
 
 impl VswState {
@@ -32,13 +53,65 @@ impl VswState {
     /// within this, not after the whole inhibit window.
     pub(super) const PROBE: Duration = Duration::from_secs(10);
 
-    pub(super) fn new(switches: VSwitches, prefix_mode: bool, now: Instant) -> VswState {
+    pub(super) fn new(
+        switches: VSwitches,
+        prefix_mode: bool,
+        max_per_call: usize,
+        now: Instant,
+    ) -> VswState {
         VswState {
             switches,
             prefix_mode,
             prefix_inhibit: HashMap::new(),
             v6: HashMap::new(),
             next_probe: now,
+            call_cap: HashMap::new(),
+            max_per_call: max_per_call.max(1),
+        }
+    }
+
+    /// Addresses one call on `vswitch` may ask (a call's worth unless
+    /// capped).
+    pub(super) fn call_size(&self, vswitch: &str) -> usize {
+        self.call_cap
+            .get(vswitch)
+            .copied()
+            .unwrap_or(self.max_per_call)
+    }
+
+    /// The cap of `vswitch`'s calls, if any.
+    pub(super) fn call_cap(&self, vswitch: &str) -> Option<usize> {
+        self.call_cap.get(vswitch).copied()
+    }
+
+    fn set_cap(&mut self, vswitch: &str, n: usize) {
+        if n >= self.max_per_call {
+            self.call_cap.remove(vswitch);
+        } else {
+            self.call_cap.insert(vswitch.to_string(), n.max(1));
+        }
+    }
+
+    /// A call for `asked` addresses on `vswitch` was refused for want of
+    /// addresses: the next ones ask half (at most), or, if it asked one,
+    /// the vswitch is inhibited until `until_ms`.
+    pub(super) fn exhausted(&mut self, vswitch: &str, asked: usize, until_ms: u64) -> Exhaustion {
+        if asked <= 1 {
+            self.switches.inhibit(vswitch, until_ms);
+            return Exhaustion::Inhibited;
+        }
+        let half = (asked / 2).max(1).min(self.call_size(vswitch));
+        self.set_cap(vswitch, half);
+        Exhaustion::Capped(half)
+    }
+
+    /// A call for `asked` addresses on `vswitch` was served: a capped
+    /// vswitch's next calls may ask twice as many.
+    pub(super) fn served(&mut self, vswitch: &str, asked: usize) {
+        if let Some(c) = self.call_cap(vswitch) {
+            if asked >= c {
+                self.set_cap(vswitch, c * 2);
+            }
         }
     }
 
@@ -57,14 +130,15 @@ impl VswState {
         self.switches.inhibit(vswitch, until_ms);
     }
 
-    /// Free counts read; the ids whose inhibition is lifted (at least
-    /// `lift_at` free).
-    pub(super) fn set_free(
-        &mut self,
-        counts: impl IntoIterator<Item = (String, u64)>,
-        lift_at: u64,
-    ) -> Vec<String> {
-        self.switches.set_free(counts, lift_at)
+    /// Free counts read (DescribeVSwitches): calls are capped at what a
+    /// vswitch has; the ids whose inhibition is lifted (any free address).
+    pub(super) fn set_free(&mut self, counts: Vec<(String, u64)>) -> Vec<String> {
+        for (id, free) in &counts {
+            if *free > 0 {
+                self.set_cap(id, usize::try_from(*free).unwrap_or(usize::MAX));
+            }
+        }
+        self.switches.set_free(counts, 1)
     }
 
     /// No free /28 on `vswitch`: single addresses until `until_ms`.
@@ -117,7 +191,7 @@ mod tests {
 
     fn state(prefix_mode: bool, now: Instant) -> VswState {
         let v = VSwitches::new(vec!["a".into(), "b".into()], VSwitchPolicy::Ordered);
-        VswState::new(v, prefix_mode, now)
+        VswState::new(v, prefix_mode, 10, now)
     }
 
     #[test]
@@ -134,12 +208,51 @@ mod tests {
         assert_eq!(s.probe_due(later, 0).map(|v| v.len()), Some(1));
         assert_eq!(s.probe_due(later + VswState::PROBE, 1000), None, "ended");
         s.inhibit("b", 5000);
-        assert_eq!(s.set_free([("b".to_string(), 9)], 10), Vec::<String>::new());
+        assert_eq!(s.set_free(vec![("b".to_string(), 0)]), Vec::<String>::new());
+        assert_eq!(s.switches().inhibited_until("b", 0), Some(5000));
+        // Any free address lifts it, and caps the calls at what is free.
         assert_eq!(
-            s.set_free([("b".to_string(), 10)], 10),
+            s.set_free(vec![("b".to_string(), 3)]),
             vec!["b".to_string()]
         );
         assert_eq!(s.switches().inhibited_until("b", 0), None, "lifted");
+        assert_eq!(s.call_size("b"), 3);
+        assert_eq!(
+            s.set_free(vec![("b".to_string(), 500)]),
+            Vec::<String>::new()
+        );
+        assert_eq!(s.call_cap("b"), None, "refilled: a call's worth again");
+    }
+
+    #[test]
+    fn the_last_addresses_are_asked_in_ever_smaller_calls_before_an_inhibit() {
+        let mut s = state(false, Instant::now());
+        assert_eq!(s.call_size("a"), 10);
+        // 4 free: 10 refused, 5 refused, 2 served, 2 served, 1 refused.
+        assert_eq!(s.exhausted("a", 10, 1000), Exhaustion::Capped(5));
+        assert_eq!(s.exhausted("a", 5, 1000), Exhaustion::Capped(2));
+        assert_eq!(s.call_size("a"), 2);
+        assert_eq!(s.switches().inhibited_until("a", 0), None, "still usable");
+        s.served("a", 1);
+        assert_eq!(
+            s.call_size("a"),
+            2,
+            "a smaller call than the cap says nothing"
+        );
+        s.served("a", 2);
+        assert_eq!(s.call_size("a"), 4);
+        assert_eq!(s.exhausted("a", 4, 1000), Exhaustion::Capped(2));
+        assert_eq!(s.exhausted("a", 2, 1000), Exhaustion::Capped(1));
+        assert_eq!(s.exhausted("a", 1, 1000), Exhaustion::Inhibited);
+        assert_eq!(s.switches().inhibited_until("a", 0), Some(1000));
+        // A stale answer for a bigger call never raises the cap.
+        let mut s = state(false, Instant::now());
+        s.exhausted("b", 4, 1000);
+        assert_eq!(s.exhausted("b", 10, 1000), Exhaustion::Capped(2));
+        s.served("b", 2);
+        s.served("b", 4);
+        s.served("b", 8);
+        assert_eq!(s.call_cap("b"), None, "back to a call's worth");
     }
 
     #[test]
