@@ -36,6 +36,7 @@ use crate::cloud::{CloudApi, CloudError, InstanceIdentity};
 use crate::config::{Config, RawConfig, DEFAULT_CONFIG_PATH};
 use crate::server::listener::{bind_socket, Server, ServerConfig};
 use crate::server::socket::{check_socket_free, BindError, SocketFile};
+use crate::sim::hostlinks::{self, HostLinks, HostLinksOptions};
 use crate::sim::{SimOptions, Simulator};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::systemd::Notifier;
@@ -53,6 +54,8 @@ pub mod exit {
     pub const FAILURE: i32 = 1;
     /// Usage.
     pub const USAGE: i32 = 2;
+    /// An option that needs root (`--simulate-links`) given without it.
+    pub const NEEDS_ROOT: i32 = 64;
     /// Corrupt state files.
     pub const DATAERR: i32 = 65;
     /// Cloud or metadata unreachable at start.
@@ -353,6 +356,8 @@ struct Running {
     conflist: Option<conflist::Installer>,
     /// Releases what lost CNI DELs left (`sandbox_reap_interval`).
     reaper: Option<reaper::Reaper>,
+    /// `--simulate-links`: the emulated ENIs as links on this host.
+    links: Option<HostLinks>,
     /// Dropped last: this node is alive until the process ends.
     _beacon: crate::util::node::Beacon,
 }
@@ -434,7 +439,13 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         preflight::check(&cfg, true).map_err(preflight_error)?;
         return Ok(None);
     }
-    let (sim, sim_dir) = if args.simulate {
+    if args.simulate_links && !nix::unistd::geteuid().is_root() {
+        return Err(DaemonError::new(
+            exit::NEEDS_ROOT,
+            "--simulate-links needs root: it creates links and a network namespace on this host (run it as root, or drop --simulate-links)",
+        ));
+    }
+    let (sim, sim_dir, links) = if args.simulate {
         // With --state-dir the emulated cloud is kept beside the state,
         // so a restarted demo finds its ENIs and keeps its allocations.
         let opts = SimOptions {
@@ -453,6 +464,12 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             )
         })?;
         info!("emulator: {}", sim.ready_line());
+        // Before the allocator attaches anything: each ENI then appears
+        // a moment after its attach, as on a real host.
+        let links = match args.simulate_links {
+            true => Some(simulate_links(&sim)?),
+            false => None,
+        };
         // A kept demo keeps its socket too (an exported SOCK stays right
         // across restarts); only a throwaway one gets a directory of its
         // own, removed at stop.
@@ -460,9 +477,9 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             Some(_) => None,
             None => Some(simulate_dir()?),
         };
-        (Some(sim), throwaway)
+        (Some(sim), throwaway, links)
     } else {
-        (None, None)
+        (None, None, None)
     };
     let sock_dir = args
         .state_dir
@@ -570,8 +587,8 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         env!("CARGO_PKG_VERSION"),
         cfg.socket_path.display()
     );
-    if sim.is_some() {
-        simulate_banner(&cfg.socket_path);
+    if let Some(sim) = &sim {
+        simulate_banner(&cfg.socket_path, sim, links.as_ref());
     }
     let _ = notifier.ready();
     let _ = notifier.status(&status);
@@ -599,6 +616,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         sim_dir,
         conflist,
         reaper,
+        links,
         _beacon: beacon,
     }))
 }
@@ -726,8 +744,31 @@ fn listen(
     Ok((server, socket))
 }
 
+/// `--simulate-links`: removes what a run that did not stop left, then
+/// shows the emulator's ENIs on this host.
+fn simulate_links(sim: &Simulator) -> Result<HostLinks, DaemonError> {
+    for name in hostlinks::sweep_stale() {
+        info!("removed network namespace {name}, left by an eniipd --simulate-links that did not stop");
+    }
+    let (vpc_netns, tag) = hostlinks::daemon_names(std::process::id());
+    let links = HostLinks::start(HostLinksOptions {
+        ecs_url: sim.ecs_url(),
+        instance_id: sim.instance_id(),
+        node_netns: None,
+        vpc_netns,
+        tag: tag.clone(),
+        poll: Duration::from_millis(100),
+    })
+    .map_err(|e| DaemonError::new(exit::FAILURE, format!("--simulate-links: {}", chain(&e))))?;
+    info!(
+        "simulated links: the emulated ENIs appear here as e{tag}n<N>; the VPC is network namespace {}",
+        links.vpc_netns()
+    );
+    Ok(links)
+}
+
 /// What `--simulate` prints for the user: commands that work as pasted.
-fn simulate_banner(socket: &Path) {
+fn simulate_banner(socket: &Path, sim: &Simulator, links: Option<&HostLinks>) {
     // eniipctl is built beside eniipd; if it is not there (only eniipd was
     // built), cargo builds and runs it.
     let ctl = std::env::current_exe()
@@ -750,6 +791,16 @@ fn simulate_banner(socket: &Path) {
         socket.display()
     );
     let _ = writeln!(out, "        {ctl} status");
+    if let Some(l) = links {
+        let gateway = hostlinks::first_gateway(&sim.state())
+            .map(|g| format!(" (gateway {g})"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "links:  the emulated ENIs appear here as links; the VPC{gateway} is network namespace {}",
+            l.vpc_netns()
+        );
+    }
     let _ = writeln!(out, "stop with Ctrl-C.");
     let _ = out.flush();
 }
