@@ -445,7 +445,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             "--simulate-links needs root: it creates links and a network namespace on this host (run it as root, or drop --simulate-links)",
         ));
     }
-    let (sim, sim_dir, links) = if args.simulate {
+    let (sim, sim_dir) = if args.simulate {
         // With --state-dir the emulated cloud is kept beside the state,
         // so a restarted demo finds its ENIs and keeps its allocations.
         let opts = SimOptions {
@@ -464,12 +464,6 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             )
         })?;
         info!("emulator: {}", sim.ready_line());
-        // Before the allocator attaches anything: each ENI then appears
-        // a moment after its attach, as on a real host.
-        let links = match args.simulate_links {
-            true => Some(simulate_links(&sim)?),
-            false => None,
-        };
         // A kept demo keeps its socket too (an exported SOCK stays right
         // across restarts); only a throwaway one gets a directory of its
         // own, removed at stop.
@@ -477,9 +471,9 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             Some(_) => None,
             None => Some(simulate_dir()?),
         };
-        (Some(sim), throwaway, links)
+        (Some(sim), throwaway)
     } else {
-        (None, None, None)
+        (None, None)
     };
     let sock_dir = args
         .state_dir
@@ -528,6 +522,14 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         cfg.state_dir.display()
     );
 
+    // Once this instance holds its state and socket (a second demo on
+    // the same state would show the same MACs twice), and before the
+    // allocator attaches anything: each ENI then appears a moment after
+    // its attach, as on a real host.
+    let links = match (&sim, args.simulate_links) {
+        (Some(sim), true) => Some(simulate_links(sim)?),
+        _ => None,
+    };
     let md = crate::cloud::metadata::MetadataClient::new(&cfg.metadata_endpoint);
     let budget = cfg.start_timeout;
     let mut identity = at_start("reading instance metadata", budget, signals, || {
@@ -744,25 +746,21 @@ fn listen(
     Ok((server, socket))
 }
 
-/// `--simulate-links`: removes what a run that did not stop left, then
-/// shows the emulator's ENIs on this host.
+/// `--simulate-links`: the emulator's ENIs as links on this host.
 fn simulate_links(sim: &Simulator) -> Result<HostLinks, DaemonError> {
-    for name in hostlinks::sweep_stale() {
-        info!("removed network namespace {name}, left by an eniipd --simulate-links that did not stop");
-    }
-    let (vpc_netns, tag) = hostlinks::daemon_names(std::process::id());
+    let tag = hostlinks::daemon_tag(std::process::id());
     let links = HostLinks::start(HostLinksOptions {
         ecs_url: sim.ecs_url(),
         instance_id: sim.instance_id(),
         node_netns: None,
-        vpc_netns,
+        vpc_netns: None,
         tag: tag.clone(),
         poll: Duration::from_millis(100),
     })
     .map_err(|e| DaemonError::new(exit::FAILURE, format!("--simulate-links: {}", chain(&e))))?;
     info!(
-        "simulated links: the emulated ENIs appear here as e{tag}n<N>; the VPC is network namespace {}",
-        links.vpc_netns()
+        "simulated links: the emulated ENIs appear here as e{tag}n<N>; the VPC: nsenter --net={}",
+        links.vpc_path().display()
     );
     Ok(links)
 }
@@ -797,8 +795,8 @@ fn simulate_banner(socket: &Path, sim: &Simulator, links: Option<&HostLinks>) {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "links:  the emulated ENIs appear here as links; the VPC{gateway} is network namespace {}",
-            l.vpc_netns()
+            "links:  the emulated ENIs appear here as links; the VPC{gateway}: nsenter --net={}",
+            l.vpc_path().display()
         );
     }
     let _ = writeln!(out, "stop with Ctrl-C.");

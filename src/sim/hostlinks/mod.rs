@@ -3,14 +3,20 @@
 //! that is attached (`InUse`) to the instance appears in the node's
 //! namespace as one end of a veth pair carrying the ENI's MAC, a moment
 //! after its attach, as an ENI appears on an ECS host. The other end is
-//! in a "VPC" namespace made and owned here, which plays the VPC router:
-//! each vswitch's IPv4 gateway on its `lo` (its IPv6 gateway on every
-//! ENI's end, so it answers neighbour solicitations there), and for every
-//! address and prefix on an ENI a route over that ENI's end with permanent
-//! neighbour entries (address -> the ENI's MAC), so the VPC answers an
-//! address only over its own ENI; strict `rp_filter` and no forwarding
-//! there drop a packet that comes over the wrong ENI. A detached ENI's
-//! pair goes.
+//! in a "VPC" namespace, which plays the VPC router: each vswitch's IPv4
+//! gateway on its `lo` (its IPv6 gateway on every ENI's end, so it
+//! answers neighbour solicitations there), and for every address and
+//! prefix on an ENI a route over that ENI's end with permanent neighbour
+//! entries (address -> the ENI's MAC), so the VPC answers an address only
+//! over its own ENI; strict `rp_filter` and no forwarding there drop a
+//! packet that comes over the wrong ENI. A detached ENI's pair goes.
+//!
+//! The VPC namespace is this process's own unless the caller names one
+//! ([`HostLinksOptions::vpc_netns`], the tests'): it has no name under
+//! `/run/netns` and lives only as long as something here holds it, so
+//! when the process ends, however it ends (SIGKILL, a crash, an abort),
+//! the kernel removes it and every pair with it (a veth goes with either
+//! end). Nothing is left on the host to sweep.
 //!
 //! The world is read from the emulator's `GET /__sim/state` on loopback:
 //! the tests run eniip-sim as a process, the daemon's emulator serves the
@@ -19,14 +25,12 @@
 //! Shape: one named thread owns the links. Each pass gathers (the state),
 //! decides ([`plan::plan`], pure) and acts (netlink, through
 //! [`crate::cni::netlink`]); what the kernel took is recorded in
-//! [`plan::Plugged`], the rest is tried again next pass. Invariant: at stop,
-//! and on drop, every pair made is deleted and the VPC namespace unmounted
-//! and removed, whatever is left of the deadline. Removing the namespace
-//! alone would take every pair along too (a veth goes with either end),
-//! so a thread that does not end in time leaves nothing behind once it
-//! ends or the process exits.
+//! [`plan::Plugged`], the rest is tried again next pass. Invariant: at
+//! stop, and on drop, every pair made is deleted, and the VPC namespace,
+//! when it is our own, is released; a thread that does not end before the
+//! deadline takes the namespace and its pairs along when it ends or the
+//! process exits.
 
-pub mod named;
 pub mod plan;
 
 use std::fmt;
@@ -40,23 +44,22 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use log::{debug, info, warn};
+use nix::sched::{unshare, CloneFlags};
 use serde_json::Value;
 
 use crate::cni::netlink::{format_mac, is_missing, Netlink, Route, MAIN_TABLE};
 use crate::cni::netns;
-use named::Named;
 use plan::{addresses, plan, Plugged, Slot, Step, Wanted};
 
 /// The links' MTU (an ENI's).
 const MTU: u32 = 1500;
 /// How long one read of the emulator's state may take.
 const STATE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long making the VPC namespace may take.
+const NETNS_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest link-name tag: `e<tag>n<slot>` must fit IFNAMSIZ (15) with a
 /// slot of up to 3 digits ([`plan::MAX_SLOTS`]).
 pub const MAX_TAG: usize = 10;
-/// The prefix of the VPC namespaces `eniipd --simulate-links` names after
-/// its pid.
-pub const DAEMON_VPC_PREFIX: &str = "eniipd-sim-vpc-";
 
 /// What to emulate, and where.
 #[derive(Debug, Clone)]
@@ -68,9 +71,10 @@ pub struct HostLinksOptions {
     /// The node's namespace (`/run/netns/NAME`, `/proc/PID/ns/net`); None:
     /// the caller's own (the host's, for the daemon).
     pub node_netns: Option<PathBuf>,
-    /// The VPC namespace's name under `/run/netns`: created here (one
-    /// already there is refused) and removed at stop.
-    pub vpc_netns: String,
+    /// The VPC namespace: None, one of our own, made here and gone with
+    /// this process; or an existing, empty one whose owner removes it
+    /// (set up here; the pairs made in it are removed at stop).
+    pub vpc_netns: Option<PathBuf>,
     /// Link names: `e<tag>n<slot>` on the node, `v<tag>n<slot>` in the VPC
     /// (at most [`MAX_TAG`] characters, letters and digits).
     pub tag: String,
@@ -113,11 +117,14 @@ impl std::error::Error for HostLinksError {
 pub struct HostLinks {
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
-    vpc: Named,
+    /// Held open: a namespace of our own lives while this (or the
+    /// thread's copy) does.
+    vpc: Option<File>,
+    vpc_path: PathBuf,
 }
 
 impl HostLinks {
-    /// Creates the VPC namespace, reads the emulator's state once (an
+    /// Sets the VPC namespace up, reads the emulator's state once (an
     /// emulator that does not answer is an error here), makes what it
     /// asks for and starts the thread that follows it.
     pub fn start(opts: HostLinksOptions) -> Result<HostLinks, HostLinksError> {
@@ -135,17 +142,24 @@ impl HostLinks {
             Some(p) => File::open(p).and_then(|f| netns::netlink_in(&f)),
         }
         .map_err(|e| HostLinksError::new("cannot open netlink in the node's namespace", Some(e)))?;
-        let vpc = Named::create(&opts.vpc_netns).map_err(|e| {
-            HostLinksError::new(
-                format!("cannot create network namespace {}", opts.vpc_netns),
-                Some(e),
-            )
-        })?;
-        let vpc_file = vpc
-            .open()
-            .map_err(|e| HostLinksError::new("cannot open the VPC namespace", Some(e)))?;
+        let (vpc_file, vpc_path) = match &opts.vpc_netns {
+            Some(p) => File::open(p).map(|f| (f, p.clone())).map_err(|e| {
+                HostLinksError::new(format!("cannot open {}", p.display()), Some(e))
+            })?,
+            None => {
+                let f = new_netns().map_err(|e| {
+                    HostLinksError::new("cannot create the VPC's network namespace", Some(e))
+                })?;
+                let path =
+                    PathBuf::from(format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd()));
+                (f, path)
+            }
+        };
         let vpc_nl = prepare_vpc(&vpc_file)
             .map_err(|e| HostLinksError::new("cannot set the VPC namespace up", Some(e)))?;
+        let thread_vpc = vpc_file
+            .try_clone()
+            .map_err(|e| HostLinksError::new("cannot hold the VPC namespace", Some(e)))?;
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(STATE_TIMEOUT))
             .build()
@@ -155,7 +169,7 @@ impl HostLinks {
             agent,
             node,
             vpc: vpc_nl,
-            vpc_file,
+            vpc_file: thread_vpc,
             lo: 0,
             have: Plugged::default(),
             warned: Default::default(),
@@ -167,19 +181,22 @@ impl HostLinks {
             .flatten()
             .map(|l| l.index)
             .unwrap_or(1);
-        let state = actor.state().map_err(|e| {
-            HostLinksError::new(
-                format!(
-                    "cannot read the emulator's state at {}/__sim/state",
-                    actor.opts.ecs_url
-                ),
-                Some(e),
-            )
-        })?;
+        let state = match actor.state() {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(HostLinksError::new(
+                    format!(
+                        "cannot read the emulator's state at {}/__sim/state",
+                        actor.opts.ecs_url
+                    ),
+                    Some(e),
+                ))
+            }
+        };
         actor.pass_on(&state);
         let (tx, rx) = bounded::<()>(1);
         let poll = actor.opts.poll;
-        let thread = std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("eniip-simlinks".into())
             .spawn(move || {
                 // Ends when told (a message, or the sender dropped).
@@ -187,18 +204,23 @@ impl HostLinks {
                     actor.pass();
                 }
                 actor.unplug_all();
-            })
-            .map_err(|e| HostLinksError::new("cannot start the hotplug thread", Some(e)))?;
+            });
+        // A failed spawn dropped the actor without unplugging: in a
+        // namespace of our own, the pairs go with it.
+        let thread =
+            spawned.map_err(|e| HostLinksError::new("cannot start the hotplug thread", Some(e)))?;
         Ok(HostLinks {
             stop: Some(tx),
             thread: Some(thread),
-            vpc,
+            vpc: Some(vpc_file),
+            vpc_path,
         })
     }
 
-    /// The VPC namespace's name.
-    pub fn vpc_netns(&self) -> &str {
-        self.vpc.name()
+    /// A path to the VPC namespace while this runs, for `nsenter --net=`
+    /// (`/proc/PID/fd/N` when it is our own).
+    pub fn vpc_path(&self) -> &std::path::Path {
+        &self.vpc_path
     }
 
     /// Tells the thread to stop (it unplugs everything as it ends);
@@ -210,8 +232,7 @@ impl HostLinks {
     }
 
     /// Stops: every pair is deleted (by the thread, if it ends before
-    /// `deadline`) and the VPC namespace removed (which takes whatever
-    /// pair is left along).
+    /// `deadline`) and the VPC namespace released.
     pub fn stop_until(mut self, deadline: Instant) {
         self.finish(deadline);
     }
@@ -219,18 +240,11 @@ impl HostLinks {
     fn finish(&mut self, deadline: Instant) {
         self.begin_stop();
         if let Some(t) = self.thread.take() {
-            while !t.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            if t.is_finished() {
-                let _ = t.join();
-            } else {
-                warn!("the simulated links' thread did not end in time; its links go with the VPC namespace");
+            if !crate::util::thread::join_until(t, deadline) {
+                warn!("the simulated links' thread did not end in time; its links go when it does");
             }
         }
-        if let Err(e) = self.vpc.delete() {
-            warn!("cannot remove network namespace {}: {e}", self.vpc.name());
-        }
+        self.vpc.take();
     }
 }
 
@@ -238,6 +252,27 @@ impl Drop for HostLinks {
     fn drop(&mut self) {
         self.finish(Instant::now() + Duration::from_secs(3));
     }
+}
+
+/// A new network namespace, held only by the file returned: made on a
+/// short-lived thread that unshares its own, so the caller never changes
+/// namespace.
+fn new_netns() -> io::Result<File> {
+    let (tx, rx) = bounded(1);
+    let handle = std::thread::Builder::new()
+        .name("eniip-netns-new".into())
+        .spawn(move || {
+            let r = unshare(CloneFlags::CLONE_NEWNET)
+                .map_err(|e| io::Error::other(format!("unshare(CLONE_NEWNET): {e}")))
+                .and_then(|()| File::open("/proc/thread-self/ns/net"));
+            let _ = tx.send(r);
+        })?;
+    let r = rx
+        .recv_timeout(NETNS_TIMEOUT)
+        .map_err(|_| io::Error::other("no answer from the namespace thread in time"))
+        .and_then(|r| r);
+    let _ = handle.join();
+    r
 }
 
 /// `lo` up, strict reverse-path filtering, no forwarding: returns a
@@ -434,43 +469,10 @@ fn describe(step: &Step) -> String {
     }
 }
 
-/// The VPC namespace and link tag `eniipd --simulate-links` uses: named
-/// after its pid, so two demos on one host do not meet.
-pub fn daemon_names(pid: u32) -> (String, String) {
-    (format!("{DAEMON_VPC_PREFIX}{pid}"), format!("s{pid:x}"))
-}
-
-/// Removes the VPC namespaces of `eniipd --simulate-links` runs that
-/// ended without their stop (SIGKILL, a crash): each one's pairs go with
-/// it. Returns the names removed.
-pub fn sweep_stale() -> Vec<String> {
-    let mut removed = Vec::new();
-    let Ok(dir) = std::fs::read_dir(named::NETNS_DIR) else {
-        return removed;
-    };
-    // Bounded: a directory listing, at most this many entries looked at.
-    for e in dir.flatten().take(10_000) {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix(DAEMON_VPC_PREFIX)
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if pid == std::process::id() || is_eniipd(pid) {
-            continue;
-        }
-        match named::remove(&e.path()) {
-            Ok(()) => removed.push(name),
-            Err(err) => warn!("cannot remove stale network namespace {name}: {err}"),
-        }
-    }
-    removed
-}
-
-/// True if `pid` is a running eniipd.
-fn is_eniipd(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "eniipd")
+/// The link tag `eniipd --simulate-links` uses: its pid, so two demos on
+/// one host do not meet.
+pub fn daemon_tag(pid: u32) -> String {
+    format!("s{pid:x}")
 }
 
 /// The IPv4 gateway of the emulator's first vswitch, from its state (for
