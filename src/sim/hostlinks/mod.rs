@@ -11,6 +11,12 @@
 //! over its own ENI; strict `rp_filter` and no forwarding there drop a
 //! packet that comes over the wrong ENI. A detached ENI's pair goes.
 //!
+//! Strict `rp_filter` also drops an ARP request whose sender address the
+//! VPC has no route back to over that ENI, and a host asks for the
+//! gateway from an address of its own (its `eth0`'s): so each ENI's node
+//! end gets a permanent neighbour entry for every IPv4 gateway (the VPC
+//! end's MAC) instead of an answer to ARP, on that link only, gone with it.
+//!
 //! The VPC namespace is this process's own unless the caller names one
 //! ([`HostLinksOptions::vpc_netns`], the tests'): it has no name under
 //! `/run/netns` and lives only as long as something here holds it, so
@@ -362,25 +368,42 @@ impl Actor {
                 let (en, vn) = (self.node_name(*n), self.vpc_name(*n));
                 self.node
                     .add_veth_with_mac(&en, mac, &vn, self.vpc_file.as_raw_fd(), MTU)?;
-                let up = self
+                let made = self
                     .vpc
                     .link_by_name(&vn)
                     .and_then(|l| l.ok_or_else(|| io::Error::other(format!("no link {vn}"))))
-                    .and_then(|l| self.vpc.set_up(l.index).map(|()| l.index));
-                let vpc_index = match up {
-                    Ok(i) => i,
+                    .and_then(|l| self.vpc.set_up(l.index).map(|()| l))
+                    .and_then(|v| {
+                        let e = self.node.link_by_name(&en)?;
+                        let e = e.ok_or_else(|| io::Error::other(format!("no link {en}")))?;
+                        Ok((v, e))
+                    });
+                let (vpc_end, node_end) = match made {
+                    Ok(ends) => ends,
                     Err(e) => {
                         // Not half made: the pair goes, the next pass tries again.
-                        if let Ok(Some(l)) = self.node.link_by_name(&en) {
-                            let _ = self.node.del_link(l.index);
+                        if let Ok(Some(l)) = self.vpc.link_by_name(&vn) {
+                            let _ = self.vpc.del_link(l.index);
                         }
                         return Err(e);
                     }
                 };
                 info!("simulated links: ENI {id} ({}) is {en}", format_mac(mac));
-                self.have
-                    .links
-                    .insert(id.clone(), Slot { n: *n, vpc_index });
+                self.have.links.insert(
+                    id.clone(),
+                    Slot {
+                        n: *n,
+                        vpc_index: vpc_end.index,
+                        vpc_mac: vpc_end.mac,
+                        node_index: node_end.index,
+                    },
+                );
+            }
+            Step::GatewayNeigh { id, gw } => {
+                let slot = self.slot(id)?;
+                let (index, mac) = (slot.node_index, slot.vpc_mac.clone());
+                self.node.replace_neigh(index, IpAddr::V4(*gw), &mac)?;
+                self.have.neighs4.insert((id.clone(), *gw));
             }
             Step::Gateway6 { id, gw } => {
                 let index = self.index(id)?;
@@ -424,6 +447,7 @@ impl Actor {
                 self.have.links.remove(id);
                 self.have.routes.retain(|_, e| e != id);
                 self.have.gateways6.retain(|(e, _)| e != id);
+                self.have.neighs4.retain(|(e, _)| e != id);
             }
         }
         Ok(())
@@ -462,6 +486,7 @@ fn describe(step: &Step) -> String {
     match step {
         Step::Gateway4(gw) => format!("gateway {gw} on the VPC's lo"),
         Step::Plug { id, mac, .. } => format!("link for ENI {id} ({})", format_mac(mac)),
+        Step::GatewayNeigh { id, gw } => format!("neighbour {gw} on ENI {id}'s link"),
         Step::Gateway6 { id, gw } => format!("gateway {gw} on ENI {id}'s VPC end"),
         Step::Route { id, net, .. } => format!("route {}/{} over ENI {id}", net.0, net.1),
         Step::Unroute { id, net } => format!("remove route {}/{} over ENI {id}", net.0, net.1),

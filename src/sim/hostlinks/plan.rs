@@ -3,9 +3,10 @@
 //! been made ([`Plugged`]), and the steps from one to the other
 //! ([`plan`]).
 //!
-//! Invariants: a step for an ENI's addresses or IPv6 gateways comes after
-//! that ENI's `Plug` in the plan; slots (the `n` of the link names) are
-//! the smallest free ones, so names stay short however long it runs.
+//! Invariants: a step for an ENI's addresses, neighbour entries or IPv6
+//! gateways comes after that ENI's `Plug` in the plan; slots (the `n` of
+//! the link names) are the smallest free ones, so names stay short
+//! however long it runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -104,6 +105,10 @@ pub struct Slot {
     pub n: usize,
     /// Its VPC end's ifindex.
     pub vpc_index: u32,
+    /// Its VPC end's MAC (what the VPC answers from).
+    pub vpc_mac: Vec<u8>,
+    /// Its node end's ifindex.
+    pub node_index: u32,
 }
 
 /// What has been made (recorded only once the kernel took it).
@@ -115,6 +120,8 @@ pub struct Plugged {
     pub gateways4: BTreeSet<Ipv4Addr>,
     /// (ENI id, IPv6 gateway) on that ENI's VPC end.
     pub gateways6: BTreeSet<(String, Ipv6Addr)>,
+    /// (ENI id, IPv4 gateway) known on that ENI's node end.
+    pub neighs4: BTreeSet<(String, Ipv4Addr)>,
     /// Each routed destination and the ENI it is routed over.
     pub routes: BTreeMap<Net, String>,
 }
@@ -132,6 +139,15 @@ pub enum Step {
         mac: Vec<u8>,
         /// Slot.
         n: usize,
+    },
+    /// An IPv4 gateway's permanent neighbour entry on an ENI's node end
+    /// (the VPC end's MAC), in place of the VPC answering ARP (see the
+    /// module doc of [`super`]).
+    GatewayNeigh {
+        /// ENI id.
+        id: String,
+        /// The gateway.
+        gw: Ipv4Addr,
     },
     /// An IPv6 gateway on an ENI's VPC end.
     Gateway6 {
@@ -165,7 +181,8 @@ pub enum Step {
 }
 
 /// The steps from `have` to `want`: unplugs first (so their slots are
-/// free), then gateways, then per ENI its plug, IPv6 gateways and routes.
+/// free), then gateways, then per ENI its plug, the gateways' neighbour
+/// entries on its node end, IPv6 gateways and routes.
 pub fn plan(have: &Plugged, want: &Wanted) -> Vec<Step> {
     let mut steps = Vec::new();
     let mut used: BTreeSet<usize> = BTreeSet::new();
@@ -199,6 +216,14 @@ pub fn plan(have: &Plugged, want: &Wanted) -> Vec<Step> {
                 mac: eni.mac.clone(),
                 n,
             });
+        }
+        for gw in &want.gateways4 {
+            if !have.neighs4.contains(&(id.clone(), *gw)) {
+                steps.push(Step::GatewayNeigh {
+                    id: id.clone(),
+                    gw: *gw,
+                });
+            }
         }
         for gw in &want.gateways6 {
             if !have.gateways6.contains(&(id.clone(), *gw)) {
@@ -313,8 +338,13 @@ mod tests {
                         Slot {
                             n: *n,
                             vpc_index: 100 + *n as u32,
+                            vpc_mac: vec![2, 0, 0, 0, 0, *n as u8],
+                            node_index: 200 + *n as u32,
                         },
                     );
+                }
+                Step::GatewayNeigh { id, gw } => {
+                    have.neighs4.insert((id.clone(), *gw));
                 }
                 Step::Gateway6 { id, gw } => {
                     have.gateways6.insert((id.clone(), *gw));
@@ -329,6 +359,7 @@ mod tests {
                     have.links.remove(id);
                     have.routes.retain(|_, e| e != id);
                     have.gateways6.retain(|(e, _)| e != id);
+                    have.neighs4.retain(|(e, _)| e != id);
                 }
             }
         }
@@ -354,7 +385,17 @@ mod tests {
         let plug_a = pos(&|s| matches!(s, Step::Plug { id, n: 0, .. } if id == "eni-a"));
         let route_a = pos(&|s| matches!(s, Step::Route { id, .. } if id == "eni-a"));
         let gw6_a = pos(&|s| matches!(s, Step::Gateway6 { id, .. } if id == "eni-a"));
-        assert!(plug_a < route_a && plug_a < gw6_a, "{steps:?}");
+        let neigh_a = pos(&|s| matches!(s, Step::GatewayNeigh { id, .. } if id == "eni-a"));
+        assert!(
+            plug_a < route_a && plug_a < gw6_a && plug_a < neigh_a,
+            "{steps:?}"
+        );
+        // Every ENI's node end knows every IPv4 gateway.
+        let neighs = steps
+            .iter()
+            .filter(|s| matches!(s, Step::GatewayNeigh { .. }))
+            .count();
+        assert_eq!(neighs, 4, "{steps:?}");
         assert!(steps.contains(&Step::Gateway4("192.168.3.253".parse().unwrap())));
         apply(&mut have, &steps);
         assert_eq!(plan(&have, &want), []);
