@@ -54,8 +54,6 @@ pub mod exit {
     pub const FAILURE: i32 = 1;
     /// Usage.
     pub const USAGE: i32 = 2;
-    /// An option that needs root (`--simulate-links`) given without it.
-    pub const NEEDS_ROOT: i32 = 64;
     /// Corrupt state files.
     pub const DATAERR: i32 = 65;
     /// Cloud or metadata unreachable at start.
@@ -439,9 +437,10 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         preflight::check(&cfg, true).map_err(preflight_error)?;
         return Ok(None);
     }
+    // A usage error: SPEC.md's exit codes have no other for it.
     if args.simulate_links && !nix::unistd::geteuid().is_root() {
         return Err(DaemonError::new(
-            exit::NEEDS_ROOT,
+            exit::USAGE,
             "--simulate-links needs root: it creates links and a network namespace on this host (run it as root, or drop --simulate-links)",
         ));
     }
