@@ -6,6 +6,7 @@
 mod cnienv;
 mod common;
 mod cri;
+mod podman;
 mod shipped;
 
 mod alloc_prefix_sim;
