@@ -15,6 +15,7 @@ mod chaos;
 mod cloud_prefix_sim;
 mod cloud_sim;
 mod cni_containerd;
+mod cni_demo;
 mod cni_docs;
 mod cni_errors;
 mod cni_hostile;

@@ -2,7 +2,8 @@
 //! in a test's node namespace (`nsenter --net`, which, unlike `ip netns
 //! exec`, keeps /sys and the cgroup tree podman and runc need), with
 //! private storage, run root, network and plugin folders, and an image
-//! imported from busybox-static (nothing is pulled).
+//! imported from busybox-static (nothing is pulled). Used by
+//! [`crate::cni_podman`] and [`crate::cni_demo`].
 
 // `pub` here means "for the tests", not an API (as in cnienv).
 #![allow(unreachable_pub, missing_debug_implementations)]
