@@ -77,11 +77,12 @@ Options:
   --metadata-endpoint URL  metadata service (default http://100.100.100.200)
   --simulate               run against a built-in emulator on 127.0.0.1: no
                            config, credentials or root needed
-  --simulate-links         with --simulate, as root: the emulated ENIs appear
-                           as links on this host (veth pairs whose far ends
-                           sit in a namespace playing the VPC, which answers
-                           the vswitch gateway), so eniip-cni and containers
-                           work without a cloud; removed at stop
+  --simulate-links         with --simulate, root only: the emulated ENIs appear
+                           as links on this host (veth pairs carrying their
+                           MACs, whose far ends sit in a network namespace of
+                           eniipd's own playing the VPC and its gateway), so
+                           eniip-cni and containers work without a cloud;
+                           all gone when eniipd ends, even on SIGKILL
   --check-config           validate the config, print it (secrets masked), exit
   --recover-state          move corrupt state files aside, keep what is valid,
                            and hold every address with no known owner back
