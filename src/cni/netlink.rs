@@ -277,6 +277,30 @@ impl Netlink {
 
     /// Creates a veth pair: `name` here, `peer` in the namespace `peer_ns`.
     pub fn add_veth(&mut self, name: &str, peer: &str, peer_ns: RawFd, mtu: u32) -> io::Result<()> {
+        self.new_veth(name, None, peer, peer_ns, mtu)
+    }
+
+    /// Same, `name` carrying the hardware address `mac` (an emulated
+    /// ENI: see [`crate::sim::hostlinks`]).
+    pub fn add_veth_with_mac(
+        &mut self,
+        name: &str,
+        mac: &[u8],
+        peer: &str,
+        peer_ns: RawFd,
+        mtu: u32,
+    ) -> io::Result<()> {
+        self.new_veth(name, Some(mac), peer, peer_ns, mtu)
+    }
+
+    fn new_veth(
+        &mut self,
+        name: &str,
+        mac: Option<&[u8]>,
+        peer: &str,
+        peer_ns: RawFd,
+        mtu: u32,
+    ) -> io::Result<()> {
         let mut peer_msg = LinkMessage::default();
         peer_msg.attributes = vec![
             LinkAttribute::IfName(peer.to_string()),
@@ -292,6 +316,9 @@ impl Netlink {
                 LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_msg))),
             ]),
         ];
+        if let Some(mac) = mac {
+            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        }
         self.request(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
             .map(drop)
     }

@@ -35,6 +35,8 @@ pub struct Args {
     pub metadata_endpoint: Option<String>,
     /// `--simulate`
     pub simulate: bool,
+    /// `--simulate-links` (only with `--simulate`)
+    pub simulate_links: bool,
     /// `--check-config`
     pub check_config: bool,
     /// `--recover-state`
@@ -61,7 +63,8 @@ Alibaba Cloud ECS instance and hands them out over a Unix socket.
 Usage:
   eniipd [--config FILE] [--socket PATH] [--state-dir DIR] [--log-level LEVEL]
          [--ecs-endpoint URL] [--vpc-endpoint URL] [--metadata-endpoint URL]
-         [--simulate] [--check-config] [--recover-state] [--version] [--help]
+         [--simulate [--simulate-links]] [--check-config] [--recover-state]
+         [--version] [--help]
 
 Options:
   --config FILE            config file (default /etc/eniipd/eni.json)
@@ -74,6 +77,12 @@ Options:
   --metadata-endpoint URL  metadata service (default http://100.100.100.200)
   --simulate               run against a built-in emulator on 127.0.0.1: no
                            config, credentials or root needed
+  --simulate-links         with --simulate, root only: the emulated ENIs appear
+                           as links on this host (veth pairs carrying their
+                           MACs, whose far ends sit in a network namespace of
+                           eniipd's own playing the VPC and its gateway), so
+                           eniip-cni and containers work without a cloud;
+                           all gone when eniipd ends, even on SIGKILL
   --check-config           validate the config, print it (secrets masked), exit
   --recover-state          move corrupt state files aside, keep what is valid,
                            and hold every address with no known owner back
@@ -121,6 +130,10 @@ pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Command, UsageEr
                 no_value("--simulate")?;
                 a.simulate = true;
             }
+            "--simulate-links" => {
+                no_value("--simulate-links")?;
+                a.simulate_links = true;
+            }
             "--check-config" => {
                 no_value("--check-config")?;
                 a.check_config = true;
@@ -134,6 +147,11 @@ pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Command, UsageEr
             }
             other => return Err(UsageError(format!("unexpected argument {other}"))),
         }
+    }
+    if a.simulate_links && !a.simulate {
+        return Err(UsageError(
+            "--simulate-links needs --simulate (it shows the emulator's ENIs)".into(),
+        ));
     }
     Ok(Command::Run(a))
 }
@@ -175,6 +193,14 @@ mod tests {
             (&["stray"][..], "unexpected argument stray"),
             (&["--simulate=yes"][..], "--simulate takes no value"),
             (&["--socket="][..], "--socket needs a value"),
+            (
+                &["--simulate-links"][..],
+                "--simulate-links needs --simulate",
+            ),
+            (
+                &["--simulate", "--simulate-links=1"][..],
+                "--simulate-links takes no value",
+            ),
         ] {
             let e = p(args).unwrap_err();
             assert!(e.to_string().contains(needle), "{e}");

@@ -37,6 +37,7 @@ use crate::cloud::{CloudApi, CloudError, InstanceIdentity};
 use crate::config::{Config, RawConfig, DEFAULT_CONFIG_PATH};
 use crate::server::listener::{bind_socket, Server, ServerConfig};
 use crate::server::socket::{check_socket_free, BindError, SocketFile};
+use crate::sim::hostlinks::{self, HostLinks, HostLinksOptions};
 use crate::sim::{SimOptions, Simulator};
 use crate::store::{Store, StoreError, StoreOptions};
 use crate::systemd::Notifier;
@@ -354,6 +355,8 @@ struct Running {
     conflist: Option<conflist::Installer>,
     /// Releases what lost CNI DELs left (`sandbox_reap_interval`).
     reaper: Option<reaper::Reaper>,
+    /// `--simulate-links`: the emulated ENIs as links on this host.
+    links: Option<HostLinks>,
     /// Dropped last: this node is alive until the process ends.
     _beacon: crate::util::node::Beacon,
 }
@@ -435,6 +438,13 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         preflight::check(&cfg, true).map_err(preflight_error)?;
         return Ok(None);
     }
+    // A usage error: SPEC.md's exit codes have no other for it.
+    if args.simulate_links && !nix::unistd::geteuid().is_root() {
+        return Err(DaemonError::new(
+            exit::USAGE,
+            "--simulate-links needs root: it creates links and a network namespace on this host (run it as root, or drop --simulate-links)",
+        ));
+    }
     let (sim, sim_dir) = if args.simulate {
         // With --state-dir the emulated cloud is kept beside the state,
         // so a restarted demo finds its ENIs and keeps its allocations.
@@ -512,6 +522,14 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         cfg.state_dir.display()
     );
 
+    // Once this instance holds its state and socket (a second demo on
+    // the same state would show the same MACs twice), and before the
+    // allocator attaches anything: each ENI then appears a moment after
+    // its attach, as on a real host.
+    let links = match (&sim, args.simulate_links) {
+        (Some(sim), true) => Some(simulate_links(sim)?),
+        _ => None,
+    };
     let md = crate::cloud::metadata::MetadataClient::new(&cfg.metadata_endpoint);
     let budget = cfg.start_timeout;
     let mut identity = at_start("reading instance metadata", budget, signals, || {
@@ -623,8 +641,8 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         env!("CARGO_PKG_VERSION"),
         cfg.socket_path.display()
     );
-    if sim.is_some() {
-        simulate_banner(&cfg.socket_path);
+    if let Some(sim) = &sim {
+        simulate_banner(&cfg.socket_path, sim, links.as_ref());
     }
     let _ = notifier.ready();
     let _ = notifier.status(&status);
@@ -652,6 +670,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         sim_dir,
         conflist,
         reaper,
+        links,
         _beacon: beacon,
     }))
 }
@@ -821,8 +840,27 @@ fn listen(
     Ok((server, socket))
 }
 
+/// `--simulate-links`: the emulator's ENIs as links on this host.
+fn simulate_links(sim: &Simulator) -> Result<HostLinks, DaemonError> {
+    let tag = hostlinks::daemon_tag(std::process::id());
+    let links = HostLinks::start(HostLinksOptions {
+        ecs_url: sim.ecs_url(),
+        instance_id: sim.instance_id(),
+        node_netns: None,
+        vpc_netns: None,
+        tag: tag.clone(),
+        poll: Duration::from_millis(100),
+    })
+    .map_err(|e| DaemonError::new(exit::FAILURE, format!("--simulate-links: {}", chain(&e))))?;
+    info!(
+        "simulated links: the emulated ENIs appear here as e{tag}n<N>; the VPC: nsenter --net={}",
+        links.vpc_path().display()
+    );
+    Ok(links)
+}
+
 /// What `--simulate` prints for the user: commands that work as pasted.
-fn simulate_banner(socket: &Path) {
+fn simulate_banner(socket: &Path, sim: &Simulator, links: Option<&HostLinks>) {
     // eniipctl is built beside eniipd; if it is not there (only eniipd was
     // built), cargo builds and runs it.
     let ctl = std::env::current_exe()
@@ -845,6 +883,16 @@ fn simulate_banner(socket: &Path) {
         socket.display()
     );
     let _ = writeln!(out, "        {ctl} status");
+    if let Some(l) = links {
+        let gateway = hostlinks::first_gateway(&sim.state())
+            .map(|g| format!(" (gateway {g})"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "links:  the emulated ENIs appear here as links; the VPC{gateway}: nsenter --net={}",
+            l.vpc_path().display()
+        );
+    }
     let _ = writeln!(out, "stop with Ctrl-C.");
     let _ = out.flush();
 }

@@ -172,10 +172,13 @@ pub(super) fn serve(r: Running, sig_rx: &Receiver<i32>) -> i32 {
 /// listener stops accepting), then each is joined, latest started first,
 /// until the same instant. What is left then (a thread in a cloud call, a
 /// disk that does not answer) is named in the log, not waited for.
-fn stop_all(r: Running, code: i32) -> i32 {
+fn stop_all(mut r: Running, code: i32) -> i32 {
     let started = Instant::now();
     let until = started + STOP_DEADLINE;
     r.alloc.begin_stop();
+    if let Some(l) = &mut r.links {
+        l.begin_stop();
+    }
     if let Some(c) = r.conflist {
         c.stop_until(until);
     }
@@ -213,6 +216,11 @@ fn stop_all(r: Running, code: i32) -> i32 {
     crate::alloc::join_all(stragglers, until);
     if let Some(s) = &r.socket {
         s.remove_if_ours();
+    }
+    // Before the emulator it follows (started right after it); the
+    // links and the VPC namespace go whatever is left of the deadline.
+    if let Some(l) = r.links.take() {
+        l.stop_until(until);
     }
     if let Some(sim) = r.sim {
         sim.shutdown();

@@ -6,12 +6,15 @@
 //!   replay) and `/__sim/` admin; [`auth`]: signatures V3 and 1.0, the
 //!   timestamp window, nonce reuse, STS tokens.
 //! - [`metadata`]: the metadata listener, lagging the API, with token mode.
+//! - [`hostlinks`]: the emulated ENIs as links on a Linux host, and a VPC
+//!   namespace that routes each address over its own ENI.
 //!
 //! It runs in-process ([`Simulator::start`], used by `eniipd --simulate`,
 //! the tests and the benchmarks) or as the `eniip-sim` binary.
 
 pub mod auth;
 pub mod flow;
+pub mod hostlinks;
 pub mod metadata;
 pub mod net;
 pub mod openapi;

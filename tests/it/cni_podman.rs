@@ -20,193 +20,15 @@
 //! vswitch's IPv6 gateway.
 
 use crate::cnienv;
-use crate::common;
+use crate::podman::{one_at_a_time, Podman};
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Command, Output};
 
-use cnienv::{can_run, sh, World, GATEWAY, GATEWAY6};
+use cnienv::{can_run, World, GATEWAY, GATEWAY6};
 use serde_json::{json, Value};
 
 /// The node's address that portmap clients connect to.
 const NODE_ADDR: &str = "10.250.0.1";
-
-/// One podman test at a time: podman instances with private roots still
-/// share run-time state (`podman system reset` at the end of one test
-/// left the other's containers without their network).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-struct Podman {
-    dir: PathBuf,
-    node: String,
-    /// The network's name (the shipped conflist's `eniip`, or the test's).
-    net: String,
-    /// `nsenter` arguments entering the mount namespace where the shipped
-    /// conflist's socket path is the test's eniipd (empty: none needed).
-    enter: Vec<String>,
-    holder: Option<std::sync::Arc<crate::shipped::MountHolder>>,
-}
-
-impl Podman {
-    /// podman on the shipped `cni/eniip.conflist`, installed unchanged the
-    /// way README says, its socket path made the test's eniipd
-    /// ([`crate::shipped::MountHolder`]).
-    fn new(w: &World) -> Podman {
-        let mut p = Podman::with_plugins(w, None);
-        let conflist = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cni/eniip.conflist");
-        sh(&[
-            "install",
-            "-m",
-            "0644",
-            &conflist.display().to_string(),
-            &p.dir.join("net/10-eniip.conflist").display().to_string(),
-        ]);
-        let holder = crate::shipped::MountHolder::new(&w.socket());
-        p.enter = holder.enter();
-        p.holder = Some(std::sync::Arc::new(holder));
-        p.net = "eniip".into();
-        p
-    }
-
-    /// podman on a conflist of the test's own (`plugins`; none: no
-    /// conflist is written).
-    fn with_plugins(w: &World, plugins: Option<Value>) -> Podman {
-        let dir = common::tempdir("podman");
-        for d in [
-            "root",
-            "runroot",
-            "net",
-            "plugins",
-            "rootfs/bin",
-            "rootfs/www",
-        ] {
-            std::fs::create_dir_all(dir.join(d)).unwrap();
-        }
-        // An eniip-cni someone installed in /usr/lib/cni (as README says)
-        // is not the one under test.
-        for e in std::fs::read_dir("/usr/lib/cni").unwrap().flatten() {
-            if e.file_name() != "eniip-cni" {
-                std::os::unix::fs::symlink(e.path(), dir.join("plugins").join(e.file_name()))
-                    .unwrap();
-            }
-        }
-        std::os::unix::fs::symlink(cnienv::plugin(), dir.join("plugins/eniip-cni")).unwrap();
-        let conf = format!(
-            r#"[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-events_logfile_path = "{d}/events.log"
-[containers]
-default_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]
-[network]
-network_backend = "cni"
-network_config_dir = "{d}/net"
-cni_plugin_dirs = ["{d}/plugins"]
-"#,
-            d = dir.display()
-        );
-        std::fs::write(dir.join("containers.conf"), conf).unwrap();
-        if let Some(plugins) = plugins {
-            let conflist = json!({
-                "cniVersion": "1.0.0",
-                "name": w.network,
-                "plugins": plugins,
-            });
-            std::fs::write(
-                dir.join("net").join(format!("{}.conflist", w.network)),
-                serde_json::to_vec_pretty(&conflist).unwrap(),
-            )
-            .unwrap();
-        }
-        // The image: busybox-static and its applets.
-        let rootfs = dir.join("rootfs");
-        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
-        for a in ["sh", "ping", "ping6", "httpd", "sleep", "ip", "cat"] {
-            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
-        }
-        std::fs::write(rootfs.join("www/index.html"), "hello-from-the-pod\n").unwrap();
-        sh(&[
-            "tar",
-            "-C",
-            &rootfs.display().to_string(),
-            "-cf",
-            &dir.join("bb.tar").display().to_string(),
-            ".",
-        ]);
-        let p = Podman {
-            dir,
-            node: w.node.name.clone(),
-            net: w.network.clone(),
-            enter: Vec::new(),
-            holder: None,
-        };
-        let out = p.run(&[
-            "import",
-            &p.dir.join("bb.tar").display().to_string(),
-            "localhost/eniip-bb:1",
-        ]);
-        assert!(
-            out.status.success(),
-            "import: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        p
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new("nsenter")
-            .args(&self.enter)
-            .arg(format!("--net=/run/netns/{}", self.node))
-            .arg("podman")
-            .arg("--root")
-            .arg(self.dir.join("root"))
-            .arg("--runroot")
-            .arg(self.dir.join("runroot"))
-            .arg("--storage-driver")
-            .arg("vfs")
-            .args(args)
-            .env("CONTAINERS_CONF", self.dir.join("containers.conf"))
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "podman {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    /// The container's id and address on `net`.
-    fn address(&self, name: &str, net: &str) -> (String, String) {
-        let v: Value = serde_json::from_str(&self.ok(&["inspect", name])).unwrap();
-        let id = v[0]["Id"].as_str().unwrap().to_string();
-        let ip = v[0]["NetworkSettings"]["Networks"][net]["IPAddress"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no address for {name}: {v}"))
-            .to_string();
-        (id, ip)
-    }
-}
-
-impl Drop for Podman {
-    fn drop(&mut self) {
-        // eniipd still runs (the World is dropped after us): DELs succeed.
-        let _ = self.run(&["rm", "-af", "-t", "0"]);
-        let _ = self.run(&["system", "reset", "-f"]);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// An HTTP GET of `/` at `addr`, from inside the namespace `netns` (a
 /// named thread enters it; the test's own thread never moves). Returns
@@ -275,20 +97,12 @@ fn podman_containers_get_their_address_from_eniipd() {
     }
     let _serial = one_at_a_time();
     let w = World::start("ecs.g7.xlarge", json!({}));
-    // Scope host: the node's ARP for the gateway then goes out with source
-    // 0.0.0.0 (as with no address), which the emulated VPC, strict about
-    // reverse paths, answers; a global address it has no route to would be
-    // dropped there.
-    w.node_ip(&[
-        "addr",
-        "add",
-        &format!("{NODE_ADDR}/32"),
-        "dev",
-        "lo",
-        "scope",
-        "host",
-    ]);
-    let pm = Podman::new(&w);
+    // A global address, as a node's eth0 has: the node would ask for the
+    // gateway from it, which the emulated VPC (strict about reverse
+    // paths) would not answer; the emulation's neighbour entry for the
+    // gateway on each ENI link stands in for that answer.
+    w.node_ip(&["addr", "add", &format!("{NODE_ADDR}/32"), "dev", "lo"]);
+    let pm = Podman::shipped(&w.node.name, &w.socket());
     let net = pm.net.clone();
 
     // One container with a published port.
@@ -446,7 +260,8 @@ fn podman_containers_get_ipv6_in_dual_stack() {
     let _serial = one_at_a_time();
     let w = World::start_dual("ecs.g7.large", json!({}));
     let pm = Podman::with_plugins(
-        &w,
+        &w.node.name,
+        &w.network,
         Some(json!([{"type": "eniip-cni", "socket": w.cfg["socket_path"], "mtu": 1500}])),
     );
     let net = w.network.clone();

@@ -3,16 +3,18 @@
 //!
 //! - `node`: the node the plugin runs in (`ip netns exec node eniip-cni`);
 //!   each managed ENI appears there as one end of a veth pair carrying the
-//!   ENI's MAC, created by a hotplug thread that watches `/__sim/state`
-//!   (as an ENI appears on a real host a moment after its attach);
-//! - `vpc`: the vswitch gateway (on `lo`) and the other end of every ENI;
-//!   its routes and permanent neighbour entries (address -> ENI MAC, from
-//!   the emulator's state) play the VPC router; strict rp_filter there
-//!   drops a packet that arrives over the wrong ENI. In dual stack
-//!   ([`World::start_dual`]) the vswitch's IPv6 gateway is on every ENI's
-//!   VPC end (so it answers neighbour solicitations there, as the VPC
-//!   does), IPv6 addresses get routes and neighbour entries too, and
-//!   ip6tables' `rpfilter` plays strict rp_filter for IPv6;
+//!   ENI's MAC, a moment after its attach, made by the product's own
+//!   emulation ([`eniipd::sim::hostlinks`], what `eniipd --simulate
+//!   --simulate-links` runs on the host), which follows `/__sim/state`;
+//! - `vpc`: set up by that emulation: the vswitch gateway (on `lo`) and
+//!   the other end of every ENI; its routes and permanent
+//!   neighbour entries (address -> ENI MAC) play the VPC router; strict
+//!   rp_filter there drops a packet that arrives over the wrong ENI. In
+//!   dual stack ([`World::start_dual`]) the vswitch's IPv6 gateway is on
+//!   every ENI's VPC end (so it answers neighbour solicitations there, as
+//!   the VPC does), IPv6 addresses get routes and neighbour entries too,
+//!   and ip6tables' `rpfilter` (added here) plays strict rp_filter for
+//!   IPv6;
 //! - containers: one namespace each.
 //!
 //! eniipd and eniip-sim run in the host namespace on loopback; eniipd's
@@ -24,14 +26,14 @@
 #![allow(unreachable_pub, missing_debug_implementations)]
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use eniipd::sim::hostlinks::{HostLinks, HostLinksOptions};
 
 use serde_json::{json, Value};
 
@@ -157,151 +159,10 @@ impl Drop for Netns {
     }
 }
 
-/// The hotplug + VPC-router thread.
-struct Hotplug {
-    stop: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-    enis: Arc<Mutex<BTreeMap<String, String>>>,
-}
-
-impl Drop for Hotplug {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
-    }
-}
-
-fn sim_state(ecs: &str) -> Option<Value> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into();
-    let mut r = agent.get(&format!("{ecs}/__sim/state")).call().ok()?;
-    serde_json::from_str(&r.body_mut().read_to_string().ok()?).ok()
-}
-
-/// One pass: a link for every attached managed ENI, a VPC route and
-/// neighbour entry for every address on it; unplugs detached ones.
-struct Plug {
-    /// The vswitch IPv6 gateway, in dual stack.
-    gateway6: Option<String>,
-    ecs: String,
-    instance: String,
-    node: String,
-    vpc: String,
-    tag: String,
-    links: BTreeMap<String, (String, usize)>,
-    routed: BTreeSet<(String, String)>,
-    next: usize,
-}
-
-fn hotplug_pass(p: &mut Plug) {
-    let (ecs, instance, node, vpc, t) = (&p.ecs, &p.instance, &p.node, &p.vpc, &p.tag);
-    let gateway6 = p.gateway6.clone();
-    let (links, routed, next) = (&mut p.links, &mut p.routed, &mut p.next);
-    let Some(state) = sim_state(ecs) else { return };
-    let mut present = BTreeSet::new();
-    for e in state["enis"].as_array().into_iter().flatten() {
-        if e["tags"]["creator"] != "eniipd"
-            || e["instance_id"] != instance.as_str()
-            || e["status"] != "InUse"
-        {
-            continue;
-        }
-        let id = e["id"].as_str().unwrap_or("").to_string();
-        let mac = e["mac"].as_str().unwrap_or("").to_string();
-        present.insert(id.clone());
-        if !links.contains_key(&id) {
-            let n = *next;
-            *next += 1;
-            let (en, vn) = (format!("e{t}n{n}"), format!("v{t}n{n}"));
-            if !try_sh(&[
-                "ip", "link", "add", &en, "netns", node, "address", &mac, "type", "veth", "peer",
-                "name", &vn, "netns", vpc,
-            ]) {
-                continue;
-            }
-            if let Some(gw6) = &gateway6 {
-                let _ = try_sh(&[
-                    "ip",
-                    "-n",
-                    vpc,
-                    "addr",
-                    "add",
-                    &format!("{gw6}/128"),
-                    "dev",
-                    &vn,
-                    "nodad",
-                ]);
-            }
-            let _ = try_sh(&["ip", "-n", vpc, "link", "set", &vn, "up"]);
-            let _ = try_sh(&[
-                "ip",
-                "netns",
-                "exec",
-                vpc,
-                "sysctl",
-                "-qw",
-                &format!("net.ipv4.conf.{vn}.rp_filter=1"),
-            ]);
-            links.insert(id.clone(), (mac.clone(), n));
-        }
-        let (mac, n) = links[&id].clone();
-        let vn = format!("v{t}n{n}");
-        let v4s = e["private_ips"].as_array().into_iter().flatten();
-        let v6s = e["ipv6s"].as_array().into_iter().flatten();
-        for ip in v4s.chain(v6s) {
-            let ip = ip.as_str().unwrap_or("").to_string();
-            if routed.contains(&(id.clone(), ip.clone())) {
-                continue;
-            }
-            let host = if ip.contains(':') { "128" } else { "32" };
-            let ok = try_sh(&[
-                "ip",
-                "-n",
-                vpc,
-                "route",
-                "replace",
-                &format!("{ip}/{host}"),
-                "dev",
-                &vn,
-            ]) && try_sh(&[
-                "ip",
-                "-n",
-                vpc,
-                "neigh",
-                "replace",
-                &ip,
-                "lladdr",
-                &mac,
-                "dev",
-                &vn,
-                "nud",
-                "permanent",
-            ]);
-            if ok {
-                routed.insert((id.clone(), ip));
-            }
-        }
-    }
-    let gone: Vec<String> = links
-        .keys()
-        .filter(|id| !present.contains(*id))
-        .cloned()
-        .collect();
-    for id in gone {
-        let (_, n) = links.remove(&id).unwrap();
-        let _ = try_sh(&["ip", "-n", vpc, "link", "del", &format!("v{t}n{n}")]);
-        routed.retain(|(e, _)| *e != id);
-    }
-}
-
 /// Sim + eniipd + node + VPC + hotplug.
 pub struct World {
-    pub hotplug_enis: Arc<Mutex<BTreeMap<String, String>>>,
-    hotplug: Option<Hotplug>,
+    /// The ENIs as links, and the VPC namespace (removed on drop).
+    hotplug: Option<HostLinks>,
     pub daemon: Option<Daemon>,
     pub sim: Sim,
     pub dir: PathBuf,
@@ -330,32 +191,28 @@ impl World {
     fn start_on(instance_type: &str, dual: bool, extra: Value) -> World {
         let t = tag();
         let node = Netns::new(&format!("eniip-node-{t}"));
-        let vpc = Netns::new(&format!("eniip-vpc-{t}"));
-        sh(&[
-            "ip",
-            "-n",
-            &vpc.name,
-            "addr",
-            "add",
-            &format!("{GATEWAY}/32"),
-            "dev",
-            "lo",
-        ]);
-        for (ns, k, v) in [
-            (&vpc.name, "net.ipv4.conf.all.rp_filter", "1"),
-            (&vpc.name, "net.ipv4.conf.default.rp_filter", "1"),
-            (&vpc.name, "net.ipv4.ip_forward", "0"),
-        ] {
-            sh(&[
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "sysctl",
-                "-qw",
-                &format!("{k}={v}"),
-            ]);
+        let mut sim_args = vec![
+            "--instance-type",
+            instance_type,
+            "--attach-delay-ms",
+            "50",
+            "--metadata-lag-ms",
+            "50",
+        ];
+        if dual {
+            sim_args.extend(["--vswitch", DUAL_VSWITCH]);
         }
+        let sim = Sim::start(&sim_args);
+        let vpc = Netns::new(&format!("eniip-vpc-{t}"));
+        let hotplug = HostLinks::start(HostLinksOptions {
+            ecs_url: sim.ecs.clone(),
+            instance_id: sim.instance.clone(),
+            node_netns: Some(node.path()),
+            vpc_netns: Some(vpc.path()),
+            tag: t.clone(),
+            poll: Duration::from_millis(30),
+        })
+        .unwrap_or_else(|e| panic!("the ENI emulation: {}", chain(&e)));
         if dual {
             // Strict reverse-path filtering for IPv6 (the kernel has no
             // rp_filter knob for it).
@@ -376,54 +233,11 @@ impl World {
                 "DROP",
             ]);
         }
-        let mut sim_args = vec![
-            "--instance-type",
-            instance_type,
-            "--attach-delay-ms",
-            "50",
-            "--metadata-lag-ms",
-            "50",
-        ];
-        if dual {
-            sim_args.extend(["--vswitch", DUAL_VSWITCH]);
-        }
-        let sim = Sim::start(&sim_args);
         let dir = tempdir("cni");
         let cfg = config(&sim, &dir, extra);
         let daemon = Daemon::start(&dir, &cfg);
-
-        let stop = Arc::new(AtomicBool::new(false));
-        let enis = Arc::new(Mutex::new(BTreeMap::new()));
-        let mut plug = Plug {
-            gateway6: dual.then(|| GATEWAY6.to_string()),
-            ecs: sim.ecs.clone(),
-            instance: sim.instance.clone(),
-            node: node.name.clone(),
-            vpc: vpc.name.clone(),
-            tag: t.clone(),
-            links: BTreeMap::new(),
-            routed: BTreeSet::new(),
-            next: 0,
-        };
-        let st = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("test-hotplug".into())
-            .spawn(move || {
-                // Bounded: a test lasts minutes at most.
-                let end = Instant::now() + Duration::from_secs(1800);
-                while !st.load(Ordering::SeqCst) && Instant::now() < end {
-                    hotplug_pass(&mut plug);
-                    std::thread::sleep(Duration::from_millis(30));
-                }
-            })
-            .unwrap();
         World {
-            hotplug_enis: enis.clone(),
-            hotplug: Some(Hotplug {
-                stop,
-                handle: Some(handle),
-                enis,
-            }),
+            hotplug: Some(hotplug),
             daemon: Some(daemon),
             sim,
             dir,
@@ -720,6 +534,17 @@ impl Ctr {
 /// Polls `f` every 20 ms until true or `limit` passes.
 pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
     crate::common::eventually(limit, f)
+}
+
+/// An error and its causes, as one line.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(&format!(": {c}"));
+        cur = c.source();
+    }
+    s
 }
 
 /// `path` as a string.

@@ -60,3 +60,47 @@ fn with_a_state_dir_the_demo_socket_stays_in_it_across_restarts() {
     stop(second);
     assert!(state.join("sim-world.json").is_file());
 }
+
+/// `--simulate-links` is root only and needs `--simulate`: either way a
+/// usage error (exit 2) that says why, before anything is started.
+#[test]
+fn simulate_links_needs_root_and_simulate() {
+    let eniipd = env!("CARGO_BIN_EXE_eniipd");
+    let run = |cmd: &mut Command| {
+        let out = cmd
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(Command::new(eniipd).arg("--simulate-links"));
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--simulate-links needs --simulate"), "{err}");
+
+    // As an unprivileged user (uid 65534, through setpriv when the test
+    // runs as root; the test's own uid otherwise).
+    let root = nix::unistd::geteuid().is_root();
+    let mut cmd = match root {
+        true => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+                eniipd,
+            ]);
+            c
+        }
+        false => Command::new(eniipd),
+    };
+    cmd.args(["--simulate", "--simulate-links"])
+        .env("XDG_RUNTIME_DIR", "/nonexistent");
+    let (code, err) = run(&mut cmd);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--simulate-links needs root"), "{err}");
+}

@@ -6,6 +6,7 @@
 mod cnienv;
 mod common;
 mod cri;
+mod podman;
 mod shipped;
 
 mod alloc_prefix_sim;
@@ -14,6 +15,7 @@ mod chaos;
 mod cloud_prefix_sim;
 mod cloud_sim;
 mod cni_containerd;
+mod cni_demo;
 mod cni_docs;
 mod cni_errors;
 mod cni_hostile;

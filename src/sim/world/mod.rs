@@ -579,8 +579,15 @@ impl World {
         json!({
             "instance": {"id": self.instance_id, "type": self.cfg.itype.id, "zone": self.cfg.zone,
                          "region": self.cfg.region, "primary_mac": primary_mac},
-            "vswitches": self.vswitches.iter().map(|v| json!({"id": v.id, "cidr": v.cidr.to_string(), "free": v.free,
-                "free_prefixes": Self::free_prefixes(v)})).collect::<Vec<_>>(),
+            "vswitches": self.vswitches.iter().map(|v| {
+                let mut j = json!({"id": v.id, "cidr": v.cidr.to_string(), "free": v.free,
+                    "free_prefixes": Self::free_prefixes(v), "gateway": v.cidr.gateway().to_string()});
+                if let Some(c6) = &v.cidr6 {
+                    j["ipv6_cidr"] = json!(c6.to_string());
+                    j["ipv6_gateway"] = json!(c6.gateway().to_string());
+                }
+                j
+            }).collect::<Vec<_>>(),
             "enis": self.enis.values().filter(|e| e.deleted_at.is_none()).map(|e| json!({
                 "id": e.id, "mac": e.mac, "status": e.status.as_str(),
                 "instance_id": e.instance.clone().unwrap_or_default(), "vswitch_id": e.vswitch,
