@@ -136,21 +136,15 @@ pub fn spawn(
     let (control_tx, control_rx) = unbounded();
     let call_cap = Arc::new(AtomicUsize::new(0));
     let cap = Arc::clone(&call_cap);
+    let inbox = Inbox {
+        backlog: backlog_rx,
+        control: control_rx,
+        call_cap: cap,
+    };
     let join = std::thread::Builder::new()
         .name(format!("eni-{}", eni.trim_start_matches("eni-")))
         .stack_size(256 * 1024)
-        .spawn(move || {
-            run(
-                &eni,
-                &mac,
-                &*cloud,
-                &cfg,
-                &cap,
-                &backlog_rx,
-                &control_rx,
-                &events,
-            )
-        })?;
+        .spawn(move || run(&eni, &mac, &*cloud, &cfg, &inbox, &events))?;
     Ok(WorkerHandle {
         backlog: backlog_tx,
         capacity,
@@ -160,16 +154,22 @@ pub fn spawn(
     })
 }
 
+/// What the actor sends a worker: units, control, the call cap.
+struct Inbox {
+    backlog: Receiver<Unit>,
+    control: Receiver<Control>,
+    call_cap: Arc<AtomicUsize>,
+}
+
 fn run(
     eni: &str,
     mac: &str,
     cloud: &dyn CloudApi,
     cfg: &WorkerConfig,
-    call_cap: &AtomicUsize,
-    backlog: &Receiver<Unit>,
-    control: &Receiver<Control>,
+    inbox: &Inbox,
     events: &Sender<Event>,
 ) {
+    let (backlog, control, call_cap) = (&inbox.backlog, &inbox.control, &*inbox.call_cap);
     debug!("worker for {eni} started");
     loop {
         select! {
