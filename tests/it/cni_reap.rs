@@ -5,8 +5,11 @@
 //! rules; a live pod beside them and an allocation made by hand keep
 //! theirs. After a node restart (every sandbox gone, eniipd's state kept)
 //! a pod that comes back under its name gets its address again
-//! (`ip_stick_time`). Needs root, `ip` and busybox; says SKIPPED loudly
-//! otherwise (and fails under ENIIPD_CI=1).
+//! (`ip_stick_time`). Under Debian's containerd, a sandbox containerd
+//! forgot across a crash while its netns stayed mounted is reaped and a
+//! live one beside it kept. Needs root, `ip` and busybox (and containerd's
+//! tools for that case); says SKIPPED loudly otherwise (and fails under
+//! ENIIPD_CI=1).
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -204,4 +207,113 @@ fn after_a_node_restart_pods_that_come_back_keep_their_address_and_the_rest_are_
     with_prev["prevResult"] = r_again.json.clone();
     w.cni("DEL", Some(&again), &with_prev)
         .expect_ok("DEL web-0");
+}
+
+/// Network namespaces containerd mounted and will never unmount (it forgot
+/// them): unmounted and removed at the end, whatever happens.
+struct Mounted(Vec<String>);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = Command::new("umount").arg(p).status();
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn kill9(pid: i32) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+}
+
+#[test]
+fn a_sandbox_containerd_forgot_across_its_restart_is_reaped_and_a_live_one_kept() {
+    let tools = crate::cri::tools();
+    let tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+    if !can_run("cni reaper under containerd", &tools) {
+        return;
+    }
+    let w = World::start("ecs.g7.xlarge", json!({"sandbox_reap_interval": 1}));
+    let _node_process = Holder::in_ns(&w.node.name);
+    let mut c = crate::cri::Containerd::start_in_host_mounts(&w);
+    let run = |c: &crate::cri::Containerd, name: &str| {
+        let (id, _) = c
+            .run_pod(name, "default")
+            .unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}\n{}", c.log()));
+        let st = c.status(&id);
+        assert_eq!(st.state, "SANDBOX_READY", "{st:?}");
+        (id, st)
+    };
+    let (live_id, live) = run(&c, "live-0");
+    let (gone_id, gone) = run(&c, "gone-0");
+    let _mounts = Mounted(vec![live.netns.clone(), gone.netns.clone()]);
+    let inuse = w.inuse();
+    assert_eq!(
+        inuse.get(&gone.ip).map(String::as_str),
+        Some("eniip/default/gone-0")
+    );
+    assert_eq!(
+        inuse.get(&live.ip).map(String::as_str),
+        Some("eniip/default/live-0")
+    );
+
+    // containerd crashes; the gone pod's processes are killed with it; a
+    // containerd started afresh knows neither sandbox and sends no DEL.
+    // The gone pod's netns stays mounted, with nobody in it.
+    let gone_shim = c.shim_of(&gone_id);
+    c.kill9();
+    kill9(gone.pid as i32);
+    if let Some(p) = gone_shim {
+        kill9(p);
+    }
+    let again = crate::cri::Containerd::start_in_host_mounts(&w);
+    assert!(again.list().is_empty(), "{:?}", again.list());
+    assert!(std::path::Path::new(&gone.netns).exists(), "{}", gone.netns);
+
+    assert!(
+        eventually(Duration::from_secs(30), || !w
+            .inuse()
+            .contains_key(&gone.ip)),
+        "not reaped: {:?}\n{}\n{}",
+        w.inuse(),
+        w.daemon().log_text(),
+        w.diag()
+    );
+    // (Its ADD named the netns containerd mounted: the reaper looked.)
+    let gone_end = eniipd::cni::datapath::host_veth_name(&gone_id, "eth0");
+    assert!(!has_link(&w, &gone_end), "{gone_end} left\n{}", w.diag());
+    assert!(
+        rules_of(&w, &gone.ip).is_empty(),
+        "{:?}",
+        rules_of(&w, &gone.ip)
+    );
+    assert_eq!(
+        metric(&w, "eniipd_sandbox_reaped_total{reason=\"netns-empty\"}").as_deref(),
+        Some("eniipd_sandbox_reaped_total{reason=\"netns-empty\"} 1")
+    );
+    // The live pod, forgotten by containerd too but with its pause still
+    // running, keeps its address and its path out, several looks later.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        w.inuse().get(&live.ip).map(String::as_str),
+        Some("eniip/default/live-0"),
+        "{:?}",
+        w.inuse()
+    );
+    assert!(c.ping_from(live.pid, cnienv::GATEWAY), "{}", w.diag());
+
+    // Its end: once its processes are gone it is reaped the same way.
+    let live_shim = c.shim_of(&live_id);
+    kill9(live.pid as i32);
+    if let Some(p) = live_shim {
+        kill9(p);
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || w.inuse().is_empty()),
+        "{:?}",
+        w.inuse()
+    );
 }

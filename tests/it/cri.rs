@@ -65,7 +65,41 @@ pub struct Containerd {
     child: Option<Child>,
     pub dir: PathBuf,
     pub socket: PathBuf,
-    _ship: ShippedSocket,
+    _ship: Option<ShippedSocket>,
+    _link: Option<HostSocketLink>,
+}
+
+/// The shipped socket path in the host's own mount namespace, as a
+/// symlink to the test's socket, for a containerd that must share the
+/// host's mounts: the network namespaces it mounts under /var/run/netns
+/// are then seen by eniipd (its sandbox reaper), as on a node. Refused if
+/// something is there already (a real eniipd); removed at drop.
+/// (A second containerd of the same test shares the first one's link.)
+struct HostSocketLink(Option<PathBuf>);
+
+impl HostSocketLink {
+    fn new(socket: &Path) -> HostSocketLink {
+        let link = PathBuf::from(crate::shipped::SHIPPED_SOCKET);
+        std::fs::create_dir_all("/run/eniipd").unwrap();
+        if std::fs::read_link(&link).is_ok_and(|t| t == socket) {
+            return HostSocketLink(None);
+        }
+        assert!(
+            std::fs::symlink_metadata(&link).is_err(),
+            "{} exists (an eniipd runs on this host?): this test needs the path for itself",
+            link.display()
+        );
+        std::os::unix::fs::symlink(socket, &link).unwrap();
+        HostSocketLink(Some(link))
+    }
+}
+
+impl Drop for HostSocketLink {
+    fn drop(&mut self) {
+        if let Some(l) = &self.0 {
+            let _ = std::fs::remove_file(l);
+        }
+    }
 }
 
 fn write(path: &Path, text: &str) {
@@ -158,8 +192,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 impl Containerd {
     /// Starts containerd for `w` with the shipped conflist installed the
-    /// way README says, and imports the sandbox image.
+    /// way README says, and imports the sandbox image. It runs in a
+    /// private mount namespace (the shipped socket path bind-mounted
+    /// there), so the netns it mounts are its own.
     pub fn start(w: &World) -> Containerd {
+        Containerd::start_with(w, false)
+    }
+
+    /// As [`Containerd::start`], in the host's mount namespace: the netns
+    /// it mounts are seen by eniipd, as on a node.
+    pub fn start_in_host_mounts(w: &World) -> Containerd {
+        Containerd::start_with(w, true)
+    }
+
+    fn start_with(w: &World, host_mounts: bool) -> Containerd {
         let dir = crate::common::tempdir("containerd");
         let (bin, netd) = (dir.join("bin"), dir.join("net.d"));
         std::fs::create_dir_all(&bin).unwrap();
@@ -184,10 +230,16 @@ impl Containerd {
         }
         let cfg = dir.join("config.toml");
         write(&cfg, &config(&dir));
-        let ship = ShippedSocket::new(&w.socket());
+        let (ship, link) = if host_mounts {
+            (None, Some(HostSocketLink::new(&w.socket())))
+        } else {
+            (Some(ShippedSocket::new(&w.socket())), None)
+        };
         let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
         let mut argv = vec![format!("--net={}", cnienv::s(&w.node.path()))];
-        argv.extend(ship.wrap());
+        if let Some(ship) = &ship {
+            argv.extend(ship.wrap());
+        }
         argv.extend(["containerd".into(), "--config".into(), cnienv::s(&cfg)]);
         let child = Command::new("nsenter")
             .args(&argv)
@@ -201,6 +253,7 @@ impl Containerd {
             socket: dir.join("containerd.sock"),
             dir,
             _ship: ship,
+            _link: link,
         };
         let up = crate::common::eventually(Duration::from_secs(30), || {
             c.socket.exists() && c.cri(&["list"]).is_ok()
@@ -306,6 +359,22 @@ impl Containerd {
             ])
             .output()
             .is_ok_and(|o| o.status.success())
+    }
+
+    /// The shim serving sandbox `id`, if one runs.
+    pub fn shim_of(&self, id: &str) -> Option<i32> {
+        self.shims().into_iter().find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(id))
+        })
+    }
+
+    /// containerd dies (SIGKILL) as in a crash; its shims and pods stay.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// Pids of the shims serving this containerd (they outlive it).
