@@ -267,7 +267,9 @@ fn exhausted_vswitch_is_inhibited_for_the_window() {
         "the last free address is handed out: {got:?}"
     );
     assert_eq!(
-        got.iter().filter(|r| **r == Err(ErrCode::Exhausted)).count(),
+        got.iter()
+            .filter(|r| **r == Err(ErrCode::Exhausted))
+            .count(),
         1,
         "{got:?}"
     );

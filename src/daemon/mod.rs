@@ -426,17 +426,7 @@ fn check_near_misses(args: &Args) -> Result<(), DaemonError> {
 
 fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, DaemonError> {
     if args.check_config {
-        let (cfg, warnings) = load_config(args, None, None)?;
-        for w in warnings.iter().chain(&cfg.local_warnings()) {
-            warn!("{w}");
-        }
-        check_near_misses(args)?;
-        let mut out = std::io::stdout().lock();
-        for (k, v) in cfg.effective() {
-            let _ = writeln!(out, "{k}={v}");
-        }
-        preflight::check(&cfg, true).map_err(preflight_error)?;
-        return Ok(None);
+        return check_config(args).map(|()| None);
     }
     // A usage error: SPEC.md's exit codes have no other for it.
     if args.simulate_links && !nix::unistd::geteuid().is_root() {
@@ -445,36 +435,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             "--simulate-links needs root: it creates links and a network namespace on this host (run it as root, or drop --simulate-links)",
         ));
     }
-    let (sim, sim_dir) = if args.simulate {
-        // With --state-dir the emulated cloud is kept beside the state,
-        // so a restarted demo finds its ENIs and keeps its allocations.
-        let opts = SimOptions {
-            world_file: args.state_dir.as_ref().map(|d| d.join(SIM_WORLD_FILE)),
-            ..SimOptions::default()
-        };
-        if let Some(d) = &args.state_dir {
-            std::fs::create_dir_all(d).map_err(|e| {
-                DaemonError::new(exit::CONFIG, format!("--state-dir {}: {e}", d.display()))
-            })?;
-        }
-        let sim = Simulator::start(opts).map_err(|e| {
-            DaemonError::new(
-                exit::FAILURE,
-                format!("cannot start the emulator: {}", chain(&e)),
-            )
-        })?;
-        info!("emulator: {}", sim.ready_line());
-        // A kept demo keeps its socket too (an exported SOCK stays right
-        // across restarts); only a throwaway one gets a directory of its
-        // own, removed at stop.
-        let throwaway = match &args.state_dir {
-            Some(_) => None,
-            None => Some(simulate_dir()?),
-        };
-        (Some(sim), throwaway)
-    } else {
-        (None, None)
-    };
+    let (sim, sim_dir) = start_simulator(args)?;
     let sock_dir = args
         .state_dir
         .clone()
@@ -539,79 +500,22 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         identity.instance_id = id.clone();
     }
     let cloud: Arc<dyn CloudApi> = Arc::new(build_cloud(&cfg, &identity));
-    let dual = cfg.ip_stack == crate::config::IpStack::Dual;
-    let kept = kept_facts(&cfg, &identity);
-    // A restart whose state files metadata confirms is served from them
-    // before the OpenAPI is asked anything (a fleet restarting at once
-    // would otherwise spend the account's quota before any node serves).
-    let warm = match (&kept, quarantine) {
-        (Some(_), None) => match at_start("reading metadata", budget, signals, || {
-            provisional(&md, dual, &persisted)
-        })? {
-            Provisional::Ready(r) => Some(*r),
-            Provisional::Cold(why) => {
-                info!("restoring the pool from the OpenAPI before serving: {why}");
-                None
-            }
+    let Restored {
+        facts,
+        opts,
+        recovered,
+    } = restore(
+        &cfg,
+        &identity,
+        &*cloud,
+        &md,
+        Restore {
+            persisted: &persisted,
+            quarantine,
+            node_id,
         },
-        _ => None,
-    };
-    let facts = match (&warm, kept) {
-        (Some(_), Some(f)) => f,
-        _ => ask_facts(&cfg, &identity, &*cloud, signals)?,
-    };
-    let mut opts = allocator_options(&cfg, &identity, &facts)?;
-    opts.node_id = node_id;
-    let recovered = match warm {
-        Some(mut r) => {
-            for n in r.notes.drain(..) {
-                info!("{n}");
-            }
-            let first = first_reconcile_delay(cfg.pool_check_interval);
-            info!(
-                "restarted from the state files and metadata, before any OpenAPI call: nothing new is handed out until the first reconcile, in {} ms (or at the first alloc that needs an address)",
-                first.as_millis()
-            );
-            opts.first_reconcile = Some(first);
-            r
-        }
-        None => {
-            if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
-                match cloud.describe_vswitches(&opts.vswitches) {
-                    Ok(v) => {
-                        opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect()
-                    }
-                    Err(e) => warn!("DescribeVSwitches failed ({e}); vswitches start unordered"),
-                }
-            }
-            at_start("looking for another eniipd's ENIs", budget, signals, || {
-                foreign_enis(&*cloud, &identity.instance_id, &opts.node_id)
-            })
-            .and_then(refuse_beside_peer)?;
-            let r = at_start(
-                "restoring the pool from the cloud",
-                budget * 3,
-                signals,
-                || {
-                    recover(
-                        &*cloud,
-                        &identity.instance_id,
-                        &opts.node_id,
-                        opts.dual,
-                        &persisted,
-                        quarantine,
-                    )
-                },
-            )?;
-            if let Err(e) = facts::save(&cfg.state_dir, &facts) {
-                warn!(
-                    "cannot keep the instance's facts in {} ({e}): the next start asks the OpenAPI again",
-                    cfg.state_dir.display()
-                );
-            }
-            r
-        }
-    };
+        signals,
+    )?;
     let limits = facts.limits();
     for n in &recovered.notes {
         info!("{n}");
@@ -695,6 +599,177 @@ fn open_state(
             Store::open(&cfg.state_dir, StoreOptions::default()).map_err(|e| store_error(&e))?;
         Ok((store, state, None))
     }
+}
+
+/// `--check-config`: the effective config and every local check, then
+/// exit.
+fn check_config(args: &Args) -> Result<(), DaemonError> {
+    let (cfg, warnings) = load_config(args, None, None)?;
+    for w in warnings.iter().chain(&cfg.local_warnings()) {
+        warn!("{w}");
+    }
+    check_near_misses(args)?;
+    let mut out = std::io::stdout().lock();
+    for (k, v) in cfg.effective() {
+        let _ = writeln!(out, "{k}={v}");
+    }
+    preflight::check(&cfg, true).map_err(preflight_error)?;
+    Ok(())
+}
+
+/// `--simulate`: the in-process emulator, and the throwaway directory of
+/// a demo without `--state-dir`.
+fn start_simulator(args: &Args) -> Result<(Option<Simulator>, Option<PathBuf>), DaemonError> {
+    Ok(if args.simulate {
+        // With --state-dir the emulated cloud is kept beside the state,
+        // so a restarted demo finds its ENIs and keeps its allocations.
+        let opts = SimOptions {
+            world_file: args.state_dir.as_ref().map(|d| d.join(SIM_WORLD_FILE)),
+            ..SimOptions::default()
+        };
+        if let Some(d) = &args.state_dir {
+            std::fs::create_dir_all(d).map_err(|e| {
+                DaemonError::new(exit::CONFIG, format!("--state-dir {}: {e}", d.display()))
+            })?;
+        }
+        let sim = Simulator::start(opts).map_err(|e| {
+            DaemonError::new(
+                exit::FAILURE,
+                format!("cannot start the emulator: {}", chain(&e)),
+            )
+        })?;
+        info!("emulator: {}", sim.ready_line());
+        // A kept demo keeps its socket too (an exported SOCK stays right
+        // across restarts); only a throwaway one gets a directory of its
+        // own, removed at stop.
+        let throwaway = match &args.state_dir {
+            Some(_) => None,
+            None => Some(simulate_dir()?),
+        };
+        (Some(sim), throwaway)
+    } else {
+        (None, None)
+    })
+}
+
+/// What [`restore`] gives: the instance's facts, the allocator's
+/// options, the pool to start with.
+struct Restored {
+    facts: facts::InstanceFacts,
+    opts: AllocatorOptions,
+    recovered: crate::alloc::recover::Recovered,
+}
+
+/// What [`restore`] starts from.
+struct Restore<'a> {
+    persisted: &'a crate::store::PersistedState,
+    quarantine: Option<Duration>,
+    node_id: String,
+}
+
+/// The instance's facts, the allocator's options and the pool to start
+/// with: from the state files and metadata on a restart they confirm
+/// (no OpenAPI call before ready), else from the OpenAPI (eniipd(8),
+/// "Start-up and recovery").
+fn restore(
+    cfg: &Config,
+    identity: &InstanceIdentity,
+    cloud: &dyn CloudApi,
+    md: &dyn crate::cloud::MetadataApi,
+    from: Restore<'_>,
+    signals: &Receiver<i32>,
+) -> Result<Restored, DaemonError> {
+    let budget = cfg.start_timeout;
+    let (persisted, quarantine) = (from.persisted, from.quarantine);
+    let dual = cfg.ip_stack == crate::config::IpStack::Dual;
+    let kept = kept_facts(cfg, identity);
+    // A restart whose state files metadata confirms is served from them
+    // before the OpenAPI is asked anything (a fleet restarting at once
+    // would otherwise spend the account's quota before any node serves).
+    let warm = match (&kept, quarantine) {
+        (Some(_), None) => match at_start("reading metadata", budget, signals, || {
+            provisional(md, dual, persisted)
+        })? {
+            Provisional::Ready(r) => Some(*r),
+            Provisional::Cold(why) => {
+                info!("restoring the pool from the OpenAPI before serving: {why}");
+                None
+            }
+        },
+        _ => None,
+    };
+    let facts = match (&warm, kept) {
+        (Some(_), Some(f)) => f,
+        _ => ask_facts(cfg, identity, cloud, signals)?,
+    };
+    let mut opts = allocator_options(cfg, identity, &facts)?;
+    opts.node_id = from.node_id.clone();
+    let recovered = match warm {
+        Some(mut r) => {
+            for n in r.notes.drain(..) {
+                info!("{n}");
+            }
+            let first = first_reconcile_delay(cfg.pool_check_interval);
+            info!(
+                "restarted from the state files and metadata, before any OpenAPI call: nothing new is handed out until the first reconcile, in {} ms (or at the first alloc that needs an address)",
+                first.as_millis()
+            );
+            opts.first_reconcile = Some(first);
+            r
+        }
+        None => from_openapi(cfg, identity, cloud, &mut opts, &from, &facts, signals)?,
+    };
+    Ok(Restored {
+        facts,
+        opts,
+        recovered,
+    })
+}
+
+/// A first start: the pool from the OpenAPI, before serving, after the
+/// checks a restart leaves to its first reconcile; the facts kept.
+fn from_openapi(
+    cfg: &Config,
+    identity: &InstanceIdentity,
+    cloud: &dyn CloudApi,
+    opts: &mut AllocatorOptions,
+    from: &Restore<'_>,
+    facts: &facts::InstanceFacts,
+    signals: &Receiver<i32>,
+) -> Result<crate::alloc::recover::Recovered, DaemonError> {
+    let budget = cfg.start_timeout;
+    if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
+        match cloud.describe_vswitches(&opts.vswitches) {
+            Ok(v) => opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect(),
+            Err(e) => warn!("DescribeVSwitches failed ({e}); vswitches start unordered"),
+        }
+    }
+    at_start("looking for another eniipd's ENIs", budget, signals, || {
+        foreign_enis(cloud, &identity.instance_id, &opts.node_id)
+    })
+    .and_then(refuse_beside_peer)?;
+    let r = at_start(
+        "restoring the pool from the cloud",
+        budget * 3,
+        signals,
+        || {
+            recover(
+                cloud,
+                &identity.instance_id,
+                &opts.node_id,
+                opts.dual,
+                from.persisted,
+                from.quarantine,
+            )
+        },
+    )?;
+    if let Err(e) = facts::save(&cfg.state_dir, facts) {
+        warn!(
+            "cannot keep the instance's facts in {} ({e}): the next start asks the OpenAPI again",
+            cfg.state_dir.display()
+        );
+    }
+    Ok(r)
 }
 
 /// The instance's facts kept at the last cold start, if they describe
