@@ -63,7 +63,9 @@ fn usage(msg: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn main() -> ExitCode {
+/// The options from the command line; `Err`: exit with this code now
+/// (`--help`, `--version`, a usage error).
+fn options() -> Result<SimOptions, ExitCode> {
     let mut o = SimOptions::default();
     let mut vswitches = Vec::new();
     let (mut key_id, mut key_secret) = (None, None);
@@ -86,7 +88,7 @@ fn main() -> ExitCode {
             ($name:expr) => {
                 match value() {
                     Some(v) => v,
-                    None => return usage(&format!("{} needs a value", $name)),
+                    None => return Err(usage(&format!("{} needs a value", $name))),
                 }
             };
         }
@@ -95,27 +97,27 @@ fn main() -> ExitCode {
                 let v = val!($name);
                 match v.parse::<u64>() {
                     Ok(n) => n,
-                    Err(_) => return usage(&format!("{}: {v:?} is not a number", $name)),
+                    Err(_) => return Err(usage(&format!("{}: {v:?} is not a number", $name))),
                 }
             }};
         }
         match flag.as_str() {
             "--help" | "-h" => {
                 print!("{}", help());
-                return ExitCode::SUCCESS;
+                return Err(ExitCode::SUCCESS);
             }
             "--version" => {
                 println!("eniip-sim {}", env!("CARGO_PKG_VERSION"));
-                return ExitCode::SUCCESS;
+                return Err(ExitCode::SUCCESS);
             }
             "--listen" | "--metadata-listen" => {
                 let v = val!(flag);
                 let addr: SocketAddr = match v.parse() {
                     Ok(a) => a,
                     Err(_) => {
-                        return usage(&format!(
+                        return Err(usage(&format!(
                             "{flag}: {v:?} is not an address such as 127.0.0.1:8080"
-                        ))
+                        )))
                     }
                 };
                 if flag == "--listen" {
@@ -131,7 +133,7 @@ fn main() -> ExitCode {
                 let v = val!(flag);
                 match VSwitchSpec::parse(&v) {
                     Ok(s) => vswitches.push(s),
-                    Err(e) => return usage(&format!("--vswitch {e}")),
+                    Err(e) => return Err(usage(&format!("--vswitch {e}"))),
                 }
             }
             "--access-key-id" => key_id = Some(val!(flag)),
@@ -147,28 +149,28 @@ fn main() -> ExitCode {
                 if v != "default" {
                     match flow::parse_limit(&v) {
                         Ok((a, n)) => drop(given.insert(a, n)),
-                        Err(e) => return usage(&format!("--flow-control {e}")),
+                        Err(e) => return Err(usage(&format!("--flow-control {e}"))),
                     }
                 }
             }
             "--instances" => match num!(flag) {
                 n @ 1..=1000 => o.instances = n as usize,
-                n => return usage(&format!("--instances {n}: from 1 to 1000")),
+                n => return Err(usage(&format!("--instances {n}: from 1 to 1000"))),
             },
             "--instance-types" => {
                 o.instance_types = val!(flag).split(',').map(str::to_string).collect()
             }
             "--flow-control-model" => match flow::FlowModel::parse(&val!(flag)) {
                 Ok(m) => o.flow.model = m,
-                Err(e) => return usage(&format!("--flow-control-model {e}")),
+                Err(e) => return Err(usage(&format!("--flow-control-model {e}"))),
             },
             // A test knob (eniip-sim(1)): windows shorter than the
             // service's minute, so tests need not wait one.
             "--flow-window-ms" => match num!(flag) {
-                0 => return usage("--flow-window-ms must be at least 1"),
+                0 => return Err(usage("--flow-window-ms must be at least 1")),
                 n => o.flow.window = Duration::from_millis(n),
             },
-            other => return usage(&format!("unknown option {other}")),
+            other => return Err(usage(&format!("unknown option {other}"))),
         }
     }
     match (key_id, key_secret) {
@@ -177,7 +179,7 @@ fn main() -> ExitCode {
             o.access_key_secret = s;
         }
         (None, None) => {}
-        _ => return usage("--access-key-id and --access-key-secret go together"),
+        _ => return Err(usage("--access-key-id and --access-key-secret go together")),
     }
     if !vswitches.is_empty() {
         o.vswitches = vswitches;
@@ -186,6 +188,14 @@ fn main() -> ExitCode {
     if flow_given.is_some() || o.instances > 1 {
         o.flow.limits = flow::FlowOptions::with_defaults(&flow_given.unwrap_or_default());
     }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    let o = match options() {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
     let _ = env_logger::Builder::new()
         .parse_filters(&std::env::var("ENIIP_SIM_LOG").unwrap_or_else(|_| "info".into()))
         .target(env_logger::Target::Stderr)

@@ -86,6 +86,8 @@ fn chaos_prefix_mode() {
     chaos(Mode::Prefix, rounds().div_ceil(2));
 }
 
+// One round loop of kill, restart and check, read top to bottom.
+#[allow(clippy::too_many_lines)]
 fn chaos(mode: Mode, rounds: usize) {
     let dual = mode == Mode::Dual;
     let seed = std::env::var("ENIIPD_CHAOS_SEED")

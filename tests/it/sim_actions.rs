@@ -113,6 +113,8 @@ fn tags_of(c: &AliyunCloud, eni: &str) -> Vec<(String, String)> {
 }
 
 #[test]
+// One scenario of calls and their answers, read top to bottom.
+#[allow(clippy::too_many_lines)]
 fn tag_untag_and_list_enis_with_the_real_errors() {
     let sim = dual_sim();
     let c = cloud(&sim);

@@ -39,9 +39,9 @@ impl World {
         }
     }
 
-    pub(super) fn create(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
-        self.check_region(p)?;
-        let vsw = need(p, "VSwitchId")?.to_string();
+    /// The security groups of a CreateNetworkInterface
+    /// (`SecurityGroupId` or `SecurityGroupIds.N`), each one that exists.
+    fn create_sgs(&self, p: &Params) -> Result<Vec<String>, ApiError> {
         let mut sgs = list(p, "SecurityGroupIds", 10)?;
         if let Some(sg) = p.get("SecurityGroupId").filter(|s| !s.is_empty()) {
             if !sgs.is_empty() {
@@ -62,6 +62,13 @@ impl World {
                 format!("The specified SecurityGroupId \"{bad}\" does not exist."),
             ));
         }
+        Ok(sgs)
+    }
+
+    pub(super) fn create(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
+        self.check_region(p)?;
+        let vsw = need(p, "VSwitchId")?.to_string();
+        let sgs = self.create_sgs(p)?;
         let asked4 = asked(p, "PrivateIpAddress", "SecondaryPrivateIpAddressCount")?;
         let secondary = asked4.as_ref().map_or(0, Asked::len);
         let prefix_req = Self::prefix_request(p)?;
@@ -73,19 +80,7 @@ impl World {
         let v6 = asked6.as_ref().map_or(0, Asked::len);
         let primary = p.get("PrimaryIpAddress").filter(|s| !s.is_empty()).cloned();
         let tags = tags(p)?;
-        let description = p.get("Description").cloned().unwrap_or_default();
-        if !description.is_empty()
-            && (description.len() < 2
-                || description.len() > 256
-                || description.starts_with("http://")
-                || description.starts_with("https://"))
-        {
-            return Err(err(
-                400,
-                "InvalidDescription.Malformed",
-                "The specified description is wrongly formed.",
-            ));
-        }
+        let description = create_description(p)?;
         let name = p.get("NetworkInterfaceName").cloned().unwrap_or_default();
         if self.vswitches.iter().all(|v| v.id != vsw) {
             return Err(err(
@@ -161,34 +156,9 @@ impl World {
             pending: None,
             instance: None,
             primary_eni: false,
-            v4: v4
-                .iter()
-                .enumerate()
-                .map(|(i, ip)| Addr {
-                    ip: *ip,
-                    primary: i == 0,
-                    added: now,
-                    removed: None,
-                })
-                .collect(),
-            v6: v6s
-                .iter()
-                .map(|ip| Addr {
-                    ip: *ip,
-                    primary: false,
-                    added: now,
-                    removed: None,
-                })
-                .collect(),
-            v4p: v4p
-                .iter()
-                .map(|ip| Addr {
-                    ip: *ip,
-                    primary: false,
-                    added: now,
-                    removed: None,
-                })
-                .collect(),
+            v4: new_addrs(&v4, now, true),
+            v6: new_addrs(&v6s, now, false),
+            v4p: new_addrs(&v4p, now, false),
             tags,
             sgs,
             created: crate::util::time::unix_secs(),
@@ -390,4 +360,34 @@ impl World {
                 "NetworkInterfaceSets": {"NetworkInterfaceSet": items}}),
         )
     }
+}
+
+/// The `Description` of a CreateNetworkInterface, as the real service
+/// checks it (2 to 256 characters, not a URL).
+fn create_description(p: &Params) -> Result<String, ApiError> {
+    let d = p.get("Description").cloned().unwrap_or_default();
+    if !d.is_empty()
+        && (d.len() < 2 || d.len() > 256 || d.starts_with("http://") || d.starts_with("https://"))
+    {
+        return Err(err(
+            400,
+            "InvalidDescription.Malformed",
+            "The specified description is wrongly formed.",
+        ));
+    }
+    Ok(d)
+}
+
+/// New addresses as of `now` (`primary_first`: the first is the ENI's
+/// primary).
+fn new_addrs<A: Copy>(ips: &[A], now: Instant, primary_first: bool) -> Vec<Addr<A>> {
+    ips.iter()
+        .enumerate()
+        .map(|(i, ip)| Addr {
+            ip: *ip,
+            primary: primary_first && i == 0,
+            added: now,
+            removed: None,
+        })
+        .collect()
 }
