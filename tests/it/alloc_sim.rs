@@ -508,16 +508,23 @@ fn a_wrong_secret_exits_77_without_the_whole_key_id_in_the_log() {
     }
 }
 
-#[test]
-fn a_refilled_vswitch_serves_again_without_waiting_out_the_inhibit() {
+/// An emulator and a daemon that keeps no idle address, and the
+/// vswitch's id.
+fn no_idle_pool(tag: &str) -> (Sim, Daemon, String) {
     let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
-    let dir = tempdir("refill");
+    let dir = tempdir(tag);
     let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
     let d = Daemon::start(&dir, &cfg);
     let vsw = sim.state()["vswitches"][0]["id"]
         .as_str()
         .unwrap()
         .to_string();
+    (sim, d, vsw)
+}
+
+#[test]
+fn a_refilled_vswitch_serves_again_without_waiting_out_the_inhibit() {
+    let (sim, d, vsw) = no_idle_pool("refill");
     sim.set_free(&vsw, 0);
     let r = d.ask("alloc dry/one");
     assert!(r[0].starts_with("ERR exhausted"), "{r:?}");
@@ -539,14 +546,7 @@ fn a_refilled_vswitch_serves_again_without_waiting_out_the_inhibit() {
 
 #[test]
 fn the_last_addresses_of_a_small_vswitch_are_handed_out() {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
-    let dir = tempdir("last4");
-    let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
-    let d = Daemon::start(&dir, &cfg);
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (sim, d, vsw) = no_idle_pool("last4");
     // An ENI with room for many more, on a vswitch down to its last 4.
     let first = d.ok("alloc last/first");
     sim.set_free(&vsw, 4);
