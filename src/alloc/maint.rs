@@ -151,7 +151,7 @@ fn cycle(
             if first {
                 let peers = live_peers(&all, &opts.instance_id, &opts.node_id);
                 if !peers.is_empty() {
-                    let _ = fatal.send(super::Fatal {
+                    let _ = fatal.try_send(super::Fatal {
                         message: peer_refusal(&peers),
                         peer_running: true,
                     });

@@ -845,3 +845,44 @@ fn simulate_with_a_state_dir_keeps_the_emulated_cloud_and_the_allocations() {
     assert_eq!(ask(&socket, "audit"), vec!["OK consistent"]);
     stop(second);
 }
+
+#[test]
+fn a_restart_beside_a_live_peer_is_ready_then_stops_with_75_at_its_first_reconcile() {
+    let sim = fast_sim();
+    let a_dir = tempdir("warm-peer-a");
+    let a_cfg = config(&sim, &a_dir, json!({}));
+    let mut a = Daemon::start(&a_dir, &a_cfg);
+    a.ok("alloc ns/a");
+    let (status, _) = a.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", a.log_text());
+    // Another state directory on the same instance: it adopts the ENI of
+    // the node that is gone, and makes one of its own.
+    let b_dir = tempdir("warm-peer-b");
+    let b = Daemon::start(
+        &b_dir,
+        &config(
+            &sim,
+            &b_dir,
+            json!({"min_pool_size": 20, "max_pool_size": 30}),
+        ),
+    );
+    let b_node = std::fs::read_to_string(b_dir.join("state/node-id")).unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(30), || sim
+            .managed()
+            .iter()
+            .any(|e| e["tags"]["eniipd/node-id"] == b_node.trim())),
+        "{}",
+        b.log_text()
+    );
+    // The first comes back: its restart is served from its state files
+    // (no OpenAPI call before ready), and its first reconcile finds the
+    // live peer's ENI: exit 75, as a first start refuses before serving.
+    let mut again = Daemon::spawn(&a_dir, &a_cfg, &[]);
+    let status = again.wait_exit(Duration::from_secs(30));
+    let log = again.log_text();
+    assert_eq!(status.code(), Some(75), "{log}");
+    assert!(log.contains("restarted from the state files"), "{log}");
+    assert!(log.contains("another eniipd"), "{log}");
+    assert!(b.ok("status").contains("inuse=0"), "the peer is untouched");
+}

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common;
+use common::eventually;
 use crossbeam_channel::bounded;
 use eniipd::core::{
     AllocError, Allocation, Answer, Collected, Command as Cmd, Commands, EniEntry, EniInfo,
@@ -383,20 +384,6 @@ fn hostile_input_is_refused_while_another_client_is_served() {
     assert!(h.ask("show slow")[0].starts_with("ERR not-found"));
 
     slow_readers_are_evicted_and_a_reading_client_is_always_served();
-}
-
-/// Polls `f` every 10 ms until it holds or `limit` passes.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Clients that send `metrics` (a reply far bigger than a socket buffer)
