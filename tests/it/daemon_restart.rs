@@ -42,7 +42,9 @@ fn a_restart_is_ready_while_the_openapi_answers_nothing_but_throttles() {
     let cfg = config(
         &sim,
         &dir,
-        json!({"min_pool_size": 3, "max_pool_size": 6, "alloc_timeout": 3}),
+        // A released address cools for 5 minutes: a release made before
+        // the first reconcile must still hold after it.
+        json!({"min_pool_size": 3, "max_pool_size": 6, "alloc_timeout": 3, "ip_cooldown": 300}),
     );
     let mut d = Daemon::start(&dir, &cfg);
     let a = d.ok("alloc ns/a");
