@@ -136,6 +136,8 @@ pub(super) struct Actor {
     verified: bool,
     /// Asks the maintenance thread for the first reconcile now.
     first_reconcile: Option<Sender<()>>,
+    /// `audit`s asked before the first reconcile: started after it.
+    deferred_audits: Vec<Reply>,
 }
 
 impl Actor {
@@ -186,6 +188,7 @@ impl Actor {
             stopping: false,
             verified: true,
             first_reconcile: None,
+            deferred_audits: Vec::new(),
             batcher: Arc::new(StatusBatcher::new(
                 Arc::clone(&cloud_for_batcher),
                 Duration::from_millis(30),
@@ -224,6 +227,9 @@ impl Actor {
             self.pool.enis.len(),
             self.demand.waiting()
         );
+        for reply in std::mem::take(&mut self.deferred_audits) {
+            self.start_audit(reply);
+        }
     }
 
     fn worker_config(&self) -> WorkerConfig {
@@ -366,6 +372,9 @@ impl Actor {
             for (r, _) in w.replies {
                 let _ = r.send(Err(AllocError::shutting_down()));
             }
+        }
+        for r in self.deferred_audits.drain(..) {
+            let _ = r.send(Err(AllocError::shutting_down()));
         }
         info!(
             "allocator stopped: {} ENI operation(s) still in flight are abandoned",

@@ -57,10 +57,17 @@ impl Actor {
     }
 
     /// `audit` reads the cloud, which the actor never does itself: a
-    /// thread of its own compares and answers.
-    fn start_audit(&mut self, reply: Reply) {
+    /// thread of its own compares and answers. Before the first reconcile
+    /// of a restart the pool is not settled (it holds only what was handed
+    /// out): the audit waits for that reconcile, asked for now.
+    pub(super) fn start_audit(&mut self, reply: Reply) {
         if self.stopping {
             let _ = reply.send(Err(AllocError::shutting_down()));
+            return;
+        }
+        if !self.verified {
+            self.deferred_audits.push(reply);
+            self.ask_first_reconcile();
             return;
         }
         let cloud = Arc::clone(&self.cloud);
