@@ -303,8 +303,12 @@ impl Actor {
         }
         warn!("creating an ENI on {vswitch} failed: {err}");
         if err.kind == CloudErrorKind::Exhausted {
-            // The ENI's primary address is one of what it asked.
-            self.exhausted(&vswitch, tickets.len(), err);
+            // The ENI's primary address is one of what it asked. A create
+            // carrying /28s has more tickets than a single-address create
+            // (its fallback) asks: count at most a capped call's worth, so
+            // the cap still comes down to one address and then inhibits.
+            let asked = tickets.len().min(self.vsw.call_size(&vswitch));
+            self.exhausted(&vswitch, asked, err);
         }
         for t in tickets {
             if err.kind == CloudErrorKind::LimitExceeded {

@@ -129,12 +129,9 @@ pub(super) struct Actor {
     config_view: Vec<(String, String)>,
     /// `eni` lookups reading metadata now.
     lookups: Arc<std::sync::atomic::AtomicUsize>,
-    /// The pool is the OpenAPI's view (false only after a restart served
-    /// from the state files, until the first reconcile): until then no
-    /// address is handed out that was not already, and nothing is planned
-    /// or given back. Owners keep theirs, releases work.
-    verified: bool,
-    /// Asks the maintenance thread for the first reconcile now.
+    /// Set only after a restart served from the state files, until the
+    /// first reconcile (see [`Actor::verified`]): asks the maintenance
+    /// thread for that reconcile now.
     first_reconcile: Option<Sender<()>>,
     /// `audit`s asked before the first reconcile: started after it.
     deferred_audits: Vec<Reply>,
@@ -186,7 +183,6 @@ impl Actor {
             last_change: HashMap::new(),
             sg_drift: Vec::new(),
             stopping: false,
-            verified: true,
             first_reconcile: None,
             deferred_audits: Vec::new(),
             batcher: Arc::new(StatusBatcher::new(
@@ -201,10 +197,17 @@ impl Actor {
     /// asks for early.
     pub(super) fn with_first_reconcile(mut self, kick: Sender<()>) -> Actor {
         if self.opts.first_reconcile.is_some() {
-            self.verified = false;
             self.first_reconcile = Some(kick);
         }
         self
+    }
+
+    /// The pool is the OpenAPI's view (false only after a restart served
+    /// from the state files, until the first reconcile): until then no
+    /// address is handed out that was not already, and nothing is planned
+    /// or given back. Owners keep theirs, releases work.
+    fn verified(&self) -> bool {
+        self.first_reconcile.is_none()
     }
 
     /// Asks for the first reconcile at once (a waiter needs it).
@@ -216,11 +219,9 @@ impl Actor {
 
     /// The first reconcile has run: the pool is the OpenAPI's view.
     fn verify(&mut self) {
-        if self.verified {
+        if self.first_reconcile.take().is_none() {
             return;
         }
-        self.verified = true;
-        self.first_reconcile = None;
         info!(
             "the pool is verified against the OpenAPI: {} address(es) on {} ENI(s), {} waiter(s) served from now on",
             self.pool.ips.len(),

@@ -9,7 +9,7 @@ impl Actor {
     /// Gathers the input, lets the pure planner decide, then dispatches
     /// what it decided.
     pub(super) fn plan(&mut self, now: Instant) {
-        if self.stopping || !self.verified {
+        if self.stopping || !self.verified() {
             return;
         }
         // Waiters without a ticket adopt pool tickets first.
@@ -313,7 +313,7 @@ impl Actor {
     // ---- maintenance ---------------------------------------------------
 
     pub(super) fn maintain(&mut self, now: Instant) {
-        if !self.verified {
+        if !self.verified() {
             return;
         }
         // Change times of ENIs that are gone are only needed while a cloud

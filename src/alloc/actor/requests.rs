@@ -65,7 +65,7 @@ impl Actor {
             let _ = reply.send(Err(AllocError::shutting_down()));
             return;
         }
-        if !self.verified {
+        if !self.verified() {
             self.deferred_audits.push(reply);
             self.ask_first_reconcile();
             return;
@@ -211,7 +211,7 @@ impl Actor {
         let Err(ask) = self.demand.join(ask) else {
             return;
         };
-        if !self.verified {
+        if !self.verified() {
             // Nothing new before the OpenAPI has said what is ours: this
             // waiter is served once the first reconcile has run (asked
             // for now) or fails at its deadline.
@@ -460,7 +460,7 @@ impl Actor {
 
     /// Hands idle addresses to waiters, oldest first.
     pub(super) fn serve_waiters(&mut self) {
-        if !self.verified {
+        if !self.verified() {
             return;
         }
         let now_ms = unix_ms();
