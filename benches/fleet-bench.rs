@@ -435,7 +435,9 @@ fn fleet(count: usize, work: &Path) -> Vec<Value> {
     out
 }
 
-/// (d): 160 allocations in prefix mode, 32 at a time, on one node.
+/// (d): 160 allocations in prefix mode, 32 at a time, on one node that
+/// may keep 128 idle addresses (8 /28s); then the idle count once the
+/// surge is over and a pool check gave back what it added.
 fn waves(work: &Path) -> Value {
     let sim = Sim::start(
         &["--instance-type", "ecs.g7.4xlarge", "--latency-ms", "20"],
@@ -447,7 +449,12 @@ fn waves(work: &Path) -> Value {
         &sim,
         0,
         &dir,
-        json!({"ip_prefix": true, "min_pool_size": 0, "max_pool_size": 0}),
+        json!({
+            "ip_prefix": true,
+            "min_pool_size": 0,
+            "max_pool_size": 128,
+            "pool_check_interval": 2
+        }),
     );
     node.spawn();
     let end = Instant::now() + Duration::from_secs(60);
@@ -471,15 +478,26 @@ fn waves(work: &Path) -> Value {
                 .sum::<usize>()
         });
     }
+    let wall = t0.elapsed().as_secs_f64();
     let calls = diff(&sim.counters().0, &calls0);
     let grow = calls.get("CreateNetworkInterface").copied().unwrap_or(0)
         + calls.get("AssignPrivateIpAddresses").copied().unwrap_or(0);
+    let idle_after = node.idle();
+    // The surge ends 10 s after the pool last ran dry; the next pool check
+    // (every 2 s here) gives back what it added.
+    let end = Instant::now() + Duration::from_secs(30);
+    while node.idle() >= idle_after && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     json!({
         "phase": "d: 160 allocs, 32 at a time, prefix mode",
-        "wall_s": t0.elapsed().as_secs_f64(),
+        "wall_s": wall,
         "create_assign_calls": grow,
         "calls_by_action": calls,
         "failed_allocs": failed,
+        "idle_after_waves": idle_after,
+        "idle_after_surge": node.idle(),
+        "shrink_back_s": t0.elapsed().as_secs_f64() - wall,
     })
 }
 
@@ -548,11 +566,14 @@ fn print_table(r: &Value) {
         }
         if p.get("create_assign_calls").is_some() {
             println!(
-                "  {}: {} create/assign call(s), {:.2} s, {} failed",
+                "  {}: {} create/assign call(s), {:.2} s, {} failed; idle {} after the waves, {} once the surge was over ({:.1} s later)",
                 p["phase"].as_str().unwrap_or(""),
                 p["create_assign_calls"],
                 f(&p["wall_s"]),
-                p["failed_allocs"]
+                p["failed_allocs"],
+                p["idle_after_waves"],
+                p["idle_after_surge"],
+                f(&p["shrink_back_s"])
             );
         }
     }

@@ -55,6 +55,12 @@ pub struct PlanInput {
     pub max_per_call: usize,
     /// Addresses an ENI holds at most, its primary included.
     pub ips_per_eni: usize,
+    /// Pool addresses that may ride along on the calls this plan makes
+    /// anyway (a surge: demand arriving faster than the pool refills).
+    /// They fill an assign's call (the ENI's backlog) or a create's
+    /// initial addresses, within the ENI's room, and never make a call of
+    /// their own. Not part of `demand`.
+    pub surplus: usize,
 }
 
 /// What to do.
@@ -67,6 +73,8 @@ pub struct Plan {
     /// Client units that no source can ever serve now (capacity reached or
     /// every vswitch exhausted): they fail at once with `exhausted`.
     pub unplaceable: usize,
+    /// How much of `surplus` the submits and creates above carry.
+    pub surplus: usize,
 }
 
 /// Decides where the waiting demand goes.
@@ -114,7 +122,32 @@ pub fn plan(input: &PlanInput) -> Plan {
     let potential = deferred_room + new_room + future_enis * input.ips_per_eni;
     let clients_left = left.min(input.client_demand.saturating_sub(input.demand - left));
     out.unplaceable = clients_left.saturating_sub(potential);
+    ride_along(input, &mut out);
     out
+}
+
+/// Adds the input's surplus to the calls `out` makes: each submit up to
+/// its ENI's room and backlog (the call it is gathered into), then each
+/// create up to one call and one ENI.
+fn ride_along(input: &PlanInput, out: &mut Plan) {
+    let mut left = input.surplus;
+    for (id, n) in &mut out.submits {
+        let Some(e) = input.enis.iter().find(|e| &e.id == id) else {
+            continue;
+        };
+        let add = left
+            .min(e.room.saturating_sub(*n))
+            .min(e.backlog_free.saturating_sub(*n));
+        *n += add;
+        left -= add;
+    }
+    let create_max = input.max_per_call.max(1).min(input.ips_per_eni);
+    for (_, init) in &mut out.creates {
+        let add = left.min(create_max.saturating_sub(*init));
+        *init += add;
+        left -= add;
+    }
+    out.surplus = input.surplus - left;
 }
 
 #[cfg(test)]
@@ -178,6 +211,46 @@ mod tests {
         assert!(p.submits.is_empty());
         assert!(p.creates.is_empty(), "{p:?}");
         assert_eq!(p.unplaceable, 0);
+    }
+
+    #[test]
+    fn a_surplus_rides_along_on_the_calls_made_anyway() {
+        // One client on an ENI with room: the call is filled to the
+        // backlog, not past the room; the surplus left makes no call.
+        let mut i = input(1);
+        i.surplus = 50;
+        i.enis = vec![
+            EniRoom {
+                id: "a".into(),
+                room: 8,
+                backlog_free: 10,
+            },
+            EniRoom {
+                id: "b".into(),
+                room: 20,
+                backlog_free: 10,
+            },
+        ];
+        let p = plan(&i);
+        assert_eq!(p.submits, vec![("a".into(), 8)]);
+        assert!(p.creates.is_empty(), "{p:?}");
+        assert_eq!(p.surplus, 7);
+        // A create is filled to one call, within the ENI.
+        let mut i = input(3);
+        i.surplus = 50;
+        let p = plan(&i);
+        assert_eq!(p.creates, vec![("vsw-a".into(), 10)]);
+        assert_eq!(p.surplus, 7);
+        // No client demand, no call: nothing rides.
+        let mut i = input(0);
+        i.surplus = 50;
+        let p = plan(&i);
+        assert!(p.submits.is_empty() && p.creates.is_empty());
+        assert_eq!(p.surplus, 0);
+        // Bounded by the surplus itself.
+        let mut i = input(2);
+        i.surplus = 3;
+        assert_eq!(plan(&i).creates, vec![("vsw-a".into(), 5)]);
     }
 
     #[test]

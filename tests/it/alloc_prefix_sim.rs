@@ -224,6 +224,50 @@ fn cold_160_cost_two_prefix_calls_and_release_returns_whole_prefixes() {
     d.audits_consistent_within(Duration::from_secs(10));
 }
 
+/// Issue 21 item 4: pods in waves. The first wave grows the pool by its
+/// shortfall; the next, arriving as soon as the pool ran dry, carries
+/// addresses for the waves after it (up to max_pool_size idle), so five
+/// waves cost two calls (one per wave before). Once the waves stop, a
+/// pool check gives back what the surge added.
+#[test]
+fn waves_of_demand_grow_the_pool_ahead_and_it_shrinks_back() {
+    let sim = sim("ecs.g7.4xlarge");
+    let dir = tempdir("pfxwaves");
+    let cfg = json!({
+        "ip_prefix": true,
+        "min_pool_size": 0,
+        "max_pool_size": 128,
+        "pool_check_interval": 1
+    });
+    let d = Daemon::start(&dir, &config(&sim, &dir, cfg));
+    let mut ips = BTreeSet::new();
+    for wave in 0..5 {
+        let replies = burst(&d, &format!("wave{wave}"), 32);
+        ips.extend(replies.values().map(|r| field(r, "ip")));
+        if wave == 0 {
+            // A single burst is no surge: its shortfall only.
+            assert_eq!(cloud(&sim).1.len(), 2, "{:?}", cloud(&sim).1);
+        }
+    }
+    assert_eq!(ips.len(), 160, "160 distinct addresses");
+    let grow = sim.calls("CreateNetworkInterface") + sim.calls("AssignPrivateIpAddresses");
+    let status = d.ok("status");
+    println!("5 waves of 32 in prefix mode: {grow} create/assign call(s); {status}");
+    assert!(grow <= 2, "{grow} create/assign calls for 5 waves");
+    let idle: u64 = field(&status, "idle").parse().unwrap();
+    assert!(idle > 1, "the surge grew the pool ahead of demand: {status}");
+    assert!(idle <= 128 + 15, "max_pool_size bounds the surge: {status}");
+    // The surge ends 10 s after the pool last ran dry; the next pool check
+    // gives back its /28s. The ENI's idle primary stays (it is not a /28's).
+    assert!(
+        eventually(Duration::from_secs(30), || field(&d.ok("status"), "idle") == "1"),
+        "the surge's addresses are still idle: {}",
+        d.ok("status")
+    );
+    assert_eq!(cloud(&sim).1.len(), 10, "160 in use fill ten /28s");
+    d.audits_consistent_within(Duration::from_secs(10));
+}
+
 #[test]
 fn a_vswitch_without_a_free_slash_28_falls_back_to_single_addresses() {
     let sim = sim("ecs.g7.large");

@@ -52,10 +52,12 @@ mod events;
 mod inflight;
 mod plan;
 mod requests;
+mod surge;
 mod vswstate;
 
 use demand::{Ask, Demand, Pick};
 use inflight::InFlight;
+use surge::Surge;
 use vswstate::VswState;
 
 /// How soon a waiter that could not be planned is planned again.
@@ -109,6 +111,7 @@ pub(super) struct Actor {
     pool: PoolState,
     vsw: VswState,
     demand: Demand,
+    surge: Surge,
     inflight: InFlight,
     workers: HashMap<String, WorkerHandle>,
     events_tx: Sender<Event>,
@@ -175,6 +178,7 @@ impl Actor {
             journal,
             pool,
             demand: Demand::default(),
+            surge: Surge::default(),
             inflight,
             workers: HashMap::new(),
             events_tx,
@@ -462,6 +466,13 @@ impl Actor {
             self.next_maintenance = now + self.opts.pool_check_interval.mul_f64(jitter);
         }
         self.serve_waiters();
+        if self.surge.observe(now, self.demand.waiting() > 0) {
+            info!(
+                "the pool ran dry again within {}s of its last refill: calls carry addresses beyond the shortfall, up to max_pool_size={} idle",
+                surge::SURGE_GAP.as_secs(),
+                self.cap.max_idle
+            );
+        }
         self.plan(now);
     }
 

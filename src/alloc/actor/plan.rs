@@ -19,8 +19,18 @@ impl Actor {
         };
         let now_ms = unix_ms();
         let plan = planner::plan(&input);
+        // The surplus rides after every unit of demand.
+        units.extend(std::iter::repeat_n(None, plan.surplus));
+        let spare_before = self.demand.spare_tickets();
         self.submit(plan.submits, &mut units, now_ms);
-        if !self.create(plan.creates, &mut units, now, now_ms) {
+        let created = self.create(plan.creates, &mut units, now, now_ms);
+        if self.surge.surging() {
+            // Pool tickets made in a surge (the surplus and any /28's
+            // rounding) are what a shrink-back may give back.
+            let grown = self.demand.spare_tickets().saturating_sub(spare_before);
+            self.surge.grew(grown);
+        }
+        if !created {
             return;
         }
         self.fail_unplaceable(plan.unplaceable, now_ms);
@@ -41,6 +51,15 @@ impl Actor {
         if clients.is_empty() && pool_units == 0 {
             return None;
         }
+        // A surge: what the calls for the clients may carry beside them,
+        // up to max_pool_size idle.
+        let surplus = if self.surge.surging() && !clients.is_empty() {
+            self.cap
+                .max_idle
+                .saturating_sub(self.pool.idle_count() + self.demand.spare_tickets())
+        } else {
+            0
+        };
         let now_ms = unix_ms();
         let order = self.vsw.order(now_ms);
         let input = PlanInput {
@@ -53,6 +72,7 @@ impl Actor {
             op_slots: self.inflight.op_slots(),
             max_per_call: self.per_call(),
             ips_per_eni: self.cap.ips_per_eni,
+            surplus,
         };
         let mut units: VecDeque<Option<u64>> = clients.into_iter().map(Some).collect();
         units.extend(std::iter::repeat_n(None, pool_units));
@@ -333,10 +353,11 @@ impl Actor {
             return;
         }
         let mut idle = self.pool.idle_count();
+        let max_idle = self.idle_bound(idle, now);
         if self.cap.prefix_mode {
-            idle -= self.give_back_prefixes(idle);
+            idle -= self.give_back_prefixes(idle, max_idle);
         }
-        let mut excess = idle.saturating_sub(self.cap.max_idle);
+        let mut excess = idle.saturating_sub(max_idle);
         if excess == 0 {
             return;
         }
@@ -347,9 +368,8 @@ impl Actor {
             excess -= v4.len();
             self.pool.set_releasing(&v4, true);
             info!(
-                "giving {} idle address(es) of {eni} back (idle {idle} > max {})",
-                v4.len(),
-                self.cap.max_idle
+                "giving {} idle address(es) of {eni} back (idle {idle} > {max_idle})",
+                v4.len()
             );
             let v6 = self.pool.pairs_of(&v4);
             let _ = w.unassign(v4, v6);
@@ -380,11 +400,27 @@ impl Actor {
         }
     }
 
+    /// The idle addresses this pool check keeps at most: `max_pool_size`,
+    /// or after a surge what was idle before it (see `surge`).
+    fn idle_bound(&mut self, idle: usize, now: Instant) -> usize {
+        let Some(grown) = self.surge.shrink_back(now) else {
+            return self.cap.max_idle;
+        };
+        self.surge.settle();
+        let keep = surge::keep_after(idle, grown, self.cap.min_idle, self.cap.max_idle);
+        if keep < idle.min(self.cap.max_idle) {
+            info!(
+                "the surge is over: giving back what it added, down to {keep} idle (it asked {grown} beyond the shortfall)"
+            );
+        }
+        keep
+    }
+
     /// Prefix mode: gives back whole /28s whose 16 addresses are idle
     /// (past any reservation or cool-down), from the ENIs with the fewest
-    /// addresses in use, while idle stays above `max_pool_size` and not
-    /// below `min_pool_size`. Returns the addresses on their way back.
-    fn give_back_prefixes(&mut self, idle: usize) -> usize {
+    /// addresses in use, while idle stays above `max_idle` and not below
+    /// `min_pool_size`. Returns the addresses on their way back.
+    fn give_back_prefixes(&mut self, idle: usize, max_idle: usize) -> usize {
         let candidates: Vec<(String, prefix::Candidate)> = self
             .pool
             .prefix_candidates()
@@ -401,7 +437,7 @@ impl Actor {
             })
             .collect();
         let only: Vec<prefix::Candidate> = candidates.iter().map(|(_, c)| *c).collect();
-        let chosen = prefix::to_give_back(&only, idle, self.cap.min_idle, self.cap.max_idle);
+        let chosen = prefix::to_give_back(&only, idle, self.cap.min_idle, max_idle);
         let mut by_eni: BTreeMap<String, Vec<Ipv4Prefix>> = BTreeMap::new();
         for (eni, c) in &candidates {
             if chosen.contains(&c.prefix) {
@@ -417,9 +453,8 @@ impl Actor {
             self.pool.set_releasing(&members, true);
             leaving += members.len();
             info!(
-                "giving {} idle /28 prefix(es) of {eni} back (idle {idle} > max {})",
-                prefixes.len(),
-                self.cap.max_idle
+                "giving {} idle /28 prefix(es) of {eni} back (idle {idle} > {max_idle})",
+                prefixes.len()
             );
             let _ = w.unassign_prefixes(prefixes);
         }
