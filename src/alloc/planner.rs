@@ -20,6 +20,8 @@ pub struct EniRoom {
     pub room: usize,
     /// Free places in its worker's backlog right now.
     pub backlog_free: usize,
+    /// Addresses one call on it asks at most (its vswitch's cap).
+    pub call: usize,
 }
 
 /// A vswitch a new ENI may go on.
@@ -135,7 +137,13 @@ fn ride_along(input: &PlanInput, out: &mut Plan) {
         let Some(e) = input.enis.iter().find(|e| &e.id == id) else {
             continue;
         };
+        // What fills the last of the calls the submit makes.
+        let fill = match e.call {
+            0 => 0,
+            c => (c - *n % c) % c,
+        };
         let add = left
+            .min(fill)
             .min(e.room.saturating_sub(*n))
             .min(e.backlog_free.saturating_sub(*n));
         *n += add;
@@ -191,6 +199,7 @@ mod tests {
                 id: format!("eni-{k}"),
                 room: 20,
                 backlog_free: 10,
+                call: 10,
             })
             .collect();
         i.eni_slots = 4;
@@ -206,6 +215,7 @@ mod tests {
             id: "eni-0".into(),
             room: 20,
             backlog_free: 0,
+            call: 10,
         }];
         let p = plan(&i);
         assert!(p.submits.is_empty());
@@ -224,11 +234,13 @@ mod tests {
                 id: "a".into(),
                 room: 8,
                 backlog_free: 10,
+                call: 10,
             },
             EniRoom {
                 id: "b".into(),
                 room: 20,
                 backlog_free: 10,
+                call: 10,
             },
         ];
         let p = plan(&i);
@@ -241,6 +253,17 @@ mod tests {
         let p = plan(&i);
         assert_eq!(p.creates, vec![("vsw-a".into(), 10)]);
         assert_eq!(p.surplus, 7);
+        // A vswitch whose calls are capped (its last addresses) is filled
+        // to its cap only: the surplus never makes a call.
+        let mut i = input(1);
+        i.surplus = 50;
+        i.enis = vec![EniRoom {
+            id: "a".into(),
+            room: 20,
+            backlog_free: 10,
+            call: 2,
+        }];
+        assert_eq!(plan(&i).submits, vec![("a".into(), 2)]);
         // No client demand, no call: nothing rides.
         let mut i = input(0);
         i.surplus = 50;
@@ -261,11 +284,13 @@ mod tests {
                 id: "a".into(),
                 room: 25,
                 backlog_free: 10,
+                call: 10,
             },
             EniRoom {
                 id: "b".into(),
                 room: 25,
                 backlog_free: 10,
+                call: 10,
             },
         ];
         let p = plan(&i);
@@ -280,6 +305,7 @@ mod tests {
             id: "a".into(),
             room: 2,
             backlog_free: 10,
+            call: 10,
         }];
         let p = plan(&i);
         assert_eq!(p.submits, vec![("a".into(), 2)]);

@@ -255,12 +255,16 @@ fn waves_of_demand_grow_the_pool_ahead_and_it_shrinks_back() {
     println!("5 waves of 32 in prefix mode: {grow} create/assign call(s); {status}");
     assert!(grow <= 2, "{grow} create/assign calls for 5 waves");
     let idle: u64 = field(&status, "idle").parse().unwrap();
-    assert!(idle > 1, "the surge grew the pool ahead of demand: {status}");
+    assert!(
+        idle > 1,
+        "the surge grew the pool ahead of demand: {status}"
+    );
     assert!(idle <= 128 + 15, "max_pool_size bounds the surge: {status}");
     // The surge ends 10 s after the pool last ran dry; the next pool check
     // gives back its /28s. The ENI's idle primary stays (it is not a /28's).
     assert!(
-        eventually(Duration::from_secs(30), || field(&d.ok("status"), "idle") == "1"),
+        eventually(Duration::from_secs(30), || field(&d.ok("status"), "idle")
+            == "1"),
         "the surge's addresses are still idle: {}",
         d.ok("status")
     );

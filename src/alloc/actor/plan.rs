@@ -93,6 +93,10 @@ impl Actor {
                 let held = self.pool.ips_on(&e.id) + e.pending;
                 let room = self.eni_room(e, now_ms);
                 let backlog_free = self.workers.get(&e.id)?.backlog_free();
+                let call = match self.kind_on(&e.vswitch, now_ms) {
+                    Kind::Prefix => self.per_call(),
+                    Kind::Single => self.vsw.call_size(&e.vswitch),
+                };
                 (room > 0).then(|| {
                     (
                         VSwitches::rank(order, &e.vswitch),
@@ -101,6 +105,7 @@ impl Actor {
                             id: e.id.clone(),
                             room,
                             backlog_free,
+                            call,
                         },
                     )
                 })
