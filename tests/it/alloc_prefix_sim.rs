@@ -272,6 +272,33 @@ fn waves_of_demand_grow_the_pool_ahead_and_it_shrinks_back() {
     d.audits_consistent_within(Duration::from_secs(10));
 }
 
+/// Prefix mode on a vswitch with no free address at all: the create with
+/// a /28 falls back to single addresses, and that refusal brings the call
+/// cap down to one address and inhibits the vswitch, so the request is
+/// answered `exhausted`, not left to time out. (A create with /28s carries
+/// 17 tickets: counted whole, every refusal only halved the cap again.)
+#[test]
+fn prefix_mode_on_an_empty_vswitch_answers_exhausted() {
+    let sim = sim("ecs.g7.large");
+    let vsw = sim.state()["vswitches"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sim.set_free(&vsw, 0);
+    let dir = tempdir("pfxempty");
+    let d = Daemon::start(
+        &dir,
+        &config(
+            &sim,
+            &dir,
+            json!({"ip_prefix": true, "max_pool_size": 0, "alloc_timeout": 20}),
+        ),
+    );
+    let r = d.ask("alloc empty/one");
+    assert!(r[0].starts_with("ERR exhausted"), "{r:?}");
+    assert!(sim.managed().is_empty(), "a failed create left an ENI");
+}
+
 #[test]
 fn a_vswitch_without_a_free_slash_28_falls_back_to_single_addresses() {
     let sim = sim("ecs.g7.large");
