@@ -14,18 +14,18 @@
 //! - [`sim`]: `eniip-sim`, the OpenAPI and metadata emulator.
 //! - [`daemon`]: wires it all together for `eniipd`.
 
-pub mod alloc;
+pub(crate) mod alloc;
 pub mod cloud;
 pub mod cni;
 pub mod config;
 pub mod core;
 pub mod daemon;
-pub mod httpd;
-pub mod logging;
+pub(crate) mod httpd;
+pub(crate) mod logging;
 pub mod metrics;
-pub mod pool;
+pub(crate) mod pool;
 pub mod server;
 pub mod sim;
 pub mod store;
-pub mod systemd;
+pub(crate) mod systemd;
 pub mod util;

@@ -21,7 +21,7 @@ enum Every {
 }
 
 /// The step between metadata polls.
-pub const METADATA_STEP: Duration = Duration::from_millis(50);
+pub(crate) const METADATA_STEP: Duration = Duration::from_millis(50);
 
 fn poll<T>(
     what: &str,

@@ -21,13 +21,13 @@
 //! error 11 within seconds, before anything changes ([`client`]); the
 //! environment is checked before anything is asked or built (CNI error 4).
 
-pub mod client;
+pub(crate) mod client;
 pub mod datapath;
-pub mod lock;
-pub mod netlink;
-pub mod netns;
+pub(crate) mod lock;
+pub(crate) mod netlink;
+pub(crate) mod netns;
 pub mod spec;
-pub mod wording;
+pub(crate) mod wording;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -44,7 +44,7 @@ use spec::{
 };
 
 /// How long ADD waits for the ENI's link to appear after the attach.
-pub const LINK_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const LINK_TIMEOUT: Duration = Duration::from_secs(10);
 /// A `keep` line's budget (the protocol's 4096 bytes, with room).
 const KEEP_LINE_BYTES: usize = 4000;
 
@@ -69,7 +69,7 @@ fn fit_id(s: &str) -> String {
 }
 
 /// The sandbox id of a container.
-pub fn sandbox_of(container_id: &str) -> String {
+pub(crate) fn sandbox_of(container_id: &str) -> String {
     fit_id(container_id)
 }
 
@@ -80,7 +80,7 @@ fn literal(part: &str) -> bool {
 }
 
 /// The owner of an attachment (see the module doc).
-pub fn owner_of(network: &str, env: &Env) -> String {
+pub(crate) fn owner_of(network: &str, env: &Env) -> String {
     let pod = match (
         env.args.get("K8S_POD_NAMESPACE").filter(|s| !s.is_empty()),
         env.args.get("K8S_POD_NAME").filter(|s| !s.is_empty()),
@@ -125,7 +125,7 @@ pub fn run(cmd: Command, env: &Env, stdin: &[u8]) -> Result<String, CniError> {
 }
 
 /// The VERSION answer, in the caller's version when it gave one.
-pub fn version(stdin: &[u8]) -> String {
+pub(crate) fn version(stdin: &[u8]) -> String {
     let asked = serde_json::from_slice::<Value>(stdin)
         .ok()
         .and_then(|v| {
@@ -390,7 +390,7 @@ fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
 }
 
 /// The `keep` lines for a set of ids, each within the line budget.
-pub fn keep_lines(ids: &[String]) -> Vec<String> {
+pub(crate) fn keep_lines(ids: &[String]) -> Vec<String> {
     let mut lines = Vec::new();
     let mut cur = String::from("keep");
     for id in ids {

@@ -9,28 +9,29 @@
 //! `store` speak them without knowing there is a socket.
 
 mod attach;
-pub mod command;
+pub(crate) mod command;
 mod prefix;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub use attach::{valid_veth, Attachment, NsId, HOST_VETH_PREFIX};
+pub use attach::Attachment;
+pub(crate) use attach::NsId;
 pub use command::{Answer, Collected, Command, Commands, Envelope};
 pub use prefix::Ipv4Prefix;
 
 /// Longest owner or sandbox id.
-pub const MAX_ID: usize = 255;
+pub(crate) const MAX_ID: usize = 255;
 
 /// Tag key marking an ENI as created by eniipd (value [`TAG_CREATOR_VALUE`]).
-pub const TAG_CREATOR_KEY: &str = "creator";
+pub(crate) const TAG_CREATOR_KEY: &str = "creator";
 /// See [`TAG_CREATOR_KEY`].
-pub const TAG_CREATOR_VALUE: &str = "eniipd";
+pub(crate) const TAG_CREATOR_VALUE: &str = "eniipd";
 /// Tag key holding the instance an ENI was created for.
-pub const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
+pub(crate) const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
 /// Tag key holding the node id of the eniipd (its state directory) that
 /// created an ENI: two daemons on one instance never take each other's.
-pub const TAG_NODE_KEY: &str = "eniipd/node-id";
+pub(crate) const TAG_NODE_KEY: &str = "eniipd/node-id";
 
 /// Stable error codes (the protocol's `ERR <code>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -108,12 +109,12 @@ impl fmt::Display for ErrCode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocError {
     /// The stable code.
-    pub code: ErrCode,
+    pub(crate) code: ErrCode,
     /// The service's error code when the cloud refused
     /// (`InvalidVSwitchId.IpNotEnough`).
-    pub cloud_code: Option<String>,
+    pub(crate) cloud_code: Option<String>,
     /// Human text (may be empty).
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl AllocError {
@@ -132,12 +133,12 @@ impl AllocError {
     }
 
     /// A malformed request.
-    pub fn bad(message: impl Into<String>) -> AllocError {
+    pub(crate) fn bad(message: impl Into<String>) -> AllocError {
         AllocError::new(ErrCode::BadRequest, message)
     }
 
     /// A refusal by the cloud carrying its service code.
-    pub fn cloud(code: ErrCode, cloud_code: &str, message: impl Into<String>) -> AllocError {
+    pub(crate) fn cloud(code: ErrCode, cloud_code: &str, message: impl Into<String>) -> AllocError {
         AllocError {
             code,
             cloud_code: Some(cloud_code.to_string()),
@@ -146,7 +147,7 @@ impl AllocError {
     }
 
     /// The daemon is stopping.
-    pub fn shutting_down() -> AllocError {
+    pub(crate) fn shutting_down() -> AllocError {
         AllocError::new(ErrCode::ShuttingDown, "the daemon is stopping")
     }
 }
@@ -208,7 +209,7 @@ pub struct SandboxId(String);
 
 impl SandboxId {
     /// Validates a sandbox id.
-    pub fn parse(s: &str) -> Result<SandboxId, AllocError> {
+    pub(crate) fn parse(s: &str) -> Result<SandboxId, AllocError> {
         if valid_id(s) {
             Ok(SandboxId(s.to_string()))
         } else {
@@ -219,7 +220,7 @@ impl SandboxId {
     }
 
     /// The id text.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -325,19 +326,19 @@ pub struct EniEntry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrefixUse {
     /// Its /28 prefixes.
-    pub prefixes: usize,
+    pub(crate) prefixes: usize,
     /// Its single secondary addresses (a fallback when no /28 could be had).
-    pub singles: usize,
+    pub(crate) singles: usize,
     /// Prefixes are not asked for it now (no free /28 in its vswitch): the
     /// next demand gets single addresses.
-    pub fallback: bool,
+    pub(crate) fallback: bool,
 }
 
 impl PrefixUse {
     /// `prefix` (only prefixes beside the primary), `single` (only single
     /// addresses), `mixed` (both); an ENI holding neither shows what it
     /// asks for next.
-    pub fn mode(&self) -> &'static str {
+    pub(crate) fn mode(&self) -> &'static str {
         match (self.prefixes > 0, self.singles > 0) {
             (true, true) => "mixed",
             (true, false) => "prefix",

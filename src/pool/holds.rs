@@ -6,7 +6,7 @@ use super::*;
 
 impl PoolState {
     /// Restores an allocation from the state file.
-    pub fn restore_allocation(&mut self, a: &StoredAllocation) -> bool {
+    pub(crate) fn restore_allocation(&mut self, a: &StoredAllocation) -> bool {
         let Ok(owner) = Owner::parse(&a.owner) else {
             return false;
         };
@@ -39,7 +39,7 @@ impl PoolState {
     }
 
     /// Restores a reservation / cool-down / quarantine from the state file.
-    pub fn restore_hold(&mut self, h: &Hold, now_ms: u64) -> bool {
+    pub(crate) fn restore_hold(&mut self, h: &Hold, now_ms: u64) -> bool {
         match self.ips.get(&h.ipv4) {
             Some(ip) if matches!(ip.state, IpState::Idle) => {}
             _ => return false,
@@ -74,7 +74,7 @@ impl PoolState {
     }
 
     /// Puts an idle address in quarantine until `until_ms`.
-    pub fn quarantine(&mut self, v4: Ipv4Addr, until_ms: u64) -> Option<Hold> {
+    pub(crate) fn quarantine(&mut self, v4: Ipv4Addr, until_ms: u64) -> Option<Hold> {
         let ip = self.ips.get(&v4)?;
         if ip.state != IpState::Idle {
             return None;
@@ -93,7 +93,7 @@ impl PoolState {
 
     /// Ends expired holds. Returns the addresses that became idle (their
     /// hold records can be cleared).
-    pub fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
+    pub(crate) fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
         let mut freed = Vec::new();
         let mut cooled = Vec::new();
         for ip in self.ips.values() {
@@ -127,7 +127,7 @@ impl PoolState {
     }
 
     /// The earliest hold expiry, if any (so the caller can wake then).
-    pub fn next_expiry(&self) -> Option<u64> {
+    pub(crate) fn next_expiry(&self) -> Option<u64> {
         self.ips
             .values()
             .filter_map(|ip| match &ip.state {

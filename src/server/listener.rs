@@ -174,7 +174,7 @@ impl Server {
     }
 
     /// A counter of open connections, for the metrics gauge.
-    pub fn connection_counter(&self) -> Box<dyn Fn() -> usize + Send + Sync> {
+    pub(crate) fn connection_counter(&self) -> Box<dyn Fn() -> usize + Send + Sync> {
         let sh = Arc::downgrade(&self.shared);
         Box::new(move || sh.upgrade().map(|s| s.conns.lock().len()).unwrap_or(0))
     }

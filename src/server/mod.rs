@@ -8,6 +8,6 @@
 
 mod attach;
 pub mod listener;
-pub mod peer;
+pub(crate) mod peer;
 pub mod protocol;
 pub mod socket;

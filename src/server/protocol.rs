@@ -10,7 +10,6 @@
 
 use std::net::IpAddr;
 
-pub use crate::core::MAX_ID;
 use crate::core::{
     AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, ListEntry,
     Owner, SandboxId, StatusCounts,
@@ -18,7 +17,7 @@ use crate::core::{
 use crate::util::time::format_utc;
 
 /// Protocol version announced by `version`.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub(crate) const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line, terminator excluded.
 pub const MAX_LINE: usize = 4096;
 
@@ -43,7 +42,7 @@ pub enum Request {
 
 impl Request {
     /// True for the requests that change allocations (access-checked).
-    pub fn is_mutating(&self) -> bool {
+    pub(crate) fn is_mutating(&self) -> bool {
         match self {
             Request::Command(c) => c.is_mutating(),
             Request::Keep(_) => true,
@@ -52,7 +51,7 @@ impl Request {
     }
 
     /// The verb, for logs and metrics.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Request::Ping => "ping",
             Request::Version => "version",
@@ -133,7 +132,7 @@ pub const HELP: &[&str] = &[
 
 /// Parses one request line (terminator already removed, a trailing `\r`
 /// allowed). Never panics.
-pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
+pub(crate) fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.len() > MAX_LINE {
         return Err(AllocError::bare(ErrCode::LineTooLong));
@@ -292,7 +291,7 @@ fn valid_eni_id(s: &str) -> bool {
 }
 
 /// `eni=.. mac=.. vswitch=.. cidr=.. gateway=..[ cidr6=.. gateway6=..]`
-pub fn eni_text(e: &EniInfo) -> String {
+pub(crate) fn eni_text(e: &EniInfo) -> String {
     let mut s = format!(
         "eni={} mac={} vswitch={} cidr={} gateway={}",
         e.eni, e.mac, e.vswitch, e.cidr, e.gateway
@@ -305,7 +304,7 @@ pub fn eni_text(e: &EniInfo) -> String {
 
 /// Parses [`eni_text`] output (used by eniip-cni and tests). Unknown keys
 /// are skipped, so a later eniipd may add fields.
-pub fn parse_eni(text: &str) -> Option<EniInfo> {
+pub(crate) fn parse_eni(text: &str) -> Option<EniInfo> {
     let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
     let (mut cidr6, mut gateway6) = (None, None);
     for word in text.split(' ').filter(|w| !w.is_empty()) {
@@ -332,7 +331,7 @@ pub fn parse_eni(text: &str) -> Option<EniInfo> {
 }
 
 /// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`
-pub fn allocation_text(a: &Allocation) -> String {
+pub(crate) fn allocation_text(a: &Allocation) -> String {
     let mut s = format!("ip={}", a.ip);
     if let Some(v6) = a.ipv6 {
         s.push_str(&format!(" ipv6={v6}"));
@@ -345,7 +344,7 @@ pub fn allocation_text(a: &Allocation) -> String {
 }
 
 /// Parses [`allocation_text`] output (used by clients and tests).
-pub fn parse_allocation(text: &str) -> Option<Allocation> {
+pub(crate) fn parse_allocation(text: &str) -> Option<Allocation> {
     let mut ip = None;
     let mut ipv6 = None;
     let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
@@ -374,7 +373,7 @@ pub fn parse_allocation(text: &str) -> Option<Allocation> {
 }
 
 /// The `OK` text of `status`.
-pub fn status_text(c: &StatusCounts) -> String {
+pub(crate) fn status_text(c: &StatusCounts) -> String {
     format!(
         "enis={} ips={} idle={} inuse={} reserved={} cooling={} pending={} capacity={}",
         c.enis, c.ips, c.idle, c.inuse, c.reserved, c.cooling, c.pending, c.capacity
@@ -382,7 +381,7 @@ pub fn status_text(c: &StatusCounts) -> String {
 }
 
 /// `<ip> <state> <owner or -> <eni>`
-pub fn list_line(e: &ListEntry) -> String {
+pub(crate) fn list_line(e: &ListEntry) -> String {
     format!(
         "{} {} {} {}",
         e.ip,
@@ -393,7 +392,7 @@ pub fn list_line(e: &ListEntry) -> String {
 }
 
 /// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`
-pub fn eni_line(e: &EniEntry) -> String {
+pub(crate) fn eni_line(e: &EniEntry) -> String {
     let mut line = format!(
         "{} {} {} ips={} pending={} inhibited={}",
         e.eni,
@@ -412,7 +411,7 @@ pub fn eni_line(e: &EniEntry) -> String {
 }
 
 /// The reply to a command's outcome.
-pub fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
+pub(crate) fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
     let answer = match outcome {
         Ok(a) => a,
         Err(e) => return Reply::err(e),
@@ -467,16 +466,16 @@ pub fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
 
 /// A reply: data lines plus the final line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+pub(crate) struct Reply {
     /// Zero or more data lines.
-    pub data: Vec<String>,
+    pub(crate) data: Vec<String>,
     /// `OK [text]` or `ERR code [message]`.
-    pub outcome: Result<String, AllocError>,
+    pub(crate) outcome: Result<String, AllocError>,
 }
 
 impl Reply {
     /// `OK` or `OK <text>` with no data.
-    pub fn ok(text: impl Into<String>) -> Reply {
+    pub(crate) fn ok(text: impl Into<String>) -> Reply {
         Reply {
             data: Vec::new(),
             outcome: Ok(text.into()),
@@ -484,7 +483,7 @@ impl Reply {
     }
 
     /// Data lines then `OK <text>`.
-    pub fn with_data(data: Vec<String>, text: impl Into<String>) -> Reply {
+    pub(crate) fn with_data(data: Vec<String>, text: impl Into<String>) -> Reply {
         Reply {
             data,
             outcome: Ok(text.into()),
@@ -492,7 +491,7 @@ impl Reply {
     }
 
     /// `ERR ...` with no data.
-    pub fn err(e: AllocError) -> Reply {
+    pub(crate) fn err(e: AllocError) -> Reply {
         Reply {
             data: Vec::new(),
             outcome: Err(e),
@@ -500,7 +499,7 @@ impl Reply {
     }
 
     /// The wire text: each line ends in `\n`.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         for line in &self.data {
             let line = sanitize(line);

@@ -5,12 +5,12 @@
 //! a namespace file's metadata.
 
 pub mod encoding;
-pub mod netns;
-pub mod node;
+pub(crate) mod netns;
+pub(crate) mod node;
 pub mod rand;
-pub mod secret;
-pub mod sem;
-pub mod thread;
+pub(crate) mod secret;
+pub(crate) mod sem;
+pub(crate) mod thread;
 pub mod time;
 
 pub use secret::{mask, Secret};

@@ -6,7 +6,7 @@ use super::*;
 impl World {
     /// Runs one action (already authenticated). `Ok` is the answer body
     /// without RequestId.
-    pub fn act(
+    pub(crate) fn act(
         &mut self,
         action: &str,
         version: &str,

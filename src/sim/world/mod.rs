@@ -24,26 +24,25 @@ mod ips;
 mod params;
 mod persist;
 mod prefixes;
-pub use prefixes::PREFIX_SIZE;
+pub(crate) use prefixes::PREFIX_SIZE;
 mod tagging;
 
-pub use catalog::Identity;
 use params::{asked, int, invalid, list, missing, need, tags, tags_match};
-pub use params::{err, message_of, status_of, ApiError, Asked, Params};
+pub(crate) use params::{err, message_of, status_of, ApiError, Asked, Params};
 
 /// A vswitch.
 #[derive(Debug)]
-pub struct Vsw {
+pub(crate) struct Vsw {
     /// `vsw-...`
-    pub id: String,
+    pub(crate) id: String,
     /// Its zone.
-    pub zone: String,
+    pub(crate) zone: String,
     /// IPv4 block.
-    pub cidr: Net4,
+    pub(crate) cidr: Net4,
     /// IPv6 block, if enabled.
-    pub cidr6: Option<Net6>,
+    pub(crate) cidr6: Option<Net6>,
     /// AvailableIpAddressCount.
-    pub free: u64,
+    pub(crate) free: u64,
     used: HashSet<u64>,
     used6: HashSet<u128>,
     /// How many more /28 prefixes may be carved (`None`: as many as aligned
@@ -62,13 +61,13 @@ struct Addr<T> {
 
 /// An ENI.
 #[derive(Debug)]
-pub struct SimEni {
+pub(crate) struct SimEni {
     /// `eni-...`
-    pub id: String,
+    pub(crate) id: String,
     /// MAC.
-    pub mac: String,
+    pub(crate) mac: String,
     /// Vswitch.
-    pub vswitch: String,
+    pub(crate) vswitch: String,
     status: EniStatus,
     pending: Option<(EniStatus, Instant)>,
     instance: Option<String>,
@@ -115,46 +114,46 @@ type Freed = (String, Vec<Ipv4Addr>, Vec<Ipv6Addr>, Vec<Ipv4Addr>);
 
 /// Emulator settings the world needs.
 #[derive(Debug, Clone)]
-pub struct WorldConfig {
+pub(crate) struct WorldConfig {
     /// Region id.
-    pub region: String,
+    pub(crate) region: String,
     /// Zone id.
-    pub zone: String,
+    pub(crate) zone: String,
     /// Instance type.
-    pub itype: &'static InstanceType,
+    pub(crate) itype: &'static InstanceType,
     /// Vswitches: (id, CIDR, IPv6 CIDR, free).
-    pub vswitches: Vec<(String, Net4, Option<Net6>, Option<u64>)>,
+    pub(crate) vswitches: Vec<(String, Net4, Option<Net6>, Option<u64>)>,
     /// Async transition time.
-    pub attach_delay: Duration,
+    pub(crate) attach_delay: Duration,
     /// Metadata lag.
-    pub metadata_lag: Duration,
+    pub(crate) metadata_lag: Duration,
 }
 
 /// The whole emulated cloud.
 #[derive(Debug)]
-pub struct World {
+pub(crate) struct World {
     /// Settings.
-    pub cfg: WorldConfig,
+    pub(crate) cfg: WorldConfig,
     /// The generator.
-    pub rng: Rng,
+    pub(crate) rng: Rng,
     /// Instance id (the first instance: the one of the `ready` line).
-    pub instance_id: String,
+    pub(crate) instance_id: String,
     /// Every instance of the account, the first included: (id, type).
-    pub fleet: Vec<(String, &'static InstanceType)>,
+    pub(crate) fleet: Vec<(String, &'static InstanceType)>,
     /// VPC id.
-    pub vpc_id: String,
+    pub(crate) vpc_id: String,
     /// The security group of the instance.
-    pub sg_id: String,
+    pub(crate) sg_id: String,
     /// Vswitches in configuration order.
-    pub vswitches: Vec<Vsw>,
+    pub(crate) vswitches: Vec<Vsw>,
     /// ENIs by id (deleted ones linger for the metadata lag).
-    pub enis: BTreeMap<String, SimEni>,
+    pub(crate) enis: BTreeMap<String, SimEni>,
     /// Calls by action.
-    pub calls: BTreeMap<String, u64>,
+    pub(crate) calls: BTreeMap<String, u64>,
     /// Authenticated requests per signature version (`v3`, `v1`).
-    pub signatures: BTreeMap<&'static str, u64>,
+    pub(crate) signatures: BTreeMap<&'static str, u64>,
     /// Calls by action that carried IPv4 prefix parameters.
-    pub prefix_calls: BTreeMap<String, u64>,
+    pub(crate) prefix_calls: BTreeMap<String, u64>,
     region_prefix: String,
     macs: HashSet<String>,
     created_at: Instant,
@@ -162,7 +161,7 @@ pub struct World {
 
 impl World {
     /// A world with its instance and primary ENI.
-    pub fn new(cfg: WorldConfig, mut rng: Rng) -> Result<World, String> {
+    pub(crate) fn new(cfg: WorldConfig, mut rng: Rng) -> Result<World, String> {
         if cfg.vswitches.is_empty() {
             return Err("at least one vswitch is needed".into());
         }
@@ -232,7 +231,7 @@ impl World {
 
     /// Another instance of the account, of type `itype`, with its primary
     /// ENI on the first vswitch; its id.
-    pub fn add_instance(&mut self, itype: &'static InstanceType) -> Result<String, String> {
+    pub(crate) fn add_instance(&mut self, itype: &'static InstanceType) -> Result<String, String> {
         let id = loop {
             let id = format!(
                 "i-{}{}",
@@ -249,12 +248,12 @@ impl World {
     }
 
     /// Whether `id` is one of the account's instances.
-    pub fn is_instance(&self, id: &str) -> bool {
+    pub(crate) fn is_instance(&self, id: &str) -> bool {
         self.fleet.iter().any(|(i, _)| i == id)
     }
 
     /// The type of instance `id` (the first instance's if unknown).
-    pub fn itype_of_instance(&self, id: &str) -> &'static InstanceType {
+    pub(crate) fn itype_of_instance(&self, id: &str) -> &'static InstanceType {
         self.fleet
             .iter()
             .find(|(i, _)| i == id)
@@ -329,7 +328,7 @@ impl World {
     }
 
     /// The request id for a new answer.
-    pub fn request_id(&mut self) -> String {
+    pub(crate) fn request_id(&mut self) -> String {
         self.rng.uuid().to_ascii_uppercase()
     }
 
@@ -424,7 +423,7 @@ impl World {
 
     /// Applies due transitions and forgets what the metadata lag no longer
     /// needs.
-    pub fn settle(&mut self, now: Instant) {
+    pub(crate) fn settle(&mut self, now: Instant) {
         let lag = self.cfg.metadata_lag;
         let mut freed: Vec<Freed> = Vec::new();
         for e in self.enis.values_mut() {
@@ -568,7 +567,7 @@ impl World {
     // ---- views -----------------------------------------------------------
 
     /// The state as SPEC section 5's `GET /__sim/state`.
-    pub fn state_json(&mut self, now: Instant) -> Value {
+    pub(crate) fn state_json(&mut self, now: Instant) -> Value {
         self.settle(now);
         let primary_mac = self
             .enis
@@ -604,7 +603,7 @@ impl World {
     }
 
     /// ENIs attached to the instance as metadata shows them now (lagging).
-    pub fn metadata_enis(&mut self, now: Instant, instance: &str) -> Vec<MdEni> {
+    pub(crate) fn metadata_enis(&mut self, now: Instant, instance: &str) -> Vec<MdEni> {
         self.settle(now);
         let t = now
             .checked_sub(self.cfg.metadata_lag)
@@ -650,7 +649,7 @@ impl World {
     }
 
     /// Sets a vswitch's free count.
-    pub fn set_free(&mut self, id: &str, free: u64) -> bool {
+    pub(crate) fn set_free(&mut self, id: &str, free: u64) -> bool {
         match self.vsw_mut(id) {
             Some(v) => {
                 v.free = free;
@@ -663,25 +662,25 @@ impl World {
 
 /// An ENI as metadata shows it.
 #[derive(Debug, Clone)]
-pub struct MdEni {
+pub(crate) struct MdEni {
     /// Id.
-    pub id: String,
+    pub(crate) id: String,
     /// MAC.
-    pub mac: String,
+    pub(crate) mac: String,
     /// The primary ENI.
-    pub primary: bool,
+    pub(crate) primary: bool,
     /// Its primary address.
-    pub primary_ip: Option<Ipv4Addr>,
+    pub(crate) primary_ip: Option<Ipv4Addr>,
     /// Visible IPv4.
-    pub v4: Vec<Ipv4Addr>,
+    pub(crate) v4: Vec<Ipv4Addr>,
     /// Visible IPv6.
-    pub v6: Vec<Ipv6Addr>,
+    pub(crate) v6: Vec<Ipv6Addr>,
     /// Visible IPv4 /28 prefixes (network addresses).
-    pub v4_prefixes: Vec<Ipv4Addr>,
+    pub(crate) v4_prefixes: Vec<Ipv4Addr>,
     /// Vswitch.
-    pub vswitch: String,
+    pub(crate) vswitch: String,
     /// Vswitch block.
-    pub cidr: Option<Net4>,
+    pub(crate) cidr: Option<Net4>,
     /// Vswitch IPv6 block.
-    pub cidr6: Option<Net6>,
+    pub(crate) cidr6: Option<Net6>,
 }

@@ -18,7 +18,7 @@
 use super::*;
 
 /// Addresses in a prefix.
-pub const PREFIX_SIZE: u64 = 16;
+pub(crate) const PREFIX_SIZE: u64 = 16;
 
 impl World {
     /// The prefix parameters of a call, if any; both forms at once is
@@ -244,7 +244,7 @@ impl World {
     /// Caps how many more /28s a vswitch gives (`None` lifts the cap);
     /// false if the vswitch is unknown. `Some(0)` leaves its free addresses
     /// to single assignments only: a fragmented vswitch.
-    pub fn set_free_prefixes(&mut self, id: &str, cap: Option<u64>) -> bool {
+    pub(crate) fn set_free_prefixes(&mut self, id: &str, cap: Option<u64>) -> bool {
         match self.vsw_mut(id) {
             Some(v) => {
                 v.prefix_cap = cap;
