@@ -132,7 +132,7 @@ pub const HELP: &[&str] = &[
 
 /// Parses one request line (terminator already removed, a trailing `\r`
 /// allowed). Never panics.
-pub(crate) fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
+pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.len() > MAX_LINE {
         return Err(AllocError::bare(ErrCode::LineTooLong));
@@ -466,7 +466,7 @@ pub(crate) fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
 
 /// A reply: data lines plus the final line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Reply {
+pub struct Reply {
     /// Zero or more data lines.
     pub(crate) data: Vec<String>,
     /// `OK [text]` or `ERR code [message]`.
@@ -491,7 +491,7 @@ impl Reply {
     }
 
     /// `ERR ...` with no data.
-    pub(crate) fn err(e: AllocError) -> Reply {
+    pub fn err(e: AllocError) -> Reply {
         Reply {
             data: Vec::new(),
             outcome: Err(e),
@@ -499,7 +499,7 @@ impl Reply {
     }
 
     /// The wire text: each line ends in `\n`.
-    pub(crate) fn render(&self) -> String {
+    pub fn render(&self) -> String {
         let mut out = String::new();
         for line in &self.data {
             let line = sanitize(line);
