@@ -333,7 +333,7 @@ fn adopt(
 fn restore_owners(pool: &mut PoolState, persisted: &PersistedState, now_ms: u64) -> Vec<Record> {
     let mut records = Vec::new();
     for a in persisted.allocations.values() {
-        if !pool.restore_allocation(a) {
+        if !a.to_core().is_some_and(|a| pool.restore_allocation(&a)) {
             warn!(
                 "{} held {} on {}, which the cloud no longer has: dropped",
                 a.owner, a.ipv4, a.eni
@@ -344,7 +344,7 @@ fn restore_owners(pool: &mut PoolState, persisted: &PersistedState, now_ms: u64)
         }
     }
     for h in persisted.holds.values() {
-        if !pool.restore_hold(h, now_ms) {
+        if !h.to_core().is_some_and(|h| pool.restore_hold(&h, now_ms)) {
             records.push(Record::ClearHold { ipv4: h.ipv4 });
         }
     }
@@ -369,11 +369,7 @@ fn quarantine_idle(
     let n = idle.len();
     for v4 in idle {
         if let Some(hold) = pool.quarantine(v4, until) {
-            // An empty owner: the release of nobody, carrying the hold.
-            records.push(Record::Release {
-                owner: String::new(),
-                hold: Some(hold),
-            });
+            records.push(Record::quarantine(&hold));
         }
     }
     format!(

@@ -102,8 +102,9 @@ impl Command {
 /// The allocator's answer to a [`Command`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// `Alloc`, `Show`: the allocation (durable for `Alloc`).
-    Allocation(Allocation),
+    /// `Alloc`, `Show`: the allocation (durable for `Alloc`) and the ENI
+    /// it is on (the IPv4 half: `alloc` answers no IPv6 gateway).
+    Allocation(Allocation, EniInfo),
     /// `Release`: the address given back, if one was held (durable).
     Released(Option<IpAddr>),
     /// `List`.

@@ -1,8 +1,9 @@
 //! The domain vocabulary every layer shares: who holds an address
-//! ([`Owner`], [`SandboxId`]), what was handed out ([`Allocation`]), the
-//! views of the pool ([`StatusCounts`], [`ListEntry`], [`EniEntry`]), the
-//! one error the allocator answers with ([`AllocError`]) and the commands
-//! that reach it ([`command`]).
+//! ([`Owner`], [`SandboxId`]), what was handed out ([`Allocation`]) and
+//! what is kept after a release ([`Hold`]), the views of the pool
+//! ([`StatusCounts`], [`ListEntry`], [`EniEntry`]), the one error the
+//! allocator answers with ([`AllocError`]) and the commands that reach it
+//! ([`command`]).
 //!
 //! Nothing here does I/O or knows the wire format: `server::protocol`
 //! parses text into these types and renders them back; `alloc`, `pool` and
@@ -231,23 +232,45 @@ impl fmt::Display for SandboxId {
     }
 }
 
-/// An address handed to an owner, with what a consumer needs to use it.
+/// An address handed to an owner: who holds it, for which sandbox, since
+/// when, and on which ENI. The pool hands these out, the journal makes
+/// them durable (the store keeps its own record of one, converted at its
+/// edge), and `alloc` and `show` answer one with its ENI's [`EniInfo`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocation {
+    /// Who holds it.
+    pub owner: Owner,
+    /// The sandbox it is held for, if one was named.
+    pub sandbox: Option<SandboxId>,
     /// The IPv4 address.
     pub ip: Ipv4Addr,
     /// The IPv6 address (dual stack).
     pub ipv6: Option<Ipv6Addr>,
     /// The ENI holding it.
     pub eni: String,
-    /// That ENI's MAC.
-    pub mac: String,
-    /// The ENI's vswitch.
-    pub vswitch: String,
-    /// The vswitch CIDR.
-    pub cidr: String,
-    /// The vswitch gateway.
-    pub gateway: Ipv4Addr,
+    /// When it was handed out (Unix ms).
+    pub since_ms: u64,
+    /// The sandbox's network, when eniip-cni named it (for the reaper).
+    pub attach: Option<Attachment>,
+}
+
+/// A released address kept for its last owner (until `reserved_until_ms`,
+/// `ip_stick_time`) and/or from other owners (until `cooling_until_ms`,
+/// `ip_cooldown`). No `last_owner` is a quarantine after a state rebuild.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hold {
+    /// The IPv4 address.
+    pub(crate) ip: Ipv4Addr,
+    /// Its IPv6 pair.
+    pub(crate) ipv6: Option<Ipv6Addr>,
+    /// The ENI it is on.
+    pub(crate) eni: String,
+    /// Who may take it back.
+    pub(crate) last_owner: Option<Owner>,
+    /// End of the reservation (Unix ms, 0 = none).
+    pub(crate) reserved_until_ms: u64,
+    /// End of the cool-down (Unix ms, 0 = none).
+    pub(crate) cooling_until_ms: u64,
 }
 
 /// What a consumer needs to route through one managed ENI: its link (by

@@ -2,8 +2,8 @@
 //! as eniip-cni named it: kept beside the allocation, persisted with it,
 //! and valid only while the owner holds its address for that sandbox.
 
-use super::{IpState, PoolState, StoredAllocation};
-use crate::core::{Attachment, Owner, SandboxId};
+use super::{IpState, PoolState};
+use crate::core::{Allocation, Attachment, Owner, SandboxId};
 
 /// A held allocation with a recorded attachment (for the sandbox reaper).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,8 +80,8 @@ impl PoolState {
             .collect()
     }
 
-    /// `owner`'s allocation as the store records it.
-    pub(crate) fn stored(&self, owner: &Owner) -> Option<StoredAllocation> {
+    /// `owner`'s allocation, if it holds one.
+    pub(crate) fn allocation(&self, owner: &Owner) -> Option<Allocation> {
         let v4 = *self.owners.get(owner)?;
         let ip = self.ips.get(&v4)?;
         let IpState::InUse {
@@ -90,13 +90,13 @@ impl PoolState {
         else {
             return None;
         };
-        Some(StoredAllocation {
-            owner: owner.to_string(),
-            sandbox: sandbox.as_ref().map(|s| s.to_string()),
-            ipv4: v4,
+        Some(Allocation {
+            owner: owner.clone(),
+            sandbox: sandbox.clone(),
+            ip: v4,
             ipv6: ip.v6,
             eni: ip.eni.clone(),
-            at_ms: *since_ms,
+            since_ms: *since_ms,
             attach: self.attachment(owner).cloned(),
         })
     }

@@ -19,9 +19,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::cloud::Ipv4Prefix;
 use crate::core::{
-    Allocation, Attachment, EniEntry, ListEntry, Owner, PrefixUse, SandboxId, StatusCounts,
+    Allocation, Attachment, EniEntry, EniInfo, Hold, ListEntry, Owner, PrefixUse, SandboxId,
+    StatusCounts,
 };
-use crate::store::{Allocation as StoredAllocation, Hold};
 
 mod attach;
 pub(crate) use attach::Attached;
@@ -470,15 +470,15 @@ impl PoolState {
         self.not_idle_counts().0
     }
 
-    /// Hands `v4` to `owner`; returns the record to persist.
+    /// Hands `v4` to `owner`; returns the allocation to persist.
     pub(crate) fn take(
         &mut self,
         v4: Ipv4Addr,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
         now_ms: u64,
-    ) -> Option<StoredAllocation> {
-        let ip = self.ips.get(&v4)?.clone();
+    ) -> Option<Allocation> {
+        self.ips.get(&v4)?;
         self.set_state(
             v4,
             IpState::InUse {
@@ -487,24 +487,16 @@ impl PoolState {
                 since_ms: now_ms,
             },
         );
-        Some(StoredAllocation {
-            owner: owner.to_string(),
-            sandbox: sandbox.map(|s| s.to_string()),
-            ipv4: v4,
-            ipv6: ip.v6,
-            eni: ip.eni,
-            at_ms: now_ms,
-            attach: self.attachment(owner).cloned(),
-        })
+        self.allocation(owner)
     }
 
-    /// Moves an owner's allocation to another sandbox; returns the record
-    /// to persist, or `None` if nothing changed.
+    /// Moves an owner's allocation to another sandbox; returns the
+    /// allocation to persist, or `None` if nothing changed.
     pub(crate) fn move_sandbox(
         &mut self,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
-    ) -> Option<StoredAllocation> {
+    ) -> Option<Allocation> {
         let v4 = *self.owners.get(owner)?;
         let ip = self.ips.get_mut(&v4)?;
         let IpState::InUse {
@@ -517,7 +509,7 @@ impl PoolState {
             Some(new) if current.as_ref() != Some(new) => *current = Some(new.clone()),
             _ => return None,
         }
-        self.stored(owner)
+        self.allocation(owner)
     }
 
     /// Releases an owner's address. With `sandbox`, only if the allocation
@@ -569,10 +561,10 @@ impl PoolState {
                 }
             };
             let hold = Hold {
-                ipv4: ip.v4,
+                ip: ip.v4,
                 ipv6: ip.v6,
                 eni: ip.eni.clone(),
-                last_owner: Some(owner.to_string()),
+                last_owner: Some(owner.clone()),
                 reserved_until_ms,
                 cooling_until_ms,
             };

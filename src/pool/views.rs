@@ -4,18 +4,25 @@
 use super::*;
 
 impl PoolState {
-    /// The reply text for an owner's allocation.
-    pub(crate) fn allocation_of(&self, v4: Ipv4Addr) -> Option<Allocation> {
-        let ip = self.ips.get(&v4)?;
-        let eni = self.enis.get(&ip.eni)?;
-        Some(Allocation {
-            ip: ip.v4,
-            ipv6: ip.v6,
+    /// `owner`'s allocation and the ENI it is on: what `alloc` and `show`
+    /// answer.
+    pub(crate) fn allocation_with_eni(&self, owner: &Owner) -> Option<(Allocation, EniInfo)> {
+        let a = self.allocation(owner)?;
+        let eni = self.eni_info(&a.eni)?;
+        Some((a, eni))
+    }
+
+    /// A known ENI's link and IPv4 gateway (the pool knows no IPv6
+    /// gateway: `v6` is `None`).
+    pub(crate) fn eni_info(&self, id: &str) -> Option<EniInfo> {
+        let eni = self.enis.get(id)?;
+        Some(EniInfo {
             eni: eni.id.clone(),
             mac: eni.mac.clone(),
             vswitch: eni.vswitch.clone(),
             cidr: eni.cidr.clone(),
             gateway: eni.gateway,
+            v6: None,
         })
     }
 

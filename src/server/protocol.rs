@@ -8,7 +8,7 @@
 //! data line never looks like a final line; nothing rendered contains a
 //! control character other than the line ends.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::core::{
     AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, ListEntry,
@@ -330,21 +330,25 @@ pub(crate) fn parse_eni(text: &str) -> Option<EniInfo> {
     })
 }
 
-/// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`
-pub(crate) fn allocation_text(a: &Allocation) -> String {
+/// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`: the
+/// allocation's addresses and the IPv4 half of its ENI (no IPv6 gateway:
+/// `eni` answers that).
+pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     let mut s = format!("ip={}", a.ip);
     if let Some(v6) = a.ipv6 {
         s.push_str(&format!(" ipv6={v6}"));
     }
     s.push_str(&format!(
         " eni={} mac={} vswitch={} cidr={} gateway={}",
-        a.eni, a.mac, a.vswitch, a.cidr, a.gateway
+        eni.eni, eni.mac, eni.vswitch, eni.cidr, eni.gateway
     ));
     s
 }
 
-/// Parses [`allocation_text`] output (used by clients and tests).
-pub(crate) fn parse_allocation(text: &str) -> Option<Allocation> {
+/// Parses [`allocation_text`] output (used by clients and tests): the
+/// addresses and the ENI they are on (its `v6` is `None`: the text has
+/// none).
+pub(crate) fn parse_allocation(text: &str) -> Option<(Ipv4Addr, Option<Ipv6Addr>, EniInfo)> {
     let mut ip = None;
     let mut ipv6 = None;
     let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
@@ -361,15 +365,15 @@ pub(crate) fn parse_allocation(text: &str) -> Option<Allocation> {
             _ => return None,
         }
     }
-    Some(Allocation {
-        ip: ip?,
-        ipv6,
+    let eni = EniInfo {
         eni: eni?,
         mac: mac?,
         vswitch: vswitch?,
         cidr: cidr?,
         gateway: gateway?,
-    })
+        v6: None,
+    };
+    Some((ip?, ipv6, eni))
 }
 
 /// The `OK` text of `status`.
@@ -421,7 +425,7 @@ pub(crate) fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
         Reply::with_data(data, n.to_string())
     };
     match answer {
-        Answer::Allocation(a) => Reply::ok(allocation_text(&a)),
+        Answer::Allocation(a, eni) => Reply::ok(allocation_text(&a, &eni)),
         Answer::Released(Some(ip)) => Reply::ok(format!("released={ip}")),
         Answer::Released(None) => Reply::ok("released=none"),
         Answer::List(l) => counted(l.iter().map(list_line).collect()),

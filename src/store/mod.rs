@@ -19,6 +19,7 @@
 //! the snapshot it belongs to.
 
 mod committer;
+mod edge;
 mod load;
 mod node;
 mod record;

@@ -32,15 +32,27 @@ struct Fake {
     metrics_bytes: AtomicUsize,
 }
 
-fn allocation(n: usize) -> Allocation {
+fn allocation(owner: &Owner, n: usize) -> Allocation {
     Allocation {
+        owner: owner.clone(),
+        sandbox: None,
         ip: format!("10.0.0.{}", 10 + n).parse().unwrap(),
         ipv6: None,
+        eni: "eni-test".into(),
+        since_ms: 0,
+        attach: None,
+    }
+}
+
+/// The one ENI the fake has.
+fn eni_test() -> EniInfo {
+    EniInfo {
         eni: "eni-test".into(),
         mac: "00:16:3e:00:00:01".into(),
         vswitch: "vsw-test".into(),
         cidr: "10.0.0.0/24".into(),
         gateway: "10.0.0.253".parse().unwrap(),
+        v6: None,
     }
 }
 
@@ -56,10 +68,10 @@ impl Fake {
         let n = held.len();
         let a = held
             .entry(owner.to_string())
-            .or_insert_with(|| allocation(n))
+            .or_insert_with(|| allocation(owner, n))
             .clone();
         self.completed.fetch_add(1, Ordering::SeqCst);
-        Ok(Answer::Allocation(a))
+        Ok(Answer::Allocation(a, eni_test()))
     }
 
     fn answer(&self, command: Cmd) -> Result<Answer, AllocError> {
@@ -72,7 +84,7 @@ impl Fake {
             Cmd::Show { owner } => held()
                 .get(owner.as_str())
                 .cloned()
-                .map(Answer::Allocation)
+                .map(|a| Answer::Allocation(a, eni_test()))
                 .ok_or_else(|| AllocError::bare(ErrCode::NotFound))?,
             Cmd::List => Answer::List(
                 held()
@@ -96,14 +108,7 @@ impl Fake {
                     ..StatusCounts::default()
                 })
             }
-            Cmd::Eni { eni } if eni == "eni-test" => Answer::Eni(EniInfo {
-                eni,
-                mac: "00:16:3e:00:00:01".into(),
-                vswitch: "vsw-test".into(),
-                cidr: "10.0.0.0/24".into(),
-                gateway: "10.0.0.253".parse().unwrap(),
-                v6: None,
-            }),
+            Cmd::Eni { eni } if eni == "eni-test" => Answer::Eni(eni_test()),
             Cmd::Eni { .. } => return Err(AllocError::bare(ErrCode::NotFound)),
             Cmd::Enis => Answer::Enis(vec![EniEntry {
                 eni: "eni-test".into(),

@@ -150,17 +150,25 @@ fn replies_render_with_one_final_line() {
 #[test]
 fn allocation_text_round_trips() {
     let a = Allocation {
+        owner: Owner::parse("ns/pod").unwrap(),
+        sandbox: None,
         ip: "192.168.0.11".parse().unwrap(),
         ipv6: Some("2408:4005:300::11".parse().unwrap()),
+        eni: "eni-abc".into(),
+        since_ms: 1,
+        attach: None,
+    };
+    let eni = EniInfo {
         eni: "eni-abc".into(),
         mac: "00:16:3e:00:00:01".into(),
         vswitch: "vsw-1".into(),
         cidr: "192.168.0.0/22".into(),
         gateway: "192.168.3.253".parse().unwrap(),
+        v6: None,
     };
-    let t = allocation_text(&a);
+    let t = allocation_text(&a, &eni);
     assert!(t.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
-    assert_eq!(parse_allocation(&t), Some(a));
+    assert_eq!(parse_allocation(&t), Some((a.ip, a.ipv6, eni)));
 }
 
 #[test]
