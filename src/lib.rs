@@ -10,7 +10,10 @@
 //! - [`alloc`]: the allocator (per-ENI workers, ENI lifecycle, planning).
 //! - [`pool`]: pool state (idle, inuse, reserved, cooling, invalid).
 //! - [`store`]: durable state; the only code that touches the state files.
-//! - [`server`]: the line protocol (pure) and the socket listener.
+//! - [`protocol`]: the line protocol (pure parse and render), which the
+//!   daemon serves and eniipctl and eniip-cni speak.
+//! - [`server`]: the daemon's socket listener.
+//! - [`cni`]: eniip-cni, the CNI plugin.
 //! - [`sim`]: `eniip-sim`, the OpenAPI and metadata emulator.
 //! - [`daemon`]: wires it all together for `eniipd`.
 
@@ -24,6 +27,7 @@ pub(crate) mod httpd;
 pub(crate) mod logging;
 pub mod metrics;
 pub(crate) mod pool;
+pub mod protocol;
 pub mod server;
 pub mod sim;
 pub mod store;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::spec::{code, CniError};
-use crate::server::protocol::is_final_line;
+use crate::protocol::is_final_line;
 
 /// How long eniipd may take to answer `ping`.
 pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);

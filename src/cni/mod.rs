@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
 
 use crate::core::{EniInfo, Owner};
-use crate::server::protocol::{parse_allocation, parse_eni};
+use crate::protocol::{parse_allocation, parse_eni};
 use client::{field, Client};
 use spec::{
     code, CniError, CniResult, Command, Env, Interface, IpConfig, NetConf, ResultRoute,
@@ -548,10 +548,10 @@ mod tests {
         assert!(lines.len() > 1);
         let mut seen = Vec::new();
         for l in &lines {
-            assert!(l.len() <= crate::server::protocol::MAX_LINE, "{}", l.len());
-            let req = crate::server::protocol::parse_request(l.as_bytes()).unwrap();
+            assert!(l.len() <= crate::protocol::MAX_LINE, "{}", l.len());
+            let req = crate::protocol::parse_request(l.as_bytes()).unwrap();
             match req {
-                crate::server::protocol::Request::Keep(ids) => seen.extend(ids),
+                crate::protocol::ClientRequest::Keep(ids) => seen.extend(ids),
                 other => panic!("{other:?}"),
             }
         }

@@ -5,7 +5,7 @@
 //! allocator answers with ([`AllocError`]) and the commands that reach it
 //! ([`command`]).
 //!
-//! Nothing here does I/O or knows the wire format: `server::protocol`
+//! Nothing here does I/O or knows the wire format: [`crate::protocol`]
 //! parses text into these types and renders them back; `alloc`, `pool` and
 //! `store` speak them without knowing there is a socket.
 

@@ -43,7 +43,7 @@ use crate::store::{Store, StoreError, StoreOptions};
 use crate::systemd::Notifier;
 
 use crate::core::{Answer, Command, Commands};
-use crate::server::protocol::status_text;
+use crate::protocol::status_text;
 
 use args::Args;
 

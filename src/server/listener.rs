@@ -30,11 +30,11 @@ use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
 use super::peer::{may_mutate, supplementary_groups, Peer};
-use super::protocol::{self, Reply, Request, MAX_LINE};
 pub use super::socket::{bind_socket, resolve_group};
 use crate::core::{AllocError, Command, Commands, ErrCode};
 use crate::log_limited;
 use crate::logging::RateLimit;
+use crate::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
 
 /// Listener settings.
 #[derive(Debug, Clone)]
@@ -299,7 +299,7 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
                     drop(conns);
                     let mut s = stream;
                     let _ = s.write_all(
-                        Reply::err(AllocError::new(ErrCode::Busy, "too many connections"))
+                        ClientReply::err(AllocError::new(ErrCode::Busy, "too many connections"))
                             .render()
                             .as_bytes(),
                     );
@@ -353,7 +353,7 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
             if let Some(c) = sh.conns.lock().remove(&id) {
                 let mut s = c.stream;
                 let _ = s.write_all(
-                    Reply::err(AllocError::new(
+                    ClientReply::err(AllocError::new(
                         ErrCode::Busy,
                         "no thread for this connection",
                     ))
@@ -586,7 +586,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
                     sh,
                     id,
                     &stream,
-                    Reply::err(AllocError::bare(ErrCode::LineTooLong))
+                    ClientReply::err(AllocError::bare(ErrCode::LineTooLong))
                         .render()
                         .as_bytes(),
                 );
@@ -599,7 +599,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
         set_phase(sh, id, Phase::Serving);
         let (reply, quit) = if sh.stopping.load(Ordering::SeqCst) {
             (
-                Reply::err(AllocError::new(
+                ClientReply::err(AllocError::new(
                     ErrCode::ShuttingDown,
                     "the daemon is stopping",
                 )),
@@ -608,13 +608,13 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
         } else {
             match protocol::parse_request(&line) {
                 Ok(req) => {
-                    let quit = req == Request::Quit;
+                    let quit = req == ClientRequest::Quit;
                     (handle(sh, &stream, peer.as_ref(), &mut keep, req), quit)
                 }
                 Err(e) => {
                     debug!("bad request: {e}");
                     let close = e.code == ErrCode::LineTooLong;
-                    (Reply::err(e), close)
+                    (ClientReply::err(e), close)
                 }
             }
         };
@@ -638,8 +638,8 @@ fn handle(
     stream: &UnixStream,
     peer: Option<&Peer>,
     keep: &mut Vec<String>,
-    req: Request,
-) -> Reply {
+    req: ClientRequest,
+) -> ClientReply {
     if req.is_mutating() {
         let allowed = peer.is_some_and(|p| {
             may_mutate(p, &sh.cfg.allowed_uids, sh.cfg.socket_gid, || {
@@ -655,36 +655,36 @@ fn handle(
                 peer.map(|p| p.uid),
                 peer.map(|p| p.pid)
             );
-            return Reply::err(AllocError::new(
+            return ClientReply::err(AllocError::new(
                 ErrCode::Denied,
                 "this uid may not change allocations",
             ));
         }
     }
     match req {
-        Request::Ping => Reply::ok("pong"),
-        Request::Version => Reply::ok(format!(
+        ClientRequest::Ping => ClientReply::ok("pong"),
+        ClientRequest::Version => ClientReply::ok(format!(
             "eniipd {} protocol={}",
             sh.cfg.version,
             protocol::PROTOCOL_VERSION
         )),
-        Request::Help => {
-            Reply::with_data(protocol::HELP.iter().map(|s| s.to_string()).collect(), "")
+        ClientRequest::Help => {
+            ClientReply::with_data(protocol::HELP.iter().map(|s| s.to_string()).collect(), "")
         }
-        Request::Quit => Reply::ok("bye"),
-        Request::Keep(ids) => {
+        ClientRequest::Quit => ClientReply::ok("bye"),
+        ClientRequest::Keep(ids) => {
             // Bounded, so one connection cannot grow without end.
             if keep.len() + ids.len() > MAX_KEEP {
-                return Reply::err(AllocError::bad(format!(
+                return ClientReply::err(AllocError::bad(format!(
                     "a keep-list holds at most {MAX_KEEP} ids"
                 )));
             }
             keep.extend(ids);
             keep.sort_unstable();
             keep.dedup();
-            Reply::ok(format!("keep={}", keep.len()))
+            ClientReply::ok(format!("keep={}", keep.len()))
         }
-        Request::Command(mut command) => {
+        ClientRequest::Command(mut command) => {
             match &mut command {
                 Command::Gc { keep: list, .. } => *list = std::mem::take(keep),
                 Command::Alloc { attach, .. } => {

@@ -18,8 +18,8 @@ use eniipd::core::{
     AllocError, Allocation, Answer, Collected, Command as Cmd, Commands, EniEntry, EniInfo,
     Envelope, ErrCode, ListEntry, Owner, StatusCounts,
 };
+use eniipd::protocol::is_final_line;
 use eniipd::server::listener::{bind_socket, Server, ServerConfig};
-use eniipd::server::protocol::is_final_line;
 
 /// A stand-in for the allocator: answers every command on a thread of its
 /// own, as the actor would (slow allocs included).
@@ -268,7 +268,7 @@ fn every_command_with_success_and_error_replies() {
         )]
     );
     let help = h.ask("help");
-    assert_eq!(help.len(), eniipd::server::protocol::HELP.len() + 1);
+    assert_eq!(help.len(), eniipd::protocol::HELP.len() + 1);
     assert_eq!(last(&help), "OK");
     let a = h.ask("alloc default/web-1 sandbox=abc");
     assert!(a[0].starts_with("OK ip=10.0.0.10 eni=eni-test mac=00:16:3e:00:00:01 vswitch=vsw-test cidr=10.0.0.0/24 gateway=10.0.0.253"), "{a:?}");
