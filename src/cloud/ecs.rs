@@ -195,18 +195,26 @@ pub(crate) fn create_network_interface_with(
     eni_from_json(A, &v)
 }
 
+/// The parameters of an attach or a detach.
+fn eni_and_instance(eni: &str, instance: &str) -> Vec<(String, String)> {
+    vec![
+        ("NetworkInterfaceId".to_string(), eni.to_string()),
+        ("InstanceId".to_string(), instance.to_string()),
+    ]
+}
+
 /// AttachNetworkInterface.
 pub(crate) fn attach_network_interface(
     c: &RpcClient,
     eni: &str,
     instance: &str,
 ) -> Result<(), CloudError> {
-    let p = vec![
-        ("NetworkInterfaceId".to_string(), eni.to_string()),
-        ("InstanceId".to_string(), instance.to_string()),
-    ];
-    c.call("AttachNetworkInterface", &p, CallOpts::default())
-        .map(|_| ())
+    c.call(
+        "AttachNetworkInterface",
+        &eni_and_instance(eni, instance),
+        CallOpts::default(),
+    )
+    .map(|_| ())
 }
 
 /// DetachNetworkInterface; an ENI or instance already gone is success.
@@ -215,13 +223,9 @@ pub(crate) fn detach_network_interface(
     eni: &str,
     instance: &str,
 ) -> Result<(), CloudError> {
-    let p = vec![
-        ("NetworkInterfaceId".to_string(), eni.to_string()),
-        ("InstanceId".to_string(), instance.to_string()),
-    ];
     c.call(
         "DetachNetworkInterface",
-        &p,
+        &eni_and_instance(eni, instance),
         CallOpts::done_if(&["InvalidEniId.NotFound", "InvalidEcsId.NotFound"]),
     )
     .map(|_| ())

@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::util::accept::accept_until_woken;
+
 mod body;
 use body::read_body;
 
@@ -225,31 +227,14 @@ impl Drop for HttpServer {
 }
 
 fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener, wake: &OwnedFd) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    while !sh.stopping.load(Ordering::SeqCst) {
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
-            return;
-        }
-        loop {
-            match listener.accept() {
-                Ok((stream, _)) => admit(sh, stream),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(50));
-                    break;
-                }
-            }
-        }
-    }
+    accept_until_woken(
+        listener.as_fd(),
+        wake.as_fd(),
+        &sh.stopping,
+        || listener.accept().map(|(stream, _)| stream),
+        |stream| admit(sh, stream),
+        |_| {},
+    );
 }
 
 fn admit(sh: &Arc<Shared>, stream: TcpStream) {

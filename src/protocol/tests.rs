@@ -147,6 +147,18 @@ fn replies_render_with_one_final_line() {
     );
 }
 
+/// An ENI as `eni` answers it, without IPv6.
+fn eni_abc() -> EniInfo {
+    EniInfo {
+        eni: "eni-abc".into(),
+        mac: "00:16:3e:00:00:01".into(),
+        vswitch: "vsw-1".into(),
+        cidr: "192.168.0.0/22".into(),
+        gateway: "192.168.3.253".parse().unwrap(),
+        v6: None,
+    }
+}
+
 #[test]
 fn allocation_text_round_trips() {
     let a = Allocation {
@@ -158,14 +170,7 @@ fn allocation_text_round_trips() {
         since_ms: 1,
         attach: None,
     };
-    let eni = EniInfo {
-        eni: "eni-abc".into(),
-        mac: "00:16:3e:00:00:01".into(),
-        vswitch: "vsw-1".into(),
-        cidr: "192.168.0.0/22".into(),
-        gateway: "192.168.3.253".parse().unwrap(),
-        v6: None,
-    };
+    let eni = eni_abc();
     let t = allocation_text(&a, &eni);
     assert!(t.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
     assert_eq!(parse_allocation(&t), Some((a.ip, a.ipv6, eni)));
@@ -190,14 +195,7 @@ fn eni_takes_one_cloud_id_and_renders_v6_only_when_known() {
         ErrCode::BadRequest
     );
 
-    let mut e = EniInfo {
-        eni: "eni-abc".into(),
-        mac: "00:16:3e:00:00:01".into(),
-        vswitch: "vsw-1".into(),
-        cidr: "192.168.0.0/22".into(),
-        gateway: "192.168.3.253".parse().unwrap(),
-        v6: None,
-    };
+    let mut e = eni_abc();
     let reply = answer_reply(Ok(Answer::Eni(e.clone()))).render();
     assert_eq!(
         reply,

@@ -35,6 +35,7 @@ use crate::core::{AllocError, Command, Commands, ErrCode};
 use crate::log_limited;
 use crate::logging::RateLimit;
 use crate::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
+use crate::util::accept::{accept_until_woken, AcceptFailure};
 
 /// Listener settings.
 #[derive(Debug, Clone)]
@@ -224,41 +225,20 @@ impl Drop for Server {
 }
 
 fn accept_loop(sh: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    loop {
-        if sh.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                warn!("poll on the listening socket failed: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
+    accept_until_woken(
+        listener.as_fd(),
+        wake.as_fd(),
+        &sh.stopping,
+        || listener.accept().map(|(stream, _)| stream),
+        |stream| admit(sh, stream),
+        |failure| match failure {
+            AcceptFailure::Poll(e) => warn!("poll on the listening socket failed: {e}"),
+            // Out of fds and the like: backed off, not spinning.
+            AcceptFailure::Accept(e) => {
+                log_limited!(CLIENT_LOG, log::Level::Warn, "accept failed: {e}")
             }
-        }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
-            return;
-        }
-        loop {
-            match listener.accept() {
-                Ok((stream, _)) => admit(sh, stream),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of fds and the like: back off instead of spinning.
-                    log_limited!(CLIENT_LOG, log::Level::Warn, "accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(50));
-                    break;
-                }
-            }
-        }
-    }
+        },
+    );
 }
 
 fn admit(sh: &Arc<Shared>, stream: UnixStream) {

@@ -377,17 +377,3 @@ fn create_description(p: &Params) -> Result<String, ApiError> {
     }
     Ok(d)
 }
-
-/// New addresses as of `now` (`primary_first`: the first is the ENI's
-/// primary).
-fn new_addrs<A: Copy>(ips: &[A], now: Instant, primary_first: bool) -> Vec<Addr<A>> {
-    ips.iter()
-        .enumerate()
-        .map(|(i, ip)| Addr {
-            ip: *ip,
-            primary: primary_first && i == 0,
-            added: now,
-            removed: None,
-        })
-        .collect()
-}

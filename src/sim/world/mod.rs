@@ -59,6 +59,68 @@ struct Addr<T> {
     removed: Option<Instant>,
 }
 
+/// New addresses as of `now` (`primary_first`: the first is the ENI's
+/// primary).
+fn new_addrs<A: Copy>(ips: &[A], now: Instant, primary_first: bool) -> Vec<Addr<A>> {
+    ips.iter()
+        .enumerate()
+        .map(|(i, ip)| Addr {
+            ip: *ip,
+            primary: primary_first && i == 0,
+            added: now,
+            removed: None,
+        })
+        .collect()
+}
+
+impl<T: Copy + PartialEq> Addr<T> {
+    /// The addresses listed at `t` (added by then, not yet removed).
+    fn listed_at(addrs: &[Addr<T>], t: Instant) -> Vec<T> {
+        addrs
+            .iter()
+            .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
+            .map(|a| a.ip)
+            .collect()
+    }
+
+    /// Of the live `addrs`, the one each of `wanted` names (`names`), all
+    /// or none: an unassign naming anything not assigned (`what`, as the
+    /// error says it) fails whole.
+    fn assigned(
+        addrs: &[Addr<T>],
+        wanted: &[String],
+        names: impl Fn(&Addr<T>, &str) -> bool,
+        what: &str,
+    ) -> Result<Vec<T>, ApiError> {
+        wanted
+            .iter()
+            .map(|w| {
+                addrs
+                    .iter()
+                    .find(|a| a.removed.is_none() && names(a, w))
+                    .map(|a| a.ip)
+                    .ok_or_else(|| {
+                        err(
+                            403,
+                            "InvalidIp.IpUnassigned",
+                            format!("The specified {what} \"{w}\" is not assigned on this ENI."),
+                        )
+                    })
+            })
+            .collect()
+    }
+
+    /// Marks the live ones of `gone` removed at `now`.
+    fn remove(addrs: &mut [Addr<T>], gone: &[T], now: Instant) {
+        for a in addrs
+            .iter_mut()
+            .filter(|a| a.removed.is_none() && gone.contains(&a.ip))
+        {
+            a.removed = Some(now);
+        }
+    }
+}
+
 /// An ENI.
 #[derive(Debug)]
 pub(crate) struct SimEni {
@@ -336,15 +398,19 @@ impl World {
         self.vswitches.iter_mut().find(|v| v.id == id)
     }
 
-    fn take_v4(&mut self, vsw: &str, n: usize) -> Result<Vec<Ipv4Addr>, ApiError> {
-        let rng_seed = self.rng.next_u64();
-        let v = self.vsw_mut(vsw).ok_or_else(|| {
+    fn vsw_or_404(&mut self, vsw: &str) -> Result<&mut Vsw, ApiError> {
+        self.vsw_mut(vsw).ok_or_else(|| {
             err(
                 404,
                 "InvalidVSwitchId.NotFound",
                 format!("The specified VSwitch \"{vsw}\" does not exist."),
             )
-        })?;
+        })
+    }
+
+    fn take_v4(&mut self, vsw: &str, n: usize) -> Result<Vec<Ipv4Addr>, ApiError> {
+        let rng_seed = self.rng.next_u64();
+        let v = self.vsw_or_404(vsw)?;
         let usable = v.cidr.usable();
         let room = (usable.end - usable.start).saturating_sub(v.used.len() as u64);
         if v.free < n as u64 || room < n as u64 {
@@ -385,13 +451,7 @@ impl World {
             return Ok(Vec::new());
         }
         let seed = self.rng.next_u64();
-        let v = self.vsw_mut(vsw).ok_or_else(|| {
-            err(
-                404,
-                "InvalidVSwitchId.NotFound",
-                format!("The specified VSwitch \"{vsw}\" does not exist."),
-            )
-        })?;
+        let v = self.vsw_or_404(vsw)?;
         let Some(net) = v.cidr6 else {
             return Err(err(
                 403,
@@ -622,24 +682,9 @@ impl World {
                     mac: e.mac.clone(),
                     primary: e.primary_eni,
                     primary_ip: e.primary_ip(),
-                    v4: e
-                        .v4
-                        .iter()
-                        .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
-                        .map(|a| a.ip)
-                        .collect(),
-                    v6: e
-                        .v6
-                        .iter()
-                        .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
-                        .map(|a| a.ip)
-                        .collect(),
-                    v4_prefixes: e
-                        .v4p
-                        .iter()
-                        .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
-                        .map(|a| a.ip)
-                        .collect(),
+                    v4: Addr::listed_at(&e.v4, t),
+                    v6: Addr::listed_at(&e.v6, t),
+                    v4_prefixes: Addr::listed_at(&e.v4p, t),
                     vswitch: e.vswitch.clone(),
                     cidr: vsw.map(|v| v.cidr),
                     cidr6: vsw.and_then(|v| v.cidr6),
