@@ -256,7 +256,7 @@ impl Conn {
                 return "<closed>".into();
             }
             let l = self.line.trim_end();
-            if eniipd::server::protocol::is_final_line(l) {
+            if eniipd::protocol::is_final_line(l) {
                 return l.to_string();
             }
         }

@@ -247,7 +247,7 @@ impl Node {
                 return "<closed>".into();
             }
             let t = l.trim_end();
-            if eniipd::server::protocol::is_final_line(t) {
+            if eniipd::protocol::is_final_line(t) {
                 return t.to_string();
             }
         }

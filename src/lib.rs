@@ -10,22 +10,26 @@
 //! - [`alloc`]: the allocator (per-ENI workers, ENI lifecycle, planning).
 //! - [`pool`]: pool state (idle, inuse, reserved, cooling, invalid).
 //! - [`store`]: durable state; the only code that touches the state files.
-//! - [`server`]: the line protocol (pure) and the socket listener.
+//! - [`protocol`]: the line protocol (pure parse and render), which the
+//!   daemon serves and eniipctl and eniip-cni speak.
+//! - [`server`]: the daemon's socket listener.
+//! - [`cni`]: eniip-cni, the CNI plugin.
 //! - [`sim`]: `eniip-sim`, the OpenAPI and metadata emulator.
 //! - [`daemon`]: wires it all together for `eniipd`.
 
-pub mod alloc;
+pub(crate) mod alloc;
 pub mod cloud;
 pub mod cni;
 pub mod config;
 pub mod core;
 pub mod daemon;
-pub mod httpd;
-pub mod logging;
+pub(crate) mod httpd;
+pub(crate) mod logging;
 pub mod metrics;
-pub mod pool;
+pub(crate) mod pool;
+pub mod protocol;
 pub mod server;
 pub mod sim;
 pub mod store;
-pub mod systemd;
+pub(crate) mod systemd;
 pub mod util;

@@ -99,14 +99,14 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
 
 /// Records one `alloc` answer (`result` is `ok` or an error code) and how
 /// long it took.
-pub fn record_alloc(result: &str, seconds: f64) {
+pub(crate) fn record_alloc(result: &str, seconds: f64) {
     let mut r = REGISTRY.lock();
     *r.alloc_total.entry(result.to_string()).or_default() += 1;
     r.alloc_duration.observe(seconds);
 }
 
 /// Records one `release` answer (`ok`, `none` or an error code).
-pub fn record_release(result: &str) {
+pub(crate) fn record_release(result: &str) {
     *REGISTRY
         .lock()
         .release_total
@@ -116,7 +116,7 @@ pub fn record_release(result: &str) {
 
 /// Records one allocation released by the sandbox reaper, by why its
 /// sandbox was taken for gone (`netns-gone`, `netns-empty`).
-pub fn record_reaped(reason: &str) {
+pub(crate) fn record_reaped(reason: &str) {
     *REGISTRY
         .lock()
         .sandbox_reaped_total
@@ -126,7 +126,7 @@ pub fn record_reaped(reason: &str) {
 
 /// Records one OpenAPI attempt: `code` is `OK`, the service's error code,
 /// or `transport`/`timeout` when no answer came.
-pub fn record_openapi(action: &str, code: &str, seconds: f64) {
+pub(crate) fn record_openapi(action: &str, code: &str, seconds: f64) {
     let mut r = REGISTRY.lock();
     *r.openapi_total
         .entry((action.to_string(), code.to_string()))
@@ -138,7 +138,7 @@ pub fn record_openapi(action: &str, code: &str, seconds: f64) {
 }
 
 /// Records one metadata request (`ok`, `not-found`, `error`).
-pub fn record_metadata(result: &str) {
+pub(crate) fn record_metadata(result: &str) {
     *REGISTRY
         .lock()
         .metadata_total
@@ -147,12 +147,12 @@ pub fn record_metadata(result: &str) {
 }
 
 /// Records one state commit (one fsync, however many records it carried).
-pub fn record_commit(seconds: f64) {
+pub(crate) fn record_commit(seconds: f64) {
     REGISTRY.lock().commit_duration.observe(seconds);
 }
 
 /// Records a connection closed to admit another (SPEC section 4).
-pub fn record_connection_evicted() {
+pub(crate) fn record_connection_evicted() {
     REGISTRY.lock().connections_rejected += 1;
 }
 
@@ -162,12 +162,12 @@ static CONNECTIONS: LazyLock<Mutex<Option<ConnectionSource>>> = LazyLock::new(||
 
 /// Tells the registry how to count open client connections (the
 /// listener's counter; the daemon sets it once the socket serves).
-pub fn set_connection_source(f: ConnectionSource) {
+pub(crate) fn set_connection_source(f: ConnectionSource) {
     *CONNECTIONS.lock() = Some(f);
 }
 
 /// Open client connections now (0 before a listener is registered).
-pub fn connections() -> u64 {
+pub(crate) fn connections() -> u64 {
     CONNECTIONS.lock().as_ref().map(|f| f() as u64).unwrap_or(0)
 }
 
@@ -175,35 +175,35 @@ pub fn connections() -> u64 {
 #[derive(Debug, Clone, Default)]
 pub struct Gauges {
     /// IPs by state name (`idle`, `inuse`, ...).
-    pub ips_by_state: Vec<(&'static str, u64)>,
+    pub(crate) ips_by_state: Vec<(&'static str, u64)>,
     /// Managed ENIs.
-    pub enis: u64,
+    pub(crate) enis: u64,
     /// Capacity in IPs.
-    pub capacity: u64,
+    pub(crate) capacity: u64,
     /// IPs requested from the cloud and not yet answered.
-    pub pending: u64,
+    pub(crate) pending: u64,
     /// Open client connections.
-    pub connections: u64,
+    pub(crate) connections: u64,
     /// ENI operations in flight.
-    pub eni_ops: u64,
+    pub(crate) eni_ops: u64,
     /// Vswitches currently inhibited for exhaustion.
-    pub inhibited_vswitches: u64,
+    pub(crate) inhibited_vswitches: u64,
     /// Prefix mode only: per ENI, its pool IPs in /28 prefixes and as
     /// single addresses (the primary included), and its prefix count.
-    pub eni_modes: Vec<EniModeGauge>,
+    pub(crate) eni_modes: Vec<EniModeGauge>,
 }
 
 /// How one ENI holds its addresses (prefix mode).
 #[derive(Debug, Clone, Default)]
-pub struct EniModeGauge {
+pub(crate) struct EniModeGauge {
     /// The ENI.
-    pub eni: String,
+    pub(crate) eni: String,
     /// Addresses in its /28 prefixes.
-    pub in_prefixes: u64,
+    pub(crate) in_prefixes: u64,
     /// Single addresses, its primary included.
-    pub singles: u64,
+    pub(crate) singles: u64,
     /// Its /28 prefixes.
-    pub prefixes: u64,
+    pub(crate) prefixes: u64,
 }
 
 fn escape(v: &str) -> String {

@@ -2,7 +2,7 @@
 //! or an error, never a panic; rendered replies are framed.
 #![no_main]
 
-use eniipd::server::protocol::{is_final_line, parse_request, Reply};
+use eniipd::protocol::{is_final_line, parse_request, ClientReply};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -12,7 +12,7 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(again, req);
         }
         Err(e) => {
-            let text = Reply::err(e).render();
+            let text = ClientReply::err(e).render();
             let lines: Vec<&str> = text.split_terminator('\n').collect();
             assert_eq!(lines.len(), 1);
             assert!(is_final_line(lines[0]));

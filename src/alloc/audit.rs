@@ -25,7 +25,7 @@ use super::maint::{attached_managed, drift, tagged_unattached};
 use super::Snapshot;
 
 /// The differences, one line each (empty: consistent).
-pub fn audit(
+pub(crate) fn audit(
     cloud: &dyn CloudApi,
     instance_id: &str,
     node_id: &str,

@@ -15,38 +15,38 @@ use crate::config::{Config, IpStack};
 
 /// The numbers the allocator plans with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Capacity {
+pub(crate) struct Capacity {
     /// ENIs eniipd may hold (the primary ENI excluded).
-    pub usable_enis: usize,
+    pub(crate) usable_enis: usize,
     /// Pool IPs per ENI, its primary IP included.
-    pub ips_per_eni: usize,
+    pub(crate) ips_per_eni: usize,
     /// IPv4 slots per ENI beside its primary's (each holds one secondary
     /// address, or one /28 in prefix mode).
-    pub slots_per_eni: usize,
+    pub(crate) slots_per_eni: usize,
     /// Prefix mode: new addresses come as /28s where they can.
-    pub prefix_mode: bool,
+    pub(crate) prefix_mode: bool,
     /// `usable_enis * ips_per_eni`.
-    pub total_ips: usize,
+    pub(crate) total_ips: usize,
     /// Idle IPs to keep at least.
-    pub min_idle: usize,
+    pub(crate) min_idle: usize,
     /// Idle IPs to keep at most.
-    pub max_idle: usize,
+    pub(crate) max_idle: usize,
 }
 
 /// Pool-size inputs that SIGHUP may change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolSizes {
+pub(crate) struct PoolSizes {
     /// `min_pool_size`
-    pub min_pool_size: usize,
+    pub(crate) min_pool_size: usize,
     /// `max_pool_size`
-    pub max_pool_size: usize,
+    pub(crate) max_pool_size: usize,
     /// `min_eni`
-    pub min_eni: usize,
+    pub(crate) min_eni: usize,
 }
 
 impl PoolSizes {
     /// The pool-size keys of a config.
-    pub fn of(cfg: &Config) -> PoolSizes {
+    pub(crate) fn of(cfg: &Config) -> PoolSizes {
         PoolSizes {
             min_pool_size: cfg.min_pool_size,
             max_pool_size: cfg.max_pool_size,
@@ -57,7 +57,7 @@ impl PoolSizes {
 
 /// The effective configuration with the pool sizes in force: `config`
 /// shows what the allocator plans with, not what the file asked.
-pub fn effective_view(cfg: &Config, cap: &Capacity) -> Vec<(String, String)> {
+pub(crate) fn effective_view(cfg: &Config, cap: &Capacity) -> Vec<(String, String)> {
     let mut v = cfg.effective();
     for (k, val) in &mut v {
         match k.as_str() {
@@ -70,11 +70,11 @@ pub fn effective_view(cfg: &Config, cap: &Capacity) -> Vec<(String, String)> {
 }
 
 /// Keys SIGHUP applies; a change to any other needs a restart.
-pub const RELOADABLE: [&str; 3] = ["min_pool_size", "max_pool_size", "min_eni"];
+pub(crate) const RELOADABLE: [&str; 3] = ["min_pool_size", "max_pool_size", "min_eni"];
 
 /// Computes capacity; `notes` receives one line per adjustment made, for the
 /// start-up log (Terway logs the same clamps).
-pub fn compute(
+pub(crate) fn compute(
     limits: &InstanceTypeLimits,
     cfg: &Config,
     sizes: PoolSizes,

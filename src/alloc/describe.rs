@@ -26,7 +26,7 @@ struct Inner {
 }
 
 /// Shares DescribeNetworkInterfaces calls between concurrent waits.
-pub struct StatusBatcher {
+pub(crate) struct StatusBatcher {
     cloud: Arc<dyn CloudApi>,
     window: Duration,
     inner: Mutex<Inner>,
@@ -43,7 +43,7 @@ impl std::fmt::Debug for StatusBatcher {
 
 impl StatusBatcher {
     /// A batcher gathering requests for `window`.
-    pub fn new(cloud: Arc<dyn CloudApi>, window: Duration) -> StatusBatcher {
+    pub(crate) fn new(cloud: Arc<dyn CloudApi>, window: Duration) -> StatusBatcher {
         StatusBatcher {
             cloud,
             window,
@@ -53,7 +53,7 @@ impl StatusBatcher {
     }
 
     /// The ENI as the OpenAPI shows it now (`None`: it does not exist).
-    pub fn describe(&self, id: &str, deadline: Instant) -> Result<Option<Eni>, CloudError> {
+    pub(crate) fn describe(&self, id: &str, deadline: Instant) -> Result<Option<Eni>, CloudError> {
         let mut g = self.inner.lock();
         g.wanted.insert(id.to_string());
         let target = g.taken + 1;
@@ -105,7 +105,7 @@ impl StatusBatcher {
     }
 
     /// Polls (batched) until the ENI is in `want`; `NotFound` if it is gone.
-    pub fn wait_status(
+    pub(crate) fn wait_status(
         &self,
         id: &str,
         want: EniStatus,

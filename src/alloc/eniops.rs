@@ -28,34 +28,34 @@ use super::msg::{Event, FreeFailure, OpId, ReadyEni};
 
 /// What a create operation needs.
 #[derive(Debug, Clone)]
-pub struct CreateJob {
+pub(crate) struct CreateJob {
     /// The operation id.
-    pub op: OpId,
+    pub(crate) op: OpId,
     /// The vswitch.
-    pub vswitch: String,
+    pub(crate) vswitch: String,
     /// Security groups.
-    pub security_groups: Vec<String>,
+    pub(crate) security_groups: Vec<String>,
     /// Extra tags (`eni_tags`).
-    pub extra_tags: Vec<(String, String)>,
+    pub(crate) extra_tags: Vec<(String, String)>,
     /// This instance.
-    pub instance_id: String,
+    pub(crate) instance_id: String,
     /// This daemon's node id.
-    pub node_id: String,
+    pub(crate) node_id: String,
     /// Addresses to create it with, its primary included (>= 1); with
     /// `prefixes`, only if the vswitch has no free /28.
-    pub init: usize,
+    pub(crate) init: usize,
     /// /28 prefixes to create it with (prefix mode; 0: single addresses).
-    pub prefixes: usize,
+    pub(crate) prefixes: usize,
     /// Also give it as many IPv6 addresses.
-    pub dual: bool,
+    pub(crate) dual: bool,
     /// Deadline for attach + InUse + metadata.
-    pub ready_timeout: Duration,
+    pub(crate) ready_timeout: Duration,
     /// How long to wait for metadata to list the initial addresses.
-    pub metadata_wait: Duration,
+    pub(crate) metadata_wait: Duration,
 }
 
 /// The tags every eniipd ENI carries, then `extra`.
-pub fn eni_tags(
+pub(crate) fn eni_tags(
     instance_id: &str,
     node_id: &str,
     extra: &[(String, String)],
@@ -70,7 +70,7 @@ pub fn eni_tags(
 }
 
 /// Runs a create operation on a new thread holding `permit`.
-pub fn spawn_create(
+pub(crate) fn spawn_create(
     job: CreateJob,
     cloud: Arc<dyn CloudApi>,
     batcher: Arc<StatusBatcher>,
@@ -201,7 +201,7 @@ fn create(
 
 /// Reads the gateway and CIDR of an attached ENI from metadata, waiting for
 /// the per-MAC items to appear.
-pub fn ready_info(
+pub(crate) fn ready_info(
     cloud: &dyn CloudApi,
     eni_id: &str,
     mac: &str,
@@ -248,7 +248,11 @@ pub fn ready_info(
 }
 
 /// Detaches (if attached) and deletes an ENI, waiting in between.
-pub fn rollback(cloud: &dyn CloudApi, eni_id: &str, instance_id: &str) -> Result<(), CloudError> {
+pub(crate) fn rollback(
+    cloud: &dyn CloudApi,
+    eni_id: &str,
+    instance_id: &str,
+) -> Result<(), CloudError> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let q = crate::cloud::EniQuery {
         eni_ids: vec![eni_id.to_string()],
@@ -282,7 +286,7 @@ pub fn rollback(cloud: &dyn CloudApi, eni_id: &str, instance_id: &str) -> Result
 
 /// Runs a free operation (detach, wait, delete) on a new thread holding
 /// `permit`.
-pub fn spawn_free(
+pub(crate) fn spawn_free(
     eni: String,
     instance_id: String,
     cloud: Arc<dyn CloudApi>,

@@ -23,16 +23,16 @@ pub(crate) const INSTANCE: &str = "i-fake0001";
 
 #[derive(Debug, Clone)]
 pub(crate) struct FakeEni {
-    pub id: String,
-    pub mac: String,
-    pub status: EniStatus,
-    pub instance: Option<String>,
-    pub vswitch: String,
-    pub v4: Vec<Ipv4Addr>,
-    pub v6: Vec<Ipv6Addr>,
-    pub tags: BTreeMap<String, String>,
-    pub sgs: Vec<String>,
-    pub primary: bool,
+    pub(crate) id: String,
+    pub(crate) mac: String,
+    pub(crate) status: EniStatus,
+    pub(crate) instance: Option<String>,
+    pub(crate) vswitch: String,
+    pub(crate) v4: Vec<Ipv4Addr>,
+    pub(crate) v6: Vec<Ipv6Addr>,
+    pub(crate) tags: BTreeMap<String, String>,
+    pub(crate) sgs: Vec<String>,
+    pub(crate) primary: bool,
 }
 
 #[derive(Debug)]
@@ -58,8 +58,8 @@ struct State {
 /// The fake cloud.
 pub(crate) struct FakeCloud {
     state: Mutex<State>,
-    pub limits: InstanceTypeLimits,
-    pub op_latency: Duration,
+    pub(crate) limits: InstanceTypeLimits,
+    pub(crate) op_latency: Duration,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
 }
@@ -550,9 +550,9 @@ impl MetadataApi for FakeCloud {
 /// A journal in memory, with an optional injected failure.
 #[derive(Default)]
 pub(crate) struct MemJournal {
-    pub state: Mutex<PersistedState>,
-    pub fail: std::sync::atomic::AtomicBool,
-    pub commits: AtomicUsize,
+    pub(crate) state: Mutex<PersistedState>,
+    pub(crate) fail: std::sync::atomic::AtomicBool,
+    pub(crate) commits: AtomicUsize,
 }
 
 impl Journal for MemJournal {

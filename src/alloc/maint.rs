@@ -223,7 +223,7 @@ fn attached(cloud: &dyn CloudApi, instance_id: &str) -> Result<Vec<Eni>, crate::
 /// runs on this host, with that node: two daemons on one instance would
 /// hand out each other's addresses. One whose node does not run here is
 /// adopted (logged).
-pub fn live_peers(enis: &[Eni], instance_id: &str, node_id: &str) -> Vec<(String, String)> {
+pub(crate) fn live_peers(enis: &[Eni], instance_id: &str, node_id: &str) -> Vec<(String, String)> {
     enis.iter()
         .filter_map(|e| {
             let peer = e.foreign_node(instance_id, node_id)?.to_string();
@@ -241,7 +241,7 @@ pub fn live_peers(enis: &[Eni], instance_id: &str, node_id: &str) -> Vec<(String
 }
 
 /// Why this daemon refuses to run beside the live peers of [`live_peers`].
-pub fn peer_refusal(peers: &[(String, String)]) -> String {
+pub(crate) fn peer_refusal(peers: &[(String, String)]) -> String {
     let list: Vec<String> = peers
         .iter()
         .map(|(eni, node)| format!("{eni} (node {node})"))
@@ -253,7 +253,7 @@ pub fn peer_refusal(peers: &[(String, String)]) -> String {
 }
 
 /// The managed ENIs attached to this instance (any status).
-pub fn attached_managed(
+pub(crate) fn attached_managed(
     cloud: &dyn CloudApi,
     instance_id: &str,
     node_id: &str,
@@ -265,7 +265,7 @@ pub fn attached_managed(
 }
 
 /// ENIs tagged for this instance that are not attached to it.
-pub fn tagged_unattached(
+pub(crate) fn tagged_unattached(
     cloud: &dyn CloudApi,
     instance_id: &str,
     node_id: &str,
@@ -287,7 +287,7 @@ pub fn tagged_unattached(
 }
 
 /// One line per managed ENI whose security groups differ from `want`.
-pub fn drift(enis: &[Eni], want: &[String]) -> Vec<String> {
+pub(crate) fn drift(enis: &[Eni], want: &[String]) -> Vec<String> {
     let mut want = want.to_vec();
     want.sort();
     enis.iter()

@@ -13,18 +13,21 @@
 //! [`Allocator`] is the handle the daemon and tests use; every method
 //! returns within a deadline.
 
-pub mod actor;
-pub mod audit;
-pub mod capacity;
-pub mod describe;
-pub mod eniops;
-pub mod maint;
-pub mod msg;
-pub mod planner;
-pub mod prefix;
-pub mod recover;
-pub mod vswitch;
-pub mod worker;
+pub(crate) mod actor;
+pub(crate) mod audit;
+pub(crate) mod capacity;
+pub(crate) mod describe;
+pub(crate) mod eniops;
+pub(crate) mod maint;
+pub(crate) mod msg;
+// planner.rs is being changed beside this (issue 21's surge rule): its
+// `pub` is narrowed to `pub(crate)` once that lands, not under it.
+#[allow(unreachable_pub)]
+pub(crate) mod planner;
+pub(crate) mod prefix;
+pub(crate) mod recover;
+pub(crate) mod vswitch;
+pub(crate) mod worker;
 
 #[cfg(test)]
 mod fake;
@@ -41,7 +44,7 @@ use log::warn;
 
 use crate::cloud::CloudApi;
 use crate::config::VSwitchPolicy;
-use crate::core::{AllocError, Answer, Command, Commands, ErrCode};
+use crate::core::{AllocError, Answer, Commands, ErrCode};
 use crate::pool::PoolState;
 use crate::store::{Record, StoreError};
 use crate::util::sem::Semaphore;
@@ -53,7 +56,7 @@ use msg::Request;
 /// Where committed records go: the durable store, or a fake in tests.
 /// `done` runs once the records are durable (or failed); records submitted
 /// later are made durable after earlier ones.
-pub trait Journal: Send + Sync {
+pub(crate) trait Journal: Send + Sync {
     /// Queues records; never blocks on the disk.
     fn submit(&self, records: Vec<Record>, done: Box<dyn FnOnce(Result<(), StoreError>) + Send>);
 }
@@ -67,63 +70,63 @@ impl Journal for crate::store::Committer {
 /// Everything the allocator needs to know, from the config, the cloud and
 /// built-in tunables.
 #[derive(Debug, Clone)]
-pub struct AllocatorOptions {
+pub(crate) struct AllocatorOptions {
     /// This instance.
-    pub instance_id: String,
+    pub(crate) instance_id: String,
     /// This daemon's node id (its state directory's), tagged on its ENIs.
-    pub node_id: String,
+    pub(crate) node_id: String,
     /// Vswitches for new ENIs (this zone's configured ones, or the
     /// instance's own).
-    pub vswitches: Vec<String>,
+    pub(crate) vswitches: Vec<String>,
     /// Free addresses per vswitch known at start (`ordered` policy).
-    pub vswitch_free: Vec<(String, u64)>,
+    pub(crate) vswitch_free: Vec<(String, u64)>,
     /// How a new ENI's vswitch is chosen.
-    pub vswitch_policy: VSwitchPolicy,
+    pub(crate) vswitch_policy: VSwitchPolicy,
     /// Security groups for new ENIs.
-    pub security_groups: Vec<String>,
+    pub(crate) security_groups: Vec<String>,
     /// Extra tags for new ENIs.
-    pub eni_tags: Vec<(String, String)>,
+    pub(crate) eni_tags: Vec<(String, String)>,
     /// IPv4+IPv6 pairs.
-    pub dual: bool,
+    pub(crate) dual: bool,
     /// Capacity and pool sizes.
-    pub capacity: Capacity,
+    pub(crate) capacity: Capacity,
     /// Per-ENI batching window.
-    pub aggregation_window: Duration,
+    pub(crate) aggregation_window: Duration,
     /// Addresses per call.
-    pub max_ips_per_call: usize,
+    pub(crate) max_ips_per_call: usize,
     /// Concurrent ENI operations.
-    pub max_concurrent_eni_ops: usize,
+    pub(crate) max_concurrent_eni_ops: usize,
     /// How long a cold alloc may wait.
-    pub alloc_timeout: Duration,
+    pub(crate) alloc_timeout: Duration,
     /// Pool maintenance period.
-    pub pool_check_interval: Duration,
+    pub(crate) pool_check_interval: Duration,
     /// Reservation for the last owner after release.
-    pub ip_stick_time: Duration,
+    pub(crate) ip_stick_time: Duration,
     /// Cool-down from other owners after release.
-    pub ip_cooldown: Duration,
+    pub(crate) ip_cooldown: Duration,
     /// How long an exhausted vswitch is skipped (10 min).
-    pub inhibit: Duration,
+    pub(crate) inhibit: Duration,
     /// How long to wait for metadata to show new addresses (10 s).
-    pub metadata_wait: Duration,
+    pub(crate) metadata_wait: Duration,
     /// Deadline for a new ENI to be attached, in use and in metadata.
-    pub eni_ready_timeout: Duration,
+    pub(crate) eni_ready_timeout: Duration,
     /// Cap of the backoff after failed background work.
-    pub pool_backoff_max: Duration,
+    pub(crate) pool_backoff_max: Duration,
     /// Unattached tagged ENIs younger than this are left to their creator.
-    pub sweep_min_age: Duration,
+    pub(crate) sweep_min_age: Duration,
     /// What the `config` command shows (effective values, secrets masked).
-    pub config_view: Vec<(String, String)>,
+    pub(crate) config_view: Vec<(String, String)>,
     /// A restart served from the state files before the OpenAPI was
     /// asked: the first reconcile runs this long after start (or at once
     /// when an `alloc` needs a new address), and until it has run nothing
     /// new is handed out and the peer check of a cold start is made there.
     /// `None`: the pool came from the OpenAPI.
-    pub first_reconcile: Option<Duration>,
+    pub(crate) first_reconcile: Option<Duration>,
 }
 
 impl AllocatorOptions {
     /// Options from a validated config and what the cloud said.
-    pub fn new(
+    pub(crate) fn new(
         cfg: &crate::config::Config,
         instance_id: &str,
         vswitches: Vec<String>,
@@ -164,12 +167,12 @@ impl AllocatorOptions {
 
 /// Why the allocator stopped by itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fatal {
+pub(crate) struct Fatal {
     /// What happened, for the log.
-    pub message: String,
+    pub(crate) message: String,
     /// Another eniipd (another state directory) manages ENIs attached to
     /// this instance: a restart cannot help until one of them is stopped.
-    pub peer_running: bool,
+    pub(crate) peer_running: bool,
 }
 
 impl From<String> for Fatal {
@@ -183,30 +186,32 @@ impl From<String> for Fatal {
 
 /// A copy of the allocator's state at one instant.
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// The pool.
-    pub pool: PoolState,
+    pub(crate) pool: PoolState,
     /// Addresses asked of the cloud and not yet answered.
-    pub pending: usize,
+    pub(crate) pending: usize,
     /// Capacity and pool sizes.
-    pub capacity: Capacity,
+    pub(crate) capacity: Capacity,
     /// ENIs being created (ids known so far).
-    pub creating: Vec<String>,
+    pub(crate) creating: Vec<String>,
     /// ENIs being freed.
-    pub freeing: Vec<String>,
+    pub(crate) freeing: Vec<String>,
     /// ENI operations in flight.
-    pub eni_ops: usize,
+    pub(crate) eni_ops: usize,
     /// Vswitches inhibited now.
-    pub inhibited_vswitches: usize,
+    pub(crate) inhibited_vswitches: usize,
     /// Security-group drift found by the last check.
-    pub sg_drift: Vec<String>,
+    #[allow(dead_code, reason = "nothing reads it yet: status does not show it")]
+    pub(crate) sg_drift: Vec<String>,
     /// Clients waiting for an address.
-    pub waiters: usize,
+    #[cfg_attr(not(test), allow(dead_code, reason = "only the unit tests read it"))]
+    pub(crate) waiters: usize,
 }
 
 impl Snapshot {
     /// Metric gauges of this snapshot.
-    pub fn gauges(&self) -> crate::metrics::Gauges {
+    pub(crate) fn gauges(&self) -> crate::metrics::Gauges {
         crate::metrics::Gauges {
             ips_by_state: self.pool.counts_by_state(),
             enis: self.pool.enis.len() as u64,
@@ -228,10 +233,10 @@ impl Snapshot {
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A thread to join at stop, with its name for the log.
-pub type Joinable = (String, JoinHandle<()>);
+pub(crate) type Joinable = (String, JoinHandle<()>);
 
 /// The running allocator.
-pub struct Allocator {
+pub(crate) struct Allocator {
     commands: Commands,
     requests: Sender<Request>,
     stop: Sender<()>,
@@ -253,7 +258,7 @@ impl std::fmt::Debug for Allocator {
 impl Allocator {
     /// Starts the actor, the per-ENI workers of `pool`'s ENIs and the
     /// maintenance thread.
-    pub fn start(
+    pub(crate) fn start(
         opts: AllocatorOptions,
         cloud: Arc<dyn CloudApi>,
         journal: Arc<dyn Journal>,
@@ -311,12 +316,13 @@ impl Allocator {
     }
 
     /// Where clients send their commands.
-    pub fn commands(&self) -> Commands {
+    pub(crate) fn commands(&self) -> Commands {
         self.commands.clone()
     }
 
     /// Sends one command and waits for its answer (within its deadline).
-    pub fn ask(&self, command: Command) -> Result<Answer, AllocError> {
+    #[cfg(test)]
+    pub(crate) fn ask(&self, command: crate::core::Command) -> Result<Answer, AllocError> {
         self.commands.ask(command)
     }
 
@@ -329,18 +335,22 @@ impl Allocator {
     }
 
     /// A copy of the state.
-    pub fn snapshot(&self) -> Result<Snapshot, AllocError> {
+    #[cfg(test)]
+    pub(crate) fn snapshot(&self) -> Result<Snapshot, AllocError> {
         self.request(Request::Snapshot, REPLY_TIMEOUT)
     }
 
     /// Held allocations that recorded their sandbox's network.
-    pub fn attached(&self) -> Result<Vec<crate::pool::Attached>, AllocError> {
+    pub(crate) fn attached(&self) -> Result<Vec<crate::pool::Attached>, AllocError> {
         self.request(Request::Attached, REPLY_TIMEOUT)
     }
 
     /// Releases `a` if it is still held for the same sandbox and
     /// namespace; the address released, if any.
-    pub fn reap(&self, a: &crate::pool::Attached) -> Result<Option<std::net::IpAddr>, AllocError> {
+    pub(crate) fn reap(
+        &self,
+        a: &crate::pool::Attached,
+    ) -> Result<Option<std::net::IpAddr>, AllocError> {
         let answer = self.request(
             |reply| Request::Reap {
                 owner: a.owner.clone(),
@@ -351,14 +361,14 @@ impl Allocator {
             REPLY_TIMEOUT,
         )??;
         Ok(match answer {
-            crate::core::Answer::Released(ip) => ip,
+            Answer::Released(ip) => ip,
             _ => None,
         })
     }
 
     /// SIGHUP: new pool sizes, and the configuration view that goes with
     /// them.
-    pub fn reload(
+    pub(crate) fn reload(
         &self,
         capacity: Capacity,
         view: Vec<(String, String)>,
@@ -374,19 +384,19 @@ impl Allocator {
     }
 
     /// True if the actor answers within `timeout` (watchdog).
-    pub fn ping(&self, timeout: Duration) -> bool {
+    pub(crate) fn ping(&self, timeout: Duration) -> bool {
         self.request(Request::Ping, timeout).is_ok()
     }
 
     /// Fatal errors (a failed commit): the daemon must stop.
-    pub fn fatal(&self) -> &Receiver<Fatal> {
+    pub(crate) fn fatal(&self) -> &Receiver<Fatal> {
         &self.fatal
     }
 
     /// Tells the actor and the maintenance thread to stop, without
     /// waiting: every waiting client is answered `shutting-down` within
     /// milliseconds.
-    pub fn begin_stop(&self) {
+    pub(crate) fn begin_stop(&self) {
         let _ = self.stop.try_send(());
         let _ = self.maint_stop.try_send(());
     }
@@ -395,7 +405,8 @@ impl Allocator {
     /// `shutting-down` at once, then the maintenance thread, the actor and
     /// every thread the actor started (ENI workers, ENI operations, audits)
     /// are joined, latest first, until `until`. Idempotent.
-    pub fn shutdown(&self, until: Instant) {
+    #[cfg(test)]
+    pub(crate) fn shutdown(&self, until: Instant) {
         let rest = self.stop_actor(until);
         join_all(rest, until);
     }
@@ -403,7 +414,7 @@ impl Allocator {
     /// Stops the actor and joins it until `until`; once it returns, nothing
     /// submits to the journal any more. The threads still to join (ENI
     /// workers, ENI operations, audits, maintenance), for [`join_all`].
-    pub fn stop_actor(&self, until: Instant) -> Vec<Joinable> {
+    pub(crate) fn stop_actor(&self, until: Instant) -> Vec<Joinable> {
         self.begin_stop();
         let mut threads: Vec<Joinable> = Vec::new();
         if let Some(h) = self.maint.lock().take() {
@@ -427,7 +438,7 @@ impl Allocator {
 
 /// Joins `threads`, latest started first, until `until`; a thread still
 /// inside a cloud call then is left behind and named in the log.
-pub fn join_all(threads: Vec<Joinable>, until: Instant) {
+pub(crate) fn join_all(threads: Vec<Joinable>, until: Instant) {
     for (name, h) in threads.into_iter().rev() {
         if !join_until(h, until) {
             warn!("thread {name} did not stop in time (a cloud call in flight?); abandoned");

@@ -18,23 +18,23 @@ use super::capacity::Capacity;
 use super::Snapshot;
 
 /// One unit of demand sent to the cloud: an address asked of an ENI.
-pub type TicketId = u64;
+pub(crate) type TicketId = u64;
 
 /// A ticket as a worker gets it: its id and how the address is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unit {
+pub(crate) struct Unit {
     /// The ticket.
-    pub ticket: TicketId,
+    pub(crate) ticket: TicketId,
     /// As part of a /28 prefix, or as a single secondary address.
-    pub kind: super::prefix::Kind,
+    pub(crate) kind: super::prefix::Kind,
 }
 /// One ENI create or free operation.
-pub type OpId = u64;
+pub(crate) type OpId = u64;
 
 /// What the daemon and the allocator's own helpers ask of the actor
 /// (clients speak [`crate::core::Command`], on a channel of their own).
 #[derive(Debug)]
-pub enum Request {
+pub(crate) enum Request {
     /// A copy of the state, for `audit` and metrics.
     Snapshot(Sender<Snapshot>),
     /// Ids of every ENI known locally, being created or being freed.
@@ -68,33 +68,33 @@ pub enum Request {
 
 /// An ENI that is attached, in use and visible in metadata.
 #[derive(Debug, Clone)]
-pub struct ReadyEni {
+pub(crate) struct ReadyEni {
     /// `eni-...`
-    pub id: String,
+    pub(crate) id: String,
     /// Its MAC.
-    pub mac: String,
+    pub(crate) mac: String,
     /// Its vswitch.
-    pub vswitch: String,
+    pub(crate) vswitch: String,
     /// The vswitch CIDR.
-    pub cidr: String,
+    pub(crate) cidr: String,
     /// The vswitch gateway.
-    pub gateway: Ipv4Addr,
+    pub(crate) gateway: Ipv4Addr,
     /// Its primary address.
-    pub primary_ip: Ipv4Addr,
+    pub(crate) primary_ip: Ipv4Addr,
     /// Every IPv4 on it, primary included.
-    pub v4: Vec<Ipv4Addr>,
+    pub(crate) v4: Vec<Ipv4Addr>,
     /// Every IPv6 on it.
-    pub v6: Vec<Ipv6Addr>,
+    pub(crate) v6: Vec<Ipv6Addr>,
     /// Its IPv4 /28 prefixes (their addresses are not in `v4`).
-    pub prefixes: Vec<Ipv4Prefix>,
+    pub(crate) prefixes: Vec<Ipv4Prefix>,
     /// Created with single addresses because its vswitch had no free /28
     /// (prefix mode): prefixes are not asked for it for a while.
-    pub prefix_fallback: bool,
+    pub(crate) prefix_fallback: bool,
 }
 
 impl ReadyEni {
     /// Every IPv4 on it: `v4` and the addresses of its prefixes.
-    pub fn all_v4(&self) -> Vec<Ipv4Addr> {
+    pub(crate) fn all_v4(&self) -> Vec<Ipv4Addr> {
         let mut all = self.v4.clone();
         for p in &self.prefixes {
             all.extend(p.addresses());
@@ -103,7 +103,7 @@ impl ReadyEni {
     }
 
     /// The pool's record of it, with nothing pending.
-    pub fn pool_eni(&self) -> PoolEni {
+    pub(crate) fn pool_eni(&self) -> PoolEni {
         PoolEni::ready(
             &self.id,
             &self.mac,
@@ -117,7 +117,7 @@ impl ReadyEni {
 
 /// Where freeing an ENI stopped.
 #[derive(Debug, Clone)]
-pub enum FreeFailure {
+pub(crate) enum FreeFailure {
     /// Detach refused: the ENI is still attached and usable.
     Detach(CloudError),
     /// Detached, but not deleted: it is no longer usable; the sweeper
@@ -127,7 +127,7 @@ pub enum FreeFailure {
 
 /// What the actor's helpers report.
 #[derive(Debug)]
-pub enum Event {
+pub(crate) enum Event {
     /// A worker's AssignPrivateIpAddresses (+ AssignIpv6Addresses) ended.
     /// Addresses that came back are in `v4`/`v6` even when `error` is set
     /// (IPv4 granted, IPv6 refused).
@@ -217,15 +217,13 @@ pub enum Event {
         /// managed ENI in neither list was deleted.
         detached: Option<Vec<String>>,
     },
-    /// The state could not be made durable: the daemon must stop.
-    Fatal(String),
 }
 
 /// A managed, attached ENI as the cloud shows it (for reconcile).
 #[derive(Debug, Clone)]
-pub struct CloudEniView {
+pub(crate) struct CloudEniView {
     /// Ready information (metadata included) when it is visible there.
-    pub eni: ReadyEni,
+    pub(crate) eni: ReadyEni,
     /// True when metadata had it (gateway and CIDR are real).
-    pub in_metadata: bool,
+    pub(crate) in_metadata: bool,
 }

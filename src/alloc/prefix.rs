@@ -11,22 +11,22 @@
 use crate::cloud::Ipv4Prefix;
 
 /// Addresses in a prefix.
-pub const PER_PREFIX: usize = Ipv4Prefix::SIZE as usize;
+pub(crate) const PER_PREFIX: usize = Ipv4Prefix::SIZE as usize;
 /// Pool addresses per ENI in prefix mode: every IPv4 slot but the
 /// primary's holds a /28 ((quota - 1) x 16).
-pub fn ips_per_eni(ipv4_quota: usize) -> usize {
+pub(crate) fn ips_per_eni(ipv4_quota: usize) -> usize {
     ipv4_quota.saturating_sub(1) * PER_PREFIX
 }
 
 /// Prefixes to ask for `demand` more addresses on an ENI with `free_slots`
 /// IPv4 slots left: whole /28s, never more than the slots.
-pub fn prefixes_for(demand: usize, free_slots: usize) -> usize {
+pub(crate) fn prefixes_for(demand: usize, free_slots: usize) -> usize {
     demand.div_ceil(PER_PREFIX).min(free_slots)
 }
 
 /// How an ENI's next demand is served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// /28 prefixes.
     Prefix,
     /// Single secondary addresses (prefix mode off, or no /28 could be had
@@ -37,7 +37,7 @@ pub enum Kind {
 /// The kind of the next Assign on an ENI: prefixes in prefix mode unless a
 /// `PrefixExhausted` answer inhibited them (on its vswitch) until a time
 /// still to come (Unix ms).
-pub fn next_kind(prefix_mode: bool, prefix_inhibit_ms: Option<u64>, now_ms: u64) -> Kind {
+pub(crate) fn next_kind(prefix_mode: bool, prefix_inhibit_ms: Option<u64>, now_ms: u64) -> Kind {
     match (prefix_mode, prefix_inhibit_ms) {
         (false, _) => Kind::Single,
         (true, Some(until)) if until > now_ms => Kind::Single,
@@ -47,7 +47,7 @@ pub fn next_kind(prefix_mode: bool, prefix_inhibit_ms: Option<u64>, now_ms: u64)
 
 /// Addresses an ENI can still be asked for: `free_slots` IPv4 slots hold
 /// 16 each as /28s, one each as single addresses.
-pub fn room(kind: Kind, free_slots: usize) -> usize {
+pub(crate) fn room(kind: Kind, free_slots: usize) -> usize {
     match kind {
         Kind::Prefix => free_slots * PER_PREFIX,
         Kind::Single => free_slots,
@@ -56,14 +56,14 @@ pub fn room(kind: Kind, free_slots: usize) -> usize {
 
 /// IPv4 slots that `pending` addresses in flight take, `in_prefixes` of
 /// them asked as parts of /28s.
-pub fn pending_slots(pending: usize, in_prefixes: usize) -> usize {
+pub(crate) fn pending_slots(pending: usize, in_prefixes: usize) -> usize {
     in_prefixes.div_ceil(PER_PREFIX) + pending.saturating_sub(in_prefixes)
 }
 
 /// Units to queue for `n` addresses of demand: whole /28s' worth in
 /// prefix kind (the surplus arrives anyway and is counted as pending),
 /// never more than `limit` (room, backlog).
-pub fn round_units(kind: Kind, n: usize, limit: usize) -> usize {
+pub(crate) fn round_units(kind: Kind, n: usize, limit: usize) -> usize {
     match kind {
         Kind::Prefix => (n.div_ceil(PER_PREFIX) * PER_PREFIX).min(limit),
         Kind::Single => n.min(limit),
@@ -72,19 +72,19 @@ pub fn round_units(kind: Kind, n: usize, limit: usize) -> usize {
 
 /// A prefix as a shrink sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     /// The prefix.
-    pub prefix: Ipv4Prefix,
+    pub(crate) prefix: Ipv4Prefix,
     /// Its ENI's addresses in use (fewer first: ENIs drain).
-    pub eni_in_use: usize,
+    pub(crate) eni_in_use: usize,
     /// All 16 idle and past stick and cooldown.
-    pub reclaimable: bool,
+    pub(crate) reclaimable: bool,
 }
 
 /// The prefixes a shrink gives back: only wholly reclaimable ones, the
 /// emptiest ENIs first, while the idle count stays above `max_idle` and
 /// never drops below `min_idle` (sizes count addresses).
-pub fn to_give_back(
+pub(crate) fn to_give_back(
     candidates: &[Candidate],
     idle: usize,
     min_idle: usize,

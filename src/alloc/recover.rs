@@ -35,14 +35,14 @@ use super::maint::{attached_managed, tagged_unattached};
 /// The pool to start with and the records that make the corrections
 /// durable.
 #[derive(Debug)]
-pub struct Recovered {
+pub(crate) struct Recovered {
     /// The pool.
-    pub pool: PoolState,
+    pub(crate) pool: PoolState,
     /// Records to commit before serving (dropped owners, stale holds,
     /// quarantine).
-    pub records: Vec<Record>,
+    pub(crate) records: Vec<Record>,
     /// Human-readable lines for the start-up log.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// Rebuilds the pool. `quarantine`: after a state rebuild, keep every
@@ -51,7 +51,7 @@ pub struct Recovered {
 /// The phases: ENIs left half-made are finished off, the attached ones
 /// settled and adopted with their addresses, the recorded owners and
 /// holds restored on them, and (after a rebuild) the rest quarantined.
-pub fn recover(
+pub(crate) fn recover(
     cloud: &dyn CloudApi,
     instance_id: &str,
     node_id: &str,
@@ -89,7 +89,7 @@ pub fn recover(
 
 /// What [`provisional`] made of the state files and metadata.
 #[derive(Debug)]
-pub enum Provisional {
+pub(crate) enum Provisional {
     /// The pool of what was handed out, to serve before the first
     /// reconcile.
     Ready(Box<Recovered>),
@@ -104,7 +104,7 @@ pub enum Provisional {
 /// facts metadata gives for each, and on them exactly the recorded
 /// addresses, their owners and holds. Nothing idle: which other addresses
 /// the ENIs hold is the OpenAPI's to say (metadata lags both ways).
-pub fn provisional(
+pub(crate) fn provisional(
     md: &dyn MetadataApi,
     dual: bool,
     persisted: &PersistedState,
@@ -333,7 +333,7 @@ fn adopt(
 fn restore_owners(pool: &mut PoolState, persisted: &PersistedState, now_ms: u64) -> Vec<Record> {
     let mut records = Vec::new();
     for a in persisted.allocations.values() {
-        if !pool.restore_allocation(a) {
+        if !a.to_core().is_some_and(|a| pool.restore_allocation(&a)) {
             warn!(
                 "{} held {} on {}, which the cloud no longer has: dropped",
                 a.owner, a.ipv4, a.eni
@@ -344,7 +344,7 @@ fn restore_owners(pool: &mut PoolState, persisted: &PersistedState, now_ms: u64)
         }
     }
     for h in persisted.holds.values() {
-        if !pool.restore_hold(h, now_ms) {
+        if !h.to_core().is_some_and(|h| pool.restore_hold(&h, now_ms)) {
             records.push(Record::ClearHold { ipv4: h.ipv4 });
         }
     }
@@ -369,11 +369,7 @@ fn quarantine_idle(
     let n = idle.len();
     for v4 in idle {
         if let Some(hold) = pool.quarantine(v4, until) {
-            // An empty owner: the release of nobody, carrying the hold.
-            records.push(Record::Release {
-                owner: String::new(),
-                hold: Some(hold),
-            });
+            records.push(Record::quarantine(&hold));
         }
     }
     format!(

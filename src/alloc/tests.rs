@@ -50,7 +50,10 @@ impl Verbs for Allocator {
             prefer,
             attach: None,
         })? {
-            Answer::Allocation(a) => Ok(a),
+            Answer::Allocation(a, eni) => {
+                assert_eq!(eni.eni, a.eni, "alloc answers the allocation's ENI");
+                Ok(a)
+            }
             other => panic!("alloc answered {other:?}"),
         }
     }
@@ -71,7 +74,10 @@ impl Verbs for Allocator {
         match self.ask(Command::Show {
             owner: owner.clone(),
         })? {
-            Answer::Allocation(a) => Ok(a),
+            Answer::Allocation(a, eni) => {
+                assert_eq!(eni.eni, a.eni, "show answers the allocation's ENI");
+                Ok(a)
+            }
             other => panic!("show answered {other:?}"),
         }
     }

@@ -15,7 +15,7 @@ use super::planner::VswChoice;
 /// The configured vswitches of this zone, their cached free counts and
 /// their inhibitions.
 #[derive(Debug)]
-pub struct VSwitches {
+pub(crate) struct VSwitches {
     ids: Vec<String>,
     policy: VSwitchPolicy,
     free: HashMap<String, u64>,
@@ -25,7 +25,7 @@ pub struct VSwitches {
 
 impl VSwitches {
     /// The vswitches new ENIs may use, in configuration order.
-    pub fn new(ids: Vec<String>, policy: VSwitchPolicy) -> VSwitches {
+    pub(crate) fn new(ids: Vec<String>, policy: VSwitchPolicy) -> VSwitches {
         VSwitches {
             ids,
             policy,
@@ -36,7 +36,7 @@ impl VSwitches {
     }
 
     /// The configured ids.
-    pub fn ids(&self) -> &[String] {
+    pub(crate) fn ids(&self) -> &[String] {
         &self.ids
     }
 
@@ -44,7 +44,7 @@ impl VSwitches {
     /// vswitch with at least `lift_at` free addresses (refilled, not just
     /// the last few the failed batch could not use) is usable again at
     /// once. The ids whose inhibition was lifted.
-    pub fn set_free(
+    pub(crate) fn set_free(
         &mut self,
         counts: impl IntoIterator<Item = (String, u64)>,
         lift_at: u64,
@@ -60,7 +60,7 @@ impl VSwitches {
     }
 
     /// Ids of the vswitches inhibited at `now_ms`.
-    pub fn inhibited_ids(&self, now_ms: u64) -> Vec<String> {
+    pub(crate) fn inhibited_ids(&self, now_ms: u64) -> Vec<String> {
         self.inhibited_until_ms
             .iter()
             .filter(|(_, u)| **u > now_ms)
@@ -69,12 +69,12 @@ impl VSwitches {
     }
 
     /// Inhibits a vswitch until `until_ms` (Unix ms).
-    pub fn inhibit(&mut self, id: &str, until_ms: u64) {
+    pub(crate) fn inhibit(&mut self, id: &str, until_ms: u64) {
         self.inhibited_until_ms.insert(id.to_string(), until_ms);
     }
 
     /// Until when a vswitch is inhibited, if it is at `now_ms`.
-    pub fn inhibited_until(&self, id: &str, now_ms: u64) -> Option<u64> {
+    pub(crate) fn inhibited_until(&self, id: &str, now_ms: u64) -> Option<u64> {
         self.inhibited_until_ms
             .get(id)
             .copied()
@@ -82,7 +82,7 @@ impl VSwitches {
     }
 
     /// Vswitches currently inhibited.
-    pub fn inhibited_count(&self, now_ms: u64) -> usize {
+    pub(crate) fn inhibited_count(&self, now_ms: u64) -> usize {
         self.inhibited_until_ms
             .values()
             .filter(|u| **u > now_ms)
@@ -91,7 +91,7 @@ impl VSwitches {
 
     /// Usable vswitches in preference order: `ordered` by cached free
     /// addresses (most first; unknown last), `random` shuffled each time.
-    pub fn order(&mut self, now_ms: u64) -> Vec<VswChoice> {
+    pub(crate) fn order(&mut self, now_ms: u64) -> Vec<VswChoice> {
         let mut v: Vec<VswChoice> = self
             .ids
             .iter()
@@ -112,7 +112,7 @@ impl VSwitches {
 
     /// Rank of a vswitch in `order` (for sorting ENIs); unknown vswitches
     /// (an ENI on a vswitch no longer configured) rank last but stay usable.
-    pub fn rank(order: &[VswChoice], id: &str) -> usize {
+    pub(crate) fn rank(order: &[VswChoice], id: &str) -> usize {
         order.iter().position(|c| c.id == id).unwrap_or(order.len())
     }
 }

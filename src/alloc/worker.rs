@@ -36,21 +36,21 @@ use super::prefix::{Kind, PER_PREFIX};
 
 /// Backlog capacity of every ENI (the seed's `maxIPBacklog`); prefix mode
 /// multiplies it by the 16 addresses of a /28.
-pub const BACKLOG: usize = 10;
+pub(crate) const BACKLOG: usize = 10;
 
 /// Tunables of a worker.
 #[derive(Debug, Clone)]
-pub struct WorkerConfig {
+pub(crate) struct WorkerConfig {
     /// How long to gather demand after the first unit.
-    pub window: Duration,
+    pub(crate) window: Duration,
     /// Addresses per call.
-    pub max_per_call: usize,
+    pub(crate) max_per_call: usize,
     /// Pair every IPv4 with an IPv6.
-    pub dual: bool,
+    pub(crate) dual: bool,
     /// Prefix mode: the backlog holds units for `max_per_call` /28s.
-    pub prefix_mode: bool,
+    pub(crate) prefix_mode: bool,
     /// How long to wait for metadata to show new addresses.
-    pub metadata_wait: Duration,
+    pub(crate) metadata_wait: Duration,
 }
 
 enum Control {
@@ -64,7 +64,7 @@ enum Control {
 /// The actor's handle on a worker. Dropping it stops the worker after the
 /// batch in flight.
 #[derive(Debug)]
-pub struct WorkerHandle {
+pub(crate) struct WorkerHandle {
     backlog: Sender<Unit>,
     capacity: usize,
     /// Addresses one call may ask when fewer than `max_per_call` (0: no
@@ -82,18 +82,18 @@ impl std::fmt::Debug for Control {
 
 impl WorkerHandle {
     /// Caps the addresses one call asks (`None`: `max_per_call`).
-    pub fn set_call_cap(&self, cap: Option<usize>) {
+    pub(crate) fn set_call_cap(&self, cap: Option<usize>) {
         self.call_cap.store(cap.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// Free places in the backlog.
-    pub fn backlog_free(&self) -> usize {
+    pub(crate) fn backlog_free(&self) -> usize {
         self.capacity.saturating_sub(self.backlog.len())
     }
 
     /// Queues a ticket; false if the backlog is full (the unit stays
     /// unplanned; nothing is lost).
-    pub fn try_submit(&self, ticket: TicketId, kind: Kind) -> bool {
+    pub(crate) fn try_submit(&self, ticket: TicketId, kind: Kind) -> bool {
         match self.backlog.try_send(Unit { ticket, kind }) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
@@ -101,26 +101,26 @@ impl WorkerHandle {
     }
 
     /// Asks the worker to unassign addresses (at most 10 per call).
-    pub fn unassign(&self, v4: Vec<Ipv4Addr>, v6: Vec<Ipv6Addr>) -> bool {
+    pub(crate) fn unassign(&self, v4: Vec<Ipv4Addr>, v6: Vec<Ipv6Addr>) -> bool {
         self.control.send(Control::Unassign { v4, v6 }).is_ok()
     }
 
     /// Asks the worker to give whole /28 prefixes back (at most 10 per
     /// call).
-    pub fn unassign_prefixes(&self, prefixes: Vec<Ipv4Prefix>) -> bool {
+    pub(crate) fn unassign_prefixes(&self, prefixes: Vec<Ipv4Prefix>) -> bool {
         self.control
             .send(Control::UnassignPrefixes(prefixes))
             .is_ok()
     }
 
     /// Stops the worker and returns its thread, to join with a deadline.
-    pub fn stop(mut self) -> Option<JoinHandle<()>> {
+    pub(crate) fn stop(mut self) -> Option<JoinHandle<()>> {
         self.join.take()
     }
 }
 
 /// Starts the worker thread of an ENI.
-pub fn spawn(
+pub(crate) fn spawn(
     eni: String,
     mac: String,
     cloud: Arc<dyn CloudApi>,

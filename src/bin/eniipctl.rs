@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use eniipd::server::protocol::{is_final_line, MAX_LINE};
+use eniipd::protocol::{is_final_line, MAX_LINE};
 
 const HELP: &str = "\
 eniipctl - send one request to eniipd and print the reply

@@ -41,7 +41,7 @@ pub struct AliyunCloudOptions {
 
 impl AliyunCloudOptions {
     /// The VPC-internal endpoints of a region (ECS, VPC).
-    pub fn default_endpoints(region: &str) -> (String, String) {
+    pub(crate) fn default_endpoints(region: &str) -> (String, String) {
         (
             format!("https://ecs-vpc.{region}.aliyuncs.com"),
             format!("https://vpc-vpc.{region}.aliyuncs.com"),

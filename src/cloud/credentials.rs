@@ -15,15 +15,15 @@ use crate::util::Secret;
 
 /// One set of credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// AccessKeyId (`STS.…` for role credentials).
-    pub access_key_id: String,
+    pub(crate) access_key_id: String,
     /// AccessKeySecret.
-    pub access_key_secret: Secret,
+    pub(crate) access_key_secret: Secret,
     /// SecurityToken, for STS credentials.
-    pub security_token: Option<Secret>,
+    pub(crate) security_token: Option<Secret>,
     /// Expiry (Unix seconds), for STS credentials.
-    pub expires_at: Option<u64>,
+    pub(crate) expires_at: Option<u64>,
 }
 
 /// Where credentials come from.
@@ -44,7 +44,7 @@ pub enum CredentialSource {
 
 impl CredentialSource {
     /// The environment pair if set (read once, here), else the RAM role.
-    pub fn from_env_or_role(role: Option<String>) -> CredentialSource {
+    pub(crate) fn from_env_or_role(role: Option<String>) -> CredentialSource {
         let id = std::env::var("ALIBABA_CLOUD_ACCESS_KEY_ID")
             .ok()
             .filter(|s| !s.is_empty());
@@ -58,7 +58,7 @@ impl CredentialSource {
     }
 
     /// The first source available, in SPEC order (pure, for tests).
-    pub fn choose(
+    pub(crate) fn choose(
         config: Option<(String, Secret)>,
         env_id: Option<String>,
         env_secret: Option<String>,
@@ -83,7 +83,7 @@ impl CredentialSource {
     }
 
     /// A short description for the start-up log (no secret).
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             CredentialSource::Static { id, token, .. } => format!(
                 "access key {}{}",
@@ -103,7 +103,7 @@ impl CredentialSource {
 /// Hands out current credentials, refreshing role credentials before they
 /// expire. Thread-safe; the metadata fetch happens outside the lock.
 #[derive(Debug)]
-pub struct CredentialProvider {
+pub(crate) struct CredentialProvider {
     source: CredentialSource,
     metadata: Option<Arc<MetadataClient>>,
     cached: Mutex<Option<(Credentials, u64)>>,
@@ -112,7 +112,7 @@ pub struct CredentialProvider {
 
 /// True when `c` should be refreshed at `now`: less than max(5 min, a fifth
 /// of its life) remains. `issued` is when it was fetched.
-pub fn needs_refresh(c: &Credentials, issued: u64, now: u64) -> bool {
+pub(crate) fn needs_refresh(c: &Credentials, issued: u64, now: u64) -> bool {
     match c.expires_at {
         None => false,
         Some(exp) => {
@@ -125,7 +125,7 @@ pub fn needs_refresh(c: &Credentials, issued: u64, now: u64) -> bool {
 
 impl CredentialProvider {
     /// A provider for `source`; `metadata` is needed for a RAM role.
-    pub fn new(
+    pub(crate) fn new(
         source: CredentialSource,
         metadata: Option<Arc<MetadataClient>>,
     ) -> CredentialProvider {
@@ -138,7 +138,7 @@ impl CredentialProvider {
     }
 
     /// Current credentials.
-    pub fn get(&self) -> Result<Credentials, CloudError> {
+    pub(crate) fn get(&self) -> Result<Credentials, CloudError> {
         let role = match &self.source {
             CredentialSource::Static { id, secret, token } => {
                 return Ok(Credentials {

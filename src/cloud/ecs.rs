@@ -44,7 +44,7 @@ fn parse_v6(action: &str, s: &str) -> Result<Ipv6Addr, CloudError> {
 }
 
 /// Adds `Name.N` parameters (1-based).
-pub fn repeated(
+pub(crate) fn repeated(
     params: &mut Vec<(String, String)>,
     name: &str,
     values: impl IntoIterator<Item = impl ToString>,
@@ -55,7 +55,7 @@ pub fn repeated(
 }
 
 /// Adds `Tag.N.Key` / `Tag.N.Value` parameters.
-pub fn tags(params: &mut Vec<(String, String)>, tags: &[(String, String)]) {
+pub(crate) fn tags(params: &mut Vec<(String, String)>, tags: &[(String, String)]) {
     for (i, (k, v)) in tags.iter().enumerate() {
         params.push((format!("Tag.{}.Key", i + 1), k.clone()));
         params.push((format!("Tag.{}.Value", i + 1), v.clone()));
@@ -64,7 +64,7 @@ pub fn tags(params: &mut Vec<(String, String)>, tags: &[(String, String)]) {
 
 /// One `NetworkInterfaceSet` item (or a CreateNetworkInterface answer) as
 /// an [`Eni`].
-pub fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> {
+pub(crate) fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> {
     let id = jv::s(v, "NetworkInterfaceId");
     if id.is_empty() {
         return Err(decode(
@@ -162,13 +162,13 @@ pub fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> {
 }
 
 /// CreateNetworkInterface (with its initial addresses, tags and a ClientToken).
-pub fn create_network_interface(c: &RpcClient, req: &CreateEni) -> Result<Eni, CloudError> {
+pub(crate) fn create_network_interface(c: &RpcClient, req: &CreateEni) -> Result<Eni, CloudError> {
     create_network_interface_with(c, req, &[])
 }
 
 /// CreateNetworkInterface with more parameters (the prefix form, see
 /// [`super::prefix`]).
-pub fn create_network_interface_with(
+pub(crate) fn create_network_interface_with(
     c: &RpcClient,
     req: &CreateEni,
     extra: &[(String, String)],
@@ -195,40 +195,44 @@ pub fn create_network_interface_with(
     eni_from_json(A, &v)
 }
 
+/// The parameters of an attach or a detach.
+fn eni_and_instance(eni: &str, instance: &str) -> Vec<(String, String)> {
+    vec![
+        ("NetworkInterfaceId".to_string(), eni.to_string()),
+        ("InstanceId".to_string(), instance.to_string()),
+    ]
+}
+
 /// AttachNetworkInterface.
-pub fn attach_network_interface(
+pub(crate) fn attach_network_interface(
     c: &RpcClient,
     eni: &str,
     instance: &str,
 ) -> Result<(), CloudError> {
-    let p = vec![
-        ("NetworkInterfaceId".to_string(), eni.to_string()),
-        ("InstanceId".to_string(), instance.to_string()),
-    ];
-    c.call("AttachNetworkInterface", &p, CallOpts::default())
-        .map(|_| ())
+    c.call(
+        "AttachNetworkInterface",
+        &eni_and_instance(eni, instance),
+        CallOpts::default(),
+    )
+    .map(|_| ())
 }
 
 /// DetachNetworkInterface; an ENI or instance already gone is success.
-pub fn detach_network_interface(
+pub(crate) fn detach_network_interface(
     c: &RpcClient,
     eni: &str,
     instance: &str,
 ) -> Result<(), CloudError> {
-    let p = vec![
-        ("NetworkInterfaceId".to_string(), eni.to_string()),
-        ("InstanceId".to_string(), instance.to_string()),
-    ];
     c.call(
         "DetachNetworkInterface",
-        &p,
+        &eni_and_instance(eni, instance),
         CallOpts::done_if(&["InvalidEniId.NotFound", "InvalidEcsId.NotFound"]),
     )
     .map(|_| ())
 }
 
 /// DeleteNetworkInterface; an ENI already gone is success.
-pub fn delete_network_interface(c: &RpcClient, eni: &str) -> Result<(), CloudError> {
+pub(crate) fn delete_network_interface(c: &RpcClient, eni: &str) -> Result<(), CloudError> {
     let p = vec![("NetworkInterfaceId".to_string(), eni.to_string())];
     c.call(
         "DeleteNetworkInterface",
@@ -239,7 +243,10 @@ pub fn delete_network_interface(c: &RpcClient, eni: &str) -> Result<(), CloudErr
 }
 
 /// DescribeNetworkInterfaces, every page (MaxResults 500 + NextToken).
-pub fn describe_network_interfaces(c: &RpcClient, q: &EniQuery) -> Result<Vec<Eni>, CloudError> {
+pub(crate) fn describe_network_interfaces(
+    c: &RpcClient,
+    q: &EniQuery,
+) -> Result<Vec<Eni>, CloudError> {
     const A: &str = "DescribeNetworkInterfaces";
     let mut out = Vec::new();
     // At most 100 ids per request.
@@ -281,7 +288,7 @@ pub fn describe_network_interfaces(c: &RpcClient, q: &EniQuery) -> Result<Vec<En
 }
 
 /// AssignPrivateIpAddresses with a count; returns the new addresses.
-pub fn assign_private_ip_addresses(
+pub(crate) fn assign_private_ip_addresses(
     c: &RpcClient,
     eni: &str,
     count: usize,
@@ -311,7 +318,7 @@ pub fn assign_private_ip_addresses(
 /// UnassignPrivateIpAddresses; an address (or ENI) already gone is success.
 /// eniipd never unassigns a primary address, so `InvalidIp.IpUnassigned`
 /// (also the answer for a primary) cannot hide a mistake.
-pub fn unassign_private_ip_addresses(
+pub(crate) fn unassign_private_ip_addresses(
     c: &RpcClient,
     eni: &str,
     ips: &[Ipv4Addr],
@@ -373,7 +380,7 @@ fn unassign<T: ToString>(
 }
 
 /// AssignIpv6Addresses with a count.
-pub fn assign_ipv6_addresses(
+pub(crate) fn assign_ipv6_addresses(
     c: &RpcClient,
     eni: &str,
     count: usize,
@@ -391,7 +398,7 @@ pub fn assign_ipv6_addresses(
 }
 
 /// UnassignIpv6Addresses; already gone is success (see [`unassign`]).
-pub fn unassign_ipv6_addresses(
+pub(crate) fn unassign_ipv6_addresses(
     c: &RpcClient,
     eni: &str,
     ips: &[Ipv6Addr],
@@ -400,7 +407,7 @@ pub fn unassign_ipv6_addresses(
 }
 
 /// DescribeInstanceTypes for the given types (every page).
-pub fn describe_instance_types(
+pub(crate) fn describe_instance_types(
     c: &RpcClient,
     types: &[String],
 ) -> Result<Vec<InstanceTypeLimits>, CloudError> {
@@ -433,7 +440,7 @@ pub fn describe_instance_types(
 }
 
 /// DescribeInstanceAttribute: the instance's security groups.
-pub fn describe_instance_attribute(
+pub(crate) fn describe_instance_attribute(
     c: &RpcClient,
     instance: &str,
 ) -> Result<Vec<String>, CloudError> {

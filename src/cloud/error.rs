@@ -52,7 +52,7 @@ pub enum CloudErrorKind {
 
 impl CloudErrorKind {
     /// A short lowercase name, for metrics labels and logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CloudErrorKind::Transport => "transport",
             CloudErrorKind::Timeout => "timeout",
@@ -82,7 +82,7 @@ pub struct Detail {
     /// What failed.
     pub kind: CloudErrorKind,
     /// The OpenAPI action (`AssignPrivateIpAddresses`) or `metadata`.
-    pub action: String,
+    pub(crate) action: String,
     /// The service's error `Code`, if it answered with one.
     pub code: Option<String>,
     /// The service's `Message`, or our description of the failure.
@@ -106,7 +106,7 @@ impl std::ops::Deref for CloudError {
 
 impl CloudError {
     /// An error of `kind` for `action` with a description.
-    pub fn new(
+    pub(crate) fn new(
         kind: CloudErrorKind,
         action: impl Into<String>,
         message: impl Into<String>,
@@ -124,7 +124,7 @@ impl CloudError {
     }
 
     /// An error answer of the service, classified by its code and status.
-    pub fn api(
+    pub(crate) fn api(
         action: impl Into<String>,
         status: u16,
         code: impl Into<String>,
@@ -145,32 +145,32 @@ impl CloudError {
     }
 
     /// Attaches the underlying cause.
-    pub fn with_source(mut self, source: impl Error + Send + Sync + 'static) -> CloudError {
+    pub(crate) fn with_source(mut self, source: impl Error + Send + Sync + 'static) -> CloudError {
         Arc::make_mut(&mut self.0).source = Some(Arc::new(source));
         self
     }
 
     /// Records how many attempts were made.
-    pub fn with_attempts(mut self, attempts: u32) -> CloudError {
+    pub(crate) fn with_attempts(mut self, attempts: u32) -> CloudError {
         Arc::make_mut(&mut self.0).attempts = attempts;
         self
     }
 
     /// Records the HTTP status of the answer.
-    pub fn with_status(mut self, status: u16) -> CloudError {
+    pub(crate) fn with_status(mut self, status: u16) -> CloudError {
         Arc::make_mut(&mut self.0).http_status = Some(status);
         self
     }
 
     /// Records the service's RequestId.
-    pub fn with_request_id(mut self, id: Option<String>) -> CloudError {
+    pub(crate) fn with_request_id(mut self, id: Option<String>) -> CloudError {
         Arc::make_mut(&mut self.0).request_id = id;
         self
     }
 
     /// Overrides the kind (e.g. a `Server` error that ran out of retries
     /// stays `Server`; a wait that expired becomes `Timeout`).
-    pub fn with_kind(mut self, kind: CloudErrorKind) -> CloudError {
+    pub(crate) fn with_kind(mut self, kind: CloudErrorKind) -> CloudError {
         Arc::make_mut(&mut self.0).kind = kind;
         self
     }
@@ -193,14 +193,15 @@ impl CloudError {
 
     /// True when the vswitch has no free /28 for a prefix (it may still
     /// have single addresses).
-    pub fn is_prefix_exhausted(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_prefix_exhausted(&self) -> bool {
         self.kind == CloudErrorKind::PrefixExhausted
     }
 }
 
 /// Classifies a service error by code first (the gateway's statuses vary),
 /// then by HTTP status.
-pub fn classify(status: u16, code: &str) -> CloudErrorKind {
+pub(crate) fn classify(status: u16, code: &str) -> CloudErrorKind {
     match code {
         "InvalidVSwitchId.IpNotEnough" | "QuotaExceeded.PrivateIpAddress" => {
             CloudErrorKind::Exhausted

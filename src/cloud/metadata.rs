@@ -26,18 +26,18 @@ const TOKEN_TTL_SECS: u64 = 21_600;
 /// Credentials of the instance's RAM role.
 #[derive(Clone, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-pub struct RamCredentials {
+pub(crate) struct RamCredentials {
     /// `STS.…`
-    pub access_key_id: String,
+    pub(crate) access_key_id: String,
     /// The secret.
-    pub access_key_secret: String,
+    pub(crate) access_key_secret: String,
     /// The STS token.
-    pub security_token: String,
+    pub(crate) security_token: String,
     /// `yyyy-MM-ddTHH:mm:ssZ`
-    pub expiration: String,
+    pub(crate) expiration: String,
     /// Must be `Success`.
     #[serde(default)]
-    pub code: String,
+    pub(crate) code: String,
 }
 
 impl std::fmt::Debug for RamCredentials {
@@ -60,7 +60,7 @@ pub struct MetadataClient {
 }
 
 /// First line, without surrounding whitespace or `/`.
-pub fn leaf(body: &str) -> String {
+pub(crate) fn leaf(body: &str) -> String {
     body.lines()
         .next()
         .unwrap_or("")
@@ -70,7 +70,7 @@ pub fn leaf(body: &str) -> String {
 }
 
 /// One item per line, trailing `/` removed, empty lines dropped.
-pub fn listing(body: &str) -> Vec<String> {
+pub(crate) fn listing(body: &str) -> Vec<String> {
     body.lines()
         .map(|l| l.trim().trim_end_matches('/').to_string())
         .filter(|l| !l.is_empty())
@@ -78,7 +78,7 @@ pub fn listing(body: &str) -> Vec<String> {
 }
 
 /// `[a,b]` (brackets optional) as IPv6 addresses.
-pub fn bracket_list(body: &str) -> Result<Vec<Ipv6Addr>, String> {
+pub(crate) fn bracket_list(body: &str) -> Result<Vec<Ipv6Addr>, String> {
     let inner = body.trim().trim_start_matches('[').trim_end_matches(']');
     inner
         .split(',')
@@ -92,7 +92,7 @@ pub fn bracket_list(body: &str) -> Result<Vec<Ipv6Addr>, String> {
 }
 
 /// `["a","b"]` as IPv4 addresses.
-pub fn json_ipv4s(body: &str) -> Result<Vec<Ipv4Addr>, String> {
+pub(crate) fn json_ipv4s(body: &str) -> Result<Vec<Ipv4Addr>, String> {
     let v: Vec<String> =
         serde_json::from_str(body.trim()).map_err(|e| format!("not a JSON array: {e}"))?;
     v.iter()
@@ -290,7 +290,7 @@ impl MetadataClient {
     }
 
     /// Credentials of the RAM role (`role`, or the one listed).
-    pub fn ram_credentials(&self, role: Option<&str>) -> Result<RamCredentials, CloudError> {
+    pub(crate) fn ram_credentials(&self, role: Option<&str>) -> Result<RamCredentials, CloudError> {
         let role = match role {
             Some(r) => r.to_string(),
             None => listing(&self.need("ram/security-credentials/")?)

@@ -10,16 +10,16 @@
 
 pub mod aliyun;
 pub mod credentials;
-pub mod ecs;
-pub mod error;
+pub(crate) mod ecs;
+pub(crate) mod error;
 mod json;
 pub mod metadata;
-pub mod prefix;
-pub mod ratelimit;
+pub(crate) mod prefix;
+pub(crate) mod ratelimit;
 pub mod retry;
 pub mod rpc;
 pub mod sign;
-pub mod vpc;
+pub(crate) mod vpc;
 pub mod wait;
 
 use std::collections::BTreeMap;
@@ -30,11 +30,11 @@ pub use crate::core::Ipv4Prefix;
 pub use error::{CloudError, CloudErrorKind};
 
 /// The ECS OpenAPI version.
-pub const ECS_VERSION: &str = "2014-05-26";
+pub(crate) const ECS_VERSION: &str = "2014-05-26";
 /// The VPC OpenAPI version.
-pub const VPC_VERSION: &str = "2016-04-28";
+pub(crate) const VPC_VERSION: &str = "2016-04-28";
 
-pub use crate::core::{TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY};
+pub(crate) use crate::core::{TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY};
 
 /// Facts about this instance, from the metadata service.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -42,24 +42,24 @@ pub struct InstanceIdentity {
     /// `i-...`
     pub instance_id: String,
     /// `cn-hangzhou`
-    pub region_id: String,
+    pub(crate) region_id: String,
     /// `cn-hangzhou-i`
-    pub zone_id: String,
+    pub(crate) zone_id: String,
     /// `ecs.g7.xlarge`
     pub instance_type: String,
     /// MAC of the primary ENI (eth0).
-    pub primary_mac: String,
+    pub(crate) primary_mac: String,
     /// The vswitch of the primary ENI.
-    pub vswitch_id: String,
+    pub(crate) vswitch_id: String,
     /// The VPC of the instance.
-    pub vpc_id: String,
+    pub(crate) vpc_id: String,
 }
 
 /// Per-instance-type ENI limits (DescribeInstanceTypes).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InstanceTypeLimits {
     /// `ecs.g7.xlarge`
-    pub instance_type: String,
+    pub(crate) instance_type: String,
     /// `EniQuantity`: ENIs the instance can hold, the primary included.
     pub eni_quantity: u32,
     /// `EniPrivateIpAddressQuantity`: IPv4 addresses per ENI, primary included.
@@ -72,13 +72,13 @@ pub struct InstanceTypeLimits {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct VSwitch {
     /// `vsw-...`
-    pub id: String,
+    pub(crate) id: String,
     /// Its zone.
-    pub zone_id: String,
+    pub(crate) zone_id: String,
     /// IPv4 CIDR, e.g. `192.168.0.0/22`.
-    pub cidr: String,
+    pub(crate) cidr: String,
     /// IPv6 CIDR when IPv6 is enabled.
-    pub ipv6_cidr: Option<String>,
+    pub(crate) ipv6_cidr: Option<String>,
     /// `AvailableIpAddressCount`.
     pub available_ips: u64,
 }
@@ -102,7 +102,7 @@ pub enum EniStatus {
 
 impl EniStatus {
     /// Parses the OpenAPI status string.
-    pub fn parse(s: &str) -> EniStatus {
+    pub(crate) fn parse(s: &str) -> EniStatus {
         match s {
             "Available" => EniStatus::Available,
             "Attaching" => EniStatus::Attaching,
@@ -114,7 +114,7 @@ impl EniStatus {
     }
 
     /// The OpenAPI status string.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             EniStatus::Available => "Available",
             EniStatus::Attaching => "Attaching",
@@ -142,13 +142,13 @@ pub struct Eni {
     /// Lifecycle status.
     pub status: EniStatus,
     /// `Primary`, `Secondary`, `Trunk`, `Member` (empty if not given).
-    pub eni_type: String,
+    pub(crate) eni_type: String,
     /// The instance it is attached to (falls back to `Attachment.InstanceId`).
-    pub instance_id: Option<String>,
+    pub(crate) instance_id: Option<String>,
     /// Its vswitch.
-    pub vswitch_id: String,
+    pub(crate) vswitch_id: String,
     /// Its zone.
-    pub zone_id: String,
+    pub(crate) zone_id: String,
     /// The primary private IPv4.
     pub primary_ip: Option<Ipv4Addr>,
     /// Every private IPv4, the primary included.
@@ -159,11 +159,11 @@ pub struct Eni {
     /// `private_ips`.
     pub ipv4_prefixes: Vec<Ipv4Prefix>,
     /// Security groups.
-    pub security_group_ids: Vec<String>,
+    pub(crate) security_group_ids: Vec<String>,
     /// Tags (`TagKey` -> `TagValue`).
     pub tags: BTreeMap<String, String>,
     /// `CreationTime`, Unix seconds, if given.
-    pub created_at: Option<u64>,
+    pub(crate) created_at: Option<u64>,
 }
 
 impl Eni {
@@ -171,20 +171,20 @@ impl Eni {
     /// and no other live eniipd on this host created it: its node id is
     /// this node's, absent (from before node ids) or that of a daemon that
     /// no longer runs (whose ENIs this one adopts).
-    pub fn is_managed_by(&self, instance_id: &str, node_id: &str) -> bool {
+    pub(crate) fn is_managed_by(&self, instance_id: &str, node_id: &str) -> bool {
         self.is_for_instance(instance_id) && self.live_peer(instance_id, node_id).is_none()
     }
 
     /// The node id of another eniipd on this instance that created it and
     /// runs now, if it is one of those.
-    pub fn live_peer(&self, instance_id: &str, node_id: &str) -> Option<&str> {
+    pub(crate) fn live_peer(&self, instance_id: &str, node_id: &str) -> Option<&str> {
         self.foreign_node(instance_id, node_id)
             .filter(|n| crate::util::node::alive(n))
     }
 
     /// The node id of another eniipd on this instance that created it,
     /// running or not.
-    pub fn foreign_node(&self, instance_id: &str, node_id: &str) -> Option<&str> {
+    pub(crate) fn foreign_node(&self, instance_id: &str, node_id: &str) -> Option<&str> {
         self.tags
             .get(TAG_NODE_KEY)
             .map(String::as_str)
@@ -232,25 +232,25 @@ pub struct EniQuery {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MetadataEni {
     /// The MAC (the directory name).
-    pub mac: String,
+    pub(crate) mac: String,
     /// `network-interface-id`
     pub eni_id: String,
     /// `primary-ip-address`
-    pub primary_ip: Option<Ipv4Addr>,
+    pub(crate) primary_ip: Option<Ipv4Addr>,
     /// `gateway`
     pub gateway: Option<Ipv4Addr>,
     /// `vswitch-id`
-    pub vswitch_id: String,
+    pub(crate) vswitch_id: String,
     /// `vswitch-cidr-block`
     pub vswitch_cidr: String,
     /// `private-ipv4s` (primary included)
     pub ipv4s: Vec<Ipv4Addr>,
     /// `ipv6s` (404 = empty)
-    pub ipv6s: Vec<Ipv6Addr>,
+    pub(crate) ipv6s: Vec<Ipv6Addr>,
     /// `ipv6-gateway` (dual stack only)
-    pub ipv6_gateway: Option<Ipv6Addr>,
+    pub(crate) ipv6_gateway: Option<Ipv6Addr>,
     /// `vswitch-ipv6-cidr-block` (dual stack only)
-    pub vswitch_ipv6_cidr: Option<String>,
+    pub(crate) vswitch_ipv6_cidr: Option<String>,
 }
 
 /// The instance metadata service, as the allocator reads it.

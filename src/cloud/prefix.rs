@@ -27,7 +27,7 @@ fn prefix_kind(e: CloudError) -> CloudError {
 /// AssignPrivateIpAddresses with `Ipv4PrefixCount` (1 to 10); returns the
 /// new prefixes. Carries a ClientToken, so a retried call cannot assign
 /// twice.
-pub fn assign_ipv4_prefixes(
+pub(crate) fn assign_ipv4_prefixes(
     c: &RpcClient,
     eni: &str,
     count: usize,
@@ -54,7 +54,7 @@ pub fn assign_ipv4_prefixes(
 /// UnassignPrivateIpAddresses with `Ipv4Prefix.N`; a prefix (or ENI)
 /// already gone is success, batches refused for one gone prefix are retried
 /// one by one (as for addresses).
-pub fn unassign_ipv4_prefixes(
+pub(crate) fn unassign_ipv4_prefixes(
     c: &RpcClient,
     eni: &str,
     prefixes: &[Ipv4Prefix],
@@ -68,7 +68,7 @@ pub fn unassign_ipv4_prefixes(
 /// CreateNetworkInterface with `Ipv4PrefixCount` prefixes besides its
 /// primary address (then `req.secondary_ipv4_count` must be 0: the API
 /// refuses both in one call, and so does this, before any request).
-pub fn create_network_interface_with_prefixes(
+pub(crate) fn create_network_interface_with_prefixes(
     c: &RpcClient,
     req: &CreateEni,
     prefixes: usize,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 /// Calls per minute for an action (Terway's defaults).
-pub fn per_minute(action: &str) -> u32 {
+pub(crate) fn per_minute(action: &str) -> u32 {
     match action {
         "CreateNetworkInterface" | "AttachNetworkInterface" | "DeleteNetworkInterface" => 500,
         "DetachNetworkInterface" => 400,
@@ -46,7 +46,7 @@ impl Bucket {
 
 /// Token buckets by action.
 #[derive(Debug)]
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     buckets: Mutex<HashMap<String, Bucket>>,
     rate: fn(&str) -> u32,
     burst_divisor: u32,
@@ -61,7 +61,7 @@ impl Default for RateLimiter {
 impl RateLimiter {
     /// Buckets with `rate(action)` calls per minute and a burst of
     /// `rate / burst_divisor` (at least 1).
-    pub fn new(rate: fn(&str) -> u32, burst_divisor: u32) -> RateLimiter {
+    pub(crate) fn new(rate: fn(&str) -> u32, burst_divisor: u32) -> RateLimiter {
         RateLimiter {
             buckets: Mutex::new(HashMap::new()),
             rate,
@@ -71,7 +71,7 @@ impl RateLimiter {
 
     /// Takes a token for `action`, sleeping (without holding the lock)
     /// until one is available. `false` if that would pass `deadline`.
-    pub fn acquire(&self, action: &str, deadline: Instant) -> bool {
+    pub(crate) fn acquire(&self, action: &str, deadline: Instant) -> bool {
         let started = Instant::now();
         loop {
             let wait = {

@@ -43,7 +43,7 @@ impl Default for RetryPolicy {
 }
 
 /// Should this failure be retried?
-pub fn retryable(e: &CloudError) -> bool {
+pub(crate) fn retryable(e: &CloudError) -> bool {
     match e.kind {
         CloudErrorKind::Transport
         | CloudErrorKind::Timeout
@@ -59,7 +59,7 @@ pub fn retryable(e: &CloudError) -> bool {
 
 /// Milliseconds to wait from `x-ratelimit-*` values such as
 /// `Limit:1,Remain:0,TimeLeft:2000,Reset:1234` (the largest TimeLeft).
-pub fn time_left_ms<'a>(headers: impl IntoIterator<Item = &'a str>) -> Option<u64> {
+pub(crate) fn time_left_ms<'a>(headers: impl IntoIterator<Item = &'a str>) -> Option<u64> {
     headers
         .into_iter()
         .filter_map(|h| {
@@ -77,7 +77,7 @@ pub fn time_left_ms<'a>(headers: impl IntoIterator<Item = &'a str>) -> Option<u6
 /// gateway header `x-acs-retry-after` (ms, what the current Tea SDKs read
 /// into `ThrottlingException.retry_after`) when it holds a positive
 /// number, else the largest TimeLeft of the older `x-ratelimit-*` headers.
-pub fn retry_after_ms<'a>(
+pub(crate) fn retry_after_ms<'a>(
     retry_after: Option<&str>,
     ratelimit: impl IntoIterator<Item = &'a str>,
 ) -> Option<u64> {
@@ -90,7 +90,7 @@ pub fn retry_after_ms<'a>(
 /// The wait before attempt `attempt + 1` (attempt counts from 1), given the
 /// failure and a jitter factor in `[0.5, 1.5)`. A throttled call with a
 /// hint waits the hint plus up to `throttle_base` (the jitter's share).
-pub fn backoff(
+pub(crate) fn backoff(
     policy: &RetryPolicy,
     attempt: u32,
     e: &CloudError,

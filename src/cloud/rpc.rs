@@ -29,13 +29,13 @@ use crate::util::encoding::percent_encode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// TCP/TLS connect.
-    pub connect: Duration,
+    pub(crate) connect: Duration,
     /// Assign/Unassign calls (the Go SDK's 10 s).
-    pub short: Duration,
+    pub(crate) short: Duration,
     /// ENI create/attach/detach/delete/describe (16 s).
-    pub long: Duration,
+    pub(crate) long: Duration,
     /// DescribeInstanceTypes (17 s).
-    pub types: Duration,
+    pub(crate) types: Duration,
 }
 
 impl Default for Timeouts {
@@ -75,23 +75,23 @@ impl Timeouts {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CallOpts {
     /// Send a ClientToken (same on every retry).
-    pub client_token: bool,
+    pub(crate) client_token: bool,
     /// Error codes that mean the goal is already reached ("already gone"
     /// on release paths): answered as success with a null body.
-    pub success_codes: &'static [&'static str],
+    pub(crate) success_codes: &'static [&'static str],
 }
 
 impl CallOpts {
     /// A call that changes something and must not happen twice: it
     /// carries a ClientToken, the same on every retry.
-    pub const ONCE: CallOpts = CallOpts {
+    pub(crate) const ONCE: CallOpts = CallOpts {
         client_token: true,
         success_codes: &[],
     };
 
     /// A call whose goal is already reached when the service answers one
     /// of `codes` (a release of something already gone).
-    pub const fn done_if(codes: &'static [&'static str]) -> CallOpts {
+    pub(crate) const fn done_if(codes: &'static [&'static str]) -> CallOpts {
         CallOpts {
             client_token: false,
             success_codes: codes,
@@ -147,7 +147,7 @@ fn redact(message: &str, creds: &Credentials) -> String {
 
 impl RpcClient {
     /// A client.
-    pub fn new(
+    pub(crate) fn new(
         endpoint: &str,
         version: &'static str,
         region: &str,
@@ -186,7 +186,7 @@ impl RpcClient {
     }
 
     /// The same client sending signature `v` instead.
-    pub fn with_signature_version(mut self, v: SignatureVersion) -> RpcClient {
+    pub(crate) fn with_signature_version(mut self, v: SignatureVersion) -> RpcClient {
         self.signature = v;
         self
     }

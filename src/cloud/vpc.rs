@@ -6,7 +6,10 @@ use super::rpc::{CallOpts, RpcClient};
 use super::VSwitch;
 
 /// DescribeVSwitches for each id (PageNumber/PageSize paging).
-pub fn describe_vswitches(c: &RpcClient, ids: &[String]) -> Result<Vec<VSwitch>, CloudError> {
+pub(crate) fn describe_vswitches(
+    c: &RpcClient,
+    ids: &[String],
+) -> Result<Vec<VSwitch>, CloudError> {
     let mut out = Vec::new();
     for id in ids {
         for page in 1..=100u32 {

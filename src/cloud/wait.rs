@@ -21,7 +21,7 @@ enum Every {
 }
 
 /// The step between metadata polls.
-pub const METADATA_STEP: Duration = Duration::from_millis(50);
+pub(crate) const METADATA_STEP: Duration = Duration::from_millis(50);
 
 fn poll<T>(
     what: &str,
@@ -60,18 +60,7 @@ pub fn wait_ips_present(
     v6: &[Ipv6Addr],
     deadline: Instant,
 ) -> Result<(), CloudError> {
-    poll(
-        &format!("addresses on {mac} in metadata"),
-        Every::Metadata,
-        deadline,
-        || match md.eni_ips(mac, !v6.is_empty()) {
-            Ok((have4, have6)) => Ok((v4.iter().all(|a| have4.contains(a))
-                && v6.iter().all(|a| have6.contains(a)))
-            .then_some(())),
-            Err(e) if e.kind == CloudErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        },
-    )
+    wait_ips(md, mac, v4, v6, true, deadline)
 }
 
 /// Waits until metadata lists none of the given addresses on `mac`.
@@ -82,18 +71,33 @@ pub fn wait_ips_absent(
     v6: &[Ipv6Addr],
     deadline: Instant,
 ) -> Result<(), CloudError> {
-    poll(
-        &format!("addresses to leave {mac} in metadata"),
-        Every::Metadata,
-        deadline,
-        || match md.eni_ips(mac, !v6.is_empty()) {
-            Ok((have4, have6)) => Ok((!v4.iter().any(|a| have4.contains(a))
-                && !v6.iter().any(|a| have6.contains(a)))
+    wait_ips(md, mac, v4, v6, false, deadline)
+}
+
+/// Waits until each given address is `listed` on `mac` or not; an ENI
+/// metadata does not know (yet, or any more) lists none.
+fn wait_ips(
+    md: &dyn MetadataApi,
+    mac: &str,
+    v4: &[Ipv4Addr],
+    v6: &[Ipv6Addr],
+    listed: bool,
+    deadline: Instant,
+) -> Result<(), CloudError> {
+    let what = if listed {
+        format!("addresses on {mac} in metadata")
+    } else {
+        format!("addresses to leave {mac} in metadata")
+    };
+    poll(&what, Every::Metadata, deadline, || {
+        match md.eni_ips(mac, !v6.is_empty()) {
+            Ok((have4, have6)) => Ok((v4.iter().all(|a| have4.contains(a) == listed)
+                && v6.iter().all(|a| have6.contains(a) == listed))
             .then_some(())),
-            Err(e) if e.kind == CloudErrorKind::NotFound => Ok(Some(())),
+            Err(e) if e.kind == CloudErrorKind::NotFound => Ok((!listed).then_some(())),
             Err(e) => Err(e),
-        },
-    )
+        }
+    })
 }
 
 /// Waits until metadata lists `mac` among the attached interfaces.

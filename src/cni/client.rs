@@ -20,31 +20,31 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::spec::{code, CniError};
-use crate::server::protocol::is_final_line;
+use crate::protocol::is_final_line;
 
 /// How long eniipd may take to answer `ping`.
-pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an `alloc` may take in all.
-pub const ALLOC_DEADLINE: Duration = Duration::from_secs(90);
+pub(crate) const ALLOC_DEADLINE: Duration = Duration::from_secs(90);
 /// How long any other answer may take.
-pub const REPLY_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const REPLY_DEADLINE: Duration = Duration::from_secs(10);
 /// How often a waiting `alloc` checks that eniipd still answers.
-pub const WATCH_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// Most data lines one answer may carry (a `gc` of a big node).
 const MAX_DATA_LINES: usize = 100_000;
 
 /// A reply: its data lines and the final line's `OK` text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// Data lines.
-    pub data: Vec<String>,
+    pub(crate) data: Vec<String>,
     /// The text after `OK `.
-    pub text: String,
+    pub(crate) text: String,
 }
 
 /// One connection to eniipd.
 #[derive(Debug)]
-pub struct Client {
+pub(crate) struct Client {
     socket: PathBuf,
     writer: UnixStream,
     reader: BufReader<UnixStream>,
@@ -68,7 +68,7 @@ fn timed_out(e: &std::io::Error) -> bool {
 impl Client {
     /// Connects to eniipd's socket and checks that it answers `ping`
     /// within [`PING_TIMEOUT`].
-    pub fn connect(socket: &Path) -> Result<Client, CniError> {
+    pub(crate) fn connect(socket: &Path) -> Result<Client, CniError> {
         let s = UnixStream::connect(socket).map_err(|e| unreachable(socket, e))?;
         s.set_write_timeout(Some(REPLY_DEADLINE))
             .map_err(|e| unreachable(socket, e))?;
@@ -95,7 +95,7 @@ impl Client {
 
     /// Sends one request; `Ok` for `OK`, a CNI error for `ERR`, a broken
     /// connection or a missed deadline (see the module doc).
-    pub fn ask(&mut self, line: &str) -> Result<Answer, CniError> {
+    pub(crate) fn ask(&mut self, line: &str) -> Result<Answer, CniError> {
         let (limit, watch) = match verb(line) {
             "alloc" => (ALLOC_DEADLINE, true),
             _ => (REPLY_DEADLINE, false),
@@ -111,7 +111,7 @@ impl Client {
     }
 
     /// [`Client::ask`] where `ERR not-found` is an answer: `None`.
-    pub fn ask_found(&mut self, line: &str) -> Result<Option<Answer>, CniError> {
+    pub(crate) fn ask_found(&mut self, line: &str) -> Result<Option<Answer>, CniError> {
         let late = || {
             CniError::new(
                 code::TRY_AGAIN,
@@ -208,7 +208,7 @@ fn daemon_error(request: &str, line: &str) -> CniError {
 }
 
 /// The value of `key=` in an `OK` text.
-pub fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+pub(crate) fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
     text.split(' ')
         .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
 }

@@ -10,8 +10,8 @@
 //! - egress: the ENI link found by the MAC eniipd reported (waited for: it
 //!   appears a moment after the attach), up, `rp_filter` loose; routing
 //!   table `1000 + ENI ifindex` with a default route via the vswitch
-//!   gateway, onlink; and the rule `from <pod>/32 iif <host end> lookup
-//!   <table>`.
+//!   gateway, onlink; and the rule
+//!   `from <pod>/32 iif <host end> lookup <table>`.
 //!
 //! In dual stack ([`Attach::v6`]) the same shape again for IPv6: the pod
 //! address as /128 (no duplicate address detection, so it is usable at
@@ -19,8 +19,9 @@
 //! permanent neighbour entry for it (the host end's MAC); on the host a
 //! route to the pod address over the host end with a permanent neighbour
 //! entry; the ENI table's IPv6 default route via the vswitch's IPv6
-//! gateway, onlink, and the rule `from <pod>/128 iif <host end> lookup
-//! <table>`; IPv6 on the links involved, and forwarding.
+//! gateway, onlink, and the rule
+//! `from <pod>/128 iif <host end> lookup <table>`; IPv6 on the links
+//! involved, and forwarding.
 //!
 //! Local pods: the rule `to <pod> lookup main` (IPv4 and IPv6, priority
 //! [`TO_POD_PRIORITY`], ahead of the per-ENI `from` rules) sends traffic
@@ -49,23 +50,23 @@ use super::netns;
 use super::spec::{POD_GATEWAY, POD_GATEWAY6};
 
 /// Host ends of our veth pairs start with this.
-pub const HOST_PREFIX: &str = "enip";
+pub(crate) const HOST_PREFIX: &str = "enip";
 /// Priority of the per-pod policy rules.
-pub const RULE_PRIORITY: u32 = 2048;
+pub(crate) const RULE_PRIORITY: u32 = 2048;
 /// Priority of the `to <pod> lookup main` rules: ahead of [`RULE_PRIORITY`].
-pub const TO_POD_PRIORITY: u32 = 512;
+pub(crate) const TO_POD_PRIORITY: u32 = 512;
 /// Per-ENI routing tables are `TABLE_BASE + ifindex`.
-pub const TABLE_BASE: u32 = 1000;
+pub(crate) const TABLE_BASE: u32 = 1000;
 /// Poll period while waiting for an ENI link.
 const LINK_POLL: Duration = Duration::from_millis(50);
 
 /// A datapath step that failed, with the kernel's answer.
 #[derive(Debug)]
-pub struct DatapathError {
+pub(crate) struct DatapathError {
     /// What was being done.
-    pub what: String,
+    pub(crate) what: String,
     /// Why it failed.
-    pub source: io::Error,
+    pub(crate) source: io::Error,
 }
 
 impl fmt::Display for DatapathError {
@@ -111,43 +112,43 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
 
 /// A pod's IPv6 half (dual stack).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pod6 {
+pub(crate) struct Pod6 {
     /// The pod's IPv6 address.
-    pub ip: Ipv6Addr,
+    pub(crate) ip: Ipv6Addr,
     /// The vswitch's IPv6 gateway.
-    pub gateway: Ipv6Addr,
+    pub(crate) gateway: Ipv6Addr,
 }
 
 /// What an attachment needs.
 #[derive(Debug)]
-pub struct Attach<'a> {
+pub(crate) struct Attach<'a> {
     /// The pod address.
-    pub ip: Ipv4Addr,
+    pub(crate) ip: Ipv4Addr,
     /// The ENI's MAC.
-    pub eni_mac: &'a [u8],
+    pub(crate) eni_mac: &'a [u8],
     /// The vswitch gateway.
-    pub gateway: Ipv4Addr,
+    pub(crate) gateway: Ipv4Addr,
     /// The IPv6 half, in dual stack.
-    pub v6: Option<Pod6>,
+    pub(crate) v6: Option<Pod6>,
     /// veth MTU.
-    pub mtu: u32,
+    pub(crate) mtu: u32,
     /// Interface name in the container.
-    pub ifname: &'a str,
+    pub(crate) ifname: &'a str,
     /// Host end's name.
-    pub host_veth: &'a str,
+    pub(crate) host_veth: &'a str,
     /// The container's netns.
-    pub netns: &'a File,
+    pub(crate) netns: &'a File,
     /// How long to wait for the ENI link.
-    pub link_timeout: Duration,
+    pub(crate) link_timeout: Duration,
 }
 
 /// What an attachment made.
 #[derive(Debug, Clone)]
-pub struct Attached {
+pub(crate) struct Attached {
     /// Host end's MAC.
-    pub host_mac: String,
+    pub(crate) host_mac: String,
     /// Container end's MAC.
-    pub container_mac: String,
+    pub(crate) container_mac: String,
 }
 
 fn write_sysctl(path: &str, value: &str) -> Result<(), DatapathError> {
@@ -249,7 +250,7 @@ fn prepare_eni(
 
 /// Builds the attachment. On error, what was built is left for
 /// [`teardown`] (the caller's rollback).
-pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
+pub(crate) fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     let gw6 = a.v6.map(|p| p.gateway);
     let (_eni, table) = prepare_eni(&mut host, a.eni_mac, a.gateway, gw6, a.link_timeout)?;
@@ -379,7 +380,7 @@ fn routes_pod(r: &Rule, ip: IpAddr) -> bool {
 /// Removes one attachment's host end (its peer, routes and neighbour
 /// entries go with it) and its rules, IPv4 and IPv6. Whatever is already
 /// gone is fine.
-pub fn teardown(host_veth: &str) -> Result<(), DatapathError> {
+pub(crate) fn teardown(host_veth: &str) -> Result<(), DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     // The pod's addresses, from the host end's routes (read before the
     // link goes, taking them along) and from its rules: either may be all
@@ -439,7 +440,7 @@ fn no_family(e: &io::Error) -> bool {
 /// Removes every attachment of ours that routes `ip` (its rules and host
 /// end, its IPv6 half included), for an address eniipd no longer gives to anyone (GC). Returns the
 /// host ends removed.
-pub fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
+pub(crate) fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     let mut removed = Vec::new();
     for r in host.rules(Family::V4).ctx(|| "list rules".into())? {
@@ -454,21 +455,21 @@ pub fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
 
 /// What CHECK expects.
 #[derive(Debug)]
-pub struct Expect<'a> {
+pub(crate) struct Expect<'a> {
     /// The pod address.
-    pub ip: Ipv4Addr,
+    pub(crate) ip: Ipv4Addr,
     /// The ENI's MAC.
-    pub eni_mac: &'a [u8],
+    pub(crate) eni_mac: &'a [u8],
     /// The vswitch gateway.
-    pub gateway: Ipv4Addr,
+    pub(crate) gateway: Ipv4Addr,
     /// The IPv6 half, in dual stack.
-    pub v6: Option<Pod6>,
+    pub(crate) v6: Option<Pod6>,
     /// Interface name in the container.
-    pub ifname: &'a str,
+    pub(crate) ifname: &'a str,
     /// Host end's name.
-    pub host_veth: &'a str,
+    pub(crate) host_veth: &'a str,
     /// The container's netns.
-    pub netns: &'a File,
+    pub(crate) netns: &'a File,
 }
 
 /// One family's expectations, for [`check`].
@@ -480,7 +481,7 @@ struct Want {
 }
 
 /// CHECK: the addresses, the routes and the rules are as ADD left them.
-pub fn check(e: &Expect) -> Result<(), DatapathError> {
+pub(crate) fn check(e: &Expect) -> Result<(), DatapathError> {
     let mut wants = vec![Want {
         pod: v4(e.ip),
         prefix: 32,

@@ -21,7 +21,7 @@ use sha1::{Digest, Sha1};
 use super::spec::{code, CniError};
 
 /// Where the lock files live unless the config's `lockDir` says otherwise.
-pub const DEFAULT_LOCK_DIR: &str = "/run/eniip-cni";
+pub(crate) const DEFAULT_LOCK_DIR: &str = "/run/eniip-cni";
 /// How many lock files there are.
 const BUCKETS: u32 = 64;
 /// How often a waiting invocation tries the lock again.
@@ -29,7 +29,7 @@ const POLL: Duration = Duration::from_millis(5);
 
 /// A held lock, released when dropped.
 #[derive(Debug)]
-pub struct OwnerLock {
+pub(crate) struct OwnerLock {
     _held: Flock<File>,
 }
 
@@ -58,7 +58,7 @@ fn open(dir: &Path, owner: &str) -> Result<(PathBuf, File), CniError> {
 
 /// Takes `owner`'s lock, waiting up to `wait` for another invocation to
 /// finish (CNI error 11 past it: the runtime retries).
-pub fn lock(dir: &Path, owner: &str, wait: Duration) -> Result<OwnerLock, CniError> {
+pub(crate) fn lock(dir: &Path, owner: &str, wait: Duration) -> Result<OwnerLock, CniError> {
     let (path, mut f) = open(dir, owner)?;
     let end = Instant::now() + wait;
     loop {
@@ -86,7 +86,8 @@ pub fn lock(dir: &Path, owner: &str, wait: Duration) -> Result<OwnerLock, CniErr
 }
 
 /// Takes `owner`'s lock if no invocation holds it now.
-pub fn try_lock(dir: &Path, owner: &str) -> Result<Option<OwnerLock>, CniError> {
+#[cfg(test)]
+pub(crate) fn try_lock(dir: &Path, owner: &str) -> Result<Option<OwnerLock>, CniError> {
     let (path, f) = open(dir, owner)?;
     match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
         Ok(held) => Ok(Some(OwnerLock { _held: held })),

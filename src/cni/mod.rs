@@ -21,13 +21,13 @@
 //! error 11 within seconds, before anything changes ([`client`]); the
 //! environment is checked before anything is asked or built (CNI error 4).
 
-pub mod client;
+pub(crate) mod client;
 pub mod datapath;
-pub mod lock;
-pub mod netlink;
-pub mod netns;
+pub(crate) mod lock;
+pub(crate) mod netlink;
+pub(crate) mod netns;
 pub mod spec;
-pub mod wording;
+pub(crate) mod wording;
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -35,8 +35,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sha1::{Digest, Sha1};
 
-use crate::core::{Allocation, Owner};
-use crate::server::protocol::{parse_allocation, parse_eni};
+use crate::core::{EniInfo, Owner};
+use crate::protocol::{parse_allocation, parse_eni};
 use client::{field, Client};
 use spec::{
     code, CniError, CniResult, Command, Env, Interface, IpConfig, NetConf, ResultRoute,
@@ -44,7 +44,7 @@ use spec::{
 };
 
 /// How long ADD waits for the ENI's link to appear after the attach.
-pub const LINK_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const LINK_TIMEOUT: Duration = Duration::from_secs(10);
 /// A `keep` line's budget (the protocol's 4096 bytes, with room).
 const KEEP_LINE_BYTES: usize = 4000;
 
@@ -69,7 +69,7 @@ fn fit_id(s: &str) -> String {
 }
 
 /// The sandbox id of a container.
-pub fn sandbox_of(container_id: &str) -> String {
+pub(crate) fn sandbox_of(container_id: &str) -> String {
     fit_id(container_id)
 }
 
@@ -80,7 +80,7 @@ fn literal(part: &str) -> bool {
 }
 
 /// The owner of an attachment (see the module doc).
-pub fn owner_of(network: &str, env: &Env) -> String {
+pub(crate) fn owner_of(network: &str, env: &Env) -> String {
     let pod = match (
         env.args.get("K8S_POD_NAMESPACE").filter(|s| !s.is_empty()),
         env.args.get("K8S_POD_NAME").filter(|s| !s.is_empty()),
@@ -125,7 +125,7 @@ pub fn run(cmd: Command, env: &Env, stdin: &[u8]) -> Result<String, CniError> {
 }
 
 /// The VERSION answer, in the caller's version when it gave one.
-pub fn version(stdin: &[u8]) -> String {
+pub(crate) fn version(stdin: &[u8]) -> String {
     let asked = serde_json::from_slice::<Value>(stdin)
         .ok()
         .and_then(|v| {
@@ -172,10 +172,10 @@ fn open_netns(env: &Env) -> Result<Option<std::fs::File>, CniError> {
     Ok(Some(f))
 }
 
-/// The IPv6 half of an allocation holding `ip6`: the vswitch's IPv6
+/// The IPv6 half of an allocation holding `ip6` on `eni`: the vswitch's IPv6
 /// gateway comes from eniipd's `eni` (no `alloc` reply carries it).
-fn pod6(c: &mut Client, alloc: &Allocation, ip6: Ipv6Addr) -> Result<datapath::Pod6, CniError> {
-    let r = c.ask(&format!("eni {}", alloc.eni))?;
+fn pod6(c: &mut Client, eni: &EniInfo, ip6: Ipv6Addr) -> Result<datapath::Pod6, CniError> {
+    let r = c.ask(&format!("eni {}", eni.eni))?;
     let info = parse_eni(&r.text).ok_or_else(|| {
         CniError::new(code::DAEMON, "eniipd's eni answer is not understood").details(r.text.clone())
     })?;
@@ -184,7 +184,7 @@ fn pod6(c: &mut Client, alloc: &Allocation, ip6: Ipv6Addr) -> Result<datapath::P
             code::DAEMON,
             format!(
                 "eniipd knows no IPv6 gateway for ENI {} (vswitch {}): the pod's IPv6 address {ip6} cannot be routed",
-                alloc.eni, alloc.vswitch
+                eni.eni, eni.vswitch
             ),
         )
         .details(r.text.clone())
@@ -226,21 +226,21 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         "alloc {owner} sandbox={sandbox}{}",
         attach_args(&netns_path, &host_veth)
     ))?;
-    let alloc = parse_allocation(&reply.text).ok_or_else(|| {
+    let (ip, ipv6, eni) = parse_allocation(&reply.text).ok_or_else(|| {
         CniError::new(code::DAEMON, "eniipd's alloc answer is not understood")
             .details(reply.text.clone())
     })?;
     let built = (|| {
-        let mac = netlink::parse_mac(&alloc.mac)
-            .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", alloc.mac)))?;
-        let v6 = match alloc.ipv6 {
-            Some(ip6) => Some(pod6(&mut c, &alloc, ip6)?),
+        let mac = netlink::parse_mac(&eni.mac)
+            .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", eni.mac)))?;
+        let v6 = match ipv6 {
+            Some(ip6) => Some(pod6(&mut c, &eni, ip6)?),
             None => None,
         };
         datapath::setup(&datapath::Attach {
-            ip: alloc.ip,
+            ip,
             eni_mac: &mac,
-            gateway: alloc.gateway,
+            gateway: eni.gateway,
             v6,
             mtu: conf.mtu,
             ifname: &env.ifname,
@@ -263,7 +263,7 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
     };
     let mut ips = vec![IpConfig {
         version: None,
-        address: format!("{}/32", alloc.ip),
+        address: format!("{ip}/32"),
         gateway: Some(POD_GATEWAY.to_string()),
         interface: Some(1),
     }];
@@ -271,7 +271,7 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         dst: "0.0.0.0/0".into(),
         gw: Some(POD_GATEWAY.to_string()),
     }];
-    if let Some(ip6) = alloc.ipv6 {
+    if let Some(ip6) = ipv6 {
         ips.push(IpConfig {
             version: None,
             address: format!("{ip6}/128"),
@@ -347,24 +347,21 @@ fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
     let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
     let mut c = Client::connect(&conf.socket)?;
     let r = c.ask(&format!("show {owner}"))?;
-    let alloc = parse_allocation(&r.text).ok_or_else(|| {
+    let (ip, ipv6, eni) = parse_allocation(&r.text).ok_or_else(|| {
         CniError::new(code::DAEMON, "eniipd's show answer is not understood")
             .details(r.text.clone())
     })?;
-    if alloc.ip != want_ip {
+    if ip != want_ip {
         return Err(CniError::new(
             code::DATAPATH,
-            format!(
-                "eniipd gives {owner} {} but prevResult has {want_ip}",
-                alloc.ip
-            ),
+            format!("eniipd gives {owner} {ip} but prevResult has {want_ip}"),
         ));
     }
     // The IPv6 half is checked when ADD reported one (an attachment made
     // before eniip-cni configured IPv6 has none to check).
-    let v6 = match (CniResult::ipv6_of(prev), alloc.ipv6) {
+    let v6 = match (CniResult::ipv6_of(prev), ipv6) {
         (None, _) => None,
-        (Some(want6), Some(ip6)) if want6 == ip6 => Some(pod6(&mut c, &alloc, ip6)?),
+        (Some(want6), Some(ip6)) if want6 == ip6 => Some(pod6(&mut c, &eni, ip6)?),
         (Some(want6), got) => {
             return Err(CniError::new(
                 code::DATAPATH,
@@ -375,12 +372,12 @@ fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
             ))
         }
     };
-    let mac = netlink::parse_mac(&alloc.mac)
-        .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", alloc.mac)))?;
+    let mac = netlink::parse_mac(&eni.mac)
+        .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", eni.mac)))?;
     datapath::check(&datapath::Expect {
-        ip: alloc.ip,
+        ip,
         eni_mac: &mac,
-        gateway: alloc.gateway,
+        gateway: eni.gateway,
         v6,
         ifname: &env.ifname,
         host_veth: &datapath::host_veth_name(&env.container_id, &env.ifname),
@@ -390,7 +387,7 @@ fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
 }
 
 /// The `keep` lines for a set of ids, each within the line budget.
-pub fn keep_lines(ids: &[String]) -> Vec<String> {
+pub(crate) fn keep_lines(ids: &[String]) -> Vec<String> {
     let mut lines = Vec::new();
     let mut cur = String::from("keep");
     for id in ids {
@@ -551,10 +548,10 @@ mod tests {
         assert!(lines.len() > 1);
         let mut seen = Vec::new();
         for l in &lines {
-            assert!(l.len() <= crate::server::protocol::MAX_LINE, "{}", l.len());
-            let req = crate::server::protocol::parse_request(l.as_bytes()).unwrap();
+            assert!(l.len() <= crate::protocol::MAX_LINE, "{}", l.len());
+            let req = crate::protocol::parse_request(l.as_bytes()).unwrap();
             match req {
-                crate::server::protocol::Request::Keep(ids) => seen.extend(ids),
+                crate::protocol::ClientRequest::Keep(ids) => seen.extend(ids),
                 other => panic!("{other:?}"),
             }
         }

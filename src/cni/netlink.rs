@@ -40,24 +40,24 @@ const MAX_REPLY_MESSAGES: usize = 1_000_000;
 const RECV_BUF: usize = 256 * 1024;
 
 /// The main routing table.
-pub const MAIN_TABLE: u32 = 254;
+pub(crate) const MAIN_TABLE: u32 = 254;
 
 /// One link as a dump shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Link {
+pub(crate) struct Link {
     /// ifindex.
-    pub index: u32,
+    pub(crate) index: u32,
     /// Its name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its hardware address (empty when it has none).
-    pub mac: Vec<u8>,
+    pub(crate) mac: Vec<u8>,
     /// IFF_UP.
-    pub up: bool,
+    pub(crate) up: bool,
 }
 
 /// An address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
+pub(crate) enum Family {
     /// IPv4
     V4,
     /// IPv6
@@ -66,7 +66,7 @@ pub enum Family {
 
 impl Family {
     /// The family of `ip`.
-    pub fn of(ip: &IpAddr) -> Family {
+    pub(crate) fn of(ip: &IpAddr) -> Family {
         match ip {
             IpAddr::V4(_) => Family::V4,
             IpAddr::V6(_) => Family::V6,
@@ -82,7 +82,7 @@ impl Family {
 
     /// The unspecified address (`0.0.0.0`, `::`): a default route's
     /// destination.
-    pub fn any(self) -> IpAddr {
+    pub(crate) fn any(self) -> IpAddr {
         match self {
             Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
@@ -92,44 +92,44 @@ impl Family {
 
 /// One route as a dump shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
+pub(crate) struct Route {
     /// Table.
-    pub table: u32,
+    pub(crate) table: u32,
     /// Destination and prefix length (`0.0.0.0/0` or `::/0` for a default
     /// route).
-    pub dst: (IpAddr, u8),
+    pub(crate) dst: (IpAddr, u8),
     /// Gateway.
-    pub gateway: Option<IpAddr>,
+    pub(crate) gateway: Option<IpAddr>,
     /// Output link.
-    pub oif: Option<u32>,
+    pub(crate) oif: Option<u32>,
 }
 
 /// One policy rule as a dump shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rule {
+pub(crate) struct Rule {
     /// Its family.
-    pub family: Family,
+    pub(crate) family: Family,
     /// Priority.
-    pub priority: u32,
+    pub(crate) priority: u32,
     /// `from` prefix.
-    pub src: Option<(IpAddr, u8)>,
+    pub(crate) src: Option<(IpAddr, u8)>,
     /// `to` prefix.
-    pub dst: Option<(IpAddr, u8)>,
+    pub(crate) dst: Option<(IpAddr, u8)>,
     /// `iif` name.
-    pub iif: Option<String>,
+    pub(crate) iif: Option<String>,
     /// Table looked up.
-    pub table: u32,
+    pub(crate) table: u32,
 }
 
 /// A netlink socket in one network namespace.
-pub struct Netlink {
+pub(crate) struct Netlink {
     sock: Socket,
     seq: u32,
     buf: Vec<u8>,
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn parse_mac(s: &str) -> Option<Vec<u8>> {
     let v: Vec<u8> = s
         .split(':')
         .map(|h| u8::from_str_radix(h, 16).ok().filter(|_| h.len() == 2))
@@ -138,7 +138,7 @@ pub fn parse_mac(s: &str) -> Option<Vec<u8>> {
 }
 
 /// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
-pub fn format_mac(mac: &[u8]) -> String {
+pub(crate) fn format_mac(mac: &[u8]) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
@@ -150,12 +150,12 @@ fn is_errno(e: &io::Error, errno: i32) -> bool {
 }
 
 /// True for "already there" answers.
-pub fn is_exists(e: &io::Error) -> bool {
+pub(crate) fn is_exists(e: &io::Error) -> bool {
     is_errno(e, nix::libc::EEXIST)
 }
 
 /// True for "not there" answers.
-pub fn is_missing(e: &io::Error) -> bool {
+pub(crate) fn is_missing(e: &io::Error) -> bool {
     is_errno(e, nix::libc::ENOENT)
         || is_errno(e, nix::libc::ENODEV)
         || is_errno(e, nix::libc::ESRCH)
@@ -171,7 +171,7 @@ impl std::fmt::Debug for Netlink {
 
 impl Netlink {
     /// A socket in the calling thread's network namespace.
-    pub fn open() -> io::Result<Netlink> {
+    pub(crate) fn open() -> io::Result<Netlink> {
         let mut sock = Socket::new(NETLINK_ROUTE)?;
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
@@ -251,7 +251,7 @@ impl Netlink {
     }
 
     /// Every link.
-    pub fn links(&mut self) -> io::Result<Vec<Link>> {
+    pub(crate) fn links(&mut self) -> io::Result<Vec<Link>> {
         let msgs = self.request(
             RouteNetlinkMessage::GetLink(LinkMessage::default()),
             NLM_F_DUMP,
@@ -266,23 +266,29 @@ impl Netlink {
     }
 
     /// The link named `name`, if any.
-    pub fn link_by_name(&mut self, name: &str) -> io::Result<Option<Link>> {
+    pub(crate) fn link_by_name(&mut self, name: &str) -> io::Result<Option<Link>> {
         Ok(self.links()?.into_iter().find(|l| l.name == name))
     }
 
     /// The links whose hardware address is `mac`.
-    pub fn links_by_mac(&mut self, mac: &[u8]) -> io::Result<Vec<Link>> {
+    pub(crate) fn links_by_mac(&mut self, mac: &[u8]) -> io::Result<Vec<Link>> {
         Ok(self.links()?.into_iter().filter(|l| l.mac == mac).collect())
     }
 
     /// Creates a veth pair: `name` here, `peer` in the namespace `peer_ns`.
-    pub fn add_veth(&mut self, name: &str, peer: &str, peer_ns: RawFd, mtu: u32) -> io::Result<()> {
+    pub(crate) fn add_veth(
+        &mut self,
+        name: &str,
+        peer: &str,
+        peer_ns: RawFd,
+        mtu: u32,
+    ) -> io::Result<()> {
         self.new_veth(name, None, peer, peer_ns, mtu)
     }
 
     /// Same, `name` carrying the hardware address `mac` (an emulated
     /// ENI: see [`crate::sim::hostlinks`]).
-    pub fn add_veth_with_mac(
+    pub(crate) fn add_veth_with_mac(
         &mut self,
         name: &str,
         mac: &[u8],
@@ -324,14 +330,14 @@ impl Netlink {
     }
 
     /// Deletes a link (a veth takes its peer along).
-    pub fn del_link(&mut self, index: u32) -> io::Result<()> {
+    pub(crate) fn del_link(&mut self, index: u32) -> io::Result<()> {
         let mut msg = LinkMessage::default();
         msg.header.index = index;
         self.request(RouteNetlinkMessage::DelLink(msg), 0).map(drop)
     }
 
     /// Sets a link up.
-    pub fn set_up(&mut self, index: u32) -> io::Result<()> {
+    pub(crate) fn set_up(&mut self, index: u32) -> io::Result<()> {
         let mut msg = LinkMessage::default();
         msg.header.index = index;
         msg.header.flags = LinkFlags::Up;
@@ -341,7 +347,7 @@ impl Netlink {
 
     /// Adds `ip/prefix` to a link (already there is fine). An IPv6 address
     /// skips duplicate address detection, so it is usable at once.
-    pub fn add_addr(&mut self, index: u32, ip: IpAddr, prefix: u8) -> io::Result<()> {
+    pub(crate) fn add_addr(&mut self, index: u32, ip: IpAddr, prefix: u8) -> io::Result<()> {
         let mut msg = AddressMessage::default();
         msg.header.family = Family::of(&ip).af();
         msg.header.prefix_len = prefix;
@@ -362,7 +368,7 @@ impl Netlink {
     }
 
     /// Addresses of `family` on a link, with prefix lengths.
-    pub fn addrs(&mut self, index: u32, family: Family) -> io::Result<Vec<(IpAddr, u8)>> {
+    pub(crate) fn addrs(&mut self, index: u32, family: Family) -> io::Result<Vec<(IpAddr, u8)>> {
         let mut msg = AddressMessage::default();
         msg.header.family = family.af();
         let msgs = self.request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP)?;
@@ -391,7 +397,7 @@ impl Netlink {
 
     /// Adds or replaces a route: `dst/prefix [via gw] dev oif table T`;
     /// with `onlink` the gateway need not be on a subnet of the link.
-    pub fn replace_route(
+    pub(crate) fn replace_route(
         &mut self,
         table: u32,
         dst: (IpAddr, u8),
@@ -432,7 +438,7 @@ impl Netlink {
     }
 
     /// Every route of `family` in `table`.
-    pub fn routes(&mut self, family: Family, table: u32) -> io::Result<Vec<Route>> {
+    pub(crate) fn routes(&mut self, family: Family, table: u32) -> io::Result<Vec<Route>> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = family.af();
         let msgs = self.request(RouteNetlinkMessage::GetRoute(msg), NLM_F_DUMP)?;
@@ -447,7 +453,7 @@ impl Netlink {
     }
 
     /// Deletes a route (gone already is fine).
-    pub fn del_route(&mut self, r: &Route) -> io::Result<()> {
+    pub(crate) fn del_route(&mut self, r: &Route) -> io::Result<()> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = Family::of(&r.dst.0).af();
         msg.header.destination_prefix_length = r.dst.1;
@@ -469,7 +475,7 @@ impl Netlink {
 
     /// Adds `[from src] [to dst] [iif IIF] lookup TABLE` at `priority`
     /// (already there is fine: one rule, never a duplicate).
-    pub fn add_rule(&mut self, rule: &Rule) -> io::Result<()> {
+    pub(crate) fn add_rule(&mut self, rule: &Rule) -> io::Result<()> {
         match self.request(
             RouteNetlinkMessage::NewRule(rule_msg(rule)),
             NLM_F_CREATE | NLM_F_EXCL,
@@ -480,7 +486,7 @@ impl Netlink {
     }
 
     /// Deletes a rule (gone already is fine).
-    pub fn del_rule(&mut self, rule: &Rule) -> io::Result<()> {
+    pub(crate) fn del_rule(&mut self, rule: &Rule) -> io::Result<()> {
         match self.request(RouteNetlinkMessage::DelRule(rule_msg(rule)), 0) {
             Err(e) if is_missing(&e) => Ok(()),
             r => r.map(drop),
@@ -488,7 +494,7 @@ impl Netlink {
     }
 
     /// Every rule of `family`.
-    pub fn rules(&mut self, family: Family) -> io::Result<Vec<Rule>> {
+    pub(crate) fn rules(&mut self, family: Family) -> io::Result<Vec<Rule>> {
         let mut msg = RuleMessage::default();
         msg.header.family = family.af();
         let msgs = self.request(RouteNetlinkMessage::GetRule(msg), NLM_F_DUMP)?;
@@ -502,7 +508,7 @@ impl Netlink {
     }
 
     /// A permanent neighbour entry `ip lladdr mac dev index`.
-    pub fn replace_neigh(&mut self, index: u32, ip: IpAddr, mac: &[u8]) -> io::Result<()> {
+    pub(crate) fn replace_neigh(&mut self, index: u32, ip: IpAddr, mac: &[u8]) -> io::Result<()> {
         let mut msg = NeighbourMessage::default();
         msg.header.family = Family::of(&ip).af();
         msg.header.ifindex = index;

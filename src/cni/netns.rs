@@ -18,7 +18,7 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Opens a namespace file (`/run/netns/x`, `/proc/PID/ns/net`). `Ok(None)`
 /// when it does not exist.
-pub fn open(path: &Path) -> io::Result<Option<File>> {
+pub(crate) fn open(path: &Path) -> io::Result<Option<File>> {
     match File::open(path) {
         Ok(f) => Ok(Some(f)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -29,7 +29,7 @@ pub fn open(path: &Path) -> io::Result<Option<File>> {
 /// Runs `f` on a short-lived thread inside the namespace `ns` and returns
 /// what it returns (a socket it opens stays in that namespace; a
 /// `/proc/sys/net` path it opens is that namespace's).
-pub fn run_in<T: Send + 'static>(
+pub(crate) fn run_in<T: Send + 'static>(
     ns: &File,
     f: impl FnOnce() -> io::Result<T> + Send + 'static,
 ) -> io::Result<T> {
@@ -51,6 +51,6 @@ pub fn run_in<T: Send + 'static>(
 }
 
 /// A netlink socket inside the namespace `ns`.
-pub fn netlink_in(ns: &File) -> io::Result<Netlink> {
+pub(crate) fn netlink_in(ns: &File) -> io::Result<Netlink> {
     run_in(ns, Netlink::open)
 }

@@ -17,10 +17,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The spec versions this plugin speaks, oldest first.
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
+pub(crate) const SUPPORTED_VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
 
 /// True for the versions that have GC and STATUS.
-pub fn has_gc_and_status(version: &str) -> bool {
+pub(crate) fn has_gc_and_status(version: &str) -> bool {
     version == "1.1.0"
 }
 
@@ -52,11 +52,11 @@ pub mod code {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CniError {
     /// The CNI error code.
-    pub code: u32,
+    pub(crate) code: u32,
     /// Short message.
-    pub msg: String,
+    pub(crate) msg: String,
     /// Longer details.
-    pub details: String,
+    pub(crate) details: String,
 }
 
 impl CniError {
@@ -70,7 +70,7 @@ impl CniError {
     }
 
     /// Adds details.
-    pub fn details(mut self, d: impl Into<String>) -> CniError {
+    pub(crate) fn details(mut self, d: impl Into<String>) -> CniError {
         self.details = d.into();
         self
     }
@@ -147,7 +147,7 @@ impl Command {
 
 /// An interface name the kernel takes as it is (its `dev_valid_name`):
 /// 1..15 bytes, not `.` or `..`, no `/`, `:`, NUL or white space.
-pub fn valid_ifname(name: &str) -> bool {
+pub(crate) fn valid_ifname(name: &str) -> bool {
     !name.is_empty()
         && name.len() < 16
         && name != "."
@@ -161,13 +161,13 @@ pub fn valid_ifname(name: &str) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Env {
     /// CNI_CONTAINERID
-    pub container_id: String,
+    pub(crate) container_id: String,
     /// CNI_NETNS
-    pub netns: Option<PathBuf>,
+    pub(crate) netns: Option<PathBuf>,
     /// CNI_IFNAME
-    pub ifname: String,
+    pub(crate) ifname: String,
     /// CNI_ARGS as key=value pairs.
-    pub args: HashMap<String, String>,
+    pub(crate) args: HashMap<String, String>,
 }
 
 impl Env {
@@ -231,38 +231,38 @@ struct RawConf {
 
 /// One entry of `cni.dev/valid-attachments`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attachment {
+pub(crate) struct Attachment {
     /// Its container id.
-    pub container_id: String,
+    pub(crate) container_id: String,
     /// Its interface name.
-    pub ifname: String,
+    pub(crate) ifname: String,
 }
 
 /// The validated configuration.
 #[derive(Debug, Clone, PartialEq)]
-pub struct NetConf {
+pub(crate) struct NetConf {
     /// `cniVersion` (one of [`SUPPORTED_VERSIONS`]).
-    pub cni_version: String,
+    pub(crate) cni_version: String,
     /// The network name (scopes owners and GC).
-    pub name: String,
+    pub(crate) name: String,
     /// eniipd's socket.
-    pub socket: PathBuf,
+    pub(crate) socket: PathBuf,
     /// `lockDir`: where the per-owner locks live ([`super::lock`]).
-    pub lock_dir: PathBuf,
+    pub(crate) lock_dir: PathBuf,
     /// MTU of the veth pair.
-    pub mtu: u32,
+    pub(crate) mtu: u32,
     /// `dns`, passed through to the result.
-    pub dns: Option<Value>,
+    pub(crate) dns: Option<Value>,
     /// `prevResult` (DEL, CHECK).
-    pub prev_result: Option<Value>,
+    pub(crate) prev_result: Option<Value>,
     /// `cni.dev/valid-attachments` (GC).
-    pub valid_attachments: Vec<Attachment>,
+    pub(crate) valid_attachments: Vec<Attachment>,
 }
 
 /// Default eniipd socket.
-pub const DEFAULT_SOCKET: &str = "/run/eniipd/eniipd.sock";
+pub(crate) const DEFAULT_SOCKET: &str = "/run/eniipd/eniipd.sock";
 /// Default MTU (an ENI's).
-pub const DEFAULT_MTU: u32 = 1500;
+pub(crate) const DEFAULT_MTU: u32 = 1500;
 
 /// True when `s` is a usable network name: it prefixes owners, so it must
 /// be in the owner alphabet, without `/`, short enough to leave room.
@@ -275,7 +275,7 @@ fn valid_network_name(s: &str) -> bool {
 
 impl NetConf {
     /// Parses and validates stdin. `cmd` decides which keys are required.
-    pub fn parse(bytes: &[u8], cmd: Command) -> Result<NetConf, CniError> {
+    pub(crate) fn parse(bytes: &[u8], cmd: Command) -> Result<NetConf, CniError> {
         let raw: RawConf = serde_json::from_slice(bytes).map_err(|e| {
             CniError::new(
                 code::DECODE,
@@ -384,64 +384,64 @@ impl NetConf {
 
 /// The link-local address the pod uses as its gateway (answered by a
 /// static neighbour entry pointing at the host end of the veth).
-pub const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+pub(crate) const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
 
 /// The pod's IPv6 gateway: link-local, answered the same way.
-pub const POD_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+pub(crate) const POD_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
 
 /// An interface of the result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Interface {
+pub(crate) struct Interface {
     /// Its name.
-    pub name: String,
+    pub(crate) name: String,
     /// Its MAC.
-    pub mac: String,
+    pub(crate) mac: String,
     /// The netns path (container side only).
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub sandbox: Option<String>,
+    pub(crate) sandbox: Option<String>,
 }
 
 /// An address of the result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct IpConfig {
+pub(crate) struct IpConfig {
     /// `"4"` or `"6"`: spec 0.4.0 requires it, 1.0.0 removed it.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// `a.b.c.d/32`
-    pub address: String,
+    pub(crate) address: String,
     /// The default gateway.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub gateway: Option<String>,
+    pub(crate) gateway: Option<String>,
     /// Index into `interfaces`.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub interface: Option<usize>,
+    pub(crate) interface: Option<usize>,
 }
 
 /// A route of the result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ResultRoute {
+pub(crate) struct ResultRoute {
     /// Destination prefix.
-    pub dst: String,
+    pub(crate) dst: String,
     /// Next hop.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub gw: Option<String>,
+    pub(crate) gw: Option<String>,
 }
 
 /// The ADD result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct CniResult {
+pub(crate) struct CniResult {
     /// The config's version.
     #[serde(rename = "cniVersion")]
-    pub cni_version: String,
+    pub(crate) cni_version: String,
     /// Host end, then container end.
-    pub interfaces: Vec<Interface>,
+    pub(crate) interfaces: Vec<Interface>,
     /// The pod's addresses.
-    pub ips: Vec<IpConfig>,
+    pub(crate) ips: Vec<IpConfig>,
     /// The pod's routes.
-    pub routes: Vec<ResultRoute>,
+    pub(crate) routes: Vec<ResultRoute>,
     /// DNS settings from the config.
     #[serde(default)]
-    pub dns: Value,
+    pub(crate) dns: Value,
 }
 
 impl CniResult {
@@ -449,7 +449,7 @@ impl CniResult {
     /// address says its IP version; from 1.0.0 none does. (The fields a
     /// 1.1.0 result adds are not used here, so 1.0.0 and 1.1.0 differ only
     /// in `cniVersion`.)
-    pub fn for_version(mut self, version: &str) -> CniResult {
+    pub(crate) fn for_version(mut self, version: &str) -> CniResult {
         let old = version.starts_with("0.");
         for ip in &mut self.ips {
             ip.version = old.then(|| if ip.address.contains(':') { "6" } else { "4" }.to_string());
@@ -459,12 +459,12 @@ impl CniResult {
     }
 
     /// The first IPv4 address of a (previous) result, if it has one.
-    pub fn ipv4_of(prev: &Value) -> Option<Ipv4Addr> {
+    pub(crate) fn ipv4_of(prev: &Value) -> Option<Ipv4Addr> {
         Self::first_of(prev)
     }
 
     /// The first IPv6 address of a (previous) result, if it has one.
-    pub fn ipv6_of(prev: &Value) -> Option<Ipv6Addr> {
+    pub(crate) fn ipv6_of(prev: &Value) -> Option<Ipv6Addr> {
         Self::first_of(prev)
     }
 

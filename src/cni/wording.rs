@@ -7,7 +7,7 @@
 //! error's `details`.
 
 /// The words for `ERR <err_code> <rest>` answered to `verb`.
-pub fn explain(verb: &str, err_code: &str, rest: &str) -> String {
+pub(crate) fn explain(verb: &str, err_code: &str, rest: &str) -> String {
     let text = rest.strip_prefix(err_code).unwrap_or(rest).trim();
     match err_code {
         "exhausted" => exhausted(text),

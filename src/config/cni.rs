@@ -7,14 +7,14 @@ use super::*;
 
 /// Validated CNI-side settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CniSettings {
+pub(crate) struct CniSettings {
     /// How often the reaper looks; zero: never.
-    pub sandbox_reap_interval: Duration,
+    pub(crate) sandbox_reap_interval: Duration,
     /// Where to install the conflist once the pool is ready.
-    pub conflist: Option<PathBuf>,
+    pub(crate) conflist: Option<PathBuf>,
     /// The conflist to install there (default: the shipped one with
     /// eniipd's socket).
-    pub conflist_source: Option<PathBuf>,
+    pub(crate) conflist_source: Option<PathBuf>,
 }
 
 impl CniSettings {

@@ -33,7 +33,7 @@ pub(super) const TERWAY_IGNORED_KEYS: &[&str] = &[
 ];
 
 /// Every key eniipd reads (the fields of `RawConfig`).
-pub const KNOWN_KEYS: &[&str] = &[
+pub(crate) const KNOWN_KEYS: &[&str] = &[
     "access_key",
     "access_secret",
     "vswitches",
@@ -123,7 +123,7 @@ pub(super) fn near_miss(key: &str) -> Option<&'static str> {
 
 impl super::RawConfig {
     /// Warnings for keys that are accepted but ignored, or unknown.
-    pub fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         let (terway, unknown): (Vec<&String>, Vec<&String>) = self
             .other
             .keys()
@@ -150,7 +150,7 @@ impl super::RawConfig {
     /// Unknown keys that are near misses of known ones, with the key each
     /// resembles: errors for `--check-config` (a typo would silently fall
     /// back to the default).
-    pub fn near_misses(&self) -> Vec<(String, &'static str)> {
+    pub(crate) fn near_misses(&self) -> Vec<(String, &'static str)> {
         self.other
             .keys()
             .filter_map(|k| near_miss(k).map(|known| (k.clone(), known)))

@@ -22,17 +22,16 @@ mod effective;
 mod keys;
 mod validate;
 
-pub use cni::CniSettings;
-pub use keys::KNOWN_KEYS;
+pub(crate) use cni::CniSettings;
 
 /// Default config file.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/eniipd/eni.json";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/eniipd/eni.json";
 /// Default socket.
 pub const DEFAULT_SOCKET_PATH: &str = "/run/eniipd/eniipd.sock";
 /// Default state directory.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/eniipd";
+pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/eniipd";
 /// Default metadata endpoint.
-pub const DEFAULT_METADATA_ENDPOINT: &str = "http://100.100.100.200";
+pub(crate) const DEFAULT_METADATA_ENDPOINT: &str = "http://100.100.100.200";
 
 /// What a typed key's value must be, for errors.
 fn expected_shape(key: &str) -> &'static str {
@@ -49,7 +48,7 @@ fn expected_shape(key: &str) -> &'static str {
 
 /// How a new ENI's vswitch is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VSwitchPolicy {
+pub(crate) enum VSwitchPolicy {
     /// A shuffled order each time (Terway's default).
     Random,
     /// Most free IPs first (DescribeVSwitches, cached).
@@ -58,7 +57,7 @@ pub enum VSwitchPolicy {
 
 /// Address families handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IpStack {
+pub(crate) enum IpStack {
     /// IPv4 only.
     Ipv4,
     /// An IPv4 and IPv6 pair per allocation.
@@ -70,132 +69,132 @@ pub enum IpStack {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct RawConfig {
-    pub access_key: Option<String>,
-    pub access_secret: Option<Secret>,
-    pub vswitches: Option<BTreeMap<String, Vec<String>>>,
-    pub security_group: Option<String>,
-    pub security_groups: Option<Vec<String>>,
-    pub min_pool_size: Option<Value>,
-    pub max_pool_size: Option<Value>,
-    pub min_eni: Option<Value>,
-    pub max_eni: Option<Value>,
-    pub eni_cap_ratio: Option<Value>,
-    pub eni_cap_shift: Option<Value>,
-    pub vswitch_selection_policy: Option<String>,
-    pub eni_tags: Option<BTreeMap<String, String>>,
-    pub ip_stack: Option<String>,
-    pub region_id: Option<String>,
-    pub instance_id: Option<String>,
-    pub ecs_endpoint: Option<String>,
-    pub vpc_endpoint: Option<String>,
-    pub metadata_endpoint: Option<String>,
-    pub ram_role: Option<String>,
-    pub socket_path: Option<String>,
-    pub socket_mode: Option<Value>,
-    pub socket_group: Option<Value>,
-    pub allowed_uids: Option<Vec<Value>>,
-    pub state_dir: Option<String>,
-    pub ip_stick_time: Option<Value>,
-    pub ip_cooldown: Option<Value>,
-    pub alloc_timeout: Option<Value>,
-    pub aggregation_window_ms: Option<Value>,
-    pub max_ips_per_call: Option<Value>,
-    pub max_concurrent_eni_ops: Option<Value>,
-    pub pool_check_interval: Option<Value>,
-    pub start_timeout: Option<Value>,
-    pub max_connections: Option<Value>,
-    pub metrics_listen: Option<String>,
-    pub signature_version: Option<String>,
-    pub ip_prefix: Option<Value>,
+    pub(crate) access_key: Option<String>,
+    pub(crate) access_secret: Option<Secret>,
+    pub(crate) vswitches: Option<BTreeMap<String, Vec<String>>>,
+    pub(crate) security_group: Option<String>,
+    pub(crate) security_groups: Option<Vec<String>>,
+    pub(crate) min_pool_size: Option<Value>,
+    pub(crate) max_pool_size: Option<Value>,
+    pub(crate) min_eni: Option<Value>,
+    pub(crate) max_eni: Option<Value>,
+    pub(crate) eni_cap_ratio: Option<Value>,
+    pub(crate) eni_cap_shift: Option<Value>,
+    pub(crate) vswitch_selection_policy: Option<String>,
+    pub(crate) eni_tags: Option<BTreeMap<String, String>>,
+    pub(crate) ip_stack: Option<String>,
+    pub(crate) region_id: Option<String>,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) ecs_endpoint: Option<String>,
+    pub(crate) vpc_endpoint: Option<String>,
+    pub(crate) metadata_endpoint: Option<String>,
+    pub(crate) ram_role: Option<String>,
+    pub(crate) socket_path: Option<String>,
+    pub(crate) socket_mode: Option<Value>,
+    pub(crate) socket_group: Option<Value>,
+    pub(crate) allowed_uids: Option<Vec<Value>>,
+    pub(crate) state_dir: Option<String>,
+    pub(crate) ip_stick_time: Option<Value>,
+    pub(crate) ip_cooldown: Option<Value>,
+    pub(crate) alloc_timeout: Option<Value>,
+    pub(crate) aggregation_window_ms: Option<Value>,
+    pub(crate) max_ips_per_call: Option<Value>,
+    pub(crate) max_concurrent_eni_ops: Option<Value>,
+    pub(crate) pool_check_interval: Option<Value>,
+    pub(crate) start_timeout: Option<Value>,
+    pub(crate) max_connections: Option<Value>,
+    pub(crate) metrics_listen: Option<String>,
+    pub(crate) signature_version: Option<String>,
+    pub(crate) ip_prefix: Option<Value>,
     /// Terway's name for `ip_prefix`.
-    pub enable_ip_prefix: Option<Value>,
-    pub sandbox_reap_interval: Option<Value>,
-    pub cni_conflist: Option<String>,
-    pub cni_conflist_source: Option<String>,
+    pub(crate) enable_ip_prefix: Option<Value>,
+    pub(crate) sandbox_reap_interval: Option<Value>,
+    pub(crate) cni_conflist: Option<String>,
+    pub(crate) cni_conflist_source: Option<String>,
     #[serde(flatten)]
-    pub other: BTreeMap<String, Value>,
+    pub(crate) other: BTreeMap<String, Value>,
 }
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Static access key id (config), if any.
-    pub access_key: Option<String>,
+    pub(crate) access_key: Option<String>,
     /// Static access key secret (config), if any.
-    pub access_secret: Option<Secret>,
+    pub(crate) access_secret: Option<Secret>,
     /// zone -> vswitch ids; empty means the instance's own vswitch.
-    pub vswitches: BTreeMap<String, Vec<String>>,
+    pub(crate) vswitches: BTreeMap<String, Vec<String>>,
     /// Security groups for new ENIs; empty means the instance's own.
-    pub security_groups: Vec<String>,
+    pub(crate) security_groups: Vec<String>,
     /// Idle IPs to keep at least (before clamping to capacity).
-    pub min_pool_size: usize,
+    pub(crate) min_pool_size: usize,
     /// Idle IPs to keep at most (before clamping to capacity).
-    pub max_pool_size: usize,
+    pub(crate) max_pool_size: usize,
     /// If non-zero, min pool = min_eni x IPs per ENI.
-    pub min_eni: usize,
+    pub(crate) min_eni: usize,
     /// If non-zero, caps the usable ENIs.
-    pub max_eni: usize,
+    pub(crate) max_eni: usize,
     /// Multiplier of EniQuantity.
-    pub eni_cap_ratio: f64,
+    pub(crate) eni_cap_ratio: f64,
     /// Added to the ENI count.
-    pub eni_cap_shift: i64,
+    pub(crate) eni_cap_shift: i64,
     /// New-ENI vswitch order.
-    pub vswitch_selection_policy: VSwitchPolicy,
+    pub(crate) vswitch_selection_policy: VSwitchPolicy,
     /// Extra tags on new ENIs.
-    pub eni_tags: BTreeMap<String, String>,
+    pub(crate) eni_tags: BTreeMap<String, String>,
     /// IPv4 or dual stack.
-    pub ip_stack: IpStack,
+    pub(crate) ip_stack: IpStack,
     /// Region override (default: metadata).
-    pub region_id: Option<String>,
+    pub(crate) region_id: Option<String>,
     /// Instance override (default: metadata).
-    pub instance_id: Option<String>,
+    pub(crate) instance_id: Option<String>,
     /// ECS endpoint override.
-    pub ecs_endpoint: Option<String>,
+    pub(crate) ecs_endpoint: Option<String>,
     /// VPC endpoint override.
-    pub vpc_endpoint: Option<String>,
+    pub(crate) vpc_endpoint: Option<String>,
     /// Metadata base URL.
-    pub metadata_endpoint: String,
+    pub(crate) metadata_endpoint: String,
     /// RAM role name (default: the one metadata lists).
-    pub ram_role: Option<String>,
+    pub(crate) ram_role: Option<String>,
     /// The Unix socket.
-    pub socket_path: PathBuf,
+    pub(crate) socket_path: PathBuf,
     /// Its permission bits.
-    pub socket_mode: u32,
+    pub(crate) socket_mode: u32,
     /// Its group (name or number), members may alloc/release.
-    pub socket_group: Option<String>,
+    pub(crate) socket_group: Option<String>,
     /// Uids that may alloc/release.
-    pub allowed_uids: Vec<u32>,
+    pub(crate) allowed_uids: Vec<u32>,
     /// The state directory.
-    pub state_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
     /// How long a released IP stays reserved for its last owner.
-    pub ip_stick_time: Duration,
+    pub(crate) ip_stick_time: Duration,
     /// How long a released IP is kept from other owners.
-    pub ip_cooldown: Duration,
+    pub(crate) ip_cooldown: Duration,
     /// How long a cold alloc may wait.
-    pub alloc_timeout: Duration,
+    pub(crate) alloc_timeout: Duration,
     /// Per-ENI batching window.
-    pub aggregation_window: Duration,
+    pub(crate) aggregation_window: Duration,
     /// IPs per Assign/Create call (1..10).
-    pub max_ips_per_call: usize,
+    pub(crate) max_ips_per_call: usize,
     /// Concurrent ENI create/delete operations.
-    pub max_concurrent_eni_ops: usize,
+    pub(crate) max_concurrent_eni_ops: usize,
     /// Pool maintenance period.
-    pub pool_check_interval: Duration,
+    pub(crate) pool_check_interval: Duration,
     /// How long start-up retries the metadata service and the cloud before
     /// exit 69 (restoring the pool gets three times this).
-    pub start_timeout: Duration,
+    pub(crate) start_timeout: Duration,
     /// Open connections at most.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// Address for `GET /metrics`, if any.
-    pub metrics_listen: Option<SocketAddr>,
+    pub(crate) metrics_listen: Option<SocketAddr>,
     /// OpenAPI signature sent: V3 (ACS3-HMAC-SHA256) unless "v1".
-    pub signature_version: SignatureVersion,
+    pub(crate) signature_version: SignatureVersion,
     /// IPv4 /28 prefixes on ENIs instead of single secondary addresses
     /// (falling back to single addresses where no /28 can be had). IPv4
     /// only: refused with `ip_stack` "dual".
-    pub ip_prefix: bool,
+    pub(crate) ip_prefix: bool,
     /// What eniipd does for eniip-cni: the sandbox reaper, the conflist.
-    pub cni: CniSettings,
+    pub(crate) cni: CniSettings,
 }
 
 /// Why a config could not be loaded.
@@ -265,7 +264,7 @@ impl std::error::Error for ConfigError {
 
 impl RawConfig {
     /// Reads and parses a file (not yet validated).
-    pub fn load(path: &Path) -> Result<RawConfig, ConfigError> {
+    pub(crate) fn load(path: &Path) -> Result<RawConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
@@ -284,7 +283,10 @@ impl RawConfig {
     /// every key's default, as SPEC says every key is optional. `Ok(None)`
     /// is that case. A file named with `--config` must exist: a missing
     /// one is more likely a typo than a wish for defaults.
-    pub fn load_or_defaults(path: &Path, named: bool) -> Result<Option<RawConfig>, ConfigError> {
+    pub(crate) fn load_or_defaults(
+        path: &Path,
+        named: bool,
+    ) -> Result<Option<RawConfig>, ConfigError> {
         match RawConfig::load(path) {
             Err(ConfigError::Read { source, .. })
                 if !named && source.kind() == std::io::ErrorKind::NotFound =>
@@ -332,7 +334,7 @@ impl RawConfig {
 
     /// A warning when the file at `path` holds an access key secret and
     /// users other than its owner may read it.
-    pub fn secret_file_warning(&self, path: &Path) -> Option<String> {
+    pub(crate) fn secret_file_warning(&self, path: &Path) -> Option<String> {
         use std::os::unix::fs::PermissionsExt;
         self.access_secret.as_ref()?;
         let mode = std::fs::metadata(path).ok()?.permissions().mode();

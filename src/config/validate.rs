@@ -476,7 +476,7 @@ impl Config {
     /// What the daemon would warn about at start that needs no cloud:
     /// pool bounds that contradict each other (the capacity clamps, which
     /// need the instance type, come at start).
-    pub fn local_warnings(&self) -> Vec<String> {
+    pub(crate) fn local_warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
         if self.min_eni == 0 && self.min_pool_size > self.max_pool_size {
             w.push(format!(

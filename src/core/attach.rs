@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::AllocError;
 
 /// Prefix of the host end of every pod veth eniip-cni makes.
-pub const HOST_VETH_PREFIX: &str = "enip";
+pub(crate) const HOST_VETH_PREFIX: &str = "enip";
 
 /// Longest `netns=` path accepted.
 const MAX_NETNS_PATH: usize = 1024;
@@ -16,34 +16,34 @@ const MAX_NETNS_PATH: usize = 1024;
 /// A namespace's identity: the device and inode of its nsfs file. A path
 /// reused by another namespace has another identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub struct NsId {
+pub(crate) struct NsId {
     /// `st_dev`.
-    pub dev: u64,
+    pub(crate) dev: u64,
     /// `st_ino`.
-    pub ino: u64,
+    pub(crate) ino: u64,
 }
 
 /// One allocation's sandbox network, recorded with the allocation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attachment {
     /// The sandbox's network namespace (`CNI_NETNS`).
-    pub netns: String,
+    pub(crate) netns: String,
     /// What `netns` was when the allocation was made (filled in by the
     /// server, never taken from the client).
     #[serde(default)]
-    pub netns_id: NsId,
+    pub(crate) netns_id: NsId,
     /// The host end of the pod's veth (`enip` + 11 hex digits).
-    pub veth: String,
+    pub(crate) veth: String,
     /// The network namespace the plugin built the host side in: the
     /// namespace of the process that asked (filled in by the server).
     #[serde(default)]
-    pub host_id: NsId,
+    pub(crate) host_id: NsId,
 }
 
 impl Attachment {
     /// Validates `netns=` and `veth=` as a client sends them; the
     /// identities are the server's to fill in.
-    pub fn parse(netns: &str, veth: &str) -> Result<Attachment, AllocError> {
+    pub(crate) fn parse(netns: &str, veth: &str) -> Result<Attachment, AllocError> {
         if !netns.starts_with('/')
             || netns.len() > MAX_NETNS_PATH
             || netns.split('/').any(|c| c == "..")
@@ -68,7 +68,7 @@ impl Attachment {
 }
 
 /// A host end eniip-cni could have made.
-pub fn valid_veth(name: &str) -> bool {
+pub(crate) fn valid_veth(name: &str) -> bool {
     name.strip_prefix(HOST_VETH_PREFIX).is_some_and(|h| {
         h.len() == 11
             && h.bytes()

@@ -74,7 +74,7 @@ pub enum Command {
 
 impl Command {
     /// True for the commands that change allocations (access-checked).
-    pub fn is_mutating(&self) -> bool {
+    pub(crate) fn is_mutating(&self) -> bool {
         matches!(
             self,
             Command::Alloc { .. } | Command::Release { .. } | Command::Gc { .. }
@@ -82,7 +82,7 @@ impl Command {
     }
 
     /// The verb, for logs and metrics.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Command::Alloc { .. } => "alloc",
             Command::Release { .. } => "release",
@@ -102,8 +102,9 @@ impl Command {
 /// The allocator's answer to a [`Command`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// `Alloc`, `Show`: the allocation (durable for `Alloc`).
-    Allocation(Allocation),
+    /// `Alloc`, `Show`: the allocation (durable for `Alloc`) and the ENI
+    /// it is on (the IPv4 half: `alloc` answers no IPv6 gateway).
+    Allocation(Allocation, EniInfo),
     /// `Release`: the address given back, if one was held (durable).
     Released(Option<IpAddr>),
     /// `List`.
@@ -143,7 +144,7 @@ pub struct Envelope {
     /// What is asked.
     pub command: Command,
     /// When the client asked (deadlines and latency count from here).
-    pub started: Instant,
+    pub(crate) started: Instant,
     /// The answer; the sender side is dropped unanswered only if the
     /// allocator is gone.
     pub reply: Sender<Result<Answer, AllocError>>,
@@ -171,7 +172,7 @@ impl Commands {
     }
 
     /// Asks and waits for the answer, within the command's deadline.
-    pub fn ask(&self, command: Command) -> Result<Answer, AllocError> {
+    pub(crate) fn ask(&self, command: Command) -> Result<Answer, AllocError> {
         let started = Instant::now();
         let wait = match command {
             // The actor answers a waiter by alloc_timeout itself; the

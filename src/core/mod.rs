@@ -1,36 +1,38 @@
 //! The domain vocabulary every layer shares: who holds an address
-//! ([`Owner`], [`SandboxId`]), what was handed out ([`Allocation`]), the
-//! views of the pool ([`StatusCounts`], [`ListEntry`], [`EniEntry`]), the
-//! one error the allocator answers with ([`AllocError`]) and the commands
-//! that reach it ([`command`]).
+//! ([`Owner`], [`SandboxId`]), what was handed out ([`Allocation`]) and
+//! what is kept after a release ([`Hold`]), the views of the pool
+//! ([`StatusCounts`], [`ListEntry`], [`EniEntry`]), the one error the
+//! allocator answers with ([`AllocError`]) and the commands that reach it
+//! ([`command`]).
 //!
-//! Nothing here does I/O or knows the wire format: `server::protocol`
+//! Nothing here does I/O or knows the wire format: [`crate::protocol`]
 //! parses text into these types and renders them back; `alloc`, `pool` and
 //! `store` speak them without knowing there is a socket.
 
 mod attach;
-pub mod command;
+pub(crate) mod command;
 mod prefix;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub use attach::{valid_veth, Attachment, NsId, HOST_VETH_PREFIX};
+pub use attach::Attachment;
+pub(crate) use attach::NsId;
 pub use command::{Answer, Collected, Command, Commands, Envelope};
 pub use prefix::Ipv4Prefix;
 
 /// Longest owner or sandbox id.
-pub const MAX_ID: usize = 255;
+pub(crate) const MAX_ID: usize = 255;
 
 /// Tag key marking an ENI as created by eniipd (value [`TAG_CREATOR_VALUE`]).
-pub const TAG_CREATOR_KEY: &str = "creator";
+pub(crate) const TAG_CREATOR_KEY: &str = "creator";
 /// See [`TAG_CREATOR_KEY`].
-pub const TAG_CREATOR_VALUE: &str = "eniipd";
+pub(crate) const TAG_CREATOR_VALUE: &str = "eniipd";
 /// Tag key holding the instance an ENI was created for.
-pub const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
+pub(crate) const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
 /// Tag key holding the node id of the eniipd (its state directory) that
 /// created an ENI: two daemons on one instance never take each other's.
-pub const TAG_NODE_KEY: &str = "eniipd/node-id";
+pub(crate) const TAG_NODE_KEY: &str = "eniipd/node-id";
 
 /// Stable error codes (the protocol's `ERR <code>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -108,12 +110,12 @@ impl fmt::Display for ErrCode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocError {
     /// The stable code.
-    pub code: ErrCode,
+    pub(crate) code: ErrCode,
     /// The service's error code when the cloud refused
     /// (`InvalidVSwitchId.IpNotEnough`).
-    pub cloud_code: Option<String>,
+    pub(crate) cloud_code: Option<String>,
     /// Human text (may be empty).
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl AllocError {
@@ -132,12 +134,12 @@ impl AllocError {
     }
 
     /// A malformed request.
-    pub fn bad(message: impl Into<String>) -> AllocError {
+    pub(crate) fn bad(message: impl Into<String>) -> AllocError {
         AllocError::new(ErrCode::BadRequest, message)
     }
 
     /// A refusal by the cloud carrying its service code.
-    pub fn cloud(code: ErrCode, cloud_code: &str, message: impl Into<String>) -> AllocError {
+    pub(crate) fn cloud(code: ErrCode, cloud_code: &str, message: impl Into<String>) -> AllocError {
         AllocError {
             code,
             cloud_code: Some(cloud_code.to_string()),
@@ -146,7 +148,7 @@ impl AllocError {
     }
 
     /// The daemon is stopping.
-    pub fn shutting_down() -> AllocError {
+    pub(crate) fn shutting_down() -> AllocError {
         AllocError::new(ErrCode::ShuttingDown, "the daemon is stopping")
     }
 }
@@ -208,7 +210,7 @@ pub struct SandboxId(String);
 
 impl SandboxId {
     /// Validates a sandbox id.
-    pub fn parse(s: &str) -> Result<SandboxId, AllocError> {
+    pub(crate) fn parse(s: &str) -> Result<SandboxId, AllocError> {
         if valid_id(s) {
             Ok(SandboxId(s.to_string()))
         } else {
@@ -219,7 +221,7 @@ impl SandboxId {
     }
 
     /// The id text.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -230,23 +232,45 @@ impl fmt::Display for SandboxId {
     }
 }
 
-/// An address handed to an owner, with what a consumer needs to use it.
+/// An address handed to an owner: who holds it, for which sandbox, since
+/// when, and on which ENI. The pool hands these out, the journal makes
+/// them durable (the store keeps its own record of one, converted at its
+/// edge), and `alloc` and `show` answer one with its ENI's [`EniInfo`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocation {
+    /// Who holds it.
+    pub owner: Owner,
+    /// The sandbox it is held for, if one was named.
+    pub sandbox: Option<SandboxId>,
     /// The IPv4 address.
     pub ip: Ipv4Addr,
     /// The IPv6 address (dual stack).
     pub ipv6: Option<Ipv6Addr>,
     /// The ENI holding it.
     pub eni: String,
-    /// That ENI's MAC.
-    pub mac: String,
-    /// The ENI's vswitch.
-    pub vswitch: String,
-    /// The vswitch CIDR.
-    pub cidr: String,
-    /// The vswitch gateway.
-    pub gateway: Ipv4Addr,
+    /// When it was handed out (Unix ms).
+    pub since_ms: u64,
+    /// The sandbox's network, when eniip-cni named it (for the reaper).
+    pub attach: Option<Attachment>,
+}
+
+/// A released address kept for its last owner (until `reserved_until_ms`,
+/// `ip_stick_time`) and/or from other owners (until `cooling_until_ms`,
+/// `ip_cooldown`). No `last_owner` is a quarantine after a state rebuild.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Hold {
+    /// The IPv4 address.
+    pub(crate) ip: Ipv4Addr,
+    /// Its IPv6 pair.
+    pub(crate) ipv6: Option<Ipv6Addr>,
+    /// The ENI it is on.
+    pub(crate) eni: String,
+    /// Who may take it back.
+    pub(crate) last_owner: Option<Owner>,
+    /// End of the reservation (Unix ms, 0 = none).
+    pub(crate) reserved_until_ms: u64,
+    /// End of the cool-down (Unix ms, 0 = none).
+    pub(crate) cooling_until_ms: u64,
 }
 
 /// What a consumer needs to route through one managed ENI: its link (by
@@ -325,19 +349,19 @@ pub struct EniEntry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrefixUse {
     /// Its /28 prefixes.
-    pub prefixes: usize,
+    pub(crate) prefixes: usize,
     /// Its single secondary addresses (a fallback when no /28 could be had).
-    pub singles: usize,
+    pub(crate) singles: usize,
     /// Prefixes are not asked for it now (no free /28 in its vswitch): the
     /// next demand gets single addresses.
-    pub fallback: bool,
+    pub(crate) fallback: bool,
 }
 
 impl PrefixUse {
     /// `prefix` (only prefixes beside the primary), `single` (only single
     /// addresses), `mixed` (both); an ENI holding neither shows what it
     /// asks for next.
-    pub fn mode(&self) -> &'static str {
+    pub(crate) fn mode(&self) -> &'static str {
         match (self.prefixes > 0, self.singles > 0) {
             (true, true) => "mixed",
             (true, false) => "prefix",

@@ -13,9 +13,9 @@ pub struct Ipv4Prefix(Ipv4Addr);
 
 impl Ipv4Prefix {
     /// Addresses in a prefix.
-    pub const SIZE: u32 = 16;
+    pub(crate) const SIZE: u32 = 16;
     /// Its length.
-    pub const LEN: u8 = 28;
+    pub(crate) const LEN: u8 = 28;
 
     /// The prefix holding `a`.
     pub fn containing(a: Ipv4Addr) -> Ipv4Prefix {
@@ -23,7 +23,8 @@ impl Ipv4Prefix {
     }
 
     /// The network address.
-    pub fn base(self) -> Ipv4Addr {
+    #[cfg(test)]
+    pub(crate) fn base(self) -> Ipv4Addr {
         self.0
     }
 

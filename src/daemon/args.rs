@@ -20,27 +20,27 @@ pub enum Command {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Args {
     /// `--config FILE`
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// `--socket PATH`
-    pub socket: Option<PathBuf>,
+    pub(crate) socket: Option<PathBuf>,
     /// `--state-dir DIR`
-    pub state_dir: Option<PathBuf>,
+    pub(crate) state_dir: Option<PathBuf>,
     /// `--log-level LEVEL`
-    pub log_level: Option<String>,
+    pub(crate) log_level: Option<String>,
     /// `--ecs-endpoint URL`
-    pub ecs_endpoint: Option<String>,
+    pub(crate) ecs_endpoint: Option<String>,
     /// `--vpc-endpoint URL`
-    pub vpc_endpoint: Option<String>,
+    pub(crate) vpc_endpoint: Option<String>,
     /// `--metadata-endpoint URL`
-    pub metadata_endpoint: Option<String>,
+    pub(crate) metadata_endpoint: Option<String>,
     /// `--simulate`
-    pub simulate: bool,
+    pub(crate) simulate: bool,
     /// `--simulate-links` (only with `--simulate`)
-    pub simulate_links: bool,
+    pub(crate) simulate_links: bool,
     /// `--check-config`
-    pub check_config: bool,
+    pub(crate) check_config: bool,
     /// `--recover-state`
-    pub recover_state: bool,
+    pub(crate) recover_state: bool,
 }
 
 /// A bad command line.

@@ -6,13 +6,13 @@
 //! lock before anything else touches the state directory or the socket;
 //! no run beside a live peer ([`peer`]); the pool restored from state and
 //! cloud before the socket accepts (so an answering `ping` means ready).
-//! Serving and the stop against one deadline are in [`serve`].
+//! Serving and the stop against one deadline are in [`serve`](mod@serve).
 
 pub mod args;
 mod conflist;
 mod facts;
 mod peer;
-pub mod preflight;
+pub(crate) mod preflight;
 mod reaper;
 mod serve;
 
@@ -43,40 +43,39 @@ use crate::store::{Store, StoreError, StoreOptions};
 use crate::systemd::Notifier;
 
 use crate::core::{Answer, Command, Commands};
-use crate::server::protocol::status_text;
+use crate::protocol::status_text;
 
 use args::Args;
 
-/// Exit codes (SPEC section 2).
+/// Exit codes (SPEC section 2). Corrupt state files (65) is the store's
+/// own ([`crate::store::StoreError::exit_code`]).
 pub mod exit {
     /// Clean stop.
-    pub const OK: i32 = 0;
+    pub(crate) const OK: i32 = 0;
     /// Anything else.
-    pub const FAILURE: i32 = 1;
+    pub(crate) const FAILURE: i32 = 1;
     /// Usage.
     pub const USAGE: i32 = 2;
-    /// Corrupt state files.
-    pub const DATAERR: i32 = 65;
     /// Cloud or metadata unreachable at start.
-    pub const UNAVAILABLE: i32 = 69;
+    pub(crate) const UNAVAILABLE: i32 = 69;
     /// State directory held, or socket served, by another instance.
-    pub const TEMPFAIL: i32 = 75;
+    pub(crate) const TEMPFAIL: i32 = 75;
     /// The cloud refused the credentials at start.
-    pub const NOPERM: i32 = 77;
+    pub(crate) const NOPERM: i32 = 77;
     /// Bad configuration.
-    pub const CONFIG: i32 = 78;
+    pub(crate) const CONFIG: i32 = 78;
     /// Stopped, but the state directory did not finish the final flush
     /// within the stop deadline (nothing acknowledged is lost).
-    pub const NOT_DURABLE: i32 = 1;
+    pub(crate) const NOT_DURABLE: i32 = 1;
 }
 
 /// A start-up or run failure with its exit code.
 #[derive(Debug)]
-pub struct DaemonError {
+pub(crate) struct DaemonError {
     /// Exit code.
-    pub code: i32,
+    pub(crate) code: i32,
     /// What went wrong.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl DaemonError {
@@ -127,7 +126,7 @@ fn bind_error(e: &BindError) -> DaemonError {
 
 /// Loads the config and applies flag overrides (and the `--simulate`
 /// defaults).
-pub fn load_config(
+pub(crate) fn load_config(
     args: &Args,
     sim: Option<&Simulator>,
     sim_dir: Option<&Path>,

@@ -11,16 +11,16 @@ use crate::server::listener::resolve_group;
 
 /// What the checks produced and start-up uses later.
 #[derive(Debug)]
-pub struct Preflight {
+pub(crate) struct Preflight {
     /// `socket_group` resolved.
-    pub socket_gid: Option<u32>,
+    pub(crate) socket_gid: Option<u32>,
     /// `metrics_listen`, bound now so nothing can take it meanwhile.
-    pub metrics: Option<TcpListener>,
+    pub(crate) metrics: Option<TcpListener>,
 }
 
 /// Every local precondition; the errors name the key. With `dry_run`
 /// nothing is left behind (no directory created, no port kept).
-pub fn check(cfg: &Config, dry_run: bool) -> Result<Preflight, Vec<String>> {
+pub(crate) fn check(cfg: &Config, dry_run: bool) -> Result<Preflight, Vec<String>> {
     let mut problems = Vec::new();
     let socket_gid = match &cfg.socket_group {
         Some(g) => match resolve_group(g).and_then(group_exists) {

@@ -15,29 +15,29 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::util::accept::accept_until_woken;
+
 mod body;
 use body::read_body;
 
 /// A request.
 #[derive(Debug, Clone)]
-pub struct HttpRequest {
+pub(crate) struct HttpRequest {
     /// `GET`, `POST`, ...
-    pub method: String,
+    pub(crate) method: String,
     /// The path, without the query.
-    pub path: String,
+    pub(crate) path: String,
     /// The raw query string (after `?`), possibly empty.
-    pub query: String,
+    pub(crate) query: String,
     /// Headers in order (names as sent).
-    pub headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
     /// The body.
-    pub body: Vec<u8>,
-    /// The client.
-    pub peer: Option<SocketAddr>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl HttpRequest {
     /// A header value by case-insensitive name.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -47,18 +47,18 @@ impl HttpRequest {
 
 /// A response.
 #[derive(Debug, Clone)]
-pub struct HttpResponse {
+pub(crate) struct HttpResponse {
     /// Status code.
-    pub status: u16,
+    pub(crate) status: u16,
     /// Extra headers (Content-Length is added).
-    pub headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
     /// The body.
-    pub body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl HttpResponse {
     /// A `text/plain` response.
-    pub fn text(status: u16, body: impl Into<String>) -> HttpResponse {
+    pub(crate) fn text(status: u16, body: impl Into<String>) -> HttpResponse {
         HttpResponse {
             status,
             headers: vec![("Content-Type".into(), "text/plain; charset=utf-8".into())],
@@ -67,7 +67,7 @@ impl HttpResponse {
     }
 
     /// An `application/json` response.
-    pub fn json(status: u16, v: &serde_json::Value) -> HttpResponse {
+    pub(crate) fn json(status: u16, v: &serde_json::Value) -> HttpResponse {
         HttpResponse {
             status,
             headers: vec![(
@@ -79,7 +79,7 @@ impl HttpResponse {
     }
 
     /// Adds (or replaces) a header.
-    pub fn with_header(mut self, name: &str, value: impl Into<String>) -> HttpResponse {
+    pub(crate) fn with_header(mut self, name: &str, value: impl Into<String>) -> HttpResponse {
         self.headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
         self.headers.push((name.to_string(), value.into()));
         self
@@ -88,15 +88,15 @@ impl HttpResponse {
 
 /// Limits.
 #[derive(Debug, Clone)]
-pub struct HttpOptions {
+pub(crate) struct HttpOptions {
     /// Open connections at most; more are answered 503 and closed.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// An idle keep-alive connection (or a slow request) is closed after this.
-    pub read_timeout: Duration,
+    pub(crate) read_timeout: Duration,
     /// Largest request body.
-    pub max_body: usize,
+    pub(crate) max_body: usize,
     /// Largest request line plus headers.
-    pub max_head: usize,
+    pub(crate) max_head: usize,
 }
 
 impl Default for HttpOptions {
@@ -114,7 +114,7 @@ impl Default for HttpOptions {
 type ConnEntry = (TcpStream, Option<JoinHandle<()>>);
 
 /// The handler type.
-pub type Handler = Arc<dyn Fn(&HttpRequest) -> HttpResponse + Send + Sync>;
+pub(crate) type Handler = Arc<dyn Fn(&HttpRequest) -> HttpResponse + Send + Sync>;
 
 struct Shared {
     handler: Handler,
@@ -126,7 +126,7 @@ struct Shared {
 }
 
 /// A running server.
-pub struct HttpServer {
+pub(crate) struct HttpServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
     wake: Option<OwnedFd>,
@@ -143,7 +143,7 @@ impl std::fmt::Debug for HttpServer {
 
 impl HttpServer {
     /// Binds `addr` and serves with `handler`; threads are named after `name`.
-    pub fn bind(
+    pub(crate) fn bind(
         addr: SocketAddr,
         name: &str,
         handler: Handler,
@@ -154,7 +154,7 @@ impl HttpServer {
 
     /// Serves an already bound listener (bound early, so that a busy port
     /// is found before anything else happens).
-    pub fn serve(
+    pub(crate) fn serve(
         listener: TcpListener,
         name: &str,
         handler: Handler,
@@ -184,18 +184,18 @@ impl HttpServer {
     }
 
     /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Stops accepting, closes every connection and joins the threads
     /// (within a couple of seconds; stragglers are abandoned).
-    pub fn shutdown(mut self) {
+    pub(crate) fn shutdown(mut self) {
         self.stop(Instant::now() + Duration::from_secs(3));
     }
 
     /// [`HttpServer::shutdown`] against the caller's deadline.
-    pub fn shutdown_until(mut self, until: Instant) {
+    pub(crate) fn shutdown_until(mut self, until: Instant) {
         self.stop(until);
     }
 
@@ -227,34 +227,17 @@ impl Drop for HttpServer {
 }
 
 fn accept_loop(sh: &Arc<Shared>, listener: &TcpListener, wake: &OwnedFd) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    while !sh.stopping.load(Ordering::SeqCst) {
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
-            return;
-        }
-        loop {
-            match listener.accept() {
-                Ok((stream, peer)) => admit(sh, stream, peer),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(50));
-                    break;
-                }
-            }
-        }
-    }
+    accept_until_woken(
+        listener.as_fd(),
+        wake.as_fd(),
+        &sh.stopping,
+        || listener.accept().map(|(stream, _)| stream),
+        |stream| admit(sh, stream),
+        |_| {},
+    );
 }
 
-fn admit(sh: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
+fn admit(sh: &Arc<Shared>, stream: TcpStream) {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
@@ -279,7 +262,7 @@ fn admit(sh: &Arc<Shared>, stream: TcpStream, peer: SocketAddr) {
         .name(format!("{}-{id}", sh.name))
         .stack_size(256 * 1024)
         .spawn(move || {
-            serve(&sh2, stream, peer);
+            serve(&sh2, stream);
             sh2.conns.lock().remove(&id);
         });
     match t {
@@ -299,11 +282,7 @@ enum ReadError {
     Bad(u16, &'static str),
 }
 
-fn read_request(
-    sh: &Shared,
-    r: &mut BufReader<TcpStream>,
-    peer: SocketAddr,
-) -> Result<HttpRequest, ReadError> {
+fn read_request(sh: &Shared, r: &mut BufReader<TcpStream>) -> Result<HttpRequest, ReadError> {
     let mut head = Vec::new();
     // Skip blank lines between requests (RFC 9112 allows one).
     loop {
@@ -364,7 +343,6 @@ fn read_request(
         query: query.to_string(),
         headers,
         body: Vec::new(),
-        peer: Some(peer),
     };
     req.body = read_body(&req, r, sh.opts.max_body)?;
     if version == "HTTP/1.0"
@@ -418,7 +396,7 @@ fn write_response(w: &mut impl Write, resp: &HttpResponse, keep_alive: bool) -> 
     w.flush()
 }
 
-fn serve(sh: &Shared, stream: TcpStream, peer: SocketAddr) {
+fn serve(sh: &Shared, stream: TcpStream) {
     let _ = stream.set_read_timeout(Some(sh.opts.read_timeout));
     let Ok(write_half) = stream.try_clone() else {
         return;
@@ -426,7 +404,7 @@ fn serve(sh: &Shared, stream: TcpStream, peer: SocketAddr) {
     let mut w = write_half;
     let mut r = BufReader::new(stream);
     while !sh.stopping.load(Ordering::SeqCst) {
-        match read_request(sh, &mut r, peer) {
+        match read_request(sh, &mut r) {
             Ok(req) => {
                 let keep = !req
                     .header("connection")

@@ -2,20 +2,20 @@
 //! as eniip-cni named it: kept beside the allocation, persisted with it,
 //! and valid only while the owner holds its address for that sandbox.
 
-use super::{IpState, PoolState, StoredAllocation};
-use crate::core::{Attachment, Owner, SandboxId};
+use super::{IpState, PoolState};
+use crate::core::{Allocation, Attachment, Owner, SandboxId};
 
 /// A held allocation with a recorded attachment (for the sandbox reaper).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attached {
+pub(crate) struct Attached {
     /// The holder.
-    pub owner: Owner,
+    pub(crate) owner: Owner,
     /// Its sandbox.
-    pub sandbox: Option<SandboxId>,
+    pub(crate) sandbox: Option<SandboxId>,
     /// Where its network lives.
-    pub attach: Attachment,
+    pub(crate) attach: Attachment,
     /// When the address was handed out (Unix ms).
-    pub since_ms: u64,
+    pub(crate) since_ms: u64,
 }
 
 impl PoolState {
@@ -24,7 +24,7 @@ impl PoolState {
     /// carries it. True when `owner` already holds its address for this
     /// sandbox and the attachment is new (its record must be written
     /// again). An `alloc` without one keeps the sandbox's earlier one.
-    pub fn note_attachment(
+    pub(crate) fn note_attachment(
         &mut self,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
@@ -52,13 +52,13 @@ impl PoolState {
 
     /// The attachment of `owner`'s allocation, if it holds one for the
     /// sandbox the attachment was named for.
-    pub fn attachment(&self, owner: &Owner) -> Option<&Attachment> {
+    pub(crate) fn attachment(&self, owner: &Owner) -> Option<&Attachment> {
         let (sandbox, a) = self.attachments.get(owner)?;
         self.holds_for(owner, sandbox.as_ref()).then_some(a)
     }
 
     /// Every held allocation with an attachment.
-    pub fn attached(&self) -> Vec<Attached> {
+    pub(crate) fn attached(&self) -> Vec<Attached> {
         self.attachments
             .iter()
             .filter_map(|(owner, (sandbox, attach))| {
@@ -80,8 +80,8 @@ impl PoolState {
             .collect()
     }
 
-    /// `owner`'s allocation as the store records it.
-    pub fn stored(&self, owner: &Owner) -> Option<StoredAllocation> {
+    /// `owner`'s allocation, if it holds one.
+    pub(crate) fn allocation(&self, owner: &Owner) -> Option<Allocation> {
         let v4 = *self.owners.get(owner)?;
         let ip = self.ips.get(&v4)?;
         let IpState::InUse {
@@ -90,13 +90,13 @@ impl PoolState {
         else {
             return None;
         };
-        Some(StoredAllocation {
-            owner: owner.to_string(),
-            sandbox: sandbox.as_ref().map(|s| s.to_string()),
-            ipv4: v4,
+        Some(Allocation {
+            owner: owner.clone(),
+            sandbox: sandbox.clone(),
+            ip: v4,
             ipv6: ip.v6,
             eni: ip.eni.clone(),
-            at_ms: *since_ms,
+            since_ms: *since_ms,
             attach: self.attachment(owner).cloned(),
         })
     }

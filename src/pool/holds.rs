@@ -6,17 +6,14 @@ use super::*;
 
 impl PoolState {
     /// Restores an allocation from the state file.
-    pub fn restore_allocation(&mut self, a: &StoredAllocation) -> bool {
-        let Ok(owner) = Owner::parse(&a.owner) else {
-            return false;
-        };
-        match self.ips.get(&a.ipv4) {
+    pub(crate) fn restore_allocation(&mut self, a: &Allocation) -> bool {
+        match self.ips.get(&a.ip) {
             Some(ip) if ip.eni == a.eni || a.eni.is_empty() => {}
             _ => return false,
         }
-        let sandbox = a.sandbox.as_deref().and_then(|s| SandboxId::parse(s).ok());
+        let (owner, sandbox) = (a.owner.clone(), a.sandbox.clone());
         if let Some(v6) = a.ipv6 {
-            if let Some(ip) = self.ips.get_mut(&a.ipv4) {
+            if let Some(ip) = self.ips.get_mut(&a.ip) {
                 if ip.v6.is_none() {
                     ip.v6 = Some(v6);
                     self.unpaired_v6.remove(&v6);
@@ -28,19 +25,19 @@ impl PoolState {
                 .insert(owner.clone(), (sandbox.clone(), at.clone()));
         }
         self.set_state(
-            a.ipv4,
+            a.ip,
             IpState::InUse {
                 owner,
                 sandbox,
-                since_ms: a.at_ms,
+                since_ms: a.since_ms,
             },
         );
         true
     }
 
     /// Restores a reservation / cool-down / quarantine from the state file.
-    pub fn restore_hold(&mut self, h: &Hold, now_ms: u64) -> bool {
-        match self.ips.get(&h.ipv4) {
+    pub(crate) fn restore_hold(&mut self, h: &Hold, now_ms: u64) -> bool {
+        match self.ips.get(&h.ip) {
             Some(ip) if matches!(ip.state, IpState::Idle) => {}
             _ => return false,
         }
@@ -49,10 +46,8 @@ impl PoolState {
                 until_ms: h.reserved_until_ms,
             },
             None => return false,
-            Some(o) => {
-                let Ok(owner) = Owner::parse(o) else {
-                    return false;
-                };
+            Some(owner) => {
+                let owner = owner.clone();
                 if h.reserved_until_ms > now_ms {
                     IpState::Reserved {
                         owner,
@@ -69,18 +64,18 @@ impl PoolState {
                 }
             }
         };
-        self.set_state(h.ipv4, state);
+        self.set_state(h.ip, state);
         true
     }
 
     /// Puts an idle address in quarantine until `until_ms`.
-    pub fn quarantine(&mut self, v4: Ipv4Addr, until_ms: u64) -> Option<Hold> {
+    pub(crate) fn quarantine(&mut self, v4: Ipv4Addr, until_ms: u64) -> Option<Hold> {
         let ip = self.ips.get(&v4)?;
         if ip.state != IpState::Idle {
             return None;
         }
         let hold = Hold {
-            ipv4: v4,
+            ip: v4,
             ipv6: ip.v6,
             eni: ip.eni.clone(),
             last_owner: None,
@@ -93,7 +88,7 @@ impl PoolState {
 
     /// Ends expired holds. Returns the addresses that became idle (their
     /// hold records can be cleared).
-    pub fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
+    pub(crate) fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
         let mut freed = Vec::new();
         let mut cooled = Vec::new();
         for ip in self.ips.values() {
@@ -127,7 +122,7 @@ impl PoolState {
     }
 
     /// The earliest hold expiry, if any (so the caller can wake then).
-    pub fn next_expiry(&self) -> Option<u64> {
+    pub(crate) fn next_expiry(&self) -> Option<u64> {
         self.ips
             .values()
             .filter_map(|ip| match &ip.state {

@@ -19,19 +19,19 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::cloud::Ipv4Prefix;
 use crate::core::{
-    Allocation, Attachment, EniEntry, ListEntry, Owner, PrefixUse, SandboxId, StatusCounts,
+    Allocation, Attachment, EniEntry, EniInfo, Hold, ListEntry, Owner, PrefixUse, SandboxId,
+    StatusCounts,
 };
-use crate::store::{Allocation as StoredAllocation, Hold};
 
 mod attach;
-pub use attach::Attached;
+pub(crate) use attach::Attached;
 mod holds;
 mod shrink;
 mod views;
 
 /// Where an ENI is in its life, once it exists locally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EniPhase {
+pub(crate) enum EniPhase {
     /// Attached and serving.
     Ready,
     /// Being detached and deleted: none of its addresses is handed out.
@@ -40,40 +40,40 @@ pub enum EniPhase {
 
 /// A managed ENI.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolEni {
+pub(crate) struct PoolEni {
     /// `eni-...`
-    pub id: String,
+    pub(crate) id: String,
     /// Its MAC.
-    pub mac: String,
+    pub(crate) mac: String,
     /// Its vswitch.
-    pub vswitch: String,
+    pub(crate) vswitch: String,
     /// The vswitch CIDR (from metadata).
-    pub cidr: String,
+    pub(crate) cidr: String,
     /// The vswitch gateway (from metadata).
-    pub gateway: Ipv4Addr,
+    pub(crate) gateway: Ipv4Addr,
     /// Its primary IPv4: handed out last, never unassigned.
-    pub primary_ip: Ipv4Addr,
+    pub(crate) primary_ip: Ipv4Addr,
     /// Ready or freeing.
-    pub phase: EniPhase,
+    pub(crate) phase: EniPhase,
     /// Addresses asked of the cloud for it and not yet answered.
-    pub pending: usize,
+    pub(crate) pending: usize,
     /// The cloud said it holds all it can (per-ENI limit): no more asks
     /// until the next reconcile.
-    pub at_limit: bool,
+    pub(crate) at_limit: bool,
     /// The cloud no longer has it (deleted behind eniipd's back): it holds
     /// no slot and only the addresses owners still hold, never handed out
     /// again; it is forgotten once they are released.
-    pub gone: bool,
+    pub(crate) gone: bool,
     /// Its IPv4 /28 prefixes (prefix mode): every address of each is a
     /// pool IP, and they go back to the cloud only as whole prefixes.
-    pub prefixes: BTreeSet<Ipv4Prefix>,
+    pub(crate) prefixes: BTreeSet<Ipv4Prefix>,
     /// Of `pending`, the addresses asked as parts of /28s.
-    pub pending_in_prefixes: usize,
+    pub(crate) pending_in_prefixes: usize,
 }
 
 impl PoolEni {
     /// A ready ENI with nothing pending.
-    pub fn ready(
+    pub(crate) fn ready(
         id: &str,
         mac: &str,
         vswitch: &str,
@@ -100,7 +100,7 @@ impl PoolEni {
 
 /// The state of one address.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IpState {
+pub(crate) enum IpState {
     /// Free.
     Idle,
     /// Held by an owner.
@@ -142,7 +142,7 @@ pub enum IpState {
 
 impl IpState {
     /// The protocol name of the state.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             IpState::Idle => "idle",
             IpState::InUse { .. } => "inuse",
@@ -155,30 +155,30 @@ impl IpState {
 
 /// One pool address (an IPv4, with its IPv6 pair in dual stack).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolIp {
+pub(crate) struct PoolIp {
     /// The IPv4 address (the key).
-    pub v4: Ipv4Addr,
+    pub(crate) v4: Ipv4Addr,
     /// The paired IPv6 address (dual stack).
-    pub v6: Option<Ipv6Addr>,
+    pub(crate) v6: Option<Ipv6Addr>,
     /// The ENI it is on.
-    pub eni: String,
+    pub(crate) eni: String,
     /// True for the ENI's primary IPv4.
-    pub primary: bool,
+    pub(crate) primary: bool,
     /// Who holds it.
-    pub state: IpState,
+    pub(crate) state: IpState,
     /// An unassign is in flight: not handed out.
-    pub releasing: bool,
+    pub(crate) releasing: bool,
     /// The cloud no longer has it although an owner holds it: never handed
     /// out again; dropped from the pool when released.
-    pub lost: bool,
+    pub(crate) lost: bool,
     /// The /28 of its ENI it belongs to (prefix mode): never unassigned on
     /// its own, only with its whole prefix.
-    pub prefix: Option<Ipv4Prefix>,
+    pub(crate) prefix: Option<Ipv4Prefix>,
 }
 
 /// What `release` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReleaseOutcome {
+pub(crate) enum ReleaseOutcome {
     /// The owner held nothing.
     NotHeld,
     /// Held by another sandbox than the one named: nothing changed.
@@ -196,13 +196,13 @@ pub enum ReleaseOutcome {
 
 /// All managed ENIs and addresses.
 #[derive(Debug, Clone, Default)]
-pub struct PoolState {
+pub(crate) struct PoolState {
     /// Managed ENIs by id.
-    pub enis: BTreeMap<String, PoolEni>,
+    pub(crate) enis: BTreeMap<String, PoolEni>,
     /// Addresses by IPv4.
-    pub ips: BTreeMap<Ipv4Addr, PoolIp>,
+    pub(crate) ips: BTreeMap<Ipv4Addr, PoolIp>,
     /// Dual stack: IPv6 addresses with no IPv4 pair (invalid), by ENI.
-    pub unpaired_v6: BTreeMap<Ipv6Addr, String>,
+    pub(crate) unpaired_v6: BTreeMap<Ipv6Addr, String>,
     owners: HashMap<Owner, Ipv4Addr>,
     held_for: HashMap<Owner, Ipv4Addr>,
     /// Sandbox networks by owner (see `attach.rs`).
@@ -212,7 +212,7 @@ pub struct PoolState {
 
 impl PoolState {
     /// An empty pool; `dual` when every allocation is an IPv4+IPv6 pair.
-    pub fn new(dual: bool) -> PoolState {
+    pub(crate) fn new(dual: bool) -> PoolState {
         PoolState {
             dual,
             ..PoolState::default()
@@ -220,13 +220,13 @@ impl PoolState {
     }
 
     /// Adds an ENI (its addresses are added separately).
-    pub fn add_eni(&mut self, eni: PoolEni) {
+    pub(crate) fn add_eni(&mut self, eni: PoolEni) {
         self.enis.insert(eni.id.clone(), eni);
     }
 
     /// Adds an address as idle (or invalid when dual stack lacks its pair).
     /// An address already known is left as it is.
-    pub fn add_ip(&mut self, eni: &str, v4: Ipv4Addr, v6: Option<Ipv6Addr>) {
+    pub(crate) fn add_ip(&mut self, eni: &str, v4: Ipv4Addr, v6: Option<Ipv6Addr>) {
         if self.ips.contains_key(&v4) {
             return;
         }
@@ -255,7 +255,7 @@ impl PoolState {
 
     /// Adds a /28 of an ENI and its 16 addresses (idle). Addresses already
     /// known are left as they are, but counted as members.
-    pub fn add_prefix(&mut self, eni: &str, p: Ipv4Prefix) {
+    pub(crate) fn add_prefix(&mut self, eni: &str, p: Ipv4Prefix) {
         let Some(e) = self.enis.get_mut(eni) else {
             return;
         };
@@ -272,7 +272,7 @@ impl PoolState {
 
     /// Forgets a /28 of an ENI (its addresses are removed separately, as
     /// they are for single addresses).
-    pub fn remove_prefix(&mut self, eni: &str, p: Ipv4Prefix) {
+    pub(crate) fn remove_prefix(&mut self, eni: &str, p: Ipv4Prefix) {
         if let Some(e) = self.enis.get_mut(eni) {
             e.prefixes.remove(&p);
         }
@@ -289,7 +289,7 @@ impl PoolState {
     /// per single secondary address (invalid ones included), and in dual
     /// stack one per unpaired IPv6 (it holds a slot of the IPv6 quota
     /// until it goes back).
-    pub fn slots_used(&self, eni: &str) -> usize {
+    pub(crate) fn slots_used(&self, eni: &str) -> usize {
         let prefixes = self.enis.get(eni).map_or(0, |e| e.prefixes.len());
         let singles = self
             .ips
@@ -301,13 +301,13 @@ impl PoolState {
     }
 
     /// Records an unpaired IPv6 address (dual stack; invalid).
-    pub fn add_unpaired_v6(&mut self, eni: &str, v6: Ipv6Addr) {
+    pub(crate) fn add_unpaired_v6(&mut self, eni: &str, v6: Ipv6Addr) {
         self.unpaired_v6.insert(v6, eni.to_string());
     }
 
     /// Removes addresses that left the cloud (unassigned or gone). Owners
     /// and holds on them are dropped from the indexes.
-    pub fn remove_ips(&mut self, v4s: &[Ipv4Addr]) {
+    pub(crate) fn remove_ips(&mut self, v4s: &[Ipv4Addr]) {
         for v4 in v4s {
             if let Some(ip) = self.ips.remove(v4) {
                 self.unindex(&ip);
@@ -316,7 +316,7 @@ impl PoolState {
     }
 
     /// ENIs marked gone that no longer hold any address: forgotten.
-    pub fn drop_empty_gone(&mut self) -> Vec<String> {
+    pub(crate) fn drop_empty_gone(&mut self) -> Vec<String> {
         let empty: Vec<String> = self
             .enis
             .values()
@@ -330,7 +330,7 @@ impl PoolState {
     }
 
     /// Removes an ENI and every address on it.
-    pub fn remove_eni(&mut self, id: &str) -> Option<PoolEni> {
+    pub(crate) fn remove_eni(&mut self, id: &str) -> Option<PoolEni> {
         let on_it: Vec<Ipv4Addr> = self
             .ips
             .values()
@@ -393,7 +393,7 @@ impl PoolState {
     }
 
     /// The address an owner holds.
-    pub fn owner_ip(&self, owner: &Owner) -> Option<&PoolIp> {
+    pub(crate) fn owner_ip(&self, owner: &Owner) -> Option<&PoolIp> {
         self.owners.get(owner).and_then(|v4| self.ips.get(v4))
     }
 
@@ -409,7 +409,7 @@ impl PoolState {
     /// Picks an address for `owner` (who holds none): its reservation or
     /// cool-down first, then `prefer` if free, then the best idle address.
     /// Call [`PoolState::settle`] first.
-    pub fn pick(&self, owner: &Owner, prefer: Option<IpAddr>) -> Option<Ipv4Addr> {
+    pub(crate) fn pick(&self, owner: &Owner, prefer: Option<IpAddr>) -> Option<Ipv4Addr> {
         if let Some(v4) = self.held_for.get(owner) {
             if let Some(ip) = self.ips.get(v4) {
                 if self.allocatable(ip) {
@@ -470,15 +470,15 @@ impl PoolState {
         self.not_idle_counts().0
     }
 
-    /// Hands `v4` to `owner`; returns the record to persist.
-    pub fn take(
+    /// Hands `v4` to `owner`; returns the allocation to persist.
+    pub(crate) fn take(
         &mut self,
         v4: Ipv4Addr,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
         now_ms: u64,
-    ) -> Option<StoredAllocation> {
-        let ip = self.ips.get(&v4)?.clone();
+    ) -> Option<Allocation> {
+        self.ips.get(&v4)?;
         self.set_state(
             v4,
             IpState::InUse {
@@ -487,24 +487,16 @@ impl PoolState {
                 since_ms: now_ms,
             },
         );
-        Some(StoredAllocation {
-            owner: owner.to_string(),
-            sandbox: sandbox.map(|s| s.to_string()),
-            ipv4: v4,
-            ipv6: ip.v6,
-            eni: ip.eni,
-            at_ms: now_ms,
-            attach: self.attachment(owner).cloned(),
-        })
+        self.allocation(owner)
     }
 
-    /// Moves an owner's allocation to another sandbox; returns the record
-    /// to persist, or `None` if nothing changed.
-    pub fn move_sandbox(
+    /// Moves an owner's allocation to another sandbox; returns the
+    /// allocation to persist, or `None` if nothing changed.
+    pub(crate) fn move_sandbox(
         &mut self,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
-    ) -> Option<StoredAllocation> {
+    ) -> Option<Allocation> {
         let v4 = *self.owners.get(owner)?;
         let ip = self.ips.get_mut(&v4)?;
         let IpState::InUse {
@@ -517,12 +509,12 @@ impl PoolState {
             Some(new) if current.as_ref() != Some(new) => *current = Some(new.clone()),
             _ => return None,
         }
-        self.stored(owner)
+        self.allocation(owner)
     }
 
     /// Releases an owner's address. With `sandbox`, only if the allocation
     /// belongs to that sandbox (or was made without one).
-    pub fn release(
+    pub(crate) fn release(
         &mut self,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
@@ -569,10 +561,10 @@ impl PoolState {
                 }
             };
             let hold = Hold {
-                ipv4: ip.v4,
+                ip: ip.v4,
                 ipv6: ip.v6,
                 eni: ip.eni.clone(),
-                last_owner: Some(owner.to_string()),
+                last_owner: Some(owner.clone()),
                 reserved_until_ms,
                 cooling_until_ms,
             };
@@ -589,7 +581,7 @@ impl PoolState {
     }
 
     /// Marks or unmarks addresses as being unassigned.
-    pub fn set_releasing(&mut self, v4s: &[Ipv4Addr], releasing: bool) {
+    pub(crate) fn set_releasing(&mut self, v4s: &[Ipv4Addr], releasing: bool) {
         for v4 in v4s {
             if let Some(ip) = self.ips.get_mut(v4) {
                 ip.releasing = releasing;
@@ -599,7 +591,7 @@ impl PoolState {
 
     /// Marks an owned address the cloud no longer has: the owner keeps
     /// seeing it until it releases it, and it is never handed out again.
-    pub fn mark_lost(&mut self, v4: Ipv4Addr) {
+    pub(crate) fn mark_lost(&mut self, v4: Ipv4Addr) {
         if let Some(ip) = self.ips.get_mut(&v4) {
             ip.lost = true;
         }
@@ -607,7 +599,7 @@ impl PoolState {
 
     /// Clears [`mark_lost`](Self::mark_lost): the cloud has the address
     /// again (its ENI was attached again).
-    pub fn mark_found(&mut self, v4: Ipv4Addr) {
+    pub(crate) fn mark_found(&mut self, v4: Ipv4Addr) {
         if let Some(ip) = self.ips.get_mut(&v4) {
             ip.lost = false;
         }

@@ -10,7 +10,7 @@ impl PoolState {
     /// Chooses up to `n` idle secondary addresses to give back to the cloud,
     /// from the ENIs with the fewest addresses in use first (so whole ENIs
     /// drain), grouped by ENI.
-    pub fn shed_candidates(&self, n: usize) -> Vec<(String, Vec<Ipv4Addr>)> {
+    pub(crate) fn shed_candidates(&self, n: usize) -> Vec<(String, Vec<Ipv4Addr>)> {
         if n == 0 {
             return Vec::new();
         }
@@ -43,7 +43,7 @@ impl PoolState {
     }
 
     /// The IPv6 pairs of these addresses (dual stack).
-    pub fn pairs_of(&self, v4s: &[Ipv4Addr]) -> Vec<Ipv6Addr> {
+    pub(crate) fn pairs_of(&self, v4s: &[Ipv4Addr]) -> Vec<Ipv6Addr> {
         v4s.iter()
             .filter_map(|a| self.ips.get(a).and_then(|ip| ip.v6))
             .collect()
@@ -51,7 +51,7 @@ impl PoolState {
 
     /// Invalid secondary addresses (with their IPv6 pairs) and unpaired
     /// IPv6 to unassign, by ENI.
-    pub fn invalid_to_release(&self) -> Vec<(String, Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
+    pub(crate) fn invalid_to_release(&self) -> Vec<(String, Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
         let mut by_eni: BTreeMap<String, (Vec<Ipv4Addr>, Vec<Ipv6Addr>)> = BTreeMap::new();
         for ip in self.ips.values() {
             if matches!(ip.state, IpState::Invalid { .. })
@@ -80,7 +80,7 @@ impl PoolState {
 
     /// ENIs holding nothing but their idle primary address, with nothing in
     /// flight: they can be detached and deleted.
-    pub fn freeable_enis(&self) -> Vec<String> {
+    pub(crate) fn freeable_enis(&self) -> Vec<String> {
         self.enis
             .values()
             .filter(|e| {
@@ -100,7 +100,7 @@ impl PoolState {
     /// Every prefix of a ready ENI, as a shrink sees it: its ENI, the
     /// addresses in use on that ENI, and whether all 16 are idle (past any
     /// reservation or cool-down) with nothing in flight.
-    pub fn prefix_candidates(&self) -> Vec<(String, Ipv4Prefix, usize, bool)> {
+    pub(crate) fn prefix_candidates(&self) -> Vec<(String, Ipv4Prefix, usize, bool)> {
         let inuse = self.inuse_by_eni();
         let mut out = Vec::new();
         for e in self.enis.values() {

@@ -84,7 +84,7 @@ fn sandbox_rules() {
     p.take(v4, &a, Some(&sx), 0);
     // A new sandbox of the same owner moves the allocation.
     let moved = p.move_sandbox(&a, Some(&sy)).unwrap();
-    assert_eq!(moved.sandbox.as_deref(), Some("y"));
+    assert_eq!(moved.sandbox, Some(sy.clone()));
     assert!(p.move_sandbox(&a, Some(&sy)).is_none());
     // A late release from x changes nothing.
     assert_eq!(
@@ -142,18 +142,18 @@ fn dual_stack_unpaired_is_invalid() {
 #[test]
 fn restore_and_quarantine() {
     let mut p = pool();
-    let a = StoredAllocation {
-        owner: "ns/a".into(),
+    let a = Allocation {
+        owner: owner("ns/a"),
         sandbox: None,
-        ipv4: ip("10.0.0.11"),
+        ip: ip("10.0.0.11"),
         ipv6: None,
         eni: "eni-01".into(),
-        at_ms: 5,
+        since_ms: 5,
         attach: None,
     };
     assert!(p.restore_allocation(&a));
-    let gone = StoredAllocation {
-        ipv4: ip("10.9.9.9"),
+    let gone = Allocation {
+        ip: ip("10.9.9.9"),
         ..a.clone()
     };
     assert!(!p.restore_allocation(&gone));

@@ -4,23 +4,30 @@
 use super::*;
 
 impl PoolState {
-    /// The reply text for an owner's allocation.
-    pub fn allocation_of(&self, v4: Ipv4Addr) -> Option<Allocation> {
-        let ip = self.ips.get(&v4)?;
-        let eni = self.enis.get(&ip.eni)?;
-        Some(Allocation {
-            ip: ip.v4,
-            ipv6: ip.v6,
+    /// `owner`'s allocation and the ENI it is on: what `alloc` and `show`
+    /// answer.
+    pub(crate) fn allocation_with_eni(&self, owner: &Owner) -> Option<(Allocation, EniInfo)> {
+        let a = self.allocation(owner)?;
+        let eni = self.eni_info(&a.eni)?;
+        Some((a, eni))
+    }
+
+    /// A known ENI's link and IPv4 gateway (the pool knows no IPv6
+    /// gateway: `v6` is `None`).
+    pub(crate) fn eni_info(&self, id: &str) -> Option<EniInfo> {
+        let eni = self.enis.get(id)?;
+        Some(EniInfo {
             eni: eni.id.clone(),
             mac: eni.mac.clone(),
             vswitch: eni.vswitch.clone(),
             cidr: eni.cidr.clone(),
             gateway: eni.gateway,
+            v6: None,
         })
     }
 
     /// Addresses free for anyone right now.
-    pub fn idle_count(&self) -> usize {
+    pub(crate) fn idle_count(&self) -> usize {
         self.ips
             .values()
             .filter(|ip| ip.state == IpState::Idle && self.allocatable(ip))
@@ -28,13 +35,13 @@ impl PoolState {
     }
 
     /// Addresses (and unpaired IPv6) on one ENI.
-    pub fn ips_on(&self, eni: &str) -> usize {
+    pub(crate) fn ips_on(&self, eni: &str) -> usize {
         self.ips.values().filter(|ip| ip.eni == eni).count()
             + self.unpaired_v6.values().filter(|e| *e == eni).count()
     }
 
     /// Counters for `status` (pending and capacity are the caller's).
-    pub fn counts(&self) -> StatusCounts {
+    pub(crate) fn counts(&self) -> StatusCounts {
         let mut c = StatusCounts {
             enis: self.enis.values().filter(|e| !e.gone).count(),
             ips: self.ips.len() + self.unpaired_v6.len(),
@@ -53,7 +60,7 @@ impl PoolState {
     }
 
     /// Counts by state name, invalid included (for metrics).
-    pub fn counts_by_state(&self) -> Vec<(&'static str, u64)> {
+    pub(crate) fn counts_by_state(&self) -> Vec<(&'static str, u64)> {
         let c = self.counts();
         let invalid = (c.ips - c.idle - c.inuse - c.reserved - c.cooling) as u64;
         vec![
@@ -66,7 +73,7 @@ impl PoolState {
     }
 
     /// `list` data.
-    pub fn list(&self) -> Vec<ListEntry> {
+    pub(crate) fn list(&self) -> Vec<ListEntry> {
         let mut out: Vec<ListEntry> = self
             .ips
             .values()
@@ -94,7 +101,7 @@ impl PoolState {
     /// `enis` data for the ENIs that exist (the caller adds ones being
     /// created). In prefix mode, `fallback` says whether a vswitch is out
     /// of /28s for now, and each entry shows how its ENI holds addresses.
-    pub fn eni_entries(
+    pub(crate) fn eni_entries(
         &self,
         inhibited: impl Fn(&str) -> Option<u64>,
         fallback: Option<&dyn Fn(&str) -> bool>,
@@ -116,7 +123,7 @@ impl PoolState {
 
     /// Per ENI, its addresses in prefixes and single (metrics, prefix
     /// mode).
-    pub fn eni_modes(&self) -> Vec<crate::metrics::EniModeGauge> {
+    pub(crate) fn eni_modes(&self) -> Vec<crate::metrics::EniModeGauge> {
         let mut m: BTreeMap<&str, crate::metrics::EniModeGauge> = self
             .enis
             .values()
@@ -145,7 +152,7 @@ impl PoolState {
     }
 
     /// How an ENI holds its addresses (prefix mode).
-    pub fn prefix_use(&self, e: &PoolEni, fallback: bool) -> PrefixUse {
+    pub(crate) fn prefix_use(&self, e: &PoolEni, fallback: bool) -> PrefixUse {
         PrefixUse {
             prefixes: e.prefixes.len(),
             singles: self.slots_used(&e.id) - e.prefixes.len(),
@@ -154,12 +161,12 @@ impl PoolState {
     }
 
     /// Every owner and its address.
-    pub fn owners(&self) -> impl Iterator<Item = (&Owner, &Ipv4Addr)> {
+    pub(crate) fn owners(&self) -> impl Iterator<Item = (&Owner, &Ipv4Addr)> {
         self.owners.iter()
     }
 
     /// Checks the invariants; `Err` names the first violation.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let mut seen_owner: HashMap<&Owner, Ipv4Addr> = HashMap::new();
         for ip in self.ips.values() {
             if !self.enis.contains_key(&ip.eni) {
@@ -204,7 +211,7 @@ impl PoolState {
     }
 
     /// Every IPv6 the pool knows: paired or unpaired.
-    pub fn known_v6(&self) -> std::collections::BTreeSet<Ipv6Addr> {
+    pub(crate) fn known_v6(&self) -> std::collections::BTreeSet<Ipv6Addr> {
         self.ips
             .values()
             .filter_map(|ip| ip.v6)

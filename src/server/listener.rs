@@ -30,11 +30,12 @@ use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
 use super::peer::{may_mutate, supplementary_groups, Peer};
-use super::protocol::{self, Reply, Request, MAX_LINE};
 pub use super::socket::{bind_socket, resolve_group};
 use crate::core::{AllocError, Command, Commands, ErrCode};
 use crate::log_limited;
 use crate::logging::RateLimit;
+use crate::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
+use crate::util::accept::{accept_until_woken, AcceptFailure};
 
 /// Listener settings.
 #[derive(Debug, Clone)]
@@ -174,7 +175,7 @@ impl Server {
     }
 
     /// A counter of open connections, for the metrics gauge.
-    pub fn connection_counter(&self) -> Box<dyn Fn() -> usize + Send + Sync> {
+    pub(crate) fn connection_counter(&self) -> Box<dyn Fn() -> usize + Send + Sync> {
         let sh = Arc::downgrade(&self.shared);
         Box::new(move || sh.upgrade().map(|s| s.conns.lock().len()).unwrap_or(0))
     }
@@ -224,41 +225,20 @@ impl Drop for Server {
 }
 
 fn accept_loop(sh: &Arc<Shared>, listener: &UnixListener, wake: &OwnedFd) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    loop {
-        if sh.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let mut fds = [
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => {
-                warn!("poll on the listening socket failed: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
+    accept_until_woken(
+        listener.as_fd(),
+        wake.as_fd(),
+        &sh.stopping,
+        || listener.accept().map(|(stream, _)| stream),
+        |stream| admit(sh, stream),
+        |failure| match failure {
+            AcceptFailure::Poll(e) => warn!("poll on the listening socket failed: {e}"),
+            // Out of fds and the like: backed off, not spinning.
+            AcceptFailure::Accept(e) => {
+                log_limited!(CLIENT_LOG, log::Level::Warn, "accept failed: {e}")
             }
-        }
-        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
-            return;
-        }
-        loop {
-            match listener.accept() {
-                Ok((stream, _)) => admit(sh, stream),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Out of fds and the like: back off instead of spinning.
-                    log_limited!(CLIENT_LOG, log::Level::Warn, "accept failed: {e}");
-                    std::thread::sleep(Duration::from_millis(50));
-                    break;
-                }
-            }
-        }
-    }
+        },
+    );
 }
 
 fn admit(sh: &Arc<Shared>, stream: UnixStream) {
@@ -299,7 +279,7 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
                     drop(conns);
                     let mut s = stream;
                     let _ = s.write_all(
-                        Reply::err(AllocError::new(ErrCode::Busy, "too many connections"))
+                        ClientReply::err(AllocError::new(ErrCode::Busy, "too many connections"))
                             .render()
                             .as_bytes(),
                     );
@@ -353,7 +333,7 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
             if let Some(c) = sh.conns.lock().remove(&id) {
                 let mut s = c.stream;
                 let _ = s.write_all(
-                    Reply::err(AllocError::new(
+                    ClientReply::err(AllocError::new(
                         ErrCode::Busy,
                         "no thread for this connection",
                     ))
@@ -586,7 +566,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
                     sh,
                     id,
                     &stream,
-                    Reply::err(AllocError::bare(ErrCode::LineTooLong))
+                    ClientReply::err(AllocError::bare(ErrCode::LineTooLong))
                         .render()
                         .as_bytes(),
                 );
@@ -599,7 +579,7 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
         set_phase(sh, id, Phase::Serving);
         let (reply, quit) = if sh.stopping.load(Ordering::SeqCst) {
             (
-                Reply::err(AllocError::new(
+                ClientReply::err(AllocError::new(
                     ErrCode::ShuttingDown,
                     "the daemon is stopping",
                 )),
@@ -608,13 +588,13 @@ fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
         } else {
             match protocol::parse_request(&line) {
                 Ok(req) => {
-                    let quit = req == Request::Quit;
+                    let quit = req == ClientRequest::Quit;
                     (handle(sh, &stream, peer.as_ref(), &mut keep, req), quit)
                 }
                 Err(e) => {
                     debug!("bad request: {e}");
                     let close = e.code == ErrCode::LineTooLong;
-                    (Reply::err(e), close)
+                    (ClientReply::err(e), close)
                 }
             }
         };
@@ -638,8 +618,8 @@ fn handle(
     stream: &UnixStream,
     peer: Option<&Peer>,
     keep: &mut Vec<String>,
-    req: Request,
-) -> Reply {
+    req: ClientRequest,
+) -> ClientReply {
     if req.is_mutating() {
         let allowed = peer.is_some_and(|p| {
             may_mutate(p, &sh.cfg.allowed_uids, sh.cfg.socket_gid, || {
@@ -655,36 +635,36 @@ fn handle(
                 peer.map(|p| p.uid),
                 peer.map(|p| p.pid)
             );
-            return Reply::err(AllocError::new(
+            return ClientReply::err(AllocError::new(
                 ErrCode::Denied,
                 "this uid may not change allocations",
             ));
         }
     }
     match req {
-        Request::Ping => Reply::ok("pong"),
-        Request::Version => Reply::ok(format!(
+        ClientRequest::Ping => ClientReply::ok("pong"),
+        ClientRequest::Version => ClientReply::ok(format!(
             "eniipd {} protocol={}",
             sh.cfg.version,
             protocol::PROTOCOL_VERSION
         )),
-        Request::Help => {
-            Reply::with_data(protocol::HELP.iter().map(|s| s.to_string()).collect(), "")
+        ClientRequest::Help => {
+            ClientReply::with_data(protocol::HELP.iter().map(|s| s.to_string()).collect(), "")
         }
-        Request::Quit => Reply::ok("bye"),
-        Request::Keep(ids) => {
+        ClientRequest::Quit => ClientReply::ok("bye"),
+        ClientRequest::Keep(ids) => {
             // Bounded, so one connection cannot grow without end.
             if keep.len() + ids.len() > MAX_KEEP {
-                return Reply::err(AllocError::bad(format!(
+                return ClientReply::err(AllocError::bad(format!(
                     "a keep-list holds at most {MAX_KEEP} ids"
                 )));
             }
             keep.extend(ids);
             keep.sort_unstable();
             keep.dedup();
-            Reply::ok(format!("keep={}", keep.len()))
+            ClientReply::ok(format!("keep={}", keep.len()))
         }
-        Request::Command(mut command) => {
+        ClientRequest::Command(mut command) => {
             match &mut command {
                 Command::Gc { keep: list, .. } => *list = std::mem::take(keep),
                 Command::Alloc { attach, .. } => {

@@ -7,18 +7,18 @@ use std::os::unix::net::UnixStream;
 
 /// Credentials of a connected peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peer {
+pub(crate) struct Peer {
     /// Process id (0 if unknown).
-    pub pid: i32,
+    pub(crate) pid: i32,
     /// User id.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// Primary group id.
-    pub gid: u32,
+    pub(crate) gid: u32,
 }
 
 impl Peer {
     /// SO_PEERCRED of a connected stream.
-    pub fn of(stream: &UnixStream) -> std::io::Result<Peer> {
+    pub(crate) fn of(stream: &UnixStream) -> std::io::Result<Peer> {
         let c = nix::sys::socket::getsockopt(
             &stream.as_fd(),
             nix::sys::socket::sockopt::PeerCredentials,
@@ -33,7 +33,7 @@ impl Peer {
 
 /// The peer's supplementary groups: SO_PEERGROUPS, else the `Groups:` line
 /// of `/proc/<pid>/status`, else none.
-pub fn supplementary_groups(stream: &UnixStream, pid: i32) -> Vec<u32> {
+pub(crate) fn supplementary_groups(stream: &UnixStream, pid: i32) -> Vec<u32> {
     peer_groups(stream).unwrap_or_else(|| proc_groups(pid))
 }
 
@@ -71,7 +71,7 @@ fn proc_groups(pid: i32) -> Vec<u32> {
 }
 
 /// Parses the `Groups:` line of `/proc/<pid>/status`.
-pub fn parse_status_groups(status: &str) -> Option<Vec<u32>> {
+pub(crate) fn parse_status_groups(status: &str) -> Option<Vec<u32>> {
     let line = status.lines().find(|l| l.starts_with("Groups:"))?;
     Some(
         line["Groups:".len()..]
@@ -83,7 +83,7 @@ pub fn parse_status_groups(status: &str) -> Option<Vec<u32>> {
 
 /// May this peer `alloc` and `release`? `groups` is asked for only when the
 /// uid and primary gid do not already decide it.
-pub fn may_mutate(
+pub(crate) fn may_mutate(
     peer: &Peer,
     allowed_uids: &[u32],
     socket_gid: Option<u32>,

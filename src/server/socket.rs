@@ -21,7 +21,7 @@ use log::{info, warn};
 /// thread takes them (the kernel caps it at `net.core.somaxconn`).
 /// `systemd/eniipd.socket` sets the same `Backlog=`. A client connecting
 /// without blocking (Go, most event loops) gets EAGAIN when it is full.
-pub const LISTEN_BACKLOG: i32 = 4096;
+pub(crate) const LISTEN_BACKLOG: i32 = 4096;
 
 /// Why the client socket could not be bound.
 #[derive(Debug)]
@@ -94,11 +94,6 @@ pub struct SocketFile {
 }
 
 impl SocketFile {
-    /// The socket's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Removes the socket file if it is still the one bound here (same
     /// device and inode); true if it was removed.
     pub fn remove_if_ours(&self) -> bool {

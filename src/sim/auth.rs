@@ -20,7 +20,7 @@ use crate::httpd::HttpRequest;
 use crate::util::time::{parse_rfc3339, unix_secs};
 
 /// Timestamps further than this from the emulator's clock are refused.
-pub const TIMESTAMP_WINDOW_SECS: u64 = 15 * 60;
+pub(crate) const TIMESTAMP_WINDOW_SECS: u64 = 15 * 60;
 
 /// Headers a V3 request must carry and sign.
 const V3_REQUIRED: &[&str] = &[
@@ -116,7 +116,7 @@ fn missing_param(name: &str) -> ApiError {
 }
 
 /// Signature 1.0 over the union of query and form parameters.
-pub fn authenticate_v1(
+pub(crate) fn authenticate_v1(
     sh: &Shared,
     method: &str,
     pairs: &[(String, String)],
@@ -152,7 +152,7 @@ pub fn authenticate_v1(
 
 /// Signature V3: `Authorization` plus the signed headers as sent, the query
 /// parameters, and the body received.
-pub fn authenticate_v3(
+pub(crate) fn authenticate_v3(
     sh: &Shared,
     req: &HttpRequest,
     query: &[(String, String)],

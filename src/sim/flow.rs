@@ -36,7 +36,7 @@ impl FlowModel {
 /// (they are in each account's Quota Center), so these are the order of
 /// magnitude of a default account's ECS quotas, mutations tighter than
 /// reads. `*` is every other Action.
-pub const DEFAULT_LIMITS: &[(&str, u32)] = &[
+pub(crate) const DEFAULT_LIMITS: &[(&str, u32)] = &[
     ("CreateNetworkInterface", 500),
     ("AttachNetworkInterface", 500),
     ("DetachNetworkInterface", 500),
@@ -107,7 +107,7 @@ impl FlowOptions {
 
 /// The account's counters.
 #[derive(Debug)]
-pub struct FlowControl {
+pub(crate) struct FlowControl {
     opts: FlowOptions,
     epoch: Instant,
     /// Per Action: (window index, calls admitted in it).
@@ -119,7 +119,7 @@ pub struct FlowControl {
 
 impl FlowControl {
     /// Counters starting now.
-    pub fn new(opts: FlowOptions) -> FlowControl {
+    pub(crate) fn new(opts: FlowOptions) -> FlowControl {
         FlowControl {
             opts,
             epoch: Instant::now(),
@@ -139,7 +139,7 @@ impl FlowControl {
 
     /// Admits one call of `action` at `now`, or answers how long until it
     /// would pass (the `TimeLeft` a throttled answer carries).
-    pub fn admit(&mut self, action: &str, now: Instant) -> Result<(), Duration> {
+    pub(crate) fn admit(&mut self, action: &str, now: Instant) -> Result<(), Duration> {
         let Some(limit) = self.limit(action) else {
             return Ok(());
         };
@@ -186,13 +186,8 @@ impl FlowControl {
     }
 
     /// Throttled calls per Action, for `/__sim/state`.
-    pub fn throttled(&self) -> &BTreeMap<String, u64> {
+    pub(crate) fn throttled(&self) -> &BTreeMap<String, u64> {
         &self.throttled
-    }
-
-    /// Whether any limit is set.
-    pub fn enabled(&self) -> bool {
-        !self.opts.limits.is_empty()
     }
 }
 

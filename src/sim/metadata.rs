@@ -19,7 +19,7 @@ fn not_found() -> HttpResponse {
 
 /// Handles one request on the metadata listener of the account's
 /// `instance`-th instance (0: the first, the one of the `ready` line).
-pub fn handle(sh: &Shared, req: &HttpRequest, instance: usize) -> HttpResponse {
+pub(crate) fn handle(sh: &Shared, req: &HttpRequest, instance: usize) -> HttpResponse {
     if req.path == "/latest/api/token" {
         if req.method != "PUT" {
             return HttpResponse::text(405, "Method Not Allowed\n");

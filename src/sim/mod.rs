@@ -12,14 +12,14 @@
 //! It runs in-process ([`Simulator::start`], used by `eniipd --simulate`,
 //! the tests and the benchmarks) or as the `eniip-sim` binary.
 
-pub mod auth;
+pub(crate) mod auth;
 pub mod flow;
 pub mod hostlinks;
-pub mod metadata;
-pub mod net;
-pub mod openapi;
+pub(crate) mod metadata;
+pub(crate) mod net;
+pub(crate) mod openapi;
 pub mod types;
-pub mod world;
+pub(crate) mod world;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -44,13 +44,13 @@ pub const DEFAULT_ACCESS_KEY_SECRET: &str = "eniip-sim-secret-not-for-production
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VSwitchSpec {
     /// `vsw-...`
-    pub id: String,
+    pub(crate) id: String,
     /// IPv4 CIDR.
-    pub cidr: String,
+    pub(crate) cidr: String,
     /// IPv6 CIDR (dual stack).
-    pub ipv6_cidr: Option<String>,
+    pub(crate) ipv6_cidr: Option<String>,
     /// Free addresses (default: the whole usable block).
-    pub free: Option<u64>,
+    pub(crate) free: Option<u64>,
 }
 
 impl VSwitchSpec {
@@ -130,7 +130,7 @@ impl FaultRule {
     }
 
     /// From the admin JSON.
-    pub fn from_json(v: &Value) -> Result<FaultRule, String> {
+    pub(crate) fn from_json(v: &Value) -> Result<FaultRule, String> {
         let action = v
             .get("action")
             .and_then(Value::as_str)
@@ -304,53 +304,53 @@ impl std::error::Error for SimError {
 
 /// Role credentials handed out by metadata.
 #[derive(Debug, Clone)]
-pub struct StsCredentials {
+pub(crate) struct StsCredentials {
     /// `STS.…`
-    pub id: String,
+    pub(crate) id: String,
     /// Secret.
-    pub secret: String,
+    pub(crate) secret: String,
     /// Token.
-    pub token: String,
+    pub(crate) token: String,
     /// Issued (Unix s).
-    pub issued_unix: u64,
+    pub(crate) issued_unix: u64,
     /// Expires (Unix s).
-    pub expires_unix: u64,
+    pub(crate) expires_unix: u64,
 }
 
 /// State shared by both listeners.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     /// The world.
-    pub world: Mutex<World>,
+    pub(crate) world: Mutex<World>,
     /// Gateway state (faults, nonces, replays).
-    pub gateway: Mutex<openapi::Gateway>,
+    pub(crate) gateway: Mutex<openapi::Gateway>,
     /// Metadata tokens and their expiry.
-    pub md_tokens: Mutex<HashMap<String, Instant>>,
+    pub(crate) md_tokens: Mutex<HashMap<String, Instant>>,
     /// Role credentials issued so far.
-    pub sts: Mutex<Vec<StsCredentials>>,
+    pub(crate) sts: Mutex<Vec<StsCredentials>>,
     /// Static key pair.
-    pub key_id: String,
+    pub(crate) key_id: String,
     /// Static secret.
-    pub key_secret: String,
+    pub(crate) key_secret: String,
     /// Per-call latency.
-    pub latency: Duration,
+    pub(crate) latency: Duration,
     /// Region.
-    pub region: String,
+    pub(crate) region: String,
     /// RAM role name.
-    pub ram_role: Option<String>,
+    pub(crate) ram_role: Option<String>,
     /// Role credential lifetime.
-    pub sts_ttl: Duration,
+    pub(crate) sts_ttl: Duration,
     /// Tokenless metadata refused.
-    pub metadata_hardened: bool,
+    pub(crate) metadata_hardened: bool,
     /// The VPC block metadata reports.
-    pub vpc_cidr: String,
+    pub(crate) vpc_cidr: String,
     /// The account's flow control, shared by every instance.
-    pub flow: Mutex<flow::FlowControl>,
+    pub(crate) flow: Mutex<flow::FlowControl>,
 }
 
 impl Shared {
     /// `GET /__sim/state`: the world, and the throttled calls per Action.
-    pub fn state_json(&self) -> Value {
+    pub(crate) fn state_json(&self) -> Value {
         let (mut v, fleet) = {
             let mut w = self.world.lock();
             (w.state_json(Instant::now()), w.fleet.clone())
@@ -376,7 +376,7 @@ impl Shared {
     /// The secret of an access key id, and for role credentials the token
     /// (`Err` when expired).
     #[allow(clippy::type_complexity)]
-    pub fn secret_for(&self, ak: &str) -> Option<(String, Option<Result<String, ()>>)> {
+    pub(crate) fn secret_for(&self, ak: &str) -> Option<(String, Option<Result<String, ()>>)> {
         if ak == self.key_id {
             return Some((self.key_secret.clone(), None));
         }
@@ -392,7 +392,7 @@ impl Shared {
     }
 
     /// Current role credentials, rotated when half their life is gone.
-    pub fn sts_credentials(&self) -> StsCredentials {
+    pub(crate) fn sts_credentials(&self) -> StsCredentials {
         let now = crate::util::time::unix_secs();
         let mut sts = self.sts.lock();
         if let Some(c) = sts.last() {
@@ -609,7 +609,7 @@ impl Simulator {
     }
 
     /// Same listener as ECS.
-    pub fn vpc_url(&self) -> String {
+    pub(crate) fn vpc_url(&self) -> String {
         self.ecs_url()
     }
 
@@ -620,7 +620,7 @@ impl Simulator {
 
     /// Every instance of the account: (id, type, metadata URL), the
     /// first one first.
-    pub fn instances(&self) -> Vec<(String, String, String)> {
+    pub(crate) fn instances(&self) -> Vec<(String, String, String)> {
         let fleet = self.shared.world.lock().fleet.clone();
         let urls = std::iter::once(self.metadata_url()).chain(
             self.fleet_md

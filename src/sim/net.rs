@@ -4,16 +4,16 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// An IPv4 CIDR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Net4 {
+pub(crate) struct Net4 {
     /// Network address.
-    pub base: u32,
+    pub(crate) base: u32,
     /// Prefix length.
-    pub prefix: u8,
+    pub(crate) prefix: u8,
 }
 
 impl Net4 {
     /// Parses `a.b.c.d/n` (host bits must be zero; n from 8 to 29).
-    pub fn parse(s: &str) -> Result<Net4, String> {
+    pub(crate) fn parse(s: &str) -> Result<Net4, String> {
         let (a, p) = s
             .split_once('/')
             .ok_or_else(|| format!("{s:?} is not a CIDR"))?;
@@ -31,33 +31,33 @@ impl Net4 {
     }
 
     /// Addresses in the block.
-    pub fn size(&self) -> u64 {
+    pub(crate) fn size(&self) -> u64 {
         1u64 << (32 - self.prefix)
     }
 
     /// The address at `offset`.
-    pub fn at(&self, offset: u64) -> Ipv4Addr {
+    pub(crate) fn at(&self, offset: u64) -> Ipv4Addr {
         Ipv4Addr::from(self.base.wrapping_add(offset as u32))
     }
 
     /// Usable offsets: the network address and the next two, and the last
     /// three (gateway, reserved, broadcast), are reserved as in a VPC.
-    pub fn usable(&self) -> std::ops::Range<u64> {
+    pub(crate) fn usable(&self) -> std::ops::Range<u64> {
         3..self.size() - 3
     }
 
     /// The gateway (broadcast - 2: `.253` of a /24).
-    pub fn gateway(&self) -> Ipv4Addr {
+    pub(crate) fn gateway(&self) -> Ipv4Addr {
         self.at(self.size() - 3)
     }
 
     /// Netmask in dotted form.
-    pub fn netmask(&self) -> Ipv4Addr {
+    pub(crate) fn netmask(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::MAX << (32 - self.prefix))
     }
 
     /// True if `a` is in the block.
-    pub fn contains(&self, a: Ipv4Addr) -> bool {
+    pub(crate) fn contains(&self, a: Ipv4Addr) -> bool {
         u32::from(a) & (u32::MAX << (32 - self.prefix)) == self.base
     }
 }
@@ -70,16 +70,16 @@ impl std::fmt::Display for Net4 {
 
 /// An IPv6 CIDR (/48 to /64).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Net6 {
+pub(crate) struct Net6 {
     /// Network address.
-    pub base: u128,
+    pub(crate) base: u128,
     /// Prefix length.
-    pub prefix: u8,
+    pub(crate) prefix: u8,
 }
 
 impl Net6 {
     /// Parses `x::/n`.
-    pub fn parse(s: &str) -> Result<Net6, String> {
+    pub(crate) fn parse(s: &str) -> Result<Net6, String> {
         let (a, p) = s
             .split_once('/')
             .ok_or_else(|| format!("{s:?} is not an IPv6 CIDR"))?;
@@ -100,13 +100,13 @@ impl Net6 {
     }
 
     /// The address with host part `host` (taken modulo the block).
-    pub fn at(&self, host: u128) -> Ipv6Addr {
+    pub(crate) fn at(&self, host: u128) -> Ipv6Addr {
         let mask = !(u128::MAX << (128 - self.prefix));
         Ipv6Addr::from(self.base | (host & mask))
     }
 
     /// The gateway (`…:ffff:ffff:ffff:fff7` in the reference's samples).
-    pub fn gateway(&self) -> Ipv6Addr {
+    pub(crate) fn gateway(&self) -> Ipv6Addr {
         self.at(u128::MAX - 8)
     }
 }

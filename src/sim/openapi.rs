@@ -17,9 +17,9 @@ use crate::util::time::unix_secs;
 
 /// A fault rule with its remaining count.
 #[derive(Debug, Clone)]
-pub struct Fault {
-    pub rule: FaultRule,
-    pub remaining: Option<u64>,
+pub(crate) struct Fault {
+    pub(crate) rule: FaultRule,
+    pub(crate) remaining: Option<u64>,
 }
 
 /// Replay cache entry: parameter fingerprint and the answer.
@@ -27,10 +27,10 @@ type Replay = (String, Result<Value, ApiError>);
 
 /// Per-listener mutable state besides the world.
 #[derive(Debug, Default)]
-pub struct Gateway {
-    pub faults: Vec<Fault>,
-    pub nonces: HashMap<String, Instant>,
-    pub replays: HashMap<(String, String), Replay>,
+pub(crate) struct Gateway {
+    pub(crate) faults: Vec<Fault>,
+    pub(crate) nonces: HashMap<String, Instant>,
+    pub(crate) replays: HashMap<(String, String), Replay>,
 }
 
 const IDEMPOTENT: &[&str] = &[
@@ -164,7 +164,7 @@ fn body_params(req: &HttpRequest) -> Result<Vec<(String, String)>, ApiError> {
 /// The fault rules that fire for `call` (an Action, or `metadata` for the
 /// metadata listener; `*` matches every Action when `any_action`): the
 /// latency they add and the first error among them.
-pub fn pick_fault(
+pub(crate) fn pick_fault(
     sh: &Shared,
     w: &mut super::world::World,
     call: &str,
@@ -225,7 +225,7 @@ struct Call {
 
 /// Handles one request on the OpenAPI listener: route, method and
 /// parameters, authentication, then faults, replay and the world's answer.
-pub fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
+pub(crate) fn handle(sh: &Shared, req: &HttpRequest) -> HttpResponse {
     if let Some(rest) = req.path.strip_prefix("/__sim/") {
         return admin(sh, req, rest);
     }

@@ -9,25 +9,25 @@
 
 /// One instance type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InstanceType {
+pub(crate) struct InstanceType {
     /// `ecs.g7.xlarge`
-    pub id: &'static str,
+    pub(crate) id: &'static str,
     /// Family.
-    pub family: &'static str,
+    pub(crate) family: &'static str,
     /// vCPUs.
-    pub cpus: u32,
+    pub(crate) cpus: u32,
     /// Memory in GiB.
-    pub memory_gib: u32,
+    pub(crate) memory_gib: u32,
     /// EniQuantity (the primary ENI included).
-    pub enis: u32,
+    pub(crate) enis: u32,
     /// EniPrivateIpAddressQuantity (the primary address included).
-    pub ipv4_per_eni: u32,
+    pub(crate) ipv4_per_eni: u32,
     /// EniIpv6AddressQuantity.
-    pub ipv6_per_eni: u32,
+    pub(crate) ipv6_per_eni: u32,
 }
 
 /// The table.
-pub const TYPES: &[InstanceType] = &[
+pub(crate) const TYPES: &[InstanceType] = &[
     InstanceType {
         id: "ecs.g7.large",
         family: "ecs.g7",
@@ -87,12 +87,14 @@ pub const TYPES: &[InstanceType] = &[
 /// The default (medium) type.
 pub const DEFAULT: &str = "ecs.g7.xlarge";
 /// A small type.
-pub const SMALL: &str = "ecs.g7.large";
+#[cfg(test)]
+pub(crate) const SMALL: &str = "ecs.g7.large";
 /// A large type (210 pod addresses).
-pub const LARGE: &str = "ecs.g7.4xlarge";
+#[cfg(test)]
+pub(crate) const LARGE: &str = "ecs.g7.4xlarge";
 
 /// Looks a type up.
-pub fn find(id: &str) -> Option<&'static InstanceType> {
+pub(crate) fn find(id: &str) -> Option<&'static InstanceType> {
     TYPES.iter().find(|t| t.id == id)
 }
 

@@ -110,13 +110,13 @@ impl Committer {
     /// Receives the first failure of the store (a commit or a compaction)
     /// when it happens: from then on nothing more can be made durable, so
     /// the daemon stops at once instead of at the next request.
-    pub fn failures(&self) -> Receiver<String> {
+    pub(crate) fn failures(&self) -> Receiver<String> {
         self.failures.clone()
     }
 
     /// Queues records; `done` runs on the store thread once they are
     /// durable (or failed). Never blocks.
-    pub fn submit(
+    pub(crate) fn submit(
         &self,
         records: Vec<Record>,
         done: Box<dyn FnOnce(Result<(), StoreError>) + Send>,
@@ -152,7 +152,7 @@ impl Committer {
     /// the thread and releases the lock — or, if the disk has not answered
     /// by `deadline`, returns [`StoreError::NotDurable`] with the count of
     /// submitted records not made durable, leaving the thread behind.
-    pub fn close_until(self, deadline: Instant) -> Result<(), StoreError> {
+    pub(crate) fn close_until(self, deadline: Instant) -> Result<(), StoreError> {
         let (tx, rx) = bounded(1);
         if self.tx.send(Msg::Close(tx)).is_err() {
             self.reap(deadline);
@@ -170,7 +170,7 @@ impl Committer {
     }
 
     /// Fsyncs done so far.
-    pub fn syncs(&self) -> u64 {
+    pub(crate) fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }
 

@@ -34,6 +34,17 @@ pub(super) struct Loaded {
 }
 
 impl Loaded {
+    /// `state` at `generation`, with a log just begun beside it.
+    fn fresh(generation: u64, (wal, wal_len): (File, u64), state: PersistedState) -> Loaded {
+        Loaded {
+            generation,
+            frames: 0,
+            wal_len,
+            wal,
+            state,
+        }
+    }
+
     pub(super) fn into_store(self, dir: &Path, lock: File, opts: StoreOptions) -> Store {
         Store {
             dir: dir.to_path_buf(),
@@ -162,14 +173,7 @@ pub(super) fn load(dir: &Path) -> Result<Loaded, StoreError> {
                 "missing although state.json exists".into(),
             ));
         }
-        let (wal, wal_len) = fresh_wal(dir, 0, 0)?;
-        return Ok(Loaded {
-            generation,
-            frames: 0,
-            wal_len,
-            wal,
-            state,
-        });
+        return Ok(Loaded::fresh(generation, fresh_wal(dir, 0, 0)?, state));
     };
     let scan = wal::scan(&bytes).map_err(|e| corrupt(&wal_path, e.offset, e.what))?;
     let legacy =
@@ -210,29 +214,17 @@ pub(super) fn load(dir: &Path) -> Result<Loaded, StoreError> {
     if legacy {
         // Version 1 files are only as safe as version 1's checks: write
         // the state in version 2 now rather than keep appending to them.
-        let (wal, wal_len) = rewrite(dir, generation + 1, Some(on_disk), &state)?;
+        let wal = rewrite(dir, generation + 1, Some(on_disk), &state)?;
         info!(
             "state files rewritten in format version {} (generation {})",
             snapshot::VERSION,
             generation + 1
         );
-        return Ok(Loaded {
-            generation: generation + 1,
-            frames: 0,
-            wal_len,
-            wal,
-            state,
-        });
+        return Ok(Loaded::fresh(generation + 1, wal, state));
     }
     if fits == Fit::Absorbed {
-        let (wal, wal_len) = fresh_wal(dir, generation, checksum)?;
-        return Ok(Loaded {
-            generation,
-            frames: 0,
-            wal_len,
-            wal,
-            state,
-        });
+        let wal = fresh_wal(dir, generation, checksum)?;
+        return Ok(Loaded::fresh(generation, wal, state));
     }
     let wal = OpenOptions::new()
         .append(true)
@@ -349,15 +341,8 @@ pub(super) fn recover(dir: &Path) -> Result<(Loaded, RecoveryReport), StoreError
         report.problems.extend(state.drop_collisions());
     }
     generation += 1;
-    let (wal, wal_len) = rewrite(dir, generation, supersedes, &state)?;
+    let wal = rewrite(dir, generation, supersedes, &state)?;
     report.allocations = state.allocations.len();
     report.holds = state.holds.len();
-    let l = Loaded {
-        generation,
-        frames: 0,
-        wal_len,
-        wal,
-        state,
-    };
-    Ok((l, report))
+    Ok((Loaded::fresh(generation, wal, state), report))
 }

@@ -19,6 +19,7 @@
 //! the snapshot it belongs to.
 
 mod committer;
+mod edge;
 mod load;
 mod node;
 mod record;
@@ -157,20 +158,20 @@ impl std::error::Error for StoreError {
 
 /// What `--recover-state` did.
 #[derive(Debug, Clone, Default)]
-pub struct RecoveryReport {
+pub(crate) struct RecoveryReport {
     /// Files moved aside (into `corrupt-<time>/`).
-    pub moved: Vec<PathBuf>,
+    pub(crate) moved: Vec<PathBuf>,
     /// What was wrong with them.
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
     /// Log frames kept.
-    pub frames_salvaged: usize,
+    pub(crate) frames_salvaged: usize,
     /// Allocations kept.
-    pub allocations: usize,
+    pub(crate) allocations: usize,
     /// Holds kept.
-    pub holds: usize,
+    pub(crate) holds: usize,
     /// True when something was lost, so addresses with no known owner
     /// must be kept out of circulation for a while.
-    pub quarantine_needed: bool,
+    pub(crate) quarantine_needed: bool,
 }
 
 /// An open state directory (locked), before its committer thread starts.
@@ -204,7 +205,7 @@ impl Store {
     /// Opens a state directory whose files may be corrupt: damaged files
     /// are moved into `corrupt-<unix time>/`, everything valid is kept,
     /// and a fresh snapshot is written.
-    pub fn open_recovering(
+    pub(crate) fn open_recovering(
         dir: &Path,
         opts: StoreOptions,
     ) -> Result<(Store, PersistedState, RecoveryReport), StoreError> {
@@ -217,11 +218,6 @@ impl Store {
     /// Starts the committer thread, which owns the store from now on.
     pub fn start(self) -> Committer {
         Committer::start(self)
-    }
-
-    /// The state directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 

@@ -13,7 +13,7 @@ pub(crate) const NODE_ID_FILE: &str = "node-id";
 
 impl Store {
     /// This state directory's node id, made (durably) on first use.
-    pub fn node_id(&self) -> Result<String, StoreError> {
+    pub(crate) fn node_id(&self) -> Result<String, StoreError> {
         node_id(&self.dir)
     }
 }

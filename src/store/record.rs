@@ -141,7 +141,7 @@ impl PersistedState {
     /// also claimed by another is dropped (neither claimant can be trusted,
     /// and the address is then quarantined as one with no known owner), and
     /// holds on allocated addresses end. Returns what was dropped.
-    pub fn drop_collisions(&mut self) -> Vec<String> {
+    pub(crate) fn drop_collisions(&mut self) -> Vec<String> {
         let mut claims4: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
         let mut claims6: BTreeMap<Ipv6Addr, usize> = BTreeMap::new();
         for a in self.allocations.values() {

@@ -34,24 +34,24 @@ pub(crate) const VERSION: u32 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct LogRef {
     /// The log header's generation.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// Its frame count.
-    pub frames: u64,
+    pub(crate) frames: u64,
 }
 
 /// A decoded snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Snapshot {
     /// Format version of the file.
-    pub version: u32,
+    pub(crate) version: u32,
     /// Its generation.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// The log it absorbed (`None` in version 1, or when there was none).
-    pub supersedes: Option<LogRef>,
+    pub(crate) supersedes: Option<LogRef>,
     /// Its checksum, which a log that follows it records in its header.
-    pub checksum: u32,
+    pub(crate) checksum: u32,
     /// The state.
-    pub state: PersistedState,
+    pub(crate) state: PersistedState,
 }
 
 #[derive(Deserialize)]

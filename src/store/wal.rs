@@ -82,31 +82,31 @@ pub(crate) fn frame(seq: u64, records: &[Record]) -> Vec<u8> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Scan {
     /// Format version of the file.
-    pub version: u32,
+    pub(crate) version: u32,
     /// Generation from the header.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// Checksum of the snapshot the log follows (0: none); `None` for a
     /// version 1 log, which does not record it.
-    pub snapshot_crc: Option<u32>,
+    pub(crate) snapshot_crc: Option<u32>,
     /// Records of every valid frame, in order.
-    pub frames: Vec<Vec<Record>>,
+    pub(crate) frames: Vec<Vec<Record>>,
     /// Offset just past the last valid frame.
-    pub valid_len: u64,
+    pub(crate) valid_len: u64,
     /// Bytes after it that are a torn tail (to truncate).
-    pub torn: u64,
+    pub(crate) torn: u64,
 }
 
 /// Why a log cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ScanError {
     /// Where.
-    pub offset: Option<u64>,
+    pub(crate) offset: Option<u64>,
     /// What.
-    pub what: String,
+    pub(crate) what: String,
     /// Records of the valid frames before the damage (for salvage).
-    pub salvage: Vec<Vec<Record>>,
+    pub(crate) salvage: Vec<Vec<Record>>,
     /// The header's generation, if it could be read and trusted.
-    pub generation: Option<u64>,
+    pub(crate) generation: Option<u64>,
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {

@@ -1,16 +1,18 @@
 //! Small self-contained helpers shared by the daemon, the client and the
 //! emulator: wall-clock formatting, a seedable PRNG, encodings, secrets and a
-//! non-blocking semaphore, namespace identities. None of them does I/O
-//! beyond reading the clock, `/dev/urandom`, a node's liveness socket and
-//! a namespace file's metadata.
+//! non-blocking semaphore, namespace identities, the socket servers' accept
+//! loop. None of them does I/O beyond reading the clock, `/dev/urandom`, a
+//! node's liveness socket and a namespace file's metadata, and accepting
+//! on a listener it is given.
 
+pub(crate) mod accept;
 pub mod encoding;
-pub mod netns;
-pub mod node;
+pub(crate) mod netns;
+pub(crate) mod node;
 pub mod rand;
-pub mod secret;
-pub mod sem;
-pub mod thread;
+pub(crate) mod secret;
+pub(crate) mod sem;
+pub(crate) mod thread;
 pub mod time;
 
 pub use secret::{mask, Secret};

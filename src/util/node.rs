@@ -24,7 +24,7 @@ fn name(node_id: &str) -> Vec<u8> {
 
 /// Who listens on a node's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Holder {
+pub(crate) enum Holder {
     /// Nobody: the node does not run here.
     None,
     /// Root or this process's uid: an eniipd.
@@ -36,7 +36,7 @@ pub enum Holder {
 }
 
 /// Who listens on `node_id`'s name now.
-pub fn holder(node_id: &str) -> io::Result<Holder> {
+pub(crate) fn holder(node_id: &str) -> io::Result<Holder> {
     let addr = SocketAddr::from_abstract_name(name(node_id))?;
     match UnixStream::connect_addr(&addr) {
         Ok(s) => {
@@ -56,8 +56,9 @@ pub fn holder(node_id: &str) -> io::Result<Holder> {
 
 /// The beacon of a running daemon; dropping it says the node is gone.
 #[derive(Debug)]
-pub struct Beacon {
-    listener: Option<UnixListener>,
+pub(crate) struct Beacon {
+    /// Bound for as long as the beacon lives: the name is ours while it is.
+    _listener: Option<UnixListener>,
     squatter: Option<Peer>,
 }
 
@@ -66,12 +67,12 @@ impl Beacon {
     /// (root's or this uid's listener, or one that cannot be asked) runs
     /// with this node id. When another user holds the name, the daemon runs
     /// without a beacon and [`Beacon::squatter`] names that process.
-    pub fn hold(node_id: &str) -> io::Result<Beacon> {
+    pub(crate) fn hold(node_id: &str) -> io::Result<Beacon> {
         let addr = SocketAddr::from_abstract_name(name(node_id))?;
         let busy = match UnixListener::bind_addr(&addr) {
             Ok(l) => {
                 return Ok(Beacon {
-                    listener: Some(l),
+                    _listener: Some(l),
                     squatter: None,
                 })
             }
@@ -80,12 +81,12 @@ impl Beacon {
         };
         match holder(node_id)? {
             Holder::Squatter(p) => Ok(Beacon {
-                listener: None,
+                _listener: None,
                 squatter: Some(p),
             }),
             // Gone between the bind and the connect: try once more.
             Holder::None => Ok(Beacon {
-                listener: Some(UnixListener::bind_addr(&addr)?),
+                _listener: Some(UnixListener::bind_addr(&addr)?),
                 squatter: None,
             }),
             Holder::Trusted(p) => Err(io::Error::new(
@@ -109,13 +110,14 @@ impl Beacon {
 
     /// Another user's process holding this node's name: this daemon runs,
     /// but other eniipd on the host cannot see it running.
-    pub fn squatter(&self) -> Option<&Peer> {
+    pub(crate) fn squatter(&self) -> Option<&Peer> {
         self.squatter.as_ref()
     }
 
     /// True when the name is this process's own listener.
-    pub fn held(&self) -> bool {
-        self.listener.is_some()
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> bool {
+        self._listener.is_some()
     }
 }
 
@@ -123,7 +125,7 @@ impl Beacon {
 /// namespace): a listener of root or of this uid holds its name. A full
 /// backlog is a listener that exists, taken as alive (never adopt the ENIs
 /// of a daemon that may run).
-pub fn alive(node_id: &str) -> bool {
+pub(crate) fn alive(node_id: &str) -> bool {
     match holder(node_id) {
         Ok(Holder::Trusted(_) | Holder::Unknown) => true,
         Ok(Holder::None) | Err(_) => false,

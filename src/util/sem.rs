@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 /// A fixed-size pool of permits.
 #[derive(Debug, Clone)]
-pub struct Semaphore {
+pub(crate) struct Semaphore {
     inner: Arc<Inner>,
 }
 
@@ -22,13 +22,13 @@ struct Inner {
 
 /// One unit of a [`Semaphore`], returned when dropped.
 #[derive(Debug)]
-pub struct Permit {
+pub(crate) struct Permit {
     inner: Arc<Inner>,
 }
 
 impl Semaphore {
     /// A semaphore with `limit` permits.
-    pub fn new(limit: usize) -> Semaphore {
+    pub(crate) fn new(limit: usize) -> Semaphore {
         Semaphore {
             inner: Arc::new(Inner {
                 limit: AtomicUsize::new(limit),
@@ -38,7 +38,7 @@ impl Semaphore {
     }
 
     /// A permit if one is free, else `None`.
-    pub fn try_acquire(&self) -> Option<Permit> {
+    pub(crate) fn try_acquire(&self) -> Option<Permit> {
         let limit = self.inner.limit.load(Ordering::Acquire);
         self.inner
             .used
@@ -54,7 +54,7 @@ impl Semaphore {
     /// A permit even when all are taken (for ENIs found already attached at
     /// start, which exist whatever the limit says). `available` then reads 0
     /// until enough are returned.
-    pub fn acquire_over_limit(&self) -> Permit {
+    pub(crate) fn acquire_over_limit(&self) -> Permit {
         self.inner.used.fetch_add(1, Ordering::AcqRel);
         Permit {
             inner: Arc::clone(&self.inner),
@@ -62,17 +62,17 @@ impl Semaphore {
     }
 
     /// Permits currently held.
-    pub fn used(&self) -> usize {
+    pub(crate) fn used(&self) -> usize {
         self.inner.used.load(Ordering::Acquire)
     }
 
     /// Permits that `try_acquire` could still hand out.
-    pub fn available(&self) -> usize {
+    pub(crate) fn available(&self) -> usize {
         self.limit().saturating_sub(self.used())
     }
 
     /// The configured number of permits.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.inner.limit.load(Ordering::Acquire)
     }
 }

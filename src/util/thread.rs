@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 /// Joins a thread unless `until` passes first (a thread stuck in a
 /// syscall that never returns, such as an fsync on a frozen filesystem,
 /// is then left behind rather than waited for).
-pub fn join_until<T>(h: JoinHandle<T>, until: Instant) -> bool {
+pub(crate) fn join_until<T>(h: JoinHandle<T>, until: Instant) -> bool {
     while !h.is_finished() {
         if Instant::now() >= until {
             return false;

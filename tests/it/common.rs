@@ -422,7 +422,7 @@ pub fn ask(socket: &Path, line: &str) -> Vec<String> {
             return out;
         }
         let l = l.trim_end().to_string();
-        let done = eniipd::server::protocol::is_final_line(&l);
+        let done = eniipd::protocol::is_final_line(&l);
         out.push(l);
         if done {
             return out;
@@ -459,7 +459,7 @@ pub fn try_ask(socket: &Path, line: &str) -> Option<String> {
             return None;
         }
         let l = l.trim_end().to_string();
-        if eniipd::server::protocol::is_final_line(&l) {
+        if eniipd::protocol::is_final_line(&l) {
             return Some(l);
         }
     }

@@ -26,7 +26,7 @@ fn session(socket: &Path, lines: &[&str]) -> Vec<Vec<String>> {
             let mut l = String::new();
             assert!(r.read_line(&mut l).unwrap() > 0, "closed after {line}");
             let l = l.trim_end().to_string();
-            let done = eniipd::server::protocol::is_final_line(&l);
+            let done = eniipd::protocol::is_final_line(&l);
             reply.push(l);
             if done {
                 break;

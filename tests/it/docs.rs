@@ -9,7 +9,7 @@ use std::process::Command;
 use eniipd::config::RawConfig;
 use eniipd::core::ErrCode;
 use eniipd::metrics::{render, Gauges};
-use eniipd::server::protocol::HELP;
+use eniipd::protocol::HELP;
 
 /// A man page as plain words: escapes and font changes removed.
 fn page(name: &str) -> String {

@@ -18,8 +18,8 @@ use eniipd::core::{
     AllocError, Allocation, Answer, Collected, Command as Cmd, Commands, EniEntry, EniInfo,
     Envelope, ErrCode, ListEntry, Owner, StatusCounts,
 };
+use eniipd::protocol::is_final_line;
 use eniipd::server::listener::{bind_socket, Server, ServerConfig};
-use eniipd::server::protocol::is_final_line;
 
 /// A stand-in for the allocator: answers every command on a thread of its
 /// own, as the actor would (slow allocs included).
@@ -32,15 +32,27 @@ struct Fake {
     metrics_bytes: AtomicUsize,
 }
 
-fn allocation(n: usize) -> Allocation {
+fn allocation(owner: &Owner, n: usize) -> Allocation {
     Allocation {
+        owner: owner.clone(),
+        sandbox: None,
         ip: format!("10.0.0.{}", 10 + n).parse().unwrap(),
         ipv6: None,
+        eni: "eni-test".into(),
+        since_ms: 0,
+        attach: None,
+    }
+}
+
+/// The one ENI the fake has.
+fn eni_test() -> EniInfo {
+    EniInfo {
         eni: "eni-test".into(),
         mac: "00:16:3e:00:00:01".into(),
         vswitch: "vsw-test".into(),
         cidr: "10.0.0.0/24".into(),
         gateway: "10.0.0.253".parse().unwrap(),
+        v6: None,
     }
 }
 
@@ -56,10 +68,10 @@ impl Fake {
         let n = held.len();
         let a = held
             .entry(owner.to_string())
-            .or_insert_with(|| allocation(n))
+            .or_insert_with(|| allocation(owner, n))
             .clone();
         self.completed.fetch_add(1, Ordering::SeqCst);
-        Ok(Answer::Allocation(a))
+        Ok(Answer::Allocation(a, eni_test()))
     }
 
     fn answer(&self, command: Cmd) -> Result<Answer, AllocError> {
@@ -72,7 +84,7 @@ impl Fake {
             Cmd::Show { owner } => held()
                 .get(owner.as_str())
                 .cloned()
-                .map(Answer::Allocation)
+                .map(|a| Answer::Allocation(a, eni_test()))
                 .ok_or_else(|| AllocError::bare(ErrCode::NotFound))?,
             Cmd::List => Answer::List(
                 held()
@@ -96,14 +108,7 @@ impl Fake {
                     ..StatusCounts::default()
                 })
             }
-            Cmd::Eni { eni } if eni == "eni-test" => Answer::Eni(EniInfo {
-                eni,
-                mac: "00:16:3e:00:00:01".into(),
-                vswitch: "vsw-test".into(),
-                cidr: "10.0.0.0/24".into(),
-                gateway: "10.0.0.253".parse().unwrap(),
-                v6: None,
-            }),
+            Cmd::Eni { eni } if eni == "eni-test" => Answer::Eni(eni_test()),
             Cmd::Eni { .. } => return Err(AllocError::bare(ErrCode::NotFound)),
             Cmd::Enis => Answer::Enis(vec![EniEntry {
                 eni: "eni-test".into(),
@@ -263,7 +268,7 @@ fn every_command_with_success_and_error_replies() {
         )]
     );
     let help = h.ask("help");
-    assert_eq!(help.len(), eniipd::server::protocol::HELP.len() + 1);
+    assert_eq!(help.len(), eniipd::protocol::HELP.len() + 1);
     assert_eq!(last(&help), "OK");
     let a = h.ask("alloc default/web-1 sandbox=abc");
     assert!(a[0].starts_with("OK ip=10.0.0.10 eni=eni-test mac=00:16:3e:00:00:01 vswitch=vsw-test cidr=10.0.0.0/24 gateway=10.0.0.253"), "{a:?}");

@@ -46,6 +46,21 @@ pub(super) struct Ask {
     pub(super) deadline: Instant,
 }
 
+#[cfg(test)]
+impl Ask {
+    /// An alloc of `owner` asking nothing more, due in a minute.
+    pub(super) fn plain(owner: &str, reply: Reply) -> Ask {
+        Ask {
+            owner: Owner::parse(owner).unwrap(),
+            sandbox: None,
+            prefer: None,
+            reply,
+            started: Instant::now(),
+            deadline: Instant::now() + Duration::from_secs(60),
+        }
+    }
+}
+
 /// What [`Demand::serve`]'s chooser decided for one waiter.
 pub(super) enum Pick<T> {
     /// It is served with this: it leaves.
@@ -332,15 +347,7 @@ mod tests {
     use super::*;
 
     fn ask(owner: &str) -> Ask {
-        let (reply, _rx) = crossbeam_channel::bounded(1);
-        Ask {
-            owner: Owner::parse(owner).unwrap(),
-            sandbox: None,
-            prefer: None,
-            reply,
-            started: Instant::now(),
-            deadline: Instant::now() + Duration::from_secs(60),
-        }
+        Ask::plain(owner, crossbeam_channel::bounded(1).0)
     }
 
     #[test]

@@ -35,17 +35,10 @@ impl Drop for Slot {
 
 impl Actor {
     pub(super) fn on_eni(&mut self, id: &str, reply: Reply) {
-        let Some(e) = self.pool.enis.get(id).filter(|e| !e.gone) else {
+        let known = self.pool.enis.get(id).filter(|e| !e.gone);
+        let Some(info) = known.and_then(|e| self.pool.eni_info(&e.id)) else {
             let _ = reply.send(Err(AllocError::bare(ErrCode::NotFound)));
             return;
-        };
-        let info = EniInfo {
-            eni: e.id.clone(),
-            mac: e.mac.clone(),
-            vswitch: e.vswitch.clone(),
-            cidr: e.cidr.clone(),
-            gateway: e.gateway,
-            v6: None,
         };
         let holds_v6 = self
             .pool

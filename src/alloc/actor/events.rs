@@ -61,7 +61,6 @@ impl Actor {
                 enis,
                 detached,
             } => self.on_reconcile(started, enis, detached.as_deref()),
-            Event::Fatal(msg) => self.fatal(msg.into()),
         }
     }
 

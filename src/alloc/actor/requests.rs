@@ -2,6 +2,7 @@
 //! until an address or an error answers them.
 
 use super::*;
+use crate::core::EniInfo;
 
 impl Actor {
     // ---- requests --------------------------------------------------------
@@ -28,9 +29,8 @@ impl Actor {
             Command::Show { owner } => {
                 let a = self
                     .pool
-                    .owner_ip(&owner)
-                    .and_then(|ip| self.pool.allocation_of(ip.v4))
-                    .map(Answer::Allocation)
+                    .allocation_with_eni(&owner)
+                    .map(|(a, eni)| Answer::Allocation(a, eni))
                     .ok_or_else(|| AllocError::bare(ErrCode::NotFound));
                 let _ = reply.send(a);
             }
@@ -181,15 +181,15 @@ impl Actor {
             return;
         }
         self.pool.settle(unix_ms());
-        if let Some(v4) = self.pool.owner_ip(&owner).map(|ip| ip.v4) {
+        if let Some(held) = self.pool.allocation(&owner) {
             // Idempotent: the same reply again (a new sandbox moves it). The
             // answer still goes through the journal so that it is only sent
             // once the original allocation is durable.
             let moved = self.pool.move_sandbox(&owner, sandbox.as_ref());
-            let renewed = moved.or_else(|| renew.then(|| self.pool.stored(&owner)).flatten());
-            let records = renewed.map(Record::Alloc).into_iter().collect();
-            match self.pool.allocation_of(v4) {
-                Some(a) => self.commit_alloc(records, a, vec![(reply, started)]),
+            let renewed = moved.or_else(|| renew.then_some(held));
+            let records: Vec<Record> = renewed.iter().map(Record::alloc).collect();
+            match self.pool.allocation_with_eni(&owner) {
+                Some((a, eni)) => self.commit_alloc(records, a, eni, vec![(reply, started)]),
                 None => {
                     let _ = reply.send(Err(AllocError::new(
                         ErrCode::Internal,
@@ -238,9 +238,8 @@ impl Actor {
         sandbox: Option<&SandboxId>,
         replies: Vec<(Reply, Instant)>,
     ) {
-        let rec = self.pool.take(v4, owner, sandbox, unix_ms());
-        let a = self.pool.allocation_of(v4);
-        self.answer_taken(v4, owner, a, rec, replies);
+        let a = self.pool.take(v4, owner, sandbox, unix_ms());
+        self.answer_taken(v4, owner, a, replies);
     }
 
     /// Commits an address just taken from the pool for `owner` and
@@ -250,16 +249,15 @@ impl Actor {
         v4: Ipv4Addr,
         owner: &Owner,
         a: Option<Allocation>,
-        rec: Option<crate::store::Allocation>,
         replies: Vec<(Reply, Instant)>,
     ) {
-        let Some(rec) = rec else {
+        let Some(a) = a else {
             return;
         };
-        match a {
-            Some(a) => {
+        match self.pool.eni_info(&a.eni) {
+            Some(eni) => {
                 debug!("{owner} gets {v4}");
-                self.commit_alloc(vec![Record::Alloc(rec)], a, replies);
+                self.commit_alloc(vec![Record::alloc(&a)], a, eni, replies);
             }
             None => {
                 for (r, _) in replies {
@@ -276,6 +274,7 @@ impl Actor {
         &self,
         records: Vec<Record>,
         a: Allocation,
+        eni: EniInfo,
         replies: Vec<(Reply, Instant)>,
     ) {
         let fatal = self.fatal_tx.clone();
@@ -285,7 +284,7 @@ impl Actor {
                 Ok(()) => {
                     for (r, started) in replies {
                         crate::metrics::record_alloc("ok", started.elapsed().as_secs_f64());
-                        let _ = r.send(Ok(Answer::Allocation(a.clone())));
+                        let _ = r.send(Ok(Answer::Allocation(a.clone(), eni.clone())));
                     }
                 }
                 Err(e) => {
@@ -395,10 +394,7 @@ impl Actor {
                     self.next_maintenance = self.next_maintenance.min(soon);
                 }
                 (
-                    vec![Record::Release {
-                        owner: owner.to_string(),
-                        hold,
-                    }],
+                    vec![Record::release(owner, hold.as_ref())],
                     Some(IpAddr::V4(v4)),
                 )
             }
@@ -466,15 +462,12 @@ impl Actor {
         let now_ms = unix_ms();
         let pool = &mut self.pool;
         let served = self.demand.serve(|w| match pool.pick(&w.owner, w.prefer) {
-            Some(v4) => {
-                let rec = pool.take(v4, &w.owner, w.sandbox.as_ref(), now_ms);
-                Pick::Served((v4, pool.allocation_of(v4), rec))
-            }
+            Some(v4) => Pick::Served((v4, pool.take(v4, &w.owner, w.sandbox.as_ref(), now_ms))),
             None if pool.idle_count() == 0 => Pick::Stop,
             None => Pick::Skip,
         });
-        for ((v4, a, rec), w) in served {
-            self.answer_taken(v4, &w.owner, a, rec, w.replies);
+        for ((v4, a), w) in served {
+            self.answer_taken(v4, &w.owner, a, w.replies);
         }
     }
 

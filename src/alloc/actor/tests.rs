@@ -54,17 +54,6 @@ fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
     )
 }
 
-fn ask(owner: &str, reply: Reply) -> Ask {
-    Ask {
-        owner: Owner::parse(owner).unwrap(),
-        sandbox: None,
-        prefer: None,
-        reply,
-        started: Instant::now(),
-        deadline: Instant::now() + Duration::from_secs(60),
-    }
-}
-
 fn view(v4: &[Ipv4Addr]) -> CloudEniView {
     CloudEniView {
         eni: ReadyEni {
@@ -349,7 +338,7 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
     let e = a.pool.enis[ENI].clone();
     assert_eq!(a.eni_room(&e, now_ms), 11 * 16);
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let w = a.demand.push(ask("o/w", tx), Instant::now());
+    let w = a.demand.push(Ask::plain("o/w", tx), Instant::now());
     let t = a.new_ticket(Some(w));
     a.pool.enis.get_mut(ENI).unwrap().pending = 16;
     a.pool.enis.get_mut(ENI).unwrap().pending_in_prefixes = 16;
@@ -391,7 +380,7 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
 fn a_create_refused_for_a_limit_fails_its_waiters_instead_of_asking_again() {
     let mut a = actor();
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let w = a.demand.push(ask("o/limit", tx), Instant::now());
+    let w = a.demand.push(Ask::plain("o/limit", tx), Instant::now());
     let t = a.new_ticket(Some(w));
     let slots = a.inflight.create_slots().unwrap();
     let (op, _op_permit) = a.inflight.begin_create(slots, "vsw-a".into(), 1, vec![t]);

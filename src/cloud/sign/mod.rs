@@ -27,7 +27,7 @@ pub enum SignatureVersion {
 
 impl SignatureVersion {
     /// The config spelling.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SignatureVersion::V1 => "v1",
             SignatureVersion::V3 => "v3",
@@ -37,7 +37,7 @@ impl SignatureVersion {
 
 /// The canonicalized query string: sorted `k=v` pairs joined by `&`,
 /// `Signature` excluded. Parameters with the same name keep their order.
-pub fn canonical_query<K: AsRef<str>, V: AsRef<str>>(params: &[(K, V)]) -> String {
+pub(crate) fn canonical_query<K: AsRef<str>, V: AsRef<str>>(params: &[(K, V)]) -> String {
     let mut sorted: Vec<(&str, &str)> = params
         .iter()
         .map(|(k, v)| (k.as_ref(), v.as_ref()))

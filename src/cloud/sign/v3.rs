@@ -19,10 +19,10 @@ use sha2::{Digest, Sha256};
 use crate::util::encoding::percent_encode;
 
 /// The algorithm name, first word of `Authorization` and of StringToSign.
-pub const ALGORITHM: &str = "ACS3-HMAC-SHA256";
+pub(crate) const ALGORITHM: &str = "ACS3-HMAC-SHA256";
 
 /// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -39,7 +39,7 @@ pub fn content_sha256(body: &[u8]) -> String {
 }
 
 /// The canonical query string: `k=v` sorted by name (then value), encoded.
-pub fn canonical_query<K: AsRef<str>, V: AsRef<str>>(params: &[(K, V)]) -> String {
+pub(crate) fn canonical_query<K: AsRef<str>, V: AsRef<str>>(params: &[(K, V)]) -> String {
     let mut pairs: Vec<(String, String)> = params
         .iter()
         .map(|(k, v)| (percent_encode(k.as_ref()), percent_encode(v.as_ref())))
@@ -54,7 +54,7 @@ pub fn canonical_query<K: AsRef<str>, V: AsRef<str>>(params: &[(K, V)]) -> Strin
 
 /// Would a client sign this header? (`host`, `content-type`, `x-acs-*`,
 /// the set every official SDK signs at least.)
-pub fn signs_by_default(name: &str) -> bool {
+pub(crate) fn signs_by_default(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     n == "host" || n == "content-type" || n.starts_with("x-acs-")
 }
@@ -128,20 +128,20 @@ pub fn authorization(access_key_id: &str, signed_names: &str, signature: &str) -
 
 /// An `Authorization` header taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Authorization {
+pub(crate) struct Authorization {
     /// The first word (`ACS3-HMAC-SHA256` unless a client sent another).
-    pub algorithm: String,
+    pub(crate) algorithm: String,
     /// The access key id.
-    pub credential: String,
+    pub(crate) credential: String,
     /// Lowercased signed header names, as listed.
-    pub signed_headers: Vec<String>,
+    pub(crate) signed_headers: Vec<String>,
     /// The hex signature.
-    pub signature: String,
+    pub(crate) signature: String,
 }
 
 /// Parses `ALGO Credential=..,SignedHeaders=a;b,Signature=..`; None when a
 /// part is missing or empty.
-pub fn parse_authorization(value: &str) -> Option<Authorization> {
+pub(crate) fn parse_authorization(value: &str) -> Option<Authorization> {
     let (algorithm, rest) = value.trim().split_once(' ')?;
     let (mut credential, mut signed, mut signature) = (None, None, None);
     for part in rest.split(',') {

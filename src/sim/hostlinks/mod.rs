@@ -37,7 +37,7 @@
 //! deadline takes the namespace and its pairs along when it ends or the
 //! process exits.
 
-pub mod plan;
+pub(crate) mod plan;
 
 use std::fmt;
 use std::fs::File;
@@ -65,7 +65,7 @@ const STATE_TIMEOUT: Duration = Duration::from_secs(2);
 const NETNS_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest link-name tag: `e<tag>n<slot>` must fit IFNAMSIZ (15) with a
 /// slot of up to 3 digits ([`plan::MAX_SLOTS`]).
-pub const MAX_TAG: usize = 10;
+pub(crate) const MAX_TAG: usize = 10;
 
 /// What to emulate, and where.
 #[derive(Debug, Clone)]
@@ -225,13 +225,13 @@ impl HostLinks {
 
     /// A path to the VPC namespace while this runs, for `nsenter --net=`
     /// (`/proc/PID/fd/N` when it is our own).
-    pub fn vpc_path(&self) -> &std::path::Path {
+    pub(crate) fn vpc_path(&self) -> &std::path::Path {
         &self.vpc_path
     }
 
     /// Tells the thread to stop (it unplugs everything as it ends);
     /// [`HostLinks::stop_until`] then waits for it.
-    pub fn begin_stop(&mut self) {
+    pub(crate) fn begin_stop(&mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.try_send(());
         }
@@ -239,7 +239,7 @@ impl HostLinks {
 
     /// Stops: every pair is deleted (by the thread, if it ends before
     /// `deadline`) and the VPC namespace released.
-    pub fn stop_until(mut self, deadline: Instant) {
+    pub(crate) fn stop_until(mut self, deadline: Instant) {
         self.finish(deadline);
     }
 
@@ -496,12 +496,12 @@ fn describe(step: &Step) -> String {
 
 /// The link tag `eniipd --simulate-links` uses: its pid, so two demos on
 /// one host do not meet.
-pub fn daemon_tag(pid: u32) -> String {
+pub(crate) fn daemon_tag(pid: u32) -> String {
     format!("s{pid:x}")
 }
 
 /// The IPv4 gateway of the emulator's first vswitch, from its state (for
 /// messages).
-pub fn first_gateway(state: &Value) -> Option<Ipv4Addr> {
+pub(crate) fn first_gateway(state: &Value) -> Option<Ipv4Addr> {
     state["vswitches"][0]["gateway"].as_str()?.parse().ok()
 }

@@ -17,38 +17,38 @@ use crate::cni::netlink::parse_mac;
 
 /// Most ENIs one instance can have plugged at once (the largest real
 /// instance types allow fewer); slots above are never used.
-pub const MAX_SLOTS: usize = 1000;
+pub(crate) const MAX_SLOTS: usize = 1000;
 
 /// A destination the VPC routes over one ENI: an address (/32, /128) or
 /// an IPv4 prefix (/28).
-pub type Net = (IpAddr, u8);
+pub(crate) type Net = (IpAddr, u8);
 
 /// One ENI as the emulator shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WantedEni {
+pub(crate) struct WantedEni {
     /// Its MAC.
-    pub mac: Vec<u8>,
+    pub(crate) mac: Vec<u8>,
     /// Every address and prefix on it.
-    pub nets: BTreeSet<Net>,
+    pub(crate) nets: BTreeSet<Net>,
 }
 
 /// What should exist: the attached managed ENIs of one instance, and the
 /// vswitches' gateways.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     /// By ENI id.
-    pub enis: BTreeMap<String, WantedEni>,
+    pub(crate) enis: BTreeMap<String, WantedEni>,
     /// IPv4 gateways (on the VPC's `lo`).
-    pub gateways4: BTreeSet<Ipv4Addr>,
+    pub(crate) gateways4: BTreeSet<Ipv4Addr>,
     /// IPv6 gateways (on every ENI's VPC end).
-    pub gateways6: BTreeSet<Ipv6Addr>,
+    pub(crate) gateways6: BTreeSet<Ipv6Addr>,
 }
 
 impl Wanted {
     /// From a `GET /__sim/state` answer: the ENIs eniipd created (tag
     /// `creator=eniipd`) that are `InUse` on `instance`. Malformed entries
     /// are skipped.
-    pub fn from_state(state: &Value, instance: &str) -> Wanted {
+    pub(crate) fn from_state(state: &Value, instance: &str) -> Wanted {
         let mut w = Wanted::default();
         for v in state["vswitches"].as_array().into_iter().flatten() {
             if let Some(g) = v["gateway"].as_str().and_then(|g| g.parse().ok()) {
@@ -100,35 +100,35 @@ impl Wanted {
 
 /// One plugged ENI.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// The `n` of its link names.
-    pub n: usize,
+    pub(crate) n: usize,
     /// Its VPC end's ifindex.
-    pub vpc_index: u32,
+    pub(crate) vpc_index: u32,
     /// Its VPC end's MAC (what the VPC answers from).
-    pub vpc_mac: Vec<u8>,
+    pub(crate) vpc_mac: Vec<u8>,
     /// Its node end's ifindex.
-    pub node_index: u32,
+    pub(crate) node_index: u32,
 }
 
 /// What has been made (recorded only once the kernel took it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plugged {
+pub(crate) struct Plugged {
     /// By ENI id.
-    pub links: BTreeMap<String, Slot>,
+    pub(crate) links: BTreeMap<String, Slot>,
     /// Gateways on the VPC's `lo`.
-    pub gateways4: BTreeSet<Ipv4Addr>,
+    pub(crate) gateways4: BTreeSet<Ipv4Addr>,
     /// (ENI id, IPv6 gateway) on that ENI's VPC end.
-    pub gateways6: BTreeSet<(String, Ipv6Addr)>,
+    pub(crate) gateways6: BTreeSet<(String, Ipv6Addr)>,
     /// (ENI id, IPv4 gateway) known on that ENI's node end.
-    pub neighs4: BTreeSet<(String, Ipv4Addr)>,
+    pub(crate) neighs4: BTreeSet<(String, Ipv4Addr)>,
     /// Each routed destination and the ENI it is routed over.
-    pub routes: BTreeMap<Net, String>,
+    pub(crate) routes: BTreeMap<Net, String>,
 }
 
 /// One change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// An IPv4 gateway on the VPC's `lo`.
     Gateway4(Ipv4Addr),
     /// An ENI's veth pair, in slot `n`.
@@ -183,7 +183,7 @@ pub enum Step {
 /// The steps from `have` to `want`: unplugs first (so their slots are
 /// free), then gateways, then per ENI its plug, the gateways' neighbour
 /// entries on its node end, IPv6 gateways and routes.
-pub fn plan(have: &Plugged, want: &Wanted) -> Vec<Step> {
+pub(crate) fn plan(have: &Plugged, want: &Wanted) -> Vec<Step> {
     let mut steps = Vec::new();
     let mut used: BTreeSet<usize> = BTreeSet::new();
     for (id, slot) in &have.links {
@@ -248,7 +248,7 @@ pub fn plan(have: &Plugged, want: &Wanted) -> Vec<Step> {
 
 /// The addresses of a destination that get neighbour entries (every
 /// address of an IPv4 prefix; a prefix is at most a /24 here).
-pub fn addresses(net: Net) -> Vec<IpAddr> {
+pub(crate) fn addresses(net: Net) -> Vec<IpAddr> {
     match net {
         (IpAddr::V4(a), len) if len < 32 => {
             let base = u32::from(a) & (u32::MAX << (32 - u32::from(len)));

@@ -11,17 +11,17 @@ pub(crate) const IMAGE_ID: &str = "aliyun_3_x64_20G_alibase_20240819.vhd";
 /// What the instance says about itself, the same in the OpenAPI and in
 /// metadata; derived from the instance id, so stable under a seed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// `iZ<id>Z`, as ECS names hosts by default.
-    pub hostname: String,
+    pub(crate) hostname: String,
     /// Defaults to the hostname, as on ECS.
-    pub instance_name: String,
+    pub(crate) instance_name: String,
     /// A UUID.
-    pub serial_number: String,
+    pub(crate) serial_number: String,
     /// The image.
-    pub image_id: &'static str,
+    pub(crate) image_id: &'static str,
     /// The account.
-    pub owner_id: u64,
+    pub(crate) owner_id: u64,
 }
 
 /// `a` with `b`'s keys added (two `json!` halves: one would pass the
@@ -34,13 +34,8 @@ fn merged(mut a: Value, b: Value) -> Value {
 }
 
 impl World {
-    /// The first instance's identity.
-    pub fn identity(&self) -> Identity {
-        self.identity_of(&self.instance_id)
-    }
-
     /// An instance's identity, derived from its id.
-    pub fn identity_of(&self, instance: &str) -> Identity {
+    pub(crate) fn identity_of(&self, instance: &str) -> Identity {
         let id = instance.trim_start_matches("i-");
         let hostname = format!("iZ{id}Z");
         let hex: String = instance

@@ -6,7 +6,7 @@ use super::*;
 impl World {
     /// Runs one action (already authenticated). `Ok` is the answer body
     /// without RequestId.
-    pub fn act(
+    pub(crate) fn act(
         &mut self,
         action: &str,
         version: &str,
@@ -376,18 +376,4 @@ fn create_description(p: &Params) -> Result<String, ApiError> {
         ));
     }
     Ok(d)
-}
-
-/// New addresses as of `now` (`primary_first`: the first is the ENI's
-/// primary).
-fn new_addrs<A: Copy>(ips: &[A], now: Instant, primary_first: bool) -> Vec<Addr<A>> {
-    ips.iter()
-        .enumerate()
-        .map(|(i, ip)| Addr {
-            ip: *ip,
-            primary: primary_first && i == 0,
-            added: now,
-            removed: None,
-        })
-        .collect()
 }

@@ -39,12 +39,7 @@ impl World {
             Asked::Count(n) => self.take_v4(&vsw, *n)?,
         };
         let e = self.eni_mut(&id)?;
-        e.v4.extend(ips.iter().map(|ip| Addr {
-            ip: *ip,
-            primary: false,
-            added: now,
-            removed: None,
-        }));
+        e.v4.extend(new_addrs(&ips, now, false));
         Ok(
             json!({"AssignedPrivateIpAddressesSet": {"NetworkInterfaceId": id,
             "PrivateIpSet": {"PrivateIpAddress": ips.iter().map(|a| a.to_string()).collect::<Vec<_>>()},
@@ -171,27 +166,16 @@ impl World {
         }
         self.assignable(&id)?;
         let e = self.eni(&id)?;
-        let mut gone = Vec::new();
-        for s in &ips {
-            match e.live_v4().find(|a| a.ip.to_string() == *s) {
-                Some(a) if !a.primary => gone.push(a.ip),
-                _ => {
-                    return Err(err(
-                        403,
-                        "InvalidIp.IpUnassigned",
-                        format!("The specified IP \"{s}\" is not assigned on this ENI."),
-                    ))
-                }
-            }
-        }
+        // The primary address is never unassigned: named, it is "not
+        // assigned" like any stranger.
+        let gone = Addr::assigned(
+            &e.v4,
+            &ips,
+            |a, s| !a.primary && a.ip.to_string() == s,
+            "IP",
+        )?;
         let vsw = e.vswitch.clone();
-        let e = self.eni_mut(&id)?;
-        for a in
-            e.v4.iter_mut()
-                .filter(|a| a.removed.is_none() && gone.contains(&a.ip))
-        {
-            a.removed = Some(now);
-        }
+        Addr::remove(&mut self.eni_mut(&id)?.v4, &gone, now);
         self.give_v4(&vsw, &gone);
         Ok(json!({}))
     }
@@ -217,12 +201,7 @@ impl World {
             Asked::Count(n) => self.take_v6(&vsw, *n)?,
         };
         let e = self.eni_mut(&id)?;
-        e.v6.extend(ips.iter().map(|ip| Addr {
-            ip: *ip,
-            primary: false,
-            added: now,
-            removed: None,
-        }));
+        e.v6.extend(new_addrs(&ips, now, false));
         Ok(
             json!({"NetworkInterfaceId": id, "Ipv6Sets": {"Ipv6Address": ips.iter().map(|a| a.to_string()).collect::<Vec<_>>()},
             "Ipv6PrefixSets": {"Ipv6Prefix": []}}),
@@ -238,31 +217,10 @@ impl World {
         }
         self.assignable(&id)?;
         let e = self.eni(&id)?;
-        let mut gone = Vec::new();
-        for s in &ips {
-            match s
-                .parse::<Ipv6Addr>()
-                .ok()
-                .and_then(|ip| e.live_v6().find(|a| a.ip == ip))
-            {
-                Some(a) => gone.push(a.ip),
-                None => {
-                    return Err(err(
-                        403,
-                        "InvalidIp.IpUnassigned",
-                        format!("The specified IP \"{s}\" is not assigned on this ENI."),
-                    ))
-                }
-            }
-        }
+        let names = |a: &Addr<Ipv6Addr>, s: &str| s.parse::<Ipv6Addr>().ok() == Some(a.ip);
+        let gone = Addr::assigned(&e.v6, &ips, names, "IP")?;
         let vsw = e.vswitch.clone();
-        let e = self.eni_mut(&id)?;
-        for a in
-            e.v6.iter_mut()
-                .filter(|a| a.removed.is_none() && gone.contains(&a.ip))
-        {
-            a.removed = Some(now);
-        }
+        Addr::remove(&mut self.eni_mut(&id)?.v6, &gone, now);
         self.give_v6(&vsw, &gone);
         Ok(json!({}))
     }

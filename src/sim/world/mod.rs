@@ -24,26 +24,25 @@ mod ips;
 mod params;
 mod persist;
 mod prefixes;
-pub use prefixes::PREFIX_SIZE;
+pub(crate) use prefixes::PREFIX_SIZE;
 mod tagging;
 
-pub use catalog::Identity;
 use params::{asked, int, invalid, list, missing, need, tags, tags_match};
-pub use params::{err, message_of, status_of, ApiError, Asked, Params};
+pub(crate) use params::{err, message_of, status_of, ApiError, Asked, Params};
 
 /// A vswitch.
 #[derive(Debug)]
-pub struct Vsw {
+pub(crate) struct Vsw {
     /// `vsw-...`
-    pub id: String,
+    pub(crate) id: String,
     /// Its zone.
-    pub zone: String,
+    pub(crate) zone: String,
     /// IPv4 block.
-    pub cidr: Net4,
+    pub(crate) cidr: Net4,
     /// IPv6 block, if enabled.
-    pub cidr6: Option<Net6>,
+    pub(crate) cidr6: Option<Net6>,
     /// AvailableIpAddressCount.
-    pub free: u64,
+    pub(crate) free: u64,
     used: HashSet<u64>,
     used6: HashSet<u128>,
     /// How many more /28 prefixes may be carved (`None`: as many as aligned
@@ -60,15 +59,77 @@ struct Addr<T> {
     removed: Option<Instant>,
 }
 
+/// New addresses as of `now` (`primary_first`: the first is the ENI's
+/// primary).
+fn new_addrs<A: Copy>(ips: &[A], now: Instant, primary_first: bool) -> Vec<Addr<A>> {
+    ips.iter()
+        .enumerate()
+        .map(|(i, ip)| Addr {
+            ip: *ip,
+            primary: primary_first && i == 0,
+            added: now,
+            removed: None,
+        })
+        .collect()
+}
+
+impl<T: Copy + PartialEq> Addr<T> {
+    /// The addresses listed at `t` (added by then, not yet removed).
+    fn listed_at(addrs: &[Addr<T>], t: Instant) -> Vec<T> {
+        addrs
+            .iter()
+            .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
+            .map(|a| a.ip)
+            .collect()
+    }
+
+    /// Of the live `addrs`, the one each of `wanted` names (`names`), all
+    /// or none: an unassign naming anything not assigned (`what`, as the
+    /// error says it) fails whole.
+    fn assigned(
+        addrs: &[Addr<T>],
+        wanted: &[String],
+        names: impl Fn(&Addr<T>, &str) -> bool,
+        what: &str,
+    ) -> Result<Vec<T>, ApiError> {
+        wanted
+            .iter()
+            .map(|w| {
+                addrs
+                    .iter()
+                    .find(|a| a.removed.is_none() && names(a, w))
+                    .map(|a| a.ip)
+                    .ok_or_else(|| {
+                        err(
+                            403,
+                            "InvalidIp.IpUnassigned",
+                            format!("The specified {what} \"{w}\" is not assigned on this ENI."),
+                        )
+                    })
+            })
+            .collect()
+    }
+
+    /// Marks the live ones of `gone` removed at `now`.
+    fn remove(addrs: &mut [Addr<T>], gone: &[T], now: Instant) {
+        for a in addrs
+            .iter_mut()
+            .filter(|a| a.removed.is_none() && gone.contains(&a.ip))
+        {
+            a.removed = Some(now);
+        }
+    }
+}
+
 /// An ENI.
 #[derive(Debug)]
-pub struct SimEni {
+pub(crate) struct SimEni {
     /// `eni-...`
-    pub id: String,
+    pub(crate) id: String,
     /// MAC.
-    pub mac: String,
+    pub(crate) mac: String,
     /// Vswitch.
-    pub vswitch: String,
+    pub(crate) vswitch: String,
     status: EniStatus,
     pending: Option<(EniStatus, Instant)>,
     instance: Option<String>,
@@ -115,46 +176,46 @@ type Freed = (String, Vec<Ipv4Addr>, Vec<Ipv6Addr>, Vec<Ipv4Addr>);
 
 /// Emulator settings the world needs.
 #[derive(Debug, Clone)]
-pub struct WorldConfig {
+pub(crate) struct WorldConfig {
     /// Region id.
-    pub region: String,
+    pub(crate) region: String,
     /// Zone id.
-    pub zone: String,
+    pub(crate) zone: String,
     /// Instance type.
-    pub itype: &'static InstanceType,
+    pub(crate) itype: &'static InstanceType,
     /// Vswitches: (id, CIDR, IPv6 CIDR, free).
-    pub vswitches: Vec<(String, Net4, Option<Net6>, Option<u64>)>,
+    pub(crate) vswitches: Vec<(String, Net4, Option<Net6>, Option<u64>)>,
     /// Async transition time.
-    pub attach_delay: Duration,
+    pub(crate) attach_delay: Duration,
     /// Metadata lag.
-    pub metadata_lag: Duration,
+    pub(crate) metadata_lag: Duration,
 }
 
 /// The whole emulated cloud.
 #[derive(Debug)]
-pub struct World {
+pub(crate) struct World {
     /// Settings.
-    pub cfg: WorldConfig,
+    pub(crate) cfg: WorldConfig,
     /// The generator.
-    pub rng: Rng,
+    pub(crate) rng: Rng,
     /// Instance id (the first instance: the one of the `ready` line).
-    pub instance_id: String,
+    pub(crate) instance_id: String,
     /// Every instance of the account, the first included: (id, type).
-    pub fleet: Vec<(String, &'static InstanceType)>,
+    pub(crate) fleet: Vec<(String, &'static InstanceType)>,
     /// VPC id.
-    pub vpc_id: String,
+    pub(crate) vpc_id: String,
     /// The security group of the instance.
-    pub sg_id: String,
+    pub(crate) sg_id: String,
     /// Vswitches in configuration order.
-    pub vswitches: Vec<Vsw>,
+    pub(crate) vswitches: Vec<Vsw>,
     /// ENIs by id (deleted ones linger for the metadata lag).
-    pub enis: BTreeMap<String, SimEni>,
+    pub(crate) enis: BTreeMap<String, SimEni>,
     /// Calls by action.
-    pub calls: BTreeMap<String, u64>,
+    pub(crate) calls: BTreeMap<String, u64>,
     /// Authenticated requests per signature version (`v3`, `v1`).
-    pub signatures: BTreeMap<&'static str, u64>,
+    pub(crate) signatures: BTreeMap<&'static str, u64>,
     /// Calls by action that carried IPv4 prefix parameters.
-    pub prefix_calls: BTreeMap<String, u64>,
+    pub(crate) prefix_calls: BTreeMap<String, u64>,
     region_prefix: String,
     macs: HashSet<String>,
     created_at: Instant,
@@ -162,7 +223,7 @@ pub struct World {
 
 impl World {
     /// A world with its instance and primary ENI.
-    pub fn new(cfg: WorldConfig, mut rng: Rng) -> Result<World, String> {
+    pub(crate) fn new(cfg: WorldConfig, mut rng: Rng) -> Result<World, String> {
         if cfg.vswitches.is_empty() {
             return Err("at least one vswitch is needed".into());
         }
@@ -232,7 +293,7 @@ impl World {
 
     /// Another instance of the account, of type `itype`, with its primary
     /// ENI on the first vswitch; its id.
-    pub fn add_instance(&mut self, itype: &'static InstanceType) -> Result<String, String> {
+    pub(crate) fn add_instance(&mut self, itype: &'static InstanceType) -> Result<String, String> {
         let id = loop {
             let id = format!(
                 "i-{}{}",
@@ -249,12 +310,12 @@ impl World {
     }
 
     /// Whether `id` is one of the account's instances.
-    pub fn is_instance(&self, id: &str) -> bool {
+    pub(crate) fn is_instance(&self, id: &str) -> bool {
         self.fleet.iter().any(|(i, _)| i == id)
     }
 
     /// The type of instance `id` (the first instance's if unknown).
-    pub fn itype_of_instance(&self, id: &str) -> &'static InstanceType {
+    pub(crate) fn itype_of_instance(&self, id: &str) -> &'static InstanceType {
         self.fleet
             .iter()
             .find(|(i, _)| i == id)
@@ -329,7 +390,7 @@ impl World {
     }
 
     /// The request id for a new answer.
-    pub fn request_id(&mut self) -> String {
+    pub(crate) fn request_id(&mut self) -> String {
         self.rng.uuid().to_ascii_uppercase()
     }
 
@@ -337,15 +398,19 @@ impl World {
         self.vswitches.iter_mut().find(|v| v.id == id)
     }
 
-    fn take_v4(&mut self, vsw: &str, n: usize) -> Result<Vec<Ipv4Addr>, ApiError> {
-        let rng_seed = self.rng.next_u64();
-        let v = self.vsw_mut(vsw).ok_or_else(|| {
+    fn vsw_or_404(&mut self, vsw: &str) -> Result<&mut Vsw, ApiError> {
+        self.vsw_mut(vsw).ok_or_else(|| {
             err(
                 404,
                 "InvalidVSwitchId.NotFound",
                 format!("The specified VSwitch \"{vsw}\" does not exist."),
             )
-        })?;
+        })
+    }
+
+    fn take_v4(&mut self, vsw: &str, n: usize) -> Result<Vec<Ipv4Addr>, ApiError> {
+        let rng_seed = self.rng.next_u64();
+        let v = self.vsw_or_404(vsw)?;
         let usable = v.cidr.usable();
         let room = (usable.end - usable.start).saturating_sub(v.used.len() as u64);
         if v.free < n as u64 || room < n as u64 {
@@ -386,13 +451,7 @@ impl World {
             return Ok(Vec::new());
         }
         let seed = self.rng.next_u64();
-        let v = self.vsw_mut(vsw).ok_or_else(|| {
-            err(
-                404,
-                "InvalidVSwitchId.NotFound",
-                format!("The specified VSwitch \"{vsw}\" does not exist."),
-            )
-        })?;
+        let v = self.vsw_or_404(vsw)?;
         let Some(net) = v.cidr6 else {
             return Err(err(
                 403,
@@ -424,7 +483,7 @@ impl World {
 
     /// Applies due transitions and forgets what the metadata lag no longer
     /// needs.
-    pub fn settle(&mut self, now: Instant) {
+    pub(crate) fn settle(&mut self, now: Instant) {
         let lag = self.cfg.metadata_lag;
         let mut freed: Vec<Freed> = Vec::new();
         for e in self.enis.values_mut() {
@@ -568,7 +627,7 @@ impl World {
     // ---- views -----------------------------------------------------------
 
     /// The state as SPEC section 5's `GET /__sim/state`.
-    pub fn state_json(&mut self, now: Instant) -> Value {
+    pub(crate) fn state_json(&mut self, now: Instant) -> Value {
         self.settle(now);
         let primary_mac = self
             .enis
@@ -604,7 +663,7 @@ impl World {
     }
 
     /// ENIs attached to the instance as metadata shows them now (lagging).
-    pub fn metadata_enis(&mut self, now: Instant, instance: &str) -> Vec<MdEni> {
+    pub(crate) fn metadata_enis(&mut self, now: Instant, instance: &str) -> Vec<MdEni> {
         self.settle(now);
         let t = now
             .checked_sub(self.cfg.metadata_lag)
@@ -623,24 +682,9 @@ impl World {
                     mac: e.mac.clone(),
                     primary: e.primary_eni,
                     primary_ip: e.primary_ip(),
-                    v4: e
-                        .v4
-                        .iter()
-                        .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
-                        .map(|a| a.ip)
-                        .collect(),
-                    v6: e
-                        .v6
-                        .iter()
-                        .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
-                        .map(|a| a.ip)
-                        .collect(),
-                    v4_prefixes: e
-                        .v4p
-                        .iter()
-                        .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
-                        .map(|a| a.ip)
-                        .collect(),
+                    v4: Addr::listed_at(&e.v4, t),
+                    v6: Addr::listed_at(&e.v6, t),
+                    v4_prefixes: Addr::listed_at(&e.v4p, t),
                     vswitch: e.vswitch.clone(),
                     cidr: vsw.map(|v| v.cidr),
                     cidr6: vsw.and_then(|v| v.cidr6),
@@ -650,7 +694,7 @@ impl World {
     }
 
     /// Sets a vswitch's free count.
-    pub fn set_free(&mut self, id: &str, free: u64) -> bool {
+    pub(crate) fn set_free(&mut self, id: &str, free: u64) -> bool {
         match self.vsw_mut(id) {
             Some(v) => {
                 v.free = free;
@@ -663,25 +707,25 @@ impl World {
 
 /// An ENI as metadata shows it.
 #[derive(Debug, Clone)]
-pub struct MdEni {
+pub(crate) struct MdEni {
     /// Id.
-    pub id: String,
+    pub(crate) id: String,
     /// MAC.
-    pub mac: String,
+    pub(crate) mac: String,
     /// The primary ENI.
-    pub primary: bool,
+    pub(crate) primary: bool,
     /// Its primary address.
-    pub primary_ip: Option<Ipv4Addr>,
+    pub(crate) primary_ip: Option<Ipv4Addr>,
     /// Visible IPv4.
-    pub v4: Vec<Ipv4Addr>,
+    pub(crate) v4: Vec<Ipv4Addr>,
     /// Visible IPv6.
-    pub v6: Vec<Ipv6Addr>,
+    pub(crate) v6: Vec<Ipv6Addr>,
     /// Visible IPv4 /28 prefixes (network addresses).
-    pub v4_prefixes: Vec<Ipv4Addr>,
+    pub(crate) v4_prefixes: Vec<Ipv4Addr>,
     /// Vswitch.
-    pub vswitch: String,
+    pub(crate) vswitch: String,
     /// Vswitch block.
-    pub cidr: Option<Net4>,
+    pub(crate) cidr: Option<Net4>,
     /// Vswitch IPv6 block.
-    pub cidr6: Option<Net6>,
+    pub(crate) cidr6: Option<Net6>,
 }

@@ -5,17 +5,17 @@ use std::collections::BTreeMap;
 
 /// An error answer of the API.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     /// HTTP status.
-    pub status: u16,
+    pub(crate) status: u16,
     /// `Code`.
-    pub code: String,
+    pub(crate) code: String,
     /// `Message`.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 /// Shorthand for an [`ApiError`].
-pub fn err(status: u16, code: &str, message: impl Into<String>) -> ApiError {
+pub(crate) fn err(status: u16, code: &str, message: impl Into<String>) -> ApiError {
     ApiError {
         status,
         code: code.into(),
@@ -24,7 +24,7 @@ pub fn err(status: u16, code: &str, message: impl Into<String>) -> ApiError {
 }
 
 /// The real status of an error code (for fault rules without one).
-pub fn status_of(code: &str) -> u16 {
+pub(crate) fn status_of(code: &str) -> u16 {
     match code {
         "InternalError" => 500,
         "ServiceUnavailable" => 503,
@@ -48,7 +48,7 @@ pub fn status_of(code: &str) -> u16 {
 /// The message the real service sends with a code (for fault rules, which
 /// carry only the code). Where no public source gives the text, a neutral
 /// sentence naming the code.
-pub fn message_of(code: &str) -> String {
+pub(crate) fn message_of(code: &str) -> String {
     let m = match code {
         "Throttling" => "Request was denied due to request throttling.",
         "Throttling.User" => "Request was denied due to user flow control.",
@@ -85,7 +85,7 @@ pub fn message_of(code: &str) -> String {
 }
 
 /// Request parameters (query and form merged).
-pub type Params = BTreeMap<String, String>;
+pub(crate) type Params = BTreeMap<String, String>;
 
 pub(super) fn missing(name: &str) -> ApiError {
     err(400, "MissingParameter", format!("The input parameter \"{name}\" that is mandatory for processing this request is not supplied."))
@@ -121,7 +121,7 @@ pub(super) fn int(p: &Params, name: &str, lo: u64, hi: u64) -> Result<Option<u64
 
 /// What a call asks for: a count of any free ones, or these (as given).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Asked {
+pub(crate) enum Asked {
     /// Any free ones.
     Count(usize),
     /// These ones.
@@ -130,16 +130,11 @@ pub enum Asked {
 
 impl Asked {
     /// How many.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Asked::Count(n) => *n,
             Asked::List(l) => l.len(),
         }
-    }
-
-    /// True when nothing is asked (never, as parsed: counts start at 1).
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

@@ -18,7 +18,7 @@ const VERSION: u64 = 1;
 
 impl World {
     /// The world as JSON (see the module doc).
-    pub fn saved(&self) -> Value {
+    pub(crate) fn saved(&self) -> Value {
         let mut vsw: BTreeMap<String, (u64, Vec<u64>)> = BTreeMap::new();
         for v in &self.vswitches {
             vsw.insert(v.id.clone(), (v.free, Vec::new()));
@@ -72,7 +72,7 @@ impl World {
     /// Replaces the instance and its ENIs with a saved world. The
     /// vswitches must be the configured ones; their used addresses are
     /// rebuilt from the ENIs and their free counts restored.
-    pub fn restore(&mut self, saved: &Value) -> Result<(), String> {
+    pub(crate) fn restore(&mut self, saved: &Value) -> Result<(), String> {
         if saved["version"].as_u64() != Some(VERSION) {
             return Err(format!("unknown saved-world version {}", saved["version"]));
         }

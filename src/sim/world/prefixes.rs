@@ -18,7 +18,7 @@
 use super::*;
 
 /// Addresses in a prefix.
-pub const PREFIX_SIZE: u64 = 16;
+pub(crate) const PREFIX_SIZE: u64 = 16;
 
 impl World {
     /// The prefix parameters of a call, if any; both forms at once is
@@ -67,16 +67,6 @@ impl World {
                 "The specified VSwitch \"{vsw}\" has not enough free IPv4 prefix (/28) blocks."
             ),
         )
-    }
-
-    fn vsw_or_404(&mut self, vsw: &str) -> Result<&mut Vsw, ApiError> {
-        self.vsw_mut(vsw).ok_or_else(|| {
-            err(
-                404,
-                "InvalidVSwitchId.NotFound",
-                format!("The specified VSwitch \"{vsw}\" does not exist."),
-            )
-        })
     }
 
     /// Takes `n` free /28s, all or none; returns their network addresses.
@@ -193,12 +183,7 @@ impl World {
         let vsw = e.vswitch.clone();
         let bases = self.take_prefix_request(&vsw, &req)?;
         let e = self.eni_mut(id)?;
-        e.v4p.extend(bases.iter().map(|ip| Addr {
-            ip: *ip,
-            primary: false,
-            added: now,
-            removed: None,
-        }));
+        e.v4p.extend(new_addrs(&bases, now, false));
         Ok(
             json!({"AssignedPrivateIpAddressesSet": {"NetworkInterfaceId": id,
             "PrivateIpSet": {"PrivateIpAddress": []},
@@ -215,28 +200,10 @@ impl World {
     ) -> Result<Value, ApiError> {
         self.assignable(id)?;
         let e = self.eni(id)?;
-        let mut gone = Vec::new();
-        for w in wanted {
-            match e.live_v4p().find(|a| format!("{}/28", a.ip) == *w) {
-                Some(a) => gone.push(a.ip),
-                None => {
-                    return Err(err(
-                        403,
-                        "InvalidIp.IpUnassigned",
-                        format!("The specified IPv4 prefix \"{w}\" is not assigned on this ENI."),
-                    ))
-                }
-            }
-        }
+        let names = |a: &Addr<Ipv4Addr>, w: &str| format!("{}/28", a.ip) == w;
+        let gone = Addr::assigned(&e.v4p, wanted, names, "IPv4 prefix")?;
         let vsw = e.vswitch.clone();
-        let e = self.eni_mut(id)?;
-        for a in e
-            .v4p
-            .iter_mut()
-            .filter(|a| a.removed.is_none() && gone.contains(&a.ip))
-        {
-            a.removed = Some(now);
-        }
+        Addr::remove(&mut self.eni_mut(id)?.v4p, &gone, now);
         self.give_prefixes(&vsw, &gone);
         Ok(json!({}))
     }
@@ -244,7 +211,7 @@ impl World {
     /// Caps how many more /28s a vswitch gives (`None` lifts the cap);
     /// false if the vswitch is unknown. `Some(0)` leaves its free addresses
     /// to single assignments only: a fragmented vswitch.
-    pub fn set_free_prefixes(&mut self, id: &str, cap: Option<u64>) -> bool {
+    pub(crate) fn set_free_prefixes(&mut self, id: &str, cap: Option<u64>) -> bool {
         match self.vsw_mut(id) {
             Some(v) => {
                 v.prefix_cap = cap;

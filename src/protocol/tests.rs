@@ -1,16 +1,16 @@
 use super::*;
 
-fn parse(s: &str) -> Result<Request, AllocError> {
+fn parse(s: &str) -> Result<ClientRequest, AllocError> {
     parse_request(s.as_bytes())
 }
 
 #[test]
 fn commands_parse_case_insensitively() {
-    assert_eq!(parse("PING").unwrap(), Request::Ping);
-    assert_eq!(parse("Version\r").unwrap(), Request::Version);
+    assert_eq!(parse("PING").unwrap(), ClientRequest::Ping);
+    assert_eq!(parse("Version\r").unwrap(), ClientRequest::Version);
     assert_eq!(
         parse("  status  ").unwrap(),
-        Request::Command(Command::Status)
+        ClientRequest::Command(Command::Status)
     );
     for name in ["help", "list", "enis", "audit", "metrics", "config", "quit"] {
         assert_eq!(parse(name).unwrap().name(), name);
@@ -22,7 +22,7 @@ fn alloc_arguments() {
     let r = parse("alloc default/web-1 sandbox=abc123 prefer=192.168.0.10").unwrap();
     assert_eq!(
         r,
-        Request::Command(Command::Alloc {
+        ClientRequest::Command(Command::Alloc {
             owner: Owner::parse("default/web-1").unwrap(),
             sandbox: Some(SandboxId::parse("abc123").unwrap()),
             prefer: Some("192.168.0.10".parse().unwrap()),
@@ -33,7 +33,7 @@ fn alloc_arguments() {
     // eniip-cni's attachment: both keys, with a sandbox, checked.
     let r =
         parse("alloc eni/p sandbox=abc netns=/var/run/netns/cni-1 veth=enip0123456789a").unwrap();
-    let Request::Command(Command::Alloc {
+    let ClientRequest::Command(Command::Alloc {
         attach: Some(a), ..
     }) = &r
     else {
@@ -67,13 +67,13 @@ fn alloc_arguments() {
 fn keep_and_gc() {
     assert_eq!(
         parse("keep abc ns/pod-1").unwrap(),
-        Request::Keep(vec!["abc".into(), "ns/pod-1".into()])
+        ClientRequest::Keep(vec!["abc".into(), "ns/pod-1".into()])
     );
     assert_eq!(parse("keep").unwrap_err().code, ErrCode::BadRequest);
     assert_eq!(parse("keep a|b").unwrap_err().code, ErrCode::BadRequest);
     assert_eq!(
         parse("GC owner-prefix=net1/").unwrap(),
-        Request::Command(Command::Gc {
+        ClientRequest::Command(Command::Gc {
             owner_prefix: "net1/".into(),
             keep: Vec::new()
         })
@@ -120,7 +120,7 @@ fn garbage_is_refused_not_panicked() {
 
 #[test]
 fn replies_render_with_one_final_line() {
-    let r = Reply::with_data(
+    let r = ClientReply::with_data(
         vec!["10.0.0.1 idle - eni-1".into(), "OK sneaky".into()],
         "2",
     );
@@ -129,9 +129,9 @@ fn replies_render_with_one_final_line() {
     assert_eq!(lines.len(), 3);
     assert_eq!(lines.iter().filter(|l| is_final_line(l)).count(), 1);
     assert_eq!(lines[2], "OK 2");
-    let e = Reply::err(AllocError::new(ErrCode::Cloud, "Throttling.User too\nmany"));
+    let e = ClientReply::err(AllocError::new(ErrCode::Cloud, "Throttling.User too\nmany"));
     assert_eq!(e.render(), "ERR cloud Throttling.User too many\n");
-    let c = Reply::err(AllocError::cloud(
+    let c = ClientReply::err(AllocError::cloud(
         ErrCode::Cloud,
         "Throttling.User",
         "Request was denied due to user flow control.",
@@ -140,34 +140,47 @@ fn replies_render_with_one_final_line() {
         c.render(),
         "ERR cloud Throttling.User Request was denied due to user flow control.\n"
     );
-    assert_eq!(Reply::ok("").render(), "OK\n");
+    assert_eq!(ClientReply::ok("").render(), "OK\n");
     assert_eq!(
-        Reply::err(AllocError::bare(ErrCode::NotFound)).render(),
+        ClientReply::err(AllocError::bare(ErrCode::NotFound)).render(),
         "ERR not-found\n"
     );
 }
 
-#[test]
-fn allocation_text_round_trips() {
-    let a = Allocation {
-        ip: "192.168.0.11".parse().unwrap(),
-        ipv6: Some("2408:4005:300::11".parse().unwrap()),
+/// An ENI as `eni` answers it, without IPv6.
+fn eni_abc() -> EniInfo {
+    EniInfo {
         eni: "eni-abc".into(),
         mac: "00:16:3e:00:00:01".into(),
         vswitch: "vsw-1".into(),
         cidr: "192.168.0.0/22".into(),
         gateway: "192.168.3.253".parse().unwrap(),
+        v6: None,
+    }
+}
+
+#[test]
+fn allocation_text_round_trips() {
+    let a = Allocation {
+        owner: Owner::parse("ns/pod").unwrap(),
+        sandbox: None,
+        ip: "192.168.0.11".parse().unwrap(),
+        ipv6: Some("2408:4005:300::11".parse().unwrap()),
+        eni: "eni-abc".into(),
+        since_ms: 1,
+        attach: None,
     };
-    let t = allocation_text(&a);
+    let eni = eni_abc();
+    let t = allocation_text(&a, &eni);
     assert!(t.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
-    assert_eq!(parse_allocation(&t), Some(a));
+    assert_eq!(parse_allocation(&t), Some((a.ip, a.ipv6, eni)));
 }
 
 #[test]
 fn eni_takes_one_cloud_id_and_renders_v6_only_when_known() {
     assert_eq!(
         parse("ENI eni-bp1abc").unwrap(),
-        Request::Command(Command::Eni {
+        ClientRequest::Command(Command::Eni {
             eni: "eni-bp1abc".into()
         })
     );
@@ -182,14 +195,7 @@ fn eni_takes_one_cloud_id_and_renders_v6_only_when_known() {
         ErrCode::BadRequest
     );
 
-    let mut e = EniInfo {
-        eni: "eni-abc".into(),
-        mac: "00:16:3e:00:00:01".into(),
-        vswitch: "vsw-1".into(),
-        cidr: "192.168.0.0/22".into(),
-        gateway: "192.168.3.253".parse().unwrap(),
-        v6: None,
-    };
+    let mut e = eni_abc();
     let reply = answer_reply(Ok(Answer::Eni(e.clone()))).render();
     assert_eq!(
         reply,

@@ -1,16 +1,24 @@
-//! The line protocol, version 1 (SPEC section 4), as pure functions: bytes of
-//! one request line in, a [`Request`] (local verbs, or a core [`Command`])
-//! out; a core [`Answer`] or [`AllocError`] in, its [`Reply`] text out. No
-//! I/O, so it can be fuzzed and property-tested on its own.
+//! The line protocol, version 1 (SPEC section 4), as pure functions: bytes
+//! of one request line in, a [`ClientRequest`] (local verbs, or a core
+//! [`Command`]) out; a core [`Answer`] or [`AllocError`] in, its
+//! [`ClientReply`] text out. No I/O, so it can be fuzzed and
+//! property-tested on its own.
+//!
+//! Both sides of the socket own it: the daemon's listener
+//! ([`crate::server`]) parses requests and renders replies; eniipctl and
+//! eniip-cni ([`crate::cni`]) frame replies ([`is_final_line`]) and read
+//! them ([`parse_allocation`], [`parse_eni`]). The names say which side of
+//! the socket a type is on: a [`ClientRequest`] and a [`ClientReply`]
+//! travel on it; the allocator's own `Request` (the daemon's asks of its
+//! actor) and its reply channel never do.
 //!
 //! Invariants: a rendered reply is zero or more data lines and exactly one
 //! final line (`OK`, `OK <text>`, `ERR <code>`, `ERR <code> <message>`); a
 //! data line never looks like a final line; nothing rendered contains a
 //! control character other than the line ends.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub use crate::core::MAX_ID;
 use crate::core::{
     AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, ListEntry,
     Owner, SandboxId, StatusCounts,
@@ -18,14 +26,14 @@ use crate::core::{
 use crate::util::time::format_utc;
 
 /// Protocol version announced by `version`.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub(crate) const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line, terminator excluded.
 pub const MAX_LINE: usize = 4096;
 
 /// One parsed request: a verb the connection answers itself, or a
 /// [`Command`] for the allocator.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
+pub enum ClientRequest {
     /// `ping`
     Ping,
     /// `version`
@@ -41,25 +49,25 @@ pub enum Request {
     Command(Command),
 }
 
-impl Request {
+impl ClientRequest {
     /// True for the requests that change allocations (access-checked).
-    pub fn is_mutating(&self) -> bool {
+    pub(crate) fn is_mutating(&self) -> bool {
         match self {
-            Request::Command(c) => c.is_mutating(),
-            Request::Keep(_) => true,
+            ClientRequest::Command(c) => c.is_mutating(),
+            ClientRequest::Keep(_) => true,
             _ => false,
         }
     }
 
     /// The verb, for logs and metrics.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
-            Request::Ping => "ping",
-            Request::Version => "version",
-            Request::Help => "help",
-            Request::Quit => "quit",
-            Request::Keep(_) => "keep",
-            Request::Command(c) => c.name(),
+            ClientRequest::Ping => "ping",
+            ClientRequest::Version => "version",
+            ClientRequest::Help => "help",
+            ClientRequest::Quit => "quit",
+            ClientRequest::Keep(_) => "keep",
+            ClientRequest::Command(c) => c.name(),
         }
     }
 
@@ -73,12 +81,12 @@ impl Request {
             s.push_str(v);
         };
         match self {
-            Request::Keep(ids) => {
+            ClientRequest::Keep(ids) => {
                 for i in ids {
                     id("", i);
                 }
             }
-            Request::Command(Command::Alloc {
+            ClientRequest::Command(Command::Alloc {
                 owner,
                 sandbox,
                 prefer,
@@ -96,15 +104,17 @@ impl Request {
                     id("veth=", &a.veth);
                 }
             }
-            Request::Command(Command::Release { owner, sandbox }) => {
+            ClientRequest::Command(Command::Release { owner, sandbox }) => {
                 id("", owner.as_str());
                 if let Some(sb) = sandbox {
                     id("sandbox=", sb.as_str());
                 }
             }
-            Request::Command(Command::Show { owner }) => id("", owner.as_str()),
-            Request::Command(Command::Eni { eni }) => id("", eni),
-            Request::Command(Command::Gc { owner_prefix, .. }) => id("owner-prefix=", owner_prefix),
+            ClientRequest::Command(Command::Show { owner }) => id("", owner.as_str()),
+            ClientRequest::Command(Command::Eni { eni }) => id("", eni),
+            ClientRequest::Command(Command::Gc { owner_prefix, .. }) => {
+                id("owner-prefix=", owner_prefix)
+            }
             _ => {}
         }
         s
@@ -133,7 +143,7 @@ pub const HELP: &[&str] = &[
 
 /// Parses one request line (terminator already removed, a trailing `\r`
 /// allowed). Never panics.
-pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
+pub fn parse_request(line: &[u8]) -> Result<ClientRequest, AllocError> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.len() > MAX_LINE {
         return Err(AllocError::bare(ErrCode::LineTooLong));
@@ -149,19 +159,19 @@ pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
     };
     let args: Vec<&str> = words.collect();
     let cmd = cmd.to_ascii_lowercase();
-    let no_args = |req: Request| {
+    let no_args = |req: ClientRequest| {
         if args.is_empty() {
             Ok(req)
         } else {
             Err(AllocError::bad(format!("{cmd} takes no arguments")))
         }
     };
-    let command = |c: Command| no_args(Request::Command(c));
+    let command = |c: Command| no_args(ClientRequest::Command(c));
     match cmd.as_str() {
-        "ping" => no_args(Request::Ping),
-        "version" => no_args(Request::Version),
-        "help" => no_args(Request::Help),
-        "quit" => no_args(Request::Quit),
+        "ping" => no_args(ClientRequest::Ping),
+        "version" => no_args(ClientRequest::Version),
+        "help" => no_args(ClientRequest::Help),
+        "quit" => no_args(ClientRequest::Quit),
         "list" => command(Command::List),
         "status" => command(Command::Status),
         "enis" => command(Command::Enis),
@@ -181,7 +191,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
                         .map_err(|_| AllocError::bad(format!("invalid ID {}", clip(a))))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            Ok(Request::Keep(ids))
+            Ok(ClientRequest::Keep(ids))
         }
         "gc" => {
             let mut prefix = None;
@@ -207,13 +217,13 @@ pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
                     "gc needs owner-prefix=P (without it, it would release everything)",
                 ));
             };
-            Ok(Request::Command(Command::Gc {
+            Ok(ClientRequest::Command(Command::Gc {
                 owner_prefix,
                 keep: Vec::new(),
             }))
         }
         "eni" => match args.as_slice() {
-            [id] if valid_eni_id(id) => Ok(Request::Command(Command::Eni {
+            [id] if valid_eni_id(id) => Ok(ClientRequest::Command(Command::Eni {
                 eni: id.to_string(),
             })),
             [id] => Err(AllocError::bad(format!("invalid ENI id {}", clip(id)))),
@@ -262,7 +272,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, AllocError> {
                 }
                 _ => return Err(AllocError::bad("netns= and veth= go together")),
             };
-            Ok(Request::Command(match cmd.as_str() {
+            Ok(ClientRequest::Command(match cmd.as_str() {
                 "alloc" => Command::Alloc {
                     owner,
                     sandbox,
@@ -292,7 +302,7 @@ fn valid_eni_id(s: &str) -> bool {
 }
 
 /// `eni=.. mac=.. vswitch=.. cidr=.. gateway=..[ cidr6=.. gateway6=..]`
-pub fn eni_text(e: &EniInfo) -> String {
+pub(crate) fn eni_text(e: &EniInfo) -> String {
     let mut s = format!(
         "eni={} mac={} vswitch={} cidr={} gateway={}",
         e.eni, e.mac, e.vswitch, e.cidr, e.gateway
@@ -305,7 +315,7 @@ pub fn eni_text(e: &EniInfo) -> String {
 
 /// Parses [`eni_text`] output (used by eniip-cni and tests). Unknown keys
 /// are skipped, so a later eniipd may add fields.
-pub fn parse_eni(text: &str) -> Option<EniInfo> {
+pub(crate) fn parse_eni(text: &str) -> Option<EniInfo> {
     let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
     let (mut cidr6, mut gateway6) = (None, None);
     for word in text.split(' ').filter(|w| !w.is_empty()) {
@@ -331,21 +341,25 @@ pub fn parse_eni(text: &str) -> Option<EniInfo> {
     })
 }
 
-/// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`
-pub fn allocation_text(a: &Allocation) -> String {
+/// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`: the
+/// allocation's addresses and the IPv4 half of its ENI (no IPv6 gateway:
+/// `eni` answers that).
+pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     let mut s = format!("ip={}", a.ip);
     if let Some(v6) = a.ipv6 {
         s.push_str(&format!(" ipv6={v6}"));
     }
     s.push_str(&format!(
         " eni={} mac={} vswitch={} cidr={} gateway={}",
-        a.eni, a.mac, a.vswitch, a.cidr, a.gateway
+        eni.eni, eni.mac, eni.vswitch, eni.cidr, eni.gateway
     ));
     s
 }
 
-/// Parses [`allocation_text`] output (used by clients and tests).
-pub fn parse_allocation(text: &str) -> Option<Allocation> {
+/// Parses [`allocation_text`] output (used by clients and tests): the
+/// addresses and the ENI they are on (its `v6` is `None`: the text has
+/// none).
+pub(crate) fn parse_allocation(text: &str) -> Option<(Ipv4Addr, Option<Ipv6Addr>, EniInfo)> {
     let mut ip = None;
     let mut ipv6 = None;
     let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
@@ -362,19 +376,19 @@ pub fn parse_allocation(text: &str) -> Option<Allocation> {
             _ => return None,
         }
     }
-    Some(Allocation {
-        ip: ip?,
-        ipv6,
+    let eni = EniInfo {
         eni: eni?,
         mac: mac?,
         vswitch: vswitch?,
         cidr: cidr?,
         gateway: gateway?,
-    })
+        v6: None,
+    };
+    Some((ip?, ipv6, eni))
 }
 
 /// The `OK` text of `status`.
-pub fn status_text(c: &StatusCounts) -> String {
+pub(crate) fn status_text(c: &StatusCounts) -> String {
     format!(
         "enis={} ips={} idle={} inuse={} reserved={} cooling={} pending={} capacity={}",
         c.enis, c.ips, c.idle, c.inuse, c.reserved, c.cooling, c.pending, c.capacity
@@ -382,7 +396,7 @@ pub fn status_text(c: &StatusCounts) -> String {
 }
 
 /// `<ip> <state> <owner or -> <eni>`
-pub fn list_line(e: &ListEntry) -> String {
+pub(crate) fn list_line(e: &ListEntry) -> String {
     format!(
         "{} {} {} {}",
         e.ip,
@@ -393,7 +407,7 @@ pub fn list_line(e: &ListEntry) -> String {
 }
 
 /// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`
-pub fn eni_line(e: &EniEntry) -> String {
+pub(crate) fn eni_line(e: &EniEntry) -> String {
     let mut line = format!(
         "{} {} {} ips={} pending={} inhibited={}",
         e.eni,
@@ -412,33 +426,35 @@ pub fn eni_line(e: &EniEntry) -> String {
 }
 
 /// The reply to a command's outcome.
-pub fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
+pub(crate) fn answer_reply(outcome: Result<Answer, AllocError>) -> ClientReply {
     let answer = match outcome {
         Ok(a) => a,
-        Err(e) => return Reply::err(e),
+        Err(e) => return ClientReply::err(e),
     };
     let counted = |data: Vec<String>| {
         let n = data.len();
-        Reply::with_data(data, n.to_string())
+        ClientReply::with_data(data, n.to_string())
     };
     match answer {
-        Answer::Allocation(a) => Reply::ok(allocation_text(&a)),
-        Answer::Released(Some(ip)) => Reply::ok(format!("released={ip}")),
-        Answer::Released(None) => Reply::ok("released=none"),
+        Answer::Allocation(a, eni) => ClientReply::ok(allocation_text(&a, &eni)),
+        Answer::Released(Some(ip)) => ClientReply::ok(format!("released={ip}")),
+        Answer::Released(None) => ClientReply::ok("released=none"),
         Answer::List(l) => counted(l.iter().map(list_line).collect()),
-        Answer::Status(s) => Reply::ok(status_text(&s)),
+        Answer::Status(s) => ClientReply::ok(status_text(&s)),
         Answer::Enis(l) => counted(l.iter().map(eni_line).collect()),
-        Answer::Eni(e) => Reply::ok(eni_text(&e)),
-        Answer::Audit(d) if d.is_empty() => Reply::ok("consistent"),
+        Answer::Eni(e) => ClientReply::ok(eni_text(&e)),
+        Answer::Audit(d) if d.is_empty() => ClientReply::ok("consistent"),
         Answer::Audit(d) => {
             let n = d.len();
-            Reply {
+            ClientReply {
                 data: d,
                 outcome: Err(AllocError::new(ErrCode::Inconsistent, n.to_string())),
             }
         }
-        Answer::Metrics(text) => Reply::with_data(text.lines().map(str::to_string).collect(), ""),
-        Answer::Config(kv) => Reply::with_data(
+        Answer::Metrics(text) => {
+            ClientReply::with_data(text.lines().map(str::to_string).collect(), "")
+        }
+        Answer::Config(kv) => ClientReply::with_data(
             kv.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             "",
         ),
@@ -460,40 +476,40 @@ pub fn answer_reply(outcome: Result<Answer, AllocError>) -> Reply {
                     line
                 })
                 .collect();
-            Reply::with_data(data, format!("released={n}"))
+            ClientReply::with_data(data, format!("released={n}"))
         }
     }
 }
 
 /// A reply: data lines plus the final line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+pub struct ClientReply {
     /// Zero or more data lines.
-    pub data: Vec<String>,
+    pub(crate) data: Vec<String>,
     /// `OK [text]` or `ERR code [message]`.
-    pub outcome: Result<String, AllocError>,
+    pub(crate) outcome: Result<String, AllocError>,
 }
 
-impl Reply {
+impl ClientReply {
     /// `OK` or `OK <text>` with no data.
-    pub fn ok(text: impl Into<String>) -> Reply {
-        Reply {
+    pub(crate) fn ok(text: impl Into<String>) -> ClientReply {
+        ClientReply {
             data: Vec::new(),
             outcome: Ok(text.into()),
         }
     }
 
     /// Data lines then `OK <text>`.
-    pub fn with_data(data: Vec<String>, text: impl Into<String>) -> Reply {
-        Reply {
+    pub(crate) fn with_data(data: Vec<String>, text: impl Into<String>) -> ClientReply {
+        ClientReply {
             data,
             outcome: Ok(text.into()),
         }
     }
 
     /// `ERR ...` with no data.
-    pub fn err(e: AllocError) -> Reply {
-        Reply {
+    pub fn err(e: AllocError) -> ClientReply {
+        ClientReply {
             data: Vec::new(),
             outcome: Err(e),
         }

@@ -5,14 +5,14 @@ fn id() -> impl Strategy<Value = String> {
     "[A-Za-z0-9._:@/-]{1,40}"
 }
 
-fn request() -> impl Strategy<Value = Request> {
+fn request() -> impl Strategy<Value = ClientRequest> {
     prop_oneof![
-        Just(Request::Ping),
-        Just(Request::Command(Command::Status)),
-        Just(Request::Command(Command::List)),
-        Just(Request::Quit),
-        proptest::collection::vec(id(), 1..5).prop_map(Request::Keep),
-        id().prop_map(|p| Request::Command(Command::Gc {
+        Just(ClientRequest::Ping),
+        Just(ClientRequest::Command(Command::Status)),
+        Just(ClientRequest::Command(Command::List)),
+        Just(ClientRequest::Quit),
+        proptest::collection::vec(id(), 1..5).prop_map(ClientRequest::Keep),
+        id().prop_map(|p| ClientRequest::Command(Command::Gc {
             owner_prefix: p,
             keep: Vec::new()
         })),
@@ -21,20 +21,22 @@ fn request() -> impl Strategy<Value = Request> {
             proptest::option::of(id()),
             proptest::option::of(any::<[u8; 4]>())
         )
-            .prop_map(|(o, s, p)| Request::Command(Command::Alloc {
+            .prop_map(|(o, s, p)| ClientRequest::Command(Command::Alloc {
                 owner: Owner::parse(&o).unwrap(),
                 sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
                 prefer: p.map(|b| IpAddr::V4(std::net::Ipv4Addr::from(b))),
                 attach: None,
             })),
-        (id(), proptest::option::of(id())).prop_map(|(o, s)| Request::Command(Command::Release {
-            owner: Owner::parse(&o).unwrap(),
-            sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
-        })),
-        id().prop_map(|o| Request::Command(Command::Show {
+        (id(), proptest::option::of(id())).prop_map(|(o, s)| ClientRequest::Command(
+            Command::Release {
+                owner: Owner::parse(&o).unwrap(),
+                sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
+            }
+        )),
+        id().prop_map(|o| ClientRequest::Command(Command::Show {
             owner: Owner::parse(&o).unwrap()
         })),
-        "eni-[a-z0-9]{1,20}".prop_map(|eni| Request::Command(Command::Eni { eni })),
+        "eni-[a-z0-9]{1,20}".prop_map(|eni| ClientRequest::Command(Command::Eni { eni })),
     ]
 }
 
@@ -48,7 +50,7 @@ proptest! {
         match parse_request(&bytes) {
             Ok(r) => prop_assert!(parse_request(r.to_line().as_bytes()).is_ok()),
             Err(e) => {
-                let text = Reply::err(e).render();
+                let text = ClientReply::err(e).render();
                 prop_assert_eq!(text.matches('\n').count(), 1);
                 prop_assert!(text.starts_with("ERR "));
             }
@@ -71,7 +73,7 @@ proptest! {
     #[test]
     fn replies_are_framed(data in proptest::collection::vec("[ -~\n\r\t]{0,60}", 0..8), ok in any::<bool>(), text in "[ -~\n]{0,40}") {
         let outcome = if ok { Ok(text) } else { Err(AllocError::new(ErrCode::Cloud, text)) };
-        let rendered = Reply { data, outcome }.render();
+        let rendered = ClientReply { data, outcome }.render();
         let lines: Vec<&str> = rendered.split_terminator('\n').collect();
         prop_assert_eq!(lines.iter().filter(|l| is_final_line(l)).count(), 1);
         prop_assert!(is_final_line(lines.last().unwrap()));
