@@ -33,7 +33,7 @@ pub(crate) fn audit(
     snapshot: impl Fn() -> Result<Snapshot, AllocError>,
 ) -> Result<Vec<String>, AllocError> {
     let before = snapshot()?;
-    let cloud_err = |e: crate::cloud::CloudError| super::actor::cloud_error(&e);
+    let cloud_err = |e: crate::cloud::CloudError| super::cloud_error(&e);
     let attached = attached_managed(cloud, instance_id, node_id).map_err(cloud_err)?;
     let loose = tagged_unattached(cloud, instance_id, node_id).map_err(cloud_err)?;
     let macs: BTreeSet<String> = cloud

@@ -20,9 +20,6 @@ pub(crate) mod describe;
 pub(crate) mod eniops;
 pub(crate) mod maint;
 pub(crate) mod msg;
-// planner.rs is being changed beside this (issue 21's surge rule): its
-// `pub` is narrowed to `pub(crate)` once that lands, not under it.
-#[allow(unreachable_pub)]
 pub(crate) mod planner;
 pub(crate) mod prefix;
 pub(crate) mod recover;
@@ -42,7 +39,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use log::warn;
 
-use crate::cloud::CloudApi;
+use crate::cloud::{CloudApi, CloudError, CloudErrorKind};
 use crate::config::VSwitchPolicy;
 use crate::core::{AllocError, Answer, Commands, ErrCode};
 use crate::pool::PoolState;
@@ -433,6 +430,17 @@ impl Allocator {
             }
         }
         threads
+    }
+}
+
+/// The protocol error for a cloud failure.
+pub(crate) fn cloud_error(e: &CloudError) -> AllocError {
+    match e.kind {
+        CloudErrorKind::Exhausted | CloudErrorKind::PrefixExhausted => {
+            AllocError::cloud(ErrCode::Exhausted, e.code_or_kind(), e.message.clone())
+        }
+        CloudErrorKind::Timeout => AllocError::new(ErrCode::Timeout, e.to_string()),
+        _ => AllocError::cloud(ErrCode::Cloud, e.code_or_kind(), e.message.clone()),
     }
 }
 

@@ -13,74 +13,74 @@
 
 /// An ENI that can take more addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EniRoom {
+pub(crate) struct EniRoom {
     /// Its id.
-    pub id: String,
+    pub(crate) id: String,
     /// Addresses it can still take (per-ENI limit minus held and pending).
-    pub room: usize,
+    pub(crate) room: usize,
     /// Free places in its worker's backlog right now.
-    pub backlog_free: usize,
+    pub(crate) backlog_free: usize,
     /// Addresses one call on it asks at most (its vswitch's cap).
-    pub call: usize,
+    pub(crate) call: usize,
 }
 
 /// A vswitch a new ENI may go on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VswChoice {
+pub(crate) struct VswChoice {
     /// Its id.
-    pub id: String,
+    pub(crate) id: String,
     /// Free addresses, if known (`ordered` policy).
-    pub free: Option<u64>,
+    pub(crate) free: Option<u64>,
 }
 
 /// What the planner looks at.
 #[derive(Debug, Clone, Default)]
-pub struct PlanInput {
+pub(crate) struct PlanInput {
     /// Units of demand not yet planned (clients first, then pool top-up).
-    pub demand: usize,
+    pub(crate) demand: usize,
     /// How many of `demand` are clients (the rest is pool top-up, which is
     /// never reported as unplaceable).
-    pub client_demand: usize,
+    pub(crate) client_demand: usize,
     /// Usable ENIs in preference order (vswitch policy, then fewest addresses).
-    pub enis: Vec<EniRoom>,
+    pub(crate) enis: Vec<EniRoom>,
     /// Room that ENIs being created will add once ready (beyond their
     /// initial addresses).
-    pub creating_room: usize,
+    pub(crate) creating_room: usize,
     /// Vswitches a new ENI may go on, in preference order (inhibited ones
     /// already removed).
-    pub vswitches: Vec<VswChoice>,
+    pub(crate) vswitches: Vec<VswChoice>,
     /// ENIs that may still be created (capacity).
-    pub eni_slots: usize,
+    pub(crate) eni_slots: usize,
     /// ENI operations that may start now.
-    pub op_slots: usize,
+    pub(crate) op_slots: usize,
     /// Addresses per Assign/Create call.
-    pub max_per_call: usize,
+    pub(crate) max_per_call: usize,
     /// Addresses an ENI holds at most, its primary included.
-    pub ips_per_eni: usize,
+    pub(crate) ips_per_eni: usize,
     /// Pool addresses that may ride along on the calls this plan makes
     /// anyway (a surge: demand arriving faster than the pool refills).
     /// They fill an assign's call (the ENI's backlog) or a create's
     /// initial addresses, within the ENI's room, and never make a call of
     /// their own. Not part of `demand`.
-    pub surplus: usize,
+    pub(crate) surplus: usize,
 }
 
 /// What to do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Queue this many units on this ENI's worker.
-    pub submits: Vec<(String, usize)>,
+    pub(crate) submits: Vec<(String, usize)>,
     /// Create an ENI on this vswitch with this many initial addresses.
-    pub creates: Vec<(String, usize)>,
+    pub(crate) creates: Vec<(String, usize)>,
     /// Client units that no source can ever serve now (capacity reached or
     /// every vswitch exhausted): they fail at once with `exhausted`.
-    pub unplaceable: usize,
+    pub(crate) unplaceable: usize,
     /// How much of `surplus` the submits and creates above carry.
-    pub surplus: usize,
+    pub(crate) surplus: usize,
 }
 
 /// Decides where the waiting demand goes.
-pub fn plan(input: &PlanInput) -> Plan {
+pub(crate) fn plan(input: &PlanInput) -> Plan {
     let mut out = Plan::default();
     let per_call = input.max_per_call.max(1);
     let mut left = input.demand;

@@ -20,8 +20,6 @@ use sha1::{Digest, Sha1};
 
 use super::spec::{code, CniError};
 
-/// Where the lock files live unless the config's `lockDir` says otherwise.
-pub(crate) const DEFAULT_LOCK_DIR: &str = "/run/eniip-cni";
 /// How many lock files there are.
 const BUCKETS: u32 = 64;
 /// How often a waiting invocation tries the lock again.

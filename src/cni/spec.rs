@@ -259,6 +259,8 @@ pub(crate) struct NetConf {
     pub(crate) valid_attachments: Vec<Attachment>,
 }
 
+/// Where the lock files live unless the config's `lockDir` says otherwise.
+pub(crate) const DEFAULT_LOCK_DIR: &str = "/run/eniip-cni";
 /// Default eniipd socket.
 pub(crate) const DEFAULT_SOCKET: &str = "/run/eniipd/eniipd.sock";
 /// Default MTU (an ENI's).
@@ -322,7 +324,7 @@ impl NetConf {
             Some(_) => return Err(bad_config("socket", "must be an absolute path")),
         };
         let lock_dir = match &raw.lock_dir {
-            None => PathBuf::from(super::lock::DEFAULT_LOCK_DIR),
+            None => PathBuf::from(DEFAULT_LOCK_DIR),
             Some(Value::String(s)) if s.starts_with('/') => PathBuf::from(s),
             Some(_) => return Err(bad_config("lockDir", "must be an absolute path")),
         };

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use log::warn;
 
-use super::peer::Peer;
 use crate::core::{Attachment, NsId};
 use crate::util::netns;
+use crate::util::peer::Peer;
 
 /// `a` with its identities, or `None` (and a warning) when the sandbox's
 /// namespace cannot be read: such an allocation is kept as if no

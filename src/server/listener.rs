@@ -29,13 +29,14 @@ use std::time::{Duration, Instant};
 use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
-use super::peer::{may_mutate, supplementary_groups, Peer};
+use super::peer::may_mutate;
 pub use super::socket::{bind_socket, resolve_group};
 use crate::core::{AllocError, Command, Commands, ErrCode};
 use crate::log_limited;
 use crate::logging::RateLimit;
 use crate::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
 use crate::util::accept::{accept_until_woken, AcceptFailure};
+use crate::util::peer::{supplementary_groups, Peer};
 
 /// Listener settings.
 #[derive(Debug, Clone)]

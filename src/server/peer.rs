@@ -1,85 +1,8 @@
-//! Who is on the other end of a connection, and whether it may change
-//! allocations: the peer's uid must be in `allowed_uids`, or the socket
-//! group must be its primary or a supplementary group.
+//! Whether a peer may change allocations: its uid must be in
+//! `allowed_uids`, or the socket group must be its primary or a
+//! supplementary group. Who the peer is comes from [`crate::util::peer`].
 
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
-
-/// Credentials of a connected peer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Peer {
-    /// Process id (0 if unknown).
-    pub(crate) pid: i32,
-    /// User id.
-    pub(crate) uid: u32,
-    /// Primary group id.
-    pub(crate) gid: u32,
-}
-
-impl Peer {
-    /// SO_PEERCRED of a connected stream.
-    pub(crate) fn of(stream: &UnixStream) -> std::io::Result<Peer> {
-        let c = nix::sys::socket::getsockopt(
-            &stream.as_fd(),
-            nix::sys::socket::sockopt::PeerCredentials,
-        )?;
-        Ok(Peer {
-            pid: c.pid(),
-            uid: c.uid(),
-            gid: c.gid(),
-        })
-    }
-}
-
-/// The peer's supplementary groups: SO_PEERGROUPS, else the `Groups:` line
-/// of `/proc/<pid>/status`, else none.
-pub(crate) fn supplementary_groups(stream: &UnixStream, pid: i32) -> Vec<u32> {
-    peer_groups(stream).unwrap_or_else(|| proc_groups(pid))
-}
-
-fn peer_groups(stream: &UnixStream) -> Option<Vec<u32>> {
-    use std::os::fd::AsRawFd;
-    let mut groups = vec![0 as nix::libc::gid_t; 256];
-    let mut len = (groups.len() * std::mem::size_of::<nix::libc::gid_t>()) as nix::libc::socklen_t;
-    // SAFETY: the buffer is valid for `len` bytes and outlives the call;
-    // the kernel writes at most `len` bytes and stores the size used.
-    #[allow(unsafe_code)]
-    let rc = unsafe {
-        nix::libc::getsockopt(
-            stream.as_raw_fd(),
-            nix::libc::SOL_SOCKET,
-            nix::libc::SO_PEERGROUPS,
-            groups.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
-    groups.truncate(len as usize / std::mem::size_of::<nix::libc::gid_t>());
-    Some(groups)
-}
-
-fn proc_groups(pid: i32) -> Vec<u32> {
-    if pid <= 0 {
-        return Vec::new();
-    }
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| parse_status_groups(&s))
-        .unwrap_or_default()
-}
-
-/// Parses the `Groups:` line of `/proc/<pid>/status`.
-pub(crate) fn parse_status_groups(status: &str) -> Option<Vec<u32>> {
-    let line = status.lines().find(|l| l.starts_with("Groups:"))?;
-    Some(
-        line["Groups:".len()..]
-            .split_whitespace()
-            .filter_map(|g| g.parse().ok())
-            .collect(),
-    )
-}
+use crate::util::peer::Peer;
 
 /// May this peer `alloc` and `release`? `groups` is asked for only when the
 /// uid and primary gid do not already decide it.
@@ -118,21 +41,5 @@ mod tests {
             4, 50
         ]));
         assert!(!may_mutate(&peer(1000, 1000), &[0], Some(50), || vec![4]));
-    }
-
-    #[test]
-    fn status_groups() {
-        let s = "Name:\tx\nUid:\t1 1 1 1\nGroups:\t4 24 27 \nNgid:\t0\n";
-        assert_eq!(parse_status_groups(s), Some(vec![4, 24, 27]));
-        assert_eq!(parse_status_groups("Name: x\n"), None);
-    }
-
-    #[test]
-    fn own_credentials_over_a_socketpair() {
-        let (a, _b) = UnixStream::pair().unwrap();
-        let p = Peer::of(&a).unwrap();
-        assert_eq!(p.uid, nix::unistd::getuid().as_raw());
-        assert_eq!(p.pid as u32, std::process::id());
-        let _ = supplementary_groups(&a, p.pid);
     }
 }

@@ -44,7 +44,7 @@ use super::planner::{self, EniRoom, PlanInput};
 use super::prefix::{self, Kind};
 use super::vswitch::VSwitches;
 use super::worker::{self, WorkerConfig, WorkerHandle};
-use super::{AllocatorOptions, Joinable, Journal, Snapshot};
+use super::{cloud_error, AllocatorOptions, Joinable, Journal, Snapshot};
 
 mod demand;
 mod eni_info;
@@ -528,17 +528,6 @@ impl Actor {
             sg_drift: self.sg_drift.clone(),
             waiters: self.demand.waiting(),
         }
-    }
-}
-
-/// The protocol error for a cloud failure.
-pub(super) fn cloud_error(e: &CloudError) -> AllocError {
-    match e.kind {
-        CloudErrorKind::Exhausted | CloudErrorKind::PrefixExhausted => {
-            AllocError::cloud(ErrCode::Exhausted, e.code_or_kind(), e.message.clone())
-        }
-        CloudErrorKind::Timeout => AllocError::new(ErrCode::Timeout, e.to_string()),
-        _ => AllocError::cloud(ErrCode::Cloud, e.code_or_kind(), e.message.clone()),
     }
 }
 
