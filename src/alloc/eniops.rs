@@ -25,6 +25,7 @@ use crate::util::sem::Permit;
 
 use super::describe::StatusBatcher;
 use super::msg::{Event, FreeFailure, OpId, ReadyEni};
+use super::AllocatorOptions;
 
 /// What a create operation needs.
 #[derive(Debug, Clone)]
@@ -52,6 +53,32 @@ pub(crate) struct CreateJob {
     pub(crate) ready_timeout: Duration,
     /// How long to wait for metadata to list the initial addresses.
     pub(crate) metadata_wait: Duration,
+}
+
+impl CreateJob {
+    /// Creation `op` on `vswitch` with `prefixes` /28s, or `singles`
+    /// addresses, with this node's settings.
+    pub(crate) fn new(
+        opts: &AllocatorOptions,
+        op: OpId,
+        vswitch: String,
+        singles: usize,
+        prefixes: usize,
+    ) -> CreateJob {
+        CreateJob {
+            op,
+            vswitch,
+            security_groups: opts.security_groups.clone(),
+            extra_tags: opts.eni_tags.clone(),
+            instance_id: opts.instance_id.clone(),
+            node_id: opts.node_id.clone(),
+            init: singles,
+            prefixes,
+            dual: opts.dual,
+            ready_timeout: opts.eni_ready_timeout,
+            metadata_wait: opts.metadata_wait,
+        }
+    }
 }
 
 /// The tags every eniipd ENI carries, then `extra`.

@@ -261,6 +261,8 @@ impl Allocator {
         journal: Arc<dyn Journal>,
         pool: PoolState,
     ) -> io::Result<Allocator> {
+        // The pool pairs addresses by its own flag: one source of truth.
+        debug_assert_eq!(pool.dual(), opts.dual, "a pool built for another ip_stack");
         let opts = Arc::new(opts);
         let (cmd_tx, cmd_rx) = bounded(1024);
         let (req_tx, req_rx) = bounded(1024);

@@ -70,6 +70,54 @@ pub(crate) fn round_units(kind: Kind, n: usize, limit: usize) -> usize {
     }
 }
 
+/// How a new ENI is asked for, for `demand` units of demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CreateShape {
+    /// The units of demand it serves (the first tickets).
+    pub(crate) demand: usize,
+    /// /28 prefixes beside its primary (0: single addresses).
+    pub(crate) prefixes: usize,
+    /// Tickets it carries: the demand, then what a /28 brings beyond it
+    /// (counted as the pool's, so addresses in flight are counted once).
+    pub(crate) tickets: usize,
+    /// Single addresses it asks, its primary included: with `prefixes`,
+    /// only if its vswitch has no free /28.
+    pub(crate) singles: usize,
+}
+
+/// The shape of a create: single addresses are one call's worth
+/// (`max_per_call` and the vswitch's `call_size`, within the ENI's
+/// `slots` beside its primary); /28s are whole ones for the demand beyond
+/// the primary, at least one (the primary is handed out last, and the next
+/// demand then needs no call of its own), within the slots.
+pub(crate) fn create_shape(
+    kind: Kind,
+    demand: usize,
+    max_per_call: usize,
+    slots: usize,
+    call_size: usize,
+) -> CreateShape {
+    let singles_max = max_per_call.min(slots) + 1;
+    let demand = match kind {
+        Kind::Single => demand.min(singles_max).min(call_size),
+        Kind::Prefix => demand,
+    };
+    let prefixes = match kind {
+        Kind::Prefix => prefixes_for(demand.saturating_sub(1).max(1), slots),
+        Kind::Single => 0,
+    };
+    CreateShape {
+        demand,
+        prefixes,
+        tickets: if prefixes > 0 {
+            1 + prefixes * PER_PREFIX
+        } else {
+            demand
+        },
+        singles: demand.min(singles_max),
+    }
+}
+
 /// A prefix as a shrink sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Candidate {
@@ -110,6 +158,43 @@ mod tests {
 
     fn p(s: &str) -> Ipv4Prefix {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_create_asks_one_call_of_singles_or_whole_prefixes() {
+        let single = |demand, call| create_shape(Kind::Single, demand, 10, 14, call);
+        assert_eq!(
+            single(4, 10),
+            CreateShape {
+                demand: 4,
+                prefixes: 0,
+                tickets: 4,
+                singles: 4
+            }
+        );
+        // One call's worth: 10 secondaries and the primary.
+        assert_eq!(single(30, 99).tickets, 11);
+        // A vswitch near exhaustion asks fewer.
+        assert_eq!(single(30, 2).tickets, 2);
+        // Slots bound it too.
+        assert_eq!(create_shape(Kind::Single, 30, 10, 3, 99).tickets, 4);
+        let prefix = |demand| create_shape(Kind::Prefix, demand, 10, 5, 1);
+        // The primary serves one; a /28 at least, whatever is left.
+        assert_eq!(
+            prefix(1),
+            CreateShape {
+                demand: 1,
+                prefixes: 1,
+                tickets: 17,
+                singles: 1
+            }
+        );
+        assert_eq!(prefix(17).prefixes, 1);
+        assert_eq!(prefix(18).prefixes, 2);
+        assert_eq!(prefix(18).tickets, 33);
+        // Within the slots; the fallback asks one call of singles.
+        assert_eq!(prefix(500).prefixes, 5);
+        assert_eq!(prefix(500).singles, 6);
     }
 
     #[test]

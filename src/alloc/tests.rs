@@ -118,7 +118,8 @@ fn options(fake: &FakeCloud, json: &str) -> AllocatorOptions {
 }
 
 fn start(fake: &Arc<FakeCloud>, o: AllocatorOptions) -> (Allocator, Arc<MemJournal>) {
-    start_with(fake, o, PoolState::new(false))
+    let pool = PoolState::new(o.dual);
+    start_with(fake, o, pool)
 }
 
 fn start_with(

@@ -27,7 +27,9 @@ mod attach;
 pub(crate) use attach::Attached;
 mod holds;
 mod shrink;
+mod supply;
 mod views;
+pub(crate) use supply::Gone;
 
 /// Where an ENI is in its life, once it exists locally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,9 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::core::{Owner, SandboxId};
+use log::info;
+
+use crate::core::{AllocError, ErrCode, Owner, SandboxId};
 
 use super::super::msg::TicketId;
 use super::Reply;
@@ -33,6 +35,19 @@ pub(super) struct Waiter {
     pub(super) replies: Vec<(Reply, Instant)>,
     pub(super) deadline: Instant,
     ticket: Option<TicketId>,
+}
+
+impl Waiter {
+    /// Answers every request of this owner with `err`; `measured` counts
+    /// them in the alloc metrics (a stop or a cancel is not an outcome).
+    pub(super) fn fail(self, err: &AllocError, measured: bool) {
+        for (r, started) in self.replies {
+            if measured {
+                crate::metrics::record_alloc(err.code.as_str(), started.elapsed().as_secs_f64());
+            }
+            let _ = r.send(Err(err.clone()));
+        }
+    }
 }
 
 /// What a waiter's new alloc asks.
@@ -175,6 +190,27 @@ impl Demand {
     pub(super) fn take_expired(&mut self, now: Instant) -> Option<Waiter> {
         let pos = self.waiters.iter().position(|w| w.deadline <= now)?;
         self.remove_at(pos)
+    }
+
+    /// Fails the waiter `id`, if it still waits, with `err`.
+    pub(super) fn fail(&mut self, id: u64, err: &AllocError) {
+        if let Some(w) = self.take(id) {
+            info!("alloc for {} failed: {err}", w.owner);
+            w.fail(err, true);
+        }
+    }
+
+    /// Fails every waiter whose deadline has passed at `now` (`timeout`
+    /// after it asked) with `timeout`.
+    pub(super) fn expire(&mut self, now: Instant, timeout: Duration) {
+        while let Some(w) = self.take_expired(now) {
+            info!("alloc for {} timed out after {timeout:?}", w.owner);
+            let err = AllocError::new(
+                ErrCode::Timeout,
+                format!("no address within {} s", timeout.as_secs()),
+            );
+            w.fail(&err, true);
+        }
     }
 
     /// Every waiter, out of line (the allocator stops).
@@ -414,6 +450,32 @@ mod tests {
         let gone = d.take_expired(now + Duration::from_secs(61)).unwrap();
         assert_eq!((gone.id, gone.replies.len()), (w, 2));
         assert_eq!(d.waiting(), 0);
+    }
+
+    #[test]
+    fn failed_and_expired_waiters_are_answered_once_each() {
+        let mut d = Demand::default();
+        let now = Instant::now();
+        let (tx, rx) = crossbeam_channel::bounded(4);
+        let a = d.push(Ask::plain("o/a", tx.clone()), now);
+        assert!(d.join(Ask::plain("o/a", tx.clone())).is_ok());
+        let mut late = Ask::plain("o/b", tx);
+        late.deadline = now + Duration::from_secs(1);
+        d.push(late, now);
+        d.fail(a, &AllocError::bare(ErrCode::Exhausted));
+        d.fail(a, &AllocError::bare(ErrCode::Exhausted));
+        for _ in 0..2 {
+            assert_eq!(rx.try_recv().unwrap().unwrap_err().code, ErrCode::Exhausted);
+        }
+        assert!(rx.try_recv().is_err(), "a second fail answers nobody");
+        d.expire(now, Duration::from_secs(1));
+        assert!(rx.try_recv().is_err(), "not yet due");
+        d.expire(now + Duration::from_secs(1), Duration::from_secs(1));
+        let e = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(e.code, ErrCode::Timeout);
+        assert!(e.to_string().contains("within 1 s"), "{e}");
+        assert_eq!(d.waiting(), 0);
+        d.check().unwrap();
     }
 
     #[test]

@@ -6,59 +6,79 @@
 //! are durable). So no lock is held across I/O, and a slow cloud can never
 //! stall an allocation that idle addresses can serve.
 //!
-//! Demand is tracked as waiters (clients wanting an address, FIFO) and
-//! tickets (addresses asked of the cloud: one per unit, on an ENI's worker
-//! or in an ENI creation). Every ticket ends exactly once, with an address
-//! or an error, and is removed then, so an ENI's `pending` returns to zero
-//! after any burst, errors included. Addresses that arrive go to the pool
-//! and are handed to waiters oldest first; a ticket is bound to at most one
-//! waiter so that a cloud error reaches a request that asked for it.
+//! The actor is made of parts, each a type with private fields, its
+//! invariant in its doc and its own tests:
+//! - [`demand`]: clients waiting (FIFO) and the addresses asked of the
+//!   cloud for them or for the pool (tickets): every ticket ends exactly
+//!   once, so an ENI's `pending` returns to zero after any burst;
+//! - [`inflight`]: ENI creations and frees running, and the ENI and
+//!   operation slots they hold;
+//! - [`vswstate`]: inhibited vswitches, call caps, the prefix fallback,
+//!   IPv6 gateways, probes; [`surge`]: growth that follows demand;
+//! - [`workers`] and [`threads`]: the threads it starts, every one joined;
+//! - [`durable`]: answers sent only once their records are on disk;
+//! - [`reconcile`]: the cloud's view applied to the pool, never a stale
+//!   one; [`verify`]: the pool before the first reconcile of a restart;
+//! - [`lookups`], [`backoff`], [`views`].
 //!
-//! This file holds the state, the loop and the views; `requests` the
-//! client side (waiters, tickets), `plan` where demand goes and what the
-//! pool gives back, `events` what workers and ENI operations report.
+//! What happens to them is in four phases, each a view that borrows only
+//! the parts it may touch (so the compiler checks the boundaries): client
+//! requests ([`clients`]), the cloud side's reports ([`reports`]),
+//! planning ([`plan`]: gather the input, let the pure planner decide,
+//! dispatch) and maintenance ([`maintain`]). This file owns the parts,
+//! runs the loop and routes each message to its phase.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
-use log::{debug, error, info, warn};
+use log::{error, info};
 
-use crate::cloud::{CloudApi, CloudError, CloudErrorKind, Ipv4Prefix};
-use crate::core::{
-    AllocError, Allocation, Answer, Collected, Command, EniEntry, Envelope, ErrCode, Owner,
-    PrefixUse, SandboxId,
-};
-use crate::pool::{EniPhase, IpState, PoolEni, PoolState, ReleaseOutcome};
+use crate::cloud::CloudApi;
+use crate::core::{AllocError, Answer, Command, Envelope, ErrCode};
+use crate::pool::PoolState;
 use crate::store::Record;
 use crate::util::sem::Semaphore;
-use crate::util::time::{format_utc, unix_ms};
+use crate::util::time::unix_ms;
 
 use super::capacity::Capacity;
-use super::describe::StatusBatcher;
-use super::eniops::{self, CreateJob};
-use super::msg::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, Request, TicketId};
-use super::planner::{self, EniRoom, PlanInput};
-use super::prefix::{self, Kind};
+use super::msg::{Event, Request};
 use super::vswitch::VSwitches;
-use super::worker::{self, WorkerConfig, WorkerHandle};
-use super::{cloud_error, AllocatorOptions, Joinable, Journal, Snapshot};
+use super::worker::WorkerConfig;
+use super::{AllocatorOptions, Fatal, Joinable, Journal, Snapshot};
 
+mod backoff;
+mod clients;
 mod demand;
-mod eni_info;
-mod events;
+mod durable;
 mod inflight;
+mod lookups;
+mod maintain;
 mod plan;
-mod requests;
+mod reconcile;
+mod reports;
 mod surge;
+mod threads;
+mod verify;
+mod views;
 mod vswstate;
+mod workers;
 
-use demand::{Ask, Demand, Pick};
+use backoff::{Backoff, FreeBackoff};
+use clients::Clients;
+use demand::Demand;
+use durable::Durable;
 use inflight::InFlight;
+use lookups::Lookups;
+use maintain::Maintenance;
+use plan::Planning;
+use reconcile::Changes;
+use reports::Reports;
 use surge::Surge;
+use threads::Threads;
+use verify::Verification;
 use vswstate::VswState;
+use workers::Workers;
 
 /// How soon a waiter that could not be planned is planned again.
 const REPLAN: Duration = Duration::from_millis(100);
@@ -70,74 +90,29 @@ const CREATE_QUIET: Duration = Duration::from_millis(50);
 
 type Reply = Sender<Result<Answer, AllocError>>;
 
-/// Capped exponential backoff for background work that failed.
-#[derive(Debug)]
-struct Backoff {
-    until: Option<Instant>,
-    delay: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    fn new(max: Duration) -> Backoff {
-        Backoff {
-            until: None,
-            delay: Duration::from_secs(1),
-            max,
-        }
-    }
-
-    fn active(&self, now: Instant) -> bool {
-        self.until.is_some_and(|u| u > now)
-    }
-
-    fn fail(&mut self, now: Instant) {
-        let d = self.delay.mul_f64(crate::util::rand::jitter(0.2));
-        self.until = Some(now + d);
-        self.delay = (self.delay * 2).min(self.max);
-    }
-
-    fn succeed(&mut self) {
-        self.until = None;
-        self.delay = Duration::from_secs(1);
-    }
-}
-
+/// The parts, and what the loop itself keeps.
 pub(super) struct Actor {
     opts: Arc<AllocatorOptions>,
-    cloud: Arc<dyn CloudApi>,
-    journal: Arc<dyn Journal>,
     cap: Capacity,
     pool: PoolState,
-    vsw: VswState,
     demand: Demand,
     surge: Surge,
+    vsw: VswState,
     inflight: InFlight,
-    workers: HashMap<String, WorkerHandle>,
-    events_tx: Sender<Event>,
-    fatal_tx: Sender<super::Fatal>,
+    workers: Workers,
+    threads: Threads,
+    durable: Durable,
+    lookups: Lookups,
+    changes: Changes,
+    verification: Verification,
     pool_backoff: Backoff,
     shed_backoff: Backoff,
-    free_backoff: HashMap<String, Instant>,
-    last_change: HashMap<String, Instant>,
+    free_backoff: FreeBackoff,
+    fatal_tx: Sender<Fatal>,
     next_maintenance: Instant,
     sg_drift: Vec<String>,
-    stopping: bool,
-    batcher: Arc<StatusBatcher>,
-    /// The actor's own channel, for the audit threads' snapshots.
-    requests_tx: Sender<Request>,
-    /// Threads it started that are not workers (ENI operations, audits):
-    /// joined at stop.
-    helpers: Vec<Joinable>,
     config_view: Vec<(String, String)>,
-    /// `eni` lookups reading metadata now.
-    lookups: Arc<std::sync::atomic::AtomicUsize>,
-    /// Set only after a restart served from the state files, until the
-    /// first reconcile (see [`Actor::verified`]): asks the maintenance
-    /// thread for that reconcile now.
-    first_reconcile: Option<Sender<()>>,
-    /// `audit`s asked before the first reconcile: started after it.
-    deferred_audits: Vec<Reply>,
+    stopping: bool,
 }
 
 impl Actor {
@@ -150,14 +125,19 @@ impl Actor {
         eni_sem: Semaphore,
         op_sem: Semaphore,
         events_tx: Sender<Event>,
-        fatal_tx: Sender<super::Fatal>,
+        fatal_tx: Sender<Fatal>,
         requests_tx: Sender<Request>,
     ) -> Actor {
         let mut switches = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
         switches.set_free(opts.vswitch_free.iter().cloned(), u64::MAX);
-        let inflight = InFlight::new(eni_sem, op_sem, pool.enis.keys());
         let now = Instant::now();
-        let cloud_for_batcher = Arc::clone(&cloud);
+        let worker_config = WorkerConfig {
+            window: opts.aggregation_window,
+            max_per_call: opts.max_ips_per_call,
+            dual: opts.dual,
+            prefix_mode: opts.capacity.prefix_mode,
+            metadata_wait: opts.metadata_wait,
+        };
         Actor {
             cap: opts.capacity,
             config_view: opts.config_view.clone(),
@@ -167,32 +147,24 @@ impl Actor {
                 opts.max_ips_per_call,
                 now,
             ),
-            lookups: Arc::default(),
-            requests_tx,
-            helpers: Vec::new(),
+            inflight: InFlight::new(eni_sem, op_sem, pool.enis.keys()),
+            workers: Workers::new(Arc::clone(&cloud), worker_config, events_tx.clone()),
+            threads: Threads::new(cloud, events_tx, requests_tx),
+            durable: Durable::new(journal, fatal_tx.clone()),
+            lookups: Lookups::default(),
+            changes: Changes::default(),
+            verification: Verification::default(),
             pool_backoff: Backoff::new(opts.pool_backoff_max),
             shed_backoff: Backoff::new(opts.pool_backoff_max),
+            free_backoff: FreeBackoff::default(),
             next_maintenance: now,
-            opts,
-            cloud,
-            journal,
             pool,
             demand: Demand::default(),
             surge: Surge::default(),
-            inflight,
-            workers: HashMap::new(),
-            events_tx,
+            opts,
             fatal_tx,
-            free_backoff: HashMap::new(),
-            last_change: HashMap::new(),
             sg_drift: Vec::new(),
             stopping: false,
-            first_reconcile: None,
-            deferred_audits: Vec::new(),
-            batcher: Arc::new(StatusBatcher::new(
-                Arc::clone(&cloud_for_batcher),
-                Duration::from_millis(30),
-            )),
         }
     }
 
@@ -201,112 +173,9 @@ impl Actor {
     /// asks for early.
     pub(super) fn with_first_reconcile(mut self, kick: Sender<()>) -> Actor {
         if self.opts.first_reconcile.is_some() {
-            self.first_reconcile = Some(kick);
+            self.verification = Verification::until_first_reconcile(kick);
         }
         self
-    }
-
-    /// The pool is the OpenAPI's view (false only after a restart served
-    /// from the state files, until the first reconcile): until then no
-    /// address is handed out that was not already, and nothing is planned
-    /// or given back. Owners keep theirs, releases work.
-    fn verified(&self) -> bool {
-        self.first_reconcile.is_none()
-    }
-
-    /// Asks for the first reconcile at once (a waiter needs it).
-    fn ask_first_reconcile(&self) {
-        if let Some(k) = &self.first_reconcile {
-            let _ = k.try_send(());
-        }
-    }
-
-    /// The first reconcile has run: the pool is the OpenAPI's view.
-    fn verify(&mut self) {
-        if self.first_reconcile.take().is_none() {
-            return;
-        }
-        info!(
-            "the pool is verified against the OpenAPI: {} address(es) on {} ENI(s), {} waiter(s) served from now on",
-            self.pool.ips.len(),
-            self.pool.enis.len(),
-            self.demand.waiting()
-        );
-        for reply in std::mem::take(&mut self.deferred_audits) {
-            self.start_audit(reply);
-        }
-    }
-
-    fn worker_config(&self) -> WorkerConfig {
-        WorkerConfig {
-            window: self.opts.aggregation_window,
-            max_per_call: self.opts.max_ips_per_call,
-            dual: self.opts.dual,
-            prefix_mode: self.cap.prefix_mode,
-            metadata_wait: self.opts.metadata_wait,
-        }
-    }
-
-    /// How the next addresses of an ENI on `vswitch` are asked.
-    fn kind_on(&self, vswitch: &str, now_ms: u64) -> Kind {
-        self.vsw.kind_on(vswitch, now_ms)
-    }
-
-    /// Addresses an ENI can still be asked for (its free IPv4 slots, as
-    /// /28s or single addresses).
-    fn eni_room(&self, e: &PoolEni, now_ms: u64) -> usize {
-        let pending = prefix::pending_slots(e.pending, e.pending_in_prefixes);
-        let free = self
-            .cap
-            .slots_per_eni
-            .saturating_sub(self.pool.slots_used(&e.id) + pending);
-        prefix::room(self.kind_on(&e.vswitch, now_ms), free)
-    }
-
-    /// Prefix mode: no free /28 on `vswitch`; single addresses until the
-    /// inhibit period ends, then prefixes again.
-    fn inhibit_prefixes(&mut self, vswitch: &str, code: &str) {
-        let until = unix_ms() + self.opts.inhibit.as_millis() as u64;
-        warn!(
-            "{vswitch} has no free /28 prefix ({code}); single addresses until {}",
-            format_utc(until / 1000)
-        );
-        self.vsw.inhibit_prefixes(vswitch, until);
-    }
-
-    fn start_worker(&mut self, eni: &str, mac: &str) {
-        match worker::spawn(
-            eni.to_string(),
-            mac.to_string(),
-            Arc::clone(&self.cloud),
-            self.worker_config(),
-            self.events_tx.clone(),
-        ) {
-            Ok(h) => {
-                self.workers.insert(eni.to_string(), h);
-                self.apply_call_caps();
-            }
-            Err(e) => self.fatal(format!("cannot start the worker thread of {eni}: {e}").into()),
-        }
-    }
-
-    /// Tells every worker how many addresses one call on its vswitch may
-    /// ask (see `vswstate`).
-    fn apply_call_caps(&self) {
-        for (eni, w) in &self.workers {
-            let cap = self
-                .pool
-                .enis
-                .get(eni)
-                .and_then(|e| self.vsw.call_cap(&e.vswitch));
-            w.set_call_cap(cap);
-        }
-    }
-
-    fn fatal(&mut self, f: super::Fatal) {
-        error!("{}", f.message);
-        let _ = self.fatal_tx.try_send(f);
-        self.begin_stop();
     }
 
     /// Runs until `stop` fires or every command sender is gone; returns
@@ -325,7 +194,8 @@ impl Actor {
             .map(|e| (e.id.clone(), e.mac.clone()))
             .collect();
         for (id, mac) in enis {
-            self.start_worker(&id, &mac);
+            let started = self.reports().start_worker(&id, &mac);
+            self.or_fatal(started);
         }
         self.step(Instant::now());
         loop {
@@ -359,12 +229,8 @@ impl Actor {
         while let Ok(r) = requests.try_recv() {
             self.on_request(r);
         }
-        let mut threads: Vec<Joinable> = self
-            .workers
-            .drain()
-            .filter_map(|(eni, w)| w.stop().map(|h| (format!("worker of {eni}"), h)))
-            .collect();
-        threads.append(&mut self.helpers);
+        let mut threads = self.workers.stop_all();
+        threads.append(&mut self.threads.drain());
         threads
     }
 
@@ -374,11 +240,9 @@ impl Actor {
         }
         self.stopping = true;
         for w in self.demand.drain() {
-            for (r, _) in w.replies {
-                let _ = r.send(Err(AllocError::shutting_down()));
-            }
+            w.fail(&AllocError::shutting_down(), false);
         }
-        for r in self.deferred_audits.drain(..) {
+        for r in self.verification.drain_audits() {
             let _ = r.send(Err(AllocError::shutting_down()));
         }
         info!(
@@ -387,57 +251,40 @@ impl Actor {
         );
     }
 
-    /// Reads the free count of inhibited vswitches on a thread of its own
-    /// (the actor never calls the cloud); the answer comes back as
-    /// `VSwitchFree` and lifts the inhibition of one that has room.
-    fn probe_inhibited(&mut self, now: Instant) {
-        let Some(ids) = self.vsw.probe_due(now, unix_ms()) else {
-            return;
-        };
-        let cloud = Arc::clone(&self.cloud);
-        let events = self.events_tx.clone();
-        let spawned = std::thread::Builder::new()
-            .name("eniipd-vsw-probe".into())
-            .spawn(move || match cloud.describe_vswitches(&ids) {
-                Ok(v) => {
-                    let counts = v.into_iter().map(|s| (s.id, s.available_ips)).collect();
-                    let _ = events.send(Event::VSwitchFree(counts));
-                }
-                Err(e) => debug!("probing inhibited vswitches failed: {e}"),
-            });
-        match spawned {
-            Ok(h) => self.helpers.push(("vswitch probe".into(), h)),
-            Err(e) => warn!("cannot start a vswitch probe: {e}"),
+    /// A phase could not start a thread it needed: the allocator stops.
+    fn or_fatal(&mut self, r: Result<(), Fatal>) {
+        if let Err(f) = r {
+            error!("{}", f.message);
+            let _ = self.fatal_tx.try_send(f);
+            self.begin_stop();
         }
     }
 
     fn next_wakeup(&self, now: Instant) -> Instant {
-        let mut wake = self.next_maintenance;
         let demand = self
             .demand
             .next_wakeup(now, self.opts.aggregation_window, REPLAN);
-        for at in [self.vsw.next_wakeup(now, unix_ms()), demand]
-            .into_iter()
-            .flatten()
-        {
-            wake = wake.min(at);
-        }
-        if let Some(t) = self.demand.last_unplanned_arrival() {
-            if t + CREATE_QUIET > now {
-                wake = wake.min(t + CREATE_QUIET);
-            }
-        }
-        if let Some(ms) = self.pool.next_expiry() {
-            let in_ms = ms.saturating_sub(unix_ms());
-            wake = wake.min(now + Duration::from_millis(in_ms));
-        }
-        for u in [self.pool_backoff.until, self.shed_backoff.until]
-            .into_iter()
-            .flatten()
-        {
-            wake = wake.min(u);
-        }
-        wake.max(now + Duration::from_millis(1))
+        let quiet_ends = self
+            .demand
+            .last_unplanned_arrival()
+            .map(|t| t + CREATE_QUIET)
+            .filter(|t| *t > now);
+        let expiry = self
+            .pool
+            .next_expiry()
+            .map(|ms| now + Duration::from_millis(ms.saturating_sub(unix_ms())));
+        [
+            self.vsw.next_wakeup(now, unix_ms()),
+            demand,
+            quiet_ends,
+            expiry,
+            self.pool_backoff.ends_after(now),
+            self.shed_backoff.ends_after(now),
+        ]
+        .into_iter()
+        .flatten()
+        .fold(self.next_maintenance, Instant::min)
+        .max(now + Duration::from_millis(1))
     }
 
     /// Everything that follows a change: holds, deadlines, maintenance,
@@ -446,26 +293,31 @@ impl Actor {
         if self.stopping {
             return;
         }
-        self.helpers.retain(|(_, h)| !h.is_finished());
-        self.probe_inhibited(now);
+        self.threads.prune();
+        if let Some(ids) = self.vsw.probe_due(now, unix_ms()) {
+            self.threads.probe(ids);
+        }
         for id in self.pool.drop_empty_gone() {
             info!("{id} is forgotten: the last address held on it was released");
         }
         let freed = self.pool.settle(unix_ms());
-        if !freed.is_empty() {
-            let records = freed
+        self.durable.write(
+            freed
                 .into_iter()
                 .map(|ipv4| Record::ClearHold { ipv4 })
-                .collect();
-            self.journal.submit(records, Box::new(|_| {}));
-        }
-        self.expire_waiters(now);
+                .collect(),
+        );
+        self.demand.expire(now, self.opts.alloc_timeout);
+        let verified = self.verification.verified();
         if now >= self.next_maintenance {
-            self.maintain(now);
+            if verified {
+                let done = self.maintenance().maintain(now);
+                self.or_fatal(done);
+            }
             let jitter = crate::util::rand::jitter(0.2);
             self.next_maintenance = now + self.opts.pool_check_interval.mul_f64(jitter);
         }
-        self.serve_waiters();
+        self.clients().serve_waiters();
         if self.surge.observe(now, self.demand.waiting() > 0) {
             info!(
                 "the pool ran dry again within {}s of its last refill: calls carry addresses beyond the shortfall, up to max_pool_size={} idle",
@@ -473,49 +325,205 @@ impl Actor {
                 self.cap.max_idle
             );
         }
-        self.plan(now);
+        if verified && !self.stopping {
+            let planned = self.planning().plan(now);
+            self.or_fatal(planned);
+        }
+    }
+
+    // ---- the phases ----------------------------------------------------
+
+    fn clients(&mut self) -> Clients<'_> {
+        Clients {
+            opts: &self.opts,
+            cap: &self.cap,
+            pool: &mut self.pool,
+            demand: &mut self.demand,
+            durable: &self.durable,
+            verification: &mut self.verification,
+            lookups: &self.lookups,
+            threads: &mut self.threads,
+            vsw: &self.vsw,
+            next_maintenance: &mut self.next_maintenance,
+            stopping: self.stopping,
+        }
+    }
+
+    fn reports(&mut self) -> Reports<'_> {
+        Reports {
+            opts: &self.opts,
+            pool: &mut self.pool,
+            demand: &mut self.demand,
+            vsw: &mut self.vsw,
+            inflight: &mut self.inflight,
+            workers: &mut self.workers,
+            threads: &mut self.threads,
+            changes: &mut self.changes,
+            pool_backoff: &mut self.pool_backoff,
+            shed_backoff: &mut self.shed_backoff,
+            free_backoff: &mut self.free_backoff,
+            sg_drift: &mut self.sg_drift,
+            stopping: self.stopping,
+        }
+    }
+
+    fn planning(&mut self) -> Planning<'_> {
+        Planning {
+            opts: &self.opts,
+            cap: &self.cap,
+            pool: &mut self.pool,
+            demand: &mut self.demand,
+            vsw: &mut self.vsw,
+            inflight: &mut self.inflight,
+            workers: &self.workers,
+            threads: &mut self.threads,
+            surge: &mut self.surge,
+            pool_backoff: &self.pool_backoff,
+        }
+    }
+
+    fn maintenance(&mut self) -> Maintenance<'_> {
+        Maintenance {
+            opts: &self.opts,
+            cap: &self.cap,
+            pool: &mut self.pool,
+            demand: &self.demand,
+            inflight: &mut self.inflight,
+            workers: &self.workers,
+            threads: &mut self.threads,
+            surge: &mut self.surge,
+            changes: &mut self.changes,
+            shed_backoff: &self.shed_backoff,
+            free_backoff: &self.free_backoff,
+        }
+    }
+
+    // ---- messages ------------------------------------------------------
+
+    /// A client's command: the one place where each verb is answered.
+    fn on_command(&mut self, env: Envelope) {
+        let Envelope {
+            command,
+            started,
+            reply,
+        } = env;
+        let answer = match command {
+            Command::Alloc {
+                owner,
+                sandbox,
+                prefer,
+                attach,
+            } => {
+                let renew = self.pool.note_attachment(&owner, sandbox.as_ref(), attach);
+                return self
+                    .clients()
+                    .alloc(owner, sandbox, prefer, renew, started, reply);
+            }
+            Command::Release { owner, sandbox } => {
+                return self.clients().release(owner, sandbox, reply)
+            }
+            Command::Gc { owner_prefix, keep } => {
+                return self.clients().gc(&owner_prefix, &keep, reply)
+            }
+            Command::Eni { eni } => return self.clients().eni(&eni, reply),
+            Command::Audit => return self.clients().audit(reply),
+            Command::Show { owner } => self
+                .pool
+                .allocation_with_eni(&owner)
+                .map(|(a, eni)| Answer::Allocation(a, eni))
+                .ok_or_else(|| AllocError::bare(ErrCode::NotFound)),
+            Command::List => Ok(Answer::List(self.pool.list())),
+            Command::Status => Ok(Answer::Status(self.status_counts())),
+            Command::Enis => Ok(Answer::Enis(views::eni_entries(
+                &self.pool,
+                &self.vsw,
+                &self.inflight,
+                self.cap.prefix_mode,
+                unix_ms(),
+            ))),
+            Command::Metrics => {
+                let mut g = self.snapshot().gauges();
+                g.connections = crate::metrics::connections();
+                Ok(Answer::Metrics(crate::metrics::render(&g)))
+            }
+            Command::Config => Ok(Answer::Config(self.config_view.clone())),
+        };
+        let _ = reply.send(answer);
+    }
+
+    /// Internal requests: the daemon's and the allocator's own helpers'.
+    fn on_request(&mut self, r: Request) {
+        match r {
+            Request::Snapshot(reply) => {
+                let _ = reply.send(self.snapshot());
+            }
+            Request::KnownEnis(reply) => {
+                let mut ids: Vec<String> = self.pool.enis.keys().cloned().collect();
+                ids.extend(self.inflight.busy_enis());
+                let _ = reply.send(ids);
+            }
+            Request::Reload {
+                capacity,
+                view,
+                reply,
+            } => {
+                info!(
+                    "pool sizes reloaded: min idle {} -> {}, max idle {} -> {}",
+                    self.cap.min_idle, capacity.min_idle, self.cap.max_idle, capacity.max_idle
+                );
+                self.cap.min_idle = capacity.min_idle;
+                self.cap.max_idle = capacity.max_idle;
+                self.config_view = view;
+                self.next_maintenance = Instant::now();
+                let _ = reply.send(self.cap);
+            }
+            Request::Ping(reply) => {
+                let _ = reply.send(());
+            }
+            Request::Attached(reply) => {
+                let _ = reply.send(self.pool.attached());
+            }
+            Request::Reap {
+                owner,
+                sandbox,
+                netns_id,
+                reply,
+            } => self.clients().reap(&owner, sandbox, netns_id, reply),
+        }
+    }
+
+    /// A report of the cloud side; after the first reconcile of a
+    /// restart, the pool is verified and the audits held for it start.
+    fn on_event(&mut self, e: Event) {
+        let reconcile = matches!(e, Event::Reconcile { .. });
+        let done = self.reports().on_event(e);
+        self.or_fatal(done);
+        if !reconcile {
+            return;
+        }
+        if let Some(audits) = self.verification.reconciled() {
+            info!(
+                "the pool is verified against the OpenAPI: {} address(es) on {} ENI(s), {} waiter(s) served from now on",
+                self.pool.ips.len(),
+                self.pool.enis.len(),
+                self.demand.waiting()
+            );
+            for reply in audits {
+                self.clients().audit(reply);
+            }
+        }
     }
 
     // ---- views ---------------------------------------------------------
 
-    fn eni_entries(&self) -> Vec<EniEntry> {
-        let now_ms = unix_ms();
-        let fallback = |vsw: &str| self.kind_on(vsw, now_ms) == Kind::Single;
-        let mut out = self.pool.eni_entries(
-            |vsw| {
-                self.vsw
-                    .switches()
-                    .inhibited_until(vsw, now_ms)
-                    .map(|u| u / 1000)
-            },
-            self.cap
-                .prefix_mode
-                .then_some(&fallback as &dyn Fn(&str) -> bool),
-        );
-        for c in self.inflight.creating() {
-            out.push(EniEntry {
-                eni: c.eni.unwrap_or("creating").to_string(),
-                mac: "-".into(),
-                vswitch: c.vswitch.to_string(),
-                ips: 0,
-                pending: c.tickets,
-                inhibited_until: self
-                    .vsw
-                    .switches()
-                    .inhibited_until(c.vswitch, now_ms)
-                    .map(|u| u / 1000),
-                prefixes: self.cap.prefix_mode.then(|| PrefixUse {
-                    prefixes: 0,
-                    singles: 0,
-                    fallback: fallback(c.vswitch),
-                }),
-            });
-        }
-        out
+    fn status_counts(&self) -> crate::core::StatusCounts {
+        let mut c = self.pool.counts();
+        c.pending = self.demand.pending();
+        c.capacity = self.cap.total_ips;
+        c
     }
 
     fn snapshot(&self) -> Snapshot {
-        let now_ms = unix_ms();
         let (creating, freeing) = self.inflight.creating_and_freeing();
         Snapshot {
             pool: self.pool.clone(),
@@ -524,7 +532,7 @@ impl Actor {
             creating,
             freeing,
             eni_ops: self.inflight.op_slots_used(),
-            inhibited_vswitches: self.vsw.switches().inhibited_count(now_ms),
+            inhibited_vswitches: self.vsw.switches().inhibited_count(unix_ms()),
             sg_drift: self.sg_drift.clone(),
             waiters: self.demand.waiting(),
         }

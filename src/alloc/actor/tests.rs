@@ -1,11 +1,18 @@
 //! Event orderings too narrow to hit reliably through threads, driven
 //! directly on an actor.
 
+use std::net::{IpAddr, Ipv4Addr};
+
 use super::*;
 use crate::alloc::capacity::{self, PoolSizes};
 use crate::alloc::fake::{FakeCloud, MemJournal, INSTANCE};
+use crate::alloc::msg::{CloudEniView, ReadyEni};
+use crate::alloc::prefix::Kind;
+use crate::cloud::{CloudError, CloudErrorKind, Ipv4Prefix};
 use crate::config::RawConfig;
+use crate::core::Owner;
 use crate::pool::PoolEni;
+use demand::Ask;
 
 const ENI: &str = "eni-0001";
 
@@ -52,6 +59,10 @@ fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
         fatal_tx,
         requests_tx,
     )
+}
+
+fn entries(a: &Actor) -> Vec<crate::core::EniEntry> {
+    views::eni_entries(&a.pool, &a.vsw, &a.inflight, a.cap.prefix_mode, unix_ms())
 }
 
 fn view(v4: &[Ipv4Addr]) -> CloudEniView {
@@ -135,7 +146,7 @@ fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
     // Every address taken, so the next alloc needs a new ENI.
     for last in 1..=4 {
         let (tx, _rx) = crossbeam_channel::bounded(1);
-        a.on_alloc(
+        a.clients().alloc(
             Owner::parse(&format!("o/{last}")).unwrap(),
             None,
             None,
@@ -147,7 +158,7 @@ fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
     // A sweep holds the only operation slot.
     let sweep = ops.try_acquire().unwrap();
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.on_alloc(
+    a.clients().alloc(
         Owner::parse("o/new").unwrap(),
         None,
         None,
@@ -170,7 +181,7 @@ fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
 fn an_eni_detached_behind_our_back_is_withdrawn_and_readopted_when_back() {
     let mut a = actor();
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.on_alloc(
+    a.clients().alloc(
         Owner::parse("o/1").unwrap(),
         None,
         None,
@@ -214,7 +225,8 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
     let mut a = actor();
     let o1 = Owner::parse("o/1").unwrap();
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.on_alloc(o1.clone(), None, None, false, Instant::now(), tx);
+    a.clients()
+        .alloc(o1.clone(), None, None, false, Instant::now(), tx);
     let held = a.pool.owner_ip(&o1).unwrap().v4;
     let slots = a.inflight.eni_slots();
     // Neither attached nor detached: the ENI is gone from the cloud.
@@ -224,7 +236,7 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
         detached: Some(Vec::new()),
     });
     assert_eq!(a.inflight.eni_slots(), slots + 1, "its slot is free again");
-    assert!(a.eni_entries().is_empty(), "not listed as a managed ENI");
+    assert!(entries(&a).is_empty(), "not listed as a managed ENI");
     assert_eq!(a.status_counts().enis, 0);
     assert_eq!(a.pool.ips.len(), 1, "only the owned address is kept");
     assert!(a.pool.ips[&held].lost);
@@ -248,7 +260,7 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
     // Released: the deleted ENI is forgotten, and the next pass adopts
     // the address on its new ENI.
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.on_release(o1, None, tx);
+    a.clients().release(o1, None, tx);
     a.step(Instant::now());
     assert!(!a.pool.enis.contains_key(ENI), "forgotten");
     std::thread::sleep(Duration::from_millis(2));
@@ -333,17 +345,21 @@ fn a_prefix_whose_assign_answer_was_lost_is_adopted_and_one_the_cloud_lost_dropp
 fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
     let mut a = actor_of(r#"{"ip_prefix": true}"#, Semaphore::new(3));
     let now_ms = unix_ms();
-    assert_eq!(a.kind_on("vsw-a", now_ms), Kind::Prefix);
+    assert_eq!(a.vsw.kind_on("vsw-a", now_ms), Kind::Prefix);
     // 15 IPv4 per ENI: 14 slots beside the primary, 3 used by singles.
     let e = a.pool.enis[ENI].clone();
-    assert_eq!(a.eni_room(&e, now_ms), 11 * 16);
+    assert_eq!(a.planning().eni_room(&e.id, now_ms), 11 * 16);
     let (tx, rx) = crossbeam_channel::bounded(1);
     let w = a.demand.push(Ask::plain("o/w", tx), Instant::now());
-    let t = a.new_ticket(Some(w));
+    let t = a.demand.new_ticket(Some(w));
     a.pool.enis.get_mut(ENI).unwrap().pending = 16;
     a.pool.enis.get_mut(ENI).unwrap().pending_in_prefixes = 16;
     let e = a.pool.enis[ENI].clone();
-    assert_eq!(a.eni_room(&e, now_ms), 10 * 16, "16 in flight take a slot");
+    assert_eq!(
+        a.planning().eni_room(&e.id, now_ms),
+        10 * 16,
+        "16 in flight take a slot"
+    );
     a.on_event(Event::Assigned {
         eni: ENI.into(),
         tickets: vec![t],
@@ -360,20 +376,17 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
     assert!(rx.try_recv().is_err());
     assert_eq!(a.demand.waiting(), 1);
     assert_eq!(a.demand.ticket_of(w), None);
-    assert_eq!(a.kind_on("vsw-a", unix_ms()), Kind::Single);
+    assert_eq!(a.vsw.kind_on("vsw-a", unix_ms()), Kind::Single);
     let e = a.pool.enis[ENI].clone();
     assert_eq!((e.pending, e.pending_in_prefixes), (15, 15));
     assert_eq!(
-        a.eni_room(&e, unix_ms()),
+        a.planning().eni_room(&e.id, unix_ms()),
         11 - 1,
         "one slot for 15 in flight"
     );
-    assert_eq!(
-        a.eni_entries()[0].prefixes.map(|p| p.mode()),
-        Some("single")
-    );
+    assert_eq!(entries(&a)[0].prefixes.map(|p| p.mode()), Some("single"));
     // Once the inhibit has passed, prefixes again.
-    assert_eq!(a.kind_on("vsw-a", unix_ms() + 601_000), Kind::Prefix);
+    assert_eq!(a.vsw.kind_on("vsw-a", unix_ms() + 601_000), Kind::Prefix);
 }
 
 #[test]
@@ -381,7 +394,7 @@ fn a_create_refused_for_a_limit_fails_its_waiters_instead_of_asking_again() {
     let mut a = actor();
     let (tx, rx) = crossbeam_channel::bounded(1);
     let w = a.demand.push(Ask::plain("o/limit", tx), Instant::now());
-    let t = a.new_ticket(Some(w));
+    let t = a.demand.new_ticket(Some(w));
     let slots = a.inflight.create_slots().unwrap();
     let (op, _op_permit) = a.inflight.begin_create(slots, "vsw-a".into(), 1, vec![t]);
     // No ENI exists to mark at its limit: planning the waiter again would
@@ -401,4 +414,21 @@ fn a_create_refused_for_a_limit_fails_its_waiters_instead_of_asking_again() {
     assert_eq!(a.demand.waiting(), 0);
     assert_eq!(a.demand.pending(), 0);
     a.demand.check().unwrap();
+}
+
+#[test]
+fn an_ended_backoff_does_not_keep_the_actor_awake() {
+    let mut a = actor();
+    let now = Instant::now();
+    // A pool top-up failed half a minute ago; its backoff (about 1 s) is
+    // long over, and nothing succeeded since to clear it.
+    a.pool_backoff.fail(now - Duration::from_secs(30));
+    a.shed_backoff.fail(now - Duration::from_secs(30));
+    a.next_maintenance = now + Duration::from_secs(60);
+    let wake = a.next_wakeup(now);
+    assert!(
+        wake >= now + Duration::from_secs(59),
+        "the actor would wake again in {:?} (a loop that spins while idle)",
+        wake - now
+    );
 }

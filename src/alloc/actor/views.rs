@@ -1,0 +1,81 @@
+//! What the actor shows of its parts: the `enis` listing and the reason an
+//! `alloc` is refused as exhausted. Pure functions of the parts, read at
+//! one instant (`now_ms`).
+
+use crate::core::{EniEntry, PrefixUse};
+use crate::pool::PoolState;
+use crate::util::time::format_utc;
+
+use super::super::capacity::Capacity;
+use super::super::prefix::Kind;
+use super::inflight::InFlight;
+use super::vswstate::VswState;
+
+/// The `enis` listing: the pool's ENIs, then the creations in flight.
+pub(super) fn eni_entries(
+    pool: &PoolState,
+    vsw: &VswState,
+    inflight: &InFlight,
+    prefix_mode: bool,
+    now_ms: u64,
+) -> Vec<EniEntry> {
+    let switches = vsw.switches();
+    let inhibited = |v: &str| switches.inhibited_until(v, now_ms).map(|u| u / 1000);
+    let fallback = |v: &str| vsw.kind_on(v, now_ms) == Kind::Single;
+    let mut out = pool.eni_entries(
+        inhibited,
+        prefix_mode.then_some(&fallback as &dyn Fn(&str) -> bool),
+    );
+    for c in inflight.creating() {
+        out.push(EniEntry {
+            eni: c.eni.unwrap_or("creating").to_string(),
+            mac: "-".into(),
+            vswitch: c.vswitch.to_string(),
+            ips: 0,
+            pending: c.tickets,
+            inhibited_until: inhibited(c.vswitch),
+            prefixes: prefix_mode.then(|| PrefixUse {
+                prefixes: 0,
+                singles: 0,
+                fallback: fallback(c.vswitch),
+            }),
+        });
+    }
+    out
+}
+
+/// Why no source can serve an `alloc` now: every vswitch is out of
+/// addresses (until when), or the node's capacity is reached (with the
+/// counts that fill it; `pending` addresses are asked of the cloud).
+pub(super) fn exhaustion_reason(
+    pool: &PoolState,
+    vsw: &VswState,
+    cap: &Capacity,
+    pending: usize,
+    now_ms: u64,
+) -> String {
+    let switches = vsw.switches();
+    let inhibited: Vec<String> = switches
+        .ids()
+        .iter()
+        .filter_map(|id| {
+            switches
+                .inhibited_until(id, now_ms)
+                .map(|u| format!("{id} until {}", format_utc(u / 1000)))
+        })
+        .collect();
+    if !inhibited.is_empty() && inhibited.len() == switches.ids().len() {
+        return format!("no vswitch has free addresses ({})", inhibited.join(", "));
+    }
+    let c = pool.counts();
+    format!(
+        "capacity reached: {} addresses on {} of {} ENIs ({} in use, {} reserved, {} cooling, {} requested)",
+        c.ips,
+        pool.enis.len(),
+        cap.usable_enis,
+        c.inuse,
+        c.reserved,
+        c.cooling,
+        pending
+    )
+}
