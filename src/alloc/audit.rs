@@ -16,10 +16,11 @@
 //! addresses are idle.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::cloud::{CloudApi, Eni, EniStatus, Ipv4Prefix};
 use crate::core::AllocError;
+use crate::pool::{PoolEni, PoolIp};
 
 use super::maint::{attached_managed, drift, tagged_unattached};
 use super::Snapshot;
@@ -55,13 +56,13 @@ pub(crate) fn audit(
     Ok(out)
 }
 
+/// The differences one snapshot shows against the cloud's ENIs.
 fn differences(
     s: &Snapshot,
     attached: &[Eni],
     loose: &[Eni],
     macs: &BTreeSet<String>,
 ) -> Vec<String> {
-    let mut out = Vec::new();
     let busy: BTreeSet<&str> = s
         .creating
         .iter()
@@ -73,106 +74,128 @@ fn differences(
         .filter(|e| e.status == EniStatus::InUse)
         .map(|e| (e.id.as_str(), e))
         .collect();
-    for e in loose {
-        if !busy.contains(e.id.as_str()) {
-            out.push(format!(
+    let mut out: Vec<String> = loose
+        .iter()
+        .filter(|e| !busy.contains(e.id.as_str()))
+        .map(|e| {
+            format!(
                 "eni {} is tagged for this instance but not attached ({})",
                 e.id, e.status
-            ));
-        }
-    }
-    for (id, e) in &cloud {
-        if busy.contains(id) {
-            continue;
-        }
-        let Some(local) = s.pool.enis.get(*id) else {
-            out.push(format!(
+            )
+        })
+        .collect();
+    for (id, e) in cloud.iter().filter(|(id, _)| !busy.contains(*id)) {
+        match s.pool.enis.get(*id) {
+            None => out.push(format!(
                 "eni {id} is attached and managed but unknown locally"
-            ));
-            continue;
-        };
-        if !macs.contains(&local.mac.to_ascii_lowercase()) {
-            out.push(format!(
-                "eni {id} ({}) is attached but missing from metadata",
-                local.mac
-            ));
-        }
-        if local.pending > 0 {
-            continue;
-        }
-        // Prefixes first: a /28 is assigned and given back whole.
-        let remote_prefixes: BTreeSet<Ipv4Prefix> = e.ipv4_prefixes.iter().copied().collect();
-        for p in remote_prefixes.difference(&local.prefixes) {
-            out.push(format!(
-                "prefix {p} is on eni {id} in the cloud but unknown locally"
-            ));
-        }
-        for p in local.prefixes.difference(&remote_prefixes) {
-            let releasing = p
-                .addresses()
-                .any(|a| s.pool.ips.get(&a).is_some_and(|ip| ip.releasing));
-            if !releasing {
-                out.push(format!("prefix {p} is missing from eni {id} in the cloud"));
-            }
-        }
-        let remote: BTreeSet<Ipv4Addr> = e
-            .private_ips
-            .iter()
-            .copied()
-            .chain(e.ipv4_prefixes.iter().flat_map(|p| p.addresses()))
-            .collect();
-        // Addresses are compared with their ENI: a vswitch may give an
-        // address of a deleted ENI to another one.
-        for a in &remote {
-            match s.pool.ips.get(a) {
-                None => out.push(format!(
-                    "address {a} is on eni {id} in the cloud but unknown locally"
-                )),
-                Some(ip) if ip.eni != *id => out.push(format!(
-                    "address {a} is on eni {id} in the cloud but held locally on eni {} ({})",
-                    ip.eni,
-                    ip.state.name()
-                )),
-                Some(_) => {}
-            }
-        }
-        for ip in s
-            .pool
-            .ips
-            .values()
-            .filter(|ip| ip.eni == *id && !ip.releasing)
-        {
-            if !remote.contains(&ip.v4) {
-                out.push(format!(
-                    "address {} ({}) is missing from eni {id} in the cloud",
-                    ip.v4,
-                    ip.state.name()
-                ));
-            }
-        }
-        let v6: BTreeSet<std::net::Ipv6Addr> = e.ipv6s.iter().copied().collect();
-        let known6 = s.pool.known_v6();
-        for b in v6.difference(&known6) {
-            out.push(format!(
-                "address {b} is on eni {id} in the cloud but unknown locally"
-            ));
-        }
-        for ip in s
-            .pool
-            .ips
-            .values()
-            .filter(|ip| ip.eni == *id && !ip.releasing)
-        {
-            if let Some(b) = ip.v6 {
-                if !v6.contains(&b) {
-                    out.push(format!(
-                        "address {b} ({}) is missing from eni {id} in the cloud",
-                        ip.state.name()
-                    ));
-                }
-            }
+            )),
+            Some(local) => out.extend(eni_differences(s, local, e, macs)),
         }
     }
+    out.extend(local_only(s, &cloud, &busy));
+    out
+}
+
+/// An ENI attached in the cloud and known locally: its MAC in metadata,
+/// then (once nothing is pending on it) its prefixes and addresses.
+fn eni_differences(s: &Snapshot, local: &PoolEni, e: &Eni, macs: &BTreeSet<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    if !macs.contains(&local.mac.to_ascii_lowercase()) {
+        out.push(format!(
+            "eni {} ({}) is attached but missing from metadata",
+            local.id, local.mac
+        ));
+    }
+    if local.pending > 0 {
+        return out;
+    }
+    // Prefixes first: a /28 is assigned and given back whole.
+    out.extend(prefix_differences(s, local, e));
+    out.extend(v4_differences(s, &local.id, e));
+    out.extend(v6_differences(s, &local.id, e));
+    out
+}
+
+fn prefix_differences(s: &Snapshot, local: &PoolEni, e: &Eni) -> Vec<String> {
+    let id = &local.id;
+    let remote: BTreeSet<Ipv4Prefix> = e.ipv4_prefixes.iter().copied().collect();
+    let unknown = remote
+        .difference(&local.prefixes)
+        .map(|p| format!("prefix {p} is on eni {id} in the cloud but unknown locally"));
+    let missing = local
+        .prefixes
+        .difference(&remote)
+        .filter(|p| {
+            !p.addresses()
+                .any(|a| s.pool.ips.get(&a).is_some_and(|ip| ip.releasing))
+        })
+        .map(|p| format!("prefix {p} is missing from eni {id} in the cloud"));
+    unknown.chain(missing).collect()
+}
+
+/// IPv4 addresses, compared with their ENI: a vswitch may give an address
+/// of a deleted ENI to another one.
+fn v4_differences(s: &Snapshot, id: &str, e: &Eni) -> Vec<String> {
+    let remote: BTreeSet<Ipv4Addr> = e
+        .private_ips
+        .iter()
+        .copied()
+        .chain(e.ipv4_prefixes.iter().flat_map(|p| p.addresses()))
+        .collect();
+    let mut out = Vec::new();
+    for a in &remote {
+        match s.pool.ips.get(a) {
+            None => out.push(format!(
+                "address {a} is on eni {id} in the cloud but unknown locally"
+            )),
+            Some(ip) if ip.eni != id => out.push(format!(
+                "address {a} is on eni {id} in the cloud but held locally on eni {} ({})",
+                ip.eni,
+                ip.state.name()
+            )),
+            Some(_) => {}
+        }
+    }
+    for ip in settled_on(s, id).filter(|ip| !remote.contains(&ip.v4)) {
+        out.push(format!(
+            "address {} ({}) is missing from eni {id} in the cloud",
+            ip.v4,
+            ip.state.name()
+        ));
+    }
+    out
+}
+
+fn v6_differences(s: &Snapshot, id: &str, e: &Eni) -> Vec<String> {
+    let remote: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
+    let known = s.pool.known_v6();
+    let mut out: Vec<String> = remote
+        .difference(&known)
+        .map(|b| format!("address {b} is on eni {id} in the cloud but unknown locally"))
+        .collect();
+    for ip in settled_on(s, id) {
+        if let Some(b) = ip.v6.filter(|b| !remote.contains(b)) {
+            out.push(format!(
+                "address {b} ({}) is missing from eni {id} in the cloud",
+                ip.state.name()
+            ));
+        }
+    }
+    out
+}
+
+/// The addresses of `id` not being given back.
+fn settled_on<'a>(s: &'a Snapshot, id: &'a str) -> impl Iterator<Item = &'a PoolIp> {
+    s.pool
+        .ips
+        .values()
+        .filter(move |ip| ip.eni == id && !ip.releasing)
+}
+
+/// What only the local state shows: addresses still held on an ENI the
+/// cloud no longer has, and ENIs the cloud does not show attached.
+fn local_only(s: &Snapshot, cloud: &BTreeMap<&str, &Eni>, busy: &BTreeSet<&str>) -> Vec<String> {
+    let mut out = Vec::new();
     for (id, e) in &s.pool.enis {
         if e.gone {
             for ip in s.pool.ips.values().filter(|ip| ip.eni == *id) {
