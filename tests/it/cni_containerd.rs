@@ -14,7 +14,8 @@ use crate::cri::{self, Containerd};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cnienv::{can_run, eventually, World, GATEWAY};
+use crate::common::eventually;
+use cnienv::{can_run, World, GATEWAY};
 use serde_json::json;
 
 /// ecs.g7.xlarge: an ENI holds 15 addresses, so 10 pods at once fit with

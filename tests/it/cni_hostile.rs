@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::cnienv;
 
-use cnienv::{can_run, eventually, run_plugin, s, sh, try_sh, Ctr, World};
+use crate::common::eventually;
+use cnienv::{can_run, run_plugin, s, sh, try_sh, Ctr, World};
 use serde_json::{json, Value};
 
 const XLARGE: &str = "ecs.g7.xlarge";

@@ -13,7 +13,8 @@ use crate::cnienv;
 
 use std::time::Duration;
 
-use cnienv::{can_run, eventually, Ctr, World, GATEWAY, GATEWAY6};
+use crate::common::eventually;
+use cnienv::{can_run, Ctr, World, GATEWAY, GATEWAY6};
 use serde_json::{json, Value};
 
 const LARGE: &str = "ecs.g7.large";

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use crate::cnienv;
 
-use cnienv::{can_run, eventually, Ctr, World};
+use crate::common::eventually;
+use cnienv::{can_run, Ctr, World};
 use serde_json::json;
 
 /// A process kept running inside a namespace (a pod's pause, or the

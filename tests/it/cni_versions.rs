@@ -12,8 +12,9 @@ use crate::cnienv;
 
 use std::time::Duration;
 
+use crate::common::eventually;
 use crate::shipped::{self, ShippedSocket};
-use cnienv::{can_run, eventually, Ctr, World, GATEWAY};
+use cnienv::{can_run, Ctr, World, GATEWAY};
 use serde_json::{json, Value};
 
 const LARGE: &str = "ecs.g7.large";

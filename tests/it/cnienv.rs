@@ -37,7 +37,7 @@ use eniipd::sim::hostlinks::{HostLinks, HostLinksOptions};
 
 use serde_json::{json, Value};
 
-use crate::common::{config, tempdir, Daemon, Sim};
+use crate::common::{config, eventually, tempdir, Daemon, Sim};
 
 /// The emulator's default vswitch gateway (192.168.0.0/22).
 pub const GATEWAY: &str = "192.168.3.253";
@@ -282,7 +282,7 @@ impl World {
         let out = self.cni("ADD", Some(c), conf);
         assert_eq!(out.code(), 101, "{out:?}");
         assert!(
-            crate::common::eventually(Duration::from_secs(5), || self.inuse().is_empty()),
+            eventually(Duration::from_secs(5), || self.inuse().is_empty()),
             "{:?}",
             self.inuse()
         );
@@ -529,11 +529,6 @@ impl Ctr {
             .exec(&["busybox", "ping6", "-c", "1", "-W", "2", dst]);
         out.status.success()
     }
-}
-
-/// Polls `f` every 20 ms until true or `limit` passes.
-pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
-    crate::common::eventually(limit, f)
 }
 
 /// An error and its causes, as one line.
