@@ -25,10 +25,17 @@ pub fn one_flood_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     FLOODS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A fresh, empty directory in /tmp, named for `tag`, this process and a
+/// counter.
 pub fn tempdir(tag: &str) -> PathBuf {
+    tempdir_in(Path::new("/tmp"), tag)
+}
+
+/// The same under `base` (tmpfs, for instance).
+pub fn tempdir_in(base: &Path, tag: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
-    let d = PathBuf::from(format!(
-        "/tmp/eniipd-it-{tag}-{}-{}",
+    let d = base.join(format!(
+        "eniipd-it-{tag}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)
     ));
