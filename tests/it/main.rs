@@ -6,6 +6,7 @@
 mod cnienv;
 mod common;
 mod cri;
+mod listener;
 mod man;
 mod podman;
 mod shipped;
