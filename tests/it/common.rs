@@ -89,44 +89,21 @@ impl Sim {
         for _ in 0..n {
             let mut l = String::new();
             out.read_line(&mut l).unwrap();
-            let f = |k: &str| {
-                l.split_whitespace()
-                    .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                    .unwrap_or_else(|| panic!("no {k} in {l:?}"))
-                    .to_string()
-            };
             assert!(l.starts_with("instance "), "{l:?}");
-            fleet.push((f("id"), f("type"), f("metadata")));
+            fleet.push((field(&l, "id"), field(&l, "type"), field(&l, "metadata")));
         }
-        let field = |k: &str| {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                .unwrap_or_else(|| panic!("no {k} in {line:?}"))
-                .to_string()
-        };
         Sim {
-            ecs: field("ecs"),
-            metadata: field("metadata"),
-            instance: field("instance"),
-            region: field("region"),
+            ecs: field(&line, "ecs"),
+            metadata: field(&line, "metadata"),
+            instance: field(&line, "instance"),
+            region: field(&line, "region"),
             fleet,
             child,
         }
     }
 
     fn admin(&self, method: &str, path: &str, body: &str) -> (u16, String) {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let url = format!("{}{path}", self.ecs);
-        let mut r = match method {
-            "GET" => agent.get(&url).call(),
-            "DELETE" => agent.delete(&url).call(),
-            _ => agent.post(&url).content_type("application/json").send(body),
-        }
-        .unwrap();
-        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+        http(method, &format!("{}{path}", self.ecs), body)
     }
 
     pub fn state(&self) -> Value {
@@ -165,17 +142,13 @@ impl Sim {
         assert_eq!(code, 200, "{body}");
     }
 
-    /// eniipd's own signed client against this emulator, one attempt per
-    /// call (the test's own OpenAPI calls, behind the daemon's back).
-    pub fn openapi(&self) -> eniipd::cloud::aliyun::AliyunCloud {
-        use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-        AliyunCloud::new(AliyunCloudOptions {
+    /// Options for eniipd's OpenAPI client against this emulator: its
+    /// endpoints and key pair (`crate::openapi::client` makes the client).
+    pub fn openapi_options(&self) -> eniipd::cloud::aliyun::AliyunCloudOptions {
+        use eniipd::cloud::aliyun::AliyunCloudOptions;
+        AliyunCloudOptions {
             ecs_endpoint: self.ecs.clone(),
             vpc_endpoint: self.ecs.clone(),
-            retry: eniipd::cloud::retry::RetryPolicy {
-                max_attempts: 1,
-                ..eniipd::cloud::retry::RetryPolicy::default()
-            },
             ..AliyunCloudOptions::new(
                 &self.region,
                 &self.metadata,
@@ -185,7 +158,7 @@ impl Sim {
                     token: None,
                 },
             )
-        })
+        }
     }
 
     pub fn calls(&self, action: &str) -> u64 {
@@ -209,6 +182,27 @@ impl Drop for Sim {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// An HTTP client that hands 4xx and 5xx answers back as answers.
+pub fn http_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// One HTTP request (`GET`, `DELETE`, or else a `POST` of the JSON
+/// `body`): the status and the body.
+pub fn http(method: &str, url: &str, body: &str) -> (u16, String) {
+    let agent = http_agent();
+    let mut r = match method {
+        "GET" => agent.get(url).call(),
+        "DELETE" => agent.delete(url).call(),
+        _ => agent.post(url).content_type("application/json").send(body),
+    }
+    .unwrap();
+    (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
 }
 
 /// The daemon as a child process.
@@ -437,7 +431,8 @@ pub fn ask(socket: &Path, line: &str) -> Vec<String> {
     }
 }
 
-/// Fields of an `OK ip=.. eni=..` reply.
+/// The value of `key=` in a line of words: a reply (`OK ip=.. eni=..`),
+/// eniip-sim's `ready` line.
 pub fn field(reply: &str, key: &str) -> String {
     reply
         .split_whitespace()

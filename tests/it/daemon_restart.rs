@@ -7,18 +7,13 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use crate::openapi;
 use common::{config, eventually, field, tempdir, Daemon, Sim};
-use eniipd::cloud::rpc::CallOpts;
 use serde_json::{json, Value};
 
+/// One OpenAPI call behind the daemon's back, which must succeed.
 fn call(sim: &Sim, action: &str, params: &[(&str, &str)]) -> Value {
-    let p: Vec<(String, String)> = params
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    sim.openapi()
-        .ecs()
-        .call(action, &p, CallOpts::default())
+    openapi::call(&openapi::client(sim.openapi_options()), action, params)
         .unwrap_or_else(|e| panic!("{action}: {e}"))
 }
 

@@ -8,6 +8,7 @@ mod common;
 mod cri;
 mod listener;
 mod man;
+mod openapi;
 mod podman;
 mod shipped;
 
