@@ -17,14 +17,7 @@ use common::{config, eventually, field, tempdir, Daemon, Sim};
 use serde_json::{json, Value};
 
 fn sim(instance_type: &str) -> Sim {
-    Sim::start(&[
-        "--instance-type",
-        instance_type,
-        "--attach-delay-ms",
-        "50",
-        "--metadata-lag-ms",
-        "50",
-    ])
+    Sim::quick(&["--instance-type", instance_type])
 }
 
 fn strings(v: &Value) -> Vec<String> {

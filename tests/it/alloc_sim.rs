@@ -329,14 +329,7 @@ fn an_eni_deleted_behind_the_daemons_back_is_let_go() {
     use eniipd::cloud::{wait, CloudApi, EniStatus};
 
     // ecs.g7.large: 2 usable ENIs of 6 addresses, capacity 12.
-    let sim = Sim::start(&[
-        "--instance-type",
-        "ecs.g7.large",
-        "--attach-delay-ms",
-        "50",
-        "--metadata-lag-ms",
-        "50",
-    ]);
+    let sim = Sim::quick(&["--instance-type", "ecs.g7.large"]);
     let dir = tempdir("deleted");
     let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
     let d = Daemon::start(&dir, &cfg);
@@ -511,7 +504,7 @@ fn a_wrong_secret_exits_77_without_the_whole_key_id_in_the_log() {
 /// An emulator and a daemon that keeps no idle address, and the
 /// vswitch's id.
 fn no_idle_pool(tag: &str) -> (Sim, Daemon, String) {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir(tag);
     let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
     let d = Daemon::start(&dir, &cfg);

@@ -191,18 +191,11 @@ impl World {
     fn start_on(instance_type: &str, dual: bool, extra: Value) -> World {
         let t = tag();
         let node = Netns::new(&format!("eniip-node-{t}"));
-        let mut sim_args = vec![
-            "--instance-type",
-            instance_type,
-            "--attach-delay-ms",
-            "50",
-            "--metadata-lag-ms",
-            "50",
-        ];
+        let mut sim_args = vec!["--instance-type", instance_type];
         if dual {
             sim_args.extend(["--vswitch", DUAL_VSWITCH]);
         }
-        let sim = Sim::start(&sim_args);
+        let sim = Sim::quick(&sim_args);
         let vpc = Netns::new(&format!("eniip-vpc-{t}"));
         let hotplug = HostLinks::start(HostLinksOptions {
             ecs_url: sim.ecs.clone(),

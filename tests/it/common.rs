@@ -102,6 +102,14 @@ impl Sim {
         }
     }
 
+    /// An emulator whose attaches take 50 ms and whose metadata lags
+    /// 50 ms behind (both still happen, quickly), with the flags `more`.
+    pub fn quick(more: &[&str]) -> Sim {
+        let mut args = vec!["--attach-delay-ms", "50", "--metadata-lag-ms", "50"];
+        args.extend_from_slice(more);
+        Sim::start(&args)
+    }
+
     fn admin(&self, method: &str, path: &str, body: &str) -> (u16, String) {
         http(method, &format!("{}{path}", self.ecs), body)
     }

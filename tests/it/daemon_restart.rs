@@ -32,7 +32,7 @@ fn listed(d: &Daemon) -> BTreeSet<String> {
 
 #[test]
 fn a_restart_is_ready_while_the_openapi_answers_nothing_but_throttles() {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir("restart-throttled");
     let cfg = config(
         &sim,
@@ -94,7 +94,7 @@ fn a_restart_is_ready_while_the_openapi_answers_nothing_but_throttles() {
 
 #[test]
 fn an_address_metadata_still_shows_but_the_openapi_took_away_is_never_handed_out() {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir("restart-lagging");
     let cfg = config(&sim, &dir, json!({"min_pool_size": 4, "max_pool_size": 8}));
     let mut d = Daemon::start(&dir, &cfg);
