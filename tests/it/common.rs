@@ -412,6 +412,61 @@ impl Drop for Daemon {
     }
 }
 
+/// `eniipd --simulate --state-dir STATE` (with `--socket` when given one)
+/// as a child, its `XDG_RUNTIME_DIR` the test's; killed on drop unless
+/// stopped.
+pub struct Demo {
+    child: Child,
+    /// Where it answers: the `--socket` given, else `STATE/eniipd.sock`.
+    pub socket: PathBuf,
+}
+
+impl Demo {
+    /// Starts it and waits (at most 30 s) until it answers `ping`.
+    pub fn start(runtime_dir: &Path, state: &Path, socket: Option<&Path>) -> Demo {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_eniipd"));
+        cmd.arg("--simulate").arg("--state-dir").arg(state);
+        if let Some(s) = socket {
+            cmd.arg("--socket").arg(s);
+        }
+        let child = cmd
+            .env("XDG_RUNTIME_DIR", runtime_dir)
+            .env_remove("NOTIFY_SOCKET")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let d = Demo {
+            child,
+            socket: socket.map_or_else(|| state.join("eniipd.sock"), Path::to_path_buf),
+        };
+        assert!(
+            eventually(Duration::from_secs(30), || try_ask(&d.socket, "ping")
+                .is_some_and(|r| r == "OK pong")),
+            "the demo does not answer on {}",
+            d.socket.display()
+        );
+        d
+    }
+
+    /// SIGINT; asserts that it exits 0.
+    pub fn stop(mut self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn rand_suffix() -> String {
     eniipd::util::rand::with_thread_rng(|r| r.hex(4))
 }

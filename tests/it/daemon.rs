@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{ask, config, field, tempdir, Daemon, Sim};
+use common::{ask, config, field, tempdir, Daemon, Demo, Sim};
 use serde_json::json;
 
 #[test]
@@ -803,43 +803,15 @@ fn simulate_with_a_state_dir_keeps_the_emulated_cloud_and_the_allocations() {
     let dir = tempdir("simulate-keep");
     let state = dir.join("demo");
     let socket = dir.join("demo.sock");
-    let run = || {
-        let child = Command::new(env!("CARGO_BIN_EXE_eniipd"))
-            .arg("--simulate")
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("--socket")
-            .arg(&socket)
-            .env("XDG_RUNTIME_DIR", &dir)
-            .env_remove("NOTIFY_SOCKET")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        assert!(
-            common::eventually(Duration::from_secs(30), || common::try_ask(&socket, "ping")
-                .is_some_and(|r| r == "OK pong")),
-            "the demo did not come up"
-        );
-        child
-    };
-    let stop = |mut child: std::process::Child| {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGINT,
-        )
-        .unwrap();
-        assert!(child.wait().unwrap().success());
-    };
-    let first = run();
+    let first = Demo::start(&dir, &state, Some(&socket));
     let held = ask(&socket, "alloc demo/web-1");
     assert!(held[0].starts_with("OK ip="), "{held:?}");
-    stop(first);
+    first.stop();
     assert!(state.join("sim-world.json").is_file());
-    let second = run();
+    let second = Demo::start(&dir, &state, Some(&socket));
     assert_eq!(ask(&socket, "show demo/web-1"), held);
     assert_eq!(ask(&socket, "audit"), vec!["OK consistent"]);
-    stop(second);
+    second.stop();
 }
 
 #[test]
