@@ -96,12 +96,7 @@ fn every_command_through_the_real_daemon() {
 
 #[test]
 fn a_socat_session() {
-    if !std::path::Path::new("/usr/bin/socat").exists() {
-        assert!(
-            std::env::var("ENIIPD_CI").as_deref() != Ok("1"),
-            "socat is required in CI"
-        );
-        eprintln!("SKIPPED: socat is not installed");
+    if common::installed("a socat session", &["/usr/bin/socat"]).is_none() {
         return;
     }
     let sim = Sim::quick(&[]);
@@ -355,15 +350,10 @@ fn metrics_over_http() {
 
 #[test]
 fn socket_activation_through_systemd_socket_activate() {
-    let tool = std::path::Path::new("/usr/bin/systemd-socket-activate");
-    if !tool.exists() {
-        assert!(
-            std::env::var("ENIIPD_CI").as_deref() != Ok("1"),
-            "systemd-socket-activate is required in CI"
-        );
-        eprintln!("SKIPPED: systemd-socket-activate is not installed");
+    let Some(tool) = common::installed("socket activation", &["/usr/bin/systemd-socket-activate"])
+    else {
         return;
-    }
+    };
     let sim = Sim::quick(&[]);
     let dir = tempdir("activate");
     let sock = dir.join("act.sock");

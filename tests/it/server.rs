@@ -576,23 +576,14 @@ fn a_client_still_sending_a_huge_line_reads_line_too_long() {
     );
 }
 
-fn socat() -> Option<PathBuf> {
-    let found = ["/usr/bin/socat", "/bin/socat", "/usr/local/bin/socat"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    if found.is_none() {
-        if std::env::var("ENIIPD_CI").as_deref() == Ok("1") {
-            panic!("socat is required in CI (ENIIPD_CI=1)");
-        }
-        eprintln!("SKIPPED: socat is not installed (apt-get install socat)");
-    }
-    found
-}
-
 #[test]
 fn socat_sessions() {
-    let Some(socat) = socat() else { return };
+    let Some(socat) = common::installed(
+        "socat sessions",
+        &["/usr/bin/socat", "/bin/socat", "/usr/local/bin/socat"],
+    ) else {
+        return;
+    };
     let h = harness(me());
     h.backend.alloc_delay_ms.store(1500, Ordering::SeqCst);
     // The documented form: -t 90 waits for a slow alloc.
