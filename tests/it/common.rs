@@ -524,6 +524,17 @@ pub fn field(reply: &str, key: &str) -> String {
         .to_string()
 }
 
+/// Runs `cmd` to its end: the exit code (-1 when a signal ended it),
+/// stdout and stderr.
+pub fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Reads a process's whole stdout (for one-shot commands).
 pub fn read_all(mut r: impl Read) -> String {
     let mut s = String::new();

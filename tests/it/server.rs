@@ -623,16 +623,11 @@ fn socat_sessions() {
 }
 
 fn ctl(h: &Harness, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
-        .arg("--socket")
-        .arg(&h.path)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    common::run(
+        Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+            .arg("--socket")
+            .arg(&h.path)
+            .args(args),
     )
 }
 
