@@ -27,11 +27,9 @@ mod cri;
 mod shipped;
 
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cnienv::{Netns, World};
@@ -40,17 +38,10 @@ use serde_json::{json, Value};
 /// Runs one plugin in `node` and waits; panics on failure.
 fn run(node: &File, plugin: &str, cmd: &str, id: &str, netns: &Path, conf: &Value) {
     let ns = node.try_clone().unwrap();
-    let mut c = Command::new(plugin);
-    c.env_clear()
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_CONTAINERID", id)
+    let mut c = cnienv::plugin_command(&[plugin], cmd);
+    c.env("CNI_CONTAINERID", id)
         .env("CNI_NETNS", netns)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("CNI_IFNAME", "eth0");
     // SAFETY: only an async-signal-safe system call between fork and exec.
     #[allow(unsafe_code)]
     unsafe {
@@ -59,14 +50,7 @@ fn run(node: &File, plugin: &str, cmd: &str, id: &str, netns: &Path, conf: &Valu
                 .map_err(std::io::Error::from)
         });
     }
-    let mut child = c.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = cnienv::feed(c, conf);
     assert!(
         out.status.success(),
         "{plugin} {cmd}: {}{}",

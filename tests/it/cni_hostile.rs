@@ -6,7 +6,6 @@
 //! Needs root and `ip`; says SKIPPED loudly otherwise (and fails under
 //! ENIIPD_CI=1).
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cnienv;
@@ -45,34 +44,12 @@ fn node_state(w: &World) -> String {
 
 /// One plugin run with every CNI_* variable given as is.
 fn run_raw(w: &World, cmd: &str, vars: &[(&str, &str)], conf: &Value) -> cnienv::CniOut {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &w.node.name, cnienv::plugin()])
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in vars {
-        c.env(k, v);
-    }
-    let mut child = c.spawn().unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    cnienv::CniOut {
-        ok: out.status.success(),
-        json: serde_json::from_str(&stdout).unwrap_or(Value::Null),
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut c = cnienv::plugin_command(
+        &["ip", "netns", "exec", &w.node.name, cnienv::plugin()],
+        cmd,
+    );
+    c.envs(vars.iter().copied());
+    cnienv::CniOut::from(cnienv::feed(c, conf))
 }
 
 #[test]

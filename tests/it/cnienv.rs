@@ -27,6 +27,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -403,6 +404,20 @@ pub fn run_bin_under(
 ) -> CniOut {
     let mut argv: Vec<String> = wrap.to_vec();
     argv.extend(["ip", "netns", "exec", node, bin].map(String::from));
+    let mut c = plugin_command(&argv, cmd);
+    if let Some((id, ns, args)) = ctr {
+        c.env("CNI_CONTAINERID", id)
+            .env("CNI_NETNS", ns)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_ARGS", args);
+    }
+    CniOut::from(feed(c, conf))
+}
+
+/// The plugin command line `argv` as a runtime starts it for `cmd`: in
+/// its environment only `PATH`, `CNI_COMMAND` and `CNI_PATH` (the caller
+/// adds the container's), its stdin, stdout and stderr piped.
+pub fn plugin_command<S: AsRef<OsStr>>(argv: &[S], cmd: &str) -> Command {
     let mut c = Command::new(&argv[0]);
     c.args(&argv[1..])
         .env_clear()
@@ -412,12 +427,12 @@ pub fn run_bin_under(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    if let Some((id, ns, args)) = ctr {
-        c.env("CNI_CONTAINERID", id)
-            .env("CNI_NETNS", ns)
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_ARGS", args);
-    }
+    c
+}
+
+/// Runs a [`plugin_command`] with the network configuration `conf` on its
+/// stdin, to its end.
+pub fn feed(mut c: Command, conf: &Value) -> Output {
     let mut child = c.spawn().unwrap();
     child
         .stdin
@@ -425,14 +440,7 @@ pub fn run_bin_under(
         .unwrap()
         .write_all(conf.to_string().as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    CniOut {
-        ok: out.status.success(),
-        json: serde_json::from_str(&stdout).unwrap_or(Value::Null),
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    child.wait_with_output().unwrap()
 }
 
 /// A plugin invocation's outcome.
@@ -442,6 +450,18 @@ pub struct CniOut {
     pub json: Value,
     pub stdout: String,
     pub stderr: String,
+}
+
+impl From<Output> for CniOut {
+    fn from(out: Output) -> CniOut {
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        CniOut {
+            ok: out.status.success(),
+            json: serde_json::from_str(&stdout).unwrap_or(Value::Null),
+            stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
 }
 
 impl CniOut {
