@@ -14,7 +14,6 @@ use crate::cri::{self, Containerd};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::common::eventually;
 use cnienv::{can_run, World, GATEWAY};
 use serde_json::json;
 
@@ -54,13 +53,8 @@ fn check_pod(w: &World, c: &Containerd, id: &str, name: &str, ns: &str) -> cri::
 /// files are gone.
 fn assert_all_gone(w: &World, c: &Containerd, pods: &[cri::PodStatus]) {
     assert!(c.list().is_empty(), "{:?}", c.list());
-    assert!(
-        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
-        "{:?}",
-        w.inuse()
-    );
-    let links = w.node_ip(&["-o", "link"]);
-    assert!(!links.contains("enip"), "{links}");
+    w.assert_none_in_use_within(Duration::from_secs(5));
+    w.assert_no_host_end();
     let rules = w.node_ip(&["rule"]);
     for p in pods {
         assert!(!rules.contains(&format!("{} ", p.ip)), "{}: {rules}", p.ip);

@@ -298,11 +298,7 @@ fn a_hung_eniipd_fails_every_command_within_seconds_and_a_retried_del_loses_noth
     assert_eq!(w.inuse().len(), 1, "{:?}", w.inuse());
     w.cni("DEL", Some(&c), &conf).expect_ok("retried DEL");
     assert!(!w.node_ip(&["-o", "link"]).contains(&veth), "{}", w.diag());
-    assert!(
-        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
-        "{:?}",
-        w.inuse()
-    );
+    w.assert_none_in_use_within(Duration::from_secs(5));
 }
 
 #[test]

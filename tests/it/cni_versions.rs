@@ -81,13 +81,8 @@ fn the_shipped_conflist_runs_unchanged_with_debians_plugins() {
     for p in plugins.iter().rev() {
         run("DEL", p, &result);
     }
-    assert!(
-        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
-        "{:?}",
-        w.inuse()
-    );
-    let links = w.node_ip(&["-o", "link"]);
-    assert!(!links.contains("enip"), "{links}");
+    w.assert_none_in_use_within(Duration::from_secs(5));
+    w.assert_no_host_end();
     let rules = w.node_ip(&["rule"]);
     assert!(!rules.contains(&ip), "{rules}");
 }

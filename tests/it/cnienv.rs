@@ -26,7 +26,7 @@
 #![allow(unreachable_pub, missing_debug_implementations)]
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -271,11 +271,35 @@ impl World {
         ]);
         let out = self.cni("ADD", Some(c), conf);
         assert_eq!(out.code(), 101, "{out:?}");
+        self.assert_none_in_use_within(Duration::from_secs(5));
+    }
+
+    /// Asserts that eniipd holds no address in use within `limit` (a
+    /// release may still be on its way).
+    #[track_caller]
+    pub fn assert_none_in_use_within(&self, limit: Duration) {
         assert!(
-            eventually(Duration::from_secs(5), || self.inuse().is_empty()),
+            eventually(limit, || self.inuse().is_empty()),
             "{:?}",
             self.inuse()
         );
+    }
+
+    /// Asserts that the node has no pod's host end (`enip...`) left.
+    #[track_caller]
+    pub fn assert_no_host_end(&self) {
+        let links = self.node_ip(&["-o", "link"]);
+        assert!(!links.contains("enip"), "{links}");
+    }
+
+    /// The ENIs that hold an address in use, from eniipd's `list`.
+    pub fn enis_in_use(&self) -> BTreeSet<String> {
+        self.daemon()
+            .ask("list")
+            .iter()
+            .filter(|l| l.contains(" inuse "))
+            .map(|l| l.split(' ').nth(3).unwrap().to_string())
+            .collect()
     }
 
     /// `ip=owner` of every in-use address, from eniipd's `list`.
@@ -314,21 +338,21 @@ impl World {
     /// failure messages).
     pub fn diag(&self) -> String {
         let mut out = String::new();
-        for (ns, what) in [
-            (&self.node.name, "link"),
-            (&self.node.name, "rule"),
-            (&self.node.name, "route show table all"),
-            (&self.node.name, "neigh"),
-            (&self.node.name, "-6 rule"),
-            (&self.node.name, "-6 route show table all"),
-            (&self.node.name, "-6 neigh"),
-            (&self.vpc.name, "link"),
-            (&self.vpc.name, "route"),
-            (&self.vpc.name, "neigh"),
-            (&self.vpc.name, "-6 addr"),
-            (&self.vpc.name, "-6 route"),
-            (&self.vpc.name, "-6 neigh"),
-        ] {
+        let node = [
+            "link",
+            "rule",
+            "route show table all",
+            "neigh",
+            "-6 rule",
+            "-6 route show table all",
+            "-6 neigh",
+        ];
+        let vpc = ["link", "route", "neigh", "-6 addr", "-6 route", "-6 neigh"];
+        let listings = node
+            .iter()
+            .map(|w| (&self.node.name, w))
+            .chain(vpc.iter().map(|w| (&self.vpc.name, w)));
+        for (ns, what) in listings {
             let mut a = vec!["ip", "-n", ns.as_str()];
             a.extend(what.split(' '));
             let o = Command::new(a[0]).args(&a[1..]).output().unwrap();
