@@ -197,42 +197,41 @@ fn tag_untag_and_list_enis_with_the_real_errors() {
         (404, "InvalidResourceId.NotFound".into())
     );
     assert_eq!(tags_of(&c, &eni).len(), 1, "all or nothing");
-    assert_eq!(
-        code(call(
-            &c,
+    for (action, pairs, answer) in [
+        (
             "UntagResources",
-            &[
+            [
                 ("ResourceType", "eni"),
                 ("ResourceId.1", "eni-bp1nosuchthing00000"),
                 ("TagKey.1", "k"),
             ],
-        )),
-        (404, "InvalidResourceId.NotFound".into())
-    );
-    assert_eq!(
-        code(call(
-            &c,
+            (404, "InvalidResourceId.NotFound"),
+        ),
+        (
             "TagResources",
-            &[
+            [
                 ("ResourceType", "bucket"),
-                ("ResourceId.1", &eni),
+                ("ResourceId.1", eni.as_str()),
                 ("Tag.1.Key", "k"),
             ],
-        )),
-        (404, "InvalidResourceType.NotFound".into())
-    );
-    assert_eq!(
-        code(call(
-            &c,
+            (404, "InvalidResourceType.NotFound"),
+        ),
+        (
             "TagResources",
-            &[
+            [
                 ("ResourceType", "eni"),
-                ("ResourceId.1", &eni),
+                ("ResourceId.1", eni.as_str()),
                 ("Tag.1.Key", "aliyun:reserved"),
             ],
-        )),
-        (400, "InvalidTagKey.Malformed".into())
-    );
+            (400, "InvalidTagKey.Malformed"),
+        ),
+    ] {
+        assert_eq!(
+            code(call(&c, action, &pairs)),
+            (answer.0, answer.1.into()),
+            "{action} {pairs:?}"
+        );
+    }
     let keys: Vec<String> = (1..=20).map(|i| format!("k{i}")).collect();
     let mut many: Vec<(String, String)> =
         params(&[("ResourceType", "eni"), ("ResourceId.1", &eni)]);
@@ -298,31 +297,26 @@ fn create_and_assign_take_the_addresses_asked_for() {
     assert_eq!(free_of(&sim, "vsw-dual"), free - 3);
     let eni = created["NetworkInterfaceId"].as_str().unwrap().to_string();
 
-    // A taken address fails the whole create and leaks nothing.
-    assert_eq!(
-        code(call(
-            &c,
-            "CreateNetworkInterface",
-            &[
-                ("VSwitchId", "vsw-dual"),
-                ("SecurityGroupIds.1", &sg),
-                ("PrivateIpAddress.1", "10.2.0.51"),
-            ],
-        )),
-        (403, "InvalidIp.IpAssigned".into())
-    );
-    assert_eq!(
-        code(call(
-            &c,
-            "CreateNetworkInterface",
-            &[
-                ("VSwitchId", "vsw-dual"),
-                ("SecurityGroupIds.1", &sg),
-                ("PrimaryIpAddress", "10.9.9.9"),
-            ],
-        )),
-        (403, "InvalidVSwitchId.IpInvalid".into())
-    );
+    // A taken address (or one outside the vswitch) fails the whole create
+    // and leaks nothing.
+    for (address, answer) in [
+        (("PrivateIpAddress.1", "10.2.0.51"), "InvalidIp.IpAssigned"),
+        (
+            ("PrimaryIpAddress", "10.9.9.9"),
+            "InvalidVSwitchId.IpInvalid",
+        ),
+    ] {
+        let pairs = [
+            ("VSwitchId", "vsw-dual"),
+            ("SecurityGroupIds.1", sg.as_str()),
+            address,
+        ];
+        assert_eq!(
+            code(call(&c, "CreateNetworkInterface", &pairs)),
+            (403, answer.into()),
+            "{address:?}"
+        );
+    }
     assert_eq!(free_of(&sim, "vsw-dual"), free - 3);
 
     // AssignIpv6Addresses with explicit addresses.
