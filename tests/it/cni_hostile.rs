@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::cnienv;
 
 use crate::common::eventually;
-use cnienv::{can_run, run_plugin, s, sh, try_sh, Ctr, World};
+use cnienv::{can_run, run_bin, s, sh, try_sh, Ctr, World};
 use serde_json::{json, Value};
 
 const XLARGE: &str = "ecs.g7.xlarge";
@@ -145,7 +145,16 @@ fn two_adds_of_one_container_at_once_never_hand_its_address_twice() {
             .map(|_| {
                 let (node, id, path, conf) =
                     (w.node.name.clone(), c.id.clone(), c.ns.path(), conf.clone());
-                std::thread::spawn(move || run_plugin(&node, "ADD", Some((&id, path, "")), &conf))
+                std::thread::spawn(move || {
+                    run_bin(
+                        &[],
+                        &node,
+                        cnienv::plugin(),
+                        "ADD",
+                        Some((&id, path, "")),
+                        &conf,
+                    )
+                })
             })
             .collect();
         let outs: Vec<_> = runs.into_iter().map(|h| h.join().unwrap()).collect();

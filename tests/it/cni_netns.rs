@@ -266,7 +266,7 @@ fn a_chain_with_tuning_portmap_and_bandwidth_as_libcni_runs_it() {
         } else {
             prev(conf, &result)
         };
-        let out = cnienv::run_bin(&w.node.name, bin, "ADD", ctr(), &conf);
+        let out = cnienv::run_bin(&[], &w.node.name, bin, "ADD", ctr(), &conf);
         assert!(out.ok, "ADD {bin}: {out:?}");
         result = out.json;
     }
@@ -292,12 +292,12 @@ fn a_chain_with_tuning_portmap_and_bandwidth_as_libcni_runs_it() {
     // is left out: Debian's 1.1.1 fails CHECK on an IPv4-only attachment
     // looking for IPv6 rules (containernetworking/plugins issue 819).
     for (bin, conf) in chain.iter().filter(|(b, _)| !b.ends_with("/portmap")) {
-        let out = cnienv::run_bin(&w.node.name, bin, "CHECK", ctr(), &prev(conf, &result));
+        let out = cnienv::run_bin(&[], &w.node.name, bin, "CHECK", ctr(), &prev(conf, &result));
         assert!(out.ok, "CHECK {bin}: {out:?}");
     }
     // DEL in reverse.
     for (bin, conf) in chain.iter().rev() {
-        let out = cnienv::run_bin(&w.node.name, bin, "DEL", ctr(), &prev(conf, &result));
+        let out = cnienv::run_bin(&[], &w.node.name, bin, "DEL", ctr(), &prev(conf, &result));
         assert!(out.ok, "DEL {bin}: {out:?}");
     }
     let nat = w.node.exec(&["iptables-save", "-t", "nat"]);

@@ -375,7 +375,7 @@ impl World {
 
     /// Same with explicit id, netns path and CNI_ARGS.
     pub fn cni_with(&self, cmd: &str, ctr: Option<(&str, PathBuf, &str)>, conf: &Value) -> CniOut {
-        run_plugin(&self.node.name, cmd, ctr, conf)
+        run_bin(&[], &self.node.name, plugin(), cmd, ctr, conf)
     }
 }
 
@@ -395,30 +395,10 @@ pub fn plugin() -> &'static str {
     env!("CARGO_BIN_EXE_eniip-cni")
 }
 
-/// Runs eniip-cni in namespace `node`.
-pub fn run_plugin(
-    node: &str,
-    cmd: &str,
-    ctr: Option<(&str, PathBuf, &str)>,
-    conf: &Value,
-) -> CniOut {
-    run_bin(node, plugin(), cmd, ctr, conf)
-}
-
-/// Runs the plugin binary `bin` in namespace `node`, as libcni would.
-pub fn run_bin(
-    node: &str,
-    bin: &str,
-    cmd: &str,
-    ctr: Option<(&str, PathBuf, &str)>,
-    conf: &Value,
-) -> CniOut {
-    run_bin_under(&[], node, bin, cmd, ctr, conf)
-}
-
-/// Same, the command line prefixed by `wrap` (e.g.
+/// Runs the plugin binary `bin` in namespace `node` as libcni would, the
+/// command line prefixed by `wrap` (none, or e.g.
 /// [`crate::shipped::ShippedSocket::wrap`]).
-pub fn run_bin_under(
+pub fn run_bin(
     wrap: &[String],
     node: &str,
     bin: &str,
