@@ -85,8 +85,8 @@ pub struct Sim {
     pub metadata: String,
     pub instance: String,
     pub region: String,
-    /// With `--instances N`: (id, type, metadata URL) per instance, from
-    /// the `instance ...` lines after `ready`.
+    /// With `--instances N` (N > 1): (id, type, metadata URL) per
+    /// instance, from the `instance ...` lines after `ready`.
     pub fleet: Vec<(String, String, String)>,
 }
 
@@ -106,7 +106,8 @@ impl Sim {
             .position(|a| *a == "--instances")
             .map_or(0, |i| args[i + 1].parse().unwrap());
         let mut fleet = Vec::new();
-        for _ in 0..n {
+        // One line per instance, none for one alone.
+        for _ in 0..if n > 1 { n } else { 0 } {
             let mut l = String::new();
             out.read_line(&mut l).unwrap();
             assert!(l.starts_with("instance "), "{l:?}");
@@ -243,25 +244,38 @@ pub struct Daemon {
     notify: UnixDatagram,
 }
 
-/// A config for the daemon against `sim`: loopback endpoints, the
-/// emulator's key pair, our uid allowed, fast maintenance.
+/// A config for the daemon against `sim`: [`base_config`], fast
+/// maintenance, and the keys of `extra`.
 pub fn config(sim: &Sim, dir: &Path, extra: Value) -> Value {
-    let mut c = serde_json::json!({
+    let fast = serde_json::json!({"pool_check_interval": 1, "aggregation_window_ms": 100});
+    merged(
+        merged(base_config(&sim.ecs, &sim.metadata, dir), fast),
+        extra,
+    )
+}
+
+/// eniipd's config against the emulator at `ecs` (ECS and VPC) and
+/// `metadata`: its key pair, the socket and state in `dir`, our uid
+/// allowed; nothing else (the benches measure the defaults).
+pub fn base_config(ecs: &str, metadata: &str, dir: &Path) -> Value {
+    serde_json::json!({
         "access_key": eniipd::sim::DEFAULT_ACCESS_KEY_ID,
         "access_secret": eniipd::sim::DEFAULT_ACCESS_KEY_SECRET,
-        "ecs_endpoint": sim.ecs,
-        "vpc_endpoint": sim.ecs,
-        "metadata_endpoint": sim.metadata,
+        "ecs_endpoint": ecs,
+        "vpc_endpoint": ecs,
+        "metadata_endpoint": metadata,
         "socket_path": dir.join("d.sock").display().to_string(),
         "state_dir": dir.join("state").display().to_string(),
         "allowed_uids": [nix::unistd::getuid().as_raw()],
-        "pool_check_interval": 1,
-        "aggregation_window_ms": 100,
-    });
-    if let (Value::Object(base), Value::Object(more)) = (&mut c, extra) {
-        base.extend(more);
+    })
+}
+
+/// `base` with the keys of `more` set on it (both JSON objects).
+pub fn merged(mut base: Value, more: Value) -> Value {
+    if let (Value::Object(b), Value::Object(m)) = (&mut base, more) {
+        b.extend(m);
     }
-    c
+    base
 }
 
 impl Daemon {
@@ -340,10 +354,7 @@ impl Daemon {
                 .set_read_timeout(Some(left.min(Duration::from_millis(200))))
                 .unwrap();
             if let Ok(n) = self.notify.recv(&mut buf) {
-                if String::from_utf8_lossy(&buf[..n])
-                    .lines()
-                    .any(|l| l == "READY=1")
-                {
+                if says_ready(&buf[..n]) {
                     return;
                 }
             }
@@ -485,6 +496,13 @@ impl Drop for Demo {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// True if a datagram to `NOTIFY_SOCKET` says `READY=1`.
+pub fn says_ready(datagram: &[u8]) -> bool {
+    String::from_utf8_lossy(datagram)
+        .lines()
+        .any(|l| l == "READY=1")
 }
 
 fn rand_suffix() -> String {
