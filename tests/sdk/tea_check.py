@@ -54,6 +54,13 @@ def fault(url, rule):
     urllib.request.urlopen(req, timeout=10).read()
 
 
+def describe_g7_xlarge(ecs):
+    """DescribeInstanceTypes of ecs.g7.xlarge through the client `ecs`."""
+    return ecs.describe_instance_types(
+        ecs_models.DescribeInstanceTypesRequest(instance_types=["ecs.g7.xlarge"])
+    )
+
+
 def refused(call, accepted):
     """The exception `call()` raises (the SDK's class is what the caller
     checks); an AssertionError saying `accepted` if it raises none."""
@@ -89,9 +96,7 @@ def main():
     vpc = VpcClient(config(mode, endpoint, region, key_id, secret))
     done = []
 
-    r = ecs.describe_instance_types(
-        ecs_models.DescribeInstanceTypesRequest(instance_types=["ecs.g7.xlarge"])
-    )
+    r = describe_g7_xlarge(ecs)
     t = r.body.instance_types.instance_type[0]
     assert t.eni_quantity == 4, t
     filled(t, "instance_type_id", "eni_private_ip_address_quantity",
@@ -279,9 +284,7 @@ def main():
     # the server's string to sign in its message.
     bad = EcsClient(config(mode, endpoint, region, key_id, secret + "-wrong"))
     e = refused(
-        lambda: bad.describe_instance_types(
-            ecs_models.DescribeInstanceTypesRequest(instance_types=["ecs.g7.xlarge"])
-        ),
+        lambda: describe_g7_xlarge(bad),
         "a wrong secret was accepted",
     )
     assert type(e).__name__ == "ClientException", repr(e)
@@ -296,9 +299,7 @@ def main():
     # wait the server asked for.
     fault(url, {"action": "DescribeInstanceTypes", "code": "Throttling.User", "count": 1})
     e = refused(
-        lambda: ecs.describe_instance_types(
-            ecs_models.DescribeInstanceTypesRequest(instance_types=["ecs.g7.xlarge"])
-        ),
+        lambda: describe_g7_xlarge(ecs),
         "the Throttling.User fault did not reach the SDK",
     )
     assert type(e).__name__ == "ThrottlingException", repr(e)
