@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Barrier;
 use std::time::Duration;
 
-use common::{config, eventually, field, tempdir, Daemon, Sim};
+use common::{config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
 use serde_json::{json, Value};
 
 fn sim(instance_type: &str) -> Sim {
@@ -273,10 +273,7 @@ fn waves_of_demand_grow_the_pool_ahead_and_it_shrinks_back() {
 #[test]
 fn prefix_mode_on_an_empty_vswitch_answers_exhausted() {
     let sim = sim("ecs.g7.large");
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     sim.set_free(&vsw, 0);
     let dir = tempdir("pfxempty");
     let d = Daemon::start(
@@ -295,10 +292,7 @@ fn prefix_mode_on_an_empty_vswitch_answers_exhausted() {
 #[test]
 fn a_vswitch_without_a_free_slash_28_falls_back_to_single_addresses() {
     let sim = sim("ecs.g7.large");
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     sim.vswitch(&format!(r#"{{"id":"{vsw}","free_prefixes":0}}"#));
     let dir = tempdir("pfxfrag");
     let d = Daemon::start(
@@ -329,10 +323,7 @@ fn a_vswitch_without_a_free_slash_28_falls_back_to_single_addresses() {
 #[test]
 fn an_eni_whose_vswitch_runs_out_of_slash_28s_goes_on_with_single_addresses() {
     let sim = sim("ecs.g7.4xlarge");
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     let dir = tempdir("pfxmixed");
     let d = Daemon::start(
         &dir,

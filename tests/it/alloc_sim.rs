@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{config, eventually, field, tempdir, Daemon, Sim};
+use common::{config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
 use serde_json::{json, Value};
 
 fn large_sim(extra: &[&str]) -> Sim {
@@ -508,10 +508,7 @@ fn no_idle_pool(tag: &str) -> (Sim, Daemon, String) {
     let dir = tempdir(tag);
     let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
     let d = Daemon::start(&dir, &cfg);
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     (sim, d, vsw)
 }
 

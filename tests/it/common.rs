@@ -532,6 +532,14 @@ pub fn ask(socket: &Path, line: &str) -> Vec<String> {
     }
 }
 
+/// The first vswitch's id in an emulator's `/__sim/state`.
+pub fn first_vswitch(state: &Value) -> String {
+    state["vswitches"][0]["id"]
+        .as_str()
+        .expect("a vswitch id")
+        .to_string()
+}
+
 /// The value of `key=` in a line of words: a reply (`OK ip=.. eni=..`),
 /// eniip-sim's `ready` line.
 pub fn field(reply: &str, key: &str) -> String {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use crate::openapi;
-use common::{config, eventually, field, tempdir, Daemon, Sim};
+use common::{config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
 use serde_json::{json, Value};
 
 /// One OpenAPI call behind the daemon's back, which must succeed.
@@ -139,10 +139,7 @@ fn an_address_metadata_still_shows_but_the_openapi_took_away_is_never_handed_out
         .as_str()
         .unwrap()
         .to_string();
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     call(
         &sim,
         "CreateNetworkInterface",

@@ -5,7 +5,7 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{http, http_agent};
+use crate::common::{first_vswitch, http, http_agent};
 use eniipd::cloud::sign;
 use eniipd::sim::{SimOptions, Simulator};
 use eniipd::util::encoding::percent_encode;
@@ -161,10 +161,7 @@ fn nonce_reuse_and_stale_timestamps_are_refused() {
 fn client_token_replays_and_detects_mismatches() {
     let sim = Simulator::start(SimOptions::default()).unwrap();
     let r = raw(&sim);
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     let sg = {
         let (_, v) = r.call(
             "DescribeInstanceAttribute",
@@ -411,7 +408,7 @@ fn admin_faults_state_and_vswitch() {
     );
     assert_eq!(admin("POST", "/__sim/faults", "{not json").0, 400);
     assert_eq!(admin("POST", "/__sim/faults", r#"{"action":"*"}"#).0, 400);
-    let vsw = st["vswitches"][0]["id"].as_str().unwrap().to_string();
+    let vsw = first_vswitch(&st);
     assert_eq!(
         admin(
             "POST",
