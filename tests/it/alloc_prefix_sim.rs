@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Barrier;
 use std::time::Duration;
 
-use common::{config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
+use common::{at_once, config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
 use serde_json::{json, Value};
 
 fn sim(instance_type: &str) -> Sim {
@@ -66,28 +66,22 @@ fn prefix_calls(sim: &Sim) -> u64 {
 /// the replies by owner.
 fn burst(d: &Daemon, tag: &str, n: usize) -> BTreeMap<String, String> {
     let go = Barrier::new(n);
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|i| {
-                let owner = format!("{tag}/pod-{i}");
-                let go = &go;
-                s.spawn(move || {
-                    let mut c = UnixStream::connect(&d.socket).unwrap();
-                    c.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
-                    go.wait();
-                    c.write_all(format!("alloc {owner}\n").as_bytes()).unwrap();
-                    let mut r = String::new();
-                    BufReader::new(c).read_line(&mut r).unwrap();
-                    let r = r.trim_end().to_string();
-                    let ok = r
-                        .strip_prefix("OK ")
-                        .unwrap_or_else(|| panic!("{owner}: {r}"));
-                    (owner, ok.to_string())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    at_once(n, |i| {
+        let owner = format!("{tag}/pod-{i}");
+        let mut c = UnixStream::connect(&d.socket).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+        go.wait();
+        c.write_all(format!("alloc {owner}\n").as_bytes()).unwrap();
+        let mut r = String::new();
+        BufReader::new(c).read_line(&mut r).unwrap();
+        let r = r.trim_end().to_string();
+        let ok = r
+            .strip_prefix("OK ")
+            .unwrap_or_else(|| panic!("{owner}: {r}"));
+        (owner, ok.to_string())
     })
+    .into_iter()
+    .collect()
 }
 
 fn enis_lines(d: &Daemon) -> Vec<String> {
@@ -377,15 +371,7 @@ fn a_lost_assign_answer_leaks_no_prefix() {
     // Every answer to an Assign is lost after the cloud carried it out:
     // the retries (same ClientToken) are answered the same way.
     sim.fault(r#"{"action":"AssignPrivateIpAddresses","code":"InternalError","after":true}"#);
-    let replies: Vec<Vec<String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..20)
-            .map(|i| {
-                let d = &d;
-                s.spawn(move || d.ask(&format!("alloc lost/pod-{i}")))
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let replies = at_once(20, |i| d.ask(&format!("alloc lost/pod-{i}")));
     let failed = replies.iter().filter(|r| r[0].starts_with("ERR")).count();
     println!(
         "20 allocations with every Assign answer lost: {} served from idle, {failed} refused",

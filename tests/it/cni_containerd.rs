@@ -84,26 +84,18 @@ fn containerd_runs_pods_one_after_another_and_at_once() {
         pods.push(check_pod(&w, &c, &id, &name, ns));
         ids.push(id);
     }
-    let at_once: Vec<(String, String)> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..10)
-            .map(|i| {
-                let c = &c;
-                s.spawn(move || {
-                    let name = format!("par-{i}");
-                    let r = c.run_pod(&name, "batch");
-                    (name, r)
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                let (name, r) = h.join().expect("a RunPodSandbox thread");
-                let (id, _) = r.unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}"));
-                (name, id)
-            })
-            .collect()
-    });
-    for (name, id) in &at_once {
+    let parallel: Vec<(String, String)> = crate::common::at_once(10, |i| {
+        let name = format!("par-{i}");
+        let r = c.run_pod(&name, "batch");
+        (name, r)
+    })
+    .into_iter()
+    .map(|(name, r)| {
+        let (id, _) = r.unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}"));
+        (name, id)
+    })
+    .collect();
+    for (name, id) in &parallel {
         pods.push(check_pod(&w, &c, id, name, "batch"));
         ids.push(id.clone());
     }

@@ -38,15 +38,11 @@ use eniipd::sim::hostlinks::{HostLinks, HostLinksOptions};
 
 use serde_json::{json, Value};
 
-use crate::common::{config, eventually, tempdir, Daemon, Sim};
+use crate::common::{config, eventually, tempdir, Daemon, Sim, DUAL_VSWITCH};
 
 /// The emulator's default vswitch gateway (192.168.0.0/22).
 pub const GATEWAY: &str = "192.168.3.253";
-/// The dual-stack vswitch of [`World::start_dual`]: the default IPv4 block
-/// and an IPv6 /64 (only ever routed inside the test's namespaces).
-pub const DUAL_VSWITCH: &str =
-    "vsw-dual0000000000000001=192.168.0.0/22,ipv6=2408:4005:3ff:5100::/64,free=1000";
-/// That vswitch's IPv6 gateway, as the emulator computes it.
+/// The IPv6 gateway of [`DUAL_VSWITCH`], as the emulator computes it.
 pub const GATEWAY6: &str = "2408:4005:3ff:5100:ffff:ffff:ffff:fff7";
 
 /// True when these tests can run here (root, `ip`, the commands named and
@@ -178,7 +174,8 @@ impl World {
     }
 
     /// Same in dual stack: eniipd with `ip_stack` `dual` on
-    /// [`DUAL_VSWITCH`], the VPC answering [`GATEWAY6`] too.
+    /// [`DUAL_VSWITCH`] (only ever routed inside the test's namespaces),
+    /// the VPC answering [`GATEWAY6`] too.
     pub fn start_dual(instance_type: &str, extra: Value) -> World {
         let mut extra = extra;
         extra["ip_stack"] = json!("dual");

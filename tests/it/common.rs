@@ -45,6 +45,20 @@ pub fn installed(test: &str, paths: &[&str]) -> Option<PathBuf> {
     found
 }
 
+/// Runs `f(0)` to `f(n - 1)` each on a thread of its own, all at once;
+/// their results in that order (a panic in one fails the caller).
+pub fn at_once<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                let f = &f;
+                s.spawn(move || f(i))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 /// A fresh, empty directory in /tmp, named for `tag`, this process and a
 /// counter.
 pub fn tempdir(tag: &str) -> PathBuf {
@@ -77,6 +91,11 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A dual-stack vswitch for eniip-sim's `--vswitch`: the emulator's
+/// default IPv4 block and an IPv6 /64.
+pub const DUAL_VSWITCH: &str =
+    "vsw-dual0000000000000001=192.168.0.0/22,ipv6=2408:4005:3ff:5100::/64,free=1000";
 
 /// The emulator as a child process.
 pub struct Sim {
