@@ -1,6 +1,10 @@
 //! Test harness: the real `eniip-sim` and `eniipd` binaries on loopback,
 //! in private temporary directories, with readiness taken from a test
-//! `NOTIFY_SOCKET` (never from sleeps).
+//! `NOTIFY_SOCKET` (never from sleeps). Beside them, what every area of
+//! the tests shares: polling with a deadline ([`eventually`]), fresh
+//! directories ([`tempdir`]), skipping where a tool is missing ([`skip`]),
+//! requests at once ([`at_once`]) and plain HTTP to the emulator
+//! ([`http`]). The benches take this file in too (`#[path]`).
 
 // Shared by several test crates: each uses part of it, and `pub` here
 // means "for the tests", not an API.

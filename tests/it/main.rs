@@ -1,7 +1,7 @@
 //! The integration tests: one binary (ripgrep's shape), a module per
 //! area, so an edit relinks one test binary, not twenty. The support
 //! modules come first: `common` runs the real binaries against eniip-sim
-//! (and holds what every area polls, skips and asserts with); `cnienv`
+//! (and holds what every area polls and skips with); `cnienv`
 //! builds the network namespaces eniip-cni's tests run in; `listener` is
 //! the socket server in-process; `openapi` is eniipd's OpenAPI client for
 //! the tests' own calls; `man` reads the man pages; `cri`, `podman` and
