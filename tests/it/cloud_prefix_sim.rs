@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use crate::common::first_vswitch;
+use crate::common::{by_id, first_vswitch};
 use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::{CloudApi, CloudErrorKind, CreateEni, EniQuery, Ipv4Prefix};
 use eniipd::sim::{FaultRule, SimOptions, Simulator};
@@ -39,12 +39,7 @@ fn req(c: &AliyunCloud, sim: &Simulator, secondary: usize) -> CreateEni {
 }
 
 fn sim_prefixes(sim: &Simulator, eni: &str) -> BTreeSet<String> {
-    sim.state()["enis"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["id"] == eni)
-        .unwrap()["ipv4_prefixes"]
+    by_id(&sim.state(), "enis", eni)["ipv4_prefixes"]
         .as_array()
         .unwrap()
         .iter()

@@ -563,6 +563,16 @@ pub fn first_vswitch(state: &Value) -> String {
         .to_string()
 }
 
+/// The entry of `list` (`enis`, `vswitches`) in an emulator's
+/// `/__sim/state` whose `id` is `id`.
+pub fn by_id(state: &Value, list: &str, id: &str) -> Value {
+    state[list]
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["id"] == id))
+        .unwrap_or_else(|| panic!("no {list} entry {id}"))
+        .clone()
+}
+
 /// The value of `key=` in a line of words: a reply (`OK ip=.. eni=..`),
 /// eniip-sim's `ready` line.
 pub fn field(reply: &str, key: &str) -> String {

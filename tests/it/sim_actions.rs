@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::common::http_agent;
+use crate::common::{by_id, http_agent};
 use crate::openapi::{call, client, code, params};
 use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::metadata::MetadataClient;
@@ -46,12 +46,7 @@ fn instance_vswitch_sg(c: &AliyunCloud, sim: &Simulator) -> (String, String) {
 }
 
 fn free_of(sim: &Simulator, vsw: &str) -> u64 {
-    sim.state()["vswitches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["id"] == vsw)
-        .unwrap()["free"]
+    by_id(&sim.state(), "vswitches", vsw)["free"]
         .as_u64()
         .unwrap()
 }

@@ -7,7 +7,7 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use crate::common::http;
+use crate::common::{by_id, http};
 use crate::openapi::{call, client, code};
 use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::CloudError;
@@ -52,23 +52,11 @@ fn strings(v: &Value) -> Vec<String> {
 }
 
 fn vsw_state(sim: &Simulator) -> Value {
-    sim.state()["vswitches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["id"] == VSW)
-        .unwrap()
-        .clone()
+    by_id(&sim.state(), "vswitches", VSW)
 }
 
 fn eni_state(sim: &Simulator, id: &str) -> Value {
-    sim.state()["enis"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["id"] == id)
-        .unwrap()
-        .clone()
+    by_id(&sim.state(), "enis", id)
 }
 
 /// A /28 string is aligned, inside the vswitch, and its 16 addresses are
