@@ -25,32 +25,26 @@ mod common;
 mod cri;
 #[path = "../tests/it/shipped.rs"]
 mod shipped;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::fs::File;
-use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cnienv::{Netns, World};
 use serde_json::{json, Value};
+use support::{ms, pct};
 
 /// Runs one plugin in `node` and waits; panics on failure.
 fn run(node: &File, plugin: &str, cmd: &str, id: &str, netns: &Path, conf: &Value) {
     let ns = node.try_clone().unwrap();
-    let mut c = Command::new(plugin);
-    c.env_clear()
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_CONTAINERID", id)
+    let mut c = cnienv::plugin_command(&[plugin], cmd);
+    c.env("CNI_CONTAINERID", id)
         .env("CNI_NETNS", netns)
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/usr/lib/cni")
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("CNI_IFNAME", "eth0");
     // SAFETY: only an async-signal-safe system call between fork and exec.
     #[allow(unsafe_code)]
     unsafe {
@@ -59,26 +53,13 @@ fn run(node: &File, plugin: &str, cmd: &str, id: &str, netns: &Path, conf: &Valu
                 .map_err(std::io::Error::from)
         });
     }
-    let mut child = c.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = cnienv::feed(c, conf);
     assert!(
         out.status.success(),
         "{plugin} {cmd}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i]
 }
 
 fn main() {
@@ -132,7 +113,6 @@ fn main() {
         run(&node, ptp, "DEL", &id, &ctr.path(), &ptp_conf);
     }
     let (mut e_pair, mut p_pair, mut e_add, mut p_add) = (vec![], vec![], vec![], vec![]);
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     for i in 0..iters {
         let id = format!("bench{i}");
         for (plugin, conf, pair, add) in [
@@ -209,7 +189,7 @@ fn containerd(iters: usize) {
         runs.push(pod(&format!("pod{i}")));
         let t = Instant::now();
         run(&node, eniip, "ADD", "direct", &ctr.path(), &conf);
-        adds.push(t.elapsed().as_secs_f64() * 1000.0);
+        adds.push(ms(t.elapsed()));
         run(&node, eniip, "DEL", "direct", &ctr.path(), &conf);
     }
     println!("containerd {iters} pods, one after another, interleaved (ms)");

@@ -19,13 +19,22 @@
 //! It drives the eniipd and eniip-sim binaries cargo built for it (the
 //! bench profile is the release profile).
 
+#[path = "../tests/it/common.rs"]
+mod common;
+#[path = "support/mod.rs"]
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{says_ready, Sim};
 use serde_json::{json, Value};
+use support::{ms, pct, read_final, usage, write_config};
+
+const NAME: &str = "eniip-bench";
 
 struct Opts {
     json: bool,
@@ -49,127 +58,41 @@ fn main() {
                 o.idle_secs = args
                     .next()
                     .and_then(|s| s.parse().ok())
-                    .unwrap_or_else(|| usage("--idle-secs needs seconds"))
+                    .unwrap_or_else(|| usage(NAME, "--idle-secs needs seconds"))
             }
             "--warm-iters" => {
                 o.warm_iters = args
                     .next()
                     .and_then(|s| s.parse().ok())
-                    .unwrap_or_else(|| usage("--warm-iters needs a count"))
+                    .unwrap_or_else(|| usage(NAME, "--warm-iters needs a count"))
             }
             "--help" | "-h" => {
                 println!("cargo bench --bench eniip-bench -- [--json] [--idle-secs N (60)] [--warm-iters N (1000)]");
                 return;
             }
-            other => usage(&format!("unknown option {other}")),
+            other => usage(NAME, &format!("unknown option {other}")),
         }
     }
     let bins = binaries();
-    let work = std::env::temp_dir().join(format!("eniip-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).expect("a work directory");
-    let report = run(&o, &bins, &work);
-    let _ = std::fs::remove_dir_all(&work);
-    if o.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
-    } else {
-        print_table(&report);
-    }
-}
-
-fn usage(msg: &str) -> ! {
-    eprintln!("eniip-bench: {msg}");
-    std::process::exit(2)
+    support::run_and_print(NAME, o.json, |work| run(&o, &bins, work), print_table);
 }
 
 struct Bins {
     eniipd: PathBuf,
-    sim: PathBuf,
 }
 
 fn binaries() -> Bins {
     Bins {
         eniipd: PathBuf::from(env!("CARGO_BIN_EXE_eniipd")),
-        sim: PathBuf::from(env!("CARGO_BIN_EXE_eniip-sim")),
     }
 }
 
 // ---- processes -------------------------------------------------------------
 
-struct Sim {
-    child: Child,
-    ecs: String,
-    metadata: String,
-}
-
-impl Sim {
-    fn start(bins: &Bins, args: &[&str]) -> Sim {
-        let mut child = Command::new(&bins.sim)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("eniip-sim");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("ready line");
-        let f = |k: &str| {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                .unwrap_or_default()
-                .to_string()
-        };
-        Sim {
-            ecs: f("ecs"),
-            metadata: f("metadata"),
-            child,
-        }
-    }
-
-    fn calls(&self) -> Value {
-        let body = ureq::get(&format!("{}/__sim/state", self.ecs))
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .unwrap_or_default();
-        serde_json::from_str::<Value>(&body)
-            .map(|v| v["calls"].clone())
-            .unwrap_or(Value::Null)
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 struct Daemon {
     child: Child,
     socket: PathBuf,
     notify: UnixDatagram,
-}
-
-fn daemon_config(sim: &Sim, dir: &Path, extra: Value) -> PathBuf {
-    let mut c = json!({
-        "access_key": eniipd::sim::DEFAULT_ACCESS_KEY_ID,
-        "access_secret": eniipd::sim::DEFAULT_ACCESS_KEY_SECRET,
-        "ecs_endpoint": sim.ecs, "vpc_endpoint": sim.ecs, "metadata_endpoint": sim.metadata,
-        "socket_path": dir.join("d.sock").display().to_string(),
-        "state_dir": dir.join("state").display().to_string(),
-        "allowed_uids": [nix::unistd::getuid().as_raw()],
-    });
-    if let (Value::Object(a), Value::Object(b)) = (&mut c, extra) {
-        a.extend(b);
-    }
-    let p = dir.join("eni.json");
-    std::fs::write(&p, serde_json::to_vec(&c).unwrap_or_default()).expect("config");
-    p
 }
 
 impl Daemon {
@@ -199,10 +122,7 @@ impl Daemon {
         loop {
             let _ = d.notify.set_read_timeout(Some(Duration::from_millis(200)));
             if let Ok(n) = d.notify.recv(&mut buf) {
-                if String::from_utf8_lossy(&buf[..n])
-                    .lines()
-                    .any(|l| l == "READY=1")
-                {
+                if says_ready(&buf[..n]) {
                     break;
                 }
             }
@@ -250,29 +170,8 @@ impl Conn {
     /// One request; the final line.
     fn ask(&mut self, req: &str) -> String {
         self.w.write_all(req.as_bytes()).expect("send");
-        loop {
-            self.line.clear();
-            if self.r.read_line(&mut self.line).unwrap_or(0) == 0 {
-                return "<closed>".into();
-            }
-            let l = self.line.trim_end();
-            if eniipd::protocol::is_final_line(l) {
-                return l.to_string();
-            }
-        }
+        read_final(&mut self.r, &mut self.line)
     }
-}
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return 0.0;
-    }
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 // ---- measurements ------------------------------------------------------------
@@ -330,20 +229,18 @@ fn floors(work: &Path) -> (f64, f64, usize) {
 fn warm(o: &Opts, bins: &Bins, work: &Path) -> Value {
     let dir = work.join("warm");
     std::fs::create_dir_all(&dir).expect("dir");
-    let sim = Sim::start(
-        bins,
-        &[
-            "--instance-type",
-            "ecs.g7.4xlarge",
-            "--attach-delay-ms",
-            "50",
-            "--metadata-lag-ms",
-            "50",
-        ],
-    );
-    let cfg = daemon_config(
-        &sim,
+    let sim = Sim::start(&[
+        "--instance-type",
+        "ecs.g7.4xlarge",
+        "--attach-delay-ms",
+        "50",
+        "--metadata-lag-ms",
+        "50",
+    ]);
+    let cfg = write_config(
         &dir,
+        &sim.ecs,
+        &sim.metadata,
         json!({"min_pool_size": 40, "max_pool_size": 60}),
     );
     let (d, _) = Daemon::start(bins, &dir, &cfg);
@@ -396,26 +293,24 @@ fn warm(o: &Opts, bins: &Bins, work: &Path) -> Value {
 fn cold(bins: &Bins, work: &Path, prefix: bool) -> Value {
     let dir = work.join(if prefix { "cold-prefix" } else { "cold" });
     std::fs::create_dir_all(&dir).expect("dir");
-    let sim = Sim::start(
-        bins,
-        &[
-            "--instance-type",
-            "ecs.g7.4xlarge",
-            "--latency-ms",
-            "50",
-            "--attach-delay-ms",
-            "100",
-            "--metadata-lag-ms",
-            "100",
-        ],
-    );
-    let cfg = daemon_config(
-        &sim,
+    let sim = Sim::start(&[
+        "--instance-type",
+        "ecs.g7.4xlarge",
+        "--latency-ms",
+        "50",
+        "--attach-delay-ms",
+        "100",
+        "--metadata-lag-ms",
+        "100",
+    ]);
+    let cfg = write_config(
         &dir,
+        &sim.ecs,
+        &sim.metadata,
         json!({"min_pool_size": 0, "max_pool_size": 0, "ip_prefix": prefix}),
     );
     let (d, _) = Daemon::start(bins, &dir, &cfg);
-    let before = sim.calls();
+    let before = sim.state()["calls"].clone();
     let t = Instant::now();
     std::thread::scope(|s| {
         for i in 0..100 {
@@ -427,7 +322,7 @@ fn cold(bins: &Bins, work: &Path, prefix: bool) -> Value {
         }
     });
     let wall = t.elapsed();
-    let after = sim.calls();
+    let after = sim.state()["calls"].clone();
     let mut by_action = serde_json::Map::new();
     let mut total = 0;
     if let Value::Object(a) = &after {
@@ -470,18 +365,15 @@ fn first_address(bins: &Bins, work: &Path) -> Value {
     for i in 0..3 {
         let dir = work.join(format!("first-{i}"));
         std::fs::create_dir_all(&dir).expect("dir");
-        let sim = Sim::start(
-            bins,
-            &[
-                "--latency-ms",
-                &LATENCY_MS.to_string(),
-                "--attach-delay-ms",
-                &ATTACH_MS.to_string(),
-                "--metadata-lag-ms",
-                &LAG_MS.to_string(),
-            ],
-        );
-        let cfg = daemon_config(&sim, &dir, json!({"min_pool_size": 0}));
+        let sim = Sim::start(&[
+            "--latency-ms",
+            &LATENCY_MS.to_string(),
+            "--attach-delay-ms",
+            &ATTACH_MS.to_string(),
+            "--metadata-lag-ms",
+            &LAG_MS.to_string(),
+        ]);
+        let cfg = write_config(&dir, &sim.ecs, &sim.metadata, json!({"min_pool_size": 0}));
         let (d, _) = Daemon::start(bins, &dir, &cfg);
         let t = Instant::now();
         let r = Conn::open(&d.socket).ask("alloc first/pod\n");
@@ -498,18 +390,15 @@ fn first_address(bins: &Bins, work: &Path) -> Value {
 fn restart(bins: &Bins, work: &Path) -> Value {
     let dir = work.join("restart");
     std::fs::create_dir_all(&dir).expect("dir");
-    let sim = Sim::start(
-        bins,
-        &[
-            "--instance-type",
-            "ecs.g7.8xlarge",
-            "--attach-delay-ms",
-            "50",
-            "--metadata-lag-ms",
-            "50",
-        ],
-    );
-    let cfg = daemon_config(&sim, &dir, json!({"max_pool_size": 0}));
+    let sim = Sim::start(&[
+        "--instance-type",
+        "ecs.g7.8xlarge",
+        "--attach-delay-ms",
+        "50",
+        "--metadata-lag-ms",
+        "50",
+    ]);
+    let cfg = write_config(&dir, &sim.ecs, &sim.metadata, json!({"max_pool_size": 0}));
     let (d, _) = Daemon::start(bins, &dir, &cfg);
     let cap = 7 * 30;
     std::thread::scope(|s| {
@@ -538,14 +427,7 @@ fn restart(bins: &Bins, work: &Path) -> Value {
 
 fn proc_stat(pid: i32) -> (u64, u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let get = |k: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let get = |k: &str| support::proc_status(&status, k);
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
@@ -557,9 +439,9 @@ fn proc_stat(pid: i32) -> (u64, u64, u64) {
 fn footprint(o: &Opts, bins: &Bins, work: &Path) -> Value {
     let dir = work.join("idle");
     std::fs::create_dir_all(&dir).expect("dir");
-    let sim = Sim::start(bins, &[]);
+    let sim = Sim::start(&[]);
     // The default configuration (only the endpoints, key and paths set).
-    let cfg = daemon_config(&sim, &dir, json!({}));
+    let cfg = write_config(&dir, &sim.ecs, &sim.metadata, json!({}));
     let (d, _) = Daemon::start(bins, &dir, &cfg);
     std::thread::sleep(Duration::from_secs(2));
     let (rss0, threads, t0) = proc_stat(d.pid());

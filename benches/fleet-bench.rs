@@ -20,14 +20,23 @@
 //!
 //! Run: `cargo bench --bench fleet-bench [-- --nodes N] [--json]`.
 
+#[path = "../tests/it/common.rs"]
+mod common;
+#[path = "support/mod.rs"]
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{merged, says_ready, Sim};
 use serde_json::{json, Value};
+use support::{pct, read_final, usage, write_config};
+
+const NAME: &str = "fleet-bench";
 
 /// The account's default quotas per minute, as eniip-sim(1) documents
 /// them (`--flow-control default`).
@@ -58,105 +67,33 @@ fn main() {
                     .next()
                     .and_then(|s| s.parse().ok())
                     .filter(|n| *n > 0)
-                    .unwrap_or_else(|| usage("--nodes needs a count above 0"))
+                    .unwrap_or_else(|| usage(NAME, "--nodes needs a count above 0"))
             }
             "--help" | "-h" => {
                 println!("cargo bench --bench fleet-bench -- [--nodes N (100)] [--json]");
                 return;
             }
-            other => usage(&format!("unknown option {other}")),
+            other => usage(NAME, &format!("unknown option {other}")),
         }
     }
-    let work = std::env::temp_dir().join(format!("fleet-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).expect("a work directory");
-    let report = run(nodes, &work);
-    let _ = std::fs::remove_dir_all(&work);
-    if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
-    } else {
-        print_table(&report);
-    }
-}
-
-fn usage(msg: &str) -> ! {
-    eprintln!("fleet-bench: {msg}");
-    std::process::exit(2)
+    support::run_and_print(NAME, as_json, |work| run(nodes, work), print_table);
 }
 
 // ---- processes -------------------------------------------------------------
 
-struct Sim {
-    child: Child,
-    ecs: String,
-    /// Per instance: its metadata URL.
-    fleet: Vec<String>,
-}
-
-impl Sim {
-    fn start(args: &[&str], instances: usize) -> Sim {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_eniip-sim"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("eniip-sim");
-        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        out.read_line(&mut line).expect("ready line");
-        let word = |l: &str, k: &str| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                .unwrap_or_default()
-                .to_string()
-        };
-        let ecs = word(&line, "ecs");
-        let mut fleet = Vec::new();
-        if instances > 1 {
-            for _ in 0..instances {
-                let mut l = String::new();
-                out.read_line(&mut l).expect("instance line");
-                fleet.push(word(&l, "metadata"));
-            }
-        } else {
-            fleet.push(word(&line, "metadata"));
-        }
-        Sim { child, ecs, fleet }
-    }
-
-    fn state(&self) -> Value {
-        let body = ureq::get(&format!("{}/__sim/state", self.ecs))
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .unwrap_or_default();
-        serde_json::from_str(&body).unwrap_or(Value::Null)
-    }
-
-    /// (calls, throttled) per action so far.
-    fn counters(&self) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
-        let s = self.state();
-        let m = |v: &Value| -> BTreeMap<String, u64> {
-            v.as_object()
-                .map(|o| {
-                    o.iter()
-                        .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        (m(&s["calls"]), m(&s["throttled"]))
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// (calls, throttled) per action so far.
+fn counters(sim: &Sim) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    let s = sim.state();
+    let m = |v: &Value| -> BTreeMap<String, u64> {
+        v.as_object()
+            .map(|o| {
+                o.iter()
+                    .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    (m(&s["calls"]), m(&s["throttled"]))
 }
 
 struct Node {
@@ -171,22 +108,10 @@ impl Node {
     fn new(sim: &Sim, i: usize, work: &Path, extra: Value) -> Node {
         let dir = work.join(format!("node-{i:03}"));
         std::fs::create_dir_all(&dir).expect("node dir");
-        let mut c = json!({
-            "access_key": eniipd::sim::DEFAULT_ACCESS_KEY_ID,
-            "access_secret": eniipd::sim::DEFAULT_ACCESS_KEY_SECRET,
-            "ecs_endpoint": sim.ecs, "vpc_endpoint": sim.ecs,
-            "metadata_endpoint": sim.fleet[i],
-            "socket_path": dir.join("d.sock").display().to_string(),
-            "state_dir": dir.join("state").display().to_string(),
-            "allowed_uids": [nix::unistd::getuid().as_raw()],
-            "min_pool_size": MIN_POOL,
-            "max_pool_size": MIN_POOL * 2,
-        });
-        if let (Value::Object(a), Value::Object(b)) = (&mut c, extra) {
-            a.extend(b);
-        }
-        let config = dir.join("eni.json");
-        std::fs::write(&config, serde_json::to_vec(&c).unwrap_or_default()).expect("config");
+        let pool = json!({"min_pool_size": MIN_POOL, "max_pool_size": MIN_POOL * 2});
+        // Instance i's metadata (the one instance's without --instances).
+        let metadata = sim.fleet.get(i).map_or(&sim.metadata, |(_, _, md)| md);
+        let config = write_config(&dir, &sim.ecs, metadata, merged(pool, extra));
         Node {
             dir,
             config,
@@ -222,10 +147,7 @@ impl Node {
         let mut buf = [0u8; 512];
         let Some(n) = &self.notify else { return false };
         while let Ok(k) = n.recv(&mut buf) {
-            if String::from_utf8_lossy(&buf[..k])
-                .lines()
-                .any(|l| l == "READY=1")
-            {
+            if says_ready(&buf[..k]) {
                 return true;
             }
         }
@@ -239,18 +161,7 @@ impl Node {
         let _ = s.set_read_timeout(Some(Duration::from_secs(120)));
         let mut w = s.try_clone().expect("clone");
         let _ = w.write_all(format!("{line}\n").as_bytes());
-        let mut r = BufReader::new(s);
-        let mut l = String::new();
-        loop {
-            l.clear();
-            if r.read_line(&mut l).unwrap_or(0) == 0 {
-                return "<closed>".into();
-            }
-            let t = l.trim_end();
-            if eniipd::protocol::is_final_line(t) {
-                return t.to_string();
-            }
-        }
+        read_final(&mut BufReader::new(s), &mut String::new())
     }
 
     fn idle(&self) -> u64 {
@@ -277,12 +188,9 @@ impl Node {
     }
 
     fn rss_kib(&self) -> u64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        support::proc_status(&status, "VmRSS:")
     }
 }
 
@@ -293,15 +201,6 @@ impl Drop for Node {
 }
 
 // ---- figures ---------------------------------------------------------------
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i.min(v.len() - 1)]
-}
 
 fn spread(mut v: Vec<f64>) -> Value {
     json!({
@@ -332,7 +231,7 @@ fn quota_bound(calls: &BTreeMap<String, u64>) -> f64 {
 /// the phase's figures once every pool is full and each node served one
 /// `alloc`.
 fn phase(sim: &Sim, nodes: &mut [Node], key: &str, name: &str) -> Value {
-    let (calls0, thr0) = sim.counters();
+    let (calls0, thr0) = counters(sim);
     let t0 = Instant::now();
     for n in nodes.iter_mut() {
         n.spawn();
@@ -352,12 +251,12 @@ fn phase(sim: &Sim, nodes: &mut [Node], key: &str, name: &str) -> Value {
             }
         }
         if calls_at_ready.is_none() && ready_at.iter().all(Option::is_some) {
-            calls_at_ready = Some(diff(&sim.counters().0, &calls0));
+            calls_at_ready = Some(diff(&counters(sim).0, &calls0));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let wall = t0.elapsed().as_secs_f64();
-    let (calls1, thr1) = sim.counters();
+    let (calls1, thr1) = counters(sim);
     let calls = diff(&calls1, &calls0);
     let throttled = diff(&thr1, &thr0);
     // One alloc per node, all at once.
@@ -403,23 +302,20 @@ fn phase(sim: &Sim, nodes: &mut [Node], key: &str, name: &str) -> Value {
 
 fn fleet(count: usize, work: &Path) -> Vec<Value> {
     let n = count.to_string();
-    let sim = Sim::start(
-        &[
-            "--instances",
-            &n,
-            "--flow-control",
-            "default",
-            "--vswitch",
-            "vsw-bp1sim0000000000000001=10.0.0.0/16,free=65000",
-            "--attach-delay-ms",
-            "500",
-            "--metadata-lag-ms",
-            "200",
-            "--latency-ms",
-            "20",
-        ],
-        count,
-    );
+    let sim = Sim::start(&[
+        "--instances",
+        &n,
+        "--flow-control",
+        "default",
+        "--vswitch",
+        "vsw-bp1sim0000000000000001=10.0.0.0/16,free=65000",
+        "--attach-delay-ms",
+        "500",
+        "--metadata-lag-ms",
+        "200",
+        "--latency-ms",
+        "20",
+    ]);
     let mut nodes: Vec<Node> = (0..count)
         .map(|i| Node::new(&sim, i, work, json!({})))
         .collect();
@@ -439,10 +335,7 @@ fn fleet(count: usize, work: &Path) -> Vec<Value> {
 /// may keep 128 idle addresses (8 /28s); then the idle count once the
 /// surge is over and a pool check gave back what it added.
 fn waves(work: &Path) -> Value {
-    let sim = Sim::start(
-        &["--instance-type", "ecs.g7.4xlarge", "--latency-ms", "20"],
-        1,
-    );
+    let sim = Sim::start(&["--instance-type", "ecs.g7.4xlarge", "--latency-ms", "20"]);
     let dir = work.join("waves");
     std::fs::create_dir_all(&dir).expect("dir");
     let mut node = Node::new(
@@ -462,7 +355,7 @@ fn waves(work: &Path) -> Value {
         assert!(Instant::now() < end, "the prefix node never became ready");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (calls0, _) = sim.counters();
+    let (calls0, _) = counters(&sim);
     let t0 = Instant::now();
     let mut failed = 0;
     for wave in 0..5 {
@@ -479,7 +372,7 @@ fn waves(work: &Path) -> Value {
         });
     }
     let wall = t0.elapsed().as_secs_f64();
-    let calls = diff(&sim.counters().0, &calls0);
+    let calls = diff(&counters(&sim).0, &calls0);
     let grow = calls.get("CreateNetworkInterface").copied().unwrap_or(0)
         + calls.get("AssignPrivateIpAddresses").copied().unwrap_or(0);
     let idle_after = node.idle();

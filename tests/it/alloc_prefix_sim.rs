@@ -13,18 +13,11 @@ use std::os::unix::net::UnixStream;
 use std::sync::Barrier;
 use std::time::Duration;
 
-use common::{config, eventually, field, tempdir, Daemon, Sim};
+use common::{at_once, config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
 use serde_json::{json, Value};
 
 fn sim(instance_type: &str) -> Sim {
-    Sim::start(&[
-        "--instance-type",
-        instance_type,
-        "--attach-delay-ms",
-        "50",
-        "--metadata-lag-ms",
-        "50",
-    ])
+    Sim::quick(&["--instance-type", instance_type])
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -73,28 +66,22 @@ fn prefix_calls(sim: &Sim) -> u64 {
 /// the replies by owner.
 fn burst(d: &Daemon, tag: &str, n: usize) -> BTreeMap<String, String> {
     let go = Barrier::new(n);
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n)
-            .map(|i| {
-                let owner = format!("{tag}/pod-{i}");
-                let go = &go;
-                s.spawn(move || {
-                    let mut c = UnixStream::connect(&d.socket).unwrap();
-                    c.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
-                    go.wait();
-                    c.write_all(format!("alloc {owner}\n").as_bytes()).unwrap();
-                    let mut r = String::new();
-                    BufReader::new(c).read_line(&mut r).unwrap();
-                    let r = r.trim_end().to_string();
-                    let ok = r
-                        .strip_prefix("OK ")
-                        .unwrap_or_else(|| panic!("{owner}: {r}"));
-                    (owner, ok.to_string())
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    at_once(n, |i| {
+        let owner = format!("{tag}/pod-{i}");
+        let mut c = UnixStream::connect(&d.socket).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+        go.wait();
+        c.write_all(format!("alloc {owner}\n").as_bytes()).unwrap();
+        let mut r = String::new();
+        BufReader::new(c).read_line(&mut r).unwrap();
+        let r = r.trim_end().to_string();
+        let ok = r
+            .strip_prefix("OK ")
+            .unwrap_or_else(|| panic!("{owner}: {r}"));
+        (owner, ok.to_string())
     })
+    .into_iter()
+    .collect()
 }
 
 fn enis_lines(d: &Daemon) -> Vec<String> {
@@ -280,10 +267,7 @@ fn waves_of_demand_grow_the_pool_ahead_and_it_shrinks_back() {
 #[test]
 fn prefix_mode_on_an_empty_vswitch_answers_exhausted() {
     let sim = sim("ecs.g7.large");
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     sim.set_free(&vsw, 0);
     let dir = tempdir("pfxempty");
     let d = Daemon::start(
@@ -302,10 +286,7 @@ fn prefix_mode_on_an_empty_vswitch_answers_exhausted() {
 #[test]
 fn a_vswitch_without_a_free_slash_28_falls_back_to_single_addresses() {
     let sim = sim("ecs.g7.large");
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     sim.vswitch(&format!(r#"{{"id":"{vsw}","free_prefixes":0}}"#));
     let dir = tempdir("pfxfrag");
     let d = Daemon::start(
@@ -336,10 +317,7 @@ fn a_vswitch_without_a_free_slash_28_falls_back_to_single_addresses() {
 #[test]
 fn an_eni_whose_vswitch_runs_out_of_slash_28s_goes_on_with_single_addresses() {
     let sim = sim("ecs.g7.4xlarge");
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     let dir = tempdir("pfxmixed");
     let d = Daemon::start(
         &dir,
@@ -393,15 +371,7 @@ fn a_lost_assign_answer_leaks_no_prefix() {
     // Every answer to an Assign is lost after the cloud carried it out:
     // the retries (same ClientToken) are answered the same way.
     sim.fault(r#"{"action":"AssignPrivateIpAddresses","code":"InternalError","after":true}"#);
-    let replies: Vec<Vec<String>> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..20)
-            .map(|i| {
-                let d = &d;
-                s.spawn(move || d.ask(&format!("alloc lost/pod-{i}")))
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let replies = at_once(20, |i| d.ask(&format!("alloc lost/pod-{i}")));
     let failed = replies.iter().filter(|r| r[0].starts_with("ERR")).count();
     println!(
         "20 allocations with every Assign answer lost: {} served from idle, {failed} refused",

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{config, eventually, field, tempdir, Daemon, Sim};
+use common::{
+    at_once, config, eventually, field, first_vswitch, tempdir, Daemon, Sim, DUAL_VSWITCH,
+};
 use serde_json::{json, Value};
 
 fn large_sim(extra: &[&str]) -> Sim {
@@ -60,15 +62,7 @@ fn a_burst_of_100_gives_every_owner_exactly_one_address() {
     let sim = large_sim(&[]);
     let dir = tempdir("burst");
     let d = Daemon::start(&dir, &config(&sim, &dir, json!({"max_pool_size": 0})));
-    let replies: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..100)
-            .map(|i| {
-                let d = &d;
-                s.spawn(move || d.ok(&format!("alloc burst/pod-{i}")))
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let replies = at_once(100, |i| d.ok(&format!("alloc burst/pod-{i}")));
     let owners: BTreeMap<String, String> = replies
         .iter()
         .enumerate()
@@ -105,10 +99,7 @@ fn a_burst_of_100_gives_every_owner_exactly_one_address() {
 
 #[test]
 fn dual_stack_pairs_come_and_go_together() {
-    let sim = large_sim(&[
-        "--vswitch",
-        "vsw-dual0000000000000001=192.168.0.0/22,ipv6=2408:4005:3ff:5100::/64,free=1000",
-    ]);
+    let sim = large_sim(&["--vswitch", DUAL_VSWITCH]);
     let dir = tempdir("dual");
     let d = Daemon::start(
         &dir,
@@ -173,10 +164,7 @@ fn dual_stack_pairs_come_and_go_together() {
 /// vswitch's IPv6 CIDR and gateway (which no `alloc` reply carries).
 #[test]
 fn eni_gives_the_vswitch_gateways_in_dual_stack() {
-    let sim = large_sim(&[
-        "--vswitch",
-        "vsw-dual0000000000000001=192.168.0.0/22,ipv6=2408:4005:3ff:5100::/64,free=1000",
-    ]);
+    let sim = large_sim(&["--vswitch", DUAL_VSWITCH]);
     let dir = tempdir("eniverb");
     let d = Daemon::start(
         &dir,
@@ -329,14 +317,7 @@ fn an_eni_deleted_behind_the_daemons_back_is_let_go() {
     use eniipd::cloud::{wait, CloudApi, EniStatus};
 
     // ecs.g7.large: 2 usable ENIs of 6 addresses, capacity 12.
-    let sim = Sim::start(&[
-        "--instance-type",
-        "ecs.g7.large",
-        "--attach-delay-ms",
-        "50",
-        "--metadata-lag-ms",
-        "50",
-    ]);
+    let sim = Sim::quick(&["--instance-type", "ecs.g7.large"]);
     let dir = tempdir("deleted");
     let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
     let d = Daemon::start(&dir, &cfg);
@@ -511,14 +492,11 @@ fn a_wrong_secret_exits_77_without_the_whole_key_id_in_the_log() {
 /// An emulator and a daemon that keeps no idle address, and the
 /// vswitch's id.
 fn no_idle_pool(tag: &str) -> (Sim, Daemon, String) {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir(tag);
     let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
     let d = Daemon::start(&dir, &cfg);
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     (sim, d, vsw)
 }
 
@@ -553,15 +531,7 @@ fn the_last_addresses_of_a_small_vswitch_are_handed_out() {
     // 6 at once: one call for 6 is refused (an assign is all or
     // nothing); the last 4 must still be handed out, and only the other
     // 2 refused as exhausted.
-    let replies: Vec<String> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..6)
-            .map(|i| {
-                let d = &d;
-                s.spawn(move || d.ask(&format!("alloc last/pod-{i}"))[0].clone())
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let replies = at_once(6, |i| d.ask(&format!("alloc last/pod-{i}"))[0].clone());
     let served: BTreeSet<String> = replies
         .iter()
         .filter(|r| r.starts_with("OK ip="))

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use crate::common::{by_id, first_vswitch};
 use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::{CloudApi, CloudErrorKind, CreateEni, EniQuery, Ipv4Prefix};
 use eniipd::sim::{FaultRule, SimOptions, Simulator};
@@ -26,16 +27,9 @@ fn sim() -> Simulator {
     .unwrap()
 }
 
-fn vsw(sim: &Simulator) -> String {
-    sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 fn req(c: &AliyunCloud, sim: &Simulator, secondary: usize) -> CreateEni {
     CreateEni {
-        vswitch_id: vsw(sim),
+        vswitch_id: first_vswitch(&sim.state()),
         security_group_ids: c.instance_security_groups(&sim.instance_id()).unwrap(),
         secondary_ipv4_count: secondary,
         ipv6_count: 0,
@@ -45,12 +39,7 @@ fn req(c: &AliyunCloud, sim: &Simulator, secondary: usize) -> CreateEni {
 }
 
 fn sim_prefixes(sim: &Simulator, eni: &str) -> BTreeSet<String> {
-    sim.state()["enis"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["id"] == eni)
-        .unwrap()["ipv4_prefixes"]
+    by_id(&sim.state(), "enis", eni)["ipv4_prefixes"]
         .as_array()
         .unwrap()
         .iter()
@@ -119,7 +108,7 @@ fn no_free_28_is_exhaustion_of_prefixes_only() {
     let sim = sim();
     let c = cloud(&sim);
     let eni = c.create_eni(&req(&c, &sim, 0)).unwrap();
-    assert!(sim.set_vswitch_free_prefixes(&vsw(&sim), Some(0)));
+    assert!(sim.set_vswitch_free_prefixes(&first_vswitch(&sim.state()), Some(0)));
     let before = sim.state()["calls"]["AssignPrivateIpAddresses"]
         .as_u64()
         .unwrap_or(0);
@@ -141,7 +130,7 @@ fn no_free_28_is_exhaustion_of_prefixes_only() {
     // Single addresses still come from the same vswitch.
     assert_eq!(c.assign_ipv4(&eni.id, 2).unwrap().len(), 2);
     // An empty vswitch is plain exhaustion for addresses.
-    sim.set_vswitch_free(&vsw(&sim), 0);
+    sim.set_vswitch_free(&first_vswitch(&sim.state()), 0);
     let e = c.assign_ipv4(&eni.id, 1).unwrap_err();
     assert_eq!(e.kind, CloudErrorKind::Exhausted);
 }

@@ -4,6 +4,7 @@
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
+use crate::common::first_vswitch;
 use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
 use eniipd::cloud::credentials::CredentialSource;
 use eniipd::cloud::retry::RetryPolicy;
@@ -37,13 +38,6 @@ fn calls(sim: &Simulator, action: &str) -> u64 {
     sim.state()["calls"][action].as_u64().unwrap_or(0)
 }
 
-fn vsw(sim: &Simulator) -> String {
-    sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 fn sg(c: &AliyunCloud, sim: &Simulator) -> Vec<String> {
     c.instance_security_groups(&sim.instance_id()).unwrap()
 }
@@ -64,7 +58,9 @@ fn every_action_works() {
     );
     let sgs = sg(&c, &sim);
     assert_eq!(sgs.len(), 1);
-    let vs = c.describe_vswitches(&[vsw(&sim)]).unwrap();
+    let vs = c
+        .describe_vswitches(&[first_vswitch(&sim.state())])
+        .unwrap();
     assert_eq!(vs[0].available_ips, 999, "the primary ENI took one");
     let id = c.metadata().identity().unwrap();
     assert_eq!(id.instance_id, me);
@@ -72,7 +68,7 @@ fn every_action_works() {
 
     let eni = c
         .create_eni(&CreateEni {
-            vswitch_id: vsw(&sim),
+            vswitch_id: first_vswitch(&sim.state()),
             security_group_ids: sgs.clone(),
             secondary_ipv4_count: 2,
             ipv6_count: 0,
@@ -129,7 +125,9 @@ fn every_action_works() {
     c.delete_eni(&eni.id).unwrap();
     c.detach_eni(&eni.id, &me).unwrap();
     assert_eq!(
-        c.describe_vswitches(&[vsw(&sim)]).unwrap()[0].available_ips,
+        c.describe_vswitches(&[first_vswitch(&sim.state())])
+            .unwrap()[0]
+            .available_ips,
         999
     );
     sim.shutdown();
@@ -142,7 +140,7 @@ fn describe_pages_through_everything() {
     let sgs = sg(&c, &sim);
     for _ in 0..13 {
         c.create_eni(&CreateEni {
-            vswitch_id: vsw(&sim),
+            vswitch_id: first_vswitch(&sim.state()),
             security_group_ids: sgs.clone(),
             tags: vec![("batch".into(), "p".into())],
             ..CreateEni::default()
@@ -237,10 +235,10 @@ fn a_persistent_throttle_ends_in_bounded_time() {
 fn exhaustion_is_its_own_kind_and_not_retried() {
     let sim = Simulator::start(quick()).unwrap();
     let c = cloud(&sim);
-    assert!(sim.set_vswitch_free(&vsw(&sim), 0));
+    assert!(sim.set_vswitch_free(&first_vswitch(&sim.state()), 0));
     let e = c
         .create_eni(&CreateEni {
-            vswitch_id: vsw(&sim),
+            vswitch_id: first_vswitch(&sim.state()),
             security_group_ids: sg(&c, &sim),
             ..CreateEni::default()
         })
@@ -270,7 +268,9 @@ fn a_stalled_response_is_cut_by_the_timeout() {
         ..FaultRule::error("DescribeVSwitches", "x")
     });
     let t = Instant::now();
-    let e = c.describe_vswitches(&[vsw(&sim)]).unwrap_err();
+    let e = c
+        .describe_vswitches(&[first_vswitch(&sim.state())])
+        .unwrap_err();
     assert_eq!(e.kind, CloudErrorKind::Timeout, "{e}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     sim.shutdown();
@@ -288,7 +288,7 @@ fn metadata_shows_assigned_addresses_only_after_the_lag() {
     let me = sim.instance_id();
     let eni = c
         .create_eni(&CreateEni {
-            vswitch_id: vsw(&sim),
+            vswitch_id: first_vswitch(&sim.state()),
             security_group_ids: sg(&c, &sim),
             ..CreateEni::default()
         })

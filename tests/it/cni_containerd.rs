@@ -14,7 +14,7 @@ use crate::cri::{self, Containerd};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use cnienv::{can_run, eventually, World, GATEWAY};
+use cnienv::{can_run, World, GATEWAY};
 use serde_json::json;
 
 /// ecs.g7.xlarge: an ENI holds 15 addresses, so 10 pods at once fit with
@@ -53,13 +53,8 @@ fn check_pod(w: &World, c: &Containerd, id: &str, name: &str, ns: &str) -> cri::
 /// files are gone.
 fn assert_all_gone(w: &World, c: &Containerd, pods: &[cri::PodStatus]) {
     assert!(c.list().is_empty(), "{:?}", c.list());
-    assert!(
-        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
-        "{:?}",
-        w.inuse()
-    );
-    let links = w.node_ip(&["-o", "link"]);
-    assert!(!links.contains("enip"), "{links}");
+    w.assert_none_in_use_within(Duration::from_secs(5));
+    w.assert_no_host_end();
     let rules = w.node_ip(&["rule"]);
     for p in pods {
         assert!(!rules.contains(&format!("{} ", p.ip)), "{}: {rules}", p.ip);
@@ -89,26 +84,18 @@ fn containerd_runs_pods_one_after_another_and_at_once() {
         pods.push(check_pod(&w, &c, &id, &name, ns));
         ids.push(id);
     }
-    let at_once: Vec<(String, String)> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..10)
-            .map(|i| {
-                let c = &c;
-                s.spawn(move || {
-                    let name = format!("par-{i}");
-                    let r = c.run_pod(&name, "batch");
-                    (name, r)
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .map(|h| {
-                let (name, r) = h.join().expect("a RunPodSandbox thread");
-                let (id, _) = r.unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}"));
-                (name, id)
-            })
-            .collect()
-    });
-    for (name, id) in &at_once {
+    let parallel: Vec<(String, String)> = crate::common::at_once(10, |i| {
+        let name = format!("par-{i}");
+        let r = c.run_pod(&name, "batch");
+        (name, r)
+    })
+    .into_iter()
+    .map(|(name, r)| {
+        let (id, _) = r.unwrap_or_else(|e| panic!("RunPodSandbox {name}: {e}"));
+        (name, id)
+    })
+    .collect();
+    for (name, id) in &parallel {
         pods.push(check_pod(&w, &c, id, name, "batch"));
         ids.push(id.clone());
     }

@@ -2,28 +2,12 @@
 //! command, every error code it can return, every configuration key, and
 //! the options its `--help` lists.
 
+use crate::man::{section, source};
 use eniipd::cni::spec::code;
-
-fn page() -> String {
-    let path = format!("{}/man/eniip-cni.8", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path)
-        .unwrap()
-        .replace("\\-", "-")
-        .replace("\\&", "")
-}
-
-fn section(page: &str, title: &str) -> String {
-    let start = page
-        .find(&format!(".SH {title}\n"))
-        .unwrap_or_else(|| panic!("no section {title}"));
-    let rest = &page[start + 4..];
-    let end = rest.find("\n.SH ").map_or(rest.len(), |i| i + 1);
-    rest[..end].to_string()
-}
 
 #[test]
 fn the_page_names_every_command_code_key_and_option() {
-    let p = page();
+    let p = source("eniip-cni.8");
     let commands = section(&p, "COMMANDS");
     for c in ["ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION"] {
         assert!(

@@ -7,6 +7,7 @@
 
 use crate::cnienv;
 
+use crate::common::first_vswitch;
 use cnienv::{can_run, Ctr, World};
 use serde_json::json;
 
@@ -50,10 +51,7 @@ fn an_add_refused_for_an_empty_vswitch_names_it() {
         return;
     }
     let w = World::start(LARGE, json!({}));
-    let vsw = w.sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .expect("a vswitch id")
-        .to_string();
+    let vsw = first_vswitch(&w.sim.state());
     w.sim.set_free(&vsw, 0);
     let c = Ctr::new(&w, 0);
     let out = w.cni("ADD", Some(&c), &w.conf("1.0.0", json!({})));

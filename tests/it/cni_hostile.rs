@@ -6,12 +6,12 @@
 //! Needs root and `ip`; says SKIPPED loudly otherwise (and fails under
 //! ENIIPD_CI=1).
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cnienv;
 
-use cnienv::{can_run, eventually, run_plugin, s, sh, try_sh, Ctr, World};
+use crate::common::eventually;
+use cnienv::{can_run, run_bin, s, sh, try_sh, Ctr, World};
 use serde_json::{json, Value};
 
 const XLARGE: &str = "ecs.g7.xlarge";
@@ -44,34 +44,12 @@ fn node_state(w: &World) -> String {
 
 /// One plugin run with every CNI_* variable given as is.
 fn run_raw(w: &World, cmd: &str, vars: &[(&str, &str)], conf: &Value) -> cnienv::CniOut {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", &w.node.name, cnienv::plugin()])
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", cmd)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in vars {
-        c.env(k, v);
-    }
-    let mut child = c.spawn().unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(conf.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    cnienv::CniOut {
-        ok: out.status.success(),
-        json: serde_json::from_str(&stdout).unwrap_or(Value::Null),
-        stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let mut c = cnienv::plugin_command(
+        &["ip", "netns", "exec", &w.node.name, cnienv::plugin()],
+        cmd,
+    );
+    c.envs(vars.iter().copied());
+    cnienv::CniOut::from(cnienv::feed(c, conf))
 }
 
 #[test]
@@ -167,7 +145,16 @@ fn two_adds_of_one_container_at_once_never_hand_its_address_twice() {
             .map(|_| {
                 let (node, id, path, conf) =
                     (w.node.name.clone(), c.id.clone(), c.ns.path(), conf.clone());
-                std::thread::spawn(move || run_plugin(&node, "ADD", Some((&id, path, "")), &conf))
+                std::thread::spawn(move || {
+                    run_bin(
+                        &[],
+                        &node,
+                        cnienv::plugin(),
+                        "ADD",
+                        Some((&id, path, "")),
+                        &conf,
+                    )
+                })
             })
             .collect();
         let outs: Vec<_> = runs.into_iter().map(|h| h.join().unwrap()).collect();
@@ -320,11 +307,7 @@ fn a_hung_eniipd_fails_every_command_within_seconds_and_a_retried_del_loses_noth
     assert_eq!(w.inuse().len(), 1, "{:?}", w.inuse());
     w.cni("DEL", Some(&c), &conf).expect_ok("retried DEL");
     assert!(!w.node_ip(&["-o", "link"]).contains(&veth), "{}", w.diag());
-    assert!(
-        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
-        "{:?}",
-        w.inuse()
-    );
+    w.assert_none_in_use_within(Duration::from_secs(5));
 }
 
 #[test]

@@ -13,7 +13,8 @@ use crate::cnienv;
 
 use std::time::Duration;
 
-use cnienv::{can_run, eventually, Ctr, World, GATEWAY, GATEWAY6};
+use crate::common::eventually;
+use cnienv::{can_run, Ctr, World, GATEWAY, GATEWAY6};
 use serde_json::{json, Value};
 
 const LARGE: &str = "ecs.g7.large";
@@ -73,8 +74,7 @@ fn add_pings_out_its_eni_check_catches_a_missing_rule_and_del_is_idempotent() {
     // DEL releases; a second DEL is success too.
     w.cni("DEL", Some(&c), &checked).expect_ok("DEL");
     assert!(!w.inuse().contains_key(&ip), "{:?}", w.inuse());
-    let links = w.node_ip(&["-o", "link"]);
-    assert!(!links.contains("enip"), "{links}");
+    w.assert_no_host_end();
     w.cni("DEL", Some(&c), &checked).expect_ok("second DEL");
 }
 
@@ -131,13 +131,7 @@ fn gc_releases_exactly_the_attachments_not_kept() {
         .iter()
         .map(|c| w.cni("ADD", Some(c), &conf).expect_ok("ADD").ip())
         .collect();
-    let enis: std::collections::BTreeSet<String> = w
-        .daemon()
-        .ask("list")
-        .iter()
-        .filter(|l| l.contains(" inuse "))
-        .map(|l| l.split(' ').nth(3).unwrap().to_string())
-        .collect();
+    let enis = w.enis_in_use();
     assert!(enis.len() >= 2, "{enis:?}");
     for (c, ip) in ctrs.iter().zip(&ips) {
         assert!(c.ping(GATEWAY), "ping from {ip}");
@@ -216,8 +210,7 @@ fn a_failed_add_gives_its_address_back_and_leaves_nothing() {
     let conf = w.conf("1.0.0", json!({}));
     let c = Ctr::new(&w, 0);
     w.failed_add(&c, &conf);
-    let links = w.node_ip(&["-o", "link"]);
-    assert!(!links.contains("enip"), "{links}");
+    w.assert_no_host_end();
     let rules = w.node_ip(&["rule"]);
     assert!(!rules.contains("2048"), "{rules}");
     // Bad config: the key is named, error 7.
@@ -273,7 +266,7 @@ fn a_chain_with_tuning_portmap_and_bandwidth_as_libcni_runs_it() {
         } else {
             prev(conf, &result)
         };
-        let out = cnienv::run_bin(&w.node.name, bin, "ADD", ctr(), &conf);
+        let out = cnienv::run_bin(&[], &w.node.name, bin, "ADD", ctr(), &conf);
         assert!(out.ok, "ADD {bin}: {out:?}");
         result = out.json;
     }
@@ -299,12 +292,12 @@ fn a_chain_with_tuning_portmap_and_bandwidth_as_libcni_runs_it() {
     // is left out: Debian's 1.1.1 fails CHECK on an IPv4-only attachment
     // looking for IPv6 rules (containernetworking/plugins issue 819).
     for (bin, conf) in chain.iter().filter(|(b, _)| !b.ends_with("/portmap")) {
-        let out = cnienv::run_bin(&w.node.name, bin, "CHECK", ctr(), &prev(conf, &result));
+        let out = cnienv::run_bin(&[], &w.node.name, bin, "CHECK", ctr(), &prev(conf, &result));
         assert!(out.ok, "CHECK {bin}: {out:?}");
     }
     // DEL in reverse.
     for (bin, conf) in chain.iter().rev() {
-        let out = cnienv::run_bin(&w.node.name, bin, "DEL", ctr(), &prev(conf, &result));
+        let out = cnienv::run_bin(&[], &w.node.name, bin, "DEL", ctr(), &prev(conf, &result));
         assert!(out.ok, "DEL {bin}: {out:?}");
     }
     let nat = w.node.exec(&["iptables-save", "-t", "nat"]);
@@ -397,13 +390,7 @@ fn dual_stack_routes_ipv6_out_the_right_eni_and_leaves_nothing_behind() {
             .any(|x| x["dst"] == "::/0" && x["gw"] == "fe80::1"),
         "{r}"
     );
-    let enis: std::collections::BTreeSet<String> = w
-        .daemon()
-        .ask("list")
-        .iter()
-        .filter(|l| l.contains(" inuse "))
-        .map(|l| l.split(' ').nth(3).unwrap().to_string())
-        .collect();
+    let enis = w.enis_in_use();
     assert!(enis.len() >= 2, "{enis:?}");
 
     for (c, add) in ctrs.iter().zip(&adds) {
@@ -478,8 +465,7 @@ fn dual_stack_routes_ipv6_out_the_right_eni_and_leaves_nothing_behind() {
     assert!(w.inuse().is_empty(), "{:?}", w.inuse());
     let rules = w.node_ip(&["-6", "rule"]);
     assert!(!rules.contains("2048"), "{rules}");
-    let links = w.node_ip(&["-o", "link"]);
-    assert!(!links.contains("enip"), "{links}");
+    w.assert_no_host_end();
 
     // A failed ADD (eth0 taken in the container) leaves no IPv6 either.
     let c = Ctr::new(&w, 9);

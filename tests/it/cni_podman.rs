@@ -296,7 +296,7 @@ fn podman_containers_get_ipv6_in_dual_stack() {
             .status
             .success()
     };
-    if !cnienv::eventually(std::time::Duration::from_secs(10), ping6) {
+    if !crate::common::eventually(std::time::Duration::from_secs(10), ping6) {
         let o = pm.run(&[
             "exec",
             "v6",

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use crate::cnienv;
 
-use cnienv::{can_run, eventually, Ctr, World};
+use crate::common::eventually;
+use cnienv::{can_run, Ctr, World};
 use serde_json::json;
 
 /// A process kept running inside a namespace (a pod's pause, or the
@@ -311,9 +312,5 @@ fn a_sandbox_containerd_forgot_across_its_restart_is_reaped_and_a_live_one_kept(
     if let Some(p) = live_shim {
         kill9(p);
     }
-    assert!(
-        eventually(Duration::from_secs(30), || w.inuse().is_empty()),
-        "{:?}",
-        w.inuse()
-    );
+    w.assert_none_in_use_within(Duration::from_secs(30));
 }

@@ -12,8 +12,9 @@ use crate::cnienv;
 
 use std::time::Duration;
 
+use crate::common::eventually;
 use crate::shipped::{self, ShippedSocket};
-use cnienv::{can_run, eventually, Ctr, World, GATEWAY};
+use cnienv::{can_run, Ctr, World, GATEWAY};
 use serde_json::{json, Value};
 
 const LARGE: &str = "ecs.g7.large";
@@ -55,7 +56,7 @@ fn the_shipped_conflist_runs_unchanged_with_debians_plugins() {
     let run = |cmd: &str, p: &Value, prev: &Value| {
         let bin = shipped::plugin_bin(p["type"].as_str().expect("type"));
         let conf = shipped::plugin_conf(&list, p, prev);
-        let out = cnienv::run_bin_under(&ship.wrap(), &w.node.name, &bin, cmd, ctr(), &conf);
+        let out = cnienv::run_bin(&ship.wrap(), &w.node.name, &bin, cmd, ctr(), &conf);
         assert!(out.ok, "{cmd} {bin} ({}): {out:?}", list["cniVersion"]);
         out
     };
@@ -80,13 +81,8 @@ fn the_shipped_conflist_runs_unchanged_with_debians_plugins() {
     for p in plugins.iter().rev() {
         run("DEL", p, &result);
     }
-    assert!(
-        eventually(Duration::from_secs(5), || w.inuse().is_empty()),
-        "{:?}",
-        w.inuse()
-    );
-    let links = w.node_ip(&["-o", "link"]);
-    assert!(!links.contains("enip"), "{links}");
+    w.assert_none_in_use_within(Duration::from_secs(5));
+    w.assert_no_host_end();
     let rules = w.node_ip(&["rule"]);
     assert!(!rules.contains(&ip), "{rules}");
 }
@@ -158,7 +154,7 @@ fn the_1_1_conflist_gives_status_and_gc() {
     let conf = shipped::plugin_conf(&list, &ours, &Value::Null);
     let run = |cmd: &str, ctr: Option<&Ctr>, conf: &Value| {
         let ctr = ctr.map(|c| (c.id.as_str(), c.ns.path(), ""));
-        cnienv::run_bin_under(&ship.wrap(), &w.node.name, cnienv::plugin(), cmd, ctr, conf)
+        cnienv::run_bin(&ship.wrap(), &w.node.name, cnienv::plugin(), cmd, ctr, conf)
     };
     let out = run("STATUS", None, &conf);
     assert!(out.ok, "STATUS: {out:?}");

@@ -1,6 +1,10 @@
 //! Test harness: the real `eniip-sim` and `eniipd` binaries on loopback,
 //! in private temporary directories, with readiness taken from a test
-//! `NOTIFY_SOCKET` (never from sleeps).
+//! `NOTIFY_SOCKET` (never from sleeps). Beside them, what every area of
+//! the tests shares: polling with a deadline ([`eventually`]), fresh
+//! directories ([`tempdir`]), skipping where a tool is missing ([`skip`]),
+//! requests at once ([`at_once`]) and plain HTTP to the emulator
+//! ([`http`]). The benches take this file in too (`#[path]`).
 
 // Shared by several test crates: each uses part of it, and `pub` here
 // means "for the tests", not an API.
@@ -25,10 +29,51 @@ pub fn one_flood_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     FLOODS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A test that cannot run here (`why`: the test and what it needs) says
+/// SKIPPED loudly and passes; under CI (`ENIIPD_CI=1`) it fails instead.
+pub fn skip(why: &str) {
+    let msg = format!("SKIPPED: {why}");
+    if std::env::var("ENIIPD_CI").as_deref() == Ok("1") {
+        panic!("{msg} (ENIIPD_CI=1: a skip is a failure)");
+    }
+    eprintln!("\n*** {msg} ***\n");
+}
+
+/// The first of `paths` (one tool's usual places) that exists; else
+/// `None`, after [`skip`] for `test`.
+pub fn installed(test: &str, paths: &[&str]) -> Option<PathBuf> {
+    let found = paths.iter().map(PathBuf::from).find(|p| p.exists());
+    if found.is_none() {
+        skip(&format!("{test}: needs {}", paths.join(" or ")));
+    }
+    found
+}
+
+/// Runs `f(0)` to `f(n - 1)` each on a thread of its own, all at once;
+/// their results in that order (a panic in one fails the caller).
+pub fn at_once<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                let f = &f;
+                s.spawn(move || f(i))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// A fresh, empty directory in /tmp, named for `tag`, this process and a
+/// counter.
 pub fn tempdir(tag: &str) -> PathBuf {
+    tempdir_in(Path::new("/tmp"), tag)
+}
+
+/// The same under `base` (tmpfs, for instance).
+pub fn tempdir_in(base: &Path, tag: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
-    let d = PathBuf::from(format!(
-        "/tmp/eniipd-it-{tag}-{}-{}",
+    let d = base.join(format!(
+        "eniipd-it-{tag}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst)
     ));
@@ -51,6 +96,11 @@ pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// A dual-stack vswitch for eniip-sim's `--vswitch`: the emulator's
+/// default IPv4 block and an IPv6 /64.
+pub const DUAL_VSWITCH: &str =
+    "vsw-dual0000000000000001=192.168.0.0/22,ipv6=2408:4005:3ff:5100::/64,free=1000";
+
 /// The emulator as a child process.
 pub struct Sim {
     child: Child,
@@ -58,8 +108,8 @@ pub struct Sim {
     pub metadata: String,
     pub instance: String,
     pub region: String,
-    /// With `--instances N`: (id, type, metadata URL) per instance, from
-    /// the `instance ...` lines after `ready`.
+    /// With `--instances N` (N > 1): (id, type, metadata URL) per
+    /// instance, from the `instance ...` lines after `ready`.
     pub fleet: Vec<(String, String, String)>,
 }
 
@@ -79,47 +129,33 @@ impl Sim {
             .position(|a| *a == "--instances")
             .map_or(0, |i| args[i + 1].parse().unwrap());
         let mut fleet = Vec::new();
-        for _ in 0..n {
+        // One line per instance, none for one alone.
+        for _ in 0..if n > 1 { n } else { 0 } {
             let mut l = String::new();
             out.read_line(&mut l).unwrap();
-            let f = |k: &str| {
-                l.split_whitespace()
-                    .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                    .unwrap_or_else(|| panic!("no {k} in {l:?}"))
-                    .to_string()
-            };
             assert!(l.starts_with("instance "), "{l:?}");
-            fleet.push((f("id"), f("type"), f("metadata")));
+            fleet.push((field(&l, "id"), field(&l, "type"), field(&l, "metadata")));
         }
-        let field = |k: &str| {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{k}=")))
-                .unwrap_or_else(|| panic!("no {k} in {line:?}"))
-                .to_string()
-        };
         Sim {
-            ecs: field("ecs"),
-            metadata: field("metadata"),
-            instance: field("instance"),
-            region: field("region"),
+            ecs: field(&line, "ecs"),
+            metadata: field(&line, "metadata"),
+            instance: field(&line, "instance"),
+            region: field(&line, "region"),
             fleet,
             child,
         }
     }
 
+    /// An emulator whose attaches take 50 ms and whose metadata lags
+    /// 50 ms behind (both still happen, quickly), with the flags `more`.
+    pub fn quick(more: &[&str]) -> Sim {
+        let mut args = vec!["--attach-delay-ms", "50", "--metadata-lag-ms", "50"];
+        args.extend_from_slice(more);
+        Sim::start(&args)
+    }
+
     fn admin(&self, method: &str, path: &str, body: &str) -> (u16, String) {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let url = format!("{}{path}", self.ecs);
-        let mut r = match method {
-            "GET" => agent.get(&url).call(),
-            "DELETE" => agent.delete(&url).call(),
-            _ => agent.post(&url).content_type("application/json").send(body),
-        }
-        .unwrap();
-        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+        http(method, &format!("{}{path}", self.ecs), body)
     }
 
     pub fn state(&self) -> Value {
@@ -158,17 +194,13 @@ impl Sim {
         assert_eq!(code, 200, "{body}");
     }
 
-    /// eniipd's own signed client against this emulator, one attempt per
-    /// call (the test's own OpenAPI calls, behind the daemon's back).
-    pub fn openapi(&self) -> eniipd::cloud::aliyun::AliyunCloud {
-        use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-        AliyunCloud::new(AliyunCloudOptions {
+    /// Options for eniipd's OpenAPI client against this emulator: its
+    /// endpoints and key pair (`crate::openapi::client` makes the client).
+    pub fn openapi_options(&self) -> eniipd::cloud::aliyun::AliyunCloudOptions {
+        use eniipd::cloud::aliyun::AliyunCloudOptions;
+        AliyunCloudOptions {
             ecs_endpoint: self.ecs.clone(),
             vpc_endpoint: self.ecs.clone(),
-            retry: eniipd::cloud::retry::RetryPolicy {
-                max_attempts: 1,
-                ..eniipd::cloud::retry::RetryPolicy::default()
-            },
             ..AliyunCloudOptions::new(
                 &self.region,
                 &self.metadata,
@@ -178,7 +210,7 @@ impl Sim {
                     token: None,
                 },
             )
-        })
+        }
     }
 
     pub fn calls(&self, action: &str) -> u64 {
@@ -204,6 +236,27 @@ impl Drop for Sim {
     }
 }
 
+/// An HTTP client that hands 4xx and 5xx answers back as answers.
+pub fn http_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// One HTTP request (`GET`, `DELETE`, or else a `POST` of the JSON
+/// `body`): the status and the body.
+pub fn http(method: &str, url: &str, body: &str) -> (u16, String) {
+    let agent = http_agent();
+    let mut r = match method {
+        "GET" => agent.get(url).call(),
+        "DELETE" => agent.delete(url).call(),
+        _ => agent.post(url).content_type("application/json").send(body),
+    }
+    .unwrap();
+    (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+}
+
 /// The daemon as a child process.
 pub struct Daemon {
     pub dir: PathBuf,
@@ -214,25 +267,38 @@ pub struct Daemon {
     notify: UnixDatagram,
 }
 
-/// A config for the daemon against `sim`: loopback endpoints, the
-/// emulator's key pair, our uid allowed, fast maintenance.
+/// A config for the daemon against `sim`: [`base_config`], fast
+/// maintenance, and the keys of `extra`.
 pub fn config(sim: &Sim, dir: &Path, extra: Value) -> Value {
-    let mut c = serde_json::json!({
+    let fast = serde_json::json!({"pool_check_interval": 1, "aggregation_window_ms": 100});
+    merged(
+        merged(base_config(&sim.ecs, &sim.metadata, dir), fast),
+        extra,
+    )
+}
+
+/// eniipd's config against the emulator at `ecs` (ECS and VPC) and
+/// `metadata`: its key pair, the socket and state in `dir`, our uid
+/// allowed; nothing else (the benches measure the defaults).
+pub fn base_config(ecs: &str, metadata: &str, dir: &Path) -> Value {
+    serde_json::json!({
         "access_key": eniipd::sim::DEFAULT_ACCESS_KEY_ID,
         "access_secret": eniipd::sim::DEFAULT_ACCESS_KEY_SECRET,
-        "ecs_endpoint": sim.ecs,
-        "vpc_endpoint": sim.ecs,
-        "metadata_endpoint": sim.metadata,
+        "ecs_endpoint": ecs,
+        "vpc_endpoint": ecs,
+        "metadata_endpoint": metadata,
         "socket_path": dir.join("d.sock").display().to_string(),
         "state_dir": dir.join("state").display().to_string(),
         "allowed_uids": [nix::unistd::getuid().as_raw()],
-        "pool_check_interval": 1,
-        "aggregation_window_ms": 100,
-    });
-    if let (Value::Object(base), Value::Object(more)) = (&mut c, extra) {
-        base.extend(more);
+    })
+}
+
+/// `base` with the keys of `more` set on it (both JSON objects).
+pub fn merged(mut base: Value, more: Value) -> Value {
+    if let (Value::Object(b), Value::Object(m)) = (&mut base, more) {
+        b.extend(m);
     }
-    c
+    base
 }
 
 impl Daemon {
@@ -311,10 +377,7 @@ impl Daemon {
                 .set_read_timeout(Some(left.min(Duration::from_millis(200))))
                 .unwrap();
             if let Ok(n) = self.notify.recv(&mut buf) {
-                if String::from_utf8_lossy(&buf[..n])
-                    .lines()
-                    .any(|l| l == "READY=1")
-                {
+                if says_ready(&buf[..n]) {
                     return;
                 }
             }
@@ -403,6 +466,68 @@ impl Drop for Daemon {
     }
 }
 
+/// `eniipd --simulate --state-dir STATE` (with `--socket` when given one)
+/// as a child, its `XDG_RUNTIME_DIR` the test's; killed on drop unless
+/// stopped.
+pub struct Demo {
+    child: Child,
+    /// Where it answers: the `--socket` given, else `STATE/eniipd.sock`.
+    pub socket: PathBuf,
+}
+
+impl Demo {
+    /// Starts it and waits (at most 30 s) until it answers `ping`.
+    pub fn start(runtime_dir: &Path, state: &Path, socket: Option<&Path>) -> Demo {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_eniipd"));
+        cmd.arg("--simulate").arg("--state-dir").arg(state);
+        if let Some(s) = socket {
+            cmd.arg("--socket").arg(s);
+        }
+        let child = cmd
+            .env("XDG_RUNTIME_DIR", runtime_dir)
+            .env_remove("NOTIFY_SOCKET")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let d = Demo {
+            child,
+            socket: socket.map_or_else(|| state.join("eniipd.sock"), Path::to_path_buf),
+        };
+        assert!(
+            eventually(Duration::from_secs(30), || try_ask(&d.socket, "ping")
+                .is_some_and(|r| r == "OK pong")),
+            "the demo does not answer on {}",
+            d.socket.display()
+        );
+        d
+    }
+
+    /// SIGINT; asserts that it exits 0.
+    pub fn stop(mut self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// True if a datagram to `NOTIFY_SOCKET` says `READY=1`.
+pub fn says_ready(datagram: &[u8]) -> bool {
+    String::from_utf8_lossy(datagram)
+        .lines()
+        .any(|l| l == "READY=1")
+}
+
 fn rand_suffix() -> String {
     eniipd::util::rand::with_thread_rng(|r| r.hex(4))
 }
@@ -430,13 +555,43 @@ pub fn ask(socket: &Path, line: &str) -> Vec<String> {
     }
 }
 
-/// Fields of an `OK ip=.. eni=..` reply.
+/// The first vswitch's id in an emulator's `/__sim/state`.
+pub fn first_vswitch(state: &Value) -> String {
+    state["vswitches"][0]["id"]
+        .as_str()
+        .expect("a vswitch id")
+        .to_string()
+}
+
+/// The entry of `list` (`enis`, `vswitches`) in an emulator's
+/// `/__sim/state` whose `id` is `id`.
+pub fn by_id(state: &Value, list: &str, id: &str) -> Value {
+    state[list]
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["id"] == id))
+        .unwrap_or_else(|| panic!("no {list} entry {id}"))
+        .clone()
+}
+
+/// The value of `key=` in a line of words: a reply (`OK ip=.. eni=..`),
+/// eniip-sim's `ready` line.
 pub fn field(reply: &str, key: &str) -> String {
     reply
         .split_whitespace()
         .find_map(|w| w.strip_prefix(&format!("{key}=")))
         .unwrap_or_else(|| panic!("no {key} in {reply:?}"))
         .to_string()
+}
+
+/// Runs `cmd` to its end: the exit code (-1 when a signal ended it),
+/// stdout and stderr.
+pub fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Reads a process's whole stdout (for one-shot commands).

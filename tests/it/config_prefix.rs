@@ -13,15 +13,10 @@ use serde_json::json;
 fn check(dir: &std::path::Path, name: &str, cfg: &serde_json::Value) -> (i32, String, String) {
     let path = dir.join(name);
     std::fs::write(&path, serde_json::to_vec(cfg).unwrap()).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_eniipd"))
-        .args(["--check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    common::run(
+        Command::new(env!("CARGO_BIN_EXE_eniipd"))
+            .args(["--check-config", "--config"])
+            .arg(&path),
     )
 }
 

@@ -9,16 +9,12 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{ask, config, field, tempdir, Daemon, Sim};
+use common::{ask, config, field, tempdir, Daemon, Demo, Sim};
 use serde_json::json;
-
-fn fast_sim() -> Sim {
-    Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"])
-}
 
 #[test]
 fn every_command_through_the_real_daemon() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("cmds");
     let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
     assert!(
@@ -100,15 +96,10 @@ fn every_command_through_the_real_daemon() {
 
 #[test]
 fn a_socat_session() {
-    if !std::path::Path::new("/usr/bin/socat").exists() {
-        assert!(
-            std::env::var("ENIIPD_CI").as_deref() != Ok("1"),
-            "socat is required in CI"
-        );
-        eprintln!("SKIPPED: socat is not installed");
+    if common::installed("a socat session", &["/usr/bin/socat"]).is_none() {
         return;
     }
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("socat");
     let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
     let out = Command::new("sh")
@@ -140,7 +131,7 @@ fn a_socat_session() {
 
 #[test]
 fn a_peer_outside_allowed_uids_is_refused_for_alloc() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("uid");
     let other = nix::unistd::getuid().as_raw() + 4242;
     let d = Daemon::start(&dir, &config(&sim, &dir, json!({"allowed_uids": [other]})));
@@ -152,7 +143,7 @@ fn a_peer_outside_allowed_uids_is_refused_for_alloc() {
 
 #[test]
 fn sigterm_exits_0_in_time_and_a_restart_keeps_the_allocations() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("restart");
     let cfg = config(&sim, &dir, json!({}));
     let mut d = Daemon::start(&dir, &cfg);
@@ -171,7 +162,7 @@ fn sigterm_exits_0_in_time_and_a_restart_keeps_the_allocations() {
 
 #[test]
 fn a_second_daemon_on_the_same_state_directory_exits_75() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("lock");
     let cfg = config(&sim, &dir, json!({}));
     let _first = Daemon::start(&dir, &cfg);
@@ -185,7 +176,7 @@ fn a_second_daemon_on_the_same_state_directory_exits_75() {
 
 #[test]
 fn a_second_daemon_on_the_same_socket_exits_75_and_the_first_keeps_serving() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("sock-first");
     let cfg = config(&sim, &dir, json!({}));
     let mut first = Daemon::start(&dir, &cfg);
@@ -213,7 +204,7 @@ fn a_second_daemon_on_the_same_socket_exits_75_and_the_first_keeps_serving() {
 
 #[test]
 fn bad_config_exits_78_naming_the_key_and_check_config_masks_secrets() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("cfg");
     let cfg = config(&sim, &dir, json!({"max_ips_per_call": 11}));
     let mut d = Daemon::spawn(&dir, &cfg, &[]);
@@ -296,7 +287,7 @@ fn bad_config_exits_78_naming_the_key_and_check_config_masks_secrets() {
 
 #[test]
 fn corrupt_state_exits_65_and_recover_state_salvages() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("corrupt");
     let cfg = config(&sim, &dir, json!({}));
     let mut d = Daemon::start(&dir, &cfg);
@@ -332,7 +323,7 @@ fn corrupt_state_exits_65_and_recover_state_salvages() {
 
 #[test]
 fn metrics_over_http() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("metrics");
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -359,16 +350,11 @@ fn metrics_over_http() {
 
 #[test]
 fn socket_activation_through_systemd_socket_activate() {
-    let tool = std::path::Path::new("/usr/bin/systemd-socket-activate");
-    if !tool.exists() {
-        assert!(
-            std::env::var("ENIIPD_CI").as_deref() != Ok("1"),
-            "systemd-socket-activate is required in CI"
-        );
-        eprintln!("SKIPPED: systemd-socket-activate is not installed");
+    let Some(tool) = common::installed("socket activation", &["/usr/bin/systemd-socket-activate"])
+    else {
         return;
-    }
-    let sim = fast_sim();
+    };
+    let sim = Sim::quick(&[]);
     let dir = tempdir("activate");
     let sock = dir.join("act.sock");
     let cfg = config(
@@ -404,7 +390,7 @@ fn socket_activation_through_systemd_socket_activate() {
 
 #[test]
 fn sighup_reloads_the_pool_sizes() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("hup");
     let cfg = config(
         &sim,
@@ -468,7 +454,7 @@ fn sighup_reloads_the_pool_sizes() {
 #[test]
 fn watchdog_pings_and_journald_prefixes() {
     use std::os::unix::net::UnixDatagram;
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("watchdog");
     let cfg = config(&sim, &dir, json!({}));
     std::fs::write(dir.join("eni.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
@@ -617,7 +603,7 @@ fn simulate_runs_with_no_config_credentials_or_root() {
 
 #[test]
 fn an_unreachable_metadata_service_at_start_is_exit_69() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("unreachable");
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -636,7 +622,7 @@ fn an_unreachable_metadata_service_at_start_is_exit_69() {
 
 #[test]
 fn refused_credentials_at_start_are_exit_77_naming_the_code() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("creds");
     let cfg = config(
         &sim,
@@ -670,7 +656,7 @@ fn refused_credentials_at_start_are_exit_77_naming_the_code() {
 
 #[test]
 fn sigterm_during_a_hanging_cold_alloc_fails_it_at_once_and_exits_in_time() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("hang");
     let cfg = config(&sim, &dir, json!({"min_pool_size": 0}));
     let mut d = Daemon::start(&dir, &cfg);
@@ -704,7 +690,7 @@ fn sigterm_during_a_hanging_cold_alloc_fails_it_at_once_and_exits_in_time() {
 
 #[test]
 fn local_preconditions_fail_before_any_cloud_call() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_addr = busy.local_addr().unwrap().to_string();
     let blocker = tempdir("precond-file").join("not-a-dir");
@@ -756,7 +742,7 @@ fn local_preconditions_fail_before_any_cloud_call() {
 
 #[test]
 fn a_second_daemon_with_another_state_directory_refuses_to_run_beside_the_first() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let dir = tempdir("peer-a");
     let cfg = config(&sim, &dir, json!({}));
     let first = Daemon::start(&dir, &cfg);
@@ -807,48 +793,20 @@ fn simulate_with_a_state_dir_keeps_the_emulated_cloud_and_the_allocations() {
     let dir = tempdir("simulate-keep");
     let state = dir.join("demo");
     let socket = dir.join("demo.sock");
-    let run = || {
-        let child = Command::new(env!("CARGO_BIN_EXE_eniipd"))
-            .arg("--simulate")
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("--socket")
-            .arg(&socket)
-            .env("XDG_RUNTIME_DIR", &dir)
-            .env_remove("NOTIFY_SOCKET")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        assert!(
-            common::eventually(Duration::from_secs(30), || common::try_ask(&socket, "ping")
-                .is_some_and(|r| r == "OK pong")),
-            "the demo did not come up"
-        );
-        child
-    };
-    let stop = |mut child: std::process::Child| {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGINT,
-        )
-        .unwrap();
-        assert!(child.wait().unwrap().success());
-    };
-    let first = run();
+    let first = Demo::start(&dir, &state, Some(&socket));
     let held = ask(&socket, "alloc demo/web-1");
     assert!(held[0].starts_with("OK ip="), "{held:?}");
-    stop(first);
+    first.stop();
     assert!(state.join("sim-world.json").is_file());
-    let second = run();
+    let second = Demo::start(&dir, &state, Some(&socket));
     assert_eq!(ask(&socket, "show demo/web-1"), held);
     assert_eq!(ask(&socket, "audit"), vec!["OK consistent"]);
-    stop(second);
+    second.stop();
 }
 
 #[test]
 fn a_restart_beside_a_live_peer_is_ready_then_stops_with_75_at_its_first_reconcile() {
-    let sim = fast_sim();
+    let sim = Sim::quick(&[]);
     let a_dir = tempdir("warm-peer-a");
     let a_cfg = config(&sim, &a_dir, json!({}));
     let mut a = Daemon::start(&a_dir, &a_cfg);

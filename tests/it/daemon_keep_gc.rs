@@ -50,7 +50,7 @@ fn inuse_owners(d: &Daemon) -> Vec<String> {
 
 #[test]
 fn gc_releases_exactly_what_is_not_kept() {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir("keepgc");
     let mut d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
     let a = d.ok("alloc net1/ns/a sandbox=ctr-a");
@@ -111,7 +111,7 @@ fn gc_releases_exactly_what_is_not_kept() {
 
 #[test]
 fn a_keep_list_has_a_bound_per_line_and_ids_are_validated() {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir("keepbad");
     let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
     assert!(d.ask("keep").last().unwrap().starts_with("ERR bad-request"));

@@ -54,7 +54,7 @@ fn a_local_user_holding_the_node_name_neither_locks_eniipd_out_nor_fakes_a_live_
     if !cnienv::can_run("daemon_peer", &["setpriv", "socat"]) {
         return;
     }
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir("squat-a");
     let cfg = config(&sim, &dir, json!({}));
     let mut first = Daemon::start(&dir, &cfg);

@@ -7,18 +7,13 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{config, eventually, field, tempdir, Daemon, Sim};
-use eniipd::cloud::rpc::CallOpts;
+use crate::openapi;
+use common::{config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
 use serde_json::{json, Value};
 
+/// One OpenAPI call behind the daemon's back, which must succeed.
 fn call(sim: &Sim, action: &str, params: &[(&str, &str)]) -> Value {
-    let p: Vec<(String, String)> = params
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    sim.openapi()
-        .ecs()
-        .call(action, &p, CallOpts::default())
+    openapi::call(&openapi::client(sim.openapi_options()), action, params)
         .unwrap_or_else(|e| panic!("{action}: {e}"))
 }
 
@@ -37,7 +32,7 @@ fn listed(d: &Daemon) -> BTreeSet<String> {
 
 #[test]
 fn a_restart_is_ready_while_the_openapi_answers_nothing_but_throttles() {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir("restart-throttled");
     let cfg = config(
         &sim,
@@ -99,7 +94,7 @@ fn a_restart_is_ready_while_the_openapi_answers_nothing_but_throttles() {
 
 #[test]
 fn an_address_metadata_still_shows_but_the_openapi_took_away_is_never_handed_out() {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir("restart-lagging");
     let cfg = config(&sim, &dir, json!({"min_pool_size": 4, "max_pool_size": 8}));
     let mut d = Daemon::start(&dir, &cfg);
@@ -144,10 +139,7 @@ fn an_address_metadata_still_shows_but_the_openapi_took_away_is_never_handed_out
         .as_str()
         .unwrap()
         .to_string();
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     call(
         &sim,
         "CreateNetworkInterface",

@@ -6,35 +6,11 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
+use crate::man::{section, words};
 use eniipd::config::RawConfig;
 use eniipd::core::ErrCode;
 use eniipd::metrics::{render, Gauges};
 use eniipd::protocol::HELP;
-
-/// A man page as plain words: escapes and font changes removed.
-fn page(name: &str) -> String {
-    let path = format!("{}/man/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let mut out = text
-        .replace("\\-", "-")
-        .replace("\\&", "")
-        .replace("\\(em", "--")
-        .replace("\\e", "\\");
-    for f in ["\\fB", "\\fI", "\\fR", "\\fP"] {
-        out = out.replace(f, "");
-    }
-    out
-}
-
-/// The text of one `.SH` section.
-fn section(page: &str, title: &str) -> String {
-    let start = page
-        .find(&format!(".SH {title}\n"))
-        .unwrap_or_else(|| panic!("no section {title}"));
-    let rest = &page[start + 4..];
-    let end = rest.find("\n.SH ").map_or(rest.len(), |i| i + 1);
-    rest[..end].to_string()
-}
 
 /// The long options a program's `--help` lists.
 fn flags(bin: &str) -> BTreeSet<String> {
@@ -53,8 +29,8 @@ fn flags(bin: &str) -> BTreeSet<String> {
     found
 }
 
-fn missing<'a>(text: &str, words: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
-    words.into_iter().filter(|w| !text.contains(w)).collect()
+fn missing<'a>(text: &str, names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    names.into_iter().filter(|w| !text.contains(w)).collect()
 }
 
 #[test]
@@ -64,7 +40,7 @@ fn every_flag_is_in_the_options_of_its_page() {
         (env!("CARGO_BIN_EXE_eniipctl"), "eniipctl.1"),
         (env!("CARGO_BIN_EXE_eniip-sim"), "eniip-sim.1"),
     ] {
-        let options = section(&page(man), "OPTIONS");
+        let options = section(&words(man), "OPTIONS");
         let fl = flags(bin);
         let gaps = missing(&options, fl.iter().map(String::as_str));
         assert!(gaps.is_empty(), "{man} OPTIONS lacks {gaps:?}");
@@ -76,14 +52,14 @@ fn every_config_key_is_in_eniipd_conf() {
     let cfg = RawConfig::parse("{}").unwrap().validate().unwrap();
     let keys: Vec<String> = cfg.effective().into_iter().map(|(k, _)| k).collect();
     assert!(keys.len() >= 30, "{keys:?}");
-    let man = page("eniipd.conf.5");
+    let man = words("eniipd.conf.5");
     let gaps = missing(&man, keys.iter().map(String::as_str));
     assert!(gaps.is_empty(), "eniipd.conf(5) lacks {gaps:?}");
 }
 
 #[test]
 fn every_command_and_error_code_is_in_the_protocol_page() {
-    let man = page("eniipd-protocol.7");
+    let man = words("eniipd-protocol.7");
     let commands = section(&man, "COMMANDS");
     let names: Vec<&str> = HELP.iter().map(|l| l.split(' ').next().unwrap()).collect();
     assert_eq!(names.len(), 16);
@@ -92,7 +68,7 @@ fn every_command_and_error_code_is_in_the_protocol_page() {
         gaps.is_empty(),
         "eniipd-protocol(7) COMMANDS lacks {gaps:?}"
     );
-    let ctl = section(&page("eniipctl.1"), "COMMANDS");
+    let ctl = section(&words("eniipctl.1"), "COMMANDS");
     let gaps = missing(&ctl, names.iter().copied());
     assert!(gaps.is_empty(), "eniipctl(1) COMMANDS lacks {gaps:?}");
 
@@ -110,18 +86,18 @@ fn every_metric_is_in_eniipd_8() {
         .filter_map(|l| l.split(' ').next())
         .collect();
     assert!(names.len() >= 11, "{names:?}");
-    let man = section(&page("eniipd.8"), "METRICS");
+    let man = section(&words("eniipd.8"), "METRICS");
     let gaps = missing(&man, names.iter().copied());
     assert!(gaps.is_empty(), "eniipd(8) METRICS lacks {gaps:?}");
 }
 
 #[test]
 fn every_exit_code_is_in_exit_status() {
-    let man = section(&page("eniipd.8"), "EXIT STATUS");
+    let man = section(&words("eniipd.8"), "EXIT STATUS");
     let documented: BTreeSet<&str> = man.lines().filter_map(|l| l.strip_prefix(".B ")).collect();
     let want: BTreeSet<&str> = ["0", "1", "2", "65", "69", "75", "77", "78"].into();
     assert_eq!(documented, want);
-    let ctl = section(&page("eniipctl.1"), "EXIT STATUS");
+    let ctl = section(&words("eniipctl.1"), "EXIT STATUS");
     for code in ["0", "1", "2"] {
         assert!(
             ctl.contains(&format!(".B {code}\n")),
@@ -133,7 +109,7 @@ fn every_exit_code_is_in_exit_status() {
 /// A man page as `mandoc -T ascii` renders it, overstrikes removed and
 /// white space folded; None (said loudly) when mandoc is not installed.
 fn rendered(name: &str) -> Option<String> {
-    let path = format!("{}/man/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = crate::man::path(name);
     let out = match Command::new("mandoc")
         .args(["-T", "ascii"])
         .arg(&path)

@@ -108,7 +108,7 @@ fn a_frozen_state_disk_times_out_commits_and_does_not_hold_up_the_stop() {
             return;
         }
     };
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let state = fs.mnt.join("state");
     let cfg = config(
         &sim,

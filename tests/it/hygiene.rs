@@ -140,7 +140,7 @@ fn no_secret_or_token_in_logs_replies_or_state() {
 
 #[test]
 fn two_hundred_hostile_connections_do_not_stop_a_legitimate_alloc() {
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir("abuse");
     let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
     let mut hostile: Vec<UnixStream> = Vec::new();

@@ -1,11 +1,18 @@
 //! The integration tests: one binary (ripgrep's shape), a module per
-//! area, so an edit relinks one test binary, not twenty. `common` runs the
-//! real binaries against eniip-sim; `cnienv` builds the network namespaces
-//! eniip-cni's tests run in.
+//! area, so an edit relinks one test binary, not twenty. The support
+//! modules come first: `common` runs the real binaries against eniip-sim
+//! (and holds what every area polls and skips with); `cnienv`
+//! builds the network namespaces eniip-cni's tests run in; `listener` is
+//! the socket server in-process; `openapi` is eniipd's OpenAPI client for
+//! the tests' own calls; `man` reads the man pages; `cri`, `podman` and
+//! `shipped` drive the runtimes and the shipped files.
 
 mod cnienv;
 mod common;
 mod cri;
+mod listener;
+mod man;
+mod openapi;
 mod podman;
 mod shipped;
 

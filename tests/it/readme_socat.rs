@@ -35,7 +35,7 @@ fn readmes_one_shot_and_interactive_socat_forms_return_when_answered() {
         .iter()
         .find(|l| l.starts_with("socat "))
         .expect("README has an interactive socat line");
-    let sim = Sim::start(&["--attach-delay-ms", "50", "--metadata-lag-ms", "50"]);
+    let sim = Sim::quick(&[]);
     let dir = tempdir("readme-socat");
     let d = Daemon::start(&dir, &config(&sim, &dir, serde_json::json!({})));
 

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::IpAddr;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common;
+use crate::listener::{self, me, read_reply};
 use common::eventually;
 use crossbeam_channel::bounded;
 use eniipd::core::{
     AllocError, Allocation, Answer, Collected, Command as Cmd, Commands, EniEntry, EniInfo,
     Envelope, ErrCode, ListEntry, Owner, StatusCounts,
 };
-use eniipd::protocol::is_final_line;
-use eniipd::server::listener::{bind_socket, Server, ServerConfig};
+use eniipd::server::listener::{bind_socket, ServerConfig};
 
 /// A stand-in for the allocator: answers every command on a thread of its
 /// own, as the actor would (slow allocs included).
@@ -178,78 +178,12 @@ impl Fake {
     }
 }
 
-struct Harness {
-    dir: PathBuf,
-    path: PathBuf,
-    server: Option<Server>,
-    fake: Arc<Fake>,
-}
+/// The server with a [`Fake`] behind it.
+type Harness = listener::Harness<Arc<Fake>>;
 
-impl Harness {
-    fn new(cfg: ServerConfig) -> Harness {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = PathBuf::from(format!(
-            "/tmp/eniipd-srv-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("s.sock");
-        let (listener, _): (UnixListener, _) = bind_socket(&path, 0o660, None).unwrap();
-        let fake = Arc::new(Fake::default());
-        let server = Server::start(listener, cfg, fake.serve()).unwrap();
-        Harness {
-            dir,
-            path,
-            server: Some(server),
-            fake,
-        }
-    }
-
-    fn me() -> ServerConfig {
-        ServerConfig {
-            allowed_uids: vec![nix::unistd::getuid().as_raw()],
-            ..ServerConfig::default()
-        }
-    }
-
-    fn connect(&self) -> UnixStream {
-        let s = UnixStream::connect(&self.path).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    }
-
-    /// Sends one line and reads the whole reply.
-    fn ask(&self, line: &str) -> Vec<String> {
-        let mut s = self.connect();
-        s.write_all(format!("{line}\n").as_bytes()).unwrap();
-        read_reply(&mut BufReader::new(s))
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown(Instant::now() + Duration::from_secs(2));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn read_reply(r: &mut impl BufRead) -> Vec<String> {
-    let mut lines = Vec::new();
-    loop {
-        let mut l = String::new();
-        if r.read_line(&mut l).unwrap() == 0 {
-            panic!("connection closed before the final line; got {lines:?}");
-        }
-        let l = l.trim_end().to_string();
-        let done = is_final_line(&l);
-        lines.push(l);
-        if done {
-            return lines;
-        }
-    }
+fn harness(cfg: ServerConfig) -> Harness {
+    let fake = Arc::new(Fake::default());
+    Harness::start(cfg, fake.serve(), fake)
 }
 
 fn last(v: &[String]) -> &str {
@@ -258,7 +192,7 @@ fn last(v: &[String]) -> &str {
 
 #[test]
 fn every_command_with_success_and_error_replies() {
-    let h = Harness::new(Harness::me());
+    let h = harness(me());
     assert_eq!(h.ask("ping"), vec!["OK pong"]);
     assert_eq!(
         h.ask("VERSION"),
@@ -314,7 +248,7 @@ fn every_command_with_success_and_error_replies() {
 
 #[test]
 fn pipelined_requests_are_answered_in_order_and_quit_closes() {
-    let h = Harness::new(Harness::me());
+    let h = harness(me());
     let mut s = h.connect();
     s.write_all(b"ping\r\nalloc a\nshow a\nstatus\nquit\nping\n")
         .unwrap();
@@ -331,7 +265,7 @@ fn pipelined_requests_are_answered_in_order_and_quit_closes() {
 
 #[test]
 fn a_peer_outside_allowed_uids_may_read_but_not_allocate() {
-    let h = Harness::new(ServerConfig {
+    let h = harness(ServerConfig {
         allowed_uids: vec![nix::unistd::getuid().as_raw() + 4242],
         socket_gid: None,
         ..ServerConfig::default()
@@ -339,9 +273,9 @@ fn a_peer_outside_allowed_uids_may_read_but_not_allocate() {
     assert!(h.ask("alloc a")[0].starts_with("ERR denied"));
     assert!(h.ask("release a")[0].starts_with("ERR denied"));
     assert!(h.ask("status")[0].starts_with("OK enis="));
-    assert_eq!(h.fake.completed.load(Ordering::SeqCst), 0);
+    assert_eq!(h.backend.completed.load(Ordering::SeqCst), 0);
     // Membership of the socket group is enough.
-    let h = Harness::new(ServerConfig {
+    let h = harness(ServerConfig {
         allowed_uids: vec![nix::unistd::getuid().as_raw() + 4242],
         socket_gid: Some(nix::unistd::getgid().as_raw()),
         ..ServerConfig::default()
@@ -352,9 +286,9 @@ fn a_peer_outside_allowed_uids_may_read_but_not_allocate() {
 #[test]
 fn hostile_input_is_refused_while_another_client_is_served() {
     let _turn = common::one_flood_at_a_time();
-    let h = Harness::new(ServerConfig {
+    let h = harness(ServerConfig {
         line_timeout: Duration::from_millis(800),
-        ..Harness::me()
+        ..me()
     });
     // Oversized line: ERR line-too-long, then closed.
     let mut s = h.connect();
@@ -396,11 +330,11 @@ fn hostile_input_is_refused_while_another_client_is_served() {
 /// under a flood of them a client that reads its replies never fails.
 fn slow_readers_are_evicted_and_a_reading_client_is_always_served() {
     const MAX: usize = 16;
-    let h = Harness::new(ServerConfig {
+    let h = harness(ServerConfig {
         max_connections: MAX,
-        ..Harness::me()
+        ..me()
     });
-    h.fake.metrics_bytes.store(512 << 10, Ordering::SeqCst);
+    h.backend.metrics_bytes.store(512 << 10, Ordering::SeqCst);
     let server = h.server.as_ref().unwrap();
 
     // Alone, a non-reader is closed by the write deadline.
@@ -489,9 +423,9 @@ fn slow_readers_are_evicted_and_a_reading_client_is_always_served() {
 
 #[test]
 fn two_hundred_idle_connections_evict_the_oldest_and_a_client_is_served() {
-    let h = Harness::new(ServerConfig {
+    let h = harness(ServerConfig {
         max_connections: 64,
-        ..Harness::me()
+        ..me()
     });
     let idle: Vec<UnixStream> = (0..200).map(|_| h.connect()).collect();
     let started = Instant::now();
@@ -514,7 +448,7 @@ fn two_hundred_idle_connections_evict_the_oldest_and_a_client_is_served() {
     assert_eq!(first.read(&mut b).unwrap_or(0), 0);
     drop(idle);
 
-    let h = Harness::new(Harness::me());
+    let h = harness(me());
     let idle: Vec<UnixStream> = (0..200).map(|_| h.connect()).collect();
     assert!(h.ask("alloc another")[0].starts_with("OK ip="));
     assert!(h.server.as_ref().unwrap().connections() >= 200);
@@ -527,11 +461,11 @@ fn connections_closed_without_a_word_never_hold_up_the_accept_loop() {
     // 1 s for one to free. Connections that already left with nothing sent
     // (probes, connect storms) must not each take that wait: they are
     // dropped when accepted.
-    let h = Harness::new(ServerConfig {
+    let h = harness(ServerConfig {
         max_connections: 1,
-        ..Harness::me()
+        ..me()
     });
-    h.fake.alloc_delay_ms.store(8000, Ordering::SeqCst);
+    h.backend.alloc_delay_ms.store(8000, Ordering::SeqCst);
     let mut serving = h.connect();
     serving.write_all(b"alloc slow/one\n").unwrap();
     let server = h.server.as_ref().unwrap();
@@ -556,22 +490,22 @@ fn connections_closed_without_a_word_never_hold_up_the_accept_loop() {
 
 #[test]
 fn a_client_that_leaves_mid_alloc_still_gets_it_completed() {
-    let h = Harness::new(Harness::me());
-    h.fake.alloc_delay_ms.store(300, Ordering::SeqCst);
+    let h = harness(me());
+    h.backend.alloc_delay_ms.store(300, Ordering::SeqCst);
     let mut s = h.connect();
     s.write_all(b"alloc gone/away\n").unwrap();
     drop(s);
     let deadline = Instant::now() + Duration::from_secs(5);
-    while h.fake.completed.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+    while h.backend.completed.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(h.fake.held.lock().unwrap().contains_key("gone/away"));
+    assert!(h.backend.held.lock().unwrap().contains_key("gone/away"));
 }
 
 #[test]
 fn shutdown_answers_in_flight_refuses_new_and_returns_in_time() {
-    let mut h = Harness::new(Harness::me());
-    h.fake.alloc_delay_ms.store(500, Ordering::SeqCst);
+    let mut h = harness(me());
+    h.backend.alloc_delay_ms.store(500, Ordering::SeqCst);
     let _idle: Vec<UnixStream> = (0..5).map(|_| h.connect()).collect();
     let mut busy = h.connect();
     busy.write_all(b"alloc in/flight\nping\n").unwrap();
@@ -609,7 +543,7 @@ fn shutdown_answers_in_flight_refuses_new_and_returns_in_time() {
 #[test]
 fn a_client_still_sending_a_huge_line_reads_line_too_long() {
     let _turn = common::one_flood_at_a_time();
-    let h = Harness::new(Harness::me());
+    let h = harness(me());
     let mut s = h.connect();
     s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut line = vec![b'a'; 1 << 20];
@@ -642,25 +576,16 @@ fn a_client_still_sending_a_huge_line_reads_line_too_long() {
     );
 }
 
-fn socat() -> Option<PathBuf> {
-    let found = ["/usr/bin/socat", "/bin/socat", "/usr/local/bin/socat"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists());
-    if found.is_none() {
-        if std::env::var("ENIIPD_CI").as_deref() == Ok("1") {
-            panic!("socat is required in CI (ENIIPD_CI=1)");
-        }
-        eprintln!("SKIPPED: socat is not installed (apt-get install socat)");
-    }
-    found
-}
-
 #[test]
 fn socat_sessions() {
-    let Some(socat) = socat() else { return };
-    let h = Harness::new(Harness::me());
-    h.fake.alloc_delay_ms.store(1500, Ordering::SeqCst);
+    let Some(socat) = common::installed(
+        "socat sessions",
+        &["/usr/bin/socat", "/bin/socat", "/usr/local/bin/socat"],
+    ) else {
+        return;
+    };
+    let h = harness(me());
+    h.backend.alloc_delay_ms.store(1500, Ordering::SeqCst);
     // The documented form: -t 90 waits for a slow alloc.
     let out = Command::new("sh")
         .arg("-c")
@@ -674,7 +599,7 @@ fn socat_sessions() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("OK ip=10.0.0.10 "), "{text}");
-    h.fake.alloc_delay_ms.store(0, Ordering::SeqCst);
+    h.backend.alloc_delay_ms.store(0, Ordering::SeqCst);
     let out = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -698,22 +623,17 @@ fn socat_sessions() {
 }
 
 fn ctl(h: &Harness, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
-        .arg("--socket")
-        .arg(&h.path)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    common::run(
+        Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+            .arg("--socket")
+            .arg(&h.path)
+            .args(args),
     )
 }
 
 #[test]
 fn eniipctl_exit_codes_and_output() {
-    let h = Harness::new(Harness::me());
+    let h = harness(me());
     let (code, out, _) = ctl(&h, &["alloc", "ns/pod", "sandbox=1"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("OK ip=10.0.0.10"));
@@ -726,7 +646,7 @@ fn eniipctl_exit_codes_and_output() {
     assert_eq!((code, out.as_str()), (1, "ERR not-found\n"));
     let (code, out, _) = ctl(&h, &["alloc", "exhaust/me"]);
     assert_eq!(code, 1, "{out}");
-    h.fake.alloc_delay_ms.store(3000, Ordering::SeqCst);
+    h.backend.alloc_delay_ms.store(3000, Ordering::SeqCst);
     let started = Instant::now();
     let (code, _, err) = ctl(&h, &["--timeout", "0.5", "alloc", "slow/one"]);
     assert_eq!(code, 1);

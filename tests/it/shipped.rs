@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::cnienv::{eventually, plugin, s};
+use crate::cnienv::{plugin, s};
+use crate::common::eventually;
 
 /// To run a shipped conflist byte for byte,
 /// what runs it (the plugins, a runtime) runs in a private mount namespace

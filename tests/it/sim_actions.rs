@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
-use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
+use crate::common::{by_id, http_agent};
+use crate::openapi::{call, client, code, params};
+use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::metadata::MetadataClient;
-use eniipd::cloud::retry::RetryPolicy;
-use eniipd::cloud::rpc::{CallOpts, Timeouts};
+use eniipd::cloud::rpc::CallOpts;
 use eniipd::cloud::sign;
-use eniipd::cloud::sign::SignatureVersion;
-use eniipd::cloud::{CloudError, CloudErrorKind};
+use eniipd::cloud::CloudErrorKind;
 use eniipd::sim::{FaultRule, SimOptions, Simulator, VSwitchSpec};
 use eniipd::util::encoding::percent_encode;
 use serde_json::Value;
@@ -27,38 +27,6 @@ fn dual_sim() -> Simulator {
         ..SimOptions::default()
     })
     .unwrap()
-}
-
-/// eniipd's client, one attempt per call so faults show.
-fn cloud(sim: &Simulator) -> AliyunCloud {
-    AliyunCloud::new(AliyunCloudOptions {
-        timeouts: Timeouts::all(Duration::from_secs(5)),
-        retry: RetryPolicy {
-            max_attempts: 1,
-            ..RetryPolicy::default()
-        },
-        signature_version: SignatureVersion::V3,
-        ..sim.client_options()
-    })
-}
-
-fn p(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn call(c: &AliyunCloud, action: &str, params: &[(&str, &str)]) -> Result<Value, CloudError> {
-    c.ecs().call(action, &p(params), CallOpts::default())
-}
-
-fn code(r: Result<Value, CloudError>) -> (u16, String) {
-    let e = r.expect_err("an error answer");
-    (
-        e.http_status.unwrap_or(0),
-        e.code.clone().unwrap_or_default(),
-    )
 }
 
 fn instance_vswitch_sg(c: &AliyunCloud, sim: &Simulator) -> (String, String) {
@@ -78,12 +46,7 @@ fn instance_vswitch_sg(c: &AliyunCloud, sim: &Simulator) -> (String, String) {
 }
 
 fn free_of(sim: &Simulator, vsw: &str) -> u64 {
-    sim.state()["vswitches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["id"] == vsw)
-        .unwrap()["free"]
+    by_id(&sim.state(), "vswitches", vsw)["free"]
         .as_u64()
         .unwrap()
 }
@@ -117,7 +80,7 @@ fn tags_of(c: &AliyunCloud, eni: &str) -> Vec<(String, String)> {
 #[allow(clippy::too_many_lines)]
 fn tag_untag_and_list_enis_with_the_real_errors() {
     let sim = dual_sim();
-    let c = cloud(&sim);
+    let c = client(sim.client_options());
     let (vsw, sg) = instance_vswitch_sg(&c, &sim);
     let eni = call(
         &c,
@@ -229,44 +192,44 @@ fn tag_untag_and_list_enis_with_the_real_errors() {
         (404, "InvalidResourceId.NotFound".into())
     );
     assert_eq!(tags_of(&c, &eni).len(), 1, "all or nothing");
-    assert_eq!(
-        code(call(
-            &c,
+    for (action, pairs, answer) in [
+        (
             "UntagResources",
-            &[
+            [
                 ("ResourceType", "eni"),
                 ("ResourceId.1", "eni-bp1nosuchthing00000"),
                 ("TagKey.1", "k"),
             ],
-        )),
-        (404, "InvalidResourceId.NotFound".into())
-    );
-    assert_eq!(
-        code(call(
-            &c,
+            (404, "InvalidResourceId.NotFound"),
+        ),
+        (
             "TagResources",
-            &[
+            [
                 ("ResourceType", "bucket"),
-                ("ResourceId.1", &eni),
+                ("ResourceId.1", eni.as_str()),
                 ("Tag.1.Key", "k"),
             ],
-        )),
-        (404, "InvalidResourceType.NotFound".into())
-    );
-    assert_eq!(
-        code(call(
-            &c,
+            (404, "InvalidResourceType.NotFound"),
+        ),
+        (
             "TagResources",
-            &[
+            [
                 ("ResourceType", "eni"),
-                ("ResourceId.1", &eni),
+                ("ResourceId.1", eni.as_str()),
                 ("Tag.1.Key", "aliyun:reserved"),
             ],
-        )),
-        (400, "InvalidTagKey.Malformed".into())
-    );
+            (400, "InvalidTagKey.Malformed"),
+        ),
+    ] {
+        assert_eq!(
+            code(call(&c, action, &pairs)),
+            (answer.0, answer.1.into()),
+            "{action} {pairs:?}"
+        );
+    }
     let keys: Vec<String> = (1..=20).map(|i| format!("k{i}")).collect();
-    let mut many: Vec<(String, String)> = p(&[("ResourceType", "eni"), ("ResourceId.1", &eni)]);
+    let mut many: Vec<(String, String)> =
+        params(&[("ResourceType", "eni"), ("ResourceId.1", &eni)]);
     for (i, k) in keys.iter().enumerate() {
         many.push((format!("Tag.{}.Key", i + 1), k.clone()));
     }
@@ -286,7 +249,7 @@ fn tag_untag_and_list_enis_with_the_real_errors() {
 #[test]
 fn create_and_assign_take_the_addresses_asked_for() {
     let sim = dual_sim();
-    let c = cloud(&sim);
+    let c = client(sim.client_options());
     let (_, sg) = instance_vswitch_sg(&c, &sim);
     let free = free_of(&sim, "vsw-dual");
     let created = call(
@@ -329,31 +292,26 @@ fn create_and_assign_take_the_addresses_asked_for() {
     assert_eq!(free_of(&sim, "vsw-dual"), free - 3);
     let eni = created["NetworkInterfaceId"].as_str().unwrap().to_string();
 
-    // A taken address fails the whole create and leaks nothing.
-    assert_eq!(
-        code(call(
-            &c,
-            "CreateNetworkInterface",
-            &[
-                ("VSwitchId", "vsw-dual"),
-                ("SecurityGroupIds.1", &sg),
-                ("PrivateIpAddress.1", "10.2.0.51"),
-            ],
-        )),
-        (403, "InvalidIp.IpAssigned".into())
-    );
-    assert_eq!(
-        code(call(
-            &c,
-            "CreateNetworkInterface",
-            &[
-                ("VSwitchId", "vsw-dual"),
-                ("SecurityGroupIds.1", &sg),
-                ("PrimaryIpAddress", "10.9.9.9"),
-            ],
-        )),
-        (403, "InvalidVSwitchId.IpInvalid".into())
-    );
+    // A taken address (or one outside the vswitch) fails the whole create
+    // and leaks nothing.
+    for (address, answer) in [
+        (("PrivateIpAddress.1", "10.2.0.51"), "InvalidIp.IpAssigned"),
+        (
+            ("PrimaryIpAddress", "10.9.9.9"),
+            "InvalidVSwitchId.IpInvalid",
+        ),
+    ] {
+        let pairs = [
+            ("VSwitchId", "vsw-dual"),
+            ("SecurityGroupIds.1", sg.as_str()),
+            address,
+        ];
+        assert_eq!(
+            code(call(&c, "CreateNetworkInterface", &pairs)),
+            (403, answer.into()),
+            "{address:?}"
+        );
+    }
     assert_eq!(free_of(&sim, "vsw-dual"), free - 3);
 
     // AssignIpv6Addresses with explicit addresses.
@@ -408,7 +366,7 @@ fn raw_v1(
     version: &str,
     extra: &[(&str, &str)],
 ) -> (u16, Value, Vec<(String, String)>) {
-    let mut params = p(&[
+    let mut query = params(&[
         ("Action", action),
         ("Version", version),
         ("Format", "JSON"),
@@ -418,21 +376,17 @@ fn raw_v1(
         ("SignatureNonce", &eniipd::util::rand::uuid()),
         ("Timestamp", &eniipd::util::time::now_utc()),
     ]);
-    params.extend(p(extra));
+    query.extend(params(extra));
     let sig = sign::signature(
         sim.access_key_secret(),
-        &sign::string_to_sign("GET", &params),
+        &sign::string_to_sign("GET", &query),
     );
-    params.push(("Signature".into(), sig));
-    let q: Vec<String> = params
+    query.push(("Signature".into(), sig));
+    let q: Vec<String> = query
         .iter()
         .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
         .collect();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut resp = agent
+    let mut resp = http_agent()
         .get(&format!("{}/?{}", sim.ecs_url(), q.join("&")))
         .call()
         .unwrap();
@@ -552,7 +506,7 @@ fn eniipd_waits_what_x_acs_retry_after_says_and_then_succeeds() {
 #[test]
 fn metadata_items_and_instance_fields_agree() {
     let sim = dual_sim();
-    let c = cloud(&sim);
+    let c = client(sim.client_options());
     let md = MetadataClient::new(&sim.metadata_url());
     let get = |p: &str| md.get(p).unwrap().unwrap_or_else(|| panic!("{p} missing"));
     let attr = call(

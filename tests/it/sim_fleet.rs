@@ -5,44 +5,15 @@
 
 use std::time::Duration;
 
-use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-use eniipd::cloud::credentials::CredentialSource;
-use eniipd::cloud::retry::RetryPolicy;
-use eniipd::cloud::rpc::{CallOpts, Timeouts};
+use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::CloudError;
-use eniipd::sim::{DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET};
-use eniipd::util::Secret;
 use serde_json::Value;
 
 use crate::common::{eventually, Sim};
-
-/// eniipd's signed client against a running eniip-sim, one attempt per
-/// call so every throttled answer shows.
-fn client(sim: &Sim) -> AliyunCloud {
-    AliyunCloud::new(AliyunCloudOptions {
-        ecs_endpoint: sim.ecs.clone(),
-        vpc_endpoint: sim.ecs.clone(),
-        timeouts: Timeouts::all(Duration::from_secs(5)),
-        retry: RetryPolicy {
-            max_attempts: 1,
-            ..RetryPolicy::default()
-        },
-        ..AliyunCloudOptions::new(
-            &sim.region,
-            &sim.metadata,
-            CredentialSource::Static {
-                id: DEFAULT_ACCESS_KEY_ID.into(),
-                secret: Secret::new(DEFAULT_ACCESS_KEY_SECRET),
-                token: None,
-            },
-        )
-    })
-}
+use crate::openapi::{call, client};
 
 fn describe(c: &AliyunCloud, region: &str) -> Result<Value, CloudError> {
-    let p = vec![("RegionId".to_string(), region.to_string())];
-    c.ecs()
-        .call("DescribeInstanceTypes", &p, CallOpts::default())
+    call(c, "DescribeInstanceTypes", &[("RegionId", region)])
 }
 
 fn throttled(r: &Result<Value, CloudError>) -> bool {
@@ -65,7 +36,7 @@ fn a_window_passes_its_quota_and_the_next_window_passes_again() {
         "--flow-window-ms",
         "2000",
     ]);
-    let c = client(&sim);
+    let c = client(sim.openapi_options());
     let mut seen = 0u64;
     // Use up whatever is left of the first window.
     let mut spent = false;
@@ -108,7 +79,7 @@ fn a_window_passes_its_quota_and_the_next_window_passes_again() {
 #[test]
 fn without_flow_control_nothing_is_throttled() {
     let sim = Sim::start(&[]);
-    let c = client(&sim);
+    let c = client(sim.openapi_options());
     for _ in 0..20 {
         assert!(!throttled(&describe(&c, &sim.region)));
     }
@@ -204,7 +175,7 @@ fn a_daemon_started_on_a_spent_quota_waits_for_the_next_window() {
         "--flow-window-ms",
         "70000",
     ]);
-    let c = client(&sim);
+    let c = client(sim.openapi_options());
     assert!(
         !throttled(&describe(&c, &sim.region)),
         "the window's one call"

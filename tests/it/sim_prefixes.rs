@@ -7,10 +7,9 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-use eniipd::cloud::retry::RetryPolicy;
-use eniipd::cloud::rpc::{CallOpts, Timeouts};
-use eniipd::cloud::sign::SignatureVersion;
+use crate::common::{by_id, http};
+use crate::openapi::{call, client, code};
+use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::CloudError;
 use eniipd::sim::{SimOptions, Simulator, VSwitchSpec};
 use serde_json::Value;
@@ -27,34 +26,6 @@ fn sim() -> Simulator {
         ..SimOptions::default()
     })
     .unwrap()
-}
-
-fn cloud(sim: &Simulator) -> AliyunCloud {
-    AliyunCloud::new(AliyunCloudOptions {
-        timeouts: Timeouts::all(Duration::from_secs(5)),
-        retry: RetryPolicy {
-            max_attempts: 1,
-            ..RetryPolicy::default()
-        },
-        signature_version: SignatureVersion::V3,
-        ..sim.client_options()
-    })
-}
-
-fn call(c: &AliyunCloud, action: &str, params: &[(&str, &str)]) -> Result<Value, CloudError> {
-    let p: Vec<(String, String)> = params
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    c.ecs().call(action, &p, CallOpts::default())
-}
-
-fn code(r: Result<Value, CloudError>) -> (u16, String) {
-    let e = r.expect_err("an error answer");
-    (
-        e.http_status.unwrap_or(0),
-        e.code.clone().unwrap_or_default(),
-    )
 }
 
 fn sg(c: &AliyunCloud, sim: &Simulator) -> String {
@@ -81,23 +52,11 @@ fn strings(v: &Value) -> Vec<String> {
 }
 
 fn vsw_state(sim: &Simulator) -> Value {
-    sim.state()["vswitches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["id"] == VSW)
-        .unwrap()
-        .clone()
+    by_id(&sim.state(), "vswitches", VSW)
 }
 
 fn eni_state(sim: &Simulator, id: &str) -> Value {
-    sim.state()["enis"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["id"] == id)
-        .unwrap()
-        .clone()
+    by_id(&sim.state(), "enis", id)
 }
 
 /// A /28 string is aligned, inside the vswitch, and its 16 addresses are
@@ -121,7 +80,7 @@ fn create(c: &AliyunCloud, sg: &str, extra: &[(&str, &str)]) -> Result<Value, Cl
 #[test]
 fn prefixes_are_assigned_described_counted_and_given_back() {
     let sim = sim();
-    let c = cloud(&sim);
+    let c = client(sim.client_options());
     let sg = sg(&c, &sim);
     let free0 = vsw_state(&sim)["free"].as_u64().unwrap();
     let eni = create(&c, &sg, &[("Ipv4PrefixCount", "2")]).unwrap();
@@ -248,7 +207,7 @@ fn prefixes_are_assigned_described_counted_and_given_back() {
 #[test]
 fn prefixes_and_addresses_are_never_mixed_in_one_call() {
     let sim = sim();
-    let c = cloud(&sim);
+    let c = client(sim.client_options());
     let sg = sg(&c, &sim);
     let bad = (400, "InvalidParameter".to_string());
     assert_eq!(
@@ -353,23 +312,13 @@ fn prefixes_and_addresses_are_never_mixed_in_one_call() {
 }
 
 fn admin_post(sim: &Simulator, body: &str) -> u16 {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    agent
-        .post(format!("{}/__sim/vswitch", sim.ecs_url()))
-        .content_type("application/json")
-        .send(body)
-        .unwrap()
-        .status()
-        .as_u16()
+    http("POST", &format!("{}/__sim/vswitch", sim.ecs_url()), body).0
 }
 
 #[test]
 fn a_fragmented_vswitch_has_addresses_but_no_prefix() {
     let sim = sim();
-    let c = cloud(&sim);
+    let c = client(sim.client_options());
     let sg = sg(&c, &sim);
     let id = create(&c, &sg, &[]).unwrap()["NetworkInterfaceId"]
         .as_str()
@@ -452,7 +401,7 @@ fn a_fragmented_vswitch_has_addresses_but_no_prefix() {
 #[test]
 fn metadata_lists_prefixes_as_assumed() {
     let sim = sim();
-    let c = cloud(&sim);
+    let c = client(sim.client_options());
     let sg = sg(&c, &sim);
     let eni = create(&c, &sg, &[("Ipv4PrefixCount", "1")]).unwrap();
     let id = eni["NetworkInterfaceId"].as_str().unwrap().to_string();
@@ -471,18 +420,11 @@ fn metadata_lists_prefixes_as_assumed() {
         .unwrap()
         .to_string();
     let get = |path: &str| -> (u16, String) {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut r = agent
-            .get(format!(
-                "{}/latest/meta-data/network/interfaces/macs/{path}",
-                sim.metadata_url()
-            ))
-            .call()
-            .unwrap();
-        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+        let url = format!(
+            "{}/latest/meta-data/network/interfaces/macs/{path}",
+            sim.metadata_url()
+        );
+        http("GET", &url, "")
     };
     let (status, listing) = get(&format!("{mac}/"));
     assert_eq!(status, 200);

@@ -5,6 +5,7 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{first_vswitch, http, http_agent};
 use eniipd::cloud::sign;
 use eniipd::sim::{SimOptions, Simulator};
 use eniipd::util::encoding::percent_encode;
@@ -54,10 +55,7 @@ impl Raw<'_> {
             .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
             .collect();
         let url = format!("{}/?{}", self.sim.ecs_url(), q.join("&"));
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let agent = http_agent();
         let mut resp = if method == "GET" {
             agent.get(&url).call()
         } else {
@@ -163,10 +161,7 @@ fn nonce_reuse_and_stale_timestamps_are_refused() {
 fn client_token_replays_and_detects_mismatches() {
     let sim = Simulator::start(SimOptions::default()).unwrap();
     let r = raw(&sim);
-    let vsw = sim.state()["vswitches"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let vsw = first_vswitch(&sim.state());
     let sg = {
         let (_, v) = r.call(
             "DescribeInstanceAttribute",
@@ -355,22 +350,8 @@ fn eni_state_machine_and_limits() {
 fn admin_faults_state_and_vswitch() {
     let sim = Simulator::start(SimOptions::default()).unwrap();
     let r = raw(&sim);
-    let admin = |method: &str, path: &str, body: &str| -> (u16, String) {
-        let url = format!("{}{path}", sim.ecs_url());
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut resp = match method {
-            "GET" => agent.get(&url).call(),
-            "DELETE" => agent.delete(&url).call(),
-            _ => agent.post(&url).content_type("application/json").send(body),
-        }
-        .unwrap();
-        (
-            resp.status().as_u16(),
-            resp.body_mut().read_to_string().unwrap(),
-        )
+    let admin = |method: &str, path: &str, body: &str| {
+        http(method, &format!("{}{path}", sim.ecs_url()), body)
     };
     let (s, body) = admin("GET", "/__sim/state", "");
     assert_eq!(s, 200);
@@ -427,7 +408,7 @@ fn admin_faults_state_and_vswitch() {
     );
     assert_eq!(admin("POST", "/__sim/faults", "{not json").0, 400);
     assert_eq!(admin("POST", "/__sim/faults", r#"{"action":"*"}"#).0, 400);
-    let vsw = st["vswitches"][0]["id"].as_str().unwrap().to_string();
+    let vsw = first_vswitch(&st);
     assert_eq!(
         admin(
             "POST",
@@ -482,10 +463,7 @@ fn garbage_gets_4xx_and_the_emulator_keeps_serving() {
 fn metadata_token_rules() {
     let sim = Simulator::start(SimOptions::default()).unwrap();
     let md = sim.metadata_url();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent = http_agent();
     let put = |ttl: &str, xff: bool| {
         let mut r = agent
             .put(&format!("{md}/latest/api/token"))

@@ -7,7 +7,7 @@
 //! ENIIPD_REQUIRE_SDK=1; without them each test says SKIPPED loudly and
 //! passes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use eniipd::sim::{SimOptions, Simulator, VSwitchSpec};
@@ -38,20 +38,14 @@ fn python_or_skip(modules: &str, packages: &str) -> Option<PathBuf> {
     py
 }
 
-#[test]
-fn official_python_sdk_works_unchanged() {
-    let Some(py) = python_or_skip(
-        "aliyunsdkcore, aliyunsdkecs",
-        "aliyun-python-sdk-core and aliyun-python-sdk-ecs",
-    ) else {
-        return;
-    };
-    let sim = Simulator::start(SimOptions::default()).unwrap();
+/// Runs `script` (in tests/sdk) with `mode` when given, then the
+/// emulator's endpoint, region, key pair and instance; asserts that it
+/// exits 0 having printed `passed`.
+#[track_caller]
+fn run_check(py: &Path, script: &str, mode: Option<&str>, sim: &Simulator, passed: &str) {
     let out = Command::new(py)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/sdk/sdk_check.py"
-        ))
+        .arg(format!("{}/tests/sdk/{script}", env!("CARGO_MANIFEST_DIR")))
+        .args(mode)
         .args([
             sim.ecs_url(),
             sim.region_id(),
@@ -65,22 +59,42 @@ fn official_python_sdk_works_unchanged() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("{stdout}");
     assert!(
-        out.status.success() && stdout.contains("SDK CHECK PASSED"),
+        out.status.success() && stdout.contains(passed),
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    let calls = &sim.state()["calls"];
-    for action in [
-        "DescribeInstanceTypes",
-        "CreateNetworkInterface",
-        "AttachNetworkInterface",
-        "AssignPrivateIpAddresses",
-        "DescribeNetworkInterfaces",
-    ] {
+}
+
+/// Asserts that each of `actions` reached the emulator.
+#[track_caller]
+fn assert_reached(state: &serde_json::Value, actions: &[&str]) {
+    for action in actions {
         assert!(
-            calls[action].as_u64().unwrap_or(0) >= 1,
+            state["calls"][action].as_u64().unwrap_or(0) >= 1,
             "{action} never reached the emulator"
         );
     }
+}
+
+#[test]
+fn official_python_sdk_works_unchanged() {
+    let Some(py) = python_or_skip(
+        "aliyunsdkcore, aliyunsdkecs",
+        "aliyun-python-sdk-core and aliyun-python-sdk-ecs",
+    ) else {
+        return;
+    };
+    let sim = Simulator::start(SimOptions::default()).unwrap();
+    run_check(&py, "sdk_check.py", None, &sim, "SDK CHECK PASSED");
+    assert_reached(
+        &sim.state(),
+        &[
+            "DescribeInstanceTypes",
+            "CreateNetworkInterface",
+            "AttachNetworkInterface",
+            "AssignPrivateIpAddresses",
+            "DescribeNetworkInterfaces",
+        ],
+    );
     sim.shutdown();
 }
 
@@ -101,52 +115,35 @@ fn tea_sdk(mode: &str) -> Option<serde_json::Value> {
         ..SimOptions::default()
     })
     .unwrap();
-    let out = Command::new(py)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/sdk/tea_check.py"
-        ))
-        .args([
-            mode.to_string(),
-            sim.ecs_url(),
-            sim.region_id(),
-            sim.access_key_id().into(),
-            sim.access_key_secret().into(),
-            sim.instance_id(),
-        ])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    assert!(
-        out.status.success() && stdout.contains(&format!("TEA SDK CHECK PASSED {mode}")),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    run_check(
+        &py,
+        "tea_check.py",
+        Some(mode),
+        &sim,
+        &format!("TEA SDK CHECK PASSED {mode}"),
     );
     let state = sim.state();
-    for action in [
-        "DescribeInstanceTypes",
-        "DescribeInstanceAttribute",
-        "DescribeSecurityGroups",
-        "DescribeVSwitches",
-        "CreateNetworkInterface",
-        "AttachNetworkInterface",
-        "DetachNetworkInterface",
-        "DeleteNetworkInterface",
-        "DescribeNetworkInterfaces",
-        "AssignPrivateIpAddresses",
-        "UnassignPrivateIpAddresses",
-        "AssignIpv6Addresses",
-        "UnassignIpv6Addresses",
-        "TagResources",
-        "UntagResources",
-        "ListTagResources",
-    ] {
-        assert!(
-            state["calls"][action].as_u64().unwrap_or(0) >= 1,
-            "{action} never reached the emulator"
-        );
-    }
+    assert_reached(
+        &state,
+        &[
+            "DescribeInstanceTypes",
+            "DescribeInstanceAttribute",
+            "DescribeSecurityGroups",
+            "DescribeVSwitches",
+            "CreateNetworkInterface",
+            "AttachNetworkInterface",
+            "DetachNetworkInterface",
+            "DeleteNetworkInterface",
+            "DescribeNetworkInterfaces",
+            "AssignPrivateIpAddresses",
+            "UnassignPrivateIpAddresses",
+            "AssignIpv6Addresses",
+            "UnassignIpv6Addresses",
+            "TagResources",
+            "UntagResources",
+            "ListTagResources",
+        ],
+    );
     sim.shutdown();
     Some(state["signatures"].clone())
 }

@@ -9,26 +9,21 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::common::tempdir_in;
 use eniipd::store::{Allocation, Hold, PersistedState, Record, Store, StoreError, StoreOptions};
 
 const T: Duration = Duration::from_secs(5);
 
-fn tempdir(tag: &str) -> PathBuf {
-    // Thousands of loads: on tmpfs when there is one, so the sweep
-    // measures the loader and not the disk.
+/// A fresh directory for one sweep: thousands of loads, so on tmpfs when
+/// there is one, and the sweep measures the loader and not the disk.
+fn scratch(tag: &str) -> PathBuf {
     let shm = Path::new("/dev/shm");
     let base = if shm.is_dir() {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()
     };
-    let d = base.join(format!(
-        "eniipd-store-corruption-{tag}-{}",
-        std::process::id()
-    ));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+    tempdir_in(&base, &format!("store-corruption-{tag}"))
 }
 
 fn alloc(i: u8) -> Record {
@@ -156,7 +151,7 @@ fn trial(
 
 #[test]
 fn every_flipped_bit_is_refused_or_harmless() {
-    let dir = tempdir("build");
+    let dir = scratch("build");
     let (want, _) = build(&dir);
     // Dropping the committer joined its thread: the lock is free.
     let (s, loaded) = Store::open(&dir, StoreOptions::default()).unwrap();
@@ -169,7 +164,7 @@ fn every_flipped_bit_is_refused_or_harmless() {
         ("state.json", fs::read(dir.join("state.json")).unwrap()),
         ("wal", fs::read(dir.join("wal")).unwrap()),
     ];
-    let trial_dir = tempdir("trial");
+    let trial_dir = scratch("trial");
     let started = Instant::now();
     let mut tally = Tally::default();
     for (name, bytes) in &files {
@@ -214,13 +209,13 @@ fn every_flipped_bit_is_refused_or_harmless() {
 
 #[test]
 fn an_interrupted_last_append_is_dropped_and_the_rest_loads() {
-    let dir = tempdir("torn");
+    let dir = scratch("torn");
     let (_, before_last) = build(&dir);
     let wal = fs::read(dir.join("wal")).unwrap();
     let snap = fs::read(dir.join("state.json")).unwrap();
     // Where the last frame starts: loading the log without it must give
     // the state before the last batch, and nothing else does.
-    let trial_dir = tempdir("torn-trial");
+    let trial_dir = scratch("torn-trial");
     let trials = std::cell::Cell::new(0u32);
     // A directory per load, for the reason `trial` gives.
     let load = |wal: &[u8]| {

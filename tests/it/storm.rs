@@ -2,71 +2,45 @@
 //! thread against clients, so they take turns with the other tests that
 //! flood a server ([`common::one_flood_at_a_time`]).
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use crate::common;
+use crate::listener::Harness;
 
 use eniipd::core::Commands;
-use eniipd::server::listener::{bind_socket, Server, ServerConfig};
+use eniipd::server::listener::{bind_socket, ServerConfig};
+use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
 
 /// A server whose commands are never answered: these tests need `ping`
 /// (answered by the listener itself) and nothing else.
-struct Harness {
-    dir: PathBuf,
-    path: PathBuf,
-    server: Option<Server>,
-    _commands: crossbeam_channel::Receiver<eniipd::core::Envelope>,
+fn harness() -> Harness<crossbeam_channel::Receiver<eniipd::core::Envelope>> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    Harness::start(
+        ServerConfig::default(),
+        Commands::new(tx, Duration::from_secs(1)),
+        rx,
+    )
 }
 
-impl Harness {
-    fn new() -> Harness {
-        let dir = PathBuf::from(format!("/tmp/eniipd-storm-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("s.sock");
-        let (listener, _) = bind_socket(&path, 0o600, None).unwrap();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let server = Server::start(
-            listener,
-            ServerConfig::default(),
-            Commands::new(tx, Duration::from_secs(1)),
-        )
-        .unwrap();
-        Harness {
-            dir,
-            path,
-            server: Some(server),
-            _commands: rx,
-        }
-    }
-
-    fn ask(&self, line: &str) -> Vec<String> {
-        let mut s = UnixStream::connect(&self.path).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(format!("{line}\n").as_bytes()).unwrap();
-        let mut reply = String::new();
-        BufReader::new(s).read_line(&mut reply).unwrap();
-        vec![reply.trim_end().to_string()]
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
-            s.shutdown(Instant::now() + Duration::from_secs(2));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// One non-blocking connect (as Go and most event loops make them): the
+/// socket, or why the connect failed.
+fn connect_nonblocking(addr: &UnixAddr) -> nix::Result<OwnedFd> {
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    connect(fd.as_raw_fd(), addr)?;
+    Ok(fd)
 }
 
 /// `n` non-blocking connects (as Go and most event loops make them), each
 /// closed at once, from `threads` named threads; how many found the
 /// listen backlog full (EAGAIN) and how many were made.
 fn connect_storm(path: &std::path::Path, threads: usize, n: usize) -> (usize, usize) {
-    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
-    use std::os::fd::AsRawFd;
     let until = Instant::now() + Duration::from_secs(60);
     let workers: Vec<_> = (0..threads)
         .map(|t| {
@@ -80,15 +54,8 @@ fn connect_storm(path: &std::path::Path, threads: usize, n: usize) -> (usize, us
                         if Instant::now() >= until {
                             break;
                         }
-                        let fd = socket(
-                            AddressFamily::Unix,
-                            SockType::Stream,
-                            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
-                            None,
-                        )
-                        .unwrap();
-                        match connect(fd.as_raw_fd(), &addr) {
-                            Ok(()) => {}
+                        match connect_nonblocking(&addr) {
+                            Ok(_closed_at_once) => {}
                             Err(nix::errno::Errno::EAGAIN) => full += 1,
                             Err(e) => panic!("connect: {e}"),
                         }
@@ -111,7 +78,7 @@ fn several_clients_connecting_at_once_all_get_in() {
     // Fewer than the backlog holds, so every one succeeds even if the
     // accept thread gets no CPU meanwhile (with a backlog of 1024 some
     // get EAGAIN).
-    let h = Harness::new();
+    let h = harness();
     let (full, made) = connect_storm(&h.path, 4, 2000);
     assert_eq!((full, made), (0, 2000));
     assert_eq!(h.ask("ping"), vec!["OK pong"]);
@@ -127,7 +94,7 @@ fn several_clients_connecting_at_once_all_get_in() {
 #[ignore = "races the accept thread against a client: needs an idle machine"]
 fn a_connect_close_storm_never_finds_the_backlog_full() {
     let _turn = common::one_flood_at_a_time();
-    let h = Harness::new();
+    let h = harness();
     let n = 10_000;
     let started = Instant::now();
     let (full, made) = connect_storm(&h.path, 1, n);
@@ -143,10 +110,7 @@ fn a_connect_close_storm_never_finds_the_backlog_full() {
 #[test]
 fn the_listen_backlog_queues_4096_connections_before_an_accept() {
     let _turn = common::one_flood_at_a_time();
-    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
-    use std::os::fd::AsRawFd;
-    let dir = PathBuf::from(format!("/tmp/eniipd-backlog-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = common::tempdir("backlog");
     let p = dir.join("b.sock");
     let (_listener, _) = bind_socket(&p, 0o600, None).unwrap();
     let somaxconn: i32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
@@ -159,15 +123,8 @@ fn the_listen_backlog_queues_4096_connections_before_an_accept() {
     let mut queued = Vec::new();
     // Nobody accepts: count what the kernel queues (bounded).
     for _ in 0..expected + 10 {
-        let fd = socket(
-            AddressFamily::Unix,
-            SockType::Stream,
-            SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
-            None,
-        )
-        .unwrap();
-        match connect(fd.as_raw_fd(), &addr) {
-            Ok(()) => queued.push(fd),
+        match connect_nonblocking(&addr) {
+            Ok(fd) => queued.push(fd),
             Err(nix::errno::Errno::EAGAIN) => break,
             Err(e) => panic!("connect: {e}"),
         }

@@ -54,6 +54,23 @@ def fault(url, rule):
     urllib.request.urlopen(req, timeout=10).read()
 
 
+def describe_g7_xlarge(ecs):
+    """DescribeInstanceTypes of ecs.g7.xlarge through the client `ecs`."""
+    return ecs.describe_instance_types(
+        ecs_models.DescribeInstanceTypesRequest(instance_types=["ecs.g7.xlarge"])
+    )
+
+
+def refused(call, accepted):
+    """The exception `call()` raises (the SDK's class is what the caller
+    checks); an AssertionError saying `accepted` if it raises none."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the SDK's class is what is checked
+        return e
+    raise AssertionError(accepted)
+
+
 def wait_status(ecs, region, eni, want, deadline_s=15):
     deadline = time.time() + deadline_s
     status = None
@@ -79,9 +96,7 @@ def main():
     vpc = VpcClient(config(mode, endpoint, region, key_id, secret))
     done = []
 
-    r = ecs.describe_instance_types(
-        ecs_models.DescribeInstanceTypesRequest(instance_types=["ecs.g7.xlarge"])
-    )
+    r = describe_g7_xlarge(ecs)
     t = r.body.instance_types.instance_type[0]
     assert t.eni_quantity == 4, t
     filled(t, "instance_type_id", "eni_private_ip_address_quantity",
@@ -240,19 +255,18 @@ def main():
     )
     assert [t.tag_key for t in r.body.tag_resources.tag_resource] == ["creator"]
     done.append("UntagResources")
-    try:
-        ecs.tag_resources(
+    e = refused(
+        lambda: ecs.tag_resources(
             ecs_models.TagResourcesRequest(
                 region_id=region, resource_type="eni",
                 resource_id=["eni-bp1nosuchthing00000"],
                 tag=[ecs_models.TagResourcesRequestTag(key="k", value="v")],
             )
-        )
-    except Exception as e:  # noqa: BLE001 - the SDK's class is what is checked
-        assert getattr(e, "code", None) == "InvalidResourceId.NotFound", repr(e)
-        assert getattr(e, "status_code", None) == 404, repr(e)
-    else:
-        raise AssertionError("tagging an unknown ENI was accepted")
+        ),
+        "tagging an unknown ENI was accepted",
+    )
+    assert getattr(e, "code", None) == "InvalidResourceId.NotFound", repr(e)
+    assert getattr(e, "status_code", None) == 404, repr(e)
 
     ecs.detach_network_interface(
         ecs_models.DetachNetworkInterfaceRequest(
@@ -269,36 +283,30 @@ def main():
     # A wrong secret: the SDK's client error with the signature code and
     # the server's string to sign in its message.
     bad = EcsClient(config(mode, endpoint, region, key_id, secret + "-wrong"))
-    try:
-        bad.describe_instance_types(
-            ecs_models.DescribeInstanceTypesRequest(instance_types=["ecs.g7.xlarge"])
-        )
-    except Exception as e:  # noqa: BLE001
-        assert type(e).__name__ == "ClientException", repr(e)
-        assert e.code == "SignatureDoesNotMatch", repr(e)
-        assert e.status_code == 400, repr(e)
-        assert "server string to sign is:" in e.message, e.message
-        want = "ACS3-HMAC-SHA256\n" if mode == "default" else "POST&%2F&"
-        assert want in e.message, e.message
-        print("wrong secret ok:", type(e).__name__, e.code)
-    else:
-        raise AssertionError("a wrong secret was accepted")
+    e = refused(
+        lambda: describe_g7_xlarge(bad),
+        "a wrong secret was accepted",
+    )
+    assert type(e).__name__ == "ClientException", repr(e)
+    assert e.code == "SignatureDoesNotMatch", repr(e)
+    assert e.status_code == 400, repr(e)
+    assert "server string to sign is:" in e.message, e.message
+    want = "ACS3-HMAC-SHA256\n" if mode == "default" else "POST&%2F&"
+    assert want in e.message, e.message
+    print("wrong secret ok:", type(e).__name__, e.code)
 
     # Throttling.User, injected once: the SDK's throttling error, with the
     # wait the server asked for.
     fault(url, {"action": "DescribeInstanceTypes", "code": "Throttling.User", "count": 1})
-    try:
-        ecs.describe_instance_types(
-            ecs_models.DescribeInstanceTypesRequest(instance_types=["ecs.g7.xlarge"])
-        )
-    except Exception as e:  # noqa: BLE001
-        assert type(e).__name__ == "ThrottlingException", repr(e)
-        assert e.code == "Throttling.User", repr(e)
-        assert e.retry_after and e.retry_after > 0, repr(e)
-        assert "Request was denied due to user flow control." in e.message, e.message
-        print("throttling ok:", type(e).__name__, e.code, "retry_after", e.retry_after)
-    else:
-        raise AssertionError("the Throttling.User fault did not reach the SDK")
+    e = refused(
+        lambda: describe_g7_xlarge(ecs),
+        "the Throttling.User fault did not reach the SDK",
+    )
+    assert type(e).__name__ == "ThrottlingException", repr(e)
+    assert e.code == "Throttling.User", repr(e)
+    assert e.retry_after and e.retry_after > 0, repr(e)
+    assert "Request was denied due to user flow control." in e.message, e.message
+    print("throttling ok:", type(e).__name__, e.code, "retry_after", e.retry_after)
 
     print("actions:", " ".join(done))
     print("TEA SDK CHECK PASSED", mode)

@@ -1,0 +1,99 @@
+//! What the harness-less benches share; each is a crate of its own and
+//! takes this in with `#[path = "support/mod.rs"] mod support;`, beside
+//! the tests' harness (`#[path = "../tests/it/common.rs"] mod common;`,
+//! for eniip-sim as a child process and eniipd's config). Here: the end
+//! of a bench's `main` (a work directory, the report as a table or JSON),
+//! the config file, the final line of a reply, and the figures
+//! (percentiles, milliseconds, a process's `/proc` status).
+
+// Each bench uses part of it, and `pub` here means "for the benches",
+// not an API.
+#![allow(unreachable_pub)]
+#![allow(dead_code)]
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common;
+
+/// A usage error of bench `bench`: says so and exits 2.
+pub fn usage(bench: &str, msg: &str) -> ! {
+    eprintln!("{bench}: {msg}");
+    std::process::exit(2)
+}
+
+/// Runs `measure` in a fresh work directory (`<bench>-<pid>` in the temp
+/// directory, removed after) and prints what it returns: pretty JSON with
+/// `json`, else laid out by `table`.
+pub fn run_and_print(
+    bench: &str,
+    json: bool,
+    measure: impl FnOnce(&Path) -> Value,
+    table: fn(&Value),
+) {
+    let work = std::env::temp_dir().join(format!("{bench}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).expect("a work directory");
+    let report = measure(&work);
+    let _ = std::fs::remove_dir_all(&work);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        table(&report);
+    }
+}
+
+/// Writes `dir/eni.json`: [`common::base_config`] for the emulator at
+/// `ecs` and `metadata`, with the keys of `extra`; returns its path.
+pub fn write_config(dir: &Path, ecs: &str, metadata: &str, extra: Value) -> PathBuf {
+    let c = common::merged(common::base_config(ecs, metadata, dir), extra);
+    let p = dir.join("eni.json");
+    std::fs::write(&p, serde_json::to_vec(&c).unwrap_or_default()).expect("config");
+    p
+}
+
+/// Reads a reply through its final line (`line` is the buffer, kept
+/// between calls); `<closed>` if the connection ends first.
+pub fn read_final(r: &mut impl BufRead, line: &mut String) -> String {
+    loop {
+        line.clear();
+        if r.read_line(line).unwrap_or(0) == 0 {
+            return "<closed>".into();
+        }
+        let l = line.trim_end();
+        if eniipd::protocol::is_final_line(l) {
+            return l.to_string();
+        }
+    }
+}
+
+/// The `p` quantile (0 to 1) of `v`, nearest rank; 0 for none.
+pub fn pct(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+/// `d` in milliseconds.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// A number field (`VmRSS:` in KiB, `Threads:`) of `status`, the text of
+/// a `/proc/<pid>/status`; 0 if there is none.
+pub fn proc_status(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
