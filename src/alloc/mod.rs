@@ -420,15 +420,10 @@ impl Allocator {
             threads.push(("eniipd-maint".into(), h));
         }
         if let Some(h) = self.actor.lock().take() {
-            while !h.is_finished() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            if h.is_finished() {
-                if let Ok(mut helpers) = h.join() {
-                    threads.append(&mut helpers);
-                }
-            } else {
-                warn!("thread eniipd-pool did not stop in time; abandoned");
+            match crate::util::thread::join_by(h, until) {
+                Ok(Ok(mut helpers)) => threads.append(&mut helpers),
+                Ok(Err(_)) => {}
+                Err(_) => warn!("thread eniipd-pool did not stop in time; abandoned"),
             }
         }
         threads

@@ -137,17 +137,8 @@ fn owner(s: &str) -> Owner {
 }
 
 /// Polls `f` until true or the deadline; returns its last answer.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
+    crate::util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
 }
 
 fn burst(a: &Allocator, n: usize, prefix: &str) -> Vec<Result<Ipv4Addr, ErrCode>> {

@@ -38,12 +38,7 @@ impl SignalThread {
         let SignalThread { rx, handle, thread } = self;
         handle.close();
         drop(rx);
-        while !thread.is_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        if thread.is_finished() {
-            let _ = thread.join();
-        } else {
+        if !crate::util::thread::join_until(thread, deadline) {
             log::warn!("the signal thread did not end in time; not joined");
         }
     }

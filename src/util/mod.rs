@@ -13,7 +13,7 @@ pub(crate) mod peer;
 pub mod rand;
 pub(crate) mod secret;
 pub(crate) mod sem;
-pub(crate) mod thread;
+pub mod thread;
 pub mod time;
 
 pub use secret::{mask, Secret};

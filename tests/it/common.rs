@@ -83,17 +83,8 @@ pub fn tempdir_in(base: &Path, tag: &str) -> PathBuf {
 }
 
 /// Polls `f` every 20 ms until it returns true or `limit` passes.
-pub fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
+    eniipd::util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
 }
 
 /// A dual-stack vswitch for eniip-sim's `--vswitch`: the emulator's

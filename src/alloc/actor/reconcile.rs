@@ -305,29 +305,8 @@ fn forget_deleted(pool: &mut PoolState, id: &str) {
 mod tests {
     use super::*;
     use crate::core::Owner;
-    use crate::pool::PoolEni;
 
-    const ENI: &str = "eni-1";
-
-    fn ip(last: u8) -> Ipv4Addr {
-        Ipv4Addr::new(10, 0, 0, last)
-    }
-
-    fn pool() -> PoolState {
-        let mut pool = PoolState::new(false);
-        pool.add_eni(PoolEni::ready(
-            ENI,
-            "00:16:3e:00:00:01",
-            "vsw-a",
-            "10.0.0.0/24",
-            ip(253),
-            ip(1),
-        ));
-        for last in 1..=4 {
-            pool.add_ip(ENI, ip(last), None);
-        }
-        pool
-    }
+    use super::super::tests::{ip, one_eni_pool as pool, ENI};
 
     fn view(id: &str, v4: &[Ipv4Addr]) -> CloudEniView {
         CloudEniView {

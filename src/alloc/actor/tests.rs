@@ -14,10 +14,28 @@ use crate::core::Owner;
 use crate::pool::PoolEni;
 use demand::Ask;
 
-const ENI: &str = "eni-0001";
+pub(super) const ENI: &str = "eni-0001";
 
-fn ip(last: u8) -> Ipv4Addr {
+pub(super) fn ip(last: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 0, last)
+}
+
+/// `ENI` on vsw-a (10.0.0.0/24, gateway .253, primary .1) holding .1 to
+/// .4, all idle.
+pub(super) fn one_eni_pool() -> PoolState {
+    let mut pool = PoolState::new(false);
+    pool.add_eni(PoolEni::ready(
+        ENI,
+        "00:16:3e:00:00:01",
+        "vsw-a",
+        "10.0.0.0/24",
+        ip(253),
+        ip(1),
+    ));
+    for last in 1..=4 {
+        pool.add_ip(ENI, ip(last), None);
+    }
+    pool
 }
 
 fn actor() -> Actor {
@@ -33,18 +51,7 @@ fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
     let cfg = RawConfig::parse(config).unwrap().validate().unwrap();
     let cap = capacity::compute(&fake.limits, &cfg, PoolSizes::of(&cfg), &mut Vec::new());
     let opts = AllocatorOptions::new(&cfg, INSTANCE, vec!["vsw-a".into()], Vec::new(), cap);
-    let mut pool = PoolState::new(false);
-    pool.add_eni(PoolEni::ready(
-        ENI,
-        "00:16:3e:00:00:01",
-        "vsw-a",
-        "10.0.0.0/24",
-        ip(253),
-        ip(1),
-    ));
-    for last in 1..=4 {
-        pool.add_ip(ENI, ip(last), None);
-    }
+    let pool = one_eni_pool();
     let (events_tx, _) = crossbeam_channel::bounded(16);
     let (fatal_tx, _) = crossbeam_channel::bounded(16);
     let (requests_tx, _) = crossbeam_channel::bounded(16);
