@@ -119,25 +119,13 @@ pub(crate) struct Pod6 {
     pub(crate) gateway: Ipv6Addr,
 }
 
-/// What an attachment needs.
+/// What an attachment needs: the pod's side, and how the link is made.
 #[derive(Debug)]
 pub(crate) struct Attach<'a> {
-    /// The pod address.
-    pub(crate) ip: Ipv4Addr,
-    /// The ENI's MAC.
-    pub(crate) eni_mac: &'a [u8],
-    /// The vswitch gateway.
-    pub(crate) gateway: Ipv4Addr,
-    /// The IPv6 half, in dual stack.
-    pub(crate) v6: Option<Pod6>,
+    /// What the pod gets (and CHECK later expects).
+    pub(crate) pod: Pod<'a>,
     /// veth MTU.
     pub(crate) mtu: u32,
-    /// Interface name in the container.
-    pub(crate) ifname: &'a str,
-    /// Host end's name.
-    pub(crate) host_veth: &'a str,
-    /// The container's netns.
-    pub(crate) netns: &'a File,
     /// How long to wait for the ENI link.
     pub(crate) link_timeout: Duration,
 }
@@ -251,46 +239,47 @@ fn prepare_eni(
 /// Builds the attachment. On error, what was built is left for
 /// [`teardown`] (the caller's rollback).
 pub(crate) fn setup(a: &Attach) -> Result<Attached, DatapathError> {
+    let pod = &a.pod;
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
-    let gw6 = a.v6.map(|p| p.gateway);
-    let (_eni, table) = prepare_eni(&mut host, a.eni_mac, a.gateway, gw6, a.link_timeout)?;
+    let gw6 = pod.v6.map(|p| p.gateway);
+    let (_eni, table) = prepare_eni(&mut host, pod.eni_mac, pod.gateway, gw6, a.link_timeout)?;
 
     // A host end (and its rules) left by an earlier, failed ADD of this
     // attachment.
-    teardown(a.host_veth)?;
-    host.add_veth(a.host_veth, a.ifname, a.netns.as_raw_fd(), a.mtu)
-        .ctx(|| format!("create veth {} / {}", a.host_veth, a.ifname))?;
+    teardown(pod.host_veth)?;
+    host.add_veth(pod.host_veth, pod.ifname, pod.netns.as_raw_fd(), a.mtu)
+        .ctx(|| format!("create veth {} / {}", pod.host_veth, pod.ifname))?;
     let hv = host
-        .link_by_name(a.host_veth)
+        .link_by_name(pod.host_veth)
         .ctx(|| "list links".into())?
-        .ok_or_else(|| fail(format!("{} vanished", a.host_veth)))?;
+        .ok_or_else(|| fail(format!("{} vanished", pod.host_veth)))?;
 
-    let mut ctr = netns::netlink_in(a.netns).ctx(|| "netlink socket in the container".into())?;
+    let mut ctr = netns::netlink_in(pod.netns).ctx(|| "netlink socket in the container".into())?;
     let cl = ctr
-        .link_by_name(a.ifname)
+        .link_by_name(pod.ifname)
         .ctx(|| "list container links".into())?
-        .ok_or_else(|| fail(format!("{} is not in the container", a.ifname)))?;
+        .ok_or_else(|| fail(format!("{} is not in the container", pod.ifname)))?;
     if let Some(lo) = ctr
         .link_by_name("lo")
         .ctx(|| "list container links".into())?
     {
         ctr.set_up(lo.index).ctx(|| "set lo up".into())?;
     }
-    ctr.add_addr(cl.index, v4(a.ip), 32)
-        .ctx(|| format!("address {}/32 on {}", a.ip, a.ifname))?;
-    if let Some(p) = a.v6 {
-        let knob = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", a.ifname);
-        netns::run_in(a.netns, move || std::fs::write(&knob, "0"))
-            .ctx(|| format!("enable IPv6 on {} in the container", a.ifname))?;
+    ctr.add_addr(cl.index, v4(pod.ip), 32)
+        .ctx(|| format!("address {}/32 on {}", pod.ip, pod.ifname))?;
+    if let Some(p) = pod.v6 {
+        let knob = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", pod.ifname);
+        netns::run_in(pod.netns, move || std::fs::write(&knob, "0"))
+            .ctx(|| format!("enable IPv6 on {} in the container", pod.ifname))?;
         ctr.add_addr(cl.index, v6(p.ip), 128)
-            .ctx(|| format!("address {}/128 on {}", p.ip, a.ifname))?;
+            .ctx(|| format!("address {}/128 on {}", p.ip, pod.ifname))?;
     }
     ctr.set_up(cl.index)
-        .ctx(|| format!("set {} up", a.ifname))?;
+        .ctx(|| format!("set {} up", pod.ifname))?;
     ctr.replace_neigh(cl.index, v4(POD_GATEWAY), &hv.mac)
         .ctx(|| format!("neighbour {POD_GATEWAY} in the container"))?;
     ctr.replace_route(MAIN_TABLE, (v4(POD_GATEWAY), 32), None, cl.index, false)
-        .ctx(|| format!("route {POD_GATEWAY} dev {}", a.ifname))?;
+        .ctx(|| format!("route {POD_GATEWAY} dev {}", pod.ifname))?;
     ctr.replace_route(
         MAIN_TABLE,
         (v4(Ipv4Addr::UNSPECIFIED), 0),
@@ -299,7 +288,7 @@ pub(crate) fn setup(a: &Attach) -> Result<Attached, DatapathError> {
         false,
     )
     .ctx(|| format!("default route via {POD_GATEWAY} in the container"))?;
-    if a.v6.is_some() {
+    if pod.v6.is_some() {
         // A link-local gateway is on-link by definition: no link route.
         ctr.replace_neigh(cl.index, v6(POD_GATEWAY6), &hv.mac)
             .ctx(|| format!("neighbour {POD_GATEWAY6} in the container"))?;
@@ -313,26 +302,26 @@ pub(crate) fn setup(a: &Attach) -> Result<Attached, DatapathError> {
         .ctx(|| format!("default route via {POD_GATEWAY6} in the container"))?;
     }
 
-    if a.v6.is_some() {
-        enable_ipv6(a.host_veth)?;
+    if pod.v6.is_some() {
+        enable_ipv6(pod.host_veth)?;
     }
     host.set_up(hv.index)
-        .ctx(|| format!("set {} up", a.host_veth))?;
-    host.replace_neigh(hv.index, v4(a.ip), &cl.mac)
-        .ctx(|| format!("neighbour {} on {}", a.ip, a.host_veth))?;
-    host.replace_route(MAIN_TABLE, (v4(a.ip), 32), None, hv.index, false)
-        .ctx(|| format!("route {}/32 dev {}", a.ip, a.host_veth))?;
-    host.add_rule(&pod_rule(v4(a.ip), a.host_veth, table))
-        .ctx(|| format!("rule from {} lookup {table}", a.ip))?;
+        .ctx(|| format!("set {} up", pod.host_veth))?;
+    host.replace_neigh(hv.index, v4(pod.ip), &cl.mac)
+        .ctx(|| format!("neighbour {} on {}", pod.ip, pod.host_veth))?;
+    host.replace_route(MAIN_TABLE, (v4(pod.ip), 32), None, hv.index, false)
+        .ctx(|| format!("route {}/32 dev {}", pod.ip, pod.host_veth))?;
+    host.add_rule(&pod_rule(v4(pod.ip), pod.host_veth, table))
+        .ctx(|| format!("rule from {} lookup {table}", pod.ip))?;
     // After the `from` rule: a rollback finds this one through it.
-    host.add_rule(&to_pod_rule(v4(a.ip)))
-        .ctx(|| format!("rule to {} lookup main", a.ip))?;
-    if let Some(p) = a.v6 {
+    host.add_rule(&to_pod_rule(v4(pod.ip)))
+        .ctx(|| format!("rule to {} lookup main", pod.ip))?;
+    if let Some(p) = pod.v6 {
         host.replace_neigh(hv.index, v6(p.ip), &cl.mac)
-            .ctx(|| format!("neighbour {} on {}", p.ip, a.host_veth))?;
+            .ctx(|| format!("neighbour {} on {}", p.ip, pod.host_veth))?;
         host.replace_route(MAIN_TABLE, (v6(p.ip), 128), None, hv.index, false)
-            .ctx(|| format!("route {}/128 dev {}", p.ip, a.host_veth))?;
-        host.add_rule(&pod_rule(v6(p.ip), a.host_veth, table))
+            .ctx(|| format!("route {}/128 dev {}", p.ip, pod.host_veth))?;
+        host.add_rule(&pod_rule(v6(p.ip), pod.host_veth, table))
             .ctx(|| format!("rule from {} lookup {table}", p.ip))?;
         host.add_rule(&to_pod_rule(v6(p.ip)))
             .ctx(|| format!("rule to {} lookup main", p.ip))?;
@@ -453,9 +442,9 @@ pub(crate) fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
     Ok(removed)
 }
 
-/// What CHECK expects.
+/// A pod's attachment: what ADD builds and CHECK expects.
 #[derive(Debug)]
-pub(crate) struct Expect<'a> {
+pub(crate) struct Pod<'a> {
     /// The pod address.
     pub(crate) ip: Ipv4Addr,
     /// The ENI's MAC.
@@ -481,7 +470,7 @@ struct Want {
 }
 
 /// CHECK: the addresses, the routes and the rules are as ADD left them.
-pub(crate) fn check(e: &Expect) -> Result<(), DatapathError> {
+pub(crate) fn check(e: &Pod) -> Result<(), DatapathError> {
     let mut wants = vec![Want {
         pod: v4(e.ip),
         prefix: 32,

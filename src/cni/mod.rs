@@ -238,14 +238,16 @@ fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             None => None,
         };
         datapath::setup(&datapath::Attach {
-            ip,
-            eni_mac: &mac,
-            gateway: eni.gateway,
-            v6,
+            pod: datapath::Pod {
+                ip,
+                eni_mac: &mac,
+                gateway: eni.gateway,
+                v6,
+                ifname: &env.ifname,
+                host_veth: &host_veth,
+                netns: &ns,
+            },
             mtu: conf.mtu,
-            ifname: &env.ifname,
-            host_veth: &host_veth,
-            netns: &ns,
             link_timeout: LINK_TIMEOUT,
         })
         .map_err(datapath_error)
@@ -374,7 +376,7 @@ fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
     };
     let mac = netlink::parse_mac(&eni.mac)
         .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", eni.mac)))?;
-    datapath::check(&datapath::Expect {
+    datapath::check(&datapath::Pod {
         ip,
         eni_mac: &mac,
         gateway: eni.gateway,

@@ -126,18 +126,30 @@ fn corrupt_snapshot_and_missing_log_are_refused() {
     assert!(e.to_string().contains("missing"), "{e}");
 }
 
-#[test]
-fn compaction_and_its_crash_points() {
-    let d = TempDir::new("compact");
-    let opts = StoreOptions {
+/// Options that compact the log every 600 bytes.
+fn compacting() -> StoreOptions {
+    StoreOptions {
         compact_after_bytes: 600,
-    };
+    }
+}
+
+/// `n` allocations committed in `d` with [`compacting`] options, and the
+/// store closed again; the options.
+fn committed_compacting(d: &TempDir, n: u8) -> StoreOptions {
+    let opts = compacting();
     let (s, _) = Store::open(&d.0, opts.clone()).unwrap();
     let c = s.start();
-    for i in 0..32u8 {
+    for i in 0..n {
         c.commit(vec![alloc(&format!("o{i}"), i)], T).unwrap();
     }
     drop(c);
+    opts
+}
+
+#[test]
+fn compaction_and_its_crash_points() {
+    let d = TempDir::new("compact");
+    let opts = committed_compacting(&d, 32);
     assert!(
         fs::metadata(d.0.join("wal")).unwrap().len() < 2000,
         "compacted"
@@ -247,15 +259,7 @@ fn compaction_and_its_crash_points() {
 #[test]
 fn a_snapshot_whose_generation_was_changed_is_refused() {
     let d = TempDir::new("gen");
-    let opts = StoreOptions {
-        compact_after_bytes: 600,
-    };
-    let (s, _) = Store::open(&d.0, opts.clone()).unwrap();
-    let c = s.start();
-    for i in 0..12u8 {
-        c.commit(vec![alloc(&format!("o{i}"), i)], T).unwrap();
-    }
-    drop(c);
+    let opts = committed_compacting(&d, 12);
     let (s, want) = Store::open(&d.0, opts.clone()).unwrap();
     let gen = s.generation;
     assert!(gen > 0 && s.frames > 0, "a snapshot and a log with frames");
@@ -580,10 +584,7 @@ fn a_damaged_length_in_a_middle_frame_is_corruption_not_a_torn_tail() {
 #[test]
 fn a_failed_compaction_is_reported_at_once() {
     let d = TempDir::new("compact-fail");
-    let opts = StoreOptions {
-        compact_after_bytes: 600,
-    };
-    let (s, _) = Store::open(&d.0, opts).unwrap();
+    let (s, _) = Store::open(&d.0, compacting()).unwrap();
     let c = s.start();
     let failures = c.failures();
     // A directory where the snapshot goes: its rename fails, even as root.
