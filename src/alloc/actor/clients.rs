@@ -47,8 +47,9 @@ pub(super) struct Clients<'a> {
 }
 
 impl Clients<'_> {
-    /// `renew`: the owner's attachment changed, its record is written
-    /// again even if nothing else did.
+    /// An `alloc`: the owner's address again, else an idle one, else a
+    /// place in line. `renew`: the owner's attachment changed, its record
+    /// is written again even if nothing else did.
     pub(super) fn alloc(
         &mut self,
         owner: Owner,
@@ -144,6 +145,8 @@ impl Clients<'_> {
         }
     }
 
+    /// A `release`: answered once it is durable (a release of an owner
+    /// still waiting cancels its alloc).
     pub(super) fn release(&mut self, owner: Owner, sandbox: Option<SandboxId>, reply: Reply) {
         if self.stopping {
             let _ = reply.send(Err(AllocError::shutting_down()));

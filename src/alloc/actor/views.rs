@@ -79,3 +79,64 @@ pub(super) fn exhaustion_reason(
         pending
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::vswitch::VSwitches;
+    use crate::config::VSwitchPolicy;
+    use std::time::Instant;
+
+    #[test]
+    fn exhausted_names_every_inhibited_vswitch_or_the_capacity() {
+        let ids = vec!["vsw-a".to_string(), "vsw-b".to_string()];
+        let mut vsw = VswState::new(
+            VSwitches::new(ids, VSwitchPolicy::Random),
+            false,
+            10,
+            Instant::now(),
+        );
+        let pool = super::super::tests::one_eni_pool();
+        let cap = Capacity {
+            usable_enis: 2,
+            ips_per_eni: 4,
+            slots_per_eni: 3,
+            prefix_mode: false,
+            total_ips: 8,
+            min_idle: 0,
+            max_idle: 8,
+        };
+        let why = exhaustion_reason(&pool, &vsw, &cap, 3, 1_000);
+        assert_eq!(
+            why,
+            "capacity reached: 4 addresses on 1 of 2 ENIs (0 in use, 0 reserved, 0 cooling, 3 requested)"
+        );
+        // One of two inhibited: still the capacity's reason.
+        vsw.inhibit("vsw-a", 61_000);
+        assert!(exhaustion_reason(&pool, &vsw, &cap, 0, 1_000).starts_with("capacity reached"));
+        vsw.inhibit("vsw-b", 61_000);
+        let why = exhaustion_reason(&pool, &vsw, &cap, 0, 1_000);
+        assert!(
+            why.starts_with("no vswitch has free addresses (vsw-a until 1970-01-01")
+                && why.contains("vsw-b until"),
+            "{why}"
+        );
+        // Past the inhibition: the capacity again.
+        assert!(exhaustion_reason(&pool, &vsw, &cap, 0, 61_001).starts_with("capacity reached"));
+        assert_eq!(
+            eni_entries(
+                &pool,
+                &vsw,
+                &InFlight::new(
+                    crate::util::sem::Semaphore::new(2),
+                    crate::util::sem::Semaphore::new(3),
+                    std::iter::empty(),
+                ),
+                false,
+                1_000
+            )
+            .len(),
+            1
+        );
+    }
+}
