@@ -367,11 +367,23 @@ fn a_lost_assign_answer_leaks_no_prefix() {
     // One /28 with the new ENI; 15 of it and the primary idle after the
     // first allocation.
     d.ok("alloc lost/first");
-    assert_eq!(cloud(&sim).1.len(), 1);
+    let first = cloud(&sim).1;
+    assert_eq!(first.len(), 1);
     // Every answer to an Assign is lost after the cloud carried it out:
-    // the retries (same ClientToken) are answered the same way.
+    // the retries (same ClientToken) are answered the same way. Nothing
+    // can be given back meanwhile, so what the cloud holds stays to be
+    // counted.
     sim.fault(r#"{"action":"AssignPrivateIpAddresses","code":"InternalError","after":true}"#);
-    let replies = at_once(20, |i| d.ask(&format!("alloc lost/pod-{i}")));
+    sim.fault(r#"{"action":"UnassignPrivateIpAddresses","code":"InternalError"}"#);
+    let replies: Vec<Vec<String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..20)
+            .map(|i| {
+                let d = &d;
+                s.spawn(move || d.ask(&format!("alloc lost/pod-{i}")))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
     let failed = replies.iter().filter(|r| r[0].starts_with("ERR")).count();
     println!(
         "20 allocations with every Assign answer lost: {} served from idle, {failed} refused",
@@ -388,27 +400,24 @@ fn a_lost_assign_answer_leaks_no_prefix() {
         "one prefix per lost call, retries included"
     );
     sim.clear_faults();
-    // ...and adopts it: audit consistent, 5 more served without a new call.
+    // ...adopts it at a reconcile and, with max_pool_size 0 and its 16
+    // addresses idle, gives it back whole at a pool check: a /28 it had
+    // not adopted could not be given back. (Adopted and given back can
+    // both happen before this thread looks again: the end state is
+    // asserted, not the moment between.)
     assert!(
-        eventually(Duration::from_secs(20), || {
-            enis_lines(&d).iter().any(|l| l.ends_with(" prefixes=2"))
+        eventually(Duration::from_secs(30), || {
+            cloud(&sim).1 == first && enis_lines(&d).iter().all(|l| l.ends_with(" prefixes=1"))
         }),
-        "the lost prefix was not adopted: {:?}",
+        "the lost prefix was not adopted and given back: cloud {:?}, {:?}",
+        cloud(&sim).1,
         enis_lines(&d)
     );
-    let calls = prefix_calls(&sim);
-    for i in 0..5 {
-        d.ok(&format!("alloc lost/again-{i}"));
-    }
-    assert_eq!(prefix_calls(&sim), calls, "the adopted /28 serves them");
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
     // Released, both go back whole.
     d.ok("release lost/first");
     for i in 0..20 {
         d.ok(&format!("release lost/pod-{i}"));
-    }
-    for i in 0..5 {
-        d.ok(&format!("release lost/again-{i}"));
     }
     assert!(
         eventually(Duration::from_secs(30), || cloud(&sim).1.is_empty()),
