@@ -60,7 +60,7 @@ pub(crate) fn handle(sh: &Shared, req: &HttpRequest, instance: usize) -> HttpRes
     // OpenAPI's); the service answers with a bare status, no error code.
     let (delay, fault) = {
         let mut w = sh.world.lock();
-        super::openapi::pick_fault(sh, &mut w, "metadata", false)
+        super::faults::pick(&mut sh.gateway.lock().faults, &mut w.rng, "metadata", false)
     };
     if !delay.is_zero() {
         std::thread::sleep(delay);

@@ -2,22 +2,26 @@
 //! the instance metadata service, on loopback, with real signatures.
 //!
 //! - [`world`]: the emulated instance, vswitches and ENIs and every action.
-//! - [`openapi`]: the RPC listener (fault rules, latency, ClientToken
-//!   replay) and `/__sim/` admin; [`auth`]: signatures V3 and 1.0, the
-//!   timestamp window, nonce reuse, STS tokens.
+//! - [`openapi`]: the RPC listener (latency, ClientToken replay) and
+//!   `/__sim/` admin; [`auth`]: signatures V3 and 1.0, the timestamp
+//!   window, nonce reuse, STS tokens; [`faults`]: the fault rules both
+//!   listeners obey.
 //! - [`metadata`]: the metadata listener, lagging the API, with token mode.
 //! - [`hostlinks`]: the emulated ENIs as links on a Linux host, and a VPC
 //!   namespace that routes each address over its own ENI.
+//! - [`options`]: the settings, and the vswitches of the command line.
 //!
 //! It runs in-process ([`Simulator::start`], used by `eniipd --simulate`,
 //! the tests and the benchmarks) or as the `eniip-sim` binary.
 
 pub(crate) mod auth;
+mod faults;
 pub mod flow;
 pub mod hostlinks;
 pub(crate) mod metadata;
 pub(crate) mod net;
 pub(crate) mod openapi;
+mod options;
 pub mod types;
 pub(crate) mod world;
 
@@ -35,240 +39,8 @@ use crate::util::rand::Rng;
 use net::{Net4, Net6};
 use world::{World, WorldConfig};
 
-/// The default access key id (emulator only).
-pub const DEFAULT_ACCESS_KEY_ID: &str = "LTAI5tEniipSimulatorKey00";
-/// The default access key secret (emulator only; not a real credential).
-pub const DEFAULT_ACCESS_KEY_SECRET: &str = "eniip-sim-secret-not-for-production";
-
-/// A vswitch on the command line: `ID=CIDR[,ipv6=CIDR6][,free=N]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VSwitchSpec {
-    /// `vsw-...`
-    pub(crate) id: String,
-    /// IPv4 CIDR.
-    pub(crate) cidr: String,
-    /// IPv6 CIDR (dual stack).
-    pub(crate) ipv6_cidr: Option<String>,
-    /// Free addresses (default: the whole usable block).
-    pub(crate) free: Option<u64>,
-}
-
-impl VSwitchSpec {
-    /// Parses `ID=CIDR[,ipv6=CIDR6][,free=N]`.
-    pub fn parse(s: &str) -> Result<VSwitchSpec, String> {
-        let mut parts = s.split(',');
-        let first = parts.next().unwrap_or("");
-        let (id, cidr) = first
-            .split_once('=')
-            .ok_or_else(|| format!("{s:?}: expected ID=CIDR[,ipv6=CIDR6][,free=N]"))?;
-        if !id.starts_with("vsw-") || id.len() < 5 {
-            return Err(format!("{s:?}: the id must look like vsw-..."));
-        }
-        Net4::parse(cidr)?;
-        let mut spec = VSwitchSpec {
-            id: id.to_string(),
-            cidr: cidr.to_string(),
-            ipv6_cidr: None,
-            free: None,
-        };
-        for p in parts {
-            match p.split_once('=') {
-                Some(("ipv6", c)) => {
-                    Net6::parse(c)?;
-                    spec.ipv6_cidr = Some(c.to_string());
-                }
-                Some(("free", n)) => {
-                    spec.free = Some(
-                        n.parse()
-                            .map_err(|_| format!("{s:?}: free must be a number"))?,
-                    )
-                }
-                _ => {
-                    return Err(format!(
-                        "{s:?}: unknown option {p:?} (ipv6=CIDR6 or free=N)"
-                    ))
-                }
-            }
-        }
-        Ok(spec)
-    }
-}
-
-/// A fault rule (`POST /__sim/faults`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct FaultRule {
-    /// An Action, or `*`.
-    pub action: String,
-    /// The error code to answer (none: only `latency_ms`).
-    pub code: Option<String>,
-    /// The HTTP status (default: the code's real status).
-    pub status: Option<u16>,
-    /// Chance per matching call (0..=1).
-    pub probability: f64,
-    /// How many times it fires at most (none: unlimited).
-    pub count: Option<u64>,
-    /// Delay added when it fires.
-    pub latency_ms: u64,
-    /// The action is carried out first and only its answer is replaced by
-    /// the error: a lost answer (the cloud did it, the caller heard a
-    /// failure).
-    pub after: bool,
-}
-
-impl FaultRule {
-    /// An error on every call of `action`.
-    pub fn error(action: &str, code: &str) -> FaultRule {
-        FaultRule {
-            action: action.into(),
-            code: Some(code.into()),
-            status: None,
-            probability: 1.0,
-            count: None,
-            latency_ms: 0,
-            after: false,
-        }
-    }
-
-    /// From the admin JSON.
-    pub(crate) fn from_json(v: &Value) -> Result<FaultRule, String> {
-        let action = v
-            .get("action")
-            .and_then(Value::as_str)
-            .ok_or("\"action\" (an Action or \"*\") is required")?;
-        let code = match v.get("code") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(c)) if !c.is_empty() => Some(c.clone()),
-            _ => return Err("\"code\" must be a non-empty string".into()),
-        };
-        let latency_ms = match v.get("latency_ms") {
-            None | Some(Value::Null) => 0,
-            Some(x) => x
-                .as_u64()
-                .filter(|n| *n <= 600_000)
-                .ok_or("\"latency_ms\" must be an integer up to 600000")?,
-        };
-        if code.is_none() && latency_ms == 0 {
-            return Err("give \"code\", or \"latency_ms\" for a latency-only rule".into());
-        }
-        let status = match v.get("status") {
-            None | Some(Value::Null) => None,
-            Some(x) => Some(
-                x.as_u64()
-                    .filter(|s| (400..=599).contains(s))
-                    .ok_or("\"status\" must be from 400 to 599")? as u16,
-            ),
-        };
-        let probability = match v.get("probability") {
-            None | Some(Value::Null) => 1.0,
-            Some(x) => x
-                .as_f64()
-                .filter(|p| (0.0..=1.0).contains(p))
-                .ok_or("\"probability\" must be from 0 to 1")?,
-        };
-        let count = match v.get("count") {
-            None | Some(Value::Null) => None,
-            Some(x) => Some(
-                x.as_u64()
-                    .ok_or("\"count\" must be a non-negative integer")?,
-            ),
-        };
-        let after = match v.get("after") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            _ => return Err("\"after\" must be true or false".into()),
-        };
-        if after && code.is_none() {
-            return Err("\"after\" needs a \"code\" to answer in place of the result".into());
-        }
-        Ok(FaultRule {
-            action: action.to_string(),
-            code,
-            status,
-            probability,
-            count,
-            latency_ms,
-            after,
-        })
-    }
-}
-
-/// Emulator settings.
-#[derive(Debug, Clone)]
-pub struct SimOptions {
-    /// OpenAPI (ECS, VPC, admin) listener.
-    pub listen: SocketAddr,
-    /// Metadata listener.
-    pub metadata_listen: SocketAddr,
-    /// Instance type (see [`types::TYPES`]).
-    pub instance_type: String,
-    /// Region id.
-    pub region: String,
-    /// Zone id.
-    pub zone: String,
-    /// Vswitches; the first carries the primary ENI.
-    pub vswitches: Vec<VSwitchSpec>,
-    /// Access key id.
-    pub access_key_id: String,
-    /// Access key secret.
-    pub access_key_secret: String,
-    /// Added to every OpenAPI call.
-    pub latency: Duration,
-    /// Attaching/Detaching/Deleting take this long.
-    pub attach_delay: Duration,
-    /// Metadata shows API changes this late.
-    pub metadata_lag: Duration,
-    /// Tokenless metadata requests are refused.
-    pub metadata_hardened: bool,
-    /// Fixes every random choice.
-    pub seed: Option<u64>,
-    /// The RAM role metadata serves, if any.
-    pub ram_role: Option<String>,
-    /// Lifetime of role credentials.
-    pub sts_ttl: Duration,
-    /// Where the world is kept across runs: restored at start if the file
-    /// exists, saved at shutdown (`eniipd --simulate --state-dir DIR`).
-    pub world_file: Option<std::path::PathBuf>,
-    /// The account's flow control (none by default: one instance's
-    /// emulator answers every call).
-    pub flow: flow::FlowOptions,
-    /// The account's instances (1: the single-instance emulator); each
-    /// has its own metadata listener on an ephemeral loopback port.
-    pub instances: usize,
-    /// The types of the instances after the first, cycled (empty: every
-    /// instance is of `instance_type`).
-    pub instance_types: Vec<String>,
-}
-
-impl Default for SimOptions {
-    fn default() -> SimOptions {
-        SimOptions {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            metadata_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            instance_type: types::DEFAULT.into(),
-            region: "cn-hangzhou".into(),
-            zone: "cn-hangzhou-i".into(),
-            vswitches: vec![VSwitchSpec {
-                id: "vsw-bp1sim0000000000000001".into(),
-                cidr: "192.168.0.0/22".into(),
-                ipv6_cidr: None,
-                free: Some(1000),
-            }],
-            access_key_id: DEFAULT_ACCESS_KEY_ID.into(),
-            access_key_secret: DEFAULT_ACCESS_KEY_SECRET.into(),
-            latency: Duration::ZERO,
-            attach_delay: Duration::from_millis(100),
-            metadata_lag: Duration::from_millis(100),
-            metadata_hardened: false,
-            seed: None,
-            ram_role: Some("EniipdSimRole".into()),
-            sts_ttl: Duration::from_secs(3600),
-            world_file: None,
-            flow: flow::FlowOptions::default(),
-            instances: 1,
-            instance_types: Vec::new(),
-        }
-    }
-}
+pub use faults::FaultRule;
+pub use options::{SimOptions, VSwitchSpec, DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET};
 
 /// Why the emulator could not start.
 #[derive(Debug)]
@@ -685,12 +457,11 @@ impl Simulator {
 
     /// Adds a fault rule.
     pub fn add_fault(&self, rule: FaultRule) {
-        let remaining = rule.count;
         self.shared
             .gateway
             .lock()
             .faults
-            .push(openapi::Fault { rule, remaining });
+            .push(faults::Fault::new(rule));
     }
 
     /// Removes every fault rule.

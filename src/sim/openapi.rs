@@ -1,26 +1,20 @@
 //! The OpenAPI listener: request parsing (query, form or JSON body),
-//! authentication (V3 or 1.0, in [`super::auth`]), fault
-//! rules, latency, ClientToken idempotency, and the admin endpoints under
-//! `/__sim/`. JSON is served whatever `Format` says (XML is not emulated).
+//! authentication (V3 or 1.0, in [`super::auth`]), fault rules (in
+//! [`super::faults`]), latency, ClientToken idempotency, and the admin
+//! endpoints under `/__sim/`. JSON is served whatever `Format` says (XML
+//! is not emulated).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::auth;
+use super::faults::{self, Fault, FaultRule};
 use super::world::{err, message_of, status_of, ApiError, Params};
-use super::{FaultRule, Shared};
+use super::{auth, Shared};
 use crate::httpd::{HttpRequest, HttpResponse};
 use crate::util::encoding::parse_form;
 use crate::util::time::unix_secs;
-
-/// A fault rule with its remaining count.
-#[derive(Debug, Clone)]
-pub(crate) struct Fault {
-    pub(crate) rule: FaultRule,
-    pub(crate) remaining: Option<u64>,
-}
 
 /// Replay cache entry: parameter fingerprint and the answer.
 type Replay = (String, Result<Value, ApiError>);
@@ -159,42 +153,6 @@ fn body_params(req: &HttpRequest) -> Result<Vec<(String, String)>, ApiError> {
         // still covered by a V3 signature's content hash.
         Ok(Vec::new())
     }
-}
-
-/// The fault rules that fire for `call` (an Action, or `metadata` for the
-/// metadata listener; `*` matches every Action when `any_action`): the
-/// latency they add and the first error among them.
-pub(crate) fn pick_fault(
-    sh: &Shared,
-    w: &mut super::world::World,
-    call: &str,
-    any_action: bool,
-) -> (Duration, Option<(ApiError, bool)>) {
-    let mut g = sh.gateway.lock();
-    let mut delay = Duration::ZERO;
-    let mut fault = None;
-    for f in g.faults.iter_mut() {
-        if !(f.rule.action == call || any_action && f.rule.action == "*") {
-            continue;
-        }
-        if f.remaining == Some(0) {
-            continue;
-        }
-        if w.rng.unit() >= f.rule.probability {
-            continue;
-        }
-        if let Some(n) = &mut f.remaining {
-            *n -= 1;
-        }
-        delay += Duration::from_millis(f.rule.latency_ms);
-        if fault.is_none() {
-            if let Some(code) = &f.rule.code {
-                let status = f.rule.status.unwrap_or_else(|| status_of(code));
-                fault = Some((err(status, code, message_of(code)), f.rule.after));
-            }
-        }
-    }
-    (delay, fault)
 }
 
 /// A request refused before the world acts on it, with what it named of
@@ -373,7 +331,12 @@ fn count_and_pick_faults(sh: &Shared, call: &Call) -> (Duration, Option<(ApiErro
     *w.signatures
         .entry(if call.v3 { "v3" } else { "v1" })
         .or_default() += 1;
-    let (extra, fault) = pick_fault(sh, &mut w, &call.action, true);
+    let (extra, fault) = faults::pick(
+        &mut sh.gateway.lock().faults,
+        &mut w.rng,
+        &call.action,
+        true,
+    );
     (sh.latency + extra, fault)
 }
 
@@ -432,8 +395,7 @@ fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
             };
             match FaultRule::from_json(&v) {
                 Ok(rule) => {
-                    let remaining = rule.count;
-                    sh.gateway.lock().faults.push(Fault { rule, remaining });
+                    sh.gateway.lock().faults.push(Fault::new(rule));
                     HttpResponse::json(200, &json!({"ok": true}))
                 }
                 Err(why) => bad(why),
