@@ -6,6 +6,12 @@
 //! State transitions (Attaching -> InUse, Detaching -> Available,
 //! Deleting -> gone) are settled lazily, on every access, from the
 //! monotonic clock. Everything random comes from one seeded generator.
+//!
+//! Its parts: [`vswitch`] (a vswitch's address book), [`sim_eni`] (an ENI
+//! and its state machine), [`addr`] (an address's life), [`params`] (the
+//! parameters and errors every action shares). The actions, by topic, are
+//! in `catalog`, `enis`, `ips`, `prefixes` and `tagging`; `persist` saves
+//! and restores the world.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -18,6 +24,7 @@ use super::types::InstanceType;
 use crate::cloud::EniStatus;
 use crate::util::rand::Rng;
 
+mod addr;
 mod catalog;
 mod enis;
 mod ips;
@@ -25,154 +32,15 @@ mod params;
 mod persist;
 mod prefixes;
 pub(crate) use prefixes::PREFIX_SIZE;
+mod sim_eni;
 mod tagging;
+mod vswitch;
 
+use addr::{new_addrs, Addr};
 use params::{asked, int, invalid, list, missing, need, tags, tags_match};
 pub(crate) use params::{err, message_of, status_of, ApiError, Asked, Params};
-
-/// A vswitch.
-#[derive(Debug)]
-pub(crate) struct Vsw {
-    /// `vsw-...`
-    pub(crate) id: String,
-    /// Its zone.
-    pub(crate) zone: String,
-    /// IPv4 block.
-    pub(crate) cidr: Net4,
-    /// IPv6 block, if enabled.
-    pub(crate) cidr6: Option<Net6>,
-    /// AvailableIpAddressCount.
-    pub(crate) free: u64,
-    used: HashSet<u64>,
-    used6: HashSet<u128>,
-    /// How many more /28 prefixes may be carved (`None`: as many as aligned
-    /// free blocks allow); the admin knob that makes fragmentation visible.
-    prefix_cap: Option<u64>,
-}
-
-/// An address and its life, for the lagging metadata view.
-#[derive(Debug, Clone)]
-struct Addr<T> {
-    ip: T,
-    primary: bool,
-    added: Instant,
-    removed: Option<Instant>,
-}
-
-/// New addresses as of `now` (`primary_first`: the first is the ENI's
-/// primary).
-fn new_addrs<A: Copy>(ips: &[A], now: Instant, primary_first: bool) -> Vec<Addr<A>> {
-    ips.iter()
-        .enumerate()
-        .map(|(i, ip)| Addr {
-            ip: *ip,
-            primary: primary_first && i == 0,
-            added: now,
-            removed: None,
-        })
-        .collect()
-}
-
-impl<T: Copy + PartialEq> Addr<T> {
-    /// The addresses listed at `t` (added by then, not yet removed).
-    fn listed_at(addrs: &[Addr<T>], t: Instant) -> Vec<T> {
-        addrs
-            .iter()
-            .filter(|a| a.added <= t && a.removed.is_none_or(|r| r > t))
-            .map(|a| a.ip)
-            .collect()
-    }
-
-    /// Of the live `addrs`, the one each of `wanted` names (`names`), all
-    /// or none: an unassign naming anything not assigned (`what`, as the
-    /// error says it) fails whole.
-    fn assigned(
-        addrs: &[Addr<T>],
-        wanted: &[String],
-        names: impl Fn(&Addr<T>, &str) -> bool,
-        what: &str,
-    ) -> Result<Vec<T>, ApiError> {
-        wanted
-            .iter()
-            .map(|w| {
-                addrs
-                    .iter()
-                    .find(|a| a.removed.is_none() && names(a, w))
-                    .map(|a| a.ip)
-                    .ok_or_else(|| {
-                        err(
-                            403,
-                            "InvalidIp.IpUnassigned",
-                            format!("The specified {what} \"{w}\" is not assigned on this ENI."),
-                        )
-                    })
-            })
-            .collect()
-    }
-
-    /// Marks the live ones of `gone` removed at `now`.
-    fn remove(addrs: &mut [Addr<T>], gone: &[T], now: Instant) {
-        for a in addrs
-            .iter_mut()
-            .filter(|a| a.removed.is_none() && gone.contains(&a.ip))
-        {
-            a.removed = Some(now);
-        }
-    }
-}
-
-/// An ENI.
-#[derive(Debug)]
-pub(crate) struct SimEni {
-    /// `eni-...`
-    pub(crate) id: String,
-    /// MAC.
-    pub(crate) mac: String,
-    /// Vswitch.
-    pub(crate) vswitch: String,
-    status: EniStatus,
-    pending: Option<(EniStatus, Instant)>,
-    instance: Option<String>,
-    primary_eni: bool,
-    v4: Vec<Addr<Ipv4Addr>>,
-    v6: Vec<Addr<Ipv6Addr>>,
-    /// IPv4 /28 prefixes by their network address.
-    v4p: Vec<Addr<Ipv4Addr>>,
-    tags: Vec<(String, String)>,
-    sgs: Vec<String>,
-    created: u64,
-    description: String,
-    name: String,
-    attached_since: Option<Instant>,
-    detach_started: Option<Instant>,
-    deleted_at: Option<Instant>,
-}
-
-impl SimEni {
-    fn live_v4(&self) -> impl Iterator<Item = &Addr<Ipv4Addr>> {
-        self.v4.iter().filter(|a| a.removed.is_none())
-    }
-
-    fn live_v6(&self) -> impl Iterator<Item = &Addr<Ipv6Addr>> {
-        self.v6.iter().filter(|a| a.removed.is_none())
-    }
-
-    fn live_v4p(&self) -> impl Iterator<Item = &Addr<Ipv4Addr>> {
-        self.v4p.iter().filter(|a| a.removed.is_none())
-    }
-
-    fn primary_ip(&self) -> Option<Ipv4Addr> {
-        self.v4.iter().find(|a| a.primary).map(|a| a.ip)
-    }
-
-    fn busy(&self) -> bool {
-        self.pending.is_some()
-    }
-}
-
-/// What a deleted ENI gives back to its vswitch: (vswitch, addresses,
-/// IPv6 addresses, /28 prefixes).
-type Freed = (String, Vec<Ipv4Addr>, Vec<Ipv6Addr>, Vec<Ipv4Addr>);
+use sim_eni::{Freed, SimEni};
+use vswitch::Vsw;
 
 /// Emulator settings the world needs.
 #[derive(Debug, Clone)]
@@ -244,17 +112,7 @@ impl World {
             if !ids.insert(id.clone()) {
                 return Err(format!("vswitch {id} is given twice"));
             }
-            let usable = cidr.usable().end - cidr.usable().start;
-            vswitches.push(Vsw {
-                id: id.clone(),
-                zone: cfg.zone.clone(),
-                cidr: *cidr,
-                cidr6: *cidr6,
-                free: free.unwrap_or(usable).min(usable),
-                used: HashSet::new(),
-                used6: HashSet::new(),
-                prefix_cap: None,
-            });
+            vswitches.push(Vsw::new(id, &cfg.zone, *cidr, *cidr6, *free));
         }
         let instance_id = format!(
             "i-{region_prefix}{}",
@@ -409,75 +267,29 @@ impl World {
     }
 
     fn take_v4(&mut self, vsw: &str, n: usize) -> Result<Vec<Ipv4Addr>, ApiError> {
-        let rng_seed = self.rng.next_u64();
-        let v = self.vsw_or_404(vsw)?;
-        let usable = v.cidr.usable();
-        let room = (usable.end - usable.start).saturating_sub(v.used.len() as u64);
-        if v.free < n as u64 || room < n as u64 {
-            return Err(err(
-                403,
-                "InvalidVSwitchId.IpNotEnough",
-                format!("The specified VSwitch \"{vsw}\" has not enough IpAddress."),
-            ));
-        }
-        let span = usable.end - usable.start;
-        let mut r = Rng::seeded(rng_seed);
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            let mut off = usable.start + r.below(span);
-            while v.used.contains(&off) {
-                off = usable.start + (off - usable.start + 1) % span;
-            }
-            v.used.insert(off);
-            out.push(v.cidr.at(off));
-        }
-        v.free -= n as u64;
-        Ok(out)
+        let seed = self.rng.next_u64();
+        self.vsw_or_404(vsw)?.take_v4(seed, n)
     }
 
     fn give_v4(&mut self, vsw: &str, ips: &[Ipv4Addr]) {
         if let Some(v) = self.vsw_mut(vsw) {
-            for ip in ips {
-                let off = u64::from(u32::from(*ip).wrapping_sub(v.cidr.base));
-                if v.used.remove(&off) {
-                    v.free += 1;
-                }
-            }
+            v.give_v4(ips);
         }
     }
 
     fn take_v6(&mut self, vsw: &str, n: usize) -> Result<Vec<Ipv6Addr>, ApiError> {
+        // Asking for none draws nothing from the generator and needs no
+        // vswitch.
         if n == 0 {
             return Ok(Vec::new());
         }
         let seed = self.rng.next_u64();
-        let v = self.vsw_or_404(vsw)?;
-        let Some(net) = v.cidr6 else {
-            return Err(err(
-                403,
-                "InvalidVSwitch.Ipv6NotTurnOn",
-                format!("The VSwitch \"{vsw}\" does not have IPv6 enabled."),
-            ));
-        };
-        let mut r = Rng::seeded(seed);
-        let mut out = Vec::new();
-        while out.len() < n {
-            let host = u128::from(r.next_u64() >> 16) + 16;
-            if v.used6.insert(host) {
-                out.push(net.at(host));
-            }
-        }
-        Ok(out)
+        self.vsw_or_404(vsw)?.take_v6(seed, n)
     }
 
     fn give_v6(&mut self, vsw: &str, ips: &[Ipv6Addr]) {
         if let Some(v) = self.vsw_mut(vsw) {
-            if let Some(net) = v.cidr6 {
-                for ip in ips {
-                    let host = u128::from(*ip) & !(u128::MAX << (128 - net.prefix));
-                    v.used6.remove(&host);
-                }
-            }
+            v.give_v6(ips);
         }
     }
 
@@ -485,44 +297,11 @@ impl World {
     /// needs.
     pub(crate) fn settle(&mut self, now: Instant) {
         let lag = self.cfg.metadata_lag;
-        let mut freed: Vec<Freed> = Vec::new();
-        for e in self.enis.values_mut() {
-            if let Some((target, at)) = e.pending.clone() {
-                if at <= now {
-                    e.pending = None;
-                    match target {
-                        EniStatus::InUse => {
-                            e.status = EniStatus::InUse;
-                            e.attached_since = Some(at);
-                            e.detach_started = None;
-                        }
-                        EniStatus::Available => {
-                            e.status = EniStatus::Available;
-                            e.instance = None;
-                        }
-                        _ => {
-                            e.deleted_at = Some(at);
-                            let v4: Vec<Ipv4Addr> = e.live_v4().map(|a| a.ip).collect();
-                            let v6: Vec<Ipv6Addr> = e.live_v6().map(|a| a.ip).collect();
-                            let v4p: Vec<Ipv4Addr> = e.live_v4p().map(|a| a.ip).collect();
-                            for a in e.v4p.iter_mut() {
-                                a.removed.get_or_insert(at);
-                            }
-                            for a in e.v4.iter_mut() {
-                                a.removed.get_or_insert(at);
-                            }
-                            for a in e.v6.iter_mut() {
-                                a.removed.get_or_insert(at);
-                            }
-                            freed.push((e.vswitch.clone(), v4, v6, v4p));
-                        }
-                    }
-                }
-            }
-            e.v4.retain(|a| a.removed.is_none_or(|r| r + lag > now));
-            e.v6.retain(|a| a.removed.is_none_or(|r| r + lag > now));
-            e.v4p.retain(|a| a.removed.is_none_or(|r| r + lag > now));
-        }
+        let freed: Vec<Freed> = self
+            .enis
+            .values_mut()
+            .filter_map(|e| e.settle(now, lag))
+            .collect();
         for (vsw, v4, v6, v4p) in freed {
             self.give_v4(&vsw, &v4);
             self.give_v6(&vsw, &v6);
