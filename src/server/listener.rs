@@ -16,9 +16,14 @@
 //!
 //! The accept thread sleeps in `poll` on the listener and a wake-up pipe,
 //! so an idle daemon uses no CPU here.
+//!
+//! This file admits connections, evicts them at the limit and stops them;
+//! what one connection does for its client (framing, timeouts, access
+//! checks, the reply) is [`super::connection`]'s. A connection reports its
+//! [`Phase`] back, and that is what eviction goes by.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,61 +34,14 @@ use std::time::{Duration, Instant};
 use log::{debug, warn};
 use parking_lot::{Condvar, Mutex};
 
-use super::peer::may_mutate;
+use super::connection::{self, Context, Phase};
 pub use super::socket::{bind_socket, resolve_group};
-use crate::core::{AllocError, Command, Commands, ErrCode};
+pub use super::ServerConfig;
+use super::CLIENT_LOG;
+use crate::core::{AllocError, Commands, ErrCode};
 use crate::log_limited;
-use crate::logging::RateLimit;
-use crate::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
+use crate::protocol::ClientReply;
 use crate::util::accept::{accept_until_woken, AcceptFailure};
-use crate::util::peer::{supplementary_groups, Peer};
-
-/// Listener settings.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// Open connections at most.
-    pub max_connections: usize,
-    /// Uids that may alloc/release.
-    pub allowed_uids: Vec<u32>,
-    /// Members of this group may alloc/release.
-    pub socket_gid: Option<u32>,
-    /// A request line must be complete this long after its first byte.
-    pub line_timeout: Duration,
-    /// A connection with no request this long is closed.
-    pub idle_timeout: Duration,
-    /// A reply must be written within this.
-    pub write_timeout: Duration,
-    /// Daemon version for `version`.
-    pub version: String,
-}
-
-impl Default for ServerConfig {
-    fn default() -> ServerConfig {
-        ServerConfig {
-            max_connections: 256,
-            allowed_uids: vec![0],
-            socket_gid: None,
-            line_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(2),
-            version: env!("CARGO_PKG_VERSION").to_string(),
-        }
-    }
-}
-
-/// Where a connection is in its request cycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// Reading the next request line (or nothing yet).
-    Waiting,
-    /// The backend is answering a request, or its reply is being written
-    /// as fast as the client takes it.
-    Serving,
-    /// The reply does not fit in what the client has read: it stalled.
-    /// Also a connection drained after `ERR line-too-long`: closable
-    /// whatever its client still sends.
-    Stalled,
-}
 
 struct Conn {
     stream: UnixStream,
@@ -126,12 +84,6 @@ pub struct Server {
     wake: Mutex<Option<OwnedFd>>,
     accept: Mutex<Option<JoinHandle<()>>>,
 }
-
-/// Ids a connection's keep-list may hold.
-const MAX_KEEP: usize = 100_000;
-
-static CLIENT_LOG: std::sync::LazyLock<RateLimit> =
-    std::sync::LazyLock::new(|| RateLimit::new(10, Duration::from_secs(10)));
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -315,7 +267,13 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
         .name(format!("eniipd-conn-{id}"))
         .stack_size(128 * 1024)
         .spawn(move || {
-            serve(&sh2, id, stream);
+            let cx = Context {
+                cfg: &sh2.cfg,
+                commands: &sh2.commands,
+                stopping: &sh2.stopping,
+                set_phase: &|phase| set_phase(&sh2, id, phase),
+            };
+            connection::serve(&cx, stream);
             sh2.conns.lock().remove(&id);
             sh2.changed.notify_all();
         });
@@ -404,287 +362,6 @@ fn set_phase(sh: &Shared, id: u64, phase: Phase) {
     }
     if phase != Phase::Serving {
         sh.changed.notify_all();
-    }
-}
-
-/// Writes a reply within `write_timeout`. While the client takes it the
-/// connection counts as serving; once the client stops reading (the socket
-/// is full) it is `Stalled`, idle since the reply last moved, and may be
-/// closed to admit another client.
-fn write_reply(sh: &Shared, id: u64, stream: &UnixStream, bytes: &[u8]) -> io::Result<()> {
-    use nix::errno::Errno;
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use nix::sys::socket::{send, MsgFlags};
-    use std::os::fd::AsRawFd;
-    let deadline = Instant::now() + sh.cfg.write_timeout;
-    let mut rest = bytes;
-    let mut stalled = false;
-    while !rest.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client did not take its reply in time",
-            ));
-        }
-        let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
-        match send(stream.as_raw_fd(), rest, flags) {
-            Ok(n) => {
-                rest = &rest[n..];
-                if stalled && n > 0 {
-                    set_phase(sh, id, Phase::Stalled);
-                }
-            }
-            Err(Errno::EINTR) => {}
-            Err(Errno::EAGAIN) => {
-                if !stalled {
-                    stalled = true;
-                    set_phase(sh, id, Phase::Stalled);
-                }
-                let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLOUT)];
-                let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
-                match poll(&mut fds, timeout) {
-                    Ok(_) | Err(Errno::EINTR) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
-}
-
-/// After `ERR line-too-long` the client may still be sending its line.
-/// Closing with its bytes unread would reset the connection and lose the
-/// reply, so what it sends is read and dropped, up to this many bytes...
-const DRAIN_MAX_BYTES: u64 = 4 << 20;
-/// ... and for this long at most, before the connection is closed.
-const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
-
-/// Ends the connection after a final error: the reply is followed by EOF at
-/// once, and what the client still sends is discarded (within the bounds
-/// above) until it closes its end, so it can read the reply.
-fn drain_and_close(stream: &mut UnixStream) {
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    let until = Instant::now() + DRAIN_MAX_TIME;
-    let mut dropped: u64 = 0;
-    let mut chunk = [0u8; 16 * 1024];
-    while dropped < DRAIN_MAX_BYTES {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            break;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => dropped += n as u64,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    let _ = stream.shutdown(std::net::Shutdown::Both);
-}
-
-enum Next {
-    Line(Vec<u8>),
-    TooLong,
-    Closed,
-}
-
-/// Reads one request line under the timeouts. `buf` keeps bytes read past
-/// the line for the next call.
-fn read_line(sh: &Shared, stream: &mut UnixStream, buf: &mut Vec<u8>) -> Next {
-    let mut line_started: Option<Instant> = if buf.is_empty() {
-        None
-    } else {
-        Some(Instant::now())
-    };
-    let idle_since = Instant::now();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(pos) = buf.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=pos).take(pos).collect();
-            return Next::Line(line);
-        }
-        if buf.len() > MAX_LINE + 1 {
-            return Next::TooLong;
-        }
-        if sh.stopping.load(Ordering::SeqCst) && buf.is_empty() {
-            return Next::Closed;
-        }
-        let deadline = match line_started {
-            Some(t) => t + sh.cfg.line_timeout,
-            None => idle_since + sh.cfg.idle_timeout,
-        };
-        let now = Instant::now();
-        if now >= deadline {
-            debug!(
-                "closing a connection: {}",
-                if line_started.is_some() {
-                    "request line too slow"
-                } else {
-                    "idle"
-                }
-            );
-            return Next::Closed;
-        }
-        let _ = stream.set_read_timeout(Some(deadline - now));
-        match stream.read(&mut chunk) {
-            Ok(0) => {
-                // EOF: a last line without its newline is still a request.
-                if buf.is_empty() || buf.len() > MAX_LINE + 1 {
-                    return Next::Closed;
-                }
-                return Next::Line(std::mem::take(buf));
-            }
-            Ok(n) => {
-                if line_started.is_none() {
-                    line_started = Some(Instant::now());
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
-            Err(_) => return Next::Closed,
-        }
-    }
-}
-
-fn serve(sh: &Shared, id: u64, mut stream: UnixStream) {
-    let peer = Peer::of(&stream).ok();
-    let mut buf = Vec::with_capacity(256);
-    // `keep` lines gather here until the `gc` that uses them.
-    let mut keep: Vec<String> = Vec::new();
-    loop {
-        let line = match read_line(sh, &mut stream, &mut buf) {
-            Next::Line(l) => l,
-            Next::TooLong => {
-                let _ = write_reply(
-                    sh,
-                    id,
-                    &stream,
-                    ClientReply::err(AllocError::bare(ErrCode::LineTooLong))
-                        .render()
-                        .as_bytes(),
-                );
-                set_phase(sh, id, Phase::Stalled);
-                drain_and_close(&mut stream);
-                return;
-            }
-            Next::Closed => return,
-        };
-        set_phase(sh, id, Phase::Serving);
-        let (reply, quit) = if sh.stopping.load(Ordering::SeqCst) {
-            (
-                ClientReply::err(AllocError::new(
-                    ErrCode::ShuttingDown,
-                    "the daemon is stopping",
-                )),
-                false,
-            )
-        } else {
-            match protocol::parse_request(&line) {
-                Ok(req) => {
-                    let quit = req == ClientRequest::Quit;
-                    (handle(sh, &stream, peer.as_ref(), &mut keep, req), quit)
-                }
-                Err(e) => {
-                    debug!("bad request: {e}");
-                    let close = e.code == ErrCode::LineTooLong;
-                    (ClientReply::err(e), close)
-                }
-            }
-        };
-        let written = write_reply(sh, id, &stream, reply.render().as_bytes());
-        set_phase(sh, id, Phase::Waiting);
-        if let Err(e) = written {
-            debug!("reply not delivered (client gone?): {e}");
-            return;
-        }
-        if quit {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            return;
-        }
-        // When stopping, requests already received still get their
-        // `ERR shutting-down` (read_line returns them before it closes).
-    }
-}
-
-fn handle(
-    sh: &Shared,
-    stream: &UnixStream,
-    peer: Option<&Peer>,
-    keep: &mut Vec<String>,
-    req: ClientRequest,
-) -> ClientReply {
-    if req.is_mutating() {
-        let allowed = peer.is_some_and(|p| {
-            may_mutate(p, &sh.cfg.allowed_uids, sh.cfg.socket_gid, || {
-                supplementary_groups(stream, p.pid)
-            })
-        });
-        if !allowed {
-            log_limited!(
-                CLIENT_LOG,
-                log::Level::Info,
-                "{} refused to uid {:?} pid {:?}",
-                req.name(),
-                peer.map(|p| p.uid),
-                peer.map(|p| p.pid)
-            );
-            return ClientReply::err(AllocError::new(
-                ErrCode::Denied,
-                "this uid may not change allocations",
-            ));
-        }
-    }
-    match req {
-        ClientRequest::Ping => ClientReply::ok("pong"),
-        ClientRequest::Version => ClientReply::ok(format!(
-            "eniipd {} protocol={}",
-            sh.cfg.version,
-            protocol::PROTOCOL_VERSION
-        )),
-        ClientRequest::Help => {
-            ClientReply::with_data(protocol::HELP.iter().map(|s| s.to_string()).collect(), "")
-        }
-        ClientRequest::Quit => ClientReply::ok("bye"),
-        ClientRequest::Keep(ids) => {
-            // Bounded, so one connection cannot grow without end.
-            if keep.len() + ids.len() > MAX_KEEP {
-                return ClientReply::err(AllocError::bad(format!(
-                    "a keep-list holds at most {MAX_KEEP} ids"
-                )));
-            }
-            keep.extend(ids);
-            keep.sort_unstable();
-            keep.dedup();
-            ClientReply::ok(format!("keep={}", keep.len()))
-        }
-        ClientRequest::Command(mut command) => {
-            match &mut command {
-                Command::Gc { keep: list, .. } => *list = std::mem::take(keep),
-                Command::Alloc { attach, .. } => {
-                    *attach = attach.take().and_then(|a| super::attach::resolve(a, peer));
-                }
-                _ => {}
-            }
-            let name = command.name();
-            let outcome = sh.commands.ask(command);
-            if let Some(p) = peer {
-                debug!(
-                    "{name} by uid {} pid {}: {}",
-                    p.uid,
-                    p.pid,
-                    if outcome.is_ok() { "ok" } else { "error" }
-                );
-            }
-            protocol::answer_reply(outcome)
-        }
     }
 }
 
