@@ -5,6 +5,10 @@
 //! loop is bounded in messages, and a reply is matched to its request by
 //! sequence number. A socket answers for the network namespace it was
 //! opened in, whatever thread later uses it (see [`super::netns`]).
+//!
+//! This file is the socket and the vocabulary ([`Link`], [`Route`],
+//! [`Rule`]); what each request says and how its answers read, the
+//! netlink-packet-route messages, is [`msg`]'s.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -15,22 +19,10 @@ use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL,
     NLM_F_REPLACE, NLM_F_REQUEST,
 };
-use netlink_packet_route::address::{
-    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
-};
-use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
-};
-use netlink_packet_route::neighbour::{
-    NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
-};
-use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteProtocol, RouteScope,
-    RouteType,
-};
-use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+mod msg;
 
 /// How long one netlink answer may take.
 const RECV_TIMEOUT: Duration = Duration::from_secs(5);
@@ -70,13 +62,6 @@ impl Family {
         match ip {
             IpAddr::V4(_) => Family::V4,
             IpAddr::V6(_) => Family::V6,
-        }
-    }
-
-    fn af(self) -> AddressFamily {
-        match self {
-            Family::V4 => AddressFamily::Inet,
-            Family::V6 => AddressFamily::Inet6,
         }
     }
 
@@ -252,17 +237,8 @@ impl Netlink {
 
     /// Every link.
     pub(crate) fn links(&mut self) -> io::Result<Vec<Link>> {
-        let msgs = self.request(
-            RouteNetlinkMessage::GetLink(LinkMessage::default()),
-            NLM_F_DUMP,
-        )?;
-        Ok(msgs
-            .into_iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewLink(l) => Some(link_of(&l)),
-                _ => None,
-            })
-            .collect())
+        let msgs = self.request(msg::get_links(), NLM_F_DUMP)?;
+        Ok(msgs.iter().filter_map(msg::link_of).collect())
     }
 
     /// The link named `name`, if any.
@@ -283,7 +259,8 @@ impl Netlink {
         peer_ns: RawFd,
         mtu: u32,
     ) -> io::Result<()> {
-        self.new_veth(name, None, peer, peer_ns, mtu)
+        let msg = msg::new_veth(name, None, peer, peer_ns, mtu);
+        self.request(msg, NLM_F_CREATE | NLM_F_EXCL).map(drop)
     }
 
     /// Same, `name` carrying the hardware address `mac` (an emulated
@@ -296,72 +273,24 @@ impl Netlink {
         peer_ns: RawFd,
         mtu: u32,
     ) -> io::Result<()> {
-        self.new_veth(name, Some(mac), peer, peer_ns, mtu)
-    }
-
-    fn new_veth(
-        &mut self,
-        name: &str,
-        mac: Option<&[u8]>,
-        peer: &str,
-        peer_ns: RawFd,
-        mtu: u32,
-    ) -> io::Result<()> {
-        let mut peer_msg = LinkMessage::default();
-        peer_msg.attributes = vec![
-            LinkAttribute::IfName(peer.to_string()),
-            LinkAttribute::Mtu(mtu),
-            LinkAttribute::NetNsFd(peer_ns),
-        ];
-        let mut msg = LinkMessage::default();
-        msg.attributes = vec![
-            LinkAttribute::IfName(name.to_string()),
-            LinkAttribute::Mtu(mtu),
-            LinkAttribute::LinkInfo(vec![
-                LinkInfo::Kind(InfoKind::Veth),
-                LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_msg))),
-            ]),
-        ];
-        if let Some(mac) = mac {
-            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
-        }
-        self.request(RouteNetlinkMessage::NewLink(msg), NLM_F_CREATE | NLM_F_EXCL)
-            .map(drop)
+        let msg = msg::new_veth(name, Some(mac), peer, peer_ns, mtu);
+        self.request(msg, NLM_F_CREATE | NLM_F_EXCL).map(drop)
     }
 
     /// Deletes a link (a veth takes its peer along).
     pub(crate) fn del_link(&mut self, index: u32) -> io::Result<()> {
-        let mut msg = LinkMessage::default();
-        msg.header.index = index;
-        self.request(RouteNetlinkMessage::DelLink(msg), 0).map(drop)
+        self.request(msg::del_link(index), 0).map(drop)
     }
 
     /// Sets a link up.
     pub(crate) fn set_up(&mut self, index: u32) -> io::Result<()> {
-        let mut msg = LinkMessage::default();
-        msg.header.index = index;
-        msg.header.flags = LinkFlags::Up;
-        msg.header.change_mask = LinkFlags::Up;
-        self.request(RouteNetlinkMessage::SetLink(msg), 0).map(drop)
+        self.request(msg::set_up(index), 0).map(drop)
     }
 
     /// Adds `ip/prefix` to a link (already there is fine). An IPv6 address
     /// skips duplicate address detection, so it is usable at once.
     pub(crate) fn add_addr(&mut self, index: u32, ip: IpAddr, prefix: u8) -> io::Result<()> {
-        let mut msg = AddressMessage::default();
-        msg.header.family = Family::of(&ip).af();
-        msg.header.prefix_len = prefix;
-        msg.header.index = index;
-        msg.attributes = vec![AddressAttribute::Local(ip), AddressAttribute::Address(ip)];
-        if ip.is_ipv6() {
-            msg.header.flags = AddressHeaderFlags::Nodad;
-            msg.attributes
-                .push(AddressAttribute::Flags(AddressFlags::Nodad));
-        }
-        match self.request(
-            RouteNetlinkMessage::NewAddress(msg),
-            NLM_F_CREATE | NLM_F_EXCL,
-        ) {
+        match self.request(msg::new_addr(index, ip, prefix), NLM_F_CREATE | NLM_F_EXCL) {
             Err(e) if is_exists(&e) => Ok(()),
             r => r.map(drop),
         }
@@ -369,29 +298,10 @@ impl Netlink {
 
     /// Addresses of `family` on a link, with prefix lengths.
     pub(crate) fn addrs(&mut self, index: u32, family: Family) -> io::Result<Vec<(IpAddr, u8)>> {
-        let mut msg = AddressMessage::default();
-        msg.header.family = family.af();
-        let msgs = self.request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP)?;
+        let msgs = self.request(msg::get_addrs(family), NLM_F_DUMP)?;
         Ok(msgs
-            .into_iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewAddress(a) if a.header.index == index => {
-                    let local = a.attributes.iter().find_map(|at| match at {
-                        AddressAttribute::Local(ip) => Some(*ip),
-                        _ => None,
-                    });
-                    // IPv6 addresses come as IFA_ADDRESS alone.
-                    let addr = a.attributes.iter().find_map(|at| match at {
-                        AddressAttribute::Address(ip) => Some(*ip),
-                        _ => None,
-                    });
-                    local
-                        .or(addr)
-                        .filter(|ip| Family::of(ip) == family)
-                        .map(|ip| (ip, a.header.prefix_len))
-                }
-                _ => None,
-            })
+            .iter()
+            .filter_map(|m| msg::addr_of(m, index, family))
             .collect())
     }
 
@@ -405,69 +315,23 @@ impl Netlink {
         oif: u32,
         onlink: bool,
     ) -> io::Result<()> {
-        let family = Family::of(&dst.0);
-        let mut msg = RouteMessage::default();
-        msg.header.address_family = family.af();
-        msg.header.destination_prefix_length = dst.1;
-        msg.header.table = if table < 256 { table as u8 } else { 252 };
-        msg.header.protocol = RouteProtocol::Boot;
-        msg.header.scope = if gateway.is_some() || family == Family::V6 {
-            RouteScope::Universe
-        } else {
-            RouteScope::Link
-        };
-        msg.header.kind = RouteType::Unicast;
-        if onlink {
-            msg.header.flags = RouteFlags::Onlink;
-        }
-        if dst.1 > 0 {
-            msg.attributes
-                .push(RouteAttribute::Destination(RouteAddress::from(dst.0)));
-        }
-        if let Some(gw) = gateway {
-            msg.attributes
-                .push(RouteAttribute::Gateway(RouteAddress::from(gw)));
-        }
-        msg.attributes.push(RouteAttribute::Oif(oif));
-        msg.attributes.push(RouteAttribute::Table(table));
-        self.request(
-            RouteNetlinkMessage::NewRoute(msg),
-            NLM_F_CREATE | NLM_F_REPLACE,
-        )
-        .map(drop)
+        let msg = msg::new_route(table, dst, gateway, oif, onlink);
+        self.request(msg, NLM_F_CREATE | NLM_F_REPLACE).map(drop)
     }
 
     /// Every route of `family` in `table`.
     pub(crate) fn routes(&mut self, family: Family, table: u32) -> io::Result<Vec<Route>> {
-        let mut msg = RouteMessage::default();
-        msg.header.address_family = family.af();
-        let msgs = self.request(RouteNetlinkMessage::GetRoute(msg), NLM_F_DUMP)?;
+        let msgs = self.request(msg::get_routes(family), NLM_F_DUMP)?;
         Ok(msgs
-            .into_iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r) => Some(route_of(&r, family)),
-                _ => None,
-            })
+            .iter()
+            .filter_map(|m| msg::route_of(m, family))
             .filter(|r| r.table == table)
             .collect())
     }
 
     /// Deletes a route (gone already is fine).
     pub(crate) fn del_route(&mut self, r: &Route) -> io::Result<()> {
-        let mut msg = RouteMessage::default();
-        msg.header.address_family = Family::of(&r.dst.0).af();
-        msg.header.destination_prefix_length = r.dst.1;
-        msg.header.table = if r.table < 256 { r.table as u8 } else { 252 };
-        msg.header.scope = RouteScope::NoWhere;
-        if r.dst.1 > 0 {
-            msg.attributes
-                .push(RouteAttribute::Destination(RouteAddress::from(r.dst.0)));
-        }
-        if let Some(oif) = r.oif {
-            msg.attributes.push(RouteAttribute::Oif(oif));
-        }
-        msg.attributes.push(RouteAttribute::Table(r.table));
-        match self.request(RouteNetlinkMessage::DelRoute(msg), 0) {
+        match self.request(msg::del_route(r), 0) {
             Err(e) if is_missing(&e) => Ok(()),
             r => r.map(drop),
         }
@@ -476,10 +340,7 @@ impl Netlink {
     /// Adds `[from src] [to dst] [iif IIF] lookup TABLE` at `priority`
     /// (already there is fine: one rule, never a duplicate).
     pub(crate) fn add_rule(&mut self, rule: &Rule) -> io::Result<()> {
-        match self.request(
-            RouteNetlinkMessage::NewRule(rule_msg(rule)),
-            NLM_F_CREATE | NLM_F_EXCL,
-        ) {
+        match self.request(msg::new_rule(rule), NLM_F_CREATE | NLM_F_EXCL) {
             Err(e) if is_exists(&e) => Ok(()),
             r => r.map(drop),
         }
@@ -487,7 +348,7 @@ impl Netlink {
 
     /// Deletes a rule (gone already is fine).
     pub(crate) fn del_rule(&mut self, rule: &Rule) -> io::Result<()> {
-        match self.request(RouteNetlinkMessage::DelRule(rule_msg(rule)), 0) {
+        match self.request(msg::del_rule(rule), 0) {
             Err(e) if is_missing(&e) => Ok(()),
             r => r.map(drop),
         }
@@ -495,134 +356,18 @@ impl Netlink {
 
     /// Every rule of `family`.
     pub(crate) fn rules(&mut self, family: Family) -> io::Result<Vec<Rule>> {
-        let mut msg = RuleMessage::default();
-        msg.header.family = family.af();
-        let msgs = self.request(RouteNetlinkMessage::GetRule(msg), NLM_F_DUMP)?;
+        let msgs = self.request(msg::get_rules(family), NLM_F_DUMP)?;
         Ok(msgs
-            .into_iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRule(r) => Some(rule_of(&r, family)),
-                _ => None,
-            })
+            .iter()
+            .filter_map(|m| msg::rule_of(m, family))
             .collect())
     }
 
     /// A permanent neighbour entry `ip lladdr mac dev index`.
     pub(crate) fn replace_neigh(&mut self, index: u32, ip: IpAddr, mac: &[u8]) -> io::Result<()> {
-        let mut msg = NeighbourMessage::default();
-        msg.header.family = Family::of(&ip).af();
-        msg.header.ifindex = index;
-        msg.header.state = NeighbourState::Permanent;
-        msg.header.kind = RouteType::Unicast;
-        let dst = match ip {
-            IpAddr::V4(a) => NeighbourAddress::Inet(a),
-            IpAddr::V6(a) => NeighbourAddress::Inet6(a),
-        };
-        msg.attributes = vec![
-            NeighbourAttribute::Destination(dst),
-            NeighbourAttribute::LinkLayerAddress(mac.to_vec()),
-        ];
-        self.request(
-            RouteNetlinkMessage::NewNeighbour(msg),
-            NLM_F_CREATE | NLM_F_REPLACE,
-        )
-        .map(drop)
+        self.request(msg::new_neigh(index, ip, mac), NLM_F_CREATE | NLM_F_REPLACE)
+            .map(drop)
     }
-}
-
-fn link_of(l: &LinkMessage) -> Link {
-    let mut link = Link {
-        index: l.header.index,
-        name: String::new(),
-        mac: Vec::new(),
-        up: l.header.flags.contains(LinkFlags::Up),
-    };
-    for a in &l.attributes {
-        match a {
-            LinkAttribute::IfName(n) => link.name = n.clone(),
-            LinkAttribute::Address(m) => link.mac = m.clone(),
-            _ => {}
-        }
-    }
-    link
-}
-
-fn route_of(r: &RouteMessage, family: Family) -> Route {
-    let mut route = Route {
-        table: u32::from(r.header.table),
-        dst: (family.any(), r.header.destination_prefix_length),
-        gateway: None,
-        oif: None,
-    };
-    let ip = |a: &RouteAddress| match a {
-        RouteAddress::Inet(v) => Some(IpAddr::V4(*v)),
-        RouteAddress::Inet6(v) => Some(IpAddr::V6(*v)),
-        _ => None,
-    };
-    for a in &r.attributes {
-        match a {
-            RouteAttribute::Table(t) => route.table = *t,
-            RouteAttribute::Destination(d) => {
-                if let Some(d) = ip(d) {
-                    route.dst.0 = d;
-                }
-            }
-            RouteAttribute::Gateway(g) => route.gateway = ip(g),
-            RouteAttribute::Oif(o) => route.oif = Some(*o),
-            _ => {}
-        }
-    }
-    if route.table == 0 {
-        route.table = u32::from(RouteHeader::RT_TABLE_MAIN);
-    }
-    route
-}
-
-fn rule_msg(rule: &Rule) -> RuleMessage {
-    let mut msg = RuleMessage::default();
-    msg.header.family = rule.family.af();
-    msg.header.action = RuleAction::ToTable;
-    msg.header.table = if rule.table < 256 {
-        rule.table as u8
-    } else {
-        252
-    };
-    if let Some((src, len)) = rule.src {
-        msg.header.src_len = len;
-        msg.attributes.push(RuleAttribute::Source(src));
-    }
-    if let Some((dst, len)) = rule.dst {
-        msg.header.dst_len = len;
-        msg.attributes.push(RuleAttribute::Destination(dst));
-    }
-    if let Some(iif) = &rule.iif {
-        msg.attributes.push(RuleAttribute::Iifname(iif.clone()));
-    }
-    msg.attributes.push(RuleAttribute::Priority(rule.priority));
-    msg.attributes.push(RuleAttribute::Table(rule.table));
-    msg
-}
-
-fn rule_of(r: &RuleMessage, family: Family) -> Rule {
-    let mut rule = Rule {
-        family,
-        priority: 0,
-        src: None,
-        dst: None,
-        iif: None,
-        table: u32::from(r.header.table),
-    };
-    for a in &r.attributes {
-        match a {
-            RuleAttribute::Priority(p) => rule.priority = *p,
-            RuleAttribute::Source(s) => rule.src = Some((*s, r.header.src_len)),
-            RuleAttribute::Destination(d) => rule.dst = Some((*d, r.header.dst_len)),
-            RuleAttribute::Iifname(n) => rule.iif = Some(n.clone()),
-            RuleAttribute::Table(t) => rule.table = *t,
-            _ => {}
-        }
-    }
-    rule
 }
 
 #[cfg(test)]
