@@ -111,29 +111,16 @@ impl StatusBatcher {
         want: EniStatus,
         deadline: Instant,
     ) -> Result<Eni, CloudError> {
-        let mut delay = Duration::from_millis(100);
-        loop {
+        crate::cloud::wait::poll_openapi(&format!("{id} to be {want}"), deadline, || {
             match self.describe(id, deadline)? {
-                Some(e) if e.status == want => return Ok(e),
-                Some(_) => {}
-                None => {
-                    return Err(CloudError::new(
-                        CloudErrorKind::NotFound,
-                        "DescribeNetworkInterfaces",
-                        format!("{id} disappeared while waiting for {want}"),
-                    ))
-                }
+                Some(e) if e.status == want => Ok(Some(e)),
+                Some(_) => Ok(None),
+                None => Err(CloudError::new(
+                    CloudErrorKind::NotFound,
+                    "DescribeNetworkInterfaces",
+                    format!("{id} disappeared while waiting for {want}"),
+                )),
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(CloudError::new(
-                    CloudErrorKind::Timeout,
-                    "wait",
-                    format!("timed out waiting for {id} to be {want}"),
-                ));
-            }
-            std::thread::sleep(delay.min(deadline - now));
-            delay = (delay * 3 / 2).min(Duration::from_secs(1));
-        }
+        })
     }
 }

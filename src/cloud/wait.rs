@@ -23,6 +23,8 @@ enum Every {
 /// The step between metadata polls.
 pub(crate) const METADATA_STEP: Duration = Duration::from_millis(50);
 
+/// Asks `probe` until it has an answer, `every` so often, until
+/// `deadline` (then `Timeout`, "timed out waiting for `what`").
 fn poll<T>(
     what: &str,
     every: Every,
@@ -50,6 +52,16 @@ fn poll<T>(
             delay = (delay * 3 / 2).min(Duration::from_secs(1));
         }
     }
+}
+
+/// Asks the OpenAPI through `probe` (backing off) until it has an answer
+/// or `deadline` passes.
+pub(crate) fn poll_openapi<T>(
+    what: &str,
+    deadline: Instant,
+    probe: impl FnMut() -> Result<Option<T>, CloudError>,
+) -> Result<T, CloudError> {
+    poll(what, Every::OpenApi, deadline, probe)
 }
 
 /// Waits until metadata lists every given address on `mac`.
