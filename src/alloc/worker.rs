@@ -29,7 +29,7 @@ use crossbeam_channel::{
 };
 use log::{debug, warn};
 
-use crate::cloud::{wait, CloudApi, CloudErrorKind, Ipv4Prefix};
+use crate::cloud::{wait, CloudApi, CloudError, CloudErrorKind, Ipv4Prefix};
 
 use super::msg::{Event, TicketId, Unit};
 use super::prefix::{Kind, PER_PREFIX};
@@ -339,20 +339,26 @@ fn assign(
     }
 }
 
+/// Gives `items` back 10 per call through `call`, stopping at the first
+/// refusal: those the cloud took back, and the refusal.
+fn in_tens<T: Copy>(
+    items: &[T],
+    mut call: impl FnMut(&[T]) -> Result<(), CloudError>,
+) -> (Vec<T>, Option<CloudError>) {
+    let mut gone = Vec::new();
+    for chunk in items.chunks(10) {
+        if let Err(e) = call(chunk) {
+            return (gone, Some(e));
+        }
+        gone.extend_from_slice(chunk);
+    }
+    (gone, None)
+}
+
 /// Gives whole /28 prefixes back, 10 per call. Reports the prefixes the
 /// cloud took back, and their addresses.
 fn unassign_prefixes(cloud: &dyn CloudApi, eni: &str, prefixes: &[Ipv4Prefix]) -> Event {
-    let mut gone = Vec::new();
-    let mut error = None;
-    for chunk in prefixes.chunks(10) {
-        match cloud.unassign_ipv4_prefixes(eni, chunk) {
-            Ok(()) => gone.extend_from_slice(chunk),
-            Err(e) => {
-                error = Some(e);
-                break;
-            }
-        }
-    }
+    let (gone, error) = in_tens(prefixes, |c| cloud.unassign_ipv4_prefixes(eni, c));
     debug!("{eni}: gave back {} /28 prefix(es)", gone.len());
     Event::Unassigned {
         eni: eni.to_string(),
@@ -368,28 +374,10 @@ fn unassign_prefixes(cloud: &dyn CloudApi, eni: &str, prefixes: &[Ipv4Prefix]) -
 /// its own unassign failed is left unpaired (and retried later), never an
 /// IPv4 whose IPv6 is gone. Reports exactly what the cloud took back.
 fn unassign(cloud: &dyn CloudApi, eni: &str, v4: Vec<Ipv4Addr>, v6: &[Ipv6Addr]) -> Event {
-    let mut gone_v4 = Vec::new();
+    let (gone_v4, mut error) = in_tens(&v4, |c| cloud.unassign_ipv4(eni, c));
     let mut gone_v6 = Vec::new();
-    let mut error = None;
-    for chunk in v4.chunks(10) {
-        match cloud.unassign_ipv4(eni, chunk) {
-            Ok(()) => gone_v4.extend_from_slice(chunk),
-            Err(e) => {
-                error = Some(e);
-                break;
-            }
-        }
-    }
     if error.is_none() {
-        for chunk in v6.chunks(10) {
-            match cloud.unassign_ipv6(eni, chunk) {
-                Ok(()) => gone_v6.extend_from_slice(chunk),
-                Err(e) => {
-                    error = Some(e);
-                    break;
-                }
-            }
-        }
+        (gone_v6, error) = in_tens(v6, |c| cloud.unassign_ipv6(eni, c));
     }
     debug!(
         "{eni}: gave back {} IPv4 and {} IPv6 address(es)",
