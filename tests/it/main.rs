@@ -42,6 +42,7 @@ mod daemon_simulate;
 mod docs;
 mod frozen_disk;
 mod hygiene;
+mod layering;
 mod readme_socat;
 mod server;
 mod sim_actions;

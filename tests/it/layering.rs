@@ -1,0 +1,239 @@
+//! The source tree has no module circles (issue 17): among the modules
+//! of one parent, no file reaches a sibling that reaches back, directly or
+//! around a longer loop. A module's subtree counts as the module (a file
+//! under `cloud/` reaching `alloc` is `cloud` reaching `alloc`); a parent
+//! and its own children may use each other (that is what `mod.rs` is for).
+//!
+//! References are read from the text: `crate::`, `super::` and `self::`
+//! paths and the names inside a `use ...::{...}` list, outside comments
+//! and test modules. A new circle fails here with the loop it makes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// `src/...rs` by module path (`alloc::actor`), binaries left out.
+fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+                continue;
+            }
+            if p.extension().is_none_or(|x| x != "rs") {
+                continue;
+            }
+            let rel = p.strip_prefix(src).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if parts.first().is_some_and(|f| f == "bin") {
+                continue;
+            }
+            if parts.last().is_some_and(|l| l == "mod" || l == "lib") {
+                parts.pop();
+            }
+            out.insert(parts.join("::"), p);
+        }
+    }
+    out
+}
+
+/// The file's code: comments dropped, and the inline test module (at the
+/// end of a file, after `#[cfg(test)]`) left out.
+fn code(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let test_module = line.trim() == "#[cfg(test)]"
+            && lines
+                .peek()
+                .is_some_and(|n| n.starts_with("mod ") && n.trim_end().ends_with('{'));
+        if test_module {
+            break;
+        }
+        out.push_str(line.split("//").next().unwrap_or(""));
+        out.push('\n');
+    }
+    out
+}
+
+/// The longest module `path` names, seen from module `at`.
+fn resolve(mods: &BTreeMap<String, PathBuf>, at: &str, path: &[&str]) -> Option<String> {
+    let mut base: Vec<&str> = if at.is_empty() {
+        Vec::new()
+    } else {
+        at.split("::").collect()
+    };
+    let mut rest = path;
+    match rest.first() {
+        Some(&"crate") => {
+            base.clear();
+            rest = &rest[1..];
+        }
+        Some(&"self") => rest = &rest[1..],
+        Some(&"super") => {
+            while rest.first() == Some(&"super") {
+                base.pop();
+                rest = &rest[1..];
+            }
+        }
+        _ => return None,
+    }
+    let full: Vec<&str> = base.iter().chain(rest).copied().collect();
+    (1..=full.len())
+        .rev()
+        .map(|n| full[..n].join("::"))
+        .find(|m| mods.contains_key(m))
+}
+
+/// The modules each module's code reaches.
+fn references(mods: &BTreeMap<String, PathBuf>) -> BTreeMap<String, BTreeSet<String>> {
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = BTreeMap::new();
+    for (m, p) in mods {
+        let text = code(&std::fs::read_to_string(p).unwrap());
+        let mut to = BTreeSet::new();
+        let mut add = |path: Vec<&str>| {
+            if let Some(t) = resolve(mods, m, &path).filter(|t| t != m) {
+                to.insert(t);
+            }
+        };
+        // Every `crate::`/`super::`/`self::` path.
+        let chars: Vec<(usize, char)> = text.char_indices().collect();
+        for (k, &(i, _)) in chars.iter().enumerate() {
+            let starts = ["crate::", "super::", "self::"]
+                .iter()
+                .any(|s| text[i..].starts_with(s));
+            let at_word_start = k == 0 || !is_word(chars[k - 1].1);
+            if !starts || !at_word_start {
+                continue;
+            }
+            let end = text[i..]
+                .find(|c: char| !(is_word(c) || c == ':'))
+                .map_or(text.len(), |e| i + e);
+            let path: Vec<&str> = text[i..end].split("::").filter(|s| !s.is_empty()).collect();
+            add(path.clone());
+            // `use super::x::{a, b::c}`: each name in the list too.
+            if text[end..].starts_with('{') {
+                let close = text[end..].find('}').map_or(text.len(), |c| end + c);
+                for item in text[end + 1..close].split(',') {
+                    let mut p = path.clone();
+                    p.extend(item.trim().split("::").map(str::trim));
+                    add(p);
+                }
+            }
+        }
+        out.insert(m.clone(), to);
+    }
+    out
+}
+
+/// The child of `parent` that `m` is, or is under.
+fn child_of(parent: &str, m: &str) -> Option<String> {
+    let rest = if parent.is_empty() {
+        m
+    } else {
+        m.strip_prefix(parent)?.strip_prefix("::")?
+    };
+    let first = rest.split("::").next().filter(|s| !s.is_empty())?;
+    Some(if parent.is_empty() {
+        first.to_string()
+    } else {
+        format!("{parent}::{first}")
+    })
+}
+
+/// A loop through `graph` back to `start`, if there is one.
+fn loop_from(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option<Vec<String>> {
+    let mut stack = vec![vec![start.to_string()]];
+    let mut seen = BTreeSet::new();
+    while let Some(path) = stack.pop() {
+        let last = path.last().unwrap();
+        for next in graph.get(last).into_iter().flatten() {
+            if next == start {
+                let mut l = path.clone();
+                l.push(start.to_string());
+                return Some(l);
+            }
+            if seen.insert(next.clone()) {
+                let mut p = path.clone();
+                p.push(next.clone());
+                stack.push(p);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn no_module_reaches_a_sibling_that_reaches_back() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mods = modules(&src);
+    assert!(mods.len() > 50, "read only {} modules", mods.len());
+    let refs = references(&mods);
+    let parents: BTreeSet<String> = mods
+        .keys()
+        .map(|m| {
+            m.rsplit_once("::")
+                .map_or(String::new(), |(p, _)| p.to_string())
+        })
+        .collect();
+    let mut circles = Vec::new();
+    for parent in &parents {
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, targets) in &refs {
+            let Some(ca) = child_of(parent, a) else {
+                continue;
+            };
+            for b in targets {
+                if let Some(cb) = child_of(parent, b).filter(|cb| *cb != ca) {
+                    graph.entry(ca.clone()).or_default().insert(cb);
+                }
+            }
+        }
+        for start in graph.keys() {
+            if let Some(l) = loop_from(&graph, start) {
+                // One report per loop, from its smallest member.
+                if l.iter().all(|m| m >= start) {
+                    circles.push(l.join(" -> "));
+                }
+            }
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "module circles:\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_sees_a_circle() {
+    let mods: BTreeMap<String, PathBuf> = ["a", "a::x", "a::y", "b"]
+        .iter()
+        .map(|m| (m.to_string(), PathBuf::new()))
+        .collect();
+    assert_eq!(
+        resolve(&mods, "a::x", &["super", "y", "Thing"]),
+        Some("a::y".into())
+    );
+    assert_eq!(resolve(&mods, "a::x", &["crate", "b"]), Some("b".into()));
+    assert_eq!(resolve(&mods, "a::x", &["std", "fmt"]), None);
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a::x".to_string(), BTreeSet::from(["a::y".to_string()])),
+        ("a::y".to_string(), BTreeSet::from(["a::x".to_string()])),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(
+        loop_from(&graph, "a::x"),
+        Some(vec!["a::x".into(), "a::y".into(), "a::x".into()])
+    );
+    assert_eq!(child_of("a", "a::x::z"), Some("a::x".into()));
+    assert_eq!(child_of("", "a::x"), Some("a".into()));
+    assert_eq!(child_of("a", "b"), None);
+}
