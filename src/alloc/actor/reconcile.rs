@@ -15,7 +15,7 @@
 //! - ENIs with calls or operations in flight are left alone.
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
@@ -155,24 +155,41 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
             Some(_) => false,
         })
         .collect();
+    // IPv6 the cloud has and we do not (an AssignIpv6Addresses whose
+    // answer was lost, or after a restart the pair of an address nobody
+    // held, such as the ENI's primary).
+    let mut unknown6: Vec<Ipv6Addr> = if pool.dual() {
+        let known = pool.known_v6();
+        r.v6.iter()
+            .copied()
+            .filter(|b| !known.contains(b))
+            .collect()
+    } else {
+        Vec::new()
+    };
     if !unknown.is_empty() {
         warn!(
             "adopting {} address(es) found on {} but unknown locally",
             unknown.len(),
             r.id
         );
+        // In dual stack each takes an unknown IPv6 of the ENI as its pair,
+        // the primary first: an address without a pair is invalid and goes
+        // back, but a primary cannot go back, so an unpaired primary would
+        // stay invalid for the ENI's life (while its IPv6 went back alone).
+        let mut unknown = unknown;
+        unknown.sort_by_key(|a| *a != r.primary_ip);
+        let paired = unknown.len().min(unknown6.len());
+        let mut pairs = unknown6.drain(..paired);
         for a in unknown {
-            pool.add_ip(&r.id, a, None);
+            pool.add_ip(&r.id, a, pairs.next());
         }
     }
-    // IPv6 the cloud has and we do not (an AssignIpv6Addresses whose
-    // answer was lost): unpaired, so they go back with the next sweep.
-    if pool.dual() {
-        let known = pool.known_v6();
-        for b in r.v6.iter().filter(|b| !known.contains(b)) {
-            warn!("{b} is on {} but unknown locally; giving it back", r.id);
-            pool.add_unpaired_v6(&r.id, *b);
-        }
+    // IPv6 still without a pair: unpaired, so they go back with the next
+    // sweep.
+    for b in unknown6 {
+        warn!("{b} is on {} but unknown locally; giving it back", r.id);
+        pool.add_unpaired_v6(&r.id, b);
     }
     // Addresses we have and the cloud does not: out of circulation.
     let missing: Vec<Ipv4Addr> = pool
@@ -305,6 +322,7 @@ fn forget_deleted(pool: &mut PoolState, id: &str) {
 mod tests {
     use super::*;
     use crate::core::Owner;
+    use crate::pool::PoolEni;
 
     use super::super::tests::{ip, one_eni_pool as pool, ENI};
 
@@ -440,6 +458,42 @@ mod tests {
         pool.release(&Owner::parse("pod-a").unwrap(), None, 2, 0, 0);
         pool.drop_empty_gone();
         assert!(pool.enis.is_empty());
+    }
+
+    #[test]
+    fn after_a_restart_an_unknown_primary_is_paired_with_the_unknown_ipv6() {
+        // A restart served from the state files knows only what was handed
+        // out: here two secondaries and their IPv6, not the idle primary.
+        let v6 = |n: u16| Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n);
+        let mut pool = PoolState::new(true);
+        pool.add_eni(PoolEni::ready(
+            ENI,
+            "00:16:3e:00:00:01",
+            "vsw-a",
+            "10.0.0.0/24",
+            ip(253),
+            ip(1),
+        ));
+        pool.add_ip(ENI, ip(2), Some(v6(2)));
+        pool.add_ip(ENI, ip(3), Some(v6(3)));
+        let mut cloud = view(ENI, &[ip(1), ip(2), ip(3), ip(4)]);
+        cloud.eni.v6 = vec![v6(1), v6(2), v6(3)];
+        reconcile(
+            &mut pool,
+            &mut Changes::default(),
+            &pass(Instant::now(), &[cloud], None),
+        );
+        let primary = &pool.ips[&ip(1)];
+        assert!(primary.primary);
+        assert_eq!(primary.v6, Some(v6(1)), "the primary gets the unknown IPv6");
+        assert_eq!(primary.state.name(), "idle");
+        assert!(pool.unpaired_v6.is_empty(), "no IPv6 left to go back alone");
+        // More unknown IPv4 than IPv6: the secondary is the one left
+        // invalid, and it can go back.
+        assert_eq!(pool.ips[&ip(4)].state.name(), "invalid");
+        let back = pool.invalid_to_release();
+        assert_eq!(back, vec![(ENI.to_string(), vec![ip(4)], Vec::new())]);
+        pool.check().unwrap();
     }
 
     #[test]
