@@ -322,9 +322,8 @@ fn forget_deleted(pool: &mut PoolState, id: &str) {
 mod tests {
     use super::*;
     use crate::core::Owner;
-    use crate::pool::PoolEni;
 
-    use super::super::tests::{ip, one_eni_pool as pool, ENI};
+    use super::super::tests::{ip, one_empty_eni, one_eni_pool as pool, ENI};
 
     fn view(id: &str, v4: &[Ipv4Addr]) -> CloudEniView {
         CloudEniView {
@@ -465,15 +464,7 @@ mod tests {
         // A restart served from the state files knows only what was handed
         // out: here two secondaries and their IPv6, not the idle primary.
         let v6 = |n: u16| Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n);
-        let mut pool = PoolState::new(true);
-        pool.add_eni(PoolEni::ready(
-            ENI,
-            "00:16:3e:00:00:01",
-            "vsw-a",
-            "10.0.0.0/24",
-            ip(253),
-            ip(1),
-        ));
+        let mut pool = one_empty_eni(true);
         pool.add_ip(ENI, ip(2), Some(v6(2)));
         pool.add_ip(ENI, ip(3), Some(v6(3)));
         let mut cloud = view(ENI, &[ip(1), ip(2), ip(3), ip(4)]);

@@ -20,10 +20,10 @@ pub(super) fn ip(last: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 0, last)
 }
 
-/// `ENI` on vsw-a (10.0.0.0/24, gateway .253, primary .1) holding .1 to
-/// .4, all idle.
-pub(super) fn one_eni_pool() -> PoolState {
-    let mut pool = PoolState::new(false);
+/// `ENI` on vsw-a (10.0.0.0/24, gateway .253, primary .1), no address
+/// known yet.
+pub(super) fn one_empty_eni(dual: bool) -> PoolState {
+    let mut pool = PoolState::new(dual);
     pool.add_eni(PoolEni::ready(
         ENI,
         "00:16:3e:00:00:01",
@@ -32,6 +32,12 @@ pub(super) fn one_eni_pool() -> PoolState {
         ip(253),
         ip(1),
     ));
+    pool
+}
+
+/// [`one_empty_eni`] holding .1 to .4, all idle.
+pub(super) fn one_eni_pool() -> PoolState {
+    let mut pool = one_empty_eni(false);
     for last in 1..=4 {
         pool.add_ip(ENI, ip(last), None);
     }
