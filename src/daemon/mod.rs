@@ -22,7 +22,7 @@ mod restore;
 mod serve;
 mod simulate;
 
-pub(crate) use config::load_config;
+use config::load_config;
 pub use error::exit;
 use error::{bind_error, chain, preflight_error, store_error, DaemonError};
 use restore::{open_state, Restore, Restored};

@@ -29,7 +29,7 @@ impl Backoff {
 
     /// Backing off at `now`.
     pub(super) fn active(&self, now: Instant) -> bool {
-        self.until.is_some_and(|u| u > now)
+        self.ends_after(now).is_some()
     }
 
     /// When the backoff ends, if it is still on at `now` (one that ended

@@ -140,7 +140,7 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
     // Addresses the cloud has and we do not: adopted (a result lost after
     // the cloud granted it). One an owner still holds on a deleted ENI (the
     // vswitch gave it out again) waits until that owner releases it.
-    let unknown: Vec<Ipv4Addr> = cloud_v4
+    let mut unknown: Vec<Ipv4Addr> = cloud_v4
         .iter()
         .copied()
         .filter(|a| match pool.ips.get(a) {
@@ -177,7 +177,6 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
         // the primary first: an address without a pair is invalid and goes
         // back, but a primary cannot go back, so an unpaired primary would
         // stay invalid for the ENI's life (while its IPv6 went back alone).
-        let mut unknown = unknown;
         unknown.sort_by_key(|a| *a != r.primary_ip);
         let paired = unknown.len().min(unknown6.len());
         let mut pairs = unknown6.drain(..paired);
