@@ -28,6 +28,7 @@ use crate::cloud::{
     TAG_INSTANCE_KEY,
 };
 use crate::config::VSwitchPolicy;
+use crate::core::EniInfo;
 use crate::util::sem::Semaphore;
 use crate::util::time::unix_secs;
 
@@ -327,11 +328,14 @@ fn view(cloud: &dyn CloudApi, e: &Eni) -> CloudEniView {
         }
         Err(_) => CloudEniView {
             eni: ReadyEni {
-                id: e.id.clone(),
-                mac: e.mac.clone(),
-                vswitch: e.vswitch_id.clone(),
-                cidr: String::new(),
-                gateway: std::net::Ipv4Addr::UNSPECIFIED,
+                link: EniInfo {
+                    eni: e.id.clone(),
+                    mac: e.mac.clone(),
+                    vswitch: e.vswitch_id.clone(),
+                    cidr: String::new(),
+                    gateway: std::net::Ipv4Addr::UNSPECIFIED,
+                    v6: None,
+                },
                 primary_ip: e.primary_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
                 v4: e.private_ips.clone(),
                 v6: e.ipv6s.clone(),

@@ -210,15 +210,15 @@ impl Snapshot {
     /// Metric gauges of this snapshot.
     pub(crate) fn gauges(&self) -> crate::metrics::Gauges {
         crate::metrics::Gauges {
-            ips_by_state: self.pool.counts_by_state(),
-            enis: self.pool.enis.len() as u64,
+            ips_by_state: crate::pool::views::counts_by_state(&self.pool),
+            enis: self.pool.enis().len() as u64,
             capacity: self.capacity.total_ips as u64,
             pending: self.pending as u64,
             connections: 0,
             eni_ops: self.eni_ops as u64,
             inhibited_vswitches: self.inhibited_vswitches as u64,
             eni_modes: if self.capacity.prefix_mode {
-                self.pool.eni_modes()
+                crate::pool::views::eni_modes(&self.pool)
             } else {
                 Vec::new()
             },

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use log::{info, warn};
 
 use crate::cloud::{wait, CloudApi, CloudError, Eni, EniStatus, MetadataApi, MetadataEni};
-use crate::pool::{PoolEni, PoolState};
+use crate::core::EniInfo;
+use crate::pool::{PoolIp, PoolState};
 use crate::store::{PersistedState, Record};
 use crate::util::time::unix_ms;
 
@@ -147,14 +148,17 @@ pub(crate) fn provisional(
             )));
         };
         let primary = m.primary_ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
-        pool.add_eni(PoolEni::ready(
-            eni,
-            &m.mac,
-            &m.vswitch_id,
-            &m.vswitch_cidr,
-            gateway,
+        pool.add_eni(
+            EniInfo {
+                eni: eni.to_string(),
+                mac: m.mac.clone(),
+                vswitch: m.vswitch_id.clone(),
+                cidr: m.vswitch_cidr.clone(),
+                gateway,
+                v6: None,
+            },
             primary,
-        ));
+        );
         let unseen = addrs.iter().filter(|(a, _)| !m.ipv4s.contains(a)).count();
         for (v4, v6) in addrs {
             pool.add_ip(eni, *v4, v6.filter(|_| dual));
@@ -280,14 +284,16 @@ fn adopt(
         .primary_ip
         .or_else(|| e.private_ips.first().copied())
         .unwrap_or(info.primary_ip);
-    pool.add_eni(PoolEni::ready(
-        &e.id,
-        &e.mac,
-        &e.vswitch_id,
-        &info.cidr,
-        info.gateway,
+    // The OpenAPI's id, MAC and vswitch; metadata's CIDR and gateway.
+    pool.add_eni(
+        EniInfo {
+            eni: e.id.clone(),
+            mac: e.mac.clone(),
+            vswitch: e.vswitch_id.clone(),
+            ..info.link
+        },
         primary,
-    ));
+    );
     let mut v6_left: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
     let mut unpaired4 = Vec::new();
     for a in &e.private_ips {
@@ -361,10 +367,10 @@ fn quarantine_idle(
 ) -> String {
     let until = now_ms + q.as_millis() as u64;
     let idle: Vec<Ipv4Addr> = pool
-        .ips
-        .values()
-        .filter(|ip| ip.state == crate::pool::IpState::Idle)
-        .map(|ip| ip.v4)
+        .ips()
+        .iter()
+        .filter(|ip| pool.is_idle(ip))
+        .map(PoolIp::v4)
         .collect();
     let n = idle.len();
     for v4 in idle {

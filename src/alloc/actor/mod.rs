@@ -147,7 +147,7 @@ impl Actor {
                 opts.max_ips_per_call,
                 now,
             ),
-            inflight: InFlight::new(eni_sem, op_sem, pool.enis.keys()),
+            inflight: InFlight::new(eni_sem, op_sem, pool.enis().iter().map(|e| e.id())),
             workers: Workers::new(Arc::clone(&cloud), worker_config, events_tx.clone()),
             threads: Threads::new(cloud, events_tx, requests_tx),
             durable: Durable::new(journal, fatal_tx.clone()),
@@ -189,9 +189,9 @@ impl Actor {
     ) -> Vec<Joinable> {
         let enis: Vec<(String, String)> = self
             .pool
-            .enis
-            .values()
-            .map(|e| (e.id.clone(), e.mac.clone()))
+            .enis()
+            .iter()
+            .map(|e| (e.id().to_string(), e.mac().to_string()))
             .collect();
         for (id, mac) in enis {
             let started = self.reports().start_worker(&id, &mac);
@@ -432,7 +432,7 @@ impl Actor {
                 .allocation_with_eni(&owner)
                 .map(|(a, eni)| Answer::Allocation(a, eni))
                 .ok_or_else(|| AllocError::bare(ErrCode::NotFound)),
-            Command::List => Ok(Answer::List(self.pool.list())),
+            Command::List => Ok(Answer::List(crate::pool::views::list(&self.pool))),
             Command::Status => Ok(Answer::Status(self.status_counts())),
             Command::Enis => Ok(Answer::Enis(views::eni_entries(
                 &self.pool,
@@ -458,7 +458,12 @@ impl Actor {
                 let _ = reply.send(self.snapshot());
             }
             Request::KnownEnis(reply) => {
-                let mut ids: Vec<String> = self.pool.enis.keys().cloned().collect();
+                let mut ids: Vec<String> = self
+                    .pool
+                    .enis()
+                    .iter()
+                    .map(|e| e.id().to_string())
+                    .collect();
                 ids.extend(self.inflight.busy_enis());
                 let _ = reply.send(ids);
             }
@@ -504,8 +509,8 @@ impl Actor {
         if let Some(audits) = self.verification.reconciled() {
             info!(
                 "the pool is verified against the OpenAPI: {} address(es) on {} ENI(s), {} waiter(s) served from now on",
-                self.pool.ips.len(),
-                self.pool.enis.len(),
+                self.pool.ips().len(),
+                self.pool.enis().len(),
                 self.demand.waiting()
             );
             for reply in audits {
@@ -517,7 +522,7 @@ impl Actor {
     // ---- views ---------------------------------------------------------
 
     fn status_counts(&self) -> crate::core::StatusCounts {
-        let mut c = self.pool.counts();
+        let mut c = crate::pool::views::counts(&self.pool);
         c.pending = self.demand.pending();
         c.capacity = self.cap.total_ips;
         c
