@@ -1,7 +1,7 @@
 //! The maintenance thread: the periodic cloud reads the actor must not do
 //! itself. Every `pool_check_interval` (jittered) it
 //! - refreshes vswitch free counts (`ordered` policy);
-//! - describes the managed ENIs attached to this instance, reports
+//! - describes the managed ENIs attached to this instance, logs
 //!   security-group drift (the seed's Reconcile) and sends the actor the
 //!   cloud's view so it can adopt what it lost and drop what is gone;
 //! - deletes ENIs tagged for this instance and left unattached (a crash
@@ -163,10 +163,10 @@ fn cycle(
                 .into_iter()
                 .filter(|e| e.is_managed_by(&opts.instance_id, &opts.node_id))
                 .collect();
-            let _ = events.send(Event::SecurityGroupDrift(drift(
-                &enis,
-                &opts.security_groups,
-            )));
+            // Logged here; `audit` reads the drift from the cloud itself.
+            for l in drift(&enis, &opts.security_groups) {
+                warn!("security group drift: {l}");
+            }
             let views = enis
                 .iter()
                 .filter(|e| e.status == EniStatus::InUse)

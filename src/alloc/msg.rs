@@ -35,7 +35,7 @@ pub(crate) type OpId = u64;
 /// (clients speak [`crate::core::Command`], on a channel of their own).
 #[derive(Debug)]
 pub(crate) enum Request {
-    /// A copy of the state, for `audit` and metrics.
+    /// A copy of the state, for `audit`.
     Snapshot(Sender<Snapshot>),
     /// Ids of every ENI known locally, being created or being freed.
     KnownEnis(Sender<Vec<String>>),
@@ -190,8 +190,6 @@ pub(crate) enum Event {
         /// Its IPv6 gateway.
         gateway6: Ipv6Addr,
     },
-    /// Security-group drift lines (empty: none).
-    SecurityGroupDrift(Vec<String>),
     /// The cloud's view of the managed ENIs, taken after `started`.
     Reconcile {
         /// When the Describe call began.

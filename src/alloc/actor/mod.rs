@@ -90,6 +90,17 @@ const CREATE_QUIET: Duration = Duration::from_millis(50);
 
 type Reply = Sender<Result<Answer, AllocError>>;
 
+/// Where the actor sends: its helpers' reports (to itself), fatal errors
+/// (to the daemon) and internal requests (its helpers' own, to itself).
+pub(super) struct Senders {
+    /// Reports of workers, ENI operations, lookups and probes.
+    pub(super) events: Sender<Event>,
+    /// The allocator cannot go on.
+    pub(super) fatal: Sender<Fatal>,
+    /// Requests its helper threads make of it (an audit's snapshots).
+    pub(super) requests: Sender<Request>,
+}
+
 /// The parts, and what the loop itself keeps.
 pub(super) struct Actor {
     opts: Arc<AllocatorOptions>,
@@ -110,24 +121,27 @@ pub(super) struct Actor {
     free_backoff: FreeBackoff,
     fatal_tx: Sender<Fatal>,
     next_maintenance: Instant,
-    sg_drift: Vec<String>,
     config_view: Vec<(String, String)>,
     stopping: bool,
 }
 
 impl Actor {
-    #[allow(clippy::too_many_arguments)]
+    /// The actor over `pool`; ENI slots as the capacity allows, ENI
+    /// operations within `op_sem` (shared with the maintenance thread).
     pub(super) fn new(
         opts: Arc<AllocatorOptions>,
         cloud: Arc<dyn CloudApi>,
         journal: Arc<dyn Journal>,
         pool: PoolState,
-        eni_sem: Semaphore,
         op_sem: Semaphore,
-        events_tx: Sender<Event>,
-        fatal_tx: Sender<Fatal>,
-        requests_tx: Sender<Request>,
+        senders: Senders,
     ) -> Actor {
+        let Senders {
+            events: events_tx,
+            fatal: fatal_tx,
+            requests: requests_tx,
+        } = senders;
+        let eni_sem = Semaphore::new(opts.capacity.usable_enis);
         let mut switches = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
         switches.set_free(opts.vswitch_free.iter().cloned(), u64::MAX);
         let now = Instant::now();
@@ -163,7 +177,6 @@ impl Actor {
             surge: Surge::default(),
             opts,
             fatal_tx,
-            sg_drift: Vec::new(),
             stopping: false,
         }
     }
@@ -362,7 +375,6 @@ impl Actor {
             pool_backoff: &mut self.pool_backoff,
             shed_backoff: &mut self.shed_backoff,
             free_backoff: &mut self.free_backoff,
-            sg_drift: &mut self.sg_drift,
             stopping: self.stopping,
         }
     }
@@ -441,11 +453,7 @@ impl Actor {
                 self.cap.prefix_mode,
                 unix_ms(),
             ))),
-            Command::Metrics => {
-                let mut g = self.snapshot().gauges();
-                g.connections = crate::metrics::connections();
-                Ok(Answer::Metrics(crate::metrics::render(&g)))
-            }
+            Command::Metrics => Ok(Answer::Metrics(crate::metrics::render(&self.gauges()))),
             Command::Config => Ok(Answer::Config(self.config_view.clone())),
         };
         let _ = reply.send(answer);
@@ -528,18 +536,32 @@ impl Actor {
         c
     }
 
+    /// A copy of what `audit` compares with the cloud.
     fn snapshot(&self) -> Snapshot {
         let (creating, freeing) = self.inflight.creating_and_freeing();
         Snapshot {
             pool: self.pool.clone(),
-            pending: self.demand.pending(),
-            capacity: self.cap,
             creating,
             freeing,
-            eni_ops: self.inflight.op_slots_used(),
-            inhibited_vswitches: self.vsw.switches().inhibited_count(unix_ms()),
-            sg_drift: self.sg_drift.clone(),
             waiters: self.demand.waiting(),
+        }
+    }
+
+    /// The metric gauges, counted where the state lives (no copy of it).
+    fn gauges(&self) -> crate::metrics::Gauges {
+        crate::metrics::Gauges {
+            ips_by_state: crate::pool::views::counts_by_state(&self.pool),
+            enis: self.pool.enis().len() as u64,
+            capacity: self.cap.total_ips as u64,
+            pending: self.demand.pending() as u64,
+            connections: crate::metrics::connections(),
+            eni_ops: self.inflight.op_slots_used() as u64,
+            inhibited_vswitches: self.vsw.switches().inhibited_count(unix_ms()) as u64,
+            eni_modes: if self.cap.prefix_mode {
+                crate::pool::views::eni_modes(&self.pool)
+            } else {
+                Vec::new()
+            },
         }
     }
 }

@@ -41,7 +41,6 @@ pub(super) struct Reports<'a> {
     pub(super) pool_backoff: &'a mut Backoff,
     pub(super) shed_backoff: &'a mut Backoff,
     pub(super) free_backoff: &'a mut FreeBackoff,
-    pub(super) sg_drift: &'a mut Vec<String>,
     pub(super) stopping: bool,
 }
 
@@ -94,12 +93,6 @@ impl Reports<'_> {
                 cidr6,
                 gateway6,
             } => self.vsw.set_v6(vswitch, cidr6, gateway6),
-            Event::SecurityGroupDrift(lines) => {
-                for l in &lines {
-                    warn!("security group drift: {l}");
-                }
-                *self.sg_drift = lines;
-            }
             Event::Reconcile {
                 started,
                 enis,

@@ -73,11 +73,12 @@ fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
         fake,
         Arc::new(MemJournal::default()),
         pool,
-        Semaphore::new(3),
         op_sem,
-        events_tx,
-        fatal_tx,
-        requests_tx,
+        Senders {
+            events: events_tx,
+            fatal: fatal_tx,
+            requests: requests_tx,
+        },
     )
 }
 
