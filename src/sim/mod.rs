@@ -125,7 +125,7 @@ impl Shared {
     pub(crate) fn state_json(&self) -> Value {
         let (mut v, fleet) = {
             let mut w = self.world.lock();
-            (w.state_json(Instant::now()), w.fleet.clone())
+            (w.state_json(Instant::now()), w.account().fleet().to_vec())
         };
         if fleet.len() > 1 {
             let list: Vec<Value> = fleet
@@ -173,11 +173,11 @@ impl Shared {
             }
         }
         let mut w = self.world.lock();
-        let id: String = format!("STS.{}", w.rng.hex(10).to_ascii_uppercase());
+        let id: String = format!("STS.{}", w.rng().hex(10).to_ascii_uppercase());
         let c = StsCredentials {
             id,
-            secret: w.rng.hex(15),
-            token: format!("CAES{}", w.rng.hex(32)),
+            secret: w.rng().hex(15),
+            token: format!("CAES{}", w.rng().hex(32)),
             issued_unix: now,
             expires_unix: now + self.sts_ttl.as_secs().max(1),
         };
@@ -393,7 +393,7 @@ impl Simulator {
     /// Every instance of the account: (id, type, metadata URL), the
     /// first one first.
     pub(crate) fn instances(&self) -> Vec<(String, String, String)> {
-        let fleet = self.shared.world.lock().fleet.clone();
+        let fleet = self.shared.world.lock().account().fleet().to_vec();
         let urls = std::iter::once(self.metadata_url()).chain(
             self.fleet_md
                 .iter()
@@ -420,7 +420,7 @@ impl Simulator {
 
     /// The instance id.
     pub fn instance_id(&self) -> String {
-        self.shared.world.lock().instance_id.clone()
+        self.shared.world.lock().account().instance_id().to_string()
     }
 
     /// The region id.
