@@ -144,23 +144,48 @@ impl Shared {
     }
 }
 
+/// What the emulator knows of an access key id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeySecret {
+    /// The secret its requests are signed with.
+    pub(crate) secret: String,
+    /// Role credentials: the security token that must come with them.
+    /// `None` for the static key pair.
+    pub(crate) token: Option<RoleToken>,
+}
+
+/// The security token of role credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RoleToken {
+    /// Still valid: requests must carry it.
+    Valid(String),
+    /// Past its expiry: requests are refused.
+    Expired,
+}
+
 impl Shared {
-    /// The secret of an access key id, and for role credentials the token
-    /// (`Err` when expired).
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn secret_for(&self, ak: &str) -> Option<(String, Option<Result<String, ()>>)> {
+    /// The secret of an access key id, and for role credentials their
+    /// token.
+    pub(crate) fn secret_for(&self, ak: &str) -> Option<KeySecret> {
         if ak == self.key_id {
-            return Some((self.key_secret.clone(), None));
+            return Some(KeySecret {
+                secret: self.key_secret.clone(),
+                token: None,
+            });
         }
         let now = crate::util::time::unix_secs();
-        self.sts.lock().iter().find(|c| c.id == ak).map(|c| {
-            let token = if c.expires_unix > now {
-                Ok(c.token.clone())
-            } else {
-                Err(())
-            };
-            (c.secret.clone(), Some(token))
-        })
+        self.sts
+            .lock()
+            .iter()
+            .find(|c| c.id == ak)
+            .map(|c| KeySecret {
+                secret: c.secret.clone(),
+                token: Some(if c.expires_unix > now {
+                    RoleToken::Valid(c.token.clone())
+                } else {
+                    RoleToken::Expired
+                }),
+            })
     }
 
     /// Current role credentials, rotated when half their life is gone.
