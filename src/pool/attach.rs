@@ -98,12 +98,9 @@ impl Attachments {
 mod tests {
     use std::net::Ipv4Addr;
 
+    use super::super::tests::owner;
     use super::{Attachments, Owners};
-    use crate::core::{Attachment, NsId, Owner, SandboxId};
-
-    fn owner(s: &str) -> Owner {
-        Owner::parse(s).unwrap()
-    }
+    use crate::core::{Attachment, NsId, SandboxId};
 
     fn attachment(veth: &str) -> Attachment {
         Attachment {

@@ -235,18 +235,8 @@ impl Holds {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
-
+    use super::super::tests::{ip10 as ip, owner};
     use super::{HoldOn, Holds};
-    use crate::core::Owner;
-
-    fn owner(s: &str) -> Owner {
-        Owner::parse(s).unwrap()
-    }
-
-    fn ip(last: u8) -> Ipv4Addr {
-        Ipv4Addr::new(10, 0, 0, last)
-    }
 
     #[test]
     fn a_reservation_turns_into_its_cool_down_then_ends() {

@@ -343,14 +343,11 @@ impl Gone {
 
 #[cfg(test)]
 mod tests {
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::net::Ipv6Addr;
 
+    use super::super::tests::ip10 as ip;
     use super::{Addresses, PoolIp};
     use crate::cloud::Ipv4Prefix;
-
-    fn ip(last: u8) -> Ipv4Addr {
-        Ipv4Addr::new(10, 0, 0, last)
-    }
 
     fn v6(n: u16) -> Ipv6Addr {
         Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n)

@@ -185,18 +185,9 @@ impl Owners {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
-
+    use super::super::tests::{ip10 as ip, owner};
     use super::{Held, Owners};
-    use crate::core::{Owner, SandboxId};
-
-    fn owner(s: &str) -> Owner {
-        Owner::parse(s).unwrap()
-    }
-
-    fn ip(last: u8) -> Ipv4Addr {
-        Ipv4Addr::new(10, 0, 0, last)
-    }
+    use crate::core::SandboxId;
 
     #[test]
     fn one_owner_one_address() {

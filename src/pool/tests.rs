@@ -29,7 +29,12 @@ fn state(p: &PoolState, a: &str) -> &'static str {
     p.state_of(p.ip(ip(a)).unwrap()).name()
 }
 
-fn owner(s: &str) -> Owner {
+/// `10.0.0.<last>` (the parts' tests).
+pub(super) fn ip10(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, 0, last)
+}
+
+pub(super) fn owner(s: &str) -> Owner {
     Owner::parse(s).unwrap()
 }
 

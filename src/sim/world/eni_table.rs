@@ -109,26 +109,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::SimEnis;
-    use crate::sim::world::sim_eni::{NewEni, SimEni};
+    use crate::sim::world::sim_eni::tests::eni;
     use crate::util::rand::Rng;
-
-    fn eni(now: Instant) -> SimEni {
-        SimEni::created(
-            "eni-1".into(),
-            "00:16:3e:00:00:01".into(),
-            NewEni {
-                vswitch: "vsw-a".into(),
-                v4: vec![Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)],
-                v6: Vec::new(),
-                v4p: vec![Ipv4Addr::new(10, 0, 0, 16)],
-                tags: Vec::new(),
-                sgs: vec!["sg-1".into()],
-                description: String::new(),
-                name: String::new(),
-            },
-            now,
-        )
-    }
 
     #[test]
     fn a_deleted_eni_gives_its_addresses_back_once_and_lingers_for_the_lag() {

@@ -557,14 +557,15 @@ impl SimEni {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::net::Ipv4Addr;
     use std::time::{Duration, Instant};
 
     use super::{NewEni, SimEni};
     use crate::cloud::EniStatus;
 
-    fn eni(now: Instant) -> SimEni {
+    /// `eni-1` on vsw-a with .1 (primary) and .2, and 10.0.0.16/28.
+    pub(crate) fn eni(now: Instant) -> SimEni {
         SimEni::created(
             "eni-1".into(),
             "00:16:3e:00:00:01".into(),
