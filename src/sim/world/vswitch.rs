@@ -152,32 +152,15 @@ impl Vsw {
         &mut self,
         wanted: &[String],
     ) -> Result<Vec<Ipv4Addr>, ApiError> {
-        let mut offs = Vec::new();
-        for w in wanted {
-            let ip: Ipv4Addr = w.parse().map_err(|_| {
-                err(
-                    403,
-                    "InvalidIp.Address",
-                    format!("The specified IP \"{w}\" is not valid."),
-                )
-            })?;
-            let off = self.offset_of(ip);
-            if !self.cidr.contains(ip) || !self.cidr.usable().contains(&off) {
-                return Err(err(
-                    403,
-                    "InvalidVSwitchId.IpInvalid",
-                    format!("The specified IP \"{w}\" is not in the VSwitch."),
-                ));
-            }
-            if self.used.contains(&off) || offs.contains(&off) {
-                return Err(err(
-                    403,
-                    "InvalidIp.IpAssigned",
-                    format!("The specified IP \"{w}\" is already assigned."),
-                ));
-            }
-            offs.push(off);
-        }
+        let usable = self.cidr.usable();
+        let offs = places(
+            wanted,
+            |ip| {
+                let off = self.offset_of(ip);
+                (self.cidr.contains(ip) && usable.contains(&off)).then_some(off)
+            },
+            |off| self.used.contains(off),
+        )?;
         if self.free < offs.len() as u64 {
             return Err(self.not_enough());
         }
@@ -234,32 +217,15 @@ impl Vsw {
             return Err(self.no_ipv6());
         };
         let host_mask = !(u128::MAX << (128 - net.prefix));
-        let mut hosts = Vec::new();
-        for w in wanted {
-            let ip: Ipv6Addr = w.parse().map_err(|_| {
-                err(
-                    403,
-                    "InvalidIp.Address",
-                    format!("The specified IP \"{w}\" is not valid."),
-                )
-            })?;
-            let host = u128::from(ip) & host_mask;
-            if u128::from(ip) & !host_mask != net.base || host < 16 || host >= host_mask - 16 {
-                return Err(err(
-                    403,
-                    "InvalidVSwitchId.IpInvalid",
-                    format!("The specified IP \"{w}\" is not in the VSwitch."),
-                ));
-            }
-            if self.used6.contains(&host) || hosts.contains(&host) {
-                return Err(err(
-                    403,
-                    "InvalidIp.IpAssigned",
-                    format!("The specified IP \"{w}\" is already assigned."),
-                ));
-            }
-            hosts.push(host);
-        }
+        let hosts = places(
+            wanted,
+            |ip: Ipv6Addr| {
+                let host = u128::from(ip) & host_mask;
+                let inside = u128::from(ip) & !host_mask == net.base;
+                (inside && host >= 16 && host < host_mask - 16).then_some(host)
+            },
+            |host| self.used6.contains(host),
+        )?;
         Ok(hosts
             .into_iter()
             .map(|h| {
@@ -420,6 +386,43 @@ impl Vsw {
     }
 }
 
+/// Where each of `wanted` (addresses in text) is in a vswitch's block:
+/// `place` gives it, or `None` outside the block's usable part; `taken`
+/// says it is someone's already. The API's answer for the first that does
+/// not parse, is outside, taken, or named twice.
+fn places<A: std::str::FromStr, P: Copy + PartialEq>(
+    wanted: &[String],
+    place: impl Fn(A) -> Option<P>,
+    taken: impl Fn(&P) -> bool,
+) -> Result<Vec<P>, ApiError> {
+    let mut out: Vec<P> = Vec::new();
+    for w in wanted {
+        let ip: A = w.parse().map_err(|_| {
+            err(
+                403,
+                "InvalidIp.Address",
+                format!("The specified IP \"{w}\" is not valid."),
+            )
+        })?;
+        let Some(p) = place(ip) else {
+            return Err(err(
+                403,
+                "InvalidVSwitchId.IpInvalid",
+                format!("The specified IP \"{w}\" is not in the VSwitch."),
+            ));
+        };
+        if taken(&p) || out.contains(&p) {
+            return Err(err(
+                403,
+                "InvalidIp.IpAssigned",
+                format!("The specified IP \"{w}\" is already assigned."),
+            ));
+        }
+        out.push(p);
+    }
+    Ok(out)
+}
+
 /// The host part of `ip` in `net`.
 fn host6(net: Net6, ip: Ipv6Addr) -> u128 {
     u128::from(ip) & !(u128::MAX << (128 - net.prefix))
@@ -574,6 +577,36 @@ mod tests {
         v.give_v4(&b);
         assert_eq!(v.free(), start);
         assert!(s.or_404("vsw-x").is_err());
+    }
+
+    #[test]
+    fn named_addresses_are_in_the_block_free_and_named_once() {
+        let mut s = one(None);
+        let v = s.get_mut("vsw-a").unwrap();
+        let code = |r: Result<Vec<std::net::Ipv6Addr>, super::ApiError>| r.unwrap_err().code;
+        let w = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(code(v.take_specific_v6(&w(&["nope"]))), "InvalidIp.Address");
+        assert_eq!(
+            code(v.take_specific_v6(&w(&["2408:4005:300:ac00::20"]))),
+            "InvalidVSwitchId.IpInvalid"
+        );
+        assert_eq!(
+            code(v.take_specific_v6(&w(&["2408:4005:300:ab00::2"]))),
+            "InvalidVSwitchId.IpInvalid",
+            "reserved host"
+        );
+        let a = "2408:4005:300:ab00::20";
+        assert_eq!(
+            code(v.take_specific_v6(&w(&[a, a]))),
+            "InvalidIp.IpAssigned",
+            "named twice"
+        );
+        assert_eq!(v.take_specific_v6(&w(&[a])).unwrap().len(), 1);
+        assert_eq!(code(v.take_specific_v6(&w(&[a]))), "InvalidIp.IpAssigned");
+        assert!(
+            v.take_specific_v4(&w(&["10.0.0.2"])).is_err(),
+            "a reserved address"
+        );
     }
 
     #[test]
