@@ -15,9 +15,13 @@ use std::net::Ipv4Addr;
 
 use crate::core::Owner;
 
-/// A hold on one address.
+/// A hold on one address (what it is is this module's: readers see its
+/// owner, its end and whether it is a cool-down).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum HoldOn {
+pub(crate) struct HoldOn(Kind);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
     /// Kept for its last owner.
     Reserved {
         /// The last owner.
@@ -44,19 +48,25 @@ pub(crate) enum HoldOn {
 impl HoldOn {
     /// The owner it is kept for, if any.
     pub(crate) fn owner(&self) -> Option<&Owner> {
-        match self {
-            HoldOn::Reserved { owner, .. } | HoldOn::Cooling { owner, .. } => Some(owner),
-            HoldOn::Quarantined { .. } => None,
+        match &self.0 {
+            Kind::Reserved { owner, .. } | Kind::Cooling { owner, .. } => Some(owner),
+            Kind::Quarantined { .. } => None,
         }
     }
 
     /// When it ends (or, reserved, turns into its cool-down).
     pub(crate) fn until_ms(&self) -> u64 {
-        match self {
-            HoldOn::Reserved { until_ms, .. }
-            | HoldOn::Cooling { until_ms, .. }
-            | HoldOn::Quarantined { until_ms } => *until_ms,
+        match &self.0 {
+            Kind::Reserved { until_ms, .. }
+            | Kind::Cooling { until_ms, .. }
+            | Kind::Quarantined { until_ms } => *until_ms,
         }
+    }
+
+    /// A cool-down (listed `cooling`); a reservation or a quarantine is
+    /// listed `reserved`.
+    pub(crate) fn cooling(&self) -> bool {
+        matches!(self.0, Kind::Cooling { .. })
     }
 }
 
@@ -130,24 +140,24 @@ impl Holds {
         let reserved_until_ms = if stick_ms > 0 { now_ms + stick_ms } else { 0 };
         let cooling_until_ms = if cool_ms > 0 { now_ms + cool_ms } else { 0 };
         let hold = if stick_ms > 0 {
-            HoldOn::Reserved {
+            Kind::Reserved {
                 owner: owner.clone(),
                 until_ms: reserved_until_ms,
                 cool_until_ms: cooling_until_ms,
             }
         } else {
-            HoldOn::Cooling {
+            Kind::Cooling {
                 owner: owner.clone(),
                 until_ms: cooling_until_ms,
             }
         };
-        self.put(v4, hold);
+        self.put(v4, HoldOn(hold));
         Some((reserved_until_ms, cooling_until_ms))
     }
 
     /// Quarantines `v4` until `until_ms`.
     pub(super) fn quarantine(&mut self, v4: Ipv4Addr, until_ms: u64) {
-        self.put(v4, HoldOn::Quarantined { until_ms });
+        self.put(v4, HoldOn(Kind::Quarantined { until_ms }));
     }
 
     /// A hold read back from the state file, as it stands at `now_ms`: a
@@ -162,22 +172,22 @@ impl Holds {
         now_ms: u64,
     ) -> bool {
         let hold = match last_owner {
-            None if reserved_until_ms > now_ms => HoldOn::Quarantined {
+            None if reserved_until_ms > now_ms => Kind::Quarantined {
                 until_ms: reserved_until_ms,
             },
             None => return false,
-            Some(owner) if reserved_until_ms > now_ms => HoldOn::Reserved {
+            Some(owner) if reserved_until_ms > now_ms => Kind::Reserved {
                 owner: owner.clone(),
                 until_ms: reserved_until_ms,
                 cool_until_ms: cooling_until_ms,
             },
-            Some(owner) if cooling_until_ms > now_ms => HoldOn::Cooling {
+            Some(owner) if cooling_until_ms > now_ms => Kind::Cooling {
                 owner: owner.clone(),
                 until_ms: cooling_until_ms,
             },
             Some(_) => return false,
         };
-        self.put(v4, hold);
+        self.put(v4, HoldOn(hold));
         true
     }
 
@@ -197,15 +207,15 @@ impl Holds {
     pub(super) fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
         let mut freed = Vec::new();
         for (v4, h) in self.on.iter_mut().filter(|(_, h)| h.until_ms() <= now_ms) {
-            let cooling = match h {
-                HoldOn::Reserved {
+            let cooling = match &h.0 {
+                Kind::Reserved {
                     owner,
                     cool_until_ms,
                     ..
-                } if *cool_until_ms > now_ms => HoldOn::Cooling {
+                } if *cool_until_ms > now_ms => HoldOn(Kind::Cooling {
                     owner: owner.clone(),
                     until_ms: *cool_until_ms,
-                },
+                }),
                 _ => {
                     freed.push(*v4);
                     continue;
@@ -236,7 +246,7 @@ impl Holds {
 #[cfg(test)]
 mod tests {
     use super::super::tests::{ip10 as ip, owner};
-    use super::{HoldOn, Holds};
+    use super::{HoldOn, Holds, Kind};
 
     #[test]
     fn a_reservation_turns_into_its_cool_down_then_ends() {
@@ -251,7 +261,7 @@ mod tests {
         assert!(h.settle(1100).is_empty(), "cooling now");
         assert!(matches!(
             h.get(&ip(1)),
-            Some(HoldOn::Cooling { until_ms: 5100, .. })
+            Some(HoldOn(Kind::Cooling { until_ms: 5100, .. }))
         ));
         assert_eq!(h.for_owner(&owner("a")), Some(ip(1)), "still a's");
         h.check().unwrap();
@@ -292,17 +302,17 @@ mod tests {
         let mut h = Holds::default();
         let a = owner("a");
         assert!(h.restore(ip(1), Some(&a), 200, 300, 100));
-        assert!(matches!(h.get(&ip(1)), Some(HoldOn::Reserved { .. })));
+        assert!(matches!(h.get(&ip(1)), Some(HoldOn(Kind::Reserved { .. }))));
         assert!(h.restore(ip(2), Some(&owner("b")), 50, 300, 100));
         assert!(matches!(
             h.get(&ip(2)),
-            Some(HoldOn::Cooling { until_ms: 300, .. })
+            Some(HoldOn(Kind::Cooling { until_ms: 300, .. }))
         ));
         assert!(!h.restore(ip(3), Some(&owner("c")), 50, 60, 100), "over");
         assert!(h.restore(ip(4), None, 200, 0, 100));
         assert!(matches!(
             h.get(&ip(4)),
-            Some(HoldOn::Quarantined { until_ms: 200 })
+            Some(HoldOn(Kind::Quarantined { until_ms: 200 }))
         ));
         assert!(!h.restore(ip(5), None, 100, 0, 100), "over");
         h.check().unwrap();

@@ -29,8 +29,8 @@ impl IpState<'_> {
         match self {
             IpState::Idle => "idle",
             IpState::InUse(_) => "inuse",
-            IpState::Held(HoldOn::Reserved { .. } | HoldOn::Quarantined { .. }) => "reserved",
-            IpState::Held(HoldOn::Cooling { .. }) => "cooling",
+            IpState::Held(h) if h.cooling() => "cooling",
+            IpState::Held(_) => "reserved",
             IpState::Invalid => "invalid",
         }
     }
@@ -56,7 +56,7 @@ pub(crate) fn counts(pool: &PoolState) -> StatusCounts {
         match pool.state_of(ip) {
             IpState::Idle => c.idle += 1,
             IpState::InUse(_) => c.inuse += 1,
-            IpState::Held(HoldOn::Cooling { .. }) => c.cooling += 1,
+            IpState::Held(h) if h.cooling() => c.cooling += 1,
             IpState::Held(_) => c.reserved += 1,
             IpState::Invalid => {}
         }

@@ -99,6 +99,8 @@ impl Maintenance<'_> {
         let Some((_, permit)) = self.inflight.begin_free(eni) else {
             return Ok(false);
         };
+        // Chosen by freeable_enis this very pass: ready, nothing pending,
+        // so it is freeing now (none of its addresses is handed out).
         self.pool.enis_mut().begin_free(eni);
         info!("freeing {eni}: it holds only its idle primary address");
         self.threads
