@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 
-use super::{PoolIp, PoolState};
+use super::{IpState, PoolIp, PoolState};
 use crate::cloud::Ipv4Prefix;
 use crate::core::Owner;
 
@@ -36,12 +36,21 @@ pub(crate) fn pick(pool: &PoolState, owner: &Owner, prefer: Option<IpAddr>) -> O
 /// primaries (so ENIs can drain), then the ENI with the most addresses in
 /// use (packing), then the fullest prefix (so whole prefixes empty out and
 /// can go back; single addresses count as an empty prefix), then the
-/// lowest address.
+/// lowest address. One walk over the addresses (this runs on every
+/// allocation).
 fn best_idle(pool: &PoolState) -> Option<Ipv4Addr> {
-    let (inuse, taken) = not_idle_counts(pool);
-    pool.ips()
-        .iter()
-        .filter(|ip| pool.is_idle(ip) && pool.allocatable(ip))
+    let mut inuse: HashMap<&str, usize> = HashMap::new();
+    let mut taken: HashMap<Ipv4Prefix, usize> = HashMap::new();
+    let mut idle: Vec<&PoolIp> = Vec::new();
+    for (ip, state) in pool.states() {
+        if state == IpState::Idle {
+            idle.push(ip);
+        } else {
+            count_not_idle(ip, &mut inuse, &mut taken);
+        }
+    }
+    idle.into_iter()
+        .filter(|ip| pool.allocatable(ip))
         .min_by_key(|ip| {
             (
                 ip.primary(),
@@ -57,21 +66,23 @@ fn best_idle(pool: &PoolState) -> Option<Ipv4Addr> {
         .map(PoolIp::v4)
 }
 
-/// Addresses that are not idle (in use, kept or invalid), per ENI and per
-/// prefix, in one pass (`best_idle` runs on every allocation).
-fn not_idle_counts(pool: &PoolState) -> (HashMap<&str, usize>, HashMap<Ipv4Prefix, usize>) {
-    let mut by_eni: HashMap<&str, usize> = HashMap::new();
-    let mut by_prefix: HashMap<Ipv4Prefix, usize> = HashMap::new();
-    for ip in pool.ips().iter().filter(|ip| !pool.is_idle(ip)) {
-        *by_eni.entry(ip.eni()).or_default() += 1;
-        if let Some(p) = ip.prefix() {
-            *by_prefix.entry(p).or_default() += 1;
-        }
+fn count_not_idle<'a>(
+    ip: &'a PoolIp,
+    by_eni: &mut HashMap<&'a str, usize>,
+    by_prefix: &mut HashMap<Ipv4Prefix, usize>,
+) {
+    *by_eni.entry(ip.eni()).or_default() += 1;
+    if let Some(p) = ip.prefix() {
+        *by_prefix.entry(p).or_default() += 1;
     }
-    (by_eni, by_prefix)
 }
 
 /// Addresses not idle (in use, kept or invalid), per ENI.
 pub(crate) fn not_idle_by_eni(pool: &PoolState) -> HashMap<&str, usize> {
-    not_idle_counts(pool).0
+    let mut by_eni = HashMap::new();
+    let mut by_prefix = HashMap::new();
+    for (ip, _) in pool.states().filter(|(_, s)| *s != IpState::Idle) {
+        count_not_idle(ip, &mut by_eni, &mut by_prefix);
+    }
+    by_eni
 }

@@ -10,7 +10,7 @@
 //! becomes the cool-down that follows it, if that lasts longer; a
 //! cool-down or a quarantine ends, and its address is idle again.
 
-use std::collections::HashMap;
+use std::collections::{btree_map, BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 
 use crate::core::Owner;
@@ -73,7 +73,8 @@ impl HoldOn {
 /// Every hold, by address, and the address each owner has held.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Holds {
-    on: HashMap<Ipv4Addr, HoldOn>,
+    /// In address order, so the pool can walk it beside its addresses.
+    on: BTreeMap<Ipv4Addr, HoldOn>,
     for_owner: HashMap<Owner, Ipv4Addr>,
 }
 
@@ -93,8 +94,8 @@ impl Holds {
         self.for_owner.get(owner).copied()
     }
 
-    /// Every hold and its address.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Ipv4Addr, &HoldOn)> {
+    /// Every hold and its address, in address order.
+    pub(crate) fn iter(&self) -> btree_map::Iter<'_, Ipv4Addr, HoldOn> {
         self.on.iter()
     }
 
@@ -223,7 +224,6 @@ impl Holds {
             };
             *h = cooling;
         }
-        freed.sort_unstable();
         for v4 in &freed {
             self.end(v4);
         }

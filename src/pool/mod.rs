@@ -116,6 +116,29 @@ impl PoolState {
         self.ips.get(&v4)
     }
 
+    /// Every address with its state, in address order: the addresses, the
+    /// owners and the holds walked side by side (the hot path reads every
+    /// address's state this way, with no lookup per address).
+    pub(crate) fn states(&self) -> impl Iterator<Item = (&PoolIp, IpState<'_>)> {
+        let mut owners = self.owners.by_address().peekable();
+        let mut holds = self.holds.iter().peekable();
+        self.ips.iter().map(move |ip| {
+            let v4 = ip.v4();
+            while owners.next_if(|(a, _)| **a < v4).is_some() {}
+            while holds.next_if(|(a, _)| **a < v4).is_some() {}
+            let state = if let Some((_, owner)) = owners.next_if(|(a, _)| **a == v4) {
+                IpState::InUse(owner)
+            } else if let Some((_, h)) = holds.next_if(|(a, _)| **a == v4) {
+                IpState::Held(h)
+            } else if ip.invalid() {
+                IpState::Invalid
+            } else {
+                IpState::Idle
+            };
+            (ip, state)
+        })
+    }
+
     /// The state of `ip`, read from the owners and the holds.
     pub(crate) fn state_of<'a>(&'a self, ip: &PoolIp) -> IpState<'a> {
         if let Some((owner, _)) = self.owners.of(&ip.v4()) {
@@ -561,9 +584,8 @@ impl PoolState {
 
     /// Addresses free for anyone right now.
     pub(crate) fn idle_count(&self) -> usize {
-        self.ips
-            .iter()
-            .filter(|ip| self.is_idle(ip) && self.allocatable(ip))
+        self.states()
+            .filter(|(ip, state)| *state == IpState::Idle && self.allocatable(ip))
             .count()
     }
 

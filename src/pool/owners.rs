@@ -6,7 +6,7 @@
 //! each other); an allocation's sandbox may move to the owner's new
 //! sandbox, its address never does.
 
-use std::collections::{hash_map, BTreeSet, HashMap};
+use std::collections::{btree_map, hash_map, BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::core::{Hold, Owner, SandboxId};
@@ -58,7 +58,8 @@ impl Held {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Owners {
     by_owner: HashMap<Owner, Held>,
-    by_v4: HashMap<Ipv4Addr, Owner>,
+    /// In address order, so the pool can walk it beside its addresses.
+    by_v4: BTreeMap<Ipv4Addr, Owner>,
 }
 
 impl Owners {
@@ -106,6 +107,11 @@ impl Owners {
             })
             .map(|(o, h)| (o.clone(), h.sandbox.clone()))
             .collect()
+    }
+
+    /// Every held address and its owner, in address order.
+    pub(crate) fn by_address(&self) -> btree_map::Iter<'_, Ipv4Addr, Owner> {
+        self.by_v4.iter()
     }
 
     /// Every owner and what it holds.

@@ -23,11 +23,14 @@ pub(crate) fn shed_candidates(pool: &PoolState, n: usize) -> Vec<(String, Vec<Ip
     }
     let inuse = not_idle_by_eni(pool);
     let mut idle: Vec<&PoolIp> = pool
-        .ips()
-        .iter()
-        .filter(|ip| {
-            !ip.primary() && ip.prefix().is_none() && pool.is_idle(ip) && pool.allocatable(ip)
+        .states()
+        .filter(|(ip, state)| {
+            *state == IpState::Idle
+                && !ip.primary()
+                && ip.prefix().is_none()
+                && pool.allocatable(ip)
         })
+        .map(|(ip, _)| ip)
         .collect();
     idle.sort_by_key(|ip| {
         (
@@ -50,12 +53,8 @@ pub(crate) fn shed_candidates(pool: &PoolState, n: usize) -> Vec<(String, Vec<Ip
 /// to unassign, by ENI.
 pub(crate) fn invalid_to_release(pool: &PoolState) -> Vec<(String, Vec<Ipv4Addr>, Vec<Ipv6Addr>)> {
     let mut by_eni: BTreeMap<String, (Vec<Ipv4Addr>, Vec<Ipv6Addr>)> = BTreeMap::new();
-    for ip in pool.ips().iter() {
-        if pool.state_of(ip) == IpState::Invalid
-            && !ip.primary()
-            && !ip.releasing()
-            && ip.prefix().is_none()
-        {
+    for (ip, state) in pool.states() {
+        if state == IpState::Invalid && !ip.primary() && !ip.releasing() && ip.prefix().is_none() {
             let e = by_eni.entry(ip.eni().to_string()).or_default();
             e.0.push(ip.v4());
             e.1.extend(ip.v6());

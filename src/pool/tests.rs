@@ -268,6 +268,40 @@ fn prefixes_go_back_whole_and_never_address_by_address() {
 }
 
 #[test]
+fn the_walk_over_every_address_reads_each_state_as_a_lookup_does() {
+    let mut p = PoolState::new(true);
+    add_eni(&mut p, "eni-01", "10.0.0.10");
+    for last in 10..20 {
+        let pair = (last % 3 != 0).then(|| format!("fd00::{last}").parse().unwrap());
+        p.add_ip("eni-01", ip10(last), pair);
+    }
+    // In use, kept (reserved, cooling, quarantined), invalid and idle,
+    // interleaved in address order.
+    for (last, o) in [(11, "a"), (14, "b"), (17, "c"), (19, "d")] {
+        p.take(ip10(last), &owner(o), None, 1).unwrap();
+    }
+    p.release(&owner("b"), None, 1, 100, 200);
+    p.release(&owner("c"), None, 1, 0, 200);
+    p.quarantine(ip10(13), 500).unwrap();
+    let walked: Vec<(Ipv4Addr, &str)> = p.states().map(|(ip, s)| (ip.v4(), s.name())).collect();
+    let looked: Vec<(Ipv4Addr, &str)> = p
+        .ips()
+        .iter()
+        .map(|ip| (ip.v4(), p.state_of(ip).name()))
+        .collect();
+    assert_eq!(walked, looked);
+    let names: Vec<&str> = walked.iter().map(|(_, n)| *n).collect();
+    assert_eq!(
+        names,
+        [
+            "idle", "inuse", "invalid", "reserved", "reserved", "invalid", "idle", "cooling",
+            "invalid", "inuse"
+        ]
+    );
+    p.check().unwrap();
+}
+
+#[test]
 fn a_take_that_would_give_an_owner_two_addresses_or_an_address_two_owners_changes_nothing() {
     let mut p = pool();
     let a = owner("a");

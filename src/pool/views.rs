@@ -52,8 +52,8 @@ pub(crate) fn counts(pool: &PoolState) -> StatusCounts {
         ips: pool.ips().len() + pool.ips().unpaired_len(),
         ..StatusCounts::default()
     };
-    for ip in pool.ips().iter() {
-        match pool.state_of(ip) {
+    for (_, state) in pool.states() {
+        match state {
             IpState::Idle => c.idle += 1,
             IpState::InUse(_) => c.inuse += 1,
             IpState::Held(h) if h.cooling() => c.cooling += 1,
@@ -80,16 +80,12 @@ pub(crate) fn counts_by_state(pool: &PoolState) -> Vec<(&'static str, u64)> {
 /// `list` data.
 pub(crate) fn list(pool: &PoolState) -> Vec<ListEntry> {
     let mut out: Vec<ListEntry> = pool
-        .ips()
-        .iter()
-        .map(|ip| {
-            let state = pool.state_of(ip);
-            ListEntry {
-                ip: IpAddr::V4(ip.v4()),
-                state: state.name(),
-                owner: state.owner().map(Owner::to_string),
-                eni: ip.eni().to_string(),
-            }
+        .states()
+        .map(|(ip, state)| ListEntry {
+            ip: IpAddr::V4(ip.v4()),
+            state: state.name(),
+            owner: state.owner().map(Owner::to_string),
+            eni: ip.eni().to_string(),
         })
         .collect();
     out.extend(pool.ips().unpaired().map(|(v6, eni)| ListEntry {
