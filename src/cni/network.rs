@@ -78,11 +78,42 @@ pub(crate) fn status(conf: &NetConf) -> Result<(), CniError> {
         return Err(CniError::new(
             code::LIMITED,
             format!(
-                "no address can be had: the instance's ENI quota is reached and every ENI                      is full ({} of {} addresses on {} ENIs in use, none idle)",
+                "no address can be had: the instance's ENI quota is reached and every ENI \
+                 is full ({} of {} addresses on {} ENIs in use, none idle)",
                 s.ips, s.capacity, s.enis
             ),
         )
         .details(r.text().to_string()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::test_support::{conf_on, fake_eniipd};
+
+    #[test]
+    fn status_says_a_full_pool_in_one_plain_sentence() {
+        let (socket, server) = fake_eniipd(&[(
+            "status",
+            "OK enis=2 ips=12 idle=0 inuse=12 reserved=0 cooling=0 pending=0 capacity=12 \
+             later=1",
+        )]);
+        let err = status(&conf_on(&socket)).unwrap_err();
+        assert_eq!(err.code, code::LIMITED, "{err}");
+        assert_eq!(
+            err.msg,
+            "no address can be had: the instance's ENI quota is reached and every ENI is \
+             full (12 of 12 addresses on 2 ENIs in use, none idle)"
+        );
+        assert_eq!(server.join().unwrap(), ["status"]);
+
+        let (socket, server) = fake_eniipd(&[(
+            "status",
+            "OK enis=2 ips=12 idle=1 inuse=11 reserved=0 cooling=0 pending=0 capacity=12",
+        )]);
+        status(&conf_on(&socket)).unwrap();
+        server.join().unwrap();
+    }
 }
