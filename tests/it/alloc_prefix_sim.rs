@@ -7,13 +7,12 @@
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
-use std::os::unix::net::UnixStream;
 use std::sync::Barrier;
 use std::time::Duration;
 
 use common::{at_once, config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
+use eniipd::protocol::client::Client;
 use serde_json::{json, Value};
 
 fn sim(instance_type: &str) -> Sim {
@@ -68,16 +67,11 @@ fn burst(d: &Daemon, tag: &str, n: usize) -> BTreeMap<String, String> {
     let go = Barrier::new(n);
     at_once(n, |i| {
         let owner = format!("{tag}/pod-{i}");
-        let mut c = UnixStream::connect(&d.socket).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+        let wait = Duration::from_secs(90);
+        let mut c = Client::connect(&d.socket, wait).unwrap();
         go.wait();
-        c.write_all(format!("alloc {owner}\n").as_bytes()).unwrap();
-        let mut r = String::new();
-        BufReader::new(c).read_line(&mut r).unwrap();
-        let r = r.trim_end().to_string();
-        let ok = r
-            .strip_prefix("OK ")
-            .unwrap_or_else(|| panic!("{owner}: {r}"));
+        let r = c.ask_within(&format!("alloc {owner}"), wait).unwrap();
+        let ok = r.outcome().unwrap_or_else(|e| panic!("{owner}: ERR {e}"));
         (owner, ok.to_string())
     })
     .into_iter()
