@@ -47,8 +47,9 @@ fn answer(answers: &[(&str, &'static str)], verb: &str) -> &'static str {
 /// until the first connection (the plugin's own) ends, at most 20 s. Its
 /// thread gives back every line it was sent but the pings.
 pub(crate) fn fake_eniipd(
-    answers: &'static [(&'static str, &'static str)],
+    answers: &[(&'static str, &'static str)],
 ) -> (PathBuf, JoinHandle<Vec<String>>) {
+    let answers: std::sync::Arc<[(&str, &'static str)]> = answers.into();
     let dir = test_dir("eniipd");
     let path = dir.join("eniipd.sock");
     let listener = UnixListener::bind(&path).unwrap();
@@ -66,7 +67,7 @@ pub(crate) fn fake_eniipd(
                     continue;
                 }
             };
-            let seen = seen.clone();
+            let (seen, answers) = (seen.clone(), answers.clone());
             let conn = move || {
                 s.set_nonblocking(false).unwrap();
                 s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -78,7 +79,7 @@ pub(crate) fn fake_eniipd(
                         "OK pong"
                     } else {
                         seen.lock().push(line);
-                        answer(answers, &verb)
+                        answer(&answers, &verb)
                     };
                     if writeln!(w, "{a}").is_err() {
                         break;

@@ -472,10 +472,11 @@ mod tests {
     }
 
     /// A daemon stand-in that answers the lines of one connection with
-    /// `answer`, written raw, until the client ends it.
+    /// `answer`, written raw, until the client ends it or `answer` says
+    /// `None` (then it closes); the lines it was sent.
     fn serve_one(
         listener: UnixListener,
-        answer: impl Fn(&str) -> String + Send + 'static,
+        answer: impl Fn(&str) -> Option<String> + Send + 'static,
     ) -> std::thread::JoinHandle<Vec<String>> {
         let serve = move || {
             let (s, _) = listener.accept().unwrap();
@@ -484,7 +485,8 @@ mod tests {
             let mut seen = Vec::new();
             for line in BufReader::new(s).lines() {
                 let Ok(line) = line else { break };
-                let _ = w.write_all(answer(&line).as_bytes());
+                let Some(a) = answer(&line) else { break };
+                let _ = w.write_all(a.as_bytes());
                 seen.push(line);
             }
             seen
@@ -564,14 +566,14 @@ mod tests {
         let d = dir("replies");
         let path = d.join("d.sock");
         let daemon = serve_one(UnixListener::bind(&path).unwrap(), |line| {
-            match verb(line) {
+            Some(match verb(line) {
                 "list" => "10.0.0.1 idle - eni-1\n10.0.0.2 inuse a/b eni-1\nOK 2\n".into(),
                 "keep" => "OK\n".into(),
                 "gc" => "10.0.0.2 a/b - veth=enip1\nOK released=1\n".into(),
                 // Half a line, then nothing: a hung daemon.
                 "audit" => "10.0.0.9 missing".into(),
                 _ => "ERR unknown-command\n".into(),
-            }
+            })
         });
         let mut c = Client::connect(&path, Duration::from_secs(5)).unwrap();
         let r = c.ask("list").unwrap();
@@ -619,19 +621,16 @@ mod tests {
     fn a_reply_cut_short_is_closed_not_an_answer() {
         let d = dir("closed");
         let path = d.join("d.sock");
-        let listener = UnixListener::bind(&path).unwrap();
-        let daemon = std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut line = String::new();
-            BufReader::new(s.try_clone().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-            s.write_all(b"10.0.0.1 idle - eni-1\nOK").unwrap();
+        // `list` is answered up to half its final line, `quit` by closing.
+        let daemon = serve_one(UnixListener::bind(&path).unwrap(), |line| {
+            (verb(line) == "list").then(|| "10.0.0.1 idle - eni-1\nOK".to_string())
         });
         let mut c = Client::connect(&path, Duration::from_secs(5)).unwrap();
-        let e = c.ask("list").unwrap_err();
+        let deadline = Deadline::after(Duration::from_secs(5));
+        c.send(&["list", "quit"], &deadline).unwrap();
+        let e = c.read_reply("list", &deadline, false).unwrap_err();
         assert!(matches!(e, ClientError::Closed { .. }), "{e}");
-        daemon.join().unwrap();
+        assert_eq!(daemon.join().unwrap(), ["list"]);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

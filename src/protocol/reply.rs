@@ -396,17 +396,7 @@ pub fn parse_collected_line(line: &str) -> Result<CollectedLine, ReplyError> {
 mod tests {
     use super::*;
     use crate::core::{EniEntry, ListEntry, PrefixUse};
-
-    fn eni() -> EniInfo {
-        EniInfo {
-            eni: "eni-abc".into(),
-            mac: "00:16:3e:00:00:01".into(),
-            vswitch: "vsw-1".into(),
-            cidr: "192.168.0.0/22".into(),
-            gateway: "192.168.3.253".parse().unwrap(),
-            v6: None,
-        }
-    }
+    use crate::protocol::tests::eni_abc as eni;
 
     /// `text` with words this version does not know before, between and
     /// after its own (a field a later eniipd adds, a bare word).
@@ -439,6 +429,7 @@ mod tests {
             eni: eni(),
         };
         let text = super::super::allocation_text(&a, &eni());
+        assert!(text.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
         assert_eq!(parse_allocation(&text), Ok(want.clone()));
         for t in with_unknown(&text) {
             assert_eq!(parse_allocation(&t), Ok(want.clone()), "{t}");

@@ -148,7 +148,7 @@ fn replies_render_with_one_final_line() {
 }
 
 /// An ENI as `eni` answers it, without IPv6.
-fn eni_abc() -> EniInfo {
+pub(super) fn eni_abc() -> EniInfo {
     EniInfo {
         eni: "eni-abc".into(),
         mac: "00:16:3e:00:00:01".into(),
@@ -157,30 +157,6 @@ fn eni_abc() -> EniInfo {
         gateway: "192.168.3.253".parse().unwrap(),
         v6: None,
     }
-}
-
-#[test]
-fn allocation_text_round_trips() {
-    let a = Allocation {
-        owner: Owner::parse("ns/pod").unwrap(),
-        sandbox: None,
-        ip: "192.168.0.11".parse().unwrap(),
-        ipv6: Some("2408:4005:300::11".parse().unwrap()),
-        eni: "eni-abc".into(),
-        since_ms: 1,
-        attach: None,
-    };
-    let eni = eni_abc();
-    let t = allocation_text(&a, &eni);
-    assert!(t.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
-    assert_eq!(
-        reply::parse_allocation(&t),
-        Ok(reply::AllocReply {
-            ip: a.ip,
-            ipv6: a.ipv6,
-            eni
-        })
-    );
 }
 
 #[test]
