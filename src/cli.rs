@@ -131,9 +131,12 @@ pub fn settle<T>(
 mod tests {
     use super::*;
 
+    /// `--name`'s value, whether `--on` was given, the positional words.
+    type Line = (Option<String>, bool, Vec<String>);
+
     /// A command line of one valued flag `--name`, one switch `--on` and
     /// positional words.
-    fn lex(args: &[&str]) -> Result<Asked<(Option<String>, bool, Vec<String>)>, UsageError> {
+    fn lex(args: &[&str]) -> Result<Asked<Line>, UsageError> {
         let mut p = parser(args.iter().map(|s| s.to_string()));
         let (mut name, mut on, mut words) = (None, false, Vec::new());
         while let Some(arg) = p.next()? {
