@@ -120,10 +120,15 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
     let attached = match built {
         Ok(a) => a,
         Err(e) => {
-            // Roll back: what we built, then the address if it was ours.
+            // Roll back: what we built, then the address if it was ours
+            // (on a new connection if this one was given up: a reply that
+            // came late ends it).
             let _ = datapath::teardown(&host_veth);
             if !held_before {
-                let _ = c.ask(&format!("release {owner} sandbox={sandbox}"));
+                let release = format!("release {owner} sandbox={sandbox}");
+                if c.ask(&release).is_err() {
+                    let _ = Client::connect(&conf.socket).and_then(|mut c| c.ask(&release));
+                }
             }
             return Err(e);
         }

@@ -284,11 +284,6 @@ impl Client {
         }
     }
 
-    /// The socket it is connected to.
-    pub fn socket(&self) -> &Path {
-        &self.socket
-    }
-
     /// One request and its reply, with the deadline of its verb (see the
     /// module doc).
     pub fn ask(&mut self, line: &str) -> Result<Reply, ClientError> {

@@ -34,6 +34,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use eniipd::protocol::reply::{parse_list_line, ListLine};
 use eniipd::sim::hostlinks::{HostLinks, HostLinksOptions};
 
 use serde_json::{json, Value};
@@ -291,24 +292,25 @@ impl World {
 
     /// The ENIs that hold an address in use, from eniipd's `list`.
     pub fn enis_in_use(&self) -> BTreeSet<String> {
-        self.daemon()
-            .ask("list")
-            .iter()
-            .filter(|l| l.contains(" inuse "))
-            .map(|l| l.split(' ').nth(3).unwrap().to_string())
-            .collect()
+        self.in_use().map(|l| l.eni).collect()
     }
 
     /// `ip=owner` of every in-use address, from eniipd's `list`.
     pub fn inuse(&self) -> BTreeMap<String, String> {
-        self.daemon()
-            .ask("list")
-            .iter()
-            .filter_map(|l| {
-                let w: Vec<&str> = l.split(' ').collect();
-                (w.len() == 4 && w[1] == "inuse").then(|| (w[0].to_string(), w[2].to_string()))
-            })
+        self.in_use()
+            .filter_map(|l| Some((l.ip.to_string(), l.owner?)))
             .collect()
+    }
+
+    /// The in-use lines of eniipd's `list`.
+    fn in_use(&self) -> impl Iterator<Item = ListLine> {
+        let lines = self.daemon().ask("list");
+        let last = lines.len().saturating_sub(1);
+        lines
+            .into_iter()
+            .take(last)
+            .map(|l| parse_list_line(&l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+            .filter(|l| l.state == "inuse")
     }
 
     /// Kills eniipd (its state survives).
