@@ -511,7 +511,13 @@ fn an_eniipd_answering_fields_this_version_does_not_know_still_adds_checks_and_d
         "{:?}",
         w.inuse()
     );
-    assert!(c.ping(GATEWAY), "ping {GATEWAY} from {ip}\n{}", w.diag());
+    // The emulated VPC routes a new address once it has seen it in the
+    // emulator's state (a poll every 30 ms), maybe just after the ADD.
+    assert!(
+        eventually(Duration::from_secs(5), || c.ping(GATEWAY)),
+        "ping {GATEWAY} from {ip}\n{}",
+        w.diag()
+    );
     w.cni("CHECK", Some(&c), &prev(&conf, &add.json))
         .expect_ok("CHECK through a later eniipd");
     w.cni("STATUS", None, &conf)
