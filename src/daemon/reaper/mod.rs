@@ -46,7 +46,7 @@ use crate::util::netns;
 use crate::util::time::unix_ms;
 use procs::Processes;
 use sight::{Blind, Facts, Sight};
-use verdict::{verdict, Gone, Suspects};
+use verdict::{verdict, Gone, Key, Suspects};
 
 /// The reaper thread.
 pub(super) struct Reaper {
@@ -183,7 +183,7 @@ impl Looks {
 
     /// The sandboxes this look finds gone (an allocation younger than one
     /// interval is not looked at: its ADD may be in progress).
-    fn gone(&self, attached: &[Attached], procs: &Processes) -> Vec<((Owner, NsId), Gone)> {
+    fn gone(&self, attached: &[Attached], procs: &Processes) -> Vec<(Key, Gone)> {
         let now_ms = unix_ms();
         let young = u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX);
         attached
