@@ -218,6 +218,7 @@ impl World {
             name: "primary".into(),
             attached_since: Some(since),
             detach_started: None,
+            detached_from: None,
             deleted_at: None,
         };
         w.enis.insert(id, eni);
@@ -449,11 +450,7 @@ impl World {
             .unwrap_or(self.created_at);
         self.enis
             .values()
-            .filter(|e| {
-                e.instance.as_deref() == Some(instance)
-                    && e.attached_since.is_some_and(|a| a <= t)
-                    && e.detach_started.is_none_or(|d| d > t)
-            })
+            .filter(|e| e.shown_on(instance, t))
             .map(|e| {
                 let vsw = self.vswitches.iter().find(|v| v.id == e.vswitch);
                 MdEni {

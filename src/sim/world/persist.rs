@@ -168,6 +168,7 @@ impl World {
                     name: e["name"].as_str().unwrap_or("").to_string(),
                     attached_since: attached.then_some(since),
                     detach_started: None,
+                    detached_from: None,
                     deleted_at: None,
                 },
             );
