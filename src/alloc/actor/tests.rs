@@ -445,3 +445,41 @@ fn an_ended_backoff_does_not_keep_the_actor_awake() {
         wake - now
     );
 }
+
+#[test]
+fn a_vswitch_eniipd_gave_addresses_back_to_is_no_longer_exhausted() {
+    // Issue 31: an inhibited vswitch stayed "exhausted" after eniipd
+    // itself gave addresses back to it, until a probe read it again.
+    let mut a = actor();
+    a.vsw.inhibit("vsw-a", unix_ms() + 600_000);
+    a.pool.set_releasing(&[ip(3), ip(4)], true);
+    a.on_event(Event::Unassigned {
+        eni: ENI.into(),
+        v4: vec![ip(3), ip(4)],
+        gone_v4: vec![ip(3), ip(4)],
+        gone_v6: Vec::new(),
+        gone_prefixes: Vec::new(),
+        error: None,
+    });
+    assert_eq!(a.vsw.switches().inhibited_until("vsw-a", unix_ms()), None);
+    // An unassign that gave nothing back says nothing of the vswitch.
+    a.vsw.inhibit("vsw-a", unix_ms() + 600_000);
+    a.pool.set_releasing(&[ip(2)], true);
+    a.on_event(Event::Unassigned {
+        eni: ENI.into(),
+        v4: vec![ip(2)],
+        gone_v4: Vec::new(),
+        gone_v6: Vec::new(),
+        gone_prefixes: Vec::new(),
+        error: Some(CloudError::new(
+            CloudErrorKind::Api,
+            "UnassignPrivateIpAddresses",
+            "x",
+        )),
+    });
+    assert!(a
+        .vsw
+        .switches()
+        .inhibited_until("vsw-a", unix_ms())
+        .is_some());
+}
