@@ -24,7 +24,7 @@ mod simulate;
 
 use config::load_config;
 pub use error::exit;
-use error::{bind_error, chain, preflight_error, store_error, DaemonError};
+use error::{bind_error, preflight_error, store_error, DaemonError};
 use restore::{open_state, Restore, Restored};
 use serve::{serve, signals};
 
@@ -59,7 +59,11 @@ struct Running {
     sim: Option<Simulator>,
     notifier: Notifier,
     cfg: Config,
-    config_path: Option<PathBuf>,
+    /// The command line, and the directory `--simulate` put the socket
+    /// in: a reload loads the config as the start did (flags over the
+    /// file), so what a flag set is never taken for a change.
+    args: Args,
+    sock_dir: Option<PathBuf>,
     limits: crate::cloud::InstanceTypeLimits,
     sim_dir: Option<PathBuf>,
     /// Installs `cni_conflist` once the pool is warm (started last).
@@ -179,7 +183,8 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         sim,
         notifier,
         cfg,
-        config_path: args.config.clone(),
+        args: args.clone(),
+        sock_dir,
         limits,
         sim_dir,
         conflist,
