@@ -279,3 +279,42 @@ fn an_eni_detached_while_eniipd_was_down_keeps_its_owners_addresses_until_it_is_
     }
     d.audits_consistent_within(Duration::from_secs(30));
 }
+
+/// `eniip-sim --state-file`: the emulated cloud is saved as it changes,
+/// so after both the emulator and eniipd are killed (a crash, a reboot)
+/// and started again, eniipd finds the cloud it left and every owner
+/// keeps its address.
+#[test]
+fn the_emulator_keeps_its_cloud_in_a_state_file_across_a_crash() {
+    let dir = tempdir("sim-state-file");
+    let world = dir.join("world.json");
+    let world_arg = world.display().to_string();
+    let sim = Sim::quick(&["--state-file", &world_arg]);
+    let cfg = config(&sim, &dir, json!({"min_pool_size": 2, "max_pool_size": 4}));
+    let mut d = Daemon::start(&dir, &cfg);
+    let owners: Vec<String> = (0..3).map(|i| d.ok(&format!("alloc keep/{i}"))).collect();
+    let instance = sim.instance.clone();
+    let enis_before: BTreeSet<String> = sim
+        .managed()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    d.kill9();
+    drop(sim);
+
+    let sim = Sim::quick(&["--state-file", &world_arg]);
+    assert_eq!(sim.instance, instance, "the same instance");
+    let enis_after: BTreeSet<String> = sim
+        .managed()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(enis_after, enis_before, "the same ENIs");
+    let cfg = config(&sim, &dir, json!({"min_pool_size": 2, "max_pool_size": 4}));
+    let d = Daemon::start(&dir, &cfg);
+    for (i, r) in owners.iter().enumerate() {
+        assert_eq!(&d.ok(&format!("show keep/{i}")), r, "keep/{i}");
+    }
+    assert!(!d.log_text().contains("no longer has"), "{}", d.log_text());
+    d.audits_consistent_within(Duration::from_secs(20));
+}
