@@ -1,6 +1,7 @@
 //! README's `socat` commands as a user pastes them: the one-shot request
-//! answers and returns, and the interactive session, whose input stays
-//! open, ends when `quit` is answered (not 90 s later).
+//! answers and returns, the interactive session, whose input stays open,
+//! ends when `quit` is answered (not 90 s later), and requests piped in
+//! are all answered (issue 31: with `-t 0` they printed nothing).
 
 use crate::cnienv;
 use crate::common::{config, eventually, tempdir, Daemon, Sim};
@@ -80,4 +81,33 @@ fn readmes_one_shot_and_interactive_socat_forms_return_when_answered() {
         shown.starts_with("OK enis=") && shown.trim_end().ends_with("OK bye"),
         "{shown}"
     );
+
+    let piped = lines
+        .iter()
+        .find(|l| l.starts_with("printf "))
+        .expect("README has a piped socat line");
+    let mut child = Command::new("sh")
+        .args(["-c", piped])
+        .env("SOCK", &d.socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ended = eventually(Duration::from_secs(20), || {
+        child.try_wait().is_ok_and(|s| s.is_some())
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    let mut shown = String::new();
+    let _ = child.stdout.take().unwrap().read_to_string(&mut shown);
+    assert!(ended, "`{piped}` still runs 20 s after its input ended:\n{shown}");
+    assert!(status.success(), "{piped}: {status}\n{shown}");
+    let finals: Vec<&str> = shown
+        .lines()
+        .filter(|l| eniipd::protocol::is_final_line(l))
+        .collect();
+    assert_eq!(finals.len(), 2, "`{piped}` printed:\n{shown}");
+    assert!(finals[0].starts_with("OK enis="), "{shown}");
 }
