@@ -228,8 +228,6 @@ fn delete_unattached(
 ) -> Result<Vec<Eni>, CloudError> {
     let mut kept = Vec::new();
     for e in tagged_unattached(cloud, instance_id, node_id)? {
-        // Attached to another instance (or on its way there): gone, and
-        // not ours to touch.
         match e.status {
             EniStatus::Available | EniStatus::Detaching => {
                 let e = if e.status == EniStatus::Detaching {
@@ -247,6 +245,8 @@ fn delete_unattached(
                     e.id
                 ));
             }
+            // Attached to another instance (or on its way there): gone
+            // for this one, and not ours to touch.
             _ => {}
         }
     }
@@ -331,10 +331,13 @@ fn keep_detached(
 }
 
 /// The CIDR and gateway of `vswitch` as metadata gives them for any
-/// attached ENI on it; empty and unspecified when none is.
+/// attached ENI on it; empty and unspecified when none is (an ENI that
+/// metadata lists but cannot describe is passed over).
 fn vswitch_facts(md: &dyn MetadataApi, vswitch: &str) -> Result<(String, Ipv4Addr), CloudError> {
     for mac in md.macs()? {
-        let m = md.eni(&mac)?;
+        let Ok(m) = md.eni(&mac) else {
+            continue;
+        };
         if let (true, Some(gw), false) = (
             m.vswitch_id == vswitch,
             m.gateway,
