@@ -24,7 +24,7 @@ const THROTTLED_START_LIMIT: Duration = Duration::from_secs(30 * 60);
 /// all (nothing listens or nothing routes there: not an ECS instance, or
 /// a wrong `metadata_endpoint`) before it gives up naming it. One that
 /// answers, even with errors, gets the whole start-up budget.
-pub(super) const UNREACHABLE_START_LIMIT: Duration = Duration::from_secs(10);
+const UNREACHABLE_START_LIMIT: Duration = Duration::from_secs(10);
 
 /// Retries a start-up cloud read for up to `budget` (up to
 /// [`THROTTLED_START_LIMIT`] while it is throttled); failure is exit 69,

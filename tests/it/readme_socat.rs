@@ -102,7 +102,10 @@ fn readmes_one_shot_and_interactive_socat_forms_return_when_answered() {
     let status = child.wait().unwrap();
     let mut shown = String::new();
     let _ = child.stdout.take().unwrap().read_to_string(&mut shown);
-    assert!(ended, "`{piped}` still runs 20 s after its input ended:\n{shown}");
+    assert!(
+        ended,
+        "`{piped}` still runs 20 s after its input ended:\n{shown}"
+    );
     assert!(status.success(), "{piped}: {status}\n{shown}");
     let finals: Vec<&str> = shown
         .lines()
