@@ -186,6 +186,20 @@ fn sim_eni(sim: &Sim, eni: &str) -> Value {
     common::by_id(&sim.state(), "enis", eni)
 }
 
+/// `AttachNetworkInterface` or `DetachNetworkInterface` of `eni` on the
+/// emulator's instance, behind the daemon's back.
+fn attachment(sim: &Sim, action: &str, eni: &str) {
+    call(
+        sim,
+        action,
+        &[
+            ("RegionId", &sim.region),
+            ("NetworkInterfaceId", eni),
+            ("InstanceId", &sim.instance),
+        ],
+    );
+}
+
 #[test]
 fn an_eni_detached_while_eniipd_was_down_keeps_its_owners_addresses_until_it_is_back() {
     // A small vswitch (28 usable addresses): an address the cloud got
@@ -208,15 +222,7 @@ fn an_eni_detached_while_eniipd_was_down_keeps_its_owners_addresses_until_it_is_
 
     // Behind the daemon's back: only a detach. The addresses stay on the
     // ENI, which stays tagged for this instance.
-    call(
-        &sim,
-        "DetachNetworkInterface",
-        &[
-            ("RegionId", &sim.region),
-            ("NetworkInterfaceId", &eni),
-            ("InstanceId", &sim.instance),
-        ],
-    );
+    attachment(&sim, "DetachNetworkInterface", &eni);
     assert!(eventually(Duration::from_secs(10), || {
         sim_eni(&sim, &eni)["status"] == "Available"
     }));
@@ -253,15 +259,7 @@ fn an_eni_detached_while_eniipd_was_down_keeps_its_owners_addresses_until_it_is_
 
     // The operator attaches it again: its owners are served from it as
     // before, and the pool agrees with the cloud.
-    call(
-        &sim,
-        "AttachNetworkInterface",
-        &[
-            ("RegionId", &sim.region),
-            ("NetworkInterfaceId", &eni),
-            ("InstanceId", &sim.instance),
-        ],
-    );
+    attachment(&sim, "AttachNetworkInterface", &eni);
     d.audits_consistent_within(Duration::from_secs(30));
     for (i, _) in &on_eni {
         assert_eq!(d.ok(&format!("alloc old/{i}")), old[*i], "old/{i}");

@@ -22,6 +22,21 @@ fn readme_socat_lines() -> Vec<String> {
         .collect()
 }
 
+/// Waits up to 20 s for `child` to end (killed past that): whether it
+/// ended, its status and its output.
+fn to_its_end(mut child: std::process::Child) -> (bool, std::process::ExitStatus, String) {
+    let ended = eventually(Duration::from_secs(20), || {
+        child.try_wait().is_ok_and(|s| s.is_some())
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    let mut shown = String::new();
+    let _ = child.stdout.take().unwrap().read_to_string(&mut shown);
+    (ended, status, shown)
+}
+
 #[test]
 fn readmes_one_shot_and_interactive_socat_forms_return_when_answered() {
     if !cnienv::can_run("readme_socat", &["socat"]) {
@@ -62,16 +77,8 @@ fn readmes_one_shot_and_interactive_socat_forms_return_when_answered() {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"status\nquit\n").unwrap();
-    let ended = eventually(Duration::from_secs(20), || {
-        child.try_wait().is_ok_and(|s| s.is_some())
-    });
-    if !ended {
-        let _ = child.kill();
-    }
-    let status = child.wait().unwrap();
+    let (ended, status, shown) = to_its_end(child);
     drop(stdin);
-    let mut shown = String::new();
-    let _ = child.stdout.take().unwrap().read_to_string(&mut shown);
     assert!(
         ended,
         "`{interactive}` still runs 20 s after `quit` was answered:\n{shown}"
@@ -86,22 +93,14 @@ fn readmes_one_shot_and_interactive_socat_forms_return_when_answered() {
         .iter()
         .find(|l| l.starts_with("printf "))
         .expect("README has a piped socat line");
-    let mut child = Command::new("sh")
+    let child = Command::new("sh")
         .args(["-c", piped])
         .env("SOCK", &d.socket)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let ended = eventually(Duration::from_secs(20), || {
-        child.try_wait().is_ok_and(|s| s.is_some())
-    });
-    if !ended {
-        let _ = child.kill();
-    }
-    let status = child.wait().unwrap();
-    let mut shown = String::new();
-    let _ = child.stdout.take().unwrap().read_to_string(&mut shown);
+    let (ended, status, shown) = to_its_end(child);
     assert!(
         ended,
         "`{piped}` still runs 20 s after its input ended:\n{shown}"

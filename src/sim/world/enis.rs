@@ -388,31 +388,13 @@ fn create_description(p: &Params) -> Result<String, ApiError> {
 mod tests {
     use std::time::Duration;
 
-    use super::super::{World, WorldConfig};
+    use super::super::World;
     use super::*;
-    use crate::sim::net::Net4;
-    use crate::util::rand::Rng;
 
     #[test]
     fn metadata_lags_a_detach_as_it_lags_an_attach() {
         let lag = Duration::from_secs(5);
-        let mut w = World::new(
-            WorldConfig {
-                region: "cn-hangzhou".into(),
-                zone: "cn-hangzhou-i".into(),
-                itype: crate::sim::types::find("ecs.g7.xlarge").unwrap(),
-                vswitches: vec![(
-                    "vsw-1".into(),
-                    Net4::parse("192.168.0.0/24").unwrap(),
-                    None,
-                    None,
-                )],
-                attach_delay: Duration::ZERO,
-                metadata_lag: lag,
-            },
-            Rng::seeded(7),
-        )
-        .unwrap();
+        let mut w = World::for_tests(lag);
         let params = |kv: &[(&str, &str)]| -> Params {
             kv.iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
