@@ -3,9 +3,10 @@
 //! in, a [`ClientRequest`] (local verbs, or a core [`Command`]) out; a core
 //! [`Answer`] or [`AllocError`] in, its [`ClientReply`] text out; and on
 //! the other side of the socket, reply lines in, a framed and typed
-//! [`reply::Reply`] out ([`reply`]). Its one piece of I/O is [`client`],
-//! the client side that eniipctl, eniip-cni, the tests and the benches
-//! speak through.
+//! [`reply::Reply`] out ([`reply`]). Its I/O is [`client`], the client
+//! side that eniipctl, eniip-cni, the tests and the benches speak
+//! through, and [`reach`], which says why a client could not reach the
+//! socket and what to do.
 //!
 //! Both sides of the socket own it: the daemon's listener
 //! ([`crate::server`]) parses requests and renders replies; the clients
@@ -21,6 +22,7 @@
 //! the fields it knows and ignores the others ([`reply`]).
 
 pub mod client;
+pub mod reach;
 pub mod reply;
 
 use std::net::IpAddr;
