@@ -37,6 +37,10 @@ use crate::util::time::format_utc;
 pub(crate) const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line, terminator excluded.
 pub const MAX_LINE: usize = 4096;
+/// How the message of the `ERR busy` a socket-activated eniipd answers
+/// while it starts begins (eniipd-protocol(7)): a client takes it for an
+/// eniipd that is not there yet ([`reply::ErrReply::is_starting`]).
+pub const STARTING: &str = "eniipd is starting";
 
 /// One parsed request: a verb the connection answers itself, or a
 /// [`Command`] for the allocator.

@@ -94,7 +94,8 @@ fn wait(listener: &UnixListener) {
 /// What a client is told while the daemon starts.
 fn starting_reply(since: Instant) -> String {
     format!(
-        "ERR busy eniipd is starting (for {} s) and answers once the pool is restored from state and cloud; `journalctl -u eniipd` says what it waits for",
+        "ERR busy {} (for {} s) and answers once the pool is restored from state and cloud; `journalctl -u eniipd` says what it waits for",
+        crate::protocol::STARTING,
         since.elapsed().as_secs()
     )
 }
@@ -159,6 +160,8 @@ mod tests {
             let mut lines = BufReader::new(c).lines();
             let first = lines.next().unwrap().unwrap();
             assert!(first.starts_with("ERR busy eniipd is starting"), "{first}");
+            let err = crate::protocol::reply::ErrReply::parse(&first).unwrap();
+            assert!(err.is_starting(), "{first}");
             assert!(crate::protocol::is_final_line(&first));
             assert!(lines.next().is_none(), "closed after one answer");
         }
