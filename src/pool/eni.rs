@@ -232,6 +232,18 @@ impl Enis {
         }
     }
 
+    /// `id`'s vswitch CIDR and gateway, when they were unknown (an ENI
+    /// kept detached over a restart: metadata did not list it then). A
+    /// known link is never changed.
+    pub(crate) fn learn_vswitch(&mut self, id: &str, cidr: &str, gateway: Ipv4Addr) {
+        if let Some(e) = self.by_id.get_mut(id) {
+            if e.link.cidr.is_empty() && !cidr.is_empty() {
+                e.link.cidr = cidr.to_string();
+                e.link.gateway = gateway;
+            }
+        }
+    }
+
     /// Detaching `id` failed: it is still attached and serves again.
     pub(crate) fn free_failed(&mut self, id: &str) {
         if let Some(e) = self.by_id.get_mut(id) {

@@ -123,6 +123,10 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
     if !pool.enis_mut().retry_limit(id) {
         return;
     }
+    // Kept detached over a restart with its vswitch's facts unknown:
+    // metadata has them now.
+    pool.enis_mut()
+        .learn_vswitch(id, &r.link.cidr, r.link.gateway);
     prefixes(pool, r);
     let cloud_v4 = r.all_v4();
     // Addresses withdrawn while the ENI was away that are back.

@@ -351,3 +351,60 @@ fn create_description(p: &Params) -> Result<String, ApiError> {
     }
     Ok(d)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::super::{Params, World};
+
+    #[test]
+    fn metadata_lags_a_detach_as_it_lags_an_attach() {
+        let lag = Duration::from_secs(5);
+        let mut w = World::for_tests(lag, 7);
+        let params = |kv: &[(&str, &str)]| -> Params {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let inst = w.account().instance_id().to_string();
+        let sg = w.account().sg_id().to_string();
+        let t0 = Instant::now();
+        let made = w
+            .act(
+                "CreateNetworkInterface",
+                "2014-05-26",
+                &params(&[
+                    ("RegionId", "cn-hangzhou"),
+                    ("VSwitchId", "vsw-1"),
+                    ("SecurityGroupId", &sg),
+                ]),
+                t0,
+            )
+            .unwrap();
+        let id = made["NetworkInterfaceId"].as_str().unwrap().to_string();
+        let on = params(&[
+            ("RegionId", "cn-hangzhou"),
+            ("NetworkInterfaceId", &id),
+            ("InstanceId", &inst),
+        ]);
+        w.act("AttachNetworkInterface", "2014-05-26", &on, t0)
+            .unwrap();
+        let mut shown = |at: Instant| w.metadata_enis(at, &inst).iter().any(|e| e.id == id);
+        assert!(!shown(t0 + Duration::from_secs(1)), "an attach lags");
+        assert!(shown(t0 + Duration::from_secs(6)));
+        let t1 = t0 + Duration::from_secs(10);
+        w.act("DetachNetworkInterface", "2014-05-26", &on, t1)
+            .unwrap();
+        let mut shown = |at: Instant| w.metadata_enis(at, &inst).iter().any(|e| e.id == id);
+        assert!(shown(t1 + Duration::from_secs(1)), "a detach lags too");
+        assert!(!shown(t1 + Duration::from_secs(6)));
+        // Attached again: shown once the lag has passed that attach.
+        let t2 = t1 + Duration::from_secs(20);
+        w.act("AttachNetworkInterface", "2014-05-26", &on, t2)
+            .unwrap();
+        let mut shown = |at: Instant| w.metadata_enis(at, &inst).iter().any(|e| e.id == id);
+        assert!(!shown(t2 + Duration::from_secs(1)));
+        assert!(shown(t2 + Duration::from_secs(6)));
+    }
+}

@@ -114,6 +114,30 @@ impl World {
         Ok(w)
     }
 
+    /// A world for unit tests: cn-hangzhou-i, one ecs.g7.xlarge, one
+    /// vswitch vsw-1 (192.168.0.0/24), instant transitions, `metadata_lag`,
+    /// a generator seeded with `seed`.
+    #[cfg(test)]
+    pub(crate) fn for_tests(metadata_lag: Duration, seed: u64) -> World {
+        World::new(
+            WorldConfig {
+                region: "cn-hangzhou".into(),
+                zone: "cn-hangzhou-i".into(),
+                itype: crate::sim::types::find("ecs.g7.xlarge").unwrap(),
+                vswitches: vec![(
+                    "vsw-1".into(),
+                    Net4::parse("192.168.0.0/24").unwrap(),
+                    None,
+                    None,
+                )],
+                attach_delay: Duration::ZERO,
+                metadata_lag,
+            },
+            Rng::seeded(seed),
+        )
+        .unwrap()
+    }
+
     /// Another instance of the account, of type `itype`, with its primary
     /// ENI on the first vswitch; its id.
     pub(crate) fn add_instance(&mut self, itype: &'static InstanceType) -> Result<String, String> {
@@ -298,7 +322,7 @@ impl World {
             .unwrap_or(self.created_at);
         self.enis
             .all()
-            .filter(|e| e.listed_at(instance, t))
+            .filter(|e| e.shown_on(instance, t))
             .map(|e| {
                 let vsw = self.vswitches.get(e.vswitch());
                 let (v4, v6, v4_prefixes) = e.addresses_at(t);

@@ -139,28 +139,12 @@ fn saved_fleet(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{World, WorldConfig};
-    use crate::sim::net::Net4;
-    use crate::util::rand::Rng;
+    use std::time::Duration;
+
+    use super::super::World;
 
     fn world() -> World {
-        World::new(config(), Rng::seeded(7)).unwrap()
-    }
-
-    fn config() -> WorldConfig {
-        WorldConfig {
-            region: "cn-hangzhou".into(),
-            zone: "cn-hangzhou-i".into(),
-            itype: crate::sim::types::find("ecs.g7.xlarge").unwrap(),
-            vswitches: vec![(
-                "vsw-1".into(),
-                Net4::parse("192.168.0.0/24").unwrap(),
-                None,
-                None,
-            )],
-            attach_delay: std::time::Duration::ZERO,
-            metadata_lag: std::time::Duration::ZERO,
-        }
+        World::for_tests(Duration::ZERO, 7)
     }
 
     #[test]
@@ -169,7 +153,7 @@ mod tests {
         let saved = w.saved();
         let mut again = world();
         // Another world (other ids) becomes the saved one.
-        let mut other = World::new(config(), Rng::seeded(8)).unwrap();
+        let mut other = World::for_tests(Duration::ZERO, 8);
         assert_ne!(other.account().instance_id(), w.account().instance_id());
         other.restore(&saved).unwrap();
         assert_eq!(other.account().instance_id(), w.account().instance_id());

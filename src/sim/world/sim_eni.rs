@@ -68,6 +68,11 @@ pub(crate) struct SimEni {
     name: String,
     attached_since: Option<Instant>,
     detach_started: Option<Instant>,
+    /// The attachment the last detach ended: (instance, attached since,
+    /// detach started). Metadata lags a detach as it lags everything, so
+    /// that instance still sees the ENI until the lag has passed its
+    /// detach, though the ENI is attached to nothing (or elsewhere) now.
+    detached_from: Option<(String, Instant, Instant)>,
     deleted_at: Option<Instant>,
 }
 
@@ -108,6 +113,7 @@ impl SimEni {
             name: "primary".into(),
             attached_since: Some(since),
             detach_started: None,
+            detached_from: None,
             deleted_at: None,
         }
     }
@@ -132,6 +138,7 @@ impl SimEni {
             name: new.name,
             attached_since: None,
             detach_started: None,
+            detached_from: None,
             deleted_at: None,
         }
     }
@@ -203,12 +210,18 @@ impl SimEni {
         self.v4.live().count() + self.v4p.live().count()
     }
 
-    /// Listed by metadata at `t` on `instance`: attached by then, its
-    /// detach not yet begun.
-    pub(crate) fn listed_at(&self, instance: &str, t: Instant) -> bool {
-        self.instance.as_deref() == Some(instance)
+    /// Whether metadata at `t` shows it attached to `instance`: attached
+    /// by then, its detach not yet begun; or attached there before its
+    /// last detach began.
+    pub(crate) fn shown_on(&self, instance: &str, t: Instant) -> bool {
+        let now = self.instance.as_deref() == Some(instance)
             && self.attached_since.is_some_and(|a| a <= t)
-            && self.detach_started.is_none_or(|d| d > t)
+            && self.detach_started.is_none_or(|d| d > t);
+        let before = self
+            .detached_from
+            .as_ref()
+            .is_some_and(|(i, a, d)| i == instance && *a <= t && t < *d);
+        now || before
     }
 
     /// Its addresses, IPv6 addresses and /28s as listed at `t`.
@@ -273,6 +286,11 @@ impl SimEni {
             return Err(state_error("InUse", &self.status));
         }
         self.detach_started = Some(now);
+        self.detached_from = self
+            .instance
+            .clone()
+            .zip(self.attached_since)
+            .map(|(i, a)| (i, a, now));
         if delay.is_zero() {
             self.status = EniStatus::Available;
             self.instance = None;
@@ -542,6 +560,7 @@ impl SimEni {
             name: e["name"].as_str().unwrap_or("").to_string(),
             attached_since: attached.then_some(since),
             detach_started: None,
+            detached_from: None,
             deleted_at: None,
         })
     }
@@ -594,10 +613,10 @@ pub(super) mod tests {
         let busy = e.attach("i-1", t0, d).unwrap_err();
         assert_eq!(busy.code, "Operation.Conflict");
         assert!(e.assignable().is_err());
-        assert!(!e.listed_at("i-1", t0 + d), "not attached yet");
+        assert!(!e.shown_on("i-1", t0 + d), "not attached yet");
         assert!(e.settle(t0 + d, Duration::ZERO).is_none());
         assert_eq!(e.status(), &EniStatus::InUse);
-        assert!(e.listed_at("i-1", t0 + d));
+        assert!(e.shown_on("i-1", t0 + d));
         assert!(e.delete(t0 + d, d).is_err(), "in use");
         e.detach(t0 + d, Duration::ZERO).unwrap();
         assert_eq!((e.status(), e.instance()), (&EniStatus::Available, None));
