@@ -141,6 +141,8 @@ fn saved_fleet(
 mod tests {
     use std::time::Duration;
 
+    use serde_json::json;
+
     use super::super::World;
 
     fn world() -> World {
@@ -173,5 +175,19 @@ mod tests {
         let before = again.saved();
         assert!(again.restore(&bad).is_err());
         assert_eq!(again.saved(), before);
+    }
+
+    #[test]
+    fn a_saved_world_that_does_not_read_whole_changes_nothing() {
+        let saved = World::for_tests(Duration::ZERO, 8).saved();
+        let mut w = world();
+        let before = w.saved();
+        for (key, bad) in [("sg_id", json!(7)), ("vpc_id", json!(null))] {
+            let mut s = saved.clone();
+            s[key] = bad;
+            let e = w.restore(&s).unwrap_err();
+            assert!(e.contains(key), "{e}");
+            assert_eq!(w.saved(), before, "{key}: nothing replaced");
+        }
     }
 }
