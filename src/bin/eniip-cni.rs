@@ -14,16 +14,49 @@ Usage: a container runtime runs it with CNI_COMMAND (ADD, DEL, CHECK, GC,
 STATUS, VERSION) and the other CNI_* variables set, and the network
 configuration on stdin. See eniip-cni(8).
 
-Options (by hand only):
-  --help      this text
-  --version   the plugin's version
+Options (by hand, or an init container):
+  --install DIR  copy this binary into the CNI bin dir DIR as eniip-cni,
+                 atomically (a temporary file, fsynced, renamed)
+  --help         this text
+  --version      the plugin's version
 ";
+
+/// `--install DIR`: exit 0 once DIR holds this binary, 1 naming what
+/// failed, 2 on a wrong command line.
+fn install(args: &[String]) -> ExitCode {
+    let [dir] = args else {
+        eprintln!("eniip-cni: --install takes one directory (try --help)");
+        return ExitCode::from(2);
+    };
+    match eniipd::cni::install::install_self(std::path::Path::new(dir)) {
+        Ok((path, how)) => {
+            let how = match how {
+                eniipd::cni::install::Installed::Written => "installed",
+                eniipd::cni::install::Installed::Unchanged => "already installed",
+            };
+            println!(
+                "eniip-cni {} {how} as {}",
+                env!("CARGO_PKG_VERSION"),
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("eniip-cni: --install: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
 
 /// Largest configuration read from stdin.
 const MAX_STDIN: u64 = 4 << 20;
 
 fn main() -> ExitCode {
-    match std::env::args().nth(1).as_deref() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--install") {
+        return install(&args[1..]);
+    }
+    match args.first().map(String::as_str) {
         Some("--help") => {
             print!("{HELP}");
             return ExitCode::SUCCESS;

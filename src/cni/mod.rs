@@ -23,6 +23,7 @@
 
 pub(crate) mod client;
 pub mod datapath;
+pub mod install;
 pub(crate) mod lock;
 pub(crate) mod netlink;
 pub(crate) mod netns;
