@@ -1,10 +1,15 @@
 //! eniipd's line protocol from the plugin's side: one connection per
 //! invocation, requests answered in order, every request with a deadline.
 //!
-//! An eniipd that cannot be reached, that does not answer `ping` within
-//! [`PING_TIMEOUT`] (stopped, hung), that misses a deadline, or that
-//! answers `busy`, `shutting-down`, `timeout` or `cloud`, is CNI error 11
-//! ("try again later"): the runtime retries and nothing is lost.
+//! An eniipd that is away (its socket missing or refusing: stopped,
+//! restarting, replaced by a rollout) is waited for by ADD, up to the
+//! conflist's `daemonWait` ([`Client::connect_waiting`]); past it, and for
+//! the other verbs at once, that is CNI error 11 ("try again later"), as
+//! is an eniipd that does not answer `ping` within [`PING_TIMEOUT`]
+//! (hung), that misses a deadline, or that answers `busy`,
+//! `shutting-down`, `timeout` or `cloud`: the runtime retries and nothing
+//! is lost. [`went_away`] tells an eniipd that went away from one that
+//! refused.
 //!
 //! Deadlines: eniipd answers `ping` from its listener at once, even while
 //! an allocation waits on the cloud, so a connection starts with one. An
@@ -26,6 +31,13 @@ use crate::protocol::is_final_line;
 pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an `alloc` may take in all.
 pub(crate) const ALLOC_DEADLINE: Duration = Duration::from_secs(90);
+/// How long an ADD may take in all, waiting for an eniipd that is away
+/// included: kubelet's runtime request timeout is 2 minutes, past which
+/// it gives up on RunPodSandbox (and containerd kills the plugin), so ADD
+/// answers, with its reason, before that.
+pub(crate) const ADD_BUDGET: Duration = Duration::from_secs(110);
+/// How often an eniipd that is away is looked for.
+pub(crate) const AWAY_POLL: Duration = Duration::from_millis(200);
 /// How long any other answer may take.
 pub(crate) const REPLY_DEADLINE: Duration = Duration::from_secs(10);
 /// How often a waiting `alloc` checks that eniipd still answers.
@@ -46,6 +58,9 @@ pub(crate) struct Answer {
 #[derive(Debug)]
 pub(crate) struct Client {
     socket: PathBuf,
+    /// How long an `alloc` may take ([`ALLOC_DEADLINE`], or what is left
+    /// of an ADD's budget).
+    alloc_limit: Duration,
     writer: UnixStream,
     reader: BufReader<UnixStream>,
 }
@@ -54,11 +69,21 @@ fn unreachable(socket: &Path, e: impl std::fmt::Display) -> CniError {
     CniError::new(
         code::TRY_AGAIN,
         format!(
-            "eniipd is down: it is not reachable at {}",
+            "eniipd is away: it is not reachable at {} (stopped, restarting, or being replaced)",
             socket.display()
         ),
     )
     .details(e.to_string())
+    .eniipd_away()
+}
+
+/// Whether `e` says eniipd cannot be asked now (away, or going): it was
+/// not reachable, it did not answer `ping`, the connection broke, or it
+/// answered `shutting-down`. An idempotent request (`alloc` for a
+/// sandbox, `release` with its sandbox) may be sent again once it is
+/// back, or (a release) queued for it.
+pub(crate) fn went_away(e: &CniError) -> bool {
+    e.away
 }
 
 fn timed_out(e: &std::io::Error) -> bool {
@@ -69,12 +94,41 @@ impl Client {
     /// Connects to eniipd's socket and checks that it answers `ping`
     /// within [`PING_TIMEOUT`].
     pub(crate) fn connect(socket: &Path) -> Result<Client, CniError> {
+        Client::connect_once(socket)
+    }
+
+    /// [`Client::connect`], waiting up to `wait` for an eniipd that
+    /// cannot be asked ([`went_away`]: not listening, not answering).
+    pub(crate) fn connect_waiting(socket: &Path, wait: Duration) -> Result<Client, CniError> {
+        let end = Instant::now() + wait;
+        loop {
+            match Client::connect_once(socket) {
+                Ok(c) => return Ok(c),
+                Err(e) if went_away(&e) && Instant::now() < end => {
+                    let left = end.saturating_duration_since(Instant::now());
+                    std::thread::sleep(left.min(AWAY_POLL));
+                }
+                Err(mut e) => {
+                    if went_away(&e) && !wait.is_zero() {
+                        e.msg.push_str(&format!(
+                            "; waited {} s for it (daemonWait)",
+                            wait.as_secs()
+                        ));
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn connect_once(socket: &Path) -> Result<Client, CniError> {
         let s = UnixStream::connect(socket).map_err(|e| unreachable(socket, e))?;
         s.set_write_timeout(Some(REPLY_DEADLINE))
             .map_err(|e| unreachable(socket, e))?;
         let r = s.try_clone().map_err(|e| unreachable(socket, e))?;
         let mut c = Client {
             socket: socket.to_path_buf(),
+            alloc_limit: ALLOC_DEADLINE,
             writer: s,
             reader: BufReader::new(r),
         };
@@ -87,17 +141,24 @@ impl Client {
                     socket.display()
                 ),
             )
+            .eniipd_away()
         };
         c.exchange("ping", PING_TIMEOUT, false, &late)?
             .map_err(|err| daemon_error("ping", &err))?;
         Ok(c)
     }
 
+    /// An `alloc` on this connection may take at most `limit` (and never
+    /// more than [`ALLOC_DEADLINE`]).
+    pub(crate) fn limit_alloc(&mut self, limit: Duration) {
+        self.alloc_limit = limit.min(ALLOC_DEADLINE);
+    }
+
     /// Sends one request; `Ok` for `OK`, a CNI error for `ERR`, a broken
     /// connection or a missed deadline (see the module doc).
     pub(crate) fn ask(&mut self, line: &str) -> Result<Answer, CniError> {
         let (limit, watch) = match verb(line) {
-            "alloc" => (ALLOC_DEADLINE, true),
+            "alloc" => (self.alloc_limit, true),
             _ => (REPLY_DEADLINE, false),
         };
         let late = || {
@@ -141,6 +202,7 @@ impl Client {
         let broken = |e: &dyn std::fmt::Display| {
             CniError::new(code::TRY_AGAIN, "the connection to eniipd broke")
                 .details(format!("{}: {e}", verb(line)))
+                .eniipd_away()
         };
         let deadline = Instant::now() + limit;
         self.writer
@@ -204,7 +266,13 @@ fn daemon_error(request: &str, line: &str) -> CniError {
         "busy" | "shutting-down" | "timeout" | "cloud" => code::TRY_AGAIN,
         _ => code::DAEMON,
     };
-    CniError::new(cni, super::wording::explain(verb(request), err_code, rest)).details(rest)
+    let e =
+        CniError::new(cni, super::wording::explain(verb(request), err_code, rest)).details(rest);
+    if err_code == "shutting-down" {
+        e.eniipd_away()
+    } else {
+        e
+    }
 }
 
 /// The value of `key=` in an `OK` text.
@@ -227,7 +295,13 @@ mod tests {
             daemon_error("alloc x", "ERR cloud Throttling slow down").code,
             code::TRY_AGAIN
         );
+        assert!(went_away(&daemon_error(
+            "alloc x",
+            "ERR shutting-down stopping"
+        )));
+        assert!(!went_away(&daemon_error("alloc x", "ERR busy")));
         let e = daemon_error("alloc x", "ERR exhausted no IP");
+        assert!(!went_away(&e));
         assert_eq!(e.code, code::DAEMON);
         assert!(e.msg.contains("exhausted"), "{e}");
         assert_eq!(field("released=1.2.3.4", "released"), Some("1.2.3.4"));
@@ -241,5 +315,6 @@ mod tests {
             Ok(_) => panic!("connected"),
         };
         assert_eq!(e.code, code::TRY_AGAIN);
+        assert!(went_away(&e), "{e}");
     }
 }

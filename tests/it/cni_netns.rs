@@ -104,18 +104,21 @@ fn del_with_the_netns_gone_and_across_an_eniipd_restart() {
     w.cni_with("DEL", Some((&id, "".into(), "")), &conf)
         .expect_ok("DEL with empty CNI_NETNS");
 
-    // eniipd down: DEL is "try again later" (11) and nothing is lost.
+    // eniipd away: DEL succeeds (the node side goes, the release is
+    // queued and applied when eniipd is back); ADD with daemonWait 0 is
+    // "try again later" (11) at once.
     w.stop_daemon();
-    let down = w.cni("DEL", Some(&b), &prev(&conf, &rb.json));
-    assert_eq!(down.code(), 11, "{down:?}");
-    let add_down = w.cni("ADD", Some(&Ctr::new(&w, 2)), &conf);
+    w.cni("DEL", Some(&b), &prev(&conf, &rb.json))
+        .expect_ok("DEL with eniipd away");
+    assert!(!b.ping(GATEWAY), "still attached after the DEL");
+    let mut no_wait = conf.clone();
+    no_wait["daemonWait"] = json!(0);
+    let add_down = w.cni("ADD", Some(&Ctr::new(&w, 2)), &no_wait);
     assert_eq!(add_down.code(), 11, "{add_down:?}");
     w.start_daemon();
-    assert!(w.inuse().contains_key(&rb.ip()), "{:?}", w.inuse());
-    assert!(b.ping(GATEWAY), "still attached after the failed DEL");
+    assert!(!w.inuse().contains_key(&rb.ip()), "{:?}", w.inuse());
     w.cni("DEL", Some(&b), &prev(&conf, &rb.json))
-        .expect_ok("DEL after restart");
-    assert!(!w.inuse().contains_key(&rb.ip()));
+        .expect_ok("DEL again after restart");
 }
 
 #[test]

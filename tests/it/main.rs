@@ -21,6 +21,7 @@ mod alloc_sim;
 mod chaos;
 mod cloud_prefix_sim;
 mod cloud_sim;
+mod cni_away;
 mod cni_containerd;
 mod cni_demo;
 mod cni_docs;
