@@ -170,7 +170,7 @@ impl World {
     /// `instance_type`: the emulator's (an ENI of `ecs.g7.large` holds 6
     /// addresses, of `ecs.g7.xlarge` 15).
     pub fn start(instance_type: &str, extra: Value) -> World {
-        World::start_on(instance_type, false, extra)
+        World::start_on(instance_type, false, extra, true)
     }
 
     /// Same in dual stack: eniipd with `ip_stack` `dual` on
@@ -179,10 +179,17 @@ impl World {
     pub fn start_dual(instance_type: &str, extra: Value) -> World {
         let mut extra = extra;
         extra["ip_stack"] = json!("dual");
-        World::start_on(instance_type, true, extra)
+        World::start_on(instance_type, true, extra, true)
     }
 
-    fn start_on(instance_type: &str, dual: bool, extra: Value) -> World {
+    /// The emulator, the node, the VPC and the ENIs, without eniipd:
+    /// whoever runs it (a pod) uses [`World::cfg`]'s endpoints and
+    /// `socket_path`, and [`World::start_daemon`] is never called.
+    pub fn start_without_daemon(instance_type: &str, extra: Value) -> World {
+        World::start_on(instance_type, false, extra, false)
+    }
+
+    fn start_on(instance_type: &str, dual: bool, extra: Value, daemon: bool) -> World {
         let t = tag();
         let node = Netns::new(&format!("eniip-node-{t}"));
         let mut sim_args = vec!["--instance-type", instance_type];
@@ -222,10 +229,10 @@ impl World {
         }
         let dir = tempdir("cni");
         let cfg = config(&sim, &dir, extra);
-        let daemon = Daemon::start(&dir, &cfg);
+        let daemon = daemon.then(|| Daemon::start(&dir, &cfg));
         World {
             hotplug: Some(hotplug),
-            daemon: Some(daemon),
+            daemon,
             sim,
             dir,
             cfg,
@@ -240,8 +247,14 @@ impl World {
         self.daemon.as_ref().unwrap()
     }
 
+    /// eniipd's socket (the config's `socket_path`).
     pub fn socket(&self) -> PathBuf {
-        self.daemon().socket.clone()
+        PathBuf::from(self.cfg["socket_path"].as_str().expect("socket_path"))
+    }
+
+    /// One request to eniipd, the whole reply.
+    pub fn ask(&self, line: &str) -> Vec<String> {
+        crate::common::ask(&self.socket(), line)
     }
 
     /// The plugin's network configuration.
@@ -291,8 +304,7 @@ impl World {
 
     /// The ENIs that hold an address in use, from eniipd's `list`.
     pub fn enis_in_use(&self) -> BTreeSet<String> {
-        self.daemon()
-            .ask("list")
+        self.ask("list")
             .iter()
             .filter(|l| l.contains(" inuse "))
             .map(|l| l.split(' ').nth(3).unwrap().to_string())
@@ -301,8 +313,7 @@ impl World {
 
     /// `ip=owner` of every in-use address, from eniipd's `list`.
     pub fn inuse(&self) -> BTreeMap<String, String> {
-        self.daemon()
-            .ask("list")
+        self.ask("list")
             .iter()
             .filter_map(|l| {
                 let w: Vec<&str> = l.split(' ').collect();
