@@ -482,6 +482,11 @@ pub(crate) fn keep_lines(ids: &[String]) -> Vec<String> {
     lines
 }
 
+/// The interface name runtimes give a pod's network (kubelet through
+/// containerd and CRI-O, podman's first network): the host end of an
+/// allocation that recorded none is looked for under it.
+const DEFAULT_IFNAME: &str = "eth0";
+
 fn gc(conf: &NetConf) -> Result<(), CniError> {
     let mut ids: Vec<String> = conf
         .valid_attachments
@@ -500,8 +505,10 @@ fn gc(conf: &NetConf) -> Result<(), CniError> {
         let mut words = line.split(' ');
         let ip = words.next().and_then(|s| s.parse::<Ipv4Addr>().ok());
         let owner = words.next().unwrap_or("");
+        let sandbox = words.next().filter(|s| *s != "-");
         // The host end eniipd recorded at ADD: found even when the ADD was
-        // killed before its rules existed (cleanup_ip finds ends by rule).
+        // killed before its rules existed (cleanup_ip finds ends by rule
+        // and by route).
         let veth = words
             .find_map(|w| w.strip_prefix("veth="))
             .filter(|v| v.starts_with(datapath::HOST_PREFIX));
@@ -514,10 +521,20 @@ fn gc(conf: &NetConf) -> Result<(), CniError> {
                 continue;
             }
         };
-        if let Some(v) = veth {
-            if let Err(e) = datapath::teardown(v) {
-                first_err.get_or_insert(datapath_error(e));
+        let removed = match (veth, sandbox) {
+            (Some(v), _) => datapath::teardown(v),
+            // An allocation that recorded no host end (an older plugin's,
+            // or made while eniipd could not read the netns): the one ADD
+            // names after the sandbox's container id and eth0, when it
+            // routes nobody else's address.
+            (None, Some(s)) => {
+                let named = datapath::host_veth_name(s, DEFAULT_IFNAME);
+                datapath::teardown_unless_routing_another(&named, ip).map(|_| ())
             }
+            (None, None) => Ok(()),
+        };
+        if let Err(e) = removed {
+            first_err.get_or_insert(datapath_error(e));
         }
         if let Err(e) = datapath::cleanup_ip(ip) {
             first_err.get_or_insert(datapath_error(e));

@@ -171,12 +171,16 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     let conflist = conflist::Installer::start(&cfg, conflist_bytes, alloc.commands())?;
     let reaper = match cfg.cni.sandbox_reap_interval {
         d if d.is_zero() => None,
-        d => Some(reaper::Reaper::spawn(Arc::clone(&alloc), d).map_err(|e| {
-            DaemonError::new(
-                exit::FAILURE,
-                format!("cannot start the sandbox reaper: {e}"),
-            )
-        })?),
+        d => Some(
+            reaper::Reaper::spawn(Arc::clone(&alloc), d, cfg.cni.sandbox_reap_grace).map_err(
+                |e| {
+                    DaemonError::new(
+                        exit::FAILURE,
+                        format!("cannot start the sandbox reaper: {e}"),
+                    )
+                },
+            )?,
+        ),
     };
     let queued = queued::Watcher::spawn(queue, alloc.commands()).map_err(|e| {
         DaemonError::new(

@@ -2,7 +2,8 @@
 //! items 1 to 7): a CNI_NETNS that is the plugin's own namespace or no
 //! network namespace at all, interface names the kernel refuses, two ADDs
 //! of one container at once, an owner made to collide, a host end left by
-//! a killed ADD, a hung eniipd, and two links with the ENI's MAC.
+//! a killed ADD (with or without the name recorded by eniipd), a hung
+//! eniipd, and two links with the ENI's MAC.
 //! Needs root and `ip`; says SKIPPED loudly otherwise (and fails under
 //! ENIIPD_CI=1).
 
@@ -252,6 +253,63 @@ fn gc_removes_the_host_end_of_an_add_killed_before_its_rules() {
     w.cni("GC", None, &gc).expect_ok("GC");
     let links = w.node_ip(&["-o", "link"]);
     assert!(!links.contains(&veth), "{links}");
+    assert_eq!(w.inuse().len(), 1, "{:?}", w.inuse());
+    assert!(live.ping(cnienv::GATEWAY), "{}", w.diag());
+}
+
+/// An allocation that recorded no host end (`alloc` without `veth=`: an
+/// older eniip-cni's, or one made while eniipd could not read the netns)
+/// whose ADD was killed half way: GC removes its host end all the same,
+/// found by its host route when it has one, and by the name ADD gives it
+/// (the container id and eth0) when it has nothing else (issue 31 item
+/// 5). A host end of that name that routes another address is left.
+#[test]
+fn gc_removes_the_host_end_of_an_allocation_that_named_none() {
+    if !can_run("cni GC without veth=", &[]) {
+        return;
+    }
+    let w = World::start(XLARGE, json!({}));
+    let conf = w.conf("1.1.0", json!({}));
+    let live = Ctr::new(&w, 0);
+    w.cni("ADD", Some(&live), &conf).expect_ok("ADD");
+    // Killed after its host route and before its rule; killed right after
+    // its veth; and one whose host end routes another address.
+    let routed = Ctr::new(&w, 1);
+    let bare = Ctr::new(&w, 2);
+    let other = Ctr::new(&w, 3);
+    let mut ends = Vec::new();
+    for (c, route) in [
+        (&routed, Some(None)),
+        (&bare, None),
+        (&other, Some(Some("10.255.0.7".to_string()))),
+    ] {
+        let veth = eniipd::cni::datapath::host_veth_name(&c.id, "eth0");
+        let owner = format!("{}/{}", w.network, c.id);
+        let got = w.daemon().ok(&format!("alloc {owner} sandbox={}", c.id));
+        let ip = crate::common::field(&got, "ip");
+        w.node_ip(&[
+            "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &c.ns.name,
+        ]);
+        w.node_ip(&["link", "set", &veth, "up"]);
+        if let Some(to) = route {
+            let to = to.unwrap_or_else(|| ip.clone());
+            w.node_ip(&["route", "add", &format!("{to}/32"), "dev", &veth]);
+        }
+        ends.push((veth, ip));
+    }
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": live.id, "ifname": "eth0"}]);
+    w.cni("GC", None, &gc).expect_ok("GC");
+    let links = w.node_ip(&["-o", "link"]);
+    let routes = w.node_ip(&["route"]);
+    for (veth, ip) in &ends[..2] {
+        assert!(!links.contains(veth.as_str()), "{veth} left:\n{links}");
+        assert!(
+            !routes.contains(&format!("{ip} ")),
+            "the route to {ip} left:\n{routes}"
+        );
+    }
+    assert!(links.contains(ends[2].0.as_str()), "{links}");
     assert_eq!(w.inuse().len(), 1, "{:?}", w.inuse());
     assert!(live.ping(cnienv::GATEWAY), "{}", w.diag());
 }

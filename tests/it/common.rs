@@ -302,6 +302,18 @@ impl Daemon {
 
     /// Starts without waiting.
     pub fn spawn(dir: &Path, cfg: &Value, extra_args: &[&str]) -> Daemon {
+        Daemon::spawn_wrapped(&[], dir, cfg, extra_args)
+    }
+
+    /// [`Daemon::start`] with the command line prefixed by `wrap` (as
+    /// `unshare --pid --fork`: the process is then the wrapper's).
+    pub fn start_wrapped(wrap: &[&str], dir: &Path, cfg: &Value) -> Daemon {
+        let d = Daemon::spawn_wrapped(wrap, dir, cfg, &[]);
+        d.wait_ready(Duration::from_secs(60));
+        d
+    }
+
+    fn spawn_wrapped(wrap: &[&str], dir: &Path, cfg: &Value, extra_args: &[&str]) -> Daemon {
         let config = dir.join("eni.json");
         fs::write(&config, serde_json::to_vec_pretty(cfg).unwrap()).unwrap();
         let notify_path = dir.join(format!("n{}.sock", rand_suffix()));
@@ -312,7 +324,10 @@ impl Daemon {
             .append(true)
             .open(&log)
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_eniipd"))
+        let eniipd = env!("CARGO_BIN_EXE_eniipd");
+        let child = Command::new(wrap.first().copied().unwrap_or(eniipd))
+            .args(wrap.iter().skip(1))
+            .args(wrap.first().map(|_| eniipd))
             .arg("--config")
             .arg(&config)
             .args(extra_args)
