@@ -9,24 +9,12 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::cnienv::{can_run, plugin, run_bin, Ctr, World, GATEWAY};
+use crate::cnienv::{can_run, plugin, run_bin, with_prev, Ctr, World, GATEWAY};
 use crate::common::eventually;
 
 const LARGE: &str = "ecs.g7.large";
-
-fn pod(w: &World, n: usize, name: &str) -> Ctr {
-    let mut c = Ctr::new(w, n);
-    c.args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}");
-    c
-}
-
-fn prev(conf: &Value, result: &Value) -> Value {
-    let mut c = conf.clone();
-    c["prevResult"] = result.clone();
-    c
-}
 
 /// The releases queued beside the test eniipd's socket.
 fn queued(w: &World) -> Vec<String> {
@@ -46,20 +34,20 @@ fn an_add_waits_for_eniipd_and_a_del_queues_its_release() {
     }
     let mut w = World::start(LARGE, json!({}));
     let conf = w.conf("1.0.0", json!({}));
-    let a = pod(&w, 0, "web-a");
+    let a = Ctr::pod(&w, 0, "web-a");
     let ra = w.cni("ADD", Some(&a), &conf).expect_ok("ADD a");
     let ip_a = ra.ip();
 
     w.stop_daemon();
     // DEL while eniipd is away: success; the node side is gone; the
     // release waits in the queue.
-    w.cni("DEL", Some(&a), &prev(&conf, &ra.json))
+    w.cni("DEL", Some(&a), &with_prev(&conf, &ra.json))
         .expect_ok("DEL with eniipd away");
     w.assert_no_host_end();
     assert_eq!(queued(&w).len(), 1, "{:?}", queued(&w));
     // CHECK and STATUS say eniipd is away.
-    let b = pod(&w, 1, "web-b");
-    let check = w.cni("CHECK", Some(&a), &prev(&conf, &ra.json));
+    let b = Ctr::pod(&w, 1, "web-b");
+    let check = w.cni("CHECK", Some(&a), &with_prev(&conf, &ra.json));
     assert_eq!(check.code(), 11, "{check:?}");
     assert!(check.stdout.contains("eniipd is away"), "{check:?}");
     let status = w.cni("STATUS", None, &w.conf("1.1.0", json!({})));
@@ -99,7 +87,7 @@ fn an_add_past_daemon_wait_is_error_11_saying_so() {
     }
     let mut w = World::start(LARGE, json!({}));
     w.stop_daemon();
-    let c = pod(&w, 0, "web-0");
+    let c = Ctr::pod(&w, 0, "web-0");
     let t = Instant::now();
     let out = w.cni("ADD", Some(&c), &w.conf("1.0.0", json!({"daemonWait": 1})));
     assert_eq!(out.code(), 11, "{out:?}");
@@ -125,9 +113,9 @@ fn a_late_queued_release_never_takes_a_newer_sandboxs_address() {
     let conf = w.conf("1.0.0", json!({}));
     // The pod's first sandbox, then its second (the same owner): the
     // address moves to the new sandbox.
-    let old = pod(&w, 0, "db-0");
+    let old = Ctr::pod(&w, 0, "db-0");
     let r_old = w.cni("ADD", Some(&old), &conf).expect_ok("ADD old sandbox");
-    let new = pod(&w, 1, "db-0");
+    let new = Ctr::pod(&w, 1, "db-0");
     let r_new = w.cni("ADD", Some(&new), &conf).expect_ok("ADD new sandbox");
     assert_eq!(r_old.ip(), r_new.ip());
     // The old sandbox's release arrives late, through the queue, while

@@ -521,7 +521,22 @@ pub struct Ctr {
     pub args: String,
 }
 
+/// `conf` with `prevResult` set to `result` (as a runtime sends DEL and
+/// CHECK).
+pub fn with_prev(conf: &Value, result: &Value) -> Value {
+    let mut c = conf.clone();
+    c["prevResult"] = result.clone();
+    c
+}
+
 impl Ctr {
+    /// A pod sandbox named as a kubelet names it (`default/<name>`).
+    pub fn pod(world: &World, n: usize, name: &str) -> Ctr {
+        let mut c = Ctr::new(world, n);
+        c.args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}");
+        c
+    }
+
     pub fn new(world: &World, n: usize) -> Ctr {
         let id = format!("ctr{}x{n}", world.tag);
         Ctr {
