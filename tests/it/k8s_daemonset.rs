@@ -92,8 +92,9 @@ fn the_reaper_in_the_shipped_pod_reaps_a_dead_sandbox_and_keeps_live_ones() {
     if !kube::can("kubelet path, reaper") {
         return;
     }
-    // Only the interval is the test's: 2 s instead of the default 60 s.
-    let (n, _) = ready_node(json!({"sandbox_reap_interval": 2}));
+    // Only the pace is the test's: a look every 2 s instead of 60 s, and
+    // no grace beyond the two looks in a row (600 s by default).
+    let (n, _) = ready_node(json!({"sandbox_reap_interval": 2, "sandbox_reap_grace": 0}));
     let mut pods = Vec::new();
     for i in 0..4 {
         let name = format!("app-{i}");
@@ -142,6 +143,17 @@ fn the_reaper_in_the_shipped_pod_reaps_a_dead_sandbox_and_keeps_live_ones() {
             n.eniipd_log()
         );
     };
+    // With the node's PID namespace (hostPID) it sees every process.
+    let blind =
+        n.w.ask("metrics")
+            .into_iter()
+            .find(|l| l.starts_with("eniipd_sandbox_reaper_blind "));
+    assert_eq!(
+        blind.as_deref(),
+        Some("eniipd_sandbox_reaper_blind 0"),
+        "{}",
+        n.eniipd_log()
+    );
     die_and_be_reaped(0, 1);
     // A second one dies after the first was reaped: when it is reaped
     // too, the reaper has looked at least twice more at the live pods.
@@ -216,6 +228,8 @@ fn rollouts_during_a_pod_storm_fail_no_pod_and_leak_no_address() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
     let rollouts = 5;
+    // A flood: side by side with another it would measure the machine.
+    let _turn = crate::common::one_flood_at_a_time();
     let (n, _) = ready_node(json!({}));
     let storm = Mutex::new(Storm::default());
     // ip -> the pod holding it, from RunPodSandbox to its StopPodSandbox.
