@@ -142,13 +142,18 @@ pub struct Queued {
 }
 
 /// The releases queued in `dir`, at most [`MAX_PER_PASS`] (eniipd's
-/// side). A missing folder is an empty queue.
+/// side). A missing folder is an empty queue; one that someone other than
+/// root (or this process's user) owns, or that others may write to, is
+/// refused (`PermissionDenied`): a queued release is applied without the
+/// socket's access check, so only who may release may queue.
 pub fn pending(dir: &Path) -> io::Result<Vec<Queued>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(d) => d,
+    let meta = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
+    trusted(&meta)?;
+    let entries = std::fs::read_dir(dir)?;
     let mut out = Vec::new();
     for e in entries.flatten() {
         if out.len() >= MAX_PER_PASS {
@@ -163,6 +168,30 @@ pub fn pending(dir: &Path) -> io::Result<Vec<Queued>> {
         out.push(Queued { path, release });
     }
     Ok(out)
+}
+
+fn trusted(meta: &std::fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = nix::unistd::geteuid().as_raw();
+    let why = if !meta.is_dir() {
+        Some("it is not a directory".to_string())
+    } else if meta.uid() != 0 && meta.uid() != me {
+        Some(format!("it is owned by uid {}", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!(
+            "its mode {:o} lets others write to it",
+            meta.mode() & 0o777
+        ))
+    } else {
+        None
+    };
+    match why {
+        None => Ok(()),
+        Some(w) => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("not applied: {w}"),
+        )),
+    }
 }
 
 fn read(path: &Path) -> Result<Command, String> {
@@ -282,6 +311,22 @@ mod tests {
             dir_for(&d.join("real/eniipd.sock")),
             d.join("real").join(DIR)
         );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_queue_others_may_write_to_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = tempdir();
+        let sock = d.join("eniipd.sock");
+        queue(&sock, "eniip/x", "s1").unwrap();
+        let q = dir_for(&sock);
+        std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o733)).unwrap();
+        let e = pending(&q).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("733"), "{e}");
+        std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(pending(&q).unwrap().len(), 1);
         std::fs::remove_dir_all(&d).unwrap();
     }
 

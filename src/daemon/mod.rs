@@ -149,7 +149,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     let (alloc, limits) = start_allocator(&cfg, &held, signals)?;
     // The DELs that came while eniipd was away, before any new request.
     let queue = crate::releases::dir_for(&cfg.socket_path);
-    queued::apply(&queue, &alloc.commands());
+    queued::apply_logged(&queue, &alloc.commands(), &mut None);
 
     let (server, socket) = listen(&cfg, pre.socket_gid, alloc.commands())?;
     crate::metrics::set_connection_source(server.connection_counter());

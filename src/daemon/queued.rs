@@ -26,16 +26,11 @@ pub(super) struct Pass {
     pub(super) kept: usize,
 }
 
-/// Applies what is queued in `dir` now.
-pub(super) fn apply(dir: &Path, commands: &Commands) -> Pass {
+/// Applies what is queued in `dir` now; the queue's own error (it cannot
+/// be read, or is not trusted) is returned for the caller to report.
+pub(super) fn apply(dir: &Path, commands: &Commands) -> std::io::Result<Pass> {
     let mut pass = Pass::default();
-    let queued = match releases::pending(dir) {
-        Ok(q) => q,
-        Err(e) => {
-            warn!("cannot read the queued releases in {}: {e}", dir.display());
-            return pass;
-        }
-    };
+    let queued = releases::pending(dir)?;
     for q in queued {
         let release = match &q.release {
             Ok(c) => c.clone(),
@@ -76,7 +71,21 @@ pub(super) fn apply(dir: &Path, commands: &Commands) -> Pass {
             pass.released, pass.nothing, pass.kept
         );
     }
-    pass
+    Ok(pass)
+}
+
+/// [`apply`], its queue's error logged once until it changes.
+pub(super) fn apply_logged(dir: &Path, commands: &Commands, last_error: &mut Option<String>) {
+    match apply(dir, commands) {
+        Ok(_) => *last_error = None,
+        Err(e) => {
+            let e = e.to_string();
+            if last_error.as_deref() != Some(e.as_str()) {
+                warn!("the releases queued in {}: {e}", dir.display());
+            }
+            *last_error = Some(e);
+        }
+    }
 }
 
 /// The thread that applies releases queued after the start.
@@ -91,12 +100,15 @@ impl Watcher {
         let (stop, stop_rx) = bounded::<()>(1);
         let handle = std::thread::Builder::new()
             .name("eniipd-queued".into())
-            .spawn(move || loop {
-                match stop_rx.recv_timeout(RESCAN) {
-                    Err(RecvTimeoutError::Timeout) => {
-                        apply(&dir, &commands);
+            .spawn(move || {
+                let mut last_error = None;
+                loop {
+                    match stop_rx.recv_timeout(RESCAN) {
+                        Err(RecvTimeoutError::Timeout) => {
+                            apply_logged(&dir, &commands, &mut last_error)
+                        }
+                        _ => return,
                     }
-                    _ => return,
                 }
             })?;
         Ok(Watcher { stop, handle })
