@@ -69,13 +69,17 @@ pub struct Containerd {
     _link: Option<HostSocketLink>,
 }
 
-/// A node's paths for [`Containerd::start_as_node`]: each test folder is
-/// bind-mounted on its node path (created empty on the host if missing,
-/// and left there, as [`ShippedSocket`] leaves `/run/eniipd`) in
-/// containerd's private mount namespace, whose mounts are shared within
-/// it (so `HostToContainer` propagation works as on a node whose `/` is a
-/// shared mount, systemd's default).
+/// A node's paths for [`Containerd::start_as_node`], in containerd's
+/// private mount namespace, whose mounts are shared within it (so
+/// `HostToContainer` propagation works as on a node whose `/` is a shared
+/// mount, systemd's default). First each `tmpfs` folder gets an empty
+/// tmpfs there (hiding the host's, for containerd only), then each test
+/// folder of `binds` is bind-mounted on its node path: made inside a
+/// tmpfs of `tmpfs`, else an existing folder of the host (or one made
+/// empty on `/run` and left there, as [`ShippedSocket`] leaves
+/// `/run/eniipd`). Nothing else of the host is created or changed.
 pub struct NodeMounts {
+    pub tmpfs: Vec<&'static str>,
     pub binds: Vec<(PathBuf, &'static str)>,
 }
 
@@ -254,9 +258,21 @@ impl Containerd {
         let mut script = String::from("mount --make-rshared / ");
         let mut argv = vec![format!("--net={}", cnienv::s(&w.node.path()))];
         argv.extend(["unshare", "-m", "--propagation", "private", "sh", "-c"].map(String::from));
+        for t in &node.tmpfs {
+            assert!(Path::new(t).is_dir(), "{t}: no such folder to cover");
+            script.push_str(&format!("&& mount -t tmpfs -o mode=0755 tmpfs {t} "));
+        }
         let mut sources = Vec::new();
         for (i, (src, at)) in node.binds.iter().enumerate() {
-            std::fs::create_dir_all(at).unwrap();
+            if node.tmpfs.iter().any(|t| Path::new(at).starts_with(t)) {
+                script.push_str(&format!("&& mkdir -p {at} "));
+            } else {
+                assert!(
+                    Path::new(at).is_dir() || at.starts_with("/run/"),
+                    "{at} is not on this host: it would have to be made"
+                );
+                std::fs::create_dir_all(at).unwrap();
+            }
             std::fs::create_dir_all(src).unwrap();
             script.push_str(&format!("&& mount --bind \"${{{}}}\" {at} ", i + 1));
             sources.push(cnienv::s(src));

@@ -130,16 +130,14 @@ fn the_reaper_in_the_shipped_pod_reaps_a_dead_sandbox_and_keeps_live_ones() {
             "containerd removed {name}'s netns {}",
             p.netns
         );
-        let reaped =
-            n.w.ask("metrics")
-                .into_iter()
-                .find(|l| l.starts_with("eniipd_sandbox_reaped_total{reason=\"netns-empty\"}"));
-        assert_eq!(
-            reaped,
-            Some(format!(
-                "eniipd_sandbox_reaped_total{{reason=\"netns-empty\"}} {count}"
-            )),
-            "{}",
+        // The count follows the release a moment later.
+        let want = format!("eniipd_sandbox_reaped_total{{reason=\"netns-empty\"}} {count}");
+        assert!(
+            eventually(Duration::from_secs(10), || n
+                .w
+                .ask("metrics")
+                .contains(&want)),
+            "no {want}\n{}",
             n.eniipd_log()
         );
     };

@@ -9,13 +9,15 @@
 //! [`cnienv::World`] (no eniipd of the test's own); containerd in the
 //! node's network namespace with containerd's default CNI folders, and the
 //! manifest's hostPaths that eniipd and the runtime share (`/opt/cni/bin`,
-//! `/etc/cni/net.d`, `/run/eniipd`, `/var/lib/eniipd`) bound from test
-//! folders in containerd's mount namespace (`/run/netns` is the node's
-//! own); the emulator's endpoints reachable from the node's namespace at
+//! `/etc/cni/net.d`, `/run/eniipd`) bound from test folders in
+//! containerd's mount namespace (`/run/netns` is the node's own; the
+//! host's `/opt` is covered by a tmpfs there, so nothing is made on the
+//! host); the emulator's endpoints reachable from the node's namespace at
 //! the same addresses ([`Bridge`]). What the test changes of the shipped
-//! files: the ConfigMap's `eni.json` gains the emulator's endpoints (and,
-//! for the reaper, a short `sandbox_reap_interval`); the credentials come
-//! from the optional Secret the manifest names.
+//! files: the state's hostPath (`/var/lib/eniipd`, which only eniipd
+//! reads) is moved under the test's root; the ConfigMap's `eni.json` gains
+//! the emulator's endpoints (and, for the reaper, a faster pace); the
+//! credentials come from the optional Secret the manifest names.
 
 // `pub` here means "for the tests", not an API (as in cnienv).
 #![allow(unreachable_pub, missing_debug_implementations)]
@@ -206,7 +208,7 @@ impl Node {
         let dirs = [
             "opt-cni-bin",
             "etc-cni-net.d",
-            "var-lib-eniipd",
+            "state",
             "run-eniipd",
             "kubelet",
         ];
@@ -220,11 +222,12 @@ impl Node {
             Bridge::new(&w.node, &w.sim.ecs, &root),
             Bridge::new(&w.node, &w.sim.metadata, &root),
         ];
+        // The host's /opt stays as it is: containerd sees a tmpfs there.
         let node = NodeMounts {
+            tmpfs: vec!["/opt"],
             binds: vec![
                 (root.join("opt-cni-bin"), "/opt/cni/bin"),
                 (root.join("etc-cni-net.d"), "/etc/cni/net.d"),
-                (root.join("var-lib-eniipd"), "/var/lib/eniipd"),
                 (run.clone(), "/run/eniipd"),
             ],
         };
@@ -241,6 +244,8 @@ impl Node {
         );
         eni = crate::common::merged(eni, eni_json);
         let setup = json!({
+            // Only eniipd reads its state: moved under the test's root.
+            "hostpaths": {"/var/lib/eniipd": cnienv::s(&root.join("state"))},
             "configmaps": {"eniipd-config": {"eni.json": eni.to_string()}},
             "secrets": {"eniipd-credentials": {
                 "access_key_id": eniipd::sim::DEFAULT_ACCESS_KEY_ID,
@@ -250,7 +255,7 @@ impl Node {
         Node {
             cni_bin: root.join("opt-cni-bin"),
             cni_conf: root.join("etc-cni-net.d"),
-            state: root.join("var-lib-eniipd"),
+            state: root.join("state"),
             run,
             root: root.join("kubelet"),
             eniipd: Mutex::new(None),

@@ -9,8 +9,9 @@ prints {"error": ...} and exits 1.
 
     kubelet.py SOCKET up MANIFEST ROOT SETUP_JSON
         runs the pod; SETUP_JSON: {"name": pod name, "configmaps": {name:
-        {key: text}}, "secrets": {name: {key: text}}}; ROOT holds what
-        kubelet keeps on the node (the ConfigMap volumes, logs)
+        {key: text}}, "secrets": {name: {key: text}}, "hostpaths": {path:
+        where the test keeps it}}; ROOT holds what kubelet keeps on the
+        node (the ConfigMap volumes, logs)
     kubelet.py SOCKET probe MANIFEST CONTAINER_ID CONTAINER KIND
         one run of the container's KIND probe (startup, liveness,
         readiness)
@@ -86,12 +87,13 @@ def env_of(c, secrets):
     return out
 
 
-def volume_paths(pod, root, configmaps):
-    """Volume name -> (host path, always read-only)."""
+def volume_paths(pod, root, configmaps, moved):
+    """Volume name -> (host path, always read-only); `moved` maps a
+    hostPath to where the test keeps it."""
     paths = {}
     for v in pod.get("volumes", []):
         if "hostPath" in v:
-            path = v["hostPath"]["path"]
+            path = moved.get(v["hostPath"]["path"], v["hostPath"]["path"])
             if v["hostPath"].get("type") == "DirectoryOrCreate":
                 os.makedirs(path, mode=0o755, exist_ok=True)
             paths[v["name"]] = (path, False)
@@ -192,7 +194,7 @@ def up(rt, manifest, root, setup):
     )
     pod_id = rt.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=sandbox),
                               timeout=DEADLINE_S).pod_sandbox_id
-    paths = volume_paths(pod, root, setup.get("configmaps", {}))
+    paths = volume_paths(pod, root, setup.get("configmaps", {}), setup.get("hostpaths", {}))
     secrets = setup.get("secrets", {})
     out = {"pod": pod_id, "init": [], "containers": {}}
     for c in pod.get("initContainers", []):
