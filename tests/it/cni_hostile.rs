@@ -128,7 +128,13 @@ fn a_bad_environment_is_refused_first_and_touches_nothing() {
     assert_eq!(node_state(&w), before, "{}", w.diag());
     // The same node still serves a real pod.
     let out = w.cni("ADD", Some(&ctr), &conf).expect_ok("ADD");
-    assert!(ctr.ping(cnienv::GATEWAY), "{}", w.diag());
+    // The emulated VPC routes a new address once it has seen it in the
+    // emulator's state (a poll every 30 ms), maybe just after the ADD.
+    assert!(
+        eventually(Duration::from_secs(5), || ctr.ping(cnienv::GATEWAY)),
+        "{}",
+        w.diag()
+    );
     assert!(!out.ip().is_empty());
 }
 
