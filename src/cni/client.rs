@@ -173,7 +173,9 @@ fn daemon_error(verb: &str, err: &ErrReply) -> CniError {
         _ => code::DAEMON,
     };
     let e = CniError::new(cni, wording::explain(verb, err)).details(err.to_string());
-    if err.code() == "shutting-down" {
+    // Stopping, or started by socket activation and not ready yet: either
+    // way it is away for now, and ADD waits for it as for a missing one.
+    if err.code() == "shutting-down" || err.is_starting() {
         e.eniipd_away()
     } else {
         e
@@ -196,6 +198,16 @@ mod tests {
         assert_eq!(e.code, code::TRY_AGAIN);
         assert!(went_away(&e));
         assert!(!went_away(&daemon_error("alloc", &err("ERR busy"))));
+        let starting = format!(
+            "ERR busy {} (for 6 s): not ready yet",
+            crate::protocol::STARTING
+        );
+        let e = daemon_error("ping", &err(&starting));
+        assert_eq!(e.code, code::TRY_AGAIN);
+        assert!(
+            went_away(&e),
+            "a socket-activated eniipd that is starting is away: {e}"
+        );
         let e = daemon_error("alloc", &err("ERR cloud Throttling slow down"));
         assert_eq!(e.code, code::TRY_AGAIN);
         let e = daemon_error("alloc", &err("ERR exhausted no IP"));
