@@ -137,6 +137,18 @@ def container_config(c, pod, paths, secrets, root, attempt=0):
     )
     if "runAsUser" in sc:
         linux_sc.run_as_user.value = sc["runAsUser"]
+    # kubelet passes the profile both ways: the field and the legacy string.
+    apparmor = sc.get("appArmorProfile")
+    if apparmor:
+        kind = apparmor["type"]
+        if kind == "Unconfined":
+            linux_sc.apparmor.profile_type = api_pb2.SecurityProfile.Unconfined
+            linux_sc.apparmor_profile = "unconfined"
+        elif kind == "RuntimeDefault":
+            linux_sc.apparmor.profile_type = api_pb2.SecurityProfile.RuntimeDefault
+            linux_sc.apparmor_profile = "runtime/default"
+        else:
+            raise SystemExit(f"container {c['name']}: appArmorProfile {kind} is not played here")
     limits = c.get("resources", {}).get("limits", {})
     resources = api_pb2.LinuxContainerResources()
     if "memory" in limits:
