@@ -410,6 +410,26 @@ mod tests {
     }
 
     #[test]
+    fn a_vswitch_unknown_at_a_restart_is_learnt_once_and_a_known_one_kept() {
+        let mut e = Enis::default();
+        let unknown = EniInfo {
+            cidr: String::new(),
+            gateway: Ipv4Addr::UNSPECIFIED,
+            ..link("eni-1")
+        };
+        e.add(unknown, Ipv4Addr::new(10, 0, 0, 1));
+        e.learn_vswitch("eni-1", "", Ipv4Addr::new(10, 0, 0, 9));
+        assert_eq!(e.get("eni-1").unwrap().link().cidr, "", "nothing to learn");
+        e.learn_vswitch("eni-1", "10.0.0.0/24", Ipv4Addr::new(10, 0, 0, 253));
+        e.learn_vswitch("eni-1", "10.9.0.0/24", Ipv4Addr::new(10, 9, 0, 253));
+        let l = e.get("eni-1").unwrap().link();
+        assert_eq!(
+            (l.cidr.as_str(), l.gateway),
+            ("10.0.0.0/24", Ipv4Addr::new(10, 0, 0, 253))
+        );
+    }
+
+    #[test]
     fn an_eni_is_added_once_without_its_ipv6_half_and_holds_its_prefixes() {
         let mut e = one();
         e.asked("eni-1", false);
