@@ -204,6 +204,7 @@ fn floors(work: &Path) -> (f64, f64, usize) {
             sandbox: Some(format!("{:064x}", u128::from(i) * 7919)),
             ipv4: std::net::Ipv4Addr::from(0x0a00_0000 + i),
             ipv6: None,
+            ipv6_prefix: None,
             eni: "eni-bp1abcdefghijklmnopq".into(),
             at_ms: 1_700_000_000_000,
             attach: None,

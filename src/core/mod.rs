@@ -19,7 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub use attach::Attachment;
 pub(crate) use attach::NsId;
 pub use command::{Answer, Collected, Command, Commands, Envelope};
-pub use prefix::Ipv4Prefix;
+pub use prefix::{Ipv4Prefix, Ipv6Prefix};
 
 /// Longest owner or sandbox id.
 pub(crate) const MAX_ID: usize = 255;
@@ -246,6 +246,9 @@ pub struct Allocation {
     pub ip: Ipv4Addr,
     /// The IPv6 address (dual stack).
     pub ipv6: Option<Ipv6Addr>,
+    /// The /80 of its ENI `ipv6` was carved from (dual stack, prefix
+    /// mode), when it was.
+    pub ipv6_prefix: Option<Ipv6Prefix>,
     /// The ENI holding it.
     pub eni: String,
     /// When it was handed out (Unix ms).
@@ -263,6 +266,8 @@ pub(crate) struct Hold {
     pub(crate) ip: Ipv4Addr,
     /// Its IPv6 pair.
     pub(crate) ipv6: Option<Ipv6Addr>,
+    /// The /80 `ipv6` was carved from, when it was.
+    pub(crate) ipv6_prefix: Option<Ipv6Prefix>,
     /// The ENI it is on.
     pub(crate) eni: String,
     /// Who may take it back.

@@ -425,6 +425,7 @@ mod tests {
             sandbox: None,
             ip: "192.168.0.11".parse().unwrap(),
             ipv6: Some("2408:4005:300::11".parse().unwrap()),
+            ipv6_prefix: None,
             eni: "eni-abc".into(),
             since_ms: 1,
             attach: None,

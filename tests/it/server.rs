@@ -38,6 +38,7 @@ fn allocation(owner: &Owner, n: usize) -> Allocation {
         sandbox: None,
         ip: format!("10.0.0.{}", 10 + n).parse().unwrap(),
         ipv6: None,
+        ipv6_prefix: None,
         eni: "eni-test".into(),
         since_ms: 0,
         attach: None,

@@ -302,6 +302,8 @@ mod tests {
                 v6: Vec::new(),
                 prefixes: Vec::new(),
                 prefix_fallback: false,
+                v6_prefixes: Vec::new(),
+                v6_prefix_fallback: false,
             },
             in_metadata: true,
         }
