@@ -415,11 +415,21 @@ fn adopt(
         },
         primary,
     );
+    // Its /80s before its addresses: an address without a single IPv6 of
+    // the cloud's then carves its IPv6 from the first (and an owner
+    // recorded with a carved one gets it back when restored).
+    if dual {
+        for p in &e.ipv6_prefixes {
+            pool.add_v6_prefix(&e.id, *p);
+        }
+    }
+    let carved = |b: &Ipv6Addr| e.ipv6_prefixes.iter().any(|p| p.contains(*b));
     let mut v6_left: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
     let mut unpaired4 = Vec::new();
     for a in &e.private_ips {
         match known_pairs.get(a) {
             Some(b) if dual && v6_left.remove(b) => pool.add_ip(&e.id, *a, Some(*b)),
+            Some(b) if dual && carved(b) => pool.add_ip(&e.id, *a, None),
             _ if dual => unpaired4.push(*a),
             _ => pool.add_ip(&e.id, *a, None),
         }

@@ -90,6 +90,7 @@ impl Ipv6Prefix {
     }
 
     /// The host part of `a` (which it contains).
+    #[cfg(test)]
     pub(crate) fn host(a: Ipv6Addr) -> u64 {
         (u128::from(a) & u128::from(Self::HOST_MAX)) as u64
     }
