@@ -215,6 +215,8 @@ pub(crate) struct EniModeGauge {
     pub(crate) singles: u64,
     /// Its /28 prefixes.
     pub(crate) prefixes: u64,
+    /// Its IPv6 /80 prefixes (dual stack).
+    pub(crate) v6_prefixes: u64,
 }
 
 fn escape(v: &str) -> String {
@@ -307,6 +309,20 @@ pub fn render(g: &Gauges) -> String {
                 "eniipd_eni_prefixes{{eni=\"{}\"}} {}",
                 escape(&m.eni),
                 m.prefixes
+            );
+        }
+        header(
+            &mut out,
+            "eniipd_eni_ipv6_prefixes",
+            "gauge",
+            "IPv6 /80 prefixes per ENI (prefix mode, dual stack).",
+        );
+        for m in &g.eni_modes {
+            let _ = writeln!(
+                out,
+                "eniipd_eni_ipv6_prefixes{{eni=\"{}\"}} {}",
+                escape(&m.eni),
+                m.v6_prefixes
             );
         }
     }

@@ -348,6 +348,9 @@ pub struct EniEntry {
     pub inhibited_until: Option<u64>,
     /// Prefix mode only: how its addresses are held.
     pub prefixes: Option<PrefixUse>,
+    /// The IPv6 /80 its addresses' IPv6 are carved from (dual stack), if
+    /// it holds one.
+    pub v6_prefix: Option<Ipv6Prefix>,
 }
 
 /// How an ENI holds its addresses in prefix mode.

@@ -116,6 +116,7 @@ pub(crate) fn eni_entries(
             pending: e.pending(),
             inhibited_until: inhibited(e.vswitch()),
             prefixes: fallback.map(|f| prefix_use(pool, e, f(e.vswitch()))),
+            v6_prefix: e.carve_prefix(),
         })
         .collect()
 }
@@ -141,6 +142,7 @@ pub(crate) fn eni_modes(pool: &PoolState) -> Vec<crate::metrics::EniModeGauge> {
                 crate::metrics::EniModeGauge {
                     eni: e.id().to_string(),
                     prefixes: e.prefixes().len() as u64,
+                    v6_prefixes: e.v6_prefixes().len() as u64,
                     ..Default::default()
                 },
             )

@@ -19,6 +19,7 @@ mod podman;
 mod shipped;
 
 mod alloc_prefix_sim;
+mod alloc_v6prefix_sim;
 mod alloc_sim;
 mod chaos;
 mod cli;

@@ -119,6 +119,7 @@ impl Fake {
                 pending: 0,
                 inhibited_until: None,
                 prefixes: None,
+                v6_prefix: None,
             }]),
             Cmd::Audit => Answer::Audit(if held().contains_key("drift") {
                 vec!["address 10.0.0.99 is on eni eni-test in the cloud but unknown locally".into()]

@@ -40,6 +40,7 @@ pub(super) fn eni_entries(
                 singles: 0,
                 fallback: fallback(c.vswitch),
             }),
+            v6_prefix: None,
         });
     }
     out
