@@ -487,8 +487,9 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
     let cd = cold(bins, work, false, true);
     let cdp = cold(bins, work, true, true);
     let ratios = |a: &Value, b: &Value| {
-        let ratio =
-            |k: &str| a[k].as_f64().unwrap_or(f64::NAN) / b[k].as_f64().unwrap_or(f64::NAN).max(1e-9);
+        let ratio = |k: &str| {
+            a[k].as_f64().unwrap_or(f64::NAN) / b[k].as_f64().unwrap_or(f64::NAN).max(1e-9)
+        };
         json!({
             "assign_or_create_ratio": ratio("assign_or_create"),
             "calls_total_ratio": ratio("calls_total"),
@@ -596,7 +597,11 @@ fn print_table(r: &Value) {
             "prefix_vs_secondary",
             "calls_total_ratio",
         ),
-        ("cold 100, dual stack: wall time (ms)", "cold_burst_dual", "wall_ms"),
+        (
+            "cold 100, dual stack: wall time (ms)",
+            "cold_burst_dual",
+            "wall_ms",
+        ),
         (
             "cold 100, dual stack: assign + create calls (both stacks)",
             "cold_burst_dual",

@@ -297,20 +297,35 @@ mod tests {
         let now = 1_000;
         let v6 = |dual, mode, held: (bool, bool), inhibit| next_v6(dual, mode, held, inhibit, now);
         assert_eq!(v6(false, true, (true, false), None), None, "IPv4 stack");
-        assert_eq!(v6(true, true, (true, true), Some(now + 1)), Some(V6From::Prefix));
+        assert_eq!(
+            v6(true, true, (true, true), Some(now + 1)),
+            Some(V6From::Prefix)
+        );
         assert_eq!(
             v6(true, false, (true, false), None),
             Some(V6From::Prefix),
             "a /80 held is used with the mode off too"
         );
-        assert_eq!(v6(true, true, (false, false), None), Some(V6From::NewPrefix));
-        assert_eq!(v6(true, true, (false, false), Some(now)), Some(V6From::NewPrefix));
-        assert_eq!(v6(true, true, (false, false), Some(now + 1)), Some(V6From::Single));
+        assert_eq!(
+            v6(true, true, (false, false), None),
+            Some(V6From::NewPrefix)
+        );
+        assert_eq!(
+            v6(true, true, (false, false), Some(now)),
+            Some(V6From::NewPrefix)
+        );
+        assert_eq!(
+            v6(true, true, (false, false), Some(now + 1)),
+            Some(V6From::Single)
+        );
         assert_eq!(v6(true, true, (false, true), None), Some(V6From::Single));
         assert_eq!(v6(true, false, (false, false), None), Some(V6From::Single));
         // /28s only where the pairs come from a /80.
         assert_eq!(kind_with(Kind::Prefix, Some(V6From::Single)), Kind::Single);
-        assert_eq!(kind_with(Kind::Prefix, Some(V6From::NewPrefix)), Kind::Prefix);
+        assert_eq!(
+            kind_with(Kind::Prefix, Some(V6From::NewPrefix)),
+            Kind::Prefix
+        );
         assert_eq!(kind_with(Kind::Prefix, None), Kind::Prefix);
         assert_eq!(kind_with(Kind::Single, Some(V6From::Prefix)), Kind::Single);
         // 10 IPv6 per ENI, 4 used, 3 in flight of which 2 in /28s.

@@ -297,7 +297,13 @@ fn ask_v6_prefix(
 
 /// An Assigned event for `units` that asked nothing of the IPv4 side: the
 /// /80 was refused (`v6_refused`) or the call could not be made.
-fn not_asked(on: &OnEni<'_>, units: &[Unit], prefixes: bool, v6_refused: bool, error: CloudError) -> Event {
+fn not_asked(
+    on: &OnEni<'_>,
+    units: &[Unit],
+    prefixes: bool,
+    v6_refused: bool,
+    error: CloudError,
+) -> Event {
     Event::Assigned {
         eni: on.eni.to_string(),
         tickets: units.iter().map(|u| u.ticket).collect(),

@@ -12,11 +12,11 @@ use super::ratelimit::RateLimiter;
 use super::retry::RetryPolicy;
 use super::rpc::{RpcClient, Timeouts};
 use super::sign::SignatureVersion;
-use super::{Ipv4Prefix, Ipv6Prefix};
 use super::{
     ecs, vpc, CloudApi, CreateEni, Eni, EniQuery, InstanceTypeLimits, MetadataApi, VSwitch,
     ECS_VERSION, VPC_VERSION,
 };
+use super::{Ipv4Prefix, Ipv6Prefix};
 
 /// How to reach the cloud.
 #[derive(Debug, Clone)]

@@ -523,23 +523,36 @@ mod tests {
         e.refuse_v6_prefix("eni-1");
         assert!(e.get("eni-1").unwrap().v6_refused());
         e.gave_back("eni-1");
-        assert!(!e.get("eni-1").unwrap().v6_refused(), "a give-back lifts it");
+        assert!(
+            !e.get("eni-1").unwrap().v6_refused(),
+            "a give-back lifts it"
+        );
         e.refuse_v6_prefix("eni-1");
         assert!(e.retry_limit("eni-1"));
-        assert!(!e.get("eni-1").unwrap().v6_refused(), "a settled reconcile too");
+        assert!(
+            !e.get("eni-1").unwrap().v6_refused(),
+            "a settled reconcile too"
+        );
         assert!(e.add_v6_prefix("eni-1", q));
         assert!(e.add_v6_prefix("eni-1", p));
         assert!(!e.add_v6_prefix("eni-1", p), "held already");
         assert!(!e.add_v6_prefix("eni-9", p));
         let x = e.get("eni-1").unwrap();
         assert_eq!(x.v6_prefixes(), [q, p]);
-        assert_eq!(x.carve_prefix(), Some(q), "the first it got, not the lowest");
+        assert_eq!(
+            x.carve_prefix(),
+            Some(q),
+            "the first it got, not the lowest"
+        );
         e.check().unwrap();
         e.remove_v6_prefix("eni-1", q);
         assert_eq!(e.get("eni-1").unwrap().carve_prefix(), Some(p));
         e.mark_gone("eni-1");
         e.refuse_v6_prefix("eni-1");
         e.gave_back("eni-1");
-        assert!(e.get("eni-1").unwrap().v6_refused(), "a gone ENI is asked nothing");
+        assert!(
+            e.get("eni-1").unwrap().v6_refused(),
+            "a gone ENI is asked nothing"
+        );
     }
 }

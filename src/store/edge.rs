@@ -199,13 +199,18 @@ mod tests {
         };
         assert_eq!(rec.ipv6_prefix.as_deref(), Some("2408::9:0:0:0/80"));
         let json = serde_json::to_string(&rec).unwrap();
-        assert!(json.contains(r#""ipv6_prefix":"2408::9:0:0:0/80""#), "{json}");
+        assert!(
+            json.contains(r#""ipv6_prefix":"2408::9:0:0:0/80""#),
+            "{json}"
+        );
         assert_eq!(rec.to_core(), Some(a.clone()));
         // Without one, the field is not written (older files read alike).
         let Record::Alloc(plain) = Record::alloc(&allocation()) else {
             panic!("an alloc record");
         };
-        assert!(!serde_json::to_string(&plain).unwrap().contains("ipv6_prefix"));
+        assert!(!serde_json::to_string(&plain)
+            .unwrap()
+            .contains("ipv6_prefix"));
         for bad in ["2408::/64", "nonsense", "2408:0:0:0:8::/80"] {
             rec.ipv6_prefix = Some(bad.into());
             let back = rec.to_core().unwrap();

@@ -19,7 +19,12 @@ use eniipd::protocol::client::Client;
 use serde_json::{json, Value};
 
 fn sim() -> Sim {
-    Sim::quick(&["--instance-type", "ecs.g7.4xlarge", "--vswitch", DUAL_VSWITCH])
+    Sim::quick(&[
+        "--instance-type",
+        "ecs.g7.4xlarge",
+        "--vswitch",
+        DUAL_VSWITCH,
+    ])
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -33,8 +38,14 @@ fn cloud_prefixes(sim: &Sim) -> BTreeMap<String, (Vec<Ipv4Prefix>, Vec<Ipv6Prefi
     sim.managed()
         .iter()
         .map(|e| {
-            let v4 = strings(&e["ipv4_prefixes"]).iter().map(|p| p.parse().unwrap()).collect();
-            let v6 = strings(&e["ipv6_prefixes"]).iter().map(|p| p.parse().unwrap()).collect();
+            let v4 = strings(&e["ipv4_prefixes"])
+                .iter()
+                .map(|p| p.parse().unwrap())
+                .collect();
+            let v6 = strings(&e["ipv6_prefixes"])
+                .iter()
+                .map(|p| p.parse().unwrap())
+                .collect();
             (e["id"].as_str().unwrap().to_string(), (v4, v6))
         })
         .collect()
@@ -84,10 +95,19 @@ fn check_carved(sim: &Sim, pairs: &BTreeMap<String, Pair>) {
     let cloud = cloud_prefixes(sim);
     let v4: BTreeSet<_> = pairs.values().map(|p| p.0).collect();
     let v6: BTreeSet<_> = pairs.values().map(|p| p.1).collect();
-    assert_eq!((v4.len(), v6.len()), (pairs.len(), pairs.len()), "{pairs:?}");
+    assert_eq!(
+        (v4.len(), v6.len()),
+        (pairs.len(), pairs.len()),
+        "{pairs:?}"
+    );
     for (owner, (a, b, eni)) in pairs {
-        let (p4, p6) = cloud.get(eni).unwrap_or_else(|| panic!("{owner}: {eni} not in the cloud"));
-        assert!(p4.iter().any(|p| p.contains(*a)), "{owner}: {a} in no /28 of {eni}: {p4:?}");
+        let (p4, p6) = cloud
+            .get(eni)
+            .unwrap_or_else(|| panic!("{owner}: {eni} not in the cloud"));
+        assert!(
+            p4.iter().any(|p| p.contains(*a)),
+            "{owner}: {a} in no /28 of {eni}: {p4:?}"
+        );
         assert_eq!(p6.len(), 1, "{eni} holds one /80: {p6:?}");
         assert!(p6[0].contains(*b), "{owner}: {b} not in {eni}'s {}", p6[0]);
     }
@@ -104,7 +124,9 @@ fn cfg(sim: &Sim, dir: &std::path::Path, prefix: bool) -> Value {
 #[test]
 fn cold_100_dual_stack_cost_two_calls_and_kill9_keeps_every_pair() {
     let sim = sim();
-    let free80 = sim.state()["vswitches"][0]["free_v6_prefixes"].as_u64().unwrap();
+    let free80 = sim.state()["vswitches"][0]["free_v6_prefixes"]
+        .as_u64()
+        .unwrap();
     let dir = tempdir("v6pfx100");
     let mut d = Daemon::start(&dir, &cfg(&sim, &dir, true));
     let replies = burst(&d, "cold", 100);
@@ -121,7 +143,9 @@ fn cold_100_dual_stack_cost_two_calls_and_kill9_keeps_every_pair() {
     check_carved(&sim, &pairs);
     let managed = cloud_prefixes(&sim).len() as u64;
     assert_eq!(
-        sim.state()["vswitches"][0]["free_v6_prefixes"].as_u64().unwrap(),
+        sim.state()["vswitches"][0]["free_v6_prefixes"]
+            .as_u64()
+            .unwrap(),
         free80 - managed,
         "each managed ENI took one /80 of the vswitch"
     );
@@ -145,11 +169,18 @@ fn cold_100_dual_stack_cost_two_calls_and_kill9_keeps_every_pair() {
     d.kill9();
     let d = Daemon::start(&dir, &cfg(&sim, &dir, true));
     for (owner, p) in &pairs {
-        assert_eq!(&pair(&d.ok(&format!("show {owner}"))), p, "{owner} after kill -9");
+        assert_eq!(
+            &pair(&d.ok(&format!("show {owner}"))),
+            p,
+            "{owner} after kill -9"
+        );
     }
     d.audits_consistent_within(Duration::from_secs(10));
     let fresh = pair(&d.ok("alloc cold/new"));
-    assert!(pairs.values().all(|p| p.1 != fresh.1), "{fresh:?} is someone's");
+    assert!(
+        pairs.values().all(|p| p.1 != fresh.1),
+        "{fresh:?} is someone's"
+    );
 }
 
 #[test]
@@ -168,7 +199,11 @@ fn turning_v6_prefixes_off_and_on_keeps_every_address_handed_out() {
     // Off: the carved pairs stay their owners'; new pods get pairs too.
     let mut d = Daemon::start(&dir, &cfg(&sim, &dir, false));
     for (o, p) in &held {
-        assert_eq!(&pair(&d.ok(&format!("show {o}"))), p, "{o} with the option off");
+        assert_eq!(
+            &pair(&d.ok(&format!("show {o}"))),
+            p,
+            "{o} with the option off"
+        );
     }
     for i in 0..5 {
         let o = format!("off/pod-{i}");
@@ -179,7 +214,11 @@ fn turning_v6_prefixes_off_and_on_keeps_every_address_handed_out() {
     // On again: everything kept.
     let d = Daemon::start(&dir, &cfg(&sim, &dir, true));
     for (o, p) in &held {
-        assert_eq!(&pair(&d.ok(&format!("show {o}"))), p, "{o} with the option on again");
+        assert_eq!(
+            &pair(&d.ok(&format!("show {o}"))),
+            p,
+            "{o} with the option on again"
+        );
     }
     let v6: BTreeSet<_> = held.values().map(|p| p.1).collect();
     assert_eq!(v6.len(), held.len(), "{held:?}");
@@ -189,7 +228,10 @@ fn turning_v6_prefixes_off_and_on_keeps_every_address_handed_out() {
 #[test]
 fn a_vswitch_with_no_80_to_give_serves_single_ipv6_addresses() {
     let sim = sim();
-    let vsw = sim.state()["vswitches"][0]["id"].as_str().unwrap().to_string();
+    let vsw = sim.state()["vswitches"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     sim.vswitch(&format!(r#"{{"id":"{vsw}","free_v6_prefixes":0}}"#));
     let dir = tempdir("v6pfxnone");
     let d = Daemon::start(&dir, &cfg(&sim, &dir, true));

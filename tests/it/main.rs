@@ -19,8 +19,8 @@ mod podman;
 mod shipped;
 
 mod alloc_prefix_sim;
-mod alloc_v6prefix_sim;
 mod alloc_sim;
+mod alloc_v6prefix_sim;
 mod chaos;
 mod cli;
 mod cloud_prefix_sim;

@@ -326,13 +326,7 @@ impl Planning<'_> {
         let (op, op_permit) =
             self.inflight
                 .begin_create(slots, vswitch.clone(), shape.tickets, tickets);
-        let job = CreateJob::new(
-            self.opts,
-            (op, vswitch),
-            shape.singles,
-            shape.prefixes,
-            v6,
-        );
+        let job = CreateJob::new(self.opts, (op, vswitch), shape.singles, shape.prefixes, v6);
         self.threads
             .create(job, op_permit)
             .map_err(|e| format!("cannot start an ENI operation thread: {e}").into())

@@ -149,8 +149,10 @@ mod tests {
     #[test]
     fn one_worker_per_eni_and_a_stopped_one_is_joined() {
         let mut w = workers();
-        w.start(("eni-1", "00:16:3e:00:00:01", false), None).unwrap();
-        w.start(("eni-1", "00:16:3e:00:00:01", false), None).unwrap();
+        w.start(("eni-1", "00:16:3e:00:00:01", false), None)
+            .unwrap();
+        w.start(("eni-1", "00:16:3e:00:00:01", false), None)
+            .unwrap();
         w.start(("eni-2", "00:16:3e:00:00:02", false), Some(2))
             .unwrap();
         assert_eq!(w.by_eni.len(), 2);

@@ -13,8 +13,7 @@ use super::account::Account;
 use super::eni_table::SimEnis;
 use super::params::{
     asked, err, int, invalid, list, missing, mixed_prefixes, mixed_v6_prefixes, need,
-    prefix_request, tags, v6_prefix_request,
-    tags_match, ApiError, Asked, Params,
+    prefix_request, tags, tags_match, v6_prefix_request, ApiError, Asked, Params,
 };
 use super::sim_eni::{NewEni, SimEni};
 use super::vswitch::Vswitches;

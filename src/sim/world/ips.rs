@@ -114,8 +114,7 @@ impl AddressActions<'_> {
         let asked6 = asked6.ok_or_else(|| missing("Ipv6AddressCount"))?;
         let e = self.enis.get(&id)?;
         e.assignable()?;
-        if e.v6_slots() + asked6.len() > self.account.itype_of(e.instance()).ipv6_per_eni as usize
-        {
+        if e.v6_slots() + asked6.len() > self.account.itype_of(e.instance()).ipv6_per_eni as usize {
             return Err(err(
                 403,
                 "InvalidOperation.Ipv6CountExceeded",
@@ -137,7 +136,12 @@ impl AddressActions<'_> {
     /// AssignIpv6Addresses with `Ipv6PrefixCount` or `Ipv6Prefix.N`: a /80
     /// takes one slot of the ENI's IPv6 quota. The answer lists the /80s
     /// as strings (`Ipv6PrefixSets.Ipv6Prefix`), unlike Describe.
-    fn assign_v6_prefixes(&mut self, id: &str, req: &Asked, now: Instant) -> Result<Value, ApiError> {
+    fn assign_v6_prefixes(
+        &mut self,
+        id: &str,
+        req: &Asked,
+        now: Instant,
+    ) -> Result<Value, ApiError> {
         let e = self.enis.get(id)?;
         e.assignable()?;
         if e.v6_slots() + req.len() > self.account.itype_of(e.instance()).ipv6_per_eni as usize {
@@ -150,8 +154,10 @@ impl AddressActions<'_> {
         let vsw = e.vswitch().to_string();
         let bases = self.vswitches.take_v6_prefixes(self.rng, &vsw, req)?;
         self.enis.get_mut(id)?.add_v6p(&bases, now);
-        Ok(json!({"NetworkInterfaceId": id, "Ipv6Sets": {"Ipv6Address": []},
-            "Ipv6PrefixSets": {"Ipv6Prefix": bases.iter().map(|b| format!("{b}/80")).collect::<Vec<_>>()}}))
+        Ok(
+            json!({"NetworkInterfaceId": id, "Ipv6Sets": {"Ipv6Address": []},
+            "Ipv6PrefixSets": {"Ipv6Prefix": bases.iter().map(|b| format!("{b}/80")).collect::<Vec<_>>()}}),
+        )
     }
 
     /// UnassignIpv6Addresses (`Ipv6Address.N`, `Ipv6Prefix.N` or both),

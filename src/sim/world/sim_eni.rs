@@ -402,7 +402,11 @@ impl SimEni {
         self.assignable()?;
         self.v6p.unassign(
             wanted,
-            |a, w| w.strip_suffix("/80").and_then(|s| s.parse::<Ipv6Addr>().ok()) == Some(*a),
+            |a, w| {
+                w.strip_suffix("/80")
+                    .and_then(|s| s.parse::<Ipv6Addr>().ok())
+                    == Some(*a)
+            },
             "IPv6 prefix",
             now,
         )

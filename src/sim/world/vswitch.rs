@@ -287,13 +287,18 @@ impl Vsw {
     fn index80(&self, net: Net6, p: Ipv6Addr) -> Option<u64> {
         let host = host6(net, p);
         let i = (host >> 48) as u64;
-        let aligned = host & ((1u128 << 48) - 1) == 0 && u128::from(p) & !(u128::MAX >> net.prefix) == net.base;
+        let aligned = host & ((1u128 << 48) - 1) == 0
+            && u128::from(p) & !(u128::MAX >> net.prefix) == net.base;
         (aligned && i >= SINGLES_80 && i < self.v6_prefixes_in_block()).then_some(i)
     }
 
     /// Takes `n` free /80s (from a random one, from `seed`, on, wrapping);
     /// their network addresses. No IPv6 block or no room is refused.
-    pub(crate) fn take_v6_prefixes(&mut self, seed: u64, n: usize) -> Result<Vec<Ipv6Addr>, ApiError> {
+    pub(crate) fn take_v6_prefixes(
+        &mut self,
+        seed: u64,
+        n: usize,
+    ) -> Result<Vec<Ipv6Addr>, ApiError> {
         let Some(net) = self.cidr6 else {
             return Err(self.no_ipv6());
         };
@@ -334,7 +339,10 @@ impl Vsw {
             |i| self.used80.contains(i),
         )?;
         self.used80.extend(idx.iter().copied());
-        Ok(idx.into_iter().map(|i| net.at(u128::from(i) << 48)).collect())
+        Ok(idx
+            .into_iter()
+            .map(|i| net.at(u128::from(i) << 48))
+            .collect())
     }
 
     /// Gives /80s (by network address) back.
@@ -803,5 +811,75 @@ mod tests {
         assert_eq!(v.taken().0.len(), 0);
         v.mark_taken(&a, &b, &p);
         assert_eq!(v.taken(), before);
+    }
+
+    #[test]
+    fn v6_prefixes_are_80s_of_the_block_apart_from_single_addresses() {
+        let mut s = one(None);
+        let v = s.or_404("vsw-a").unwrap();
+        // A /64 holds 65536 /80s; the first two are the singles'.
+        assert_eq!(v.free_v6_prefixes(), 65534);
+        let free4 = v.free();
+        let singles = v.take_v6(7, 50).unwrap();
+        let got = v.take_v6_prefixes(7, 3).unwrap();
+        assert_eq!(v.free_v6_prefixes(), 65531);
+        assert_eq!(
+            v.free(),
+            free4,
+            "a /80 is not counted in the IPv4 free count"
+        );
+        let net = u128::from(
+            "2408:4005:300:ab00::"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap(),
+        );
+        for p in &got {
+            let host = u128::from(*p) - net;
+            assert_eq!(host & ((1 << 48) - 1), 0, "{p} is /80-aligned");
+            assert!(host >> 48 >= 2, "{p} is past the singles' /80s");
+            assert!(singles
+                .iter()
+                .all(|a| u128::from(*a) >> 48 != u128::from(*p) >> 48));
+        }
+        // Named: inside the block, aligned, free, past the singles'.
+        let code = |r: Result<Vec<std::net::Ipv6Addr>, super::ApiError>| r.unwrap_err().code;
+        let w = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            code(v.take_specific_v6_prefixes(&w(&["2408:4005:300:ab00::/80"]))),
+            "InvalidVSwitchId.IpInvalid"
+        );
+        assert_eq!(
+            code(v.take_specific_v6_prefixes(&w(&["2408:4005:300:ab00:9:1::/80"]))),
+            "InvalidVSwitchId.IpInvalid"
+        );
+        let taken = format!("{}/80", got[0]);
+        assert_eq!(
+            code(v.take_specific_v6_prefixes(&w(&[taken.as_str()]))),
+            "InvalidIp.IpAssigned"
+        );
+        assert_eq!(
+            v.take_specific_v6_prefixes(&w(&["2408:4005:300:ab00:9::/80"]))
+                .unwrap()
+                .len(),
+            1
+        );
+        // Given back once; no room is the API's answer for it.
+        v.give_v6_prefixes(&got);
+        assert_eq!(v.free_v6_prefixes(), 65533);
+        v.set_v6_prefix_cap(Some(0));
+        assert_eq!(
+            code(v.take_v6_prefixes(1, 1)),
+            "InvalidVSwitchId.IpNotEnough"
+        );
+        v.set_v6_prefix_cap(None);
+        // No IPv6 block: refused.
+        let v4 = Net4::parse("10.0.1.0/24").unwrap();
+        let mut s4 = Vswitches::new("z", &[("vsw-b".into(), v4, None, None)]).unwrap();
+        let b = s4.or_404("vsw-b").unwrap();
+        assert_eq!(b.free_v6_prefixes(), 0);
+        assert_eq!(
+            code(b.take_v6_prefixes(1, 1)),
+            "InvalidVSwitch.Ipv6NotTurnOn"
+        );
     }
 }
