@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use eniipd::daemon::args::{self, Command};
 
 fn main() -> ExitCode {
+    // Before any thread starts: one malloc arena for every thread.
+    eniipd::util::memory::one_arena();
     let code = match args::parse(std::env::args().skip(1)) {
         Ok(Command::Help) => {
             print!("{}", args::HELP);
