@@ -9,14 +9,25 @@
 //! idle. One arena is enough for a daemon whose rate is bounded by its
 //! disk commits (the per-thread cache, `tcache`, still serves small
 //! allocations without the lock), and [`release_free`] returns the free
-//! pages once the clients have gone.
+//! pages once the clients have gone. An arena count the environment sets
+//! (`MALLOC_ARENA_MAX`, `GLIBC_TUNABLES`) is left as it is: see
+//! eniipd(8), ENVIRONMENT.
 //!
 //! On a C library other than glibc both are no-ops: its allocator is left
 //! as it is.
 
-/// Every thread allocates from the main arena. Call it first thing in
-/// `main`, before any thread starts (an arena, once made, stays).
+/// Every thread allocates from the main arena, unless the environment
+/// sets the number of arenas itself (`MALLOC_ARENA_MAX`, or
+/// `glibc.malloc.arena_max` in `GLIBC_TUNABLES`: an operator's choice
+/// wins). Call it first thing in `main`, before any thread starts (an
+/// arena, once made, stays).
 pub fn one_arena() {
+    if arenas_set_by(
+        std::env::var_os("MALLOC_ARENA_MAX").is_some(),
+        std::env::var("GLIBC_TUNABLES").ok().as_deref(),
+    ) {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         // SAFETY: mallopt only sets a parameter of glibc's allocator; no
@@ -27,6 +38,15 @@ pub fn one_arena() {
             log::debug!("mallopt(M_ARENA_MAX, 1) was refused; arenas stay per thread");
         }
     }
+}
+
+/// Does the environment set the number of malloc arenas?
+fn arenas_set_by(malloc_arena_max: bool, tunables: Option<&str>) -> bool {
+    malloc_arena_max
+        || tunables.is_some_and(|t| {
+            t.split(':')
+                .any(|kv| kv.split('=').next() == Some("glibc.malloc.arena_max"))
+        })
 }
 
 /// Hands the free pages of the heap back to the kernel (`malloc_trim`):
@@ -49,6 +69,17 @@ pub fn release_free() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_arena_count_the_environment_sets_is_left_alone() {
+        assert!(!arenas_set_by(false, None));
+        assert!(arenas_set_by(true, None));
+        assert!(arenas_set_by(
+            false,
+            Some("glibc.malloc.tcache_count=0:glibc.malloc.arena_max=4")
+        ));
+        assert!(!arenas_set_by(false, Some("glibc.malloc.arena_test=2")));
+    }
 
     /// What a burst leaves (a thread's allocations, freed) is handed back:
     /// the resident set shrinks by most of it.
