@@ -40,6 +40,7 @@ mod daemon_peer;
 mod daemon_restart;
 mod daemon_simulate;
 mod docs;
+mod footprint;
 mod frozen_disk;
 mod hygiene;
 mod layering;
