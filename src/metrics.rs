@@ -76,6 +76,9 @@ struct Registry {
     alloc_duration: Histogram,
     release_total: BTreeMap<String, u64>,
     sandbox_reaped_total: BTreeMap<String, u64>,
+    /// The sandbox reaper's last look, once it runs: whether it could not
+    /// see every process, and how many sandboxes wait out their grace.
+    sandbox_reaper: Option<(bool, u64)>,
     openapi_total: BTreeMap<(String, String), u64>,
     openapi_duration: BTreeMap<String, Histogram>,
     metadata_total: BTreeMap<String, u64>,
@@ -89,6 +92,7 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
         alloc_duration: Histogram::new(FAST_BUCKETS),
         release_total: BTreeMap::new(),
         sandbox_reaped_total: BTreeMap::new(),
+        sandbox_reaper: None,
         openapi_total: BTreeMap::new(),
         openapi_duration: BTreeMap::new(),
         metadata_total: BTreeMap::new(),
@@ -122,6 +126,13 @@ pub(crate) fn record_reaped(reason: &str) {
         .sandbox_reaped_total
         .entry(reason.to_string())
         .or_default() += 1;
+}
+
+/// The sandbox reaper's last look: `blind` when it could not see every
+/// process (it then reaps nothing), `pending` sandboxes found gone that
+/// wait out `sandbox_reap_grace`.
+pub(crate) fn set_sandbox_reaper(blind: bool, pending: usize) {
+    REGISTRY.lock().sandbox_reaper = Some((blind, pending as u64));
 }
 
 /// Records one OpenAPI attempt: `code` is `OK`, the service's error code,
@@ -340,6 +351,22 @@ pub fn render(g: &Gauges) -> String {
             escape(k)
         );
     }
+    if let Some((blind, pending)) = r.sandbox_reaper {
+        header(
+            &mut out,
+            "eniipd_sandbox_reaper_blind",
+            "gauge",
+            "1 while the sandbox reaper cannot see every process (it then reaps nothing).",
+        );
+        let _ = writeln!(out, "eniipd_sandbox_reaper_blind {}", u8::from(blind));
+        header(
+            &mut out,
+            "eniipd_sandbox_reap_pending",
+            "gauge",
+            "Sandboxes found gone that wait out sandbox_reap_grace.",
+        );
+        let _ = writeln!(out, "eniipd_sandbox_reap_pending {pending}");
+    }
     header(
         &mut out,
         "eniipd_openapi_requests_total",
@@ -413,6 +440,7 @@ mod tests {
         record_openapi("AssignPrivateIpAddresses", "OK", 0.05);
         record_metadata("ok");
         record_commit(0.001);
+        set_sandbox_reaper(true, 2);
         let text = render(&Gauges {
             ips_by_state: vec![("idle", 3), ("inuse", 2)],
             enis: 1,
@@ -432,6 +460,8 @@ mod tests {
             "eniipd_openapi_duration_seconds_bucket{action=\"AssignPrivateIpAddresses\",le=\"0.05\"}",
             "eniipd_metadata_requests_total{result=\"ok\"}",
             "eniipd_state_commit_duration_seconds_count",
+            "eniipd_sandbox_reaper_blind 1",
+            "eniipd_sandbox_reap_pending 2",
         ] {
             assert!(text.contains(family), "missing {family} in\n{text}");
         }

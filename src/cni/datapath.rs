@@ -427,19 +427,73 @@ fn no_family(e: &io::Error) -> bool {
 }
 
 /// Removes every attachment of ours that routes `ip` (its rules and host
-/// end, its IPv6 half included), for an address eniipd no longer gives to anyone (GC). Returns the
-/// host ends removed.
+/// end, its IPv6 half included), for an address eniipd no longer gives to
+/// anyone (DEL, GC): found by its `from` rule, and by its host route (ADD
+/// adds that route before the rule: an ADD killed between them leaves the
+/// route alone). Returns the host ends removed.
 pub(crate) fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
-    let mut removed = Vec::new();
-    for r in host.rules(Family::V4).ctx(|| "list rules".into())? {
-        let Some(iif) = r.iif.clone() else { continue };
-        if r.src == Some((v4(ip), 32)) && iif.starts_with(HOST_PREFIX) {
-            teardown(&iif)?;
-            removed.push(iif);
-        }
+    let mut ends: Vec<String> = host
+        .rules(Family::V4)
+        .ctx(|| "list rules".into())?
+        .into_iter()
+        .filter(|r| r.src == Some((v4(ip), 32)))
+        .filter_map(|r| r.iif)
+        .filter(|iif| iif.starts_with(HOST_PREFIX))
+        .collect();
+    let routed: Vec<u32> = host
+        .routes(Family::V4, MAIN_TABLE)
+        .ctx(|| "list routes".into())?
+        .iter()
+        .filter(|r| r.dst == (v4(ip), 32))
+        .filter_map(|r| r.oif)
+        .collect();
+    if !routed.is_empty() {
+        ends.extend(
+            host.links()
+                .ctx(|| "list links".into())?
+                .into_iter()
+                .filter(|l| routed.contains(&l.index) && l.name.starts_with(HOST_PREFIX))
+                .map(|l| l.name),
+        );
     }
-    Ok(removed)
+    ends.sort();
+    ends.dedup();
+    for end in &ends {
+        teardown(end)?;
+    }
+    Ok(ends)
+}
+
+/// Removes the host end `host_veth` (as [`teardown`]) unless it routes an
+/// IPv4 address other than `ip`, by a host route or a `from` rule: for a
+/// host end GC knows only by the name ADD gives it (an ADD killed before
+/// its route leaves a host end that routes nothing). Whether it was
+/// removed.
+pub(crate) fn teardown_unless_routing_another(
+    host_veth: &str,
+    ip: Ipv4Addr,
+) -> Result<bool, DatapathError> {
+    let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
+    let Some(l) = host.link_by_name(host_veth).ctx(|| "list links".into())? else {
+        return Ok(false);
+    };
+    let other = |dst: Option<(IpAddr, u8)>| dst.is_some_and(|(a, n)| n == 32 && a != v4(ip));
+    let by_route = host
+        .routes(Family::V4, MAIN_TABLE)
+        .ctx(|| "list routes".into())?
+        .iter()
+        .any(|r| r.oif == Some(l.index) && other(Some(r.dst)));
+    let by_rule = host
+        .rules(Family::V4)
+        .ctx(|| "list rules".into())?
+        .iter()
+        .any(|r| r.iif.as_deref() == Some(host_veth) && other(r.src));
+    if by_route || by_rule {
+        return Ok(false);
+    }
+    teardown(host_veth)?;
+    Ok(true)
 }
 
 /// A pod's attachment: what ADD builds and CHECK expects.

@@ -1,5 +1,6 @@
 //! The keys that serve eniip-cni from eniipd's side: the sandbox reaper's
-//! `sandbox_reap_interval` (see `daemon/reaper.rs`) and the conflist eniipd installs once the pool is ready
+//! `sandbox_reap_interval` and `sandbox_reap_grace` (see `daemon/reaper`)
+//! and the conflist eniipd installs once the pool is ready
 //! (`cni_conflist`, `cni_conflist_source`).
 
 use super::validate::{invalid_str, secs};
@@ -10,6 +11,9 @@ use super::*;
 pub(crate) struct CniSettings {
     /// How often the reaper looks; zero: never.
     pub(crate) sandbox_reap_interval: Duration,
+    /// How long a sandbox must look gone at every look before it is
+    /// reaped.
+    pub(crate) sandbox_reap_grace: Duration,
     /// Where to install the conflist once the pool is ready.
     pub(crate) conflist: Option<PathBuf>,
     /// The conflist to install there (default: the shipped one with
@@ -30,11 +34,22 @@ impl CniSettings {
                 "sandbox_reap_interval",
                 self.sandbox_reap_interval.as_secs().to_string(),
             ),
+            (
+                "sandbox_reap_grace",
+                self.sandbox_reap_grace.as_secs().to_string(),
+            ),
             ("cni_conflist", path(&self.conflist)),
             ("cni_conflist_source", path(&self.conflist_source)),
         ]
     }
 }
+
+/// `sandbox_reap_grace`'s default: twice kubelet's longest restart
+/// back-off (CrashLoopBackOff doubles from 10 s up to 300 s), so a pod
+/// whose runtime keeps no infra process in its namespace (CRI-O's
+/// `drop_infra_ctr`) keeps its address while its container waits to be
+/// restarted, with room for kubelet's resync and the container's start.
+const DEFAULT_REAP_GRACE: u64 = 600;
 
 fn absolute(key: &str, v: &Option<String>) -> Result<Option<PathBuf>, ConfigError> {
     match v {
@@ -75,6 +90,13 @@ impl RawConfig {
                 0,
                 86_400,
             )?,
+            sandbox_reap_grace: secs(
+                "sandbox_reap_grace",
+                &self.sandbox_reap_grace,
+                DEFAULT_REAP_GRACE,
+                0,
+                86_400,
+            )?,
             conflist,
             conflist_source,
         })
@@ -93,6 +115,7 @@ mod tests {
     fn defaults_and_bounds() {
         let c = parse("{}").unwrap().cni;
         assert_eq!(c.sandbox_reap_interval, Duration::from_secs(60));
+        assert_eq!(c.sandbox_reap_grace, Duration::from_secs(600));
         assert_eq!(c.conflist, None);
         let off = parse(r#"{"sandbox_reap_interval": 0}"#).unwrap().cni;
         assert!(off.sandbox_reap_interval.is_zero());
@@ -100,6 +123,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sandbox_reap_interval"), "{e}");
+        let none = parse(r#"{"sandbox_reap_grace": 0}"#).unwrap().cni;
+        assert!(none.sandbox_reap_grace.is_zero());
+        for bad in ["-1", "86401", "\"10m\"", "1.5"] {
+            let e = parse(&format!(r#"{{"sandbox_reap_grace": {bad}}}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("sandbox_reap_grace"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -73,6 +73,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "ip_prefix",
     "enable_ip_prefix",
     "sandbox_reap_interval",
+    "sandbox_reap_grace",
     "cni_conflist",
     "cni_conflist_source",
 ];

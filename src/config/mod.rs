@@ -109,6 +109,7 @@ pub struct RawConfig {
     /// Terway's name for `ip_prefix`.
     pub(crate) enable_ip_prefix: Option<Value>,
     pub(crate) sandbox_reap_interval: Option<Value>,
+    pub(crate) sandbox_reap_grace: Option<Value>,
     pub(crate) cni_conflist: Option<String>,
     pub(crate) cni_conflist_source: Option<String>,
     #[serde(flatten)]

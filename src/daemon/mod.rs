@@ -6,7 +6,9 @@
 //! lock before anything else touches the state directory or the socket;
 //! no run beside a live peer ([`peer`]); the pool restored from state and
 //! cloud ([`restore`](mod@restore)) before the socket accepts (so an
-//! answering `ping` means ready). Serving and the stop against one
+//! answering `ping` means ready), and the releases eniip-cni queued while
+//! eniipd was away applied before it accepts too ([`queued`]). Serving and
+//! the stop against one
 //! deadline are in [`serve`](mod@serve).
 
 pub mod args;
@@ -17,6 +19,7 @@ mod error;
 mod facts;
 mod peer;
 pub(crate) mod preflight;
+mod queued;
 mod reaper;
 mod restore;
 mod serve;
@@ -24,7 +27,7 @@ mod simulate;
 
 use config::load_config;
 pub use error::exit;
-use error::{bind_error, chain, preflight_error, store_error, DaemonError};
+use error::{bind_error, preflight_error, store_error, DaemonError};
 use restore::{open_state, Restore, Restored};
 use serve::{serve, signals};
 
@@ -42,6 +45,7 @@ use crate::core::{Answer, Command, Commands};
 use crate::protocol::status_text;
 use crate::server::listener::{bind_socket, Server, ServerConfig};
 use crate::server::socket::{check_socket_free, SocketFile};
+use crate::server::starting::Starting;
 use crate::sim::hostlinks::HostLinks;
 use crate::sim::Simulator;
 use crate::store::{Committer, PersistedState};
@@ -59,13 +63,19 @@ struct Running {
     sim: Option<Simulator>,
     notifier: Notifier,
     cfg: Config,
-    config_path: Option<PathBuf>,
+    /// The command line, and the directory `--simulate` put the socket
+    /// in: a reload loads the config as the start did (flags over the
+    /// file), so what a flag set is never taken for a change.
+    args: Args,
+    sock_dir: Option<PathBuf>,
     limits: crate::cloud::InstanceTypeLimits,
     sim_dir: Option<PathBuf>,
     /// Installs `cni_conflist` once the pool is warm (started last).
     conflist: Option<conflist::Installer>,
     /// Releases what lost CNI DELs left (`sandbox_reap_interval`).
     reaper: Option<reaper::Reaper>,
+    /// Applies the releases eniip-cni queues while eniipd is away.
+    queued: queued::Watcher,
     /// `--simulate-links`: the emulated ENIs as links on this host.
     links: Option<HostLinks>,
     /// Dropped last: this node is alive until the process ends.
@@ -116,6 +126,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             "--simulate-links needs root: it creates links and a network namespace on this host (run it as root, or drop --simulate-links)",
         ));
     }
+    let since = Instant::now();
     let (sim, sim_dir) = simulate::start_simulator(args)?;
     let sock_dir = args
         .state_dir
@@ -128,6 +139,19 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     }
     let notifier = Notifier::from_env();
     let pre = preflight::check(&cfg, false).map_err(preflight_error)?;
+    // A socket systemd passed queues connections from now on: they are
+    // answered (`ERR busy`, starting) until the pool is restored.
+    let starting = match crate::systemd::take_listener()
+        .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?
+    {
+        Some(l) => Some(Starting::spawn(l, since).map_err(|e| {
+            DaemonError::new(
+                exit::FAILURE,
+                format!("cannot answer on the inherited socket: {e}"),
+            )
+        })?),
+        None => None,
+    };
     let conflist_bytes = match &cfg.cni.conflist {
         Some(_) => conflist::content(cfg.cni.conflist_source.as_deref(), &cfg.socket_path)?,
         None => Vec::new(),
@@ -142,8 +166,11 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         _ => None,
     };
     let (alloc, limits) = start_allocator(&cfg, &held, signals)?;
+    // The DELs that came while eniipd was away, before any new request.
+    let queue = crate::releases::dir_for(&cfg.socket_path);
+    queued::apply_logged(&queue, &alloc.commands(), &mut None);
 
-    let (server, socket) = listen(&cfg, pre.socket_gid, alloc.commands())?;
+    let (server, socket) = listen(&cfg, pre.socket_gid, alloc.commands(), starting)?;
     crate::metrics::set_connection_source(server.connection_counter());
     let metrics_http = match pre.metrics {
         Some(l) => Some(metrics_server(l, alloc.commands())?),
@@ -167,13 +194,23 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     let conflist = conflist::Installer::start(&cfg, conflist_bytes, alloc.commands())?;
     let reaper = match cfg.cni.sandbox_reap_interval {
         d if d.is_zero() => None,
-        d => Some(reaper::Reaper::spawn(Arc::clone(&alloc), d).map_err(|e| {
-            DaemonError::new(
-                exit::FAILURE,
-                format!("cannot start the sandbox reaper: {e}"),
-            )
-        })?),
+        d => Some(
+            reaper::Reaper::spawn(Arc::clone(&alloc), d, cfg.cni.sandbox_reap_grace).map_err(
+                |e| {
+                    DaemonError::new(
+                        exit::FAILURE,
+                        format!("cannot start the sandbox reaper: {e}"),
+                    )
+                },
+            )?,
+        ),
     };
+    let queued = queued::Watcher::spawn(queue, alloc.commands()).map_err(|e| {
+        DaemonError::new(
+            exit::FAILURE,
+            format!("cannot start the queued-release watcher: {e}"),
+        )
+    })?;
     Ok(Some(Running {
         server,
         alloc,
@@ -183,11 +220,13 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         sim,
         notifier,
         cfg,
-        config_path: args.config.clone(),
+        args: args.clone(),
+        sock_dir,
         limits,
         sim_dir,
         conflist,
         reaper,
+        queued,
         links,
         _beacon: held.beacon,
     }))
@@ -252,12 +291,8 @@ fn start_allocator(
     signals: &Receiver<i32>,
 ) -> Result<(Arc<Allocator>, crate::cloud::InstanceTypeLimits), DaemonError> {
     let md = crate::cloud::metadata::MetadataClient::new(&cfg.metadata_endpoint);
-    let mut identity = cloud::at_start(
-        "reading instance metadata",
-        cfg.start_timeout,
-        signals,
-        || crate::cloud::MetadataApi::identity(&md),
-    )?;
+    let mut identity =
+        cloud::identity_at_start(&cfg.metadata_endpoint, cfg.start_timeout, signals, &md)?;
     if let Some(id) = &cfg.instance_id {
         identity.instance_id = id.clone();
     }
@@ -291,17 +326,19 @@ fn start_allocator(
     Ok((Arc::new(alloc), facts.limits()))
 }
 
-/// The client socket: inherited from systemd, or bound here; then the
-/// server on it.
+/// The client socket: inherited from systemd (and answered while
+/// `starting`), or bound here; then the server on it.
 fn listen(
     cfg: &Config,
     gid: Option<u32>,
     commands: Commands,
+    starting: Option<Starting>,
 ) -> Result<(Server, Option<SocketFile>), DaemonError> {
-    let (listener, socket) = match crate::systemd::take_listener()
-        .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?
-    {
-        Some(l) => {
+    let (listener, socket) = match starting {
+        Some(s) => {
+            let l = s
+                .ready()
+                .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?;
             info!("using the socket passed by systemd");
             (l, None)
         }

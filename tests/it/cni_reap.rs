@@ -75,7 +75,10 @@ fn lost_dels_are_reaped_and_live_sandboxes_kept() {
     if !can_run("cni sandbox reaper", &["busybox", "sleep"]) {
         return;
     }
-    let w = World::start("ecs.g7.large", json!({"sandbox_reap_interval": 1}));
+    let w = World::start(
+        "ecs.g7.large",
+        json!({"sandbox_reap_interval": 1, "sandbox_reap_grace": 0}),
+    );
     let _node_process = Holder::in_ns(&w.node.name);
     let conf = w.conf("1.0.0", json!({}));
     let live = Ctr::new(&w, 0);
@@ -141,13 +144,6 @@ fn lost_dels_are_reaped_and_live_sandboxes_kept() {
     assert!(w.inuse().is_empty(), "{:?}", w.inuse());
 }
 
-/// A pod sandbox named as a kubelet names it.
-fn pod(w: &World, n: usize, name: &str) -> Ctr {
-    let mut c = Ctr::new(w, n);
-    c.args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}");
-    c
-}
-
 #[test]
 fn after_a_node_restart_pods_that_come_back_keep_their_address_and_the_rest_are_reaped() {
     if !can_run(
@@ -158,12 +154,12 @@ fn after_a_node_restart_pods_that_come_back_keep_their_address_and_the_rest_are_
     }
     let mut w = World::start(
         "ecs.g7.large",
-        json!({"sandbox_reap_interval": 1, "ip_stick_time": 600}),
+        json!({"sandbox_reap_interval": 1, "sandbox_reap_grace": 0, "ip_stick_time": 600}),
     );
     let _node_process = Holder::in_ns(&w.node.name);
     let conf = w.conf("1.0.0", json!({}));
-    let mut back = pod(&w, 0, "web-0");
-    let mut lost = pod(&w, 1, "web-1");
+    let mut back = Ctr::pod(&w, 0, "web-0");
+    let mut lost = Ctr::pod(&w, 1, "web-1");
     let ip_back = w.cni("ADD", Some(&back), &conf).expect_ok("ADD web-0").ip();
     let ip_lost = w.cni("ADD", Some(&lost), &conf).expect_ok("ADD web-1").ip();
 
@@ -182,7 +178,7 @@ fn after_a_node_restart_pods_that_come_back_keep_their_address_and_the_rest_are_
     );
     // web-0 comes back in a new sandbox: its address, kept for it.
     let again = {
-        let mut c = pod(&w, 2, "web-0");
+        let mut c = Ctr::pod(&w, 2, "web-0");
         c.id = format!("{}-again", c.id);
         c
     };
@@ -237,7 +233,10 @@ fn a_sandbox_containerd_forgot_across_its_restart_is_reaped_and_a_live_one_kept(
     if !can_run("cni reaper under containerd", &tools) {
         return;
     }
-    let w = World::start("ecs.g7.xlarge", json!({"sandbox_reap_interval": 1}));
+    let w = World::start(
+        "ecs.g7.xlarge",
+        json!({"sandbox_reap_interval": 1, "sandbox_reap_grace": 0}),
+    );
     let _node_process = Holder::in_ns(&w.node.name);
     let mut c = crate::cri::Containerd::start_in_host_mounts(&w);
     let run = |c: &crate::cri::Containerd, name: &str| {
@@ -313,4 +312,271 @@ fn a_sandbox_containerd_forgot_across_its_restart_is_reaped_and_a_live_one_kept(
         kill9(p);
     }
     w.assert_none_in_use_within(Duration::from_secs(30));
+}
+
+/// A thread of this process alone in a namespace (its process's leader
+/// stays where it is): what a process whose main thread exited, or moved
+/// elsewhere, leaves holding a sandbox. Leaves it on drop.
+struct ThreadIn {
+    stop: crossbeam_channel::Sender<()>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ThreadIn {
+    fn ns(path: &std::path::Path) -> ThreadIn {
+        let ns = std::fs::File::open(path).unwrap();
+        let (stop, stop_rx) = crossbeam_channel::bounded::<()>(1);
+        let (entered, entered_rx) = crossbeam_channel::bounded(1);
+        let handle = std::thread::Builder::new()
+            .name("reap-test-holder".into())
+            .spawn(move || {
+                let r = nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET);
+                let _ = entered.send(r);
+                let _ = stop_rx.recv_timeout(Duration::from_secs(300));
+            })
+            .unwrap();
+        entered_rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .unwrap();
+        ThreadIn {
+            stop,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for ThreadIn {
+    fn drop(&mut self) {
+        let _ = self.stop.send(());
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Unmounts a namespace file (its process keeps the namespace).
+fn umount(path: &std::path::Path) {
+    cnienv::sh(&["umount", &path.display().to_string()]);
+}
+
+/// Issue 31 items 2 and 3: a sandbox is reaped only when every signal
+/// agrees, for `sandbox_reap_grace`. A sandbox with no infra process whose
+/// only process exits and comes back two looks later, one whose netns
+/// mount is gone for 8 s while its process lives, and one held by a
+/// thread that is not its process's leader all keep their address and
+/// host end; a sandbox that is truly gone is reaped once its grace is
+/// over, within grace + interval.
+#[test]
+fn a_sandbox_is_reaped_only_when_every_signal_agrees_for_its_grace() {
+    if !can_run("cni reaper's signals", &["busybox", "sleep", "mount"]) {
+        return;
+    }
+    let interval = Duration::from_secs(1);
+    let grace = Duration::from_secs(6);
+    let w = World::start(
+        "ecs.g7.large",
+        json!({"sandbox_reap_interval": 1, "sandbox_reap_grace": 6}),
+    );
+    let _node_process = Holder::in_ns(&w.node.name);
+    let conf = w.conf("1.0.0", json!({}));
+    let infraless = Ctr::new(&w, 0);
+    let unmounted = Ctr::new(&w, 1);
+    let threaded = Ctr::new(&w, 2);
+    let mut gone = Ctr::new(&w, 3);
+    let first = Holder::in_ns(&infraless.ns.name);
+    let in_unmounted = Holder::in_ns(&unmounted.ns.name);
+    let _thread = ThreadIn::ns(&threaded.ns.path());
+    let gone_holder = Holder::in_ns(&gone.ns.name);
+    let kept: Vec<(&Ctr, String)> = [&infraless, &unmounted, &threaded]
+        .into_iter()
+        .map(|c| (c, w.cni("ADD", Some(c), &conf).expect_ok("ADD").ip()))
+        .collect();
+    let gone_ip = w.cni("ADD", Some(&gone), &conf).expect_ok("ADD").ip();
+    // Looks that find every one alive, past the age an ADD is spared.
+    std::thread::sleep(2 * interval);
+
+    // The infra-less sandbox's only process exits; a mount vanishes; the
+    // gone sandbox goes for good.
+    drop(first);
+    let mount = unmounted.ns.path();
+    umount(&mount);
+    let unmounted_at = std::time::Instant::now();
+    drop(gone_holder);
+    gone.ns.delete();
+    let gone_at = std::time::Instant::now();
+
+    // Its container restarts two looks later, in the same namespace.
+    std::thread::sleep(interval * 5 / 2);
+    let _second = Holder::in_ns(&infraless.ns.name);
+
+    assert!(
+        eventually(grace + interval + Duration::from_secs(5), || !w
+            .inuse()
+            .contains_key(&gone_ip)),
+        "not reaped: {:?}\n{}",
+        w.inuse(),
+        w.daemon().log_text()
+    );
+    let took = gone_at.elapsed();
+    eprintln!("a sandbox truly gone was reaped {took:?} after it went (grace {grace:?}, interval {interval:?})");
+    assert!(took >= grace, "reaped before its grace: {took:?}");
+    assert!(!has_link(&w, &host_end(&gone)), "{}", w.diag());
+
+    // The mount comes back after 8 s.
+    std::thread::sleep(Duration::from_secs(8).saturating_sub(unmounted_at.elapsed()));
+    cnienv::sh(&[
+        "mount",
+        "--bind",
+        &format!("/proc/{}/ns/net", in_unmounted.0.id()),
+        &mount.display().to_string(),
+    ]);
+    // More than a grace of looks later, every live one keeps its own.
+    std::thread::sleep(grace + 2 * interval);
+    let inuse = w.inuse();
+    for (c, ip) in &kept {
+        assert!(inuse.contains_key(ip), "{} lost {ip}: {inuse:?}", c.id);
+        assert!(has_link(&w, &host_end(c)), "{} lost its host end", c.id);
+    }
+    assert!(kept[0].0.ping(cnienv::GATEWAY), "{}", w.diag());
+    assert_eq!(
+        metric(&w, "eniipd_sandbox_reaped_total{reason=").as_deref(),
+        Some("eniipd_sandbox_reaped_total{reason=\"netns-gone\"} 1")
+    );
+    assert_eq!(
+        metric(&w, "eniipd_sandbox_reap_pending").as_deref(),
+        Some("eniipd_sandbox_reap_pending 0")
+    );
+}
+
+/// The pid of the process a wrapper (`unshare --fork`) started.
+fn child_of(wrapper: i32) -> Option<i32> {
+    std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Kills a daemon started under `unshare --fork --kill-child` and waits
+/// for eniipd itself to end (it then holds its state directory no more).
+fn stop_wrapped(w: &mut World) {
+    let eniipd = child_of(w.daemon().pid());
+    w.stop_daemon();
+    let Some(pid) = eniipd else { return };
+    let ended = eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    });
+    assert!(ended, "eniipd (pid {pid}) did not end");
+}
+
+/// Issue 30 item 5: eniipd in a PID namespace of its own (a container
+/// without hostPID) sees only its own processes. It knows it, says so once
+/// (log and metric) and takes no sandbox for gone: for 30 s at a reap
+/// interval of 2 s, six live pods keep their address and host end, and so
+/// does a sandbox that is truly gone (eniipd does less, never guesses).
+/// With the host's PID namespace (a mount namespace and a proc of its
+/// own, as a hostPID container has) it reaps as on a host: the gone one
+/// goes, the live ones stay.
+#[test]
+fn a_reaper_that_cannot_see_every_process_takes_nothing_and_says_so_once() {
+    if !can_run(
+        "cni reaper in a PID namespace of its own",
+        &["busybox", "sleep", "unshare", "mount"],
+    ) {
+        return;
+    }
+    let mut w = World::start(
+        "ecs.g7.xlarge",
+        json!({"sandbox_reap_interval": 2, "sandbox_reap_grace": 0}),
+    );
+    let _node_process = Holder::in_ns(&w.node.name);
+    // As a pod without hostPID: its own PID namespace and /proc; the pods'
+    // netns mounts reach it (mountPropagation: HostToContainer).
+    w.stop_daemon();
+    w.daemon = Some(crate::common::Daemon::start_wrapped(
+        &[
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "--propagation",
+            "slave",
+        ],
+        &w.dir,
+        &w.cfg,
+    ));
+    let conf = w.conf("1.0.0", json!({}));
+    let pods: Vec<Ctr> = (0..6).map(|i| Ctr::new(&w, i)).collect();
+    let _pauses: Vec<Holder> = pods.iter().map(|c| Holder::in_ns(&c.ns.name)).collect();
+    let ips: Vec<String> = pods
+        .iter()
+        .map(|c| w.cni("ADD", Some(c), &conf).expect_ok("ADD").ip())
+        .collect();
+    let mut gone = Ctr::new(&w, 6);
+    let gone_ip = w.cni("ADD", Some(&gone), &conf).expect_ok("ADD gone").ip();
+    gone.ns.delete();
+
+    std::thread::sleep(Duration::from_secs(30));
+    let inuse = w.inuse();
+    for (c, ip) in pods.iter().zip(&ips) {
+        assert!(inuse.contains_key(ip), "{} lost {ip}: {inuse:?}", c.id);
+        assert!(has_link(&w, &host_end(c)), "{} lost its host end", c.id);
+    }
+    assert!(pods[0].ping(cnienv::GATEWAY), "{}", w.diag());
+    assert!(inuse.contains_key(&gone_ip), "{inuse:?}");
+    let log = w.daemon().log_text();
+    assert_eq!(
+        log.matches("is not in the host's PID namespace").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        metric(&w, "eniipd_sandbox_reaper_blind").as_deref(),
+        Some("eniipd_sandbox_reaper_blind 1")
+    );
+
+    // hostPID: the host's PID namespace, a mount namespace of its own with
+    // a proc of that PID namespace mounted, as a container runtime does.
+    stop_wrapped(&mut w);
+    w.daemon = Some(crate::common::Daemon::start_wrapped(
+        &[
+            "unshare",
+            "--mount",
+            "--propagation",
+            "slave",
+            "--fork",
+            "--kill-child",
+            "sh",
+            "-c",
+            "mount -t proc proc /proc && exec \"$@\"",
+            "sh",
+        ],
+        &w.dir,
+        &w.cfg,
+    ));
+    assert!(
+        eventually(Duration::from_secs(20), || !w
+            .inuse()
+            .contains_key(&gone_ip)),
+        "not reaped with the host's PID namespace: {:?}\n{}",
+        w.inuse(),
+        w.daemon().log_text()
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let inuse = w.inuse();
+    for ip in &ips {
+        assert!(inuse.contains_key(ip), "{ip}: {inuse:?}");
+    }
+    assert_eq!(
+        metric(&w, "eniipd_sandbox_reaper_blind").as_deref(),
+        Some("eniipd_sandbox_reaper_blind 0")
+    );
+    stop_wrapped(&mut w);
 }

@@ -5,11 +5,13 @@
 //! builds the network namespaces eniip-cni's tests run in; `listener` is
 //! the socket server in-process; `openapi` is eniipd's OpenAPI client for
 //! the tests' own calls; `man` reads the man pages; `cri`, `podman` and
-//! `shipped` drive the runtimes and the shipped files.
+//! `shipped` drive the runtimes and the shipped files; `kube` plays a
+//! Kubernetes node with the shipped image and manifest.
 
 mod cnienv;
 mod common;
 mod cri;
+mod kube;
 mod listener;
 mod man;
 mod openapi;
@@ -19,8 +21,10 @@ mod shipped;
 mod alloc_prefix_sim;
 mod alloc_sim;
 mod chaos;
+mod cli;
 mod cloud_prefix_sim;
 mod cloud_sim;
+mod cni_away;
 mod cni_containerd;
 mod cni_demo;
 mod cni_docs;
@@ -39,10 +43,12 @@ mod daemon_keep_gc;
 mod daemon_peer;
 mod daemon_restart;
 mod daemon_simulate;
+mod daemon_start;
 mod docs;
 mod footprint;
 mod frozen_disk;
 mod hygiene;
+mod k8s_daemonset;
 mod layering;
 mod readme_socat;
 mod server;
