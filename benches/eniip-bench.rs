@@ -27,7 +27,7 @@ mod common;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::{UnixDatagram, UnixListener};
+use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -450,9 +450,9 @@ fn clients_at_once(d: &Daemon, tag: &str, clients: usize, pairs: usize) {
     common::at_once(clients, |k| {
         let mut c = Conn::open(&d.socket);
         for i in 0..pairs {
-            let r = c.ask(&format!("alloc {tag}/c{k}-{i}\n"));
+            let r = c.ask(&format!("alloc {tag}/c{k}-{i}"));
             assert!(r.starts_with("OK ip="), "{r}");
-            c.ask(&format!("release {tag}/c{k}-{i}\n"));
+            c.ask(&format!("release {tag}/c{k}-{i}"));
         }
     });
 }
