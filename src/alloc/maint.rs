@@ -93,6 +93,9 @@ pub(super) fn spawn(
                     },
                     &fatal,
                 );
+                // What the pass and the cloud calls since the last one
+                // freed goes back to the kernel.
+                crate::util::memory::release_free();
                 if first && !reconciled {
                     retry = (retry * 2).min(opts.pool_check_interval);
                     wait = retry.mul_f64(crate::util::rand::jitter(0.5));

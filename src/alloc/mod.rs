@@ -233,8 +233,12 @@ impl Allocator {
         // The pool pairs addresses by its own flag: one source of truth.
         debug_assert_eq!(pool.dual(), opts.dual, "a pool built for another ip_stack");
         let opts = Arc::new(opts);
+        // Bounded channels allocate and touch every slot at once: the
+        // commands travel boxed (see `Commands`), and a request's sender
+        // waits for its answer, so a handful of slots serve every thread
+        // that asks.
         let (cmd_tx, cmd_rx) = bounded(1024);
-        let (req_tx, req_rx) = bounded(1024);
+        let (req_tx, req_rx) = bounded(16);
         let (ev_tx, ev_rx) = bounded(256);
         let (stop_tx, stop_rx) = bounded(1);
         let (maint_stop_tx, maint_stop_rx) = bounded(1);

@@ -156,11 +156,8 @@ impl RpcClient {
         policy: RetryPolicy,
         timeouts: Timeouts,
     ) -> RpcClient {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
+        let agent: ureq::Agent = super::http_config()
             .timeout_connect(Some(timeouts.connect))
-            .max_redirects(0)
-            .user_agent(concat!("eniipd/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
         let endpoint = endpoint.trim_end_matches('/').to_string();

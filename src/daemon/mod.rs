@@ -187,6 +187,10 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     }
     let _ = notifier.ready();
     let _ = notifier.status(&status);
+    // What start-up parsed and dropped (the instance-type table, the
+    // state's replay) goes back to the kernel rather than idling in the
+    // heap.
+    crate::util::memory::release_free();
     let conflist = conflist::Installer::start(&cfg, conflist_bytes, alloc.commands())?;
     let reaper = match cfg.cni.sandbox_reap_interval {
         d if d.is_zero() => None,

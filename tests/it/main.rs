@@ -45,6 +45,7 @@ mod daemon_restart;
 mod daemon_simulate;
 mod daemon_start;
 mod docs;
+mod footprint;
 mod frozen_disk;
 mod hygiene;
 mod k8s_daemonset;

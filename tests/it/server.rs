@@ -164,7 +164,7 @@ impl Fake {
     /// The command channel the server sends to; answered until the server
     /// (the last sender) is gone.
     fn serve(self: &Arc<Fake>) -> Commands {
-        let (tx, rx) = bounded::<Envelope>(64);
+        let (tx, rx) = bounded::<Box<Envelope>>(64);
         let fake = Arc::clone(self);
         std::thread::spawn(move || {
             for env in rx {

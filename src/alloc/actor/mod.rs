@@ -195,7 +195,7 @@ impl Actor {
     /// the threads it started, for the caller to join.
     pub(super) fn run(
         mut self,
-        commands: Receiver<Envelope>,
+        commands: Receiver<Box<Envelope>>,
         requests: Receiver<Request>,
         events: Receiver<Event>,
         stop: Receiver<()>,
@@ -217,7 +217,7 @@ impl Actor {
             select! {
                 recv(stop) -> _ => break,
                 recv(commands) -> c => match c {
-                    Ok(c) => self.on_command(c),
+                    Ok(c) => self.on_command(*c),
                     Err(_) => break,
                 },
                 recv(requests) -> r => if let Ok(r) = r {
@@ -237,7 +237,7 @@ impl Actor {
         // Answer what is queued so no client waits for a reply that will
         // never come.
         while let Ok(c) = commands.try_recv() {
-            self.on_command(c);
+            self.on_command(*c);
         }
         while let Ok(r) = requests.try_recv() {
             self.on_request(r);
