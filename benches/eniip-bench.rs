@@ -25,14 +25,15 @@ mod common;
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{says_ready, Sim};
+use eniipd::protocol::client::Client;
 use serde_json::{json, Value};
-use support::{ms, pct, read_final, usage, write_config};
+use support::{ms, pct, usage, write_config};
 
 const NAME: &str = "eniip-bench";
 
@@ -151,26 +152,20 @@ impl Drop for Daemon {
     }
 }
 
-struct Conn {
-    w: UnixStream,
-    r: BufReader<UnixStream>,
-    line: String,
-}
+/// A connection to eniipd that stays open across requests.
+struct Conn(Client);
 
 impl Conn {
     fn open(p: &Path) -> Conn {
-        let s = UnixStream::connect(p).expect("connect");
-        Conn {
-            r: BufReader::new(s.try_clone().expect("clone")),
-            w: s,
-            line: String::new(),
-        }
+        Conn(Client::connect(p, common::REPLY_WAIT).expect("connect"))
     }
 
     /// One request; the final line.
     fn ask(&mut self, req: &str) -> String {
-        self.w.write_all(req.as_bytes()).expect("send");
-        read_final(&mut self.r, &mut self.line)
+        match self.0.ask_within(req, common::REPLY_WAIT) {
+            Ok(r) => r.final_line().to_string(),
+            Err(e) => format!("<{e}>"),
+        }
     }
 }
 
@@ -194,7 +189,7 @@ fn floors(work: &Path) -> (f64, f64, usize) {
     let mut rtt = Vec::new();
     for i in 0..3000 {
         let t0 = Instant::now();
-        c.ask("ping\n");
+        c.ask("ping");
         if i >= 200 {
             rtt.push(ms(t0.elapsed()));
         }
@@ -246,7 +241,7 @@ fn warm(o: &Opts, bins: &Bins, work: &Path) -> Value {
     let (d, _) = Daemon::start(bins, &dir, &cfg);
     let mut c = Conn::open(&d.socket);
     let end = Instant::now() + Duration::from_secs(60);
-    while !c.ask("status\n").contains(" idle=4") && Instant::now() < end {
+    while !c.ask("status").contains(" idle=4") && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
     }
     // One client.
@@ -255,11 +250,11 @@ fn warm(o: &Opts, bins: &Bins, work: &Path) -> Value {
     let t = Instant::now();
     for i in 0..o.warm_iters {
         let t0 = Instant::now();
-        let r = c.ask(&format!("alloc bench/one-{i}\n"));
+        let r = c.ask(&format!("alloc bench/one-{i}"));
         lat_alloc.push(ms(t0.elapsed()));
         assert!(r.starts_with("OK ip="), "{r}");
         let t0 = Instant::now();
-        c.ask(&format!("release bench/one-{i}\n"));
+        c.ask(&format!("release bench/one-{i}"));
         lat_release.push(ms(t0.elapsed()));
     }
     let one_ops = (2 * o.warm_iters) as f64 / t.elapsed().as_secs_f64();
@@ -275,9 +270,9 @@ fn warm(o: &Opts, bins: &Bins, work: &Path) -> Value {
             s.spawn(move || {
                 let mut c = Conn::open(&sock);
                 for i in 0..per {
-                    let r = c.ask(&format!("alloc bench/c{k}-{i}\n"));
+                    let r = c.ask(&format!("alloc bench/c{k}-{i}"));
                     assert!(r.starts_with("OK ip="), "{r}");
-                    c.ask(&format!("release bench/c{k}-{i}\n"));
+                    c.ask(&format!("release bench/c{k}-{i}"));
                 }
             });
         }
@@ -316,7 +311,7 @@ fn cold(bins: &Bins, work: &Path, prefix: bool) -> Value {
         for i in 0..100 {
             let sock = d.socket.clone();
             s.spawn(move || {
-                let r = Conn::open(&sock).ask(&format!("alloc cold/pod-{i}\n"));
+                let r = Conn::open(&sock).ask(&format!("alloc cold/pod-{i}"));
                 assert!(r.starts_with("OK ip="), "{r}");
             });
         }
@@ -376,7 +371,7 @@ fn first_address(bins: &Bins, work: &Path) -> Value {
         let cfg = write_config(&dir, &sim.ecs, &sim.metadata, json!({"min_pool_size": 0}));
         let (d, _) = Daemon::start(bins, &dir, &cfg);
         let t = Instant::now();
-        let r = Conn::open(&d.socket).ask("alloc first/pod\n");
+        let r = Conn::open(&d.socket).ask("alloc first/pod");
         assert!(r.starts_with("OK ip="), "{r}");
         runs.push(ms(t.elapsed()));
         d.stop();
@@ -407,7 +402,7 @@ fn restart(bins: &Bins, work: &Path) -> Value {
             s.spawn(move || {
                 let mut c = Conn::open(&sock);
                 for i in (k..cap).step_by(10) {
-                    let r = c.ask(&format!("alloc full/pod-{i}\n"));
+                    let r = c.ask(&format!("alloc full/pod-{i}"));
                     assert!(r.starts_with("OK ip="), "{r}");
                 }
             });
@@ -417,7 +412,7 @@ fn restart(bins: &Bins, work: &Path) -> Value {
     let mut times = Vec::new();
     for _ in 0..3 {
         let (d, took) = Daemon::start(bins, &dir, &cfg);
-        let st = Conn::open(&d.socket).ask("status\n");
+        let st = Conn::open(&d.socket).ask("status");
         assert!(st.contains(&format!(" inuse={cap} ")), "{st}");
         times.push(ms(took));
         d.stop();

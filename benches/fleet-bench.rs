@@ -26,15 +26,15 @@ mod common;
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{BufReader, Write};
-use std::os::unix::net::{UnixDatagram, UnixStream};
+
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{merged, says_ready, Sim};
 use serde_json::{json, Value};
-use support::{pct, read_final, usage, write_config};
+use support::{pct, usage, write_config};
 
 const NAME: &str = "fleet-bench";
 
@@ -154,14 +154,9 @@ impl Node {
         false
     }
 
+    /// One request; the final line (`<no answer>` when none came).
     fn ask(&self, line: &str) -> String {
-        let Ok(s) = UnixStream::connect(self.dir.join("d.sock")) else {
-            return "<no socket>".into();
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(120)));
-        let mut w = s.try_clone().expect("clone");
-        let _ = w.write_all(format!("{line}\n").as_bytes());
-        read_final(&mut BufReader::new(s), &mut String::new())
+        common::try_ask(&self.dir.join("d.sock"), line).unwrap_or_else(|| "<no answer>".into())
     }
 
     fn idle(&self) -> u64 {

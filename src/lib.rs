@@ -16,8 +16,10 @@
 //! - [`cni`]: eniip-cni, the CNI plugin.
 //! - [`sim`]: `eniip-sim`, the OpenAPI and metadata emulator.
 //! - [`daemon`]: wires it all together for `eniipd`.
+//! - [`cli`]: what the binaries' command lines share.
 
 pub(crate) mod alloc;
+pub mod cli;
 pub mod cloud;
 pub mod cni;
 pub mod config;

@@ -3,7 +3,7 @@
 //! the tests' harness (`#[path = "../tests/it/common.rs"] mod common;`,
 //! for eniip-sim as a child process and eniipd's config). Here: the end
 //! of a bench's `main` (a work directory, the report as a table or JSON),
-//! the config file, the final line of a reply, and the figures
+//! the config file, and the figures
 //! (percentiles, milliseconds, a process's `/proc` status).
 
 // Each bench uses part of it, and `pub` here means "for the benches",
@@ -11,7 +11,6 @@
 #![allow(unreachable_pub)]
 #![allow(dead_code)]
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -56,21 +55,6 @@ pub fn write_config(dir: &Path, ecs: &str, metadata: &str, extra: Value) -> Path
     let p = dir.join("eni.json");
     std::fs::write(&p, serde_json::to_vec(&c).unwrap_or_default()).expect("config");
     p
-}
-
-/// Reads a reply through its final line (`line` is the buffer, kept
-/// between calls); `<closed>` if the connection ends first.
-pub fn read_final(r: &mut impl BufRead, line: &mut String) -> String {
-    loop {
-        line.clear();
-        if r.read_line(line).unwrap_or(0) == 0 {
-            return "<closed>".into();
-        }
-        let l = line.trim_end();
-        if eniipd::protocol::is_final_line(l) {
-            return l.to_string();
-        }
-    }
 }
 
 /// The `p` quantile (0 to 1) of `v`, nearest rank; 0 for none.

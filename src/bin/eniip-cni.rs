@@ -5,7 +5,9 @@
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
+use eniipd::cli::{self, Asked, UsageError};
 use eniipd::cni::spec::{code, CniError, Command, Env};
+use eniipd::cni::version;
 
 const HELP: &str = "\
 eniip-cni - CNI plugin (spec 0.4.0, 1.0.0, 1.1.0): container addresses from eniipd
@@ -15,42 +17,32 @@ STATUS, VERSION) and the other CNI_* variables set, and the network
 configuration on stdin. See eniip-cni(8).
 
 Options (by hand only):
-  --help      this text
-  --version   the plugin's version
+  -h, --help      this text
+  -V, --version   the plugin's version
 ";
 
 /// Largest configuration read from stdin.
 const MAX_STDIN: u64 = 4 << 20;
 
+/// A runtime passes no arguments: only the shared `--help` and
+/// `--version` are taken.
+fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<()>, UsageError> {
+    let mut p = cli::parser(args);
+    let Some(arg) = p.next()? else {
+        return Ok(Asked::Run(()));
+    };
+    cli::shared(&arg).ok_or_else(|| arg.unexpected().into())
+}
+
 fn main() -> ExitCode {
-    match std::env::args().nth(1).as_deref() {
-        Some("--help") => {
-            print!("{HELP}");
-            return ExitCode::SUCCESS;
-        }
-        Some("--version") => {
-            println!("eniip-cni {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        Some(other) => {
-            eprintln!("eniip-cni: unexpected argument {other:?} (try --help)");
-            return ExitCode::from(2);
-        }
-        None => {}
+    if let Err(code) = cli::settle("eniip-cni", HELP, options(std::env::args().skip(1))) {
+        return code;
     }
     let mut stdin = Vec::new();
     let read = std::io::stdin()
         .take(MAX_STDIN)
         .read_to_end(&mut stdin)
         .map_err(|e| CniError::new(code::IO, format!("cannot read stdin: {e}")));
-    let version = serde_json::from_slice::<serde_json::Value>(&stdin)
-        .ok()
-        .and_then(|v| {
-            v.get("cniVersion")
-                .and_then(|s| s.as_str())
-                .map(String::from)
-        })
-        .unwrap_or_else(|| "1.1.0".to_string());
     let outcome = read.and_then(|_| {
         let cmd = Command::parse(&std::env::var("CNI_COMMAND").unwrap_or_default())?;
         let env = Env::from_vars(cmd, |k| std::env::var(k).ok())?;
@@ -65,7 +57,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let _ = writeln!(out, "{}", e.to_json(&version));
+            let _ = writeln!(out, "{}", e.to_json(&version::of_errors(&stdin)));
             eprintln!("eniip-cni: {e}");
             ExitCode::from(1)
         }

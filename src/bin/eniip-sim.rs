@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use eniipd::cli::{self, Arg, Asked, UsageError};
 use eniipd::sim::{
     flow, SimOptions, Simulator, VSwitchSpec, DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET,
 };
@@ -24,7 +25,8 @@ Usage:
             [--metadata-hardened] [--seed N]
             [--instances N] [--instance-types TYPE,TYPE...]
             [--flow-control ACTION=N/min|default]... [--flow-control-model window|bucket]
-            [--version] [--help]
+            [-V|--version] [-h|--help]
+  A value follows its option, or comes after `=` (--vswitch=ID=CIDR).
 
 Defaults:
   --listen 127.0.0.1:0 and --metadata-listen 127.0.0.1:0 (ephemeral ports;
@@ -58,119 +60,74 @@ See eniip-sim(1).
     )
 }
 
-fn usage(msg: &str) -> ExitCode {
-    eprintln!("eniip-sim: {msg} (try --help)");
-    ExitCode::from(2)
-}
-
-/// The options from the command line; `Err`: exit with this code now
-/// (`--help`, `--version`, a usage error).
-fn options() -> Result<SimOptions, ExitCode> {
+/// The options from the command line (after the program name).
+fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<SimOptions>, UsageError> {
     let mut o = SimOptions::default();
     let mut vswitches = Vec::new();
     let (mut key_id, mut key_secret) = (None, None);
     let mut flow_given: Option<std::collections::BTreeMap<String, u32>> = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") && f != "--vswitch" => {
-                (f.to_string(), Some(v.to_string()))
-            }
-            _ => (a.clone(), None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| args.next())
-                .filter(|v| !v.is_empty())
-        };
-        macro_rules! val {
-            ($name:expr) => {
-                match value() {
-                    Some(v) => v,
-                    None => return Err(usage(&format!("{} needs a value", $name))),
-                }
-            };
+    let bad = |flag: &str, e: &dyn std::fmt::Display| UsageError::new(format!("{flag} {e}"));
+    let mut p = cli::parser(args);
+    while let Some(arg) = p.next()? {
+        if let Some(asked) = cli::shared(&arg) {
+            return Ok(asked);
         }
-        macro_rules! num {
-            ($name:expr) => {{
-                let v = val!($name);
-                match v.parse::<u64>() {
-                    Ok(n) => n,
-                    Err(_) => return Err(usage(&format!("{}: {v:?} is not a number", $name))),
-                }
-            }};
-        }
+        let Arg::Long(flag) = arg else {
+            return Err(arg.unexpected().into());
+        };
+        let flag = format!("--{flag}");
+        let num = |p: &mut cli::Parser| cli::parsed::<u64>(p, &flag, "a number");
         match flag.as_str() {
-            "--help" | "-h" => {
-                print!("{}", help());
-                return Err(ExitCode::SUCCESS);
-            }
-            "--version" => {
-                println!("eniip-sim {}", env!("CARGO_PKG_VERSION"));
-                return Err(ExitCode::SUCCESS);
-            }
             "--listen" | "--metadata-listen" => {
-                let v = val!(flag);
-                let addr: SocketAddr = match v.parse() {
-                    Ok(a) => a,
-                    Err(_) => {
-                        return Err(usage(&format!(
-                            "{flag}: {v:?} is not an address such as 127.0.0.1:8080"
-                        )))
-                    }
-                };
+                let addr: SocketAddr =
+                    cli::parsed(&mut p, &flag, "an address such as 127.0.0.1:8080")?;
                 if flag == "--listen" {
                     o.listen = addr;
                 } else {
                     o.metadata_listen = addr;
                 }
             }
-            "--instance-type" => o.instance_type = val!(flag),
-            "--region" => o.region = val!(flag),
-            "--zone" => o.zone = val!(flag),
-            "--vswitch" => {
-                let v = val!(flag);
-                match VSwitchSpec::parse(&v) {
-                    Ok(s) => vswitches.push(s),
-                    Err(e) => return Err(usage(&format!("--vswitch {e}"))),
-                }
-            }
-            "--access-key-id" => key_id = Some(val!(flag)),
-            "--access-key-secret" => key_secret = Some(val!(flag)),
-            "--latency-ms" => o.latency = Duration::from_millis(num!(flag)),
-            "--attach-delay-ms" => o.attach_delay = Duration::from_millis(num!(flag)),
-            "--metadata-lag-ms" => o.metadata_lag = Duration::from_millis(num!(flag)),
-            "--seed" => o.seed = Some(num!(flag)),
+            "--instance-type" => o.instance_type = cli::value(&mut p, &flag)?,
+            "--region" => o.region = cli::value(&mut p, &flag)?,
+            "--zone" => o.zone = cli::value(&mut p, &flag)?,
+            "--vswitch" => vswitches
+                .push(VSwitchSpec::parse(&cli::value(&mut p, &flag)?).map_err(|e| bad(&flag, &e))?),
+            "--access-key-id" => key_id = Some(cli::value(&mut p, &flag)?),
+            "--access-key-secret" => key_secret = Some(cli::value(&mut p, &flag)?),
+            "--latency-ms" => o.latency = Duration::from_millis(num(&mut p)?),
+            "--attach-delay-ms" => o.attach_delay = Duration::from_millis(num(&mut p)?),
+            "--metadata-lag-ms" => o.metadata_lag = Duration::from_millis(num(&mut p)?),
+            "--seed" => o.seed = Some(num(&mut p)?),
             "--metadata-hardened" => o.metadata_hardened = true,
             "--flow-control" => {
-                let v = val!(flag);
+                let v = cli::value(&mut p, &flag)?;
                 let given = flow_given.get_or_insert_with(Default::default);
                 if v != "default" {
-                    match flow::parse_limit(&v) {
-                        Ok((a, n)) => drop(given.insert(a, n)),
-                        Err(e) => return Err(usage(&format!("--flow-control {e}"))),
-                    }
+                    let (a, n) = flow::parse_limit(&v).map_err(|e| bad(&flag, &e))?;
+                    given.insert(a, n);
                 }
             }
-            "--instances" => match num!(flag) {
+            "--instances" => match num(&mut p)? {
                 n @ 1..=1000 => o.instances = n as usize,
-                n => return Err(usage(&format!("--instances {n}: from 1 to 1000"))),
+                n => return Err(UsageError::new(format!("--instances {n}: from 1 to 1000"))),
             },
             "--instance-types" => {
-                o.instance_types = val!(flag).split(',').map(str::to_string).collect()
+                o.instance_types = cli::value(&mut p, &flag)?
+                    .split(',')
+                    .map(str::to_string)
+                    .collect()
             }
-            "--flow-control-model" => match flow::FlowModel::parse(&val!(flag)) {
-                Ok(m) => o.flow.model = m,
-                Err(e) => return Err(usage(&format!("--flow-control-model {e}"))),
-            },
+            "--flow-control-model" => {
+                o.flow.model = flow::FlowModel::parse(&cli::value(&mut p, &flag)?)
+                    .map_err(|e| bad(&flag, &e))?
+            }
             // A test knob (eniip-sim(1)): windows shorter than the
             // service's minute, so tests need not wait one.
-            "--flow-window-ms" => match num!(flag) {
-                0 => return Err(usage("--flow-window-ms must be at least 1")),
+            "--flow-window-ms" => match num(&mut p)? {
+                0 => return Err(UsageError::new("--flow-window-ms must be at least 1")),
                 n => o.flow.window = Duration::from_millis(n),
             },
-            other => return Err(usage(&format!("unknown option {other}"))),
+            _ => return Err(UsageError::new(format!("unknown option {flag}"))),
         }
     }
     match (key_id, key_secret) {
@@ -179,7 +136,11 @@ fn options() -> Result<SimOptions, ExitCode> {
             o.access_key_secret = s;
         }
         (None, None) => {}
-        _ => return Err(usage("--access-key-id and --access-key-secret go together")),
+        _ => {
+            return Err(UsageError::new(
+                "--access-key-id and --access-key-secret go together",
+            ))
+        }
     }
     if !vswitches.is_empty() {
         o.vswitches = vswitches;
@@ -188,11 +149,11 @@ fn options() -> Result<SimOptions, ExitCode> {
     if flow_given.is_some() || o.instances > 1 {
         o.flow.limits = flow::FlowOptions::with_defaults(&flow_given.unwrap_or_default());
     }
-    Ok(o)
+    Ok(Asked::Run(o))
 }
 
 fn main() -> ExitCode {
-    let o = match options() {
+    let o = match cli::settle("eniip-sim", &help(), options(std::env::args().skip(1))) {
         Ok(o) => o,
         Err(code) => return code,
     };

@@ -2,23 +2,11 @@
 
 use std::process::ExitCode;
 
-use eniipd::daemon::args::{self, Command};
+use eniipd::daemon::args;
 
 fn main() -> ExitCode {
-    let code = match args::parse(std::env::args().skip(1)) {
-        Ok(Command::Help) => {
-            print!("{}", args::HELP);
-            0
-        }
-        Ok(Command::Version) => {
-            println!("eniipd {}", env!("CARGO_PKG_VERSION"));
-            0
-        }
-        Ok(Command::Run(a)) => eniipd::daemon::run(a),
-        Err(e) => {
-            eprintln!("eniipd: {e}");
-            eniipd::daemon::exit::USAGE
-        }
-    };
-    ExitCode::from(u8::try_from(code).unwrap_or(1))
+    match eniipd::cli::settle("eniipd", args::HELP, args::parse(std::env::args().skip(1))) {
+        Ok(a) => ExitCode::from(u8::try_from(eniipd::daemon::run(a)).unwrap_or(1)),
+        Err(code) => code,
+    }
 }

@@ -1,245 +1,173 @@
-//! eniipd's line protocol from the plugin's side: one connection per
-//! invocation, requests answered in order, every request with a deadline.
+//! eniipd's line protocol from the plugin's side: the protocol's client
+//! ([`crate::protocol::client`], which keeps the deadlines) with its
+//! failures as CNI errors. One connection per invocation, checked with a
+//! `ping` first.
 //!
 //! An eniipd that cannot be reached, that does not answer `ping` within
-//! [`PING_TIMEOUT`] (stopped, hung), that misses a deadline, or that
+//! [`PING_TIMEOUT`](crate::protocol::client::PING_TIMEOUT) (stopped, hung), that misses a deadline, or that
 //! answers `busy`, `shutting-down`, `timeout` or `cloud`, is CNI error 11
-//! ("try again later"): the runtime retries and nothing is lost.
-//!
-//! Deadlines: eniipd answers `ping` from its listener at once, even while
-//! an allocation waits on the cloud, so a connection starts with one. An
-//! `alloc` may then take up to [`ALLOC_DEADLINE`] (a cold pool waits for
-//! the cloud, up to eniipd's `alloc_timeout`, 60 s by default), and while
-//! it waits eniipd is pinged on a second connection every [`WATCH_EVERY`]:
-//! a slow allocation goes on, a hung eniipd fails it within seconds. Every
-//! other request has [`REPLY_DEADLINE`].
+//! ("try again later"): the runtime retries and nothing is lost. Any
+//! other `ERR` is error 100, in words a user can act on ([`wording`]).
 
-use std::io::{BufRead, BufReader, ErrorKind, Write};
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+
+use crate::core::ErrCode;
+use crate::protocol::client::{self as protocol, verb, ClientError};
+pub(crate) use crate::protocol::client::{ALLOC_DEADLINE, REPLY_DEADLINE};
+use crate::protocol::reply::{ErrReply, Reply};
 
 use super::spec::{code, CniError};
-use crate::protocol::is_final_line;
-
-/// How long eniipd may take to answer `ping`.
-pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long an `alloc` may take in all.
-pub(crate) const ALLOC_DEADLINE: Duration = Duration::from_secs(90);
-/// How long any other answer may take.
-pub(crate) const REPLY_DEADLINE: Duration = Duration::from_secs(10);
-/// How often a waiting `alloc` checks that eniipd still answers.
-pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(1);
-/// Most data lines one answer may carry (a `gc` of a big node).
-const MAX_DATA_LINES: usize = 100_000;
-
-/// A reply: its data lines and the final line's `OK` text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Answer {
-    /// Data lines.
-    pub(crate) data: Vec<String>,
-    /// The text after `OK `.
-    pub(crate) text: String,
-}
+use super::wording;
 
 /// One connection to eniipd.
 #[derive(Debug)]
-pub(crate) struct Client {
-    socket: PathBuf,
-    writer: UnixStream,
-    reader: BufReader<UnixStream>,
-}
-
-fn unreachable(socket: &Path, e: impl std::fmt::Display) -> CniError {
-    CniError::new(
-        code::TRY_AGAIN,
-        format!(
-            "eniipd is down: it is not reachable at {}",
-            socket.display()
-        ),
-    )
-    .details(e.to_string())
-}
-
-fn timed_out(e: &std::io::Error) -> bool {
-    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
-}
+pub(crate) struct Client(protocol::Client);
 
 impl Client {
     /// Connects to eniipd's socket and checks that it answers `ping`
-    /// within [`PING_TIMEOUT`].
+    /// within [`crate::protocol::client::PING_TIMEOUT`].
     pub(crate) fn connect(socket: &Path) -> Result<Client, CniError> {
-        let s = UnixStream::connect(socket).map_err(|e| unreachable(socket, e))?;
-        s.set_write_timeout(Some(REPLY_DEADLINE))
-            .map_err(|e| unreachable(socket, e))?;
-        let r = s.try_clone().map_err(|e| unreachable(socket, e))?;
-        let mut c = Client {
-            socket: socket.to_path_buf(),
-            writer: s,
-            reader: BufReader::new(r),
-        };
-        let late = || {
-            CniError::new(
-                code::TRY_AGAIN,
-                format!(
-                    "eniipd is not answering: no pong within {PING_TIMEOUT:?} at {} \
-                     (is it stopped or hung?)",
-                    socket.display()
-                ),
-            )
-        };
-        c.exchange("ping", PING_TIMEOUT, false, &late)?
-            .map_err(|err| daemon_error("ping", &err))?;
-        Ok(c)
+        protocol::Client::connect_answering(socket)
+            .map(Client)
+            .map_err(cni_error)
     }
 
-    /// Sends one request; `Ok` for `OK`, a CNI error for `ERR`, a broken
-    /// connection or a missed deadline (see the module doc).
-    pub(crate) fn ask(&mut self, line: &str) -> Result<Answer, CniError> {
-        let (limit, watch) = match verb(line) {
-            "alloc" => (ALLOC_DEADLINE, true),
-            _ => (REPLY_DEADLINE, false),
-        };
-        let late = || {
-            CniError::new(
-                code::TRY_AGAIN,
-                format!("eniipd gave no answer to {} within {limit:?}", verb(line)),
-            )
-        };
-        self.exchange(line, limit, watch, &late)?
-            .map_err(|err| daemon_error(line, &err))
+    /// Sends one request: its reply for `OK`; a CNI error for `ERR`, a
+    /// broken connection or a missed deadline (see the module doc).
+    pub(crate) fn ask(&mut self, line: &str) -> Result<Reply, CniError> {
+        let r = self.0.ask(line).map_err(cni_error)?;
+        ok(verb(line), r)
     }
 
     /// [`Client::ask`] where `ERR not-found` is an answer: `None`.
-    pub(crate) fn ask_found(&mut self, line: &str) -> Result<Option<Answer>, CniError> {
-        let late = || {
-            CniError::new(
+    pub(crate) fn ask_found(&mut self, line: &str) -> Result<Option<Reply>, CniError> {
+        let r = self.0.ask(line).map_err(cni_error)?;
+        if r.outcome()
+            .is_err_and(|e| e.known() == Some(ErrCode::NotFound))
+        {
+            return Ok(None);
+        }
+        ok(verb(line), r).map(Some)
+    }
+
+    /// A `gc` of the allocations under `owner_prefix`, keeping `keep`.
+    pub(crate) fn gc(&mut self, owner_prefix: &str, keep: &[String]) -> Result<Reply, CniError> {
+        let r = self.0.gc(owner_prefix, keep).map_err(cni_error)?;
+        ok("gc", r)
+    }
+}
+
+/// An `OK` reply as it is, an `ERR` as a CNI error.
+fn ok(verb: &str, r: Reply) -> Result<Reply, CniError> {
+    match r.outcome() {
+        Ok(_) => Ok(r),
+        Err(e) => Err(daemon_error(verb, e)),
+    }
+}
+
+/// A failure to get a reply (every one is "try again later").
+fn cni_error(e: ClientError) -> CniError {
+    let msg = match &e {
+        ClientError::Connect { socket, source } => {
+            return CniError::new(
                 code::TRY_AGAIN,
                 format!(
-                    "eniipd gave no answer to {} within {REPLY_DEADLINE:?}",
-                    verb(line)
+                    "eniipd is down: it is not reachable at {}",
+                    socket.display()
                 ),
             )
-        };
-        match self.exchange(line, REPLY_DEADLINE, false, &late)? {
-            Ok(a) => Ok(Some(a)),
-            Err(err) if err.split(' ').nth(1) == Some("not-found") => Ok(None),
-            Err(err) => Err(daemon_error(line, &err)),
+            .details(source.to_string())
         }
-    }
-
-    /// One request and its answer within `limit` (the `ERR` line as the
-    /// inner error); `late` is the error past it. `watch`: ping eniipd
-    /// while waiting.
-    fn exchange(
-        &mut self,
-        line: &str,
-        limit: Duration,
-        watch: bool,
-        late: &dyn Fn() -> CniError,
-    ) -> Result<Result<Answer, String>, CniError> {
-        let broken = |e: &dyn std::fmt::Display| {
-            CniError::new(code::TRY_AGAIN, "the connection to eniipd broke")
-                .details(format!("{}: {e}", verb(line)))
-        };
-        let deadline = Instant::now() + limit;
-        self.writer
-            .write_all(format!("{line}\n").as_bytes())
-            .map_err(|e| broken(&e))?;
-        let mut data = Vec::new();
-        // Kept across timed-out reads: a line read in parts stays whole.
-        let mut l = String::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(late());
-            }
-            let wait = if watch { left.min(WATCH_EVERY) } else { left };
-            self.reader
-                .get_ref()
-                .set_read_timeout(Some(wait))
-                .map_err(|e| broken(&e))?;
-            let n = match self.reader.read_line(&mut l) {
-                Ok(n) => n,
-                Err(e) if timed_out(&e) => {
-                    if watch {
-                        // Slow or hung? A hung eniipd fails the ping.
-                        Client::connect(&self.socket)?;
-                    }
-                    continue;
-                }
-                Err(e) => return Err(broken(&e)),
-            };
-            if n == 0 {
-                return Err(broken(&"closed"));
-            }
-            let done = std::mem::take(&mut l);
-            let done = done.trim_end_matches(['\n', '\r']).to_string();
-            if is_final_line(&done) {
-                return Ok(match done.strip_prefix("OK") {
-                    Some(rest) => Ok(Answer {
-                        data,
-                        text: rest.trim_start().to_string(),
-                    }),
-                    None => Err(done),
-                });
-            }
-            if data.len() >= MAX_DATA_LINES {
-                return Err(broken(&"answer too long"));
-            }
-            data.push(done);
+        ClientError::NotAnswering { socket, limit } => format!(
+            "eniipd is not answering: no pong within {limit:?} at {} (is it stopped or hung?)",
+            socket.display()
+        ),
+        ClientError::Refused(err) => return daemon_error("ping", err),
+        ClientError::Late { verb, limit } => {
+            format!("eniipd gave no answer to {verb} within {limit:?}")
         }
-    }
+        ClientError::Send { .. }
+        | ClientError::Receive { .. }
+        | ClientError::Closed { .. }
+        | ClientError::TooLong { .. } => {
+            let mut details = e.to_string();
+            if let Some(source) = std::error::Error::source(&e) {
+                details.push_str(&format!(": {source}"));
+            }
+            return CniError::new(code::TRY_AGAIN, "the connection to eniipd broke")
+                .details(details);
+        }
+    };
+    CniError::new(code::TRY_AGAIN, msg)
 }
 
-fn verb(line: &str) -> &str {
-    line.split(' ').next().unwrap_or("")
-}
-
-/// Maps an `ERR code message` line to a CNI error.
-fn daemon_error(request: &str, line: &str) -> CniError {
-    let rest = line.strip_prefix("ERR").unwrap_or(line).trim_start();
-    let err_code = rest.split(' ').next().unwrap_or("");
-    let cni = match err_code {
+/// An `ERR` reply to `verb` as a CNI error; eniipd's own words in the
+/// details.
+fn daemon_error(verb: &str, err: &ErrReply) -> CniError {
+    let cni = match err.code() {
         "busy" | "shutting-down" | "timeout" | "cloud" => code::TRY_AGAIN,
         _ => code::DAEMON,
     };
-    CniError::new(cni, super::wording::explain(verb(request), err_code, rest)).details(rest)
-}
-
-/// The value of `key=` in an `OK` text.
-pub(crate) fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    text.split(' ')
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+    CniError::new(cni, wording::explain(verb, err)).details(err.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cni::test_support::{fake_eniipd, test_dir, ALLOC_V6};
+    use crate::protocol::client::PING_TIMEOUT;
+
+    fn err(line: &str) -> ErrReply {
+        ErrReply::parse(line).unwrap()
+    }
 
     #[test]
     fn errors_map_to_cni_codes() {
-        assert_eq!(
-            daemon_error("alloc x", "ERR shutting-down the daemon is stopping").code,
-            code::TRY_AGAIN
-        );
-        assert_eq!(
-            daemon_error("alloc x", "ERR cloud Throttling slow down").code,
-            code::TRY_AGAIN
-        );
-        let e = daemon_error("alloc x", "ERR exhausted no IP");
+        let e = daemon_error("alloc", &err("ERR shutting-down the daemon is stopping"));
+        assert_eq!(e.code, code::TRY_AGAIN);
+        let e = daemon_error("alloc", &err("ERR cloud Throttling slow down"));
+        assert_eq!(e.code, code::TRY_AGAIN);
+        let e = daemon_error("alloc", &err("ERR exhausted no IP"));
         assert_eq!(e.code, code::DAEMON);
         assert!(e.msg.contains("exhausted"), "{e}");
-        assert_eq!(field("released=1.2.3.4", "released"), Some("1.2.3.4"));
-        assert_eq!(field("ip=1.2.3.4 ipv6=::1", "ip"), Some("1.2.3.4"));
+        assert_eq!(e.details, "exhausted no IP");
+        // A code a later eniipd adds is eniipd's refusal, not a crash.
+        let e = daemon_error("alloc", &err("ERR quota-frozen until noon"));
+        assert_eq!(e.code, code::DAEMON);
+        assert!(e.msg.contains("quota-frozen: until noon"), "{e}");
     }
 
     #[test]
     fn a_missing_socket_is_try_again() {
-        let e = match Client::connect(Path::new("/nonexistent/eniipd.sock")) {
-            Err(e) => e,
-            Ok(_) => panic!("connected"),
-        };
+        let e = Client::connect(Path::new("/nonexistent/eniipd.sock")).unwrap_err();
         assert_eq!(e.code, code::TRY_AGAIN);
+        assert!(
+            e.msg.contains("not reachable at /nonexistent/eniipd.sock"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_hung_eniipd_fails_within_seconds_and_a_slow_alloc_does_not() {
+        // Accepts (the kernel does, for a stopped process too) and never
+        // answers.
+        let dir = test_dir("hung");
+        let path = dir.join("eniipd.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let t = std::time::Instant::now();
+        let err = Client::connect(&path).unwrap_err();
+        assert_eq!(err.code, code::TRY_AGAIN, "{err}");
+        assert!(err.msg.contains("not answering"), "{err}");
+        assert!(t.elapsed() < PING_TIMEOUT * 3, "{:?}", t.elapsed());
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        // Answers ping at once and the alloc after 2.5 s, beyond one watch
+        // period: the alloc waits for it.
+        let (socket, server) = fake_eniipd(&[("alloc", "sleep 2500"), ("alloc", ALLOC_V6)]);
+        let mut c = Client::connect(&socket).unwrap();
+        let a = c.ask("alloc eni/x").unwrap();
+        assert!(a.text().starts_with("ip=192.168.0.9"), "{a:?}");
+        drop(c);
+        assert_eq!(server.join().unwrap(), vec!["alloc eni/x".to_string()]);
     }
 }

@@ -6,13 +6,15 @@
 //! code and text in, a sentence out; eniipd's own text stays in the
 //! error's `details`.
 
-/// The words for `ERR <err_code> <rest>` answered to `verb`.
-pub(crate) fn explain(verb: &str, err_code: &str, rest: &str) -> String {
-    let text = rest.strip_prefix(err_code).unwrap_or(rest).trim();
+use crate::protocol::reply::ErrReply;
+
+/// The words for `err` answered to `verb`.
+pub(crate) fn explain(verb: &str, err: &ErrReply) -> String {
+    let (err_code, text) = (err.code(), err.message());
     match err_code {
         "exhausted" => exhausted(text),
         "cloud" => {
-            let cloud_code = text.split(' ').next().unwrap_or("");
+            let cloud_code = err.cloud_code().unwrap_or("");
             if cloud_code.starts_with("Throttling") || cloud_code.contains("FlowControl") {
                 format!(
                     "the cloud is throttling eniipd's calls ({cloud_code}): no address yet, \
@@ -72,32 +74,32 @@ fn exhausted(text: &str) -> String {
 mod tests {
     use super::*;
 
+    fn explain(verb: &str, line: &str) -> String {
+        super::explain(verb, &ErrReply::parse(line).unwrap())
+    }
+
     #[test]
     fn each_failure_says_what_it_was() {
         let vsw = explain(
             "alloc",
-            "exhausted",
-            "exhausted no vswitch has free addresses (vsw-abc until 2026-12-04T03:00:00Z)",
+            "ERR exhausted no vswitch has free addresses (vsw-abc until 2026-12-04T03:00:00Z)",
         );
         assert!(vsw.contains("vswitch vsw-abc is out of addresses"), "{vsw}");
-        let quota = explain(
-            "alloc",
-            "exhausted",
-            "exhausted capacity reached: 12 addresses on 2 of 2 ENIs (12 in use, 0 reserved, 0 cooling, 1 requested)",
+        let quota = explain("alloc", "ERR exhausted capacity reached: 12 addresses on 2 of 2 ENIs (12 in use, 0 reserved, 0 cooling, 1 requested)",
         );
         assert!(quota.contains("ENI quota is reached"), "{quota}");
         assert!(quota.contains("2 of 2 ENIs"), "{quota}");
-        let t = explain("alloc", "cloud", "cloud Throttling.User Request was denied");
+        let t = explain("alloc", "ERR cloud Throttling.User Request was denied");
         assert!(
             t.contains("throttling") && t.contains("Throttling.User"),
             "{t}"
         );
-        let t = explain("alloc", "timeout", "timeout no address within 30 s");
+        let t = explain("alloc", "ERR timeout no address within 30 s");
         assert!(t.starts_with("timed out") && t.contains("30 s"), "{t}");
-        let other = explain("alloc", "cloud", "cloud Forbidden.RAM not allowed");
+        let other = explain("alloc", "ERR cloud Forbidden.RAM not allowed");
         assert!(other.contains("Forbidden.RAM"), "{other}");
         assert_eq!(
-            explain("show", "not-found", "not-found"),
+            explain("show", "ERR not-found"),
             "eniipd refused show: not-found"
         );
     }

@@ -1,20 +1,10 @@
-//! `eniipd`'s command line (SPEC section 2), hand-parsed: flags and their
-//! values, `--flag=value` accepted too. Usage errors name the flag and are
-//! exit 2.
+//! `eniipd`'s command line (SPEC section 2) on [`crate::cli`]: flags and
+//! their values, `--flag=value` accepted too, `-h`/`--help` and
+//! `-V`/`--version`. Usage errors name the flag and are exit 2.
 
-use std::fmt;
 use std::path::PathBuf;
 
-/// What the command line asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    /// `--help`
-    Help,
-    /// `--version`
-    Version,
-    /// Run (or `--check-config`).
-    Run(Args),
-}
+use crate::cli::{self, Arg, Asked, UsageError};
 
 /// Flags of a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,18 +33,6 @@ pub struct Args {
     pub(crate) recover_state: bool,
 }
 
-/// A bad command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageError(pub String);
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (try --help)", self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
-
 /// `--help` text.
 pub const HELP: &str = "\
 eniipd - keeps a warm pool of secondary private IPs on the ENIs of this
@@ -66,7 +44,7 @@ Usage:
          [--simulate [--simulate-links]] [--check-config] [--recover-state]
          [--version] [--help]
 
-Options:
+Options (a value follows its flag, or comes after `=`):
   --config FILE            config file (default /etc/eniipd/eni.json)
   --socket PATH            client socket (default /run/eniipd/eniipd.sock)
   --state-dir DIR          state directory (default /var/lib/eniipd)
@@ -87,8 +65,8 @@ Options:
   --recover-state          move corrupt state files aside, keep what is valid,
                            and hold every address with no known owner back
                            for an hour (see eniipd(8))
-  --version                print the version
-  --help                   print this help
+  -V, --version            print the version
+  -h, --help               print this help
 
 Flags override config keys. Exit codes: 0 clean stop, 1 other error, 2 usage,
 65 corrupt state, 69 cloud unreachable at start, 75 state directory in use,
@@ -96,77 +74,53 @@ Flags override config keys. Exit codes: 0 clean stop, 1 other error, 2 usage,
 ";
 
 /// Parses the arguments after the program name.
-pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Command, UsageError> {
+pub fn parse<I: IntoIterator<Item = String>>(argv: I) -> Result<Asked<Args>, UsageError> {
     let mut a = Args::default();
-    let mut it = argv.into_iter();
-    while let Some(arg) = it.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<String, UsageError> {
-            match inline.clone().or_else(|| it.next()) {
-                Some(v) if !v.is_empty() => Ok(v),
-                _ => Err(UsageError(format!("{name} needs a value"))),
+    let mut p = cli::parser(argv);
+    while let Some(arg) = p.next()? {
+        if let Some(asked) = cli::shared(&arg) {
+            return Ok(asked);
+        }
+        match arg {
+            Arg::Long("config") => a.config = Some(cli::value(&mut p, "--config")?.into()),
+            Arg::Long("socket") => a.socket = Some(cli::value(&mut p, "--socket")?.into()),
+            Arg::Long("state-dir") => a.state_dir = Some(cli::value(&mut p, "--state-dir")?.into()),
+            Arg::Long("log-level") => a.log_level = Some(cli::value(&mut p, "--log-level")?),
+            Arg::Long("ecs-endpoint") => {
+                a.ecs_endpoint = Some(cli::value(&mut p, "--ecs-endpoint")?)
             }
-        };
-        let no_value = |name: &str| -> Result<(), UsageError> {
-            match &inline {
-                Some(_) => Err(UsageError(format!("{name} takes no value"))),
-                None => Ok(()),
+            Arg::Long("vpc-endpoint") => {
+                a.vpc_endpoint = Some(cli::value(&mut p, "--vpc-endpoint")?)
             }
-        };
-        match flag.as_str() {
-            "--help" | "-h" => return Ok(Command::Help),
-            "--version" | "-V" => return Ok(Command::Version),
-            "--config" => a.config = Some(PathBuf::from(value("--config")?)),
-            "--socket" => a.socket = Some(PathBuf::from(value("--socket")?)),
-            "--state-dir" => a.state_dir = Some(PathBuf::from(value("--state-dir")?)),
-            "--log-level" => a.log_level = Some(value("--log-level")?),
-            "--ecs-endpoint" => a.ecs_endpoint = Some(value("--ecs-endpoint")?),
-            "--vpc-endpoint" => a.vpc_endpoint = Some(value("--vpc-endpoint")?),
-            "--metadata-endpoint" => a.metadata_endpoint = Some(value("--metadata-endpoint")?),
-            "--simulate" => {
-                no_value("--simulate")?;
-                a.simulate = true;
+            Arg::Long("metadata-endpoint") => {
+                a.metadata_endpoint = Some(cli::value(&mut p, "--metadata-endpoint")?)
             }
-            "--simulate-links" => {
-                no_value("--simulate-links")?;
-                a.simulate_links = true;
-            }
-            "--check-config" => {
-                no_value("--check-config")?;
-                a.check_config = true;
-            }
-            "--recover-state" => {
-                no_value("--recover-state")?;
-                a.recover_state = true;
-            }
-            other if other.starts_with('-') => {
-                return Err(UsageError(format!("unknown option {other}")))
-            }
-            other => return Err(UsageError(format!("unexpected argument {other}"))),
+            Arg::Long("simulate") => a.simulate = true,
+            Arg::Long("simulate-links") => a.simulate_links = true,
+            Arg::Long("check-config") => a.check_config = true,
+            Arg::Long("recover-state") => a.recover_state = true,
+            _ => return Err(arg.unexpected().into()),
         }
     }
     if a.simulate_links && !a.simulate {
-        return Err(UsageError(
-            "--simulate-links needs --simulate (it shows the emulator's ENIs)".into(),
+        return Err(UsageError::new(
+            "--simulate-links needs --simulate (it shows the emulator's ENIs)",
         ));
     }
-    Ok(Command::Run(a))
+    Ok(Asked::Run(a))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn p(args: &[&str]) -> Result<Command, UsageError> {
+    fn p(args: &[&str]) -> Result<Asked<Args>, UsageError> {
         parse(args.iter().map(|s| s.to_string()))
     }
 
     #[test]
     fn flags_and_values() {
-        let Command::Run(a) = p(&[
+        let Asked::Run(a) = p(&[
             "--config",
             "/x.json",
             "--socket=/s.sock",
@@ -181,8 +135,10 @@ mod tests {
         assert_eq!(a.socket, Some(PathBuf::from("/s.sock")));
         assert!(a.simulate && !a.check_config);
         assert_eq!(a.log_level.as_deref(), Some("debug"));
-        assert_eq!(p(&["--help"]).unwrap(), Command::Help);
-        assert_eq!(p(&["--version"]).unwrap(), Command::Version);
+        assert_eq!(p(&["--help"]).unwrap(), Asked::Help);
+        assert_eq!(p(&["-h"]).unwrap(), Asked::Help);
+        assert_eq!(p(&["--version"]).unwrap(), Asked::Version);
+        assert_eq!(p(&["-V"]).unwrap(), Asked::Version);
     }
 
     #[test]

@@ -1,23 +1,29 @@
-//! The line protocol, version 1 (SPEC section 4), as pure functions: bytes
-//! of one request line in, a [`ClientRequest`] (local verbs, or a core
-//! [`Command`]) out; a core [`Answer`] or [`AllocError`] in, its
-//! [`ClientReply`] text out. No I/O, so it can be fuzzed and
-//! property-tested on its own.
+//! The line protocol, version 1 (SPEC section 4). Its pure part, which
+//! can be fuzzed and property-tested on its own: bytes of one request line
+//! in, a [`ClientRequest`] (local verbs, or a core [`Command`]) out; a core
+//! [`Answer`] or [`AllocError`] in, its [`ClientReply`] text out; and on
+//! the other side of the socket, reply lines in, a framed and typed
+//! [`reply::Reply`] out ([`reply`]). Its one piece of I/O is [`client`],
+//! the client side that eniipctl, eniip-cni, the tests and the benches
+//! speak through.
 //!
 //! Both sides of the socket own it: the daemon's listener
-//! ([`crate::server`]) parses requests and renders replies; eniipctl and
-//! eniip-cni ([`crate::cni`]) frame replies ([`is_final_line`]) and read
-//! them ([`parse_allocation`], [`parse_eni`]). The names say which side of
-//! the socket a type is on: a [`ClientRequest`] and a [`ClientReply`]
-//! travel on it; the allocator's own `Request` (the daemon's asks of its
-//! actor) and its reply channel never do.
+//! ([`crate::server`]) parses requests and renders replies; the clients
+//! write requests and read replies. The names say which side of the
+//! socket a type is on: a [`ClientRequest`] and a [`ClientReply`] travel
+//! on it; the allocator's own `Request` (the daemon's asks of its actor)
+//! and its reply channel never do.
 //!
 //! Invariants: a rendered reply is zero or more data lines and exactly one
 //! final line (`OK`, `OK <text>`, `ERR <code>`, `ERR <code> <message>`); a
 //! data line never looks like a final line; nothing rendered contains a
-//! control character other than the line ends.
+//! control character other than the line ends; every reply parser reads
+//! the fields it knows and ignores the others ([`reply`]).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+pub mod client;
+pub mod reply;
+
+use std::net::IpAddr;
 
 use crate::core::{
     AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, ListEntry,
@@ -313,34 +319,6 @@ pub(crate) fn eni_text(e: &EniInfo) -> String {
     s
 }
 
-/// Parses [`eni_text`] output (used by eniip-cni and tests). Unknown keys
-/// are skipped, so a later eniipd may add fields.
-pub(crate) fn parse_eni(text: &str) -> Option<EniInfo> {
-    let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
-    let (mut cidr6, mut gateway6) = (None, None);
-    for word in text.split(' ').filter(|w| !w.is_empty()) {
-        let (k, v) = word.split_once('=')?;
-        match k {
-            "eni" => eni = Some(v.to_string()),
-            "mac" => mac = Some(v.to_string()),
-            "vswitch" => vswitch = Some(v.to_string()),
-            "cidr" => cidr = Some(v.to_string()),
-            "gateway" => gateway = Some(v.parse().ok()?),
-            "cidr6" => cidr6 = Some(v.to_string()),
-            "gateway6" => gateway6 = Some(v.parse().ok()?),
-            _ => {}
-        }
-    }
-    Some(EniInfo {
-        eni: eni?,
-        mac: mac?,
-        vswitch: vswitch?,
-        cidr: cidr?,
-        gateway: gateway?,
-        v6: cidr6.zip(gateway6),
-    })
-}
-
 /// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`: the
 /// allocation's addresses and the IPv4 half of its ENI (no IPv6 gateway:
 /// `eni` answers that).
@@ -354,37 +332,6 @@ pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
         eni.eni, eni.mac, eni.vswitch, eni.cidr, eni.gateway
     ));
     s
-}
-
-/// Parses [`allocation_text`] output (used by clients and tests): the
-/// addresses and the ENI they are on (its `v6` is `None`: the text has
-/// none).
-pub(crate) fn parse_allocation(text: &str) -> Option<(Ipv4Addr, Option<Ipv6Addr>, EniInfo)> {
-    let mut ip = None;
-    let mut ipv6 = None;
-    let (mut eni, mut mac, mut vswitch, mut cidr, mut gateway) = (None, None, None, None, None);
-    for word in text.split(' ').filter(|w| !w.is_empty()) {
-        let (k, v) = word.split_once('=')?;
-        match k {
-            "ip" => ip = Some(v.parse().ok()?),
-            "ipv6" => ipv6 = Some(v.parse().ok()?),
-            "eni" => eni = Some(v.to_string()),
-            "mac" => mac = Some(v.to_string()),
-            "vswitch" => vswitch = Some(v.to_string()),
-            "cidr" => cidr = Some(v.to_string()),
-            "gateway" => gateway = Some(v.parse().ok()?),
-            _ => return None,
-        }
-    }
-    let eni = EniInfo {
-        eni: eni?,
-        mac: mac?,
-        vswitch: vswitch?,
-        cidr: cidr?,
-        gateway: gateway?,
-        v6: None,
-    };
-    Some((ip?, ipv6, eni))
 }
 
 /// The `OK` text of `status`.

@@ -78,4 +78,39 @@ proptest! {
         prop_assert_eq!(lines.iter().filter(|l| is_final_line(l)).count(), 1);
         prop_assert!(is_final_line(lines.last().unwrap()));
     }
+
+    /// A rendered reply, read back by the client's framer, is the same
+    /// data and outcome.
+    #[test]
+    fn rendered_replies_read_back(data in proptest::collection::vec("[ -~]{0,60}", 0..8), ok in any::<bool>(), text in "[!-~][ -~]{0,40}") {
+        let outcome = if ok { Ok(text.trim().to_string()) } else { Err(AllocError::new(ErrCode::Busy, text.trim())) };
+        let sent = ClientReply { data, outcome };
+        let mut framer = reply::Framer::default();
+        let mut got = None;
+        for line in sent.render().split_inclusive('\n') {
+            prop_assert!(got.is_none(), "a line after the final one");
+            got = framer.push(line).unwrap();
+        }
+        let got = got.unwrap();
+        prop_assert_eq!(got.data().len(), sent.data.len());
+        match (&sent.outcome, got.outcome()) {
+            (Ok(t), Ok(g)) => prop_assert_eq!(t.as_str(), g),
+            (Err(e), Err(g)) => prop_assert_eq!((e.code.as_str(), e.message.as_str()), (g.code(), g.message())),
+            (s, g) => prop_assert!(false, "sent {:?}, read {:?}", s, g),
+        }
+    }
+
+    /// The reply parsers read any text without a panic.
+    #[test]
+    fn reply_parsers_never_panic(text in "[ -~]{0,200}") {
+        let _ = reply::parse_allocation(&text);
+        let _ = reply::parse_eni(&text);
+        let _ = reply::parse_status(&text);
+        let _ = reply::parse_released(&text);
+        let _ = reply::parse_list_line(&text);
+        let _ = reply::parse_eni_line(&text);
+        let _ = reply::parse_collected_line(&text);
+        let _ = reply::ErrReply::parse(&text);
+        let _ = reply::Framer::default().push(&text);
+    }
 }

@@ -148,7 +148,7 @@ fn replies_render_with_one_final_line() {
 }
 
 /// An ENI as `eni` answers it, without IPv6.
-fn eni_abc() -> EniInfo {
+pub(super) fn eni_abc() -> EniInfo {
     EniInfo {
         eni: "eni-abc".into(),
         mac: "00:16:3e:00:00:01".into(),
@@ -157,23 +157,6 @@ fn eni_abc() -> EniInfo {
         gateway: "192.168.3.253".parse().unwrap(),
         v6: None,
     }
-}
-
-#[test]
-fn allocation_text_round_trips() {
-    let a = Allocation {
-        owner: Owner::parse("ns/pod").unwrap(),
-        sandbox: None,
-        ip: "192.168.0.11".parse().unwrap(),
-        ipv6: Some("2408:4005:300::11".parse().unwrap()),
-        eni: "eni-abc".into(),
-        since_ms: 1,
-        attach: None,
-    };
-    let eni = eni_abc();
-    let t = allocation_text(&a, &eni);
-    assert!(t.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
-    assert_eq!(parse_allocation(&t), Some((a.ip, a.ipv6, eni)));
 }
 
 #[test]
@@ -201,7 +184,7 @@ fn eni_takes_one_cloud_id_and_renders_v6_only_when_known() {
         reply,
         "OK eni=eni-abc mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/22 gateway=192.168.3.253\n"
     );
-    assert_eq!(parse_eni(&eni_text(&e)), Some(e.clone()));
+    assert_eq!(reply::parse_eni(&eni_text(&e)), Ok(e.clone()));
     e.v6 = Some((
         "2408:4005:3ff:5100::/64".into(),
         "2408:4005:3ff:5100:ffff:ffff:ffff:fff7".parse().unwrap(),
@@ -213,12 +196,13 @@ fn eni_takes_one_cloud_id_and_renders_v6_only_when_known() {
         ),
         "{t}"
     );
-    assert_eq!(parse_eni(&t), Some(e.clone()));
+    assert_eq!(reply::parse_eni(&t), Ok(e.clone()));
     // A later field is skipped; a half of the IPv6 pair is no pair.
-    assert_eq!(parse_eni(&format!("{t} zone=x")), Some(e.clone()));
+    assert_eq!(reply::parse_eni(&format!("{t} zone=x")), Ok(e.clone()));
     let half = t.split(" gateway6=").next().unwrap();
-    assert_eq!(parse_eni(half).unwrap().v6, None);
-    assert_eq!(parse_eni("eni=eni-1 mac=m"), None);
+    assert_eq!(reply::parse_eni(half).unwrap().v6, None);
+    let err = reply::parse_eni("eni=eni-1 mac=m").unwrap_err();
+    assert_eq!(err.to_string(), "no vswitch=");
 }
 
 #[test]

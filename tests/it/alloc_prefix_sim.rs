@@ -7,13 +7,13 @@
 use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Write};
 use std::net::Ipv4Addr;
-use std::os::unix::net::UnixStream;
 use std::sync::Barrier;
 use std::time::Duration;
 
 use common::{at_once, config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
+use eniipd::protocol::client::Client;
+use eniipd::protocol::reply::{parse_eni_line, EniLine};
 use serde_json::{json, Value};
 
 fn sim(instance_type: &str) -> Sim {
@@ -68,25 +68,29 @@ fn burst(d: &Daemon, tag: &str, n: usize) -> BTreeMap<String, String> {
     let go = Barrier::new(n);
     at_once(n, |i| {
         let owner = format!("{tag}/pod-{i}");
-        let mut c = UnixStream::connect(&d.socket).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(90))).unwrap();
+        let wait = Duration::from_secs(90);
+        let mut c = Client::connect(&d.socket, wait).unwrap();
         go.wait();
-        c.write_all(format!("alloc {owner}\n").as_bytes()).unwrap();
-        let mut r = String::new();
-        BufReader::new(c).read_line(&mut r).unwrap();
-        let r = r.trim_end().to_string();
-        let ok = r
-            .strip_prefix("OK ")
-            .unwrap_or_else(|| panic!("{owner}: {r}"));
+        let r = c.ask_within(&format!("alloc {owner}"), wait).unwrap();
+        let ok = r.outcome().unwrap_or_else(|e| panic!("{owner}: ERR {e}"));
         (owner, ok.to_string())
     })
     .into_iter()
     .collect()
 }
 
-fn enis_lines(d: &Daemon) -> Vec<String> {
+/// The data lines of `enis`, read.
+fn enis_lines(d: &Daemon) -> Vec<EniLine> {
     let r = d.ask("enis");
-    r[..r.len() - 1].to_vec()
+    r[..r.len() - 1]
+        .iter()
+        .map(|l| parse_eni_line(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect()
+}
+
+/// How an ENI of `enis` holds its addresses: its mode and prefix count.
+fn held(l: &EniLine) -> (Option<&str>, Option<usize>) {
+    (l.mode.as_deref(), l.prefixes)
 }
 
 #[test]
@@ -126,7 +130,7 @@ fn a_g7_large_secondary_eni_hands_out_80_distinct_addresses() {
     let lines = enis_lines(&d);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
-        lines[0].contains(" ips=81 ") && lines[0].ends_with(" mode=prefix prefixes=5"),
+        lines[0].ips == 81 && held(&lines[0]) == (Some("prefix"), Some(5)),
         "{lines:?}"
     );
     // Its primary is handed out last, then a second ENI serves.
@@ -305,7 +309,7 @@ fn a_vswitch_without_a_free_slash_28_falls_back_to_single_addresses() {
     let lines = enis_lines(&d);
     assert!(!lines.is_empty());
     for l in &lines {
-        assert!(l.ends_with(" mode=single prefixes=0"), "{lines:?}");
+        assert_eq!(held(l), (Some("single"), Some(0)), "{lines:?}");
     }
     assert!(
         d.log_text().contains("no free /28"),
@@ -346,7 +350,7 @@ fn an_eni_whose_vswitch_runs_out_of_slash_28s_goes_on_with_single_addresses() {
     }
     let lines = enis_lines(&d);
     assert!(
-        lines.len() == 1 && lines[0].contains(" mode=mixed "),
+        lines.len() == 1 && lines[0].mode.as_deref() == Some("mixed"),
         "{lines:?}"
     );
     assert!(
@@ -407,7 +411,7 @@ fn a_lost_assign_answer_leaks_no_prefix() {
     // asserted, not the moment between.)
     assert!(
         eventually(Duration::from_secs(30), || {
-            cloud(&sim).1 == first && enis_lines(&d).iter().all(|l| l.ends_with(" prefixes=1"))
+            cloud(&sim).1 == first && enis_lines(&d).iter().all(|l| l.prefixes == Some(1))
         }),
         "the lost prefix was not adopted and given back: cloud {:?}, {:?}",
         cloud(&sim).1,

@@ -35,6 +35,7 @@ fn an_add_refused_for_the_eni_quota_or_eniipd_down_says_so() {
     let status = w.cni("STATUS", None, &w.conf("1.1.0", json!({})));
     assert_eq!(status.code(), 51, "{status:?}");
     assert!(msg(&status).contains("ENI quota is reached"), "{status:?}");
+    assert!(!msg(&status).contains("  "), "a run of spaces: {status:?}");
 
     w.stop_daemon();
     let out = w.cni("ADD", Some(&c), &conf);

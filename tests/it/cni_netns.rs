@@ -473,3 +473,65 @@ fn dual_stack_routes_ipv6_out_the_right_eni_and_leaves_nothing_behind() {
     let rules = w.node_ip(&["-6", "rule"]);
     assert!(!rules.contains("2048"), "{rules}");
 }
+
+/// eniipd as a later version may answer: every `OK` text that carries
+/// fields gets ones this version does not know, before, between and
+/// after its own.
+fn later_eniipd(request: &str, last: &str) -> String {
+    match last.strip_prefix("OK ") {
+        Some(text) if text.contains('=') => {
+            let mut words: Vec<&str> = text.split(' ').collect();
+            words.insert(words.len() / 2, "zone=cn-hangzhou-i");
+            let verb = request.split(' ').next().unwrap_or("");
+            format!(
+                "OK later-{verb}=1 {} gateway7=10.0.0.1 flags",
+                words.join(" ")
+            )
+        }
+        _ => last.to_string(),
+    }
+}
+
+#[test]
+fn an_eniipd_answering_fields_this_version_does_not_know_still_adds_checks_and_deletes() {
+    if !can_run("cni with a later eniipd", &["busybox"]) {
+        return;
+    }
+    let w = World::start(LARGE, json!({}));
+    let later = cnienv::ReplyRewriter::start(&w.dir, w.socket(), later_eniipd);
+    let conf = w.conf("1.1.0", json!({"socket": later.path}));
+    let c = Ctr::new(&w, 0);
+    let add = w
+        .cni("ADD", Some(&c), &conf)
+        .expect_ok("ADD through a later eniipd");
+    let ip = add.ip();
+    assert_eq!(
+        w.inuse().get(&ip),
+        Some(&format!("{}/{}", w.network, c.id)),
+        "{:?}",
+        w.inuse()
+    );
+    // The emulated VPC routes a new address once it has seen it in the
+    // emulator's state (a poll every 30 ms), maybe just after the ADD.
+    assert!(
+        eventually(Duration::from_secs(5), || c.ping(GATEWAY)),
+        "ping {GATEWAY} from {ip}\n{}",
+        w.diag()
+    );
+    w.cni("CHECK", Some(&c), &prev(&conf, &add.json))
+        .expect_ok("CHECK through a later eniipd");
+    w.cni("STATUS", None, &conf)
+        .expect_ok("STATUS through a later eniipd");
+    w.cni("DEL", Some(&c), &prev(&conf, &add.json))
+        .expect_ok("DEL through a later eniipd");
+    assert!(!w.inuse().contains_key(&ip), "{:?}", w.inuse());
+    w.assert_no_host_end();
+    // The plugin's requests went through it, and their replies changed.
+    let seen = later.stop();
+    for verb in ["alloc", "show", "status", "release"] {
+        assert!(
+            seen.iter().any(|l| l.starts_with(verb)),
+            "no {verb} passed through: {seen:?}"
+        );
+    }
+}

@@ -34,6 +34,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use eniipd::protocol::reply::{parse_list_line, ListLine};
 use eniipd::sim::hostlinks::{HostLinks, HostLinksOptions};
 
 use serde_json::{json, Value};
@@ -291,24 +292,25 @@ impl World {
 
     /// The ENIs that hold an address in use, from eniipd's `list`.
     pub fn enis_in_use(&self) -> BTreeSet<String> {
-        self.daemon()
-            .ask("list")
-            .iter()
-            .filter(|l| l.contains(" inuse "))
-            .map(|l| l.split(' ').nth(3).unwrap().to_string())
-            .collect()
+        self.in_use().map(|l| l.eni).collect()
     }
 
     /// `ip=owner` of every in-use address, from eniipd's `list`.
     pub fn inuse(&self) -> BTreeMap<String, String> {
-        self.daemon()
-            .ask("list")
-            .iter()
-            .filter_map(|l| {
-                let w: Vec<&str> = l.split(' ').collect();
-                (w.len() == 4 && w[1] == "inuse").then(|| (w[0].to_string(), w[2].to_string()))
-            })
+        self.in_use()
+            .filter_map(|l| Some((l.ip.to_string(), l.owner?)))
             .collect()
+    }
+
+    /// The in-use lines of eniipd's `list`.
+    fn in_use(&self) -> impl Iterator<Item = ListLine> {
+        let lines = self.daemon().ask("list");
+        let last = lines.len().saturating_sub(1);
+        lines
+            .into_iter()
+            .take(last)
+            .map(|l| parse_list_line(&l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+            .filter(|l| l.state == "inuse")
     }
 
     /// Kills eniipd (its state survives).
@@ -555,4 +557,98 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 /// `path` as a string.
 pub fn s(p: &Path) -> String {
     p.display().to_string()
+}
+
+/// A socket in front of eniipd's that passes every request through (on
+/// the protocol's own client) and gives back each reply with its final
+/// line rewritten by `rewrite(request, final line)`: eniipd as a later
+/// version may answer, seen by the plugin built now. Connections are
+/// served on named threads; all are shut and joined on drop.
+pub struct ReplyRewriter {
+    pub path: PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    accept: Option<std::thread::JoinHandle<Vec<String>>>,
+}
+
+impl ReplyRewriter {
+    pub fn start(
+        dir: &Path,
+        upstream: PathBuf,
+        rewrite: fn(&str, &str) -> String,
+    ) -> ReplyRewriter {
+        use std::io::{BufRead, BufReader};
+        use std::os::unix::net::UnixListener;
+        use std::sync::atomic::AtomicBool;
+        use std::sync::{Arc, Mutex};
+        let path = dir.join("later-eniipd.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let accept = move || {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let mut conns = Vec::new();
+            while !stopped.load(Ordering::SeqCst) {
+                let Ok((s, _)) = listener.accept() else {
+                    // Nothing to accept: wait for the next client or stop.
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                s.set_nonblocking(false).unwrap();
+                let (upstream, seen) = (upstream.clone(), seen.clone());
+                let mut w = s.try_clone().unwrap();
+                let shut = s.try_clone().unwrap();
+                let serve = move || {
+                    let wait = Duration::from_secs(120);
+                    let Ok(mut up) = eniipd::protocol::client::Client::connect(&upstream, wait)
+                    else {
+                        return;
+                    };
+                    for line in BufReader::new(s).lines() {
+                        let Ok(line) = line else { break };
+                        let Ok(reply) = up.ask_within(&line, wait) else {
+                            break;
+                        };
+                        let mut lines = reply.into_lines();
+                        let last = lines.pop().unwrap();
+                        lines.push(rewrite(&line, &last));
+                        seen.lock().unwrap().push(line);
+                        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+                        if w.write_all(text.as_bytes()).is_err() {
+                            break;
+                        }
+                    }
+                };
+                let named = std::thread::Builder::new().name("later-eniipd".into());
+                conns.push((shut, named.spawn(serve).unwrap()));
+            }
+            for (s, h) in conns {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+                let _ = h.join();
+            }
+            let seen = seen.lock().unwrap().clone();
+            seen
+        };
+        let named = std::thread::Builder::new().name("later-eniipd-accept".into());
+        ReplyRewriter {
+            path,
+            stop,
+            accept: Some(named.spawn(accept).unwrap()),
+        }
+    }
+
+    /// Stops it: every request line it passed through, in order.
+    pub fn stop(mut self) -> Vec<String> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.accept.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for ReplyRewriter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
 }

@@ -3,7 +3,8 @@
 //! `NOTIFY_SOCKET` (never from sleeps). Beside them, what every area of
 //! the tests shares: polling with a deadline ([`eventually`]), fresh
 //! directories ([`tempdir`]), skipping where a tool is missing ([`skip`]),
-//! requests at once ([`at_once`]) and plain HTTP to the emulator
+//! requests at once ([`at_once`]), requests to eniipd through the
+//! protocol's own client ([`ask`]) and plain HTTP to the emulator
 //! ([`http`]). The benches take this file in too (`#[path]`).
 
 // Shared by several test crates: each uses part of it, and `pub` here
@@ -12,13 +13,14 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::{UnixDatagram, UnixStream};
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use eniipd::protocol::client::Client;
 use serde_json::Value;
 
 /// Tests that flood a server take turns: side by side on a small machine
@@ -29,15 +31,10 @@ pub fn one_flood_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     FLOODS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A test that cannot run here (`why`: the test and what it needs) says
-/// SKIPPED loudly and passes; under CI (`ENIIPD_CI=1`) it fails instead.
-pub fn skip(why: &str) {
-    let msg = format!("SKIPPED: {why}");
-    if std::env::var("ENIIPD_CI").as_deref() == Ok("1") {
-        panic!("{msg} (ENIIPD_CI=1: a skip is a failure)");
-    }
-    eprintln!("\n*** {msg} ***\n");
-}
+/// The one skip policy: a test that cannot run here (`why`: the test and
+/// what it needs) says SKIPPED loudly and passes; under CI
+/// (`ENIIPD_CI=1`) it fails instead.
+pub use eniipd::util::testing::skip;
 
 /// The first of `paths` (one tool's usual places) that exists; else
 /// `None`, after [`skip`] for `test`.
@@ -538,26 +535,18 @@ fn rand_suffix() -> String {
     eniipd::util::rand::with_thread_rng(|r| r.hex(4))
 }
 
-/// One request on a socket; returns every reply line.
+/// How long a test waits for one reply (an `audit` or a cold `alloc` on
+/// a loaded machine).
+pub const REPLY_WAIT: Duration = Duration::from_secs(120);
+
+/// One request on a socket; returns every reply line (`<closed>` alone
+/// when no whole reply came).
 pub fn ask(socket: &Path, line: &str) -> Vec<String> {
-    let mut s =
-        UnixStream::connect(socket).unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    s.write_all(format!("{line}\n").as_bytes()).unwrap();
-    let mut r = BufReader::new(s);
-    let mut out = Vec::new();
-    loop {
-        let mut l = String::new();
-        if r.read_line(&mut l).unwrap_or(0) == 0 {
-            out.push("<closed>".into());
-            return out;
-        }
-        let l = l.trim_end().to_string();
-        let done = eniipd::protocol::is_final_line(&l);
-        out.push(l);
-        if done {
-            return out;
-        }
+    let mut c = Client::connect(socket, REPLY_WAIT)
+        .unwrap_or_else(|e| panic!("connect {}: {e}", socket.display()));
+    match c.ask_within(line, REPLY_WAIT) {
+        Ok(r) => r.into_lines(),
+        Err(_) => vec!["<closed>".into()],
     }
 }
 
@@ -610,18 +599,7 @@ pub fn read_all(mut r: impl Read) -> String {
 /// One request; the final line, or `None` if the connection failed or
 /// closed before it (a killed daemon).
 pub fn try_ask(socket: &Path, line: &str) -> Option<String> {
-    let mut s = UnixStream::connect(socket).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(120))).ok()?;
-    s.write_all(format!("{line}\n").as_bytes()).ok()?;
-    let mut r = BufReader::new(s);
-    loop {
-        let mut l = String::new();
-        if r.read_line(&mut l).ok()? == 0 {
-            return None;
-        }
-        let l = l.trim_end().to_string();
-        if eniipd::protocol::is_final_line(&l) {
-            return Some(l);
-        }
-    }
+    let mut c = Client::connect(socket, REPLY_WAIT).ok()?;
+    let r = c.ask_within(line, REPLY_WAIT).ok()?;
+    Some(r.final_line().to_string())
 }

@@ -202,14 +202,10 @@ fn the_documented_examples_pass_check_config_on_a_fresh_host_after_what_the_docs
 fn no_config_file_at_the_default_path_means_all_defaults() {
     let default = Path::new("/etc/eniipd/eni.json");
     if default.exists() {
-        eprintln!(
-            "SKIPPED: {} exists on this host (an installed eniipd?)",
+        crate::common::skip(&format!(
+            "the missing-config test: {} exists on this host (an installed eniipd?)",
             default.display()
-        );
-        assert!(
-            std::env::var_os("ENIIPD_CI").is_none(),
-            "CI hosts have no /etc/eniipd/eni.json"
-        );
+        ));
         return;
     }
     let o = Command::new(env!("CARGO_BIN_EXE_eniipd"))

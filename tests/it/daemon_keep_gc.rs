@@ -5,36 +5,24 @@
 
 use crate::common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
 use common::{config, field, tempdir, Daemon, Sim};
+use eniipd::protocol::client::Client;
 use serde_json::json;
 
 /// One connection, many requests: every reply's lines, in order.
 fn session(socket: &Path, lines: &[&str]) -> Vec<Vec<String>> {
-    let mut s = UnixStream::connect(socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut out = Vec::new();
-    for line in lines {
-        s.write_all(format!("{line}\n").as_bytes()).unwrap();
-        let mut reply = Vec::new();
-        loop {
-            let mut l = String::new();
-            assert!(r.read_line(&mut l).unwrap() > 0, "closed after {line}");
-            let l = l.trim_end().to_string();
-            let done = eniipd::protocol::is_final_line(&l);
-            reply.push(l);
-            if done {
-                break;
-            }
-        }
-        out.push(reply);
-    }
-    out
+    let wait = Duration::from_secs(60);
+    let mut c = Client::connect(socket, wait).unwrap();
+    lines
+        .iter()
+        .map(|line| match c.ask_within(line, wait) {
+            Ok(r) => r.into_lines(),
+            Err(e) => panic!("{line}: {e}"),
+        })
+        .collect()
 }
 
 fn inuse_owners(d: &Daemon) -> Vec<String> {

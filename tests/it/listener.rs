@@ -6,13 +6,14 @@
 // `pub` here means "for the tests", not an API.
 #![allow(unreachable_pub)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufRead;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use eniipd::core::Commands;
-use eniipd::protocol::is_final_line;
+use eniipd::protocol::client::Client;
+use eniipd::protocol::reply::Framer;
 use eniipd::server::listener::{bind_socket, Server, ServerConfig};
 
 pub struct Harness<B> {
@@ -46,11 +47,14 @@ impl<B> Harness<B> {
         s
     }
 
-    /// Sends one line and reads the whole reply.
+    /// Sends one line and reads the whole reply (within 10 s).
     pub fn ask(&self, line: &str) -> Vec<String> {
-        let mut s = self.connect();
-        s.write_all(format!("{line}\n").as_bytes()).unwrap();
-        read_reply(&mut BufReader::new(s))
+        let wait = Duration::from_secs(10);
+        let mut c = Client::connect(&self.path, wait).unwrap();
+        match c.ask_within(line, wait) {
+            Ok(r) => r.into_lines(),
+            Err(e) => panic!("{line}: {e}"),
+        }
     }
 }
 
@@ -71,20 +75,19 @@ pub fn me() -> ServerConfig {
     }
 }
 
-/// One reply, through its final line; panics if the connection closes
-/// first.
+/// One reply read off a stream a test wrote to by hand, framed as the
+/// protocol's client frames it; panics if the connection closes first.
 pub fn read_reply(r: &mut impl BufRead) -> Vec<String> {
-    let mut lines = Vec::new();
+    let mut framer = Framer::default();
+    let mut got = 0;
     loop {
         let mut l = String::new();
         if r.read_line(&mut l).unwrap() == 0 {
-            panic!("connection closed before the final line; got {lines:?}");
+            panic!("connection closed before the final line, after {got} lines");
         }
-        let l = l.trim_end().to_string();
-        let done = is_final_line(&l);
-        lines.push(l);
-        if done {
-            return lines;
+        got += 1;
+        if let Some(reply) = framer.push(&l).unwrap() {
+            return reply.into_lines();
         }
     }
 }

@@ -19,6 +19,7 @@ mod shipped;
 mod alloc_prefix_sim;
 mod alloc_sim;
 mod chaos;
+mod cli;
 mod cloud_prefix_sim;
 mod cloud_sim;
 mod cni_containerd;

@@ -4,8 +4,8 @@
 //! `alibabacloud_tea_openapi`; tests/sdk/tea_check.py), with its default
 //! config (signature V3) and with `signature_algorithm='v2'`. `.ci/run`
 //! installs them into target/sdk-venv and sets ENIIPD_SDK_PYTHON and
-//! ENIIPD_REQUIRE_SDK=1; without them each test says SKIPPED loudly and
-//! passes.
+//! ENIIPD_REQUIRE_SDK=1; without them each test skips ([`crate::common::skip`]:
+//! loudly, and a failure under ENIIPD_CI=1).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,7 +33,9 @@ fn python_or_skip(modules: &str, packages: &str) -> Option<PathBuf> {
         if std::env::var("ENIIPD_REQUIRE_SDK").as_deref() == Ok("1") {
             panic!("the Alibaba Cloud Python SDK is required (ENIIPD_REQUIRE_SDK=1) but `import {modules}` fails");
         }
-        eprintln!("\n*** SKIPPED: `import {modules}` fails; install {packages} (or run .ci/run) to check the SDK ***\n");
+        crate::common::skip(&format!(
+            "`import {modules}` fails; install {packages} (or run .ci/run) to check the SDK"
+        ));
     }
     py
 }

@@ -163,7 +163,9 @@ mod tests {
     fn a_namespace_held_by_a_non_leader_thread_is_seen() {
         use nix::sched::{unshare, CloneFlags};
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("SKIPPED: needs root to unshare a network namespace");
+            crate::util::testing::skip(
+                "a namespace held by a non-leader thread: needs root to unshare a network namespace",
+            );
             return;
         }
         let (tx, rx) = crossbeam_channel::bounded(1);

@@ -1,0 +1,373 @@
+//! The verbs on one container: ADD builds its network from an address
+//! eniipd hands its owner, DEL takes it down and gives the address back,
+//! CHECK compares what is built with what eniipd holds. In dual stack the
+//! IPv6 half needs the vswitch's IPv6 gateway, which eniipd's `eni` verb
+//! gives (the `alloc` reply does not carry it).
+//!
+//! Invariants: one invocation per owner at a time ([`lock`]); an ADD that
+//! fails gives back only what it took itself (the address only when the
+//! owner held none before it, the host end only when it made it); DEL is
+//! idempotent; eniipd is reached before anything changes, so an eniipd
+//! that is down or hung fails ADD and DEL with CNI error 11 and the
+//! runtime's retry finds everything as it was; the container's netns is
+//! checked before anything is asked or built (CNI error 4).
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use serde_json::json;
+
+use super::client::{self, Client};
+use super::identity::{owner_of, sandbox_of};
+use super::netns::open_container;
+use super::spec::{
+    code, CniError, CniResult, Env, Interface, IpConfig, NetConf, ResultRoute, POD_GATEWAY,
+    POD_GATEWAY6,
+};
+use super::{datapath, datapath_error, lock, netlink, LINK_TIMEOUT};
+use crate::core::EniInfo;
+use crate::protocol::reply::{parse_allocation, parse_eni, parse_released, AllocReply, Reply};
+
+/// A reply of `verb` this plugin cannot read (error 100, the reply in the
+/// details).
+fn not_understood(verb: &str, r: &Reply, e: impl std::fmt::Display) -> CniError {
+    CniError::new(
+        code::DAEMON,
+        format!("eniipd's {verb} answer is not understood"),
+    )
+    .details(format!("{e}: {}", r.text()))
+}
+
+/// The allocation an `alloc` or `show` answered.
+fn allocation_of(verb: &str, r: &Reply) -> Result<AllocReply, CniError> {
+    parse_allocation(r.text()).map_err(|e| not_understood(verb, r, e))
+}
+
+/// The IPv6 half of an allocation holding `ip6` on `eni`: the vswitch's IPv6
+/// gateway comes from eniipd's `eni` (no `alloc` reply carries it).
+fn pod6(c: &mut Client, eni: &EniInfo, ip6: Ipv6Addr) -> Result<datapath::Pod6, CniError> {
+    let r = c.ask(&format!("eni {}", eni.eni))?;
+    let info = parse_eni(r.text()).map_err(|e| not_understood("eni", &r, e))?;
+    let (_, gateway) = info.v6.ok_or_else(|| {
+        CniError::new(
+            code::DAEMON,
+            format!(
+                "eniipd knows no IPv6 gateway for ENI {} (vswitch {}): the pod's IPv6 address {ip6} cannot be routed",
+                eni.eni, eni.vswitch
+            ),
+        )
+        .details(r.text().to_string())
+    })?;
+    Ok(datapath::Pod6 { ip: ip6, gateway })
+}
+
+/// ` netns=PATH veth=NAME` for eniipd's sandbox reaper, or nothing when
+/// the path cannot travel in a protocol word (the allocation is then
+/// never reaped, only released by DEL or GC).
+fn attach_args(netns: &std::path::Path, host_veth: &str) -> String {
+    match netns.to_str() {
+        Some(p) if p.starts_with('/') && !p.is_empty() && !p.chars().any(char::is_whitespace) => {
+            format!(" netns={p} veth={host_veth}")
+        }
+        _ => String::new(),
+    }
+}
+
+pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
+    let owner = owner_of(&conf.name, env);
+    let sandbox = sandbox_of(&env.container_id);
+    let host_veth = datapath::host_veth_name(&env.container_id, &env.ifname);
+    let netns_path = env.netns.clone().unwrap_or_default();
+    let ns = open_container(env)?.ok_or_else(|| {
+        CniError::new(
+            code::INVALID_ENV,
+            format!("CNI_NETNS {} does not exist", netns_path.display()),
+        )
+    })?;
+    let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
+    let mut c = Client::connect(&conf.socket)?;
+    // What this ADD may give back if it fails: the address only if the
+    // owner held none before it (a second ADD of a running pod, or the new
+    // sandbox of a pod whose old one was not deleted yet, must not take
+    // the address away from under it).
+    let held_before = c.ask_found(&format!("show {owner}"))?.is_some();
+    let reply = c.ask(&format!(
+        "alloc {owner} sandbox={sandbox}{}",
+        attach_args(&netns_path, &host_veth)
+    ))?;
+    let AllocReply { ip, ipv6, eni } = allocation_of("alloc", &reply)?;
+    let built = (|| {
+        let mac = netlink::parse_mac(&eni.mac)
+            .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", eni.mac)))?;
+        let v6 = match ipv6 {
+            Some(ip6) => Some(pod6(&mut c, &eni, ip6)?),
+            None => None,
+        };
+        datapath::setup(&datapath::Attach {
+            pod: datapath::Pod {
+                ip,
+                eni_mac: &mac,
+                gateway: eni.gateway,
+                v6,
+                ifname: &env.ifname,
+                host_veth: &host_veth,
+                netns: &ns,
+            },
+            mtu: conf.mtu,
+            link_timeout: LINK_TIMEOUT,
+        })
+        .map_err(datapath_error)
+    })();
+    let attached = match built {
+        Ok(a) => a,
+        Err(e) => {
+            // Roll back: what we built, then the address if it was ours
+            // (on a new connection if this one was given up: a reply that
+            // came late ends it).
+            let _ = datapath::teardown(&host_veth);
+            if !held_before {
+                let release = format!("release {owner} sandbox={sandbox}");
+                if c.ask(&release).is_err() {
+                    let _ = Client::connect(&conf.socket).and_then(|mut c| c.ask(&release));
+                }
+            }
+            return Err(e);
+        }
+    };
+    let mut ips = vec![IpConfig {
+        version: None,
+        address: format!("{ip}/32"),
+        gateway: Some(POD_GATEWAY.to_string()),
+        interface: Some(1),
+    }];
+    let mut routes = vec![ResultRoute {
+        dst: "0.0.0.0/0".into(),
+        gw: Some(POD_GATEWAY.to_string()),
+    }];
+    if let Some(ip6) = ipv6 {
+        ips.push(IpConfig {
+            version: None,
+            address: format!("{ip6}/128"),
+            gateway: Some(POD_GATEWAY6.to_string()),
+            interface: Some(1),
+        });
+        routes.push(ResultRoute {
+            dst: "::/0".into(),
+            gw: Some(POD_GATEWAY6.to_string()),
+        });
+    }
+    // `interface` 1 is CNI_IFNAME in the sandbox: containerd's go-cni
+    // finds the pod's addresses through it ("failed to find network info
+    // for sandbox" otherwise).
+    let result = CniResult {
+        cni_version: conf.cni_version.clone(),
+        interfaces: vec![
+            Interface {
+                name: host_veth,
+                mac: attached.host_mac,
+                sandbox: None,
+            },
+            Interface {
+                name: env.ifname.clone(),
+                mac: attached.container_mac,
+                sandbox: Some(netns_path.display().to_string()),
+            },
+        ],
+        ips,
+        routes,
+        dns: conf.dns.clone().unwrap_or_else(|| json!({})),
+    }
+    .for_version(&conf.cni_version);
+    serde_json::to_string(&result)
+        .map_err(|e| CniError::new(code::IO, format!("cannot render the result: {e}")))
+}
+
+pub(crate) fn del(conf: &NetConf, env: &Env) -> Result<(), CniError> {
+    let owner = owner_of(&conf.name, env);
+    let sandbox = sandbox_of(&env.container_id);
+    let host_veth = datapath::host_veth_name(&env.container_id, &env.ifname);
+    let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
+    // Reach eniipd first: when it is down or hung nothing changes (error
+    // 11) and the runtime's retry finds everything as it was; a release
+    // that times out after the teardown is retried the same way.
+    let mut c = Client::connect(&conf.socket)?;
+    datapath::teardown(&host_veth).map_err(datapath_error)?;
+    let r = c.ask(&format!("release {owner} sandbox={sandbox}"))?;
+    if let Ok(Some(IpAddr::V4(ip))) = parse_released(r.text()) {
+        // The address was ours alone: any other host end still routing it
+        // is a leftover.
+        datapath::cleanup_ip(ip).map_err(datapath_error)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
+    let prev = conf.prev_result.as_ref().ok_or_else(|| {
+        CniError::new(
+            code::INVALID_CONFIG,
+            "invalid network config: prevResult is missing",
+        )
+    })?;
+    let want_ip = CniResult::ipv4_of(prev).ok_or_else(|| {
+        CniError::new(
+            code::INVALID_CONFIG,
+            "invalid network config: prevResult has no IPv4 address",
+        )
+    })?;
+    let owner = owner_of(&conf.name, env);
+    let ns = open_container(env)?
+        .ok_or_else(|| CniError::new(code::DATAPATH, "the container's netns is gone"))?;
+    let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
+    let mut c = Client::connect(&conf.socket)?;
+    let r = c.ask(&format!("show {owner}"))?;
+    let AllocReply { ip, ipv6, eni } = allocation_of("show", &r)?;
+    if ip != want_ip {
+        return Err(CniError::new(
+            code::DATAPATH,
+            format!("eniipd gives {owner} {ip} but prevResult has {want_ip}"),
+        ));
+    }
+    // The IPv6 half is checked when ADD reported one (an attachment made
+    // before eniip-cni configured IPv6 has none to check).
+    let v6 = match (CniResult::ipv6_of(prev), ipv6) {
+        (None, _) => None,
+        (Some(want6), Some(ip6)) if want6 == ip6 => Some(pod6(&mut c, &eni, ip6)?),
+        (Some(want6), got) => {
+            return Err(CniError::new(
+                code::DATAPATH,
+                format!(
+                    "eniipd gives {owner} IPv6 {} but prevResult has {want6}",
+                    got.map_or_else(|| "none".to_string(), |a| a.to_string())
+                ),
+            ))
+        }
+    };
+    let mac = netlink::parse_mac(&eni.mac)
+        .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", eni.mac)))?;
+    datapath::check(&datapath::Pod {
+        ip,
+        eni_mac: &mac,
+        gateway: eni.gateway,
+        v6,
+        ifname: &env.ifname,
+        host_veth: &datapath::host_veth_name(&env.container_id, &env.ifname),
+        netns: &ns,
+    })
+    .map_err(datapath_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cni::spec::Command;
+    use crate::cni::test_support::{
+        conf_on, fake_eniipd, test_dir, OtherNetns, ALLOC_V6, ALLOC_V6_LATER, ENI_V4_ONLY,
+    };
+
+    fn env(cid: &str) -> Env {
+        Env {
+            container_id: cid.into(),
+            ifname: "eth0".into(),
+            netns: None,
+            args: Default::default(),
+        }
+    }
+
+    #[test]
+    fn add_without_an_ipv6_gateway_fails_and_gives_the_address_back() {
+        let Some(ns) = OtherNetns::new("an ADD's rollback") else {
+            return;
+        };
+        // An alloc answer with fields this version does not know is read
+        // all the same: the ADD goes on to the same failure.
+        for alloc in [ALLOC_V6, ALLOC_V6_LATER] {
+            let (socket, server) = fake_eniipd(&[
+                ("show", "ERR not-found"),
+                ("alloc", alloc),
+                ("eni", ENI_V4_ONLY),
+                ("release", "OK released=192.168.0.9"),
+            ]);
+            let conf = conf_on(&socket);
+            let mut e = env("abc123");
+            // Never entered: the failure comes before the datapath.
+            e.netns = Some(ns.path.clone());
+            let err = add(&conf, &e).unwrap_err();
+            assert_eq!(err.code, code::DAEMON, "{err}");
+            assert!(
+                err.msg.contains("no IPv6 gateway for ENI eni-1") && err.msg.contains("vsw-1"),
+                "{alloc}: {err}"
+            );
+            drop(e);
+            let seen = server.join().unwrap();
+            assert_eq!(
+                seen,
+                vec![
+                    "show eni/abc123".to_string(),
+                    format!(
+                        "alloc eni/abc123 sandbox=abc123 netns={} veth={}",
+                        ns.path.display(),
+                        datapath::host_veth_name("abc123", "eth0")
+                    ),
+                    "eni eni-1".to_string(),
+                    "release eni/abc123 sandbox=abc123".to_string(),
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_add_keeps_an_address_the_owner_held_before_it() {
+        let Some(ns) = OtherNetns::new("an ADD's rollback") else {
+            return;
+        };
+        // A second ADD of a running pod: the address is the first one's.
+        let (socket, server) = fake_eniipd(&[
+            ("show", ALLOC_V6),
+            ("alloc", ALLOC_V6),
+            ("eni", ENI_V4_ONLY),
+            ("release", "OK released=192.168.0.9"),
+        ]);
+        let mut e = env("abc123");
+        e.netns = Some(ns.path.clone());
+        let err = add(&conf_on(&socket), &e).unwrap_err();
+        assert_eq!(err.code, code::DAEMON, "{err}");
+        let seen = server.join().unwrap();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(!seen.iter().any(|l| l.starts_with("release")), "{seen:?}");
+    }
+
+    #[test]
+    fn a_bad_netns_is_refused_before_eniipd_is_asked() {
+        // No eniipd at all: a check made after connecting would answer 11.
+        let conf = conf_on(std::path::Path::new("/nonexistent/eniipd.sock"));
+        let dir = test_dir("netns");
+        let file = dir.join("file");
+        std::fs::write(&file, "x").unwrap();
+        for (path, says) in [
+            ("/proc/self/ns/net", "is the namespace eniip-cni runs in"),
+            (
+                "/proc/thread-self/ns/net",
+                "is the namespace eniip-cni runs in",
+            ),
+            ("/dev/null", "is not a network namespace"),
+            ("/proc/self/ns/uts", "is not a network namespace"),
+            (dir.to_str().unwrap(), "is not a network namespace"),
+            (file.to_str().unwrap(), "is not a network namespace"),
+        ] {
+            let mut e = env("abc123");
+            e.netns = Some(path.into());
+            for cmd in [Command::Add, Command::Check] {
+                let r = if cmd == Command::Add {
+                    add(&conf, &e).map(drop)
+                } else {
+                    let mut c = conf.clone();
+                    c.prev_result = Some(json!({"ips": [{"address": "192.168.0.9/32"}]}));
+                    check(&c, &e)
+                };
+                let err = r.unwrap_err();
+                assert_eq!(err.code, code::INVALID_ENV, "{path} {cmd:?}: {err}");
+                assert!(err.msg.contains(says), "{path}: {err}");
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
