@@ -293,26 +293,36 @@ pub(crate) fn assign_private_ip_addresses(
     eni: &str,
     count: usize,
 ) -> Result<Vec<Ipv4Addr>, CloudError> {
-    const A: &str = "AssignPrivateIpAddresses";
+    let asked = ("SecondaryPrivateIpAddressCount", count);
+    let answer = [
+        "AssignedPrivateIpAddressesSet",
+        "PrivateIpSet",
+        "PrivateIpAddress",
+    ];
+    assign(c, "AssignPrivateIpAddresses", eni, asked, &answer, parse_v4)
+}
+
+/// An assign call on `eni` that asks for a count of things (`asked`: the
+/// count's field and the count) and answers them as a list of strings at
+/// `answer`, each read by `parse`. It carries a ClientToken
+/// ([`CallOpts::ONCE`]), so a retried call cannot assign twice.
+pub(super) fn assign<T>(
+    c: &RpcClient,
+    action: &str,
+    eni: &str,
+    (field, count): (&str, usize),
+    answer: &[&str],
+    parse: fn(&str, &str) -> Result<T, CloudError>,
+) -> Result<Vec<T>, CloudError> {
     let p = vec![
         ("NetworkInterfaceId".to_string(), eni.to_string()),
-        (
-            "SecondaryPrivateIpAddressCount".to_string(),
-            count.to_string(),
-        ),
+        (field.to_string(), count.to_string()),
     ];
-    let v = c.call(A, &p, CallOpts::ONCE)?;
-    jv::strings(
-        &v,
-        &[
-            "AssignedPrivateIpAddressesSet",
-            "PrivateIpSet",
-            "PrivateIpAddress",
-        ],
-    )
-    .iter()
-    .map(|s| parse_v4(A, s))
-    .collect()
+    let v = c.call(action, &p, CallOpts::ONCE)?;
+    jv::strings(&v, answer)
+        .iter()
+        .map(|s| parse(action, s))
+        .collect()
 }
 
 /// UnassignPrivateIpAddresses; an address (or ENI) already gone is success.
@@ -336,17 +346,7 @@ pub(crate) fn unassign_private_ip_addresses(
 /// the whole batch with `InvalidIp.IpUnassigned`. Only a single address's
 /// refusal proves it gone, so a refused batch is retried one by one rather
 /// than taken as success for addresses that are still there.
-pub(super) fn unassign_field<T: ToString>(
-    c: &RpcClient,
-    action: &str,
-    field: &str,
-    eni: &str,
-    items: &[T],
-) -> Result<(), CloudError> {
-    unassign(c, action, field, eni, items)
-}
-
-fn unassign<T: ToString>(
+pub(super) fn unassign<T: ToString>(
     c: &RpcClient,
     action: &str,
     field: &str,
@@ -385,16 +385,9 @@ pub(crate) fn assign_ipv6_addresses(
     eni: &str,
     count: usize,
 ) -> Result<Vec<Ipv6Addr>, CloudError> {
-    const A: &str = "AssignIpv6Addresses";
-    let p = vec![
-        ("NetworkInterfaceId".to_string(), eni.to_string()),
-        ("Ipv6AddressCount".to_string(), count.to_string()),
-    ];
-    let v = c.call(A, &p, CallOpts::ONCE)?;
-    jv::strings(&v, &["Ipv6Sets", "Ipv6Address"])
-        .iter()
-        .map(|s| parse_v6(A, s))
-        .collect()
+    let answer = ["Ipv6Sets", "Ipv6Address"];
+    let asked = ("Ipv6AddressCount", count);
+    assign(c, "AssignIpv6Addresses", eni, asked, &answer, parse_v6)
 }
 
 /// UnassignIpv6Addresses; already gone is success (see [`unassign`]).
