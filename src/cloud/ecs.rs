@@ -266,25 +266,42 @@ pub(crate) fn describe_network_interfaces(
         }
         tags(&mut base, &q.tags);
         base.push(("MaxResults".into(), "500".into()));
-        let mut next = String::new();
-        for _page in 0..1000 {
-            let mut p = base.clone();
-            if !next.is_empty() {
-                p.push(("NextToken".into(), next.clone()));
-            }
-            let v = c.call(A, &p, CallOpts::default())?;
-            let items = jv::list(&v, &["NetworkInterfaceSets", "NetworkInterfaceSet"]);
-            let n = items.len();
+        each_page(c, A, &base, 1000, |v| {
+            let items = jv::list(v, &["NetworkInterfaceSets", "NetworkInterfaceSet"]);
+            let full = items.len() >= 500;
             for item in items {
                 out.push(eni_from_json(A, item)?);
             }
-            next = jv::s(&v, "NextToken");
-            if next.is_empty() || n < 500 {
-                break;
-            }
-        }
+            Ok(full)
+        })?;
     }
     Ok(out)
+}
+
+/// `action` with `base`, page after page (`NextToken`), at most `pages`
+/// of them: `read` takes each answer and says whether a next page may
+/// follow (a short page is the last, whatever its token says).
+fn each_page(
+    c: &RpcClient,
+    action: &str,
+    base: &[(String, String)],
+    pages: usize,
+    mut read: impl FnMut(&Value) -> Result<bool, CloudError>,
+) -> Result<(), CloudError> {
+    let mut next = String::new();
+    for _ in 0..pages {
+        let mut p = base.to_vec();
+        if !next.is_empty() {
+            p.push(("NextToken".into(), next.clone()));
+        }
+        let v = c.call(action, &p, CallOpts::default())?;
+        let more = read(&v)?;
+        next = jv::s(&v, "NextToken");
+        if next.is_empty() || !more {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// AssignPrivateIpAddresses with a count; returns the new addresses.
@@ -409,14 +426,8 @@ pub(crate) fn describe_instance_types(
     repeated(&mut base, "InstanceTypes", types);
     base.push(("MaxResults".into(), "100".into()));
     let mut out = Vec::new();
-    let mut next = String::new();
-    for _ in 0..100 {
-        let mut p = base.clone();
-        if !next.is_empty() {
-            p.push(("NextToken".into(), next.clone()));
-        }
-        let v = c.call(A, &p, CallOpts::default())?;
-        for t in jv::list(&v, &["InstanceTypes", "InstanceType"]) {
+    each_page(c, A, &base, 100, |v| {
+        for t in jv::list(v, &["InstanceTypes", "InstanceType"]) {
             out.push(InstanceTypeLimits {
                 instance_type: jv::s(t, "InstanceTypeId"),
                 eni_quantity: jv::u(t, "EniQuantity") as u32,
@@ -424,11 +435,8 @@ pub(crate) fn describe_instance_types(
                 ipv6_per_eni: jv::u(t, "EniIpv6AddressQuantity") as u32,
             });
         }
-        next = jv::s(&v, "NextToken");
-        if next.is_empty() {
-            break;
-        }
-    }
+        Ok(true)
+    })?;
     Ok(out)
 }
 

@@ -147,11 +147,21 @@ pub fn wait_eni_status(
     want: EniStatus,
     deadline: Instant,
 ) -> Result<Eni, CloudError> {
-    poll(
+    wait_eni_status_by(eni_id, want, deadline, || describe_one(api, eni_id))
+}
+
+/// [`wait_eni_status`], the ENI read by `describe` (a batched describe,
+/// say): `None` when the OpenAPI does not list it.
+pub(crate) fn wait_eni_status_by(
+    eni_id: &str,
+    want: EniStatus,
+    deadline: Instant,
+    mut describe: impl FnMut() -> Result<Option<Eni>, CloudError>,
+) -> Result<Eni, CloudError> {
+    poll_openapi(
         &format!("{eni_id} to be {want}"),
-        Every::OpenApi,
         deadline,
-        || match describe_one(api, eni_id)? {
+        || match describe()? {
             Some(e) if e.status == want => Ok(Some(e)),
             Some(_) => Ok(None),
             None => Err(CloudError::new(
