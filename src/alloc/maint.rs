@@ -140,9 +140,9 @@ fn cycle(
     // One DescribeNetworkInterfaces by tag a cycle, for reconcile and the
     // sweeper both.
     let mut tagged = None;
-    let mut loose = || {
+    let mut tagged = || {
         tagged
-            .get_or_insert_with(|| tagged_unattached(cloud, &opts.instance_id, &opts.node_id))
+            .get_or_insert_with(|| tagged_for_instance(cloud, &opts.instance_id, &opts.node_id))
             .clone()
     };
     let mut reconciled = false;
@@ -166,15 +166,22 @@ fn cycle(
                 &enis,
                 &opts.security_groups,
             )));
-            let views = enis
+            let views: Vec<CloudEniView> = enis
                 .iter()
                 .filter(|e| e.status == EniStatus::InUse)
                 .map(|e| view(cloud, e))
                 .collect();
-            // Read after the attached ones: an ENI detached in between is
-            // then in both lists, never in neither (which means deleted).
-            let detached = match &loose() {
-                Ok(l) => Some(l.iter().map(|e| e.id.clone()).collect()),
+            // Every ENI tagged for this instance that exists, read after
+            // the attached ones, less those seen attached: an ENI
+            // detached or attached in between is then in one of the two
+            // lists, never in neither (which means deleted).
+            let detached = match &tagged() {
+                Ok(t) => Some(
+                    t.iter()
+                        .filter(|e| !views.iter().any(|v| v.eni.id == e.id))
+                        .map(|e| e.id.clone())
+                        .collect(),
+                ),
                 Err(_) => None,
             };
             reconciled = events
@@ -189,7 +196,7 @@ fn cycle(
     }
     // Nothing is planned before the first pass's view arrives, so what
     // that pass lists is the last run's.
-    let loose = loose();
+    let loose = tagged().map(|t| unattached(t, &opts.instance_id));
     if let Ok(l) = &loose {
         let listed: BTreeSet<String> = l.iter().map(|e| e.id.clone()).collect();
         if first {
@@ -270,6 +277,18 @@ pub(crate) fn tagged_unattached(
     instance_id: &str,
     node_id: &str,
 ) -> Result<Vec<Eni>, crate::cloud::CloudError> {
+    Ok(unattached(
+        tagged_for_instance(cloud, instance_id, node_id)?,
+        instance_id,
+    ))
+}
+
+/// The managed ENIs tagged for this instance, attached anywhere or not.
+fn tagged_for_instance(
+    cloud: &dyn CloudApi,
+    instance_id: &str,
+    node_id: &str,
+) -> Result<Vec<Eni>, crate::cloud::CloudError> {
     let q = EniQuery {
         tags: vec![
             (TAG_CREATOR_KEY.to_string(), TAG_CREATOR_VALUE.to_string()),
@@ -280,10 +299,15 @@ pub(crate) fn tagged_unattached(
     Ok(cloud
         .describe_enis(&q)?
         .into_iter()
-        .filter(|e| {
-            e.is_managed_by(instance_id, node_id) && e.instance_id.as_deref() != Some(instance_id)
-        })
+        .filter(|e| e.is_managed_by(instance_id, node_id))
         .collect())
+}
+
+/// Of `enis`, those not attached to this instance.
+fn unattached(enis: Vec<Eni>, instance_id: &str) -> Vec<Eni> {
+    enis.into_iter()
+        .filter(|e| e.instance_id.as_deref() != Some(instance_id))
+        .collect()
 }
 
 /// One line per managed ENI whose security groups differ from `want`.

@@ -213,7 +213,8 @@ pub(crate) enum Event {
         /// Managed ENIs attached to this instance.
         enis: Vec<CloudEniView>,
         /// Ids of the ENIs tagged for this instance that exist but are
-        /// not attached, read after `enis` (None: that read failed). A
+        /// not in `enis`, read after it, so that one attached or detached
+        /// in between is in one of the two (None: that read failed). A
         /// managed ENI in neither list was deleted.
         detached: Option<Vec<String>>,
     },

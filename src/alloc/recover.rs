@@ -11,6 +11,14 @@
 //! deleted; ones caught mid-attach are waited for and adopted; ones caught
 //! mid-detach are finished off.
 //!
+//! An ENI is gone only when the OpenAPI says so (deleted, or attached to
+//! another instance). One the state files name that is merely detached
+//! (an operator detached it while eniipd was down) is neither deleted nor
+//! forgotten: it is kept as a running daemon keeps an ENI detached behind
+//! its back, its owners' addresses withdrawn (kept for them, never handed
+//! out, the ENI asked for nothing) until it is attached again and a
+//! reconcile finds them, or until they are released.
+//!
 //! A restart need not wait for the OpenAPI: [`provisional`] rebuilds, from
 //! the state files and metadata alone, the pool of what was handed out
 //! (every recorded owner and hold, on the ENIs metadata shows attached),
@@ -61,15 +69,30 @@ pub(crate) fn recover(
 ) -> Result<Recovered, CloudError> {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut notes = Vec::new();
-    delete_unattached(cloud, instance_id, node_id, deadline, &mut notes)?;
-    let adopted = settle_attached(cloud, instance_id, node_id, deadline, &mut notes)?;
+    let named = named_enis(persisted);
+    let mut detached =
+        delete_unattached(cloud, instance_id, node_id, &named, deadline, &mut notes)?;
+    let adopted = settle_attached(
+        cloud,
+        instance_id,
+        node_id,
+        (&named, &mut detached),
+        deadline,
+        &mut notes,
+    )?;
     let mut pool = PoolState::new(dual);
     let pairs = known_pairs(persisted);
     for e in &adopted {
         notes.push(adopt(cloud, &mut pool, e, &pairs, dual, deadline)?);
     }
+    for e in &detached {
+        notes.push(keep_detached(cloud.metadata(), &mut pool, e, persisted)?);
+    }
     let now_ms = unix_ms();
     let mut records = restore_owners(&mut pool, persisted, now_ms);
+    for e in &detached {
+        withdraw_detached(&mut pool, &e.id);
+    }
     if let Some(q) = quarantine {
         notes.push(quarantine_idle(&mut pool, q, now_ms, &mut records));
     }
@@ -181,20 +204,40 @@ pub(crate) fn provisional(
     })))
 }
 
+/// The ENIs the state files say owners hold addresses on.
+fn named_enis(persisted: &PersistedState) -> BTreeSet<String> {
+    persisted
+        .allocations
+        .values()
+        .map(|a| a.eni.clone())
+        .filter(|e| !e.is_empty())
+        .collect()
+}
+
 /// Tagged ENIs left unattached (a crash between create and attach) are
-/// deleted, once any detach has finished.
+/// deleted, once any detach has finished; those the state files `named`
+/// (owners hold addresses on them) are returned instead, detached and
+/// kept.
 fn delete_unattached(
     cloud: &dyn CloudApi,
     instance_id: &str,
     node_id: &str,
+    named: &BTreeSet<String>,
     deadline: Instant,
     notes: &mut Vec<String>,
-) -> Result<(), CloudError> {
+) -> Result<Vec<Eni>, CloudError> {
+    let mut kept = Vec::new();
     for e in tagged_unattached(cloud, instance_id, node_id)? {
         match e.status {
             EniStatus::Available | EniStatus::Detaching => {
-                if e.status == EniStatus::Detaching {
-                    wait::wait_eni_status(cloud, &e.id, EniStatus::Available, deadline)?;
+                let e = if e.status == EniStatus::Detaching {
+                    wait::wait_eni_status(cloud, &e.id, EniStatus::Available, deadline)?
+                } else {
+                    e
+                };
+                if named.contains(&e.id) {
+                    kept.push(e);
+                    continue;
                 }
                 cloud.delete_eni(&e.id)?;
                 notes.push(format!(
@@ -202,18 +245,22 @@ fn delete_unattached(
                     e.id
                 ));
             }
+            // Attached to another instance (or on its way there): gone
+            // for this one, and not ours to touch.
             _ => {}
         }
     }
-    Ok(())
+    Ok(kept)
 }
 
 /// The attached managed ENIs to adopt: ones mid-attach are waited for,
-/// ones mid-detach finished off and deleted.
+/// ones mid-detach finished off and deleted, unless the state files name
+/// them (`named`): those join the `detached` kept.
 fn settle_attached(
     cloud: &dyn CloudApi,
     instance_id: &str,
     node_id: &str,
+    (named, detached): (&BTreeSet<String>, &mut Vec<Eni>),
     deadline: Instant,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Eni>, CloudError> {
@@ -228,7 +275,11 @@ fn settle_attached(
                 deadline,
             )?),
             EniStatus::Detaching => {
-                wait::wait_eni_status(cloud, &e.id, EniStatus::Available, deadline)?;
+                let e = wait::wait_eni_status(cloud, &e.id, EniStatus::Available, deadline)?;
+                if named.contains(&e.id) {
+                    detached.push(e);
+                    continue;
+                }
                 cloud.delete_eni(&e.id)?;
                 notes.push(format!("deleted {}: it was being detached", e.id));
             }
@@ -236,6 +287,84 @@ fn settle_attached(
         }
     }
     Ok(adopted)
+}
+
+/// A detached ENI the state files name, added to the pool with the
+/// recorded addresses the OpenAPI still lists on it (their owners are
+/// restored on them next, then [`withdraw_detached`] withdraws them). Its
+/// vswitch's CIDR and gateway come from metadata (another ENI on the same
+/// vswitch), else the first reconcile after it is attached again fills
+/// them in. The note for the start-up log.
+fn keep_detached(
+    md: &dyn MetadataApi,
+    pool: &mut PoolState,
+    e: &Eni,
+    persisted: &PersistedState,
+) -> Result<String, CloudError> {
+    let (cidr, gateway) = vswitch_facts(md, &e.vswitch_id)?;
+    let primary = e
+        .primary_ip
+        .or_else(|| e.private_ips.first().copied())
+        .unwrap_or(Ipv4Addr::UNSPECIFIED);
+    pool.add_eni(PoolEni::ready(
+        &e.id,
+        &e.mac,
+        &e.vswitch_id,
+        &cidr,
+        gateway,
+        primary,
+    ));
+    let on_it =
+        |a: Ipv4Addr| e.private_ips.contains(&a) || e.ipv4_prefixes.iter().any(|p| p.contains(a));
+    let mut kept = 0;
+    for a in persisted.allocations.values() {
+        if a.eni == e.id && on_it(a.ipv4) {
+            pool.add_ip(&e.id, a.ipv4, a.ipv6.filter(|_| pool.dual()));
+            kept += 1;
+        }
+    }
+    Ok(format!(
+        "{} is tagged for this instance but detached (not gone: the OpenAPI still has it, with {} address(es)); kept, with the {kept} address(es) owners hold on it withdrawn until it is attached again",
+        e.id,
+        e.private_ips.len()
+    ))
+}
+
+/// The CIDR and gateway of `vswitch` as metadata gives them for any
+/// attached ENI on it; empty and unspecified when none is (an ENI that
+/// metadata lists but cannot describe is passed over).
+fn vswitch_facts(md: &dyn MetadataApi, vswitch: &str) -> Result<(String, Ipv4Addr), CloudError> {
+    for mac in md.macs()? {
+        let Ok(m) = md.eni(&mac) else {
+            continue;
+        };
+        if let (true, Some(gw), false) = (
+            m.vswitch_id == vswitch,
+            m.gateway,
+            m.vswitch_cidr.is_empty(),
+        ) {
+            return Ok((m.vswitch_cidr, gw));
+        }
+    }
+    Ok((String::new(), Ipv4Addr::UNSPECIFIED))
+}
+
+/// The addresses of a detached ENI leave circulation as a running
+/// daemon's reconcile withdraws them: owned ones are kept for their
+/// owners and never handed out, and nothing more is asked of the ENI.
+fn withdraw_detached(pool: &mut PoolState, eni: &str) {
+    let on_it: Vec<Ipv4Addr> = pool
+        .ips
+        .values()
+        .filter(|ip| ip.eni == eni)
+        .map(|ip| ip.v4)
+        .collect();
+    for a in on_it {
+        pool.withdraw(a);
+    }
+    if let Some(e) = pool.enis.get_mut(eni) {
+        e.at_limit = true;
+    }
 }
 
 /// Pairs known from the state file, to keep dual-stack pairs stable.

@@ -694,6 +694,43 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
 }
 
 #[test]
+fn recovery_keeps_a_detached_eni_the_state_files_name_and_its_owners() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    fake.insert(managed("eni-kept", "00:16:3e:aa:00:01", &["10.0.9.1"]));
+    let mut away = managed("eni-away", "00:16:3e:aa:00:04", &["10.0.7.1", "10.0.7.2"]);
+    away.status = EniStatus::Available;
+    away.instance = None;
+    fake.insert(away);
+    let mut persisted = PersistedState::default();
+    persisted.allocations.insert(
+        "ns/held".into(),
+        Stored {
+            owner: "ns/held".into(),
+            sandbox: None,
+            ipv4: "10.0.7.2".parse().unwrap(),
+            ipv6: None,
+            eni: "eni-away".into(),
+            at_ms: 1,
+            attach: None,
+        },
+    );
+    let r = recover(&*fake, INSTANCE, "", false, &persisted, None).unwrap();
+    assert!(
+        fake.enis().iter().any(|e| e.id == "eni-away"),
+        "a detached ENI that owners hold addresses on is not deleted"
+    );
+    assert!(r.records.is_empty(), "nothing forgotten: {:?}", r.records);
+    let held = r.pool.owner_ip(&owner("ns/held")).unwrap();
+    assert_eq!(held.v4, "10.0.7.2".parse::<Ipv4Addr>().unwrap());
+    assert!(held.lost, "withdrawn: never handed out");
+    assert!(r.pool.enis["eni-away"].at_limit, "nothing asked of it");
+    assert_eq!(r.pool.ips_on("eni-away"), 1, "its idle address left");
+    let new = r.pool.pick(&owner("new"), None);
+    assert_ne!(new, Some(held.v4));
+    r.pool.check().unwrap();
+}
+
+#[test]
 fn a_restart_from_the_state_files_serves_owners_at_once_and_nothing_new_before_the_openapi() {
     let fake = FakeCloud::new(4, 15, 1000);
     fake.insert(managed(

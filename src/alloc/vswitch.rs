@@ -59,6 +59,20 @@ impl VSwitches {
         lifted
     }
 
+    /// eniipd itself gave `n` addresses of `id` back (an unassign, an ENI
+    /// deleted): it has at least that many free, so an inhibition ends at
+    /// once and a cached free count grows by `n`. Whether an inhibition
+    /// ended.
+    pub(crate) fn gave_back(&mut self, id: &str, n: u64) -> bool {
+        if n == 0 {
+            return false;
+        }
+        if let Some(f) = self.free.get_mut(id) {
+            *f = f.saturating_add(n);
+        }
+        self.inhibited_until_ms.remove(id).is_some()
+    }
+
     /// Ids of the vswitches inhibited at `now_ms`.
     pub(crate) fn inhibited_ids(&self, now_ms: u64) -> Vec<String> {
         self.inhibited_until_ms
@@ -137,6 +151,20 @@ mod tests {
         assert_eq!(ids, vec!["a", "c"]);
         assert_eq!(v.inhibited_count(500), 1);
         assert_eq!(v.order(2000).len(), 3);
+    }
+
+    #[test]
+    fn addresses_given_back_end_an_inhibition_and_count_as_free() {
+        let mut v = VSwitches::new(vec!["a".into(), "b".into()], VSwitchPolicy::Ordered);
+        v.set_free([("a".to_string(), 0)], 1);
+        v.inhibit("a", 1000);
+        assert!(!v.gave_back("a", 0), "nothing given back changes nothing");
+        assert_eq!(v.inhibited_until("a", 0), Some(1000));
+        assert!(v.gave_back("a", 4));
+        assert_eq!(v.inhibited_until("a", 0), None);
+        assert_eq!(v.order(0)[0].free, Some(4));
+        assert!(!v.gave_back("b", 2), "b was not inhibited");
+        assert_eq!(v.order(0)[1].free, None, "an unknown count stays unknown");
     }
 
     #[test]

@@ -25,7 +25,7 @@ Usage:
             [--metadata-hardened] [--seed N]
             [--instances N] [--instance-types TYPE,TYPE...]
             [--flow-control ACTION=N/min|default]... [--flow-control-model window|bucket]
-            [-V|--version] [-h|--help]
+            [--state-file PATH] [-V|--version] [-h|--help]
   A value follows its option, or comes after `=` (--vswitch=ID=CIDR).
 
 Defaults:
@@ -48,6 +48,8 @@ Defaults:
   the account's default quota per minute (eniip-sim(1)) unless given one;
   `*=N/min` sets every Action without its own; `default` takes the
   defaults as they are. Calls over the quota: 400 Throttling.User.
+  --state-file PATH keeps the emulated cloud (instances, ENIs, addresses,
+  tags, vswitch counts) in PATH: restored at start, saved as it changes.
 
 When ready it prints one line to stdout:
   ready ecs=http://127.0.0.1:P vpc=http://127.0.0.1:P metadata=http://127.0.0.1:Q instance=<id> region=<id>
@@ -99,6 +101,9 @@ fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<SimOptions>, 
             "--metadata-lag-ms" => o.metadata_lag = Duration::from_millis(num(&mut p)?),
             "--seed" => o.seed = Some(num(&mut p)?),
             "--metadata-hardened" => o.metadata_hardened = true,
+            "--state-file" => {
+                o.world_file = Some(std::path::PathBuf::from(cli::value(&mut p, &flag)?))
+            }
             "--flow-control" => {
                 let v = cli::value(&mut p, &flag)?;
                 let given = flow_given.get_or_insert_with(Default::default);
@@ -195,6 +200,7 @@ fn main() -> ExitCode {
         let _ = out.flush();
     }
     log::info!("eniip-sim serving instance {}", sim.instance_id());
+    sim.notify_ready();
     let mut signals = signals;
     if let Some(s) = signals.forever().next() {
         log::info!("signal {s}: stopping");

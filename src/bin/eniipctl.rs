@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use eniipd::cli::{self, Arg, Asked, UsageError, ValueExt};
 use eniipd::protocol::client::{keep_lines, verb, Client, ClientError, Deadline};
+use eniipd::protocol::reach::{unreachable_hint, SocketFrom};
 use eniipd::protocol::MAX_LINE;
 
 const HELP: &str = "\
@@ -40,6 +41,8 @@ reply came in time; 2 the socket could not be reached, or usage error.
 /// What to send, where, and how long to wait.
 struct Request {
     socket: PathBuf,
+    /// Where `socket` came from (said when it cannot be reached).
+    socket_from: SocketFrom,
     timeout: Duration,
     lines: Vec<String>,
 }
@@ -69,10 +72,13 @@ fn request_lines(words: &[String]) -> Result<Vec<String>, UsageError> {
 }
 
 fn parse(args: impl IntoIterator<Item = String>) -> Result<Asked<Request>, UsageError> {
-    let mut socket = std::env::var("ENIIPD_SOCKET")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| eniipd::config::DEFAULT_SOCKET_PATH.to_string());
+    let (mut socket, mut socket_from) = match std::env::var("ENIIPD_SOCKET") {
+        Ok(s) if !s.is_empty() => (s, SocketFrom::Env),
+        _ => (
+            eniipd::config::DEFAULT_SOCKET_PATH.to_string(),
+            SocketFrom::Default,
+        ),
+    };
     let mut timeout = Duration::from_secs(90);
     let mut words = Vec::new();
     let mut p = cli::parser(args);
@@ -81,7 +87,10 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Asked<Request>, Usage
             return Ok(asked);
         }
         match arg {
-            Arg::Long("socket") => socket = cli::value(&mut p, "--socket")?,
+            Arg::Long("socket") => {
+                socket = cli::value(&mut p, "--socket")?;
+                socket_from = SocketFrom::Flag;
+            }
             Arg::Long("timeout") => match cli::value(&mut p, "--timeout")?.parse::<f64>() {
                 Ok(t) if t > 0.0 && t < 1e6 => timeout = Duration::from_secs_f64(t),
                 _ => {
@@ -99,6 +108,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Asked<Request>, Usage
     }
     Ok(Asked::Run(Request {
         socket: socket.into(),
+        socket_from,
         timeout,
         lines: request_lines(&words)?,
     }))
@@ -134,6 +144,10 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(ClientError::Connect { source, .. }) => {
             eprintln!("eniipctl: cannot connect to {socket}: {source}");
+            eprintln!(
+                "eniipctl: {}",
+                unreachable_hint(&req.socket, req.socket_from, &source)
+            );
             return ExitCode::from(2);
         }
         Err(e) => return failed(&e, &socket, req.timeout),

@@ -29,6 +29,9 @@ pub(crate) fn explain(verb: &str, err: &ErrReply) -> String {
              the cloud may be slow or throttling eniipd's calls; the runtime's retry continues the wait"
         ),
         "shutting-down" => "eniipd is stopping: try again once it is back".to_string(),
+        "busy" if err.is_starting() => {
+            "eniipd is starting and not ready yet: try again once it is".to_string()
+        }
         "busy" => "eniipd is busy (too many requests in flight): try again".to_string(),
         "denied" => format!(
             "eniipd denied {verb}: this plugin's user is neither in allowed_uids nor in \
@@ -101,6 +104,14 @@ mod tests {
         assert_eq!(
             explain("show", "ERR not-found"),
             "eniipd refused show: not-found"
+        );
+        let starting = explain(
+            "ping",
+            "ERR busy eniipd is starting (for 6 s) and answers once",
+        );
+        assert!(
+            starting.contains("starting and not ready yet"),
+            "{starting}"
         );
     }
 }

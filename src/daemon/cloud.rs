@@ -10,7 +10,8 @@ use log::{info, warn};
 
 use crate::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
 use crate::cloud::credentials::CredentialSource;
-use crate::cloud::{CloudError, InstanceIdentity};
+use crate::cloud::error::METADATA_ACTION;
+use crate::cloud::{CloudError, CloudErrorKind, InstanceIdentity, MetadataApi};
 use crate::config::Config;
 
 use super::error::{chain, exit, DaemonError};
@@ -18,6 +19,12 @@ use super::error::{chain, exit, DaemonError};
 /// How long start-up waits for the account's quota while every answer is
 /// a throttle: a fleet's restart spends windows, it is not an outage.
 const THROTTLED_START_LIMIT: Duration = Duration::from_secs(30 * 60);
+
+/// How long start-up tries a metadata service that gives no answer at
+/// all (nothing listens or nothing routes there: not an ECS instance, or
+/// a wrong `metadata_endpoint`) before it gives up naming it. One that
+/// answers, even with errors, gets the whole start-up budget.
+const UNREACHABLE_START_LIMIT: Duration = Duration::from_secs(10);
 
 /// Retries a start-up cloud read for up to `budget` (up to
 /// [`THROTTLED_START_LIMIT`] while it is throttled); failure is exit 69,
@@ -27,15 +34,71 @@ pub(super) fn at_start<T>(
     what: &str,
     budget: Duration,
     signals: &Receiver<i32>,
-    mut f: impl FnMut() -> Result<T, CloudError>,
+    f: impl FnMut() -> Result<T, CloudError>,
 ) -> Result<T, DaemonError> {
-    let end = Instant::now() + budget;
-    let throttled_end = Instant::now() + THROTTLED_START_LIMIT;
+    retry_at_start(what, budget, signals, f, |_, _, _| None)
+}
+
+/// The instance's identity from the metadata service at `endpoint`, as
+/// [`at_start`] reads it, except that a service that never answered
+/// fails the start (exit 69) after [`UNREACHABLE_START_LIMIT`], with a
+/// message naming the endpoint and what to set.
+pub(super) fn identity_at_start(
+    endpoint: &str,
+    budget: Duration,
+    signals: &Receiver<i32>,
+    md: &dyn MetadataApi,
+) -> Result<InstanceIdentity, DaemonError> {
+    let mut answered = false;
+    let give_up = |e: &CloudError, tried: Duration, next: Duration| {
+        let silent = e.action == METADATA_ACTION
+            && matches!(e.kind, CloudErrorKind::Transport | CloudErrorKind::Timeout);
+        answered |= !silent;
+        (silent && !answered && tried + next >= UNREACHABLE_START_LIMIT)
+            .then(|| unreachable_metadata(endpoint, e, tried))
+    };
+    retry_at_start(
+        "reading instance metadata",
+        budget,
+        signals,
+        || md.identity(),
+        give_up,
+    )
+}
+
+/// Why a start gave up on a metadata service that never answered, and
+/// what to do.
+fn unreachable_metadata(endpoint: &str, e: &CloudError, tried: Duration) -> String {
+    format!(
+        "metadata service unreachable at {endpoint} (no answer in {} s; the last try: {e}): eniipd reads the instance's identity from it, so run it on an ECS instance, or set metadata_endpoint in the config (or --metadata-endpoint) to one that answers, such as the packaged emulator's (eniip-sim.service: eniipd(8), SYSTEMD)",
+        tried.as_secs()
+    )
+}
+
+/// [`at_start`], where `give_up(error, time since the first try, the
+/// wait before the next)` may end the retries at once with exit 69 and
+/// the message it returns.
+fn retry_at_start<T>(
+    what: &str,
+    budget: Duration,
+    signals: &Receiver<i32>,
+    mut f: impl FnMut() -> Result<T, CloudError>,
+    mut give_up: impl FnMut(&CloudError, Duration, Duration) -> Option<String>,
+) -> Result<T, DaemonError> {
+    let started = Instant::now();
+    let end = started + budget;
+    let throttled_end = started + THROTTLED_START_LIMIT;
     let mut delay = Duration::from_millis(500);
     loop {
-        match f() {
+        let result = f();
+        if let Err(e) = &result {
+            if let Some(m) = give_up(e, started.elapsed(), delay) {
+                return Err(DaemonError::new(exit::UNAVAILABLE, m));
+            }
+        }
+        match result {
             Ok(v) => return Ok(v),
-            Err(e) if e.kind == crate::cloud::CloudErrorKind::Auth => {
+            Err(e) if e.kind == CloudErrorKind::Auth => {
                 return Err(DaemonError::new(
                     exit::NOPERM,
                     format!(
@@ -45,7 +108,7 @@ pub(super) fn at_start<T>(
                     ),
                 ));
             }
-            Err(e) if e.kind == crate::cloud::CloudErrorKind::ClockSkew => {
+            Err(e) if e.kind == CloudErrorKind::ClockSkew => {
                 return Err(DaemonError::new(
                     exit::UNAVAILABLE,
                     format!("{what}: {}", chain(&e)),
@@ -56,7 +119,7 @@ pub(super) fn at_start<T>(
             // to THROTTLED_START_LIMIT rather than exit 69 (which says the
             // cloud is unreachable).
             Err(e)
-                if e.kind == crate::cloud::CloudErrorKind::Throttled
+                if e.kind == CloudErrorKind::Throttled
                     && Instant::now() + delay < end.max(throttled_end) =>
             {
                 warn!("{what}: {e}; the account's quota is spent, waiting for the next window");

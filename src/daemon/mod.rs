@@ -24,7 +24,7 @@ mod simulate;
 
 use config::load_config;
 pub use error::exit;
-use error::{bind_error, chain, preflight_error, store_error, DaemonError};
+use error::{bind_error, preflight_error, store_error, DaemonError};
 use restore::{open_state, Restore, Restored};
 use serve::{serve, signals};
 
@@ -42,6 +42,7 @@ use crate::core::{Answer, Command, Commands};
 use crate::protocol::status_text;
 use crate::server::listener::{bind_socket, Server, ServerConfig};
 use crate::server::socket::{check_socket_free, SocketFile};
+use crate::server::starting::Starting;
 use crate::sim::hostlinks::HostLinks;
 use crate::sim::Simulator;
 use crate::store::{Committer, PersistedState};
@@ -59,7 +60,11 @@ struct Running {
     sim: Option<Simulator>,
     notifier: Notifier,
     cfg: Config,
-    config_path: Option<PathBuf>,
+    /// The command line, and the directory `--simulate` put the socket
+    /// in: a reload loads the config as the start did (flags over the
+    /// file), so what a flag set is never taken for a change.
+    args: Args,
+    sock_dir: Option<PathBuf>,
     limits: crate::cloud::InstanceTypeLimits,
     sim_dir: Option<PathBuf>,
     /// Installs `cni_conflist` once the pool is warm (started last).
@@ -116,6 +121,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             "--simulate-links needs root: it creates links and a network namespace on this host (run it as root, or drop --simulate-links)",
         ));
     }
+    let since = Instant::now();
     let (sim, sim_dir) = simulate::start_simulator(args)?;
     let sock_dir = args
         .state_dir
@@ -128,6 +134,19 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     }
     let notifier = Notifier::from_env();
     let pre = preflight::check(&cfg, false).map_err(preflight_error)?;
+    // A socket systemd passed queues connections from now on: they are
+    // answered (`ERR busy`, starting) until the pool is restored.
+    let starting = match crate::systemd::take_listener()
+        .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?
+    {
+        Some(l) => Some(Starting::spawn(l, since).map_err(|e| {
+            DaemonError::new(
+                exit::FAILURE,
+                format!("cannot answer on the inherited socket: {e}"),
+            )
+        })?),
+        None => None,
+    };
     let conflist_bytes = match &cfg.cni.conflist {
         Some(_) => conflist::content(cfg.cni.conflist_source.as_deref(), &cfg.socket_path)?,
         None => Vec::new(),
@@ -143,7 +162,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     };
     let (alloc, limits) = start_allocator(&cfg, &held, signals)?;
 
-    let (server, socket) = listen(&cfg, pre.socket_gid, alloc.commands())?;
+    let (server, socket) = listen(&cfg, pre.socket_gid, alloc.commands(), starting)?;
     crate::metrics::set_connection_source(server.connection_counter());
     let metrics_http = match pre.metrics {
         Some(l) => Some(metrics_server(l, alloc.commands())?),
@@ -183,7 +202,8 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         sim,
         notifier,
         cfg,
-        config_path: args.config.clone(),
+        args: args.clone(),
+        sock_dir,
         limits,
         sim_dir,
         conflist,
@@ -252,12 +272,8 @@ fn start_allocator(
     signals: &Receiver<i32>,
 ) -> Result<(Arc<Allocator>, crate::cloud::InstanceTypeLimits), DaemonError> {
     let md = crate::cloud::metadata::MetadataClient::new(&cfg.metadata_endpoint);
-    let mut identity = cloud::at_start(
-        "reading instance metadata",
-        cfg.start_timeout,
-        signals,
-        || crate::cloud::MetadataApi::identity(&md),
-    )?;
+    let mut identity =
+        cloud::identity_at_start(&cfg.metadata_endpoint, cfg.start_timeout, signals, &md)?;
     if let Some(id) = &cfg.instance_id {
         identity.instance_id = id.clone();
     }
@@ -291,17 +307,19 @@ fn start_allocator(
     Ok((Arc::new(alloc), facts.limits()))
 }
 
-/// The client socket: inherited from systemd, or bound here; then the
-/// server on it.
+/// The client socket: inherited from systemd (and answered while
+/// `starting`), or bound here; then the server on it.
 fn listen(
     cfg: &Config,
     gid: Option<u32>,
     commands: Commands,
+    starting: Option<Starting>,
 ) -> Result<(Server, Option<SocketFile>), DaemonError> {
-    let (listener, socket) = match crate::systemd::take_listener()
-        .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?
-    {
-        Some(l) => {
+    let (listener, socket) = match starting {
+        Some(s) => {
+            let l = s
+                .ready()
+                .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?;
             info!("using the socket passed by systemd");
             (l, None)
         }

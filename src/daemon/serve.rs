@@ -1,7 +1,6 @@
 //! Serving and stopping: signals (SIGHUP reloads the pool sizes), the
 //! systemd watchdog and status line, and the stop against one deadline.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,9 +9,10 @@ use log::{error, info, warn};
 
 use crate::alloc::capacity::{self, Capacity, PoolSizes};
 use crate::alloc::Fatal;
-use crate::config::{RawConfig, DEFAULT_CONFIG_PATH};
+use crate::config::Config;
 
-use super::{chain, exit, status_line, Running};
+use super::config::load_config;
+use super::{exit, status_line, Running};
 
 /// From SIGTERM to exit, whatever the cloud or the disk is doing (SPEC
 /// promises 10 s).
@@ -61,27 +61,21 @@ pub(super) fn signals() -> Result<SignalThread, std::io::Error> {
     Ok(SignalThread { rx, handle, thread })
 }
 
+/// SIGHUP: the config loaded again as at start (the file, then the flags
+/// and the defaults of `--simulate` and systemd over it), its pool sizes
+/// applied, and every other key that differs named as needing a restart.
 fn reload(r: &Running) {
-    let Some(path) = r
-        .config_path
-        .clone()
-        .or_else(|| (r.sim.is_none()).then(|| PathBuf::from(DEFAULT_CONFIG_PATH)))
-    else {
+    if r.args.config.is_none() && r.sim.is_some() {
         info!("SIGHUP: no config file to reload");
         return;
-    };
-    let named = r.config_path.is_some();
-    let loaded = RawConfig::load_or_defaults(&path, named)
-        .map(Option::unwrap_or_default)
-        .and_then(|raw| raw.validate());
-    match loaded {
-        Ok(new) => {
-            let old = r.cfg.effective();
-            for (k, v) in new.effective() {
-                let was = old.iter().find(|(ok, _)| *ok == k).map(|(_, v)| v);
-                if was != Some(&v) && !capacity::RELOADABLE.contains(&k.as_str()) {
-                    warn!("SIGHUP: {k} changed; it takes effect only after a restart");
-                }
+    }
+    match load_config(&r.args, r.sim.as_ref(), r.sock_dir.as_deref()) {
+        Ok((new, warnings)) => {
+            for w in warnings {
+                warn!("SIGHUP: {w}");
+            }
+            for k in changed_needing_restart(&r.cfg, &new) {
+                warn!("SIGHUP: {k} changed; it takes effect only after a restart");
             }
             let mut notes = Vec::new();
             let cap: Capacity =
@@ -101,8 +95,22 @@ fn reload(r: &Running) {
                 Err(e) => warn!("SIGHUP: reload failed: {e}"),
             }
         }
-        Err(e) => warn!("SIGHUP: {}; keeping the current pool sizes", chain(&e)),
+        Err(e) => warn!("SIGHUP: {e}; keeping the current pool sizes"),
     }
+}
+
+/// The keys whose effective value differs between `old` and `new` and
+/// that a reload does not apply.
+fn changed_needing_restart(old: &Config, new: &Config) -> Vec<String> {
+    let old = old.effective();
+    new.effective()
+        .into_iter()
+        .filter(|(k, v)| {
+            !capacity::RELOADABLE.contains(&k.as_str())
+                && old.iter().find(|(ok, _)| ok == k).map(|(_, v)| v) != Some(v)
+        })
+        .map(|(k, _)| k)
+        .collect()
 }
 
 /// How often the `STATUS=` line is refreshed (only sent when it changed).

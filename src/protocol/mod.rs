@@ -3,9 +3,10 @@
 //! in, a [`ClientRequest`] (local verbs, or a core [`Command`]) out; a core
 //! [`Answer`] or [`AllocError`] in, its [`ClientReply`] text out; and on
 //! the other side of the socket, reply lines in, a framed and typed
-//! [`reply::Reply`] out ([`reply`]). Its one piece of I/O is [`client`],
-//! the client side that eniipctl, eniip-cni, the tests and the benches
-//! speak through.
+//! [`reply::Reply`] out ([`reply`]). Its I/O is [`client`], the client
+//! side that eniipctl, eniip-cni, the tests and the benches speak
+//! through, and [`reach`], which says why a client could not reach the
+//! socket and what to do.
 //!
 //! Both sides of the socket own it: the daemon's listener
 //! ([`crate::server`]) parses requests and renders replies; the clients
@@ -21,6 +22,7 @@
 //! the fields it knows and ignores the others ([`reply`]).
 
 pub mod client;
+pub mod reach;
 pub mod reply;
 
 use std::net::IpAddr;
@@ -35,6 +37,10 @@ use crate::util::time::format_utc;
 pub(crate) const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line, terminator excluded.
 pub const MAX_LINE: usize = 4096;
+/// How the message of the `ERR busy` a socket-activated eniipd answers
+/// while it starts begins (eniipd-protocol(7)): a client takes it for an
+/// eniipd that is not there yet ([`reply::ErrReply::is_starting`]).
+pub const STARTING: &str = "eniipd is starting";
 
 /// One parsed request: a verb the connection answers itself, or a
 /// [`Command`] for the allocator.

@@ -107,6 +107,12 @@ impl ErrReply {
         &self.message
     }
 
+    /// `ERR busy eniipd is starting ...`: a socket-activated eniipd that
+    /// is not ready yet (try again; nothing was done).
+    pub fn is_starting(&self) -> bool {
+        self.code == "busy" && self.message.starts_with(super::STARTING)
+    }
+
     /// The service's code of an `ERR cloud <Code> <message>`.
     pub fn cloud_code(&self) -> Option<&str> {
         (self.code == ErrCode::Cloud.as_str())

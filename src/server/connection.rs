@@ -52,7 +52,10 @@ pub(super) struct Context<'a> {
     pub(super) set_phase: &'a dyn Fn(Phase),
 }
 
-/// Ids a connection's keep-list may hold.
+/// Ids a connection's keep-list may hold (eniipd-protocol(7), `keep`): a
+/// bound on what one connection may make the daemon keep, far above what
+/// a real list needs (an owner and a sandbox per address a node can
+/// hold).
 const MAX_KEEP: usize = 100_000;
 
 /// Writes a reply within `write_timeout`. While the client takes it the
@@ -306,7 +309,9 @@ fn handle(
             // Bounded, so one connection cannot grow without end.
             if keep.len() + ids.len() > MAX_KEEP {
                 return ClientReply::err(AllocError::bad(format!(
-                    "a keep-list holds at most {MAX_KEEP} ids"
+                    "a keep-list holds at most {MAX_KEEP} ids: this one has {}, the line adds {}; the list is unchanged",
+                    keep.len(),
+                    ids.len()
                 )));
             }
             keep.extend(ids);

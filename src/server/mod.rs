@@ -12,6 +12,7 @@ mod connection;
 pub mod listener;
 pub(crate) mod peer;
 pub mod socket;
+pub(crate) mod starting;
 
 use std::time::Duration;
 

@@ -10,6 +10,7 @@
 //! - [`hostlinks`]: the emulated ENIs as links on a Linux host, and a VPC
 //!   namespace that routes each address over its own ENI.
 //! - [`options`]: the settings, and the vswitches of the command line.
+//! - [`keeper`]: the emulated cloud kept in a file as it changes.
 //!
 //! It runs in-process ([`Simulator::start`], used by `eniipd --simulate`,
 //! the tests and the benchmarks) or as the `eniip-sim` binary.
@@ -18,6 +19,7 @@ pub(crate) mod auth;
 mod faults;
 pub mod flow;
 pub mod hostlinks;
+mod keeper;
 pub(crate) mod metadata;
 pub(crate) mod net;
 pub(crate) mod openapi;
@@ -118,6 +120,17 @@ pub(crate) struct Shared {
     pub(crate) vpc_cidr: String,
     /// The account's flow control, shared by every instance.
     pub(crate) flow: Mutex<flow::FlowControl>,
+    /// Where the world is kept, if it is.
+    pub(crate) keeper: Option<keeper::Keeper>,
+}
+
+impl Shared {
+    /// The world changed: it is saved, if it is kept.
+    pub(crate) fn changed(&self) {
+        if let Some(k) = &self.keeper {
+            k.save(&self.world);
+        }
+    }
 }
 
 impl Shared {
@@ -195,7 +208,6 @@ pub struct Simulator {
     md: HttpServer,
     /// The metadata listeners of the instances after the first.
     fleet_md: Vec<HttpServer>,
-    world_file: Option<std::path::PathBuf>,
 }
 
 fn loopback(addr: SocketAddr) -> Result<SocketAddr, SimError> {
@@ -311,19 +323,11 @@ impl Simulator {
             rng,
         )
         .map_err(SimError::Config)?;
-        if let Some(path) = &opts.world_file {
-            match std::fs::read(path) {
-                Ok(bytes) => {
-                    let saved: serde_json::Value = serde_json::from_slice(&bytes)
-                        .map_err(|e| SimError::Config(format!("{}: {e}", path.display())))?;
-                    world
-                        .restore(&saved)
-                        .map_err(|e| SimError::Config(format!("{}: {e}", path.display())))?;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(SimError::Config(format!("{}: {e}", path.display()))),
-            }
-        }
+        let keeper = opts.world_file.as_deref().map(keeper::Keeper::new);
+        let restored = match &keeper {
+            Some(k) => k.restore(&mut world).map_err(SimError::Config)?,
+            None => false,
+        };
         let shared = Arc::new(Shared {
             world: Mutex::new(world),
             gateway: Mutex::new(openapi::Gateway::default()),
@@ -338,6 +342,7 @@ impl Simulator {
             metadata_hardened: opts.metadata_hardened,
             vpc_cidr: vpc_cidr(&nets),
             flow: Mutex::new(flow::FlowControl::new(opts.flow.clone())),
+            keeper,
         });
         let http = HttpOptions {
             max_connections: 1024,
@@ -366,12 +371,17 @@ impl Simulator {
             source,
         })?;
         let fleet_md = start_fleet(&shared, &opts, &http)?;
+        if let (Some(k), false) = (&shared.keeper, restored) {
+            // A new world is kept from the start: its instance, and the
+            // ids metadata gives, are the same after a restart.
+            log::info!("keeping the emulated cloud in {}", k.path().display());
+            shared.changed();
+        }
         Ok(Simulator {
             shared,
             api,
             md,
             fleet_md,
-            world_file: opts.world_file.clone(),
         })
     }
 
@@ -471,7 +481,11 @@ impl Simulator {
 
     /// Sets a vswitch's free addresses; false if unknown.
     pub fn set_vswitch_free(&self, id: &str, free: u64) -> bool {
-        self.shared.world.lock().set_free(id, free)
+        let known = self.shared.world.lock().set_free(id, free);
+        if known {
+            self.shared.changed();
+        }
+        known
     }
 
     /// Caps the /28 prefixes a vswitch still gives (`Some(0)`: fragmented,
@@ -498,25 +512,24 @@ impl Simulator {
         }
     }
 
+    /// Tells systemd the emulator is ready (`READY=1` to
+    /// `$NOTIFY_SOCKET`, when it runs as a `Type=notify` unit, as the
+    /// packaged `eniip-sim.service` does).
+    pub fn notify_ready(&self) {
+        if let Err(e) = crate::systemd::Notifier::from_env().ready() {
+            log::warn!("cannot tell systemd the emulator is ready: {e}");
+        }
+    }
+
     /// Stops both listeners, then saves the world if it is kept in a
-    /// file (written aside and renamed: a crash leaves the old one whole).
+    /// file (as every change did: see [`keeper`]).
     pub fn shutdown(self) {
         self.api.shutdown();
         self.md.shutdown();
         for m in self.fleet_md {
             m.shutdown();
         }
-        if let Some(path) = &self.world_file {
-            let saved = self.shared.world.lock().saved();
-            let tmp = path.with_extension("tmp");
-            let written = serde_json::to_vec_pretty(&saved)
-                .map_err(std::io::Error::other)
-                .and_then(|bytes| std::fs::write(&tmp, bytes))
-                .and_then(|()| std::fs::rename(&tmp, path));
-            if let Err(e) = written {
-                log::warn!("cannot save the emulated cloud to {}: {e}", path.display());
-            }
-        }
+        self.shared.changed();
     }
 }
 

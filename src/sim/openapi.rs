@@ -300,6 +300,10 @@ fn answer(sh: &Shared, call: &Call) -> HttpResponse {
         None => None,
     };
     let (result, request_id) = dispatch(sh, call);
+    let reads_only = call.action.starts_with("Describe") || call.action.starts_with("List");
+    if result.is_ok() && !reads_only {
+        sh.changed();
+    }
     if let Some(e) = lost_answer {
         return error_response(sh, &call.action, &call.version, &e, request_id);
     }
@@ -428,10 +432,13 @@ fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
                 (None, None) | (Some(Err(())), _) | (_, Some(Err(()))) => return bad(usage.into()),
                 (f, p) => (f.and_then(Result::ok), p.and_then(Result::ok)),
             };
-            let mut w = sh.world.lock();
-            let known = free.is_none_or(|f| w.set_free(id, f))
-                && prefixes.is_none_or(|p| w.set_free_prefixes(id, p));
+            let known = {
+                let mut w = sh.world.lock();
+                free.is_none_or(|f| w.set_free(id, f))
+                    && prefixes.is_none_or(|p| w.set_free_prefixes(id, p))
+            };
             if known {
+                sh.changed();
                 HttpResponse::json(200, &json!({"ok": true}))
             } else {
                 HttpResponse::json(404, &json!({"error": format!("no vswitch {id}")}))

@@ -106,7 +106,8 @@ pub struct SimOptions {
     /// Lifetime of role credentials.
     pub sts_ttl: Duration,
     /// Where the world is kept across runs: restored at start if the file
-    /// exists, saved at shutdown (`eniipd --simulate --state-dir DIR`).
+    /// exists, saved as it changes (`eniip-sim --state-file PATH`,
+    /// `eniipd --simulate --state-dir DIR`).
     pub world_file: Option<std::path::PathBuf>,
     /// The account's flow control (none by default: one instance's
     /// emulator answers every call).

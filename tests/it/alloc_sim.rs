@@ -557,3 +557,66 @@ fn the_last_addresses_of_a_small_vswitch_are_handed_out() {
     );
     d.audits_consistent_within(Duration::from_secs(20));
 }
+
+/// Issue 31's `t3_eni_reuse`: an ENI deleted behind eniipd's back on a
+/// small vswitch, its addresses handed to a new ENI while the old owners
+/// still hold them, the vswitch drained, then the old owners release:
+/// eniipd adopts those addresses and gives them back, and from then on
+/// the vswitch is not "exhausted" (eniipd knows it has free addresses:
+/// here no probe could tell it, DescribeVSwitches fails).
+#[test]
+fn a_vswitch_eniipd_gave_addresses_back_to_is_not_exhausted() {
+    let sim = Sim::quick(&["--vswitch", "vsw-small=10.9.0.0/28"]);
+    let dir = tempdir("t3-eni-reuse");
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({"max_pool_size": 0})));
+    sim.fault(r#"{"action":"DescribeVSwitches","code":"InternalError"}"#);
+    let old: Vec<String> = (0..4).map(|i| d.ok(&format!("alloc old/{i}"))).collect();
+    let eni = field(&old[0], "eni");
+    let client = crate::openapi::client(sim.openapi_options());
+    let on = [
+        ("RegionId", sim.region.as_str()),
+        ("NetworkInterfaceId", eni.as_str()),
+        ("InstanceId", sim.instance.as_str()),
+    ];
+    crate::openapi::call(&client, "DetachNetworkInterface", &on).unwrap();
+    assert!(eventually(Duration::from_secs(10), || {
+        crate::openapi::call(&client, "DeleteNetworkInterface", &on[..2]).is_ok()
+    }));
+    // eniipd sees it gone (it no longer lists it), then new owners take
+    // what the vswitch has until it has nothing.
+    assert!(eventually(Duration::from_secs(20), || !d
+        .ask("enis")
+        .iter()
+        .any(|l| l.starts_with(&eni))));
+    let mut drained = false;
+    for i in 0..20 {
+        let r = d.ask(&format!("alloc new/{i}"));
+        if r[0].starts_with("ERR exhausted") {
+            drained = true;
+            break;
+        }
+        assert!(r[0].starts_with("OK ip="), "{r:?}");
+    }
+    assert!(drained, "the vswitch never ran out");
+    for i in 0..4 {
+        d.ok(&format!("release old/{i}"));
+    }
+    // What the old owners held is adopted and given back (no idle pool).
+    let free = || sim.state()["vswitches"][0]["free"].as_u64().unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || free() > 0
+            && d.ok("status").contains(" idle=0 ")
+            && d.log_text().contains("back to the cloud")),
+        "{}",
+        d.log_text()
+    );
+    let r = d.ask("alloc again/0");
+    assert!(
+        r[0].starts_with("OK ip="),
+        "{r:?} while the vswitch has {} free\n{}",
+        free(),
+        d.log_text()
+    );
+    sim.clear_faults();
+    d.audits_consistent_within(Duration::from_secs(20));
+}

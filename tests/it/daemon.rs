@@ -451,6 +451,76 @@ fn sighup_reloads_the_pool_sizes() {
     assert_eq!(d.ask("ping"), vec!["OK pong"]);
 }
 
+/// SIGHUP with nothing changed says nothing changed, whatever came from
+/// flags rather than the file (issue 31: `--state-dir` and the endpoint
+/// flags each gave a false "changed" warning on every reload).
+#[test]
+fn sighup_with_flags_warns_only_about_what_changed() {
+    let sim = Sim::quick(&[]);
+    let dir = tempdir("hup-flags");
+    let mut cfg = config(&sim, &dir, json!({"min_pool_size": 0, "max_pool_size": 4}));
+    let flags = dir.join("flag-state").display().to_string();
+    let args = [
+        "--state-dir",
+        flags.as_str(),
+        "--ecs-endpoint",
+        sim.ecs.as_str(),
+        "--vpc-endpoint",
+        sim.ecs.as_str(),
+        "--metadata-endpoint",
+        sim.metadata.as_str(),
+    ];
+    for k in [
+        "ecs_endpoint",
+        "vpc_endpoint",
+        "metadata_endpoint",
+        "state_dir",
+    ] {
+        cfg.as_object_mut().unwrap().remove(k);
+    }
+    let d = Daemon::spawn(&dir, &cfg, &args);
+    d.wait_ready(Duration::from_secs(60));
+    let hup = |d: &Daemon| {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(d.pid()),
+            nix::sys::signal::Signal::SIGHUP,
+        )
+        .unwrap()
+    };
+    let reloads = |d: &Daemon| d.log_text().matches("SIGHUP: idle pool now").count();
+    hup(&d);
+    assert!(
+        common::eventually(Duration::from_secs(10), || reloads(&d) == 1),
+        "{}",
+        d.log_text()
+    );
+    assert!(
+        !d.log_text().contains("takes effect only after a restart"),
+        "a reload with nothing changed warned:\n{}",
+        d.log_text()
+    );
+    // A change of a key that needs a restart is still named, alone.
+    cfg["max_connections"] = json!(100);
+    std::fs::write(&d.config, serde_json::to_vec(&cfg).unwrap()).unwrap();
+    hup(&d);
+    assert!(
+        common::eventually(Duration::from_secs(10), || reloads(&d) == 2),
+        "{}",
+        d.log_text()
+    );
+    let warned: Vec<String> = d
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("takes effect only after a restart"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("SIGHUP: max_connections changed"),
+        "{warned:?}"
+    );
+}
+
 #[test]
 fn watchdog_pings_and_journald_prefixes() {
     use std::os::unix::net::UnixDatagram;

@@ -114,3 +114,48 @@ fn a_keep_list_has_a_bound_per_line_and_ids_are_validated() {
     assert!(line.len() <= 4096);
     assert_eq!(d.ask(&line), vec!["OK keep=400"]);
 }
+
+/// The bound eniipd-protocol(7) gives a keep-list is the daemon's: the
+/// page states a number (issue 31: it said "no limit"), a list of that
+/// many ids is taken, one more is refused naming the bound, and the list
+/// stays as it was.
+#[test]
+fn a_keep_list_holds_as_many_ids_as_its_page_says_and_no_more() {
+    let page = crate::man::words("eniipd-protocol.7").replace('\n', " ");
+    let at = page
+        .find("a connection's list at most ")
+        .unwrap_or_else(|| panic!("eniipd-protocol(7) states no bound for a keep-list"));
+    let bound: usize = page[at..]
+        .split_whitespace()
+        .find_map(|w| w.parse().ok())
+        .expect("a number");
+    let sim = Sim::quick(&[]);
+    let dir = tempdir("keepbound");
+    let d = Daemon::start(&dir, &config(&sim, &dir, json!({})));
+    d.ok("alloc k/kept");
+    d.ok("alloc k/other");
+    let per_line = 400;
+    let mut lines: Vec<String> = (0..bound.div_ceil(per_line))
+        .map(|l| {
+            let ids: Vec<String> = (l * per_line..((l + 1) * per_line).min(bound - 1))
+                .map(|i| format!("i{i:07}"))
+                .collect();
+            format!("keep {}", ids.join(" "))
+        })
+        .filter(|l| l != "keep ")
+        .collect();
+    lines.push("keep k/kept".into());
+    lines.push("keep one-too-many".into());
+    lines.push("gc owner-prefix=k/".into());
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let r = session(&d.socket, &refs);
+    let n = r.len();
+    assert_eq!(r[n - 3], vec![format!("OK keep={bound}")]);
+    let refused = r[n - 2].last().unwrap();
+    assert!(
+        refused.starts_with("ERR bad-request") && refused.contains(&bound.to_string()),
+        "{refused}"
+    );
+    assert_eq!(r[n - 1].last().unwrap(), "OK released=1", "{:?}", r[n - 1]);
+    assert_eq!(inuse_owners(&d), vec!["k/kept"]);
+}

@@ -180,3 +180,139 @@ fn an_address_metadata_still_shows_but_the_openapi_took_away_is_never_handed_out
     sim.set_metadata_lag(50);
     d.audits_consistent_within(Duration::from_secs(20));
 }
+
+/// The ENI of `eni` as the emulator has it now.
+fn sim_eni(sim: &Sim, eni: &str) -> Value {
+    common::by_id(&sim.state(), "enis", eni)
+}
+
+/// `AttachNetworkInterface` or `DetachNetworkInterface` of `eni` on the
+/// emulator's instance, behind the daemon's back.
+fn attachment(sim: &Sim, action: &str, eni: &str) {
+    call(
+        sim,
+        action,
+        &[
+            ("RegionId", &sim.region),
+            ("NetworkInterfaceId", eni),
+            ("InstanceId", &sim.instance),
+        ],
+    );
+}
+
+#[test]
+fn an_eni_detached_while_eniipd_was_down_keeps_its_owners_addresses_until_it_is_back() {
+    // A small vswitch (28 usable addresses): an address the cloud got
+    // back is soon handed out again, as on a busy real one.
+    let sim = Sim::quick(&["--vswitch", "vsw-bp1sim0000000000000001=192.168.0.0/27"]);
+    let dir = tempdir("restart-detached");
+    let cfg = config(&sim, &dir, json!({"min_pool_size": 2, "max_pool_size": 6}));
+    let mut d = Daemon::start(&dir, &cfg);
+    let old: Vec<String> = (0..5).map(|i| d.ok(&format!("alloc old/{i}"))).collect();
+    let eni = field(&old[0], "eni");
+    let on_eni: Vec<(usize, String)> = old
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| field(r, "eni") == eni)
+        .map(|(i, r)| (i, field(r, "ip")))
+        .collect();
+    let held: BTreeSet<String> = old.iter().map(|r| field(r, "ip")).collect();
+    let (status, _) = d.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", d.log_text());
+
+    // Behind the daemon's back: only a detach. The addresses stay on the
+    // ENI, which stays tagged for this instance.
+    attachment(&sim, "DetachNetworkInterface", &eni);
+    assert!(eventually(Duration::from_secs(10), || {
+        sim_eni(&sim, &eni)["status"] == "Available"
+    }));
+
+    let mut d = Daemon::start(&dir, &cfg);
+    let mut got = Vec::new();
+    for i in 0..10 {
+        let r = d.ok(&format!("alloc new/{i}"));
+        assert_ne!(field(&r, "eni"), eni, "handed out from the detached ENI");
+        got.push(field(&r, "ip"));
+    }
+    let twice: Vec<&String> = got.iter().filter(|ip| held.contains(*ip)).collect();
+    assert!(
+        twice.is_empty(),
+        "new owners got addresses old owners hold: {twice:?}\nlog:\n{}",
+        d.log_text()
+    );
+    // The old owners keep theirs (never dropped), and the ENI is kept.
+    for (i, r) in old.iter().enumerate() {
+        assert_eq!(&d.ok(&format!("show old/{i}")), r, "old/{i}");
+    }
+    let e = sim_eni(&sim, &eni);
+    assert_eq!(e["status"], "Available", "the detached ENI still exists");
+    for (_, ip) in &on_eni {
+        assert!(
+            e["private_ips"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == ip.as_str()),
+            "{ip} left the detached ENI"
+        );
+    }
+
+    // The operator attaches it again: its owners are served from it as
+    // before, and the pool agrees with the cloud.
+    attachment(&sim, "AttachNetworkInterface", &eni);
+    d.audits_consistent_within(Duration::from_secs(30));
+    for (i, _) in &on_eni {
+        assert_eq!(d.ok(&format!("alloc old/{i}")), old[*i], "old/{i}");
+    }
+    // A restart now (the ENI attached) keeps every owner as well.
+    let (status, _) = d.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{}", d.log_text());
+    d = Daemon::start(&dir, &cfg);
+    for (i, r) in old.iter().enumerate() {
+        assert_eq!(
+            &d.ok(&format!("show old/{i}")),
+            r,
+            "old/{i} after a second restart"
+        );
+    }
+    d.audits_consistent_within(Duration::from_secs(30));
+}
+
+/// `eniip-sim --state-file`: the emulated cloud is saved as it changes,
+/// so after both the emulator and eniipd are killed (a crash, a reboot)
+/// and started again, eniipd finds the cloud it left and every owner
+/// keeps its address.
+#[test]
+fn the_emulator_keeps_its_cloud_in_a_state_file_across_a_crash() {
+    let dir = tempdir("sim-state-file");
+    let world = dir.join("world.json");
+    let world_arg = world.display().to_string();
+    let sim = Sim::quick(&["--state-file", &world_arg]);
+    let cfg = config(&sim, &dir, json!({"min_pool_size": 2, "max_pool_size": 4}));
+    let mut d = Daemon::start(&dir, &cfg);
+    let owners: Vec<String> = (0..3).map(|i| d.ok(&format!("alloc keep/{i}"))).collect();
+    let instance = sim.instance.clone();
+    let enis_before: BTreeSet<String> = sim
+        .managed()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    d.kill9();
+    drop(sim);
+
+    let sim = Sim::quick(&["--state-file", &world_arg]);
+    assert_eq!(sim.instance, instance, "the same instance");
+    let enis_after: BTreeSet<String> = sim
+        .managed()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(enis_after, enis_before, "the same ENIs");
+    let cfg = config(&sim, &dir, json!({"min_pool_size": 2, "max_pool_size": 4}));
+    let d = Daemon::start(&dir, &cfg);
+    for (i, r) in owners.iter().enumerate() {
+        assert_eq!(&d.ok(&format!("show keep/{i}")), r, "keep/{i}");
+    }
+    assert!(!d.log_text().contains("no longer has"), "{}", d.log_text());
+    d.audits_consistent_within(Duration::from_secs(20));
+}

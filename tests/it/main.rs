@@ -40,6 +40,7 @@ mod daemon_keep_gc;
 mod daemon_peer;
 mod daemon_restart;
 mod daemon_simulate;
+mod daemon_start;
 mod docs;
 mod frozen_disk;
 mod hygiene;

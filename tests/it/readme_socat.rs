@@ -1,6 +1,7 @@
 //! README's `socat` commands as a user pastes them: the one-shot request
-//! answers and returns, and the interactive session, whose input stays
-//! open, ends when `quit` is answered (not 90 s later).
+//! answers and returns, the interactive session, whose input stays open,
+//! ends when `quit` is answered (not 90 s later), and requests piped in
+//! are all answered (issue 31: with `-t 0` they printed nothing).
 
 use crate::cnienv;
 use crate::common::{config, eventually, tempdir, Daemon, Sim};
@@ -19,6 +20,21 @@ fn readme_socat_lines() -> Vec<String> {
         .filter(|l| l.contains("socat"))
         .map(str::to_string)
         .collect()
+}
+
+/// Waits up to 20 s for `child` to end (killed past that): whether it
+/// ended, its status and its output.
+fn to_its_end(mut child: std::process::Child) -> (bool, std::process::ExitStatus, String) {
+    let ended = eventually(Duration::from_secs(20), || {
+        child.try_wait().is_ok_and(|s| s.is_some())
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    let mut shown = String::new();
+    let _ = child.stdout.take().unwrap().read_to_string(&mut shown);
+    (ended, status, shown)
 }
 
 #[test]
@@ -61,16 +77,8 @@ fn readmes_one_shot_and_interactive_socat_forms_return_when_answered() {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"status\nquit\n").unwrap();
-    let ended = eventually(Duration::from_secs(20), || {
-        child.try_wait().is_ok_and(|s| s.is_some())
-    });
-    if !ended {
-        let _ = child.kill();
-    }
-    let status = child.wait().unwrap();
+    let (ended, status, shown) = to_its_end(child);
     drop(stdin);
-    let mut shown = String::new();
-    let _ = child.stdout.take().unwrap().read_to_string(&mut shown);
     assert!(
         ended,
         "`{interactive}` still runs 20 s after `quit` was answered:\n{shown}"
@@ -80,4 +88,28 @@ fn readmes_one_shot_and_interactive_socat_forms_return_when_answered() {
         shown.starts_with("OK enis=") && shown.trim_end().ends_with("OK bye"),
         "{shown}"
     );
+
+    let piped = lines
+        .iter()
+        .find(|l| l.starts_with("printf "))
+        .expect("README has a piped socat line");
+    let child = Command::new("sh")
+        .args(["-c", piped])
+        .env("SOCK", &d.socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (ended, status, shown) = to_its_end(child);
+    assert!(
+        ended,
+        "`{piped}` still runs 20 s after its input ended:\n{shown}"
+    );
+    assert!(status.success(), "{piped}: {status}\n{shown}");
+    let finals: Vec<&str> = shown
+        .lines()
+        .filter(|l| eniipd::protocol::is_final_line(l))
+        .collect();
+    assert_eq!(finals.len(), 2, "`{piped}` printed:\n{shown}");
+    assert!(finals[0].starts_with("OK enis="), "{shown}");
 }

@@ -669,6 +669,50 @@ fn eniipctl_exit_codes_and_output() {
     assert_eq!(out.status.code(), Some(0));
 }
 
+/// eniipctl that cannot connect says what to do (issue 31): where the
+/// path came from and whether eniipd runs; a user outside the socket's
+/// group is told which group (before: the bare OS error).
+#[test]
+fn eniipctl_that_cannot_connect_says_what_to_do() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+        .arg("status")
+        .env("ENIIPD_SOCKET", "/tmp/eniipd-no-such-dir/none.sock")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("from ENIIPD_SOCKET") && err.contains("eniipd is not running"),
+        "{err}"
+    );
+    if !nix::unistd::geteuid().is_root() {
+        eniipd::util::testing::skip("eniipctl as a non-member of the socket's group needs root");
+        return;
+    }
+    let dir = common::tempdir("ctl-denied");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let sock = dir.join("d.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+        .args(["--socket", &sock.display().to_string(), "status"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(
+        err.contains("for the members of group root (mode 0660)")
+            && err.contains("usermod -aG root"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bind_socket_replaces_a_stale_socket_but_not_a_live_one_nor_a_file() {
     let dir = PathBuf::from(format!("/tmp/eniipd-bind-{}", std::process::id()));

@@ -121,6 +121,12 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
         Some(local) if local.pending == 0 && local.phase == EniPhase::Ready => {
             // A per-ENI limit the cloud reported is retried once a pass.
             local.at_limit = false;
+            // Kept detached over a restart with its vswitch's facts
+            // unknown: metadata has them now.
+            if local.cidr.is_empty() && !r.cidr.is_empty() {
+                local.cidr.clone_from(&r.cidr);
+                local.gateway = r.gateway;
+            }
         }
         _ => return,
     }

@@ -183,6 +183,7 @@ impl Reports<'_> {
                 "gave {} address(es) of {eni} back to the cloud",
                 gone.v4.len() + gone.v6.len()
             );
+            self.gave_back(eni, gone.v4.len());
         }
         match error {
             None => self.shed_backoff.succeed(),
@@ -303,6 +304,8 @@ impl Reports<'_> {
         match result {
             Ok(()) => {
                 info!("{eni} detached and deleted");
+                let addresses = self.pool.ips_on(&eni);
+                self.gave_back(&eni, addresses);
                 self.forget_eni(&eni);
             }
             Err(FreeFailure::Detach(e)) => {
@@ -317,6 +320,18 @@ impl Reports<'_> {
                 self.forget_eni(&eni);
             }
         }
+    }
+
+    /// `n` IPv4 addresses of `eni` went back to its vswitch: an exhausted
+    /// vswitch that eniipd itself refilled serves again at once.
+    fn gave_back(&mut self, eni: &str, n: usize) {
+        let Some(vswitch) = self.pool.enis.get(eni).map(|e| e.vswitch.clone()) else {
+            return;
+        };
+        if self.vsw.gave_back(&vswitch, n) {
+            info!("{vswitch} has free addresses again ({n} given back): no longer inhibited");
+        }
+        self.apply_call_caps();
     }
 
     fn forget_eni(&mut self, eni: &str) {

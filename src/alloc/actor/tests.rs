@@ -78,6 +78,18 @@ fn entries(a: &Actor) -> Vec<crate::core::EniEntry> {
     views::eni_entries(&a.pool, &a.vsw, &a.inflight, a.cap.prefix_mode, unix_ms())
 }
 
+/// An unassign of `asked` on `ENI` ended; the cloud took `gone` back.
+fn unassigned(asked: &[Ipv4Addr], gone: &[Ipv4Addr], error: Option<CloudError>) -> Event {
+    Event::Unassigned {
+        eni: ENI.into(),
+        v4: asked.to_vec(),
+        gone_v4: gone.to_vec(),
+        gone_v6: Vec::new(),
+        gone_prefixes: Vec::new(),
+        error,
+    }
+}
+
 fn view(v4: &[Ipv4Addr]) -> CloudEniView {
     CloudEniView {
         eni: ReadyEni {
@@ -104,14 +116,7 @@ fn a_cloud_view_older_than_an_unassign_does_not_bring_its_addresses_back() {
     let stale = view(&[ip(1), ip(2), ip(3), ip(4)]);
     // ...then an unassign of two idle addresses ends...
     a.pool.set_releasing(&[ip(3), ip(4)], true);
-    a.on_event(Event::Unassigned {
-        eni: ENI.into(),
-        v4: vec![ip(3), ip(4)],
-        gone_v4: vec![ip(3), ip(4)],
-        gone_v6: Vec::new(),
-        gone_prefixes: Vec::new(),
-        error: None,
-    });
+    a.on_event(unassigned(&[ip(3), ip(4)], &[ip(3), ip(4)], None));
     // ...and only then does the old view arrive.
     a.on_event(Event::Reconcile {
         started,
@@ -444,4 +449,25 @@ fn an_ended_backoff_does_not_keep_the_actor_awake() {
         "the actor would wake again in {:?} (a loop that spins while idle)",
         wake - now
     );
+}
+
+#[test]
+fn a_vswitch_eniipd_gave_addresses_back_to_is_no_longer_exhausted() {
+    // Issue 31: an inhibited vswitch stayed "exhausted" after eniipd
+    // itself gave addresses back to it, until a probe read it again.
+    let mut a = actor();
+    a.vsw.inhibit("vsw-a", unix_ms() + 600_000);
+    a.pool.set_releasing(&[ip(3), ip(4)], true);
+    a.on_event(unassigned(&[ip(3), ip(4)], &[ip(3), ip(4)], None));
+    assert_eq!(a.vsw.switches().inhibited_until("vsw-a", unix_ms()), None);
+    // An unassign that gave nothing back says nothing of the vswitch.
+    a.vsw.inhibit("vsw-a", unix_ms() + 600_000);
+    a.pool.set_releasing(&[ip(2)], true);
+    let refused = CloudError::new(CloudErrorKind::Api, "UnassignPrivateIpAddresses", "x");
+    a.on_event(unassigned(&[ip(2)], &[], Some(refused)));
+    assert!(a
+        .vsw
+        .switches()
+        .inhibited_until("vsw-a", unix_ms())
+        .is_some());
 }

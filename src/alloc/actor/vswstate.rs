@@ -141,6 +141,18 @@ impl VswState {
         self.switches.set_free(counts, 1)
     }
 
+    /// eniipd gave `n` addresses of `vswitch` back to the cloud: the
+    /// vswitch has at least `n` free, so an inhibition ends at once (a
+    /// probe would find the same, up to [`Self::PROBE`] later, and an
+    /// `alloc` in between was refused as exhausted) and a cap is at least
+    /// `n`. Whether an inhibition ended.
+    pub(super) fn gave_back(&mut self, vswitch: &str, n: usize) -> bool {
+        if let Some(c) = self.call_cap(vswitch) {
+            self.set_cap(vswitch, c.max(n));
+        }
+        self.switches.gave_back(vswitch, n as u64)
+    }
+
     /// No free /28 on `vswitch`: single addresses until `until_ms`.
     pub(super) fn inhibit_prefixes(&mut self, vswitch: &str, until_ms: u64) {
         self.prefix_inhibit.insert(vswitch.to_string(), until_ms);
@@ -253,6 +265,20 @@ mod tests {
         s.served("b", 4);
         s.served("b", 8);
         assert_eq!(s.call_cap("b"), None, "back to a call's worth");
+    }
+
+    #[test]
+    fn addresses_given_back_lift_the_inhibit_and_raise_the_cap() {
+        let mut s = state(false, Instant::now());
+        assert_eq!(s.exhausted("a", 1, 1000), Exhaustion::Inhibited);
+        assert!(s.gave_back("a", 3));
+        assert_eq!(s.switches().inhibited_until("a", 0), None);
+        assert_eq!(s.next_wakeup(Instant::now(), 0), None, "no probe left");
+        assert_eq!(s.exhausted("b", 4, 1000), Exhaustion::Capped(2));
+        assert!(!s.gave_back("b", 6));
+        assert_eq!(s.call_size("b"), 6, "at least what was given back");
+        s.gave_back("b", 1);
+        assert_eq!(s.call_size("b"), 6, "never lowered");
     }
 
     #[test]

@@ -166,6 +166,7 @@ impl World {
             name,
             attached_since: None,
             detach_started: None,
+            detached_from: None,
             deleted_at: None,
         };
         let body = self.eni_json(&eni);
@@ -240,6 +241,11 @@ impl World {
         let delay = self.cfg.attach_delay;
         let e = self.eni_mut(&id)?;
         e.detach_started = Some(now);
+        e.detached_from = e
+            .instance
+            .clone()
+            .zip(e.attached_since)
+            .map(|(i, a)| (i, a, now));
         if delay.is_zero() {
             e.status = EniStatus::Available;
             e.instance = None;
@@ -376,4 +382,61 @@ fn create_description(p: &Params) -> Result<String, ApiError> {
         ));
     }
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::World;
+    use super::*;
+
+    #[test]
+    fn metadata_lags_a_detach_as_it_lags_an_attach() {
+        let lag = Duration::from_secs(5);
+        let mut w = World::for_tests(lag);
+        let params = |kv: &[(&str, &str)]| -> Params {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let (inst, sg) = (w.instance_id.clone(), w.sg_id.clone());
+        let t0 = Instant::now();
+        let made = w
+            .act(
+                "CreateNetworkInterface",
+                "2014-05-26",
+                &params(&[
+                    ("RegionId", "cn-hangzhou"),
+                    ("VSwitchId", "vsw-1"),
+                    ("SecurityGroupId", &sg),
+                ]),
+                t0,
+            )
+            .unwrap();
+        let id = made["NetworkInterfaceId"].as_str().unwrap().to_string();
+        let on = params(&[
+            ("RegionId", "cn-hangzhou"),
+            ("NetworkInterfaceId", &id),
+            ("InstanceId", &inst),
+        ]);
+        w.act("AttachNetworkInterface", "2014-05-26", &on, t0)
+            .unwrap();
+        let mut shown = |at: Instant| w.metadata_enis(at, &inst).iter().any(|e| e.id == id);
+        assert!(!shown(t0 + Duration::from_secs(1)), "an attach lags");
+        assert!(shown(t0 + Duration::from_secs(6)));
+        let t1 = t0 + Duration::from_secs(10);
+        w.act("DetachNetworkInterface", "2014-05-26", &on, t1)
+            .unwrap();
+        let mut shown = |at: Instant| w.metadata_enis(at, &inst).iter().any(|e| e.id == id);
+        assert!(shown(t1 + Duration::from_secs(1)), "a detach lags too");
+        assert!(!shown(t1 + Duration::from_secs(6)));
+        // Attached again: shown once the lag has passed that attach.
+        let t2 = t1 + Duration::from_secs(20);
+        w.act("AttachNetworkInterface", "2014-05-26", &on, t2)
+            .unwrap();
+        let mut shown = |at: Instant| w.metadata_enis(at, &inst).iter().any(|e| e.id == id);
+        assert!(!shown(t2 + Duration::from_secs(1)));
+        assert!(shown(t2 + Duration::from_secs(6)));
+    }
 }

@@ -151,6 +151,30 @@ impl World {
 
     /// Another instance of the account, of type `itype`, with its primary
     /// ENI on the first vswitch; its id.
+    /// A world for unit tests: cn-hangzhou-i, one ecs.g7.xlarge, one
+    /// vswitch vsw-1 (192.168.0.0/24), instant transitions, `metadata_lag`,
+    /// a seeded generator.
+    #[cfg(test)]
+    pub(crate) fn for_tests(metadata_lag: Duration) -> World {
+        World::new(
+            WorldConfig {
+                region: "cn-hangzhou".into(),
+                zone: "cn-hangzhou-i".into(),
+                itype: crate::sim::types::find("ecs.g7.xlarge").unwrap(),
+                vswitches: vec![(
+                    "vsw-1".into(),
+                    Net4::parse("192.168.0.0/24").unwrap(),
+                    None,
+                    None,
+                )],
+                attach_delay: Duration::ZERO,
+                metadata_lag,
+            },
+            Rng::seeded(7),
+        )
+        .unwrap()
+    }
+
     pub(crate) fn add_instance(&mut self, itype: &'static InstanceType) -> Result<String, String> {
         let id = loop {
             let id = format!(
@@ -218,6 +242,7 @@ impl World {
             name: "primary".into(),
             attached_since: Some(since),
             detach_started: None,
+            detached_from: None,
             deleted_at: None,
         };
         w.enis.insert(id, eni);
@@ -449,11 +474,7 @@ impl World {
             .unwrap_or(self.created_at);
         self.enis
             .values()
-            .filter(|e| {
-                e.instance.as_deref() == Some(instance)
-                    && e.attached_since.is_some_and(|a| a <= t)
-                    && e.detach_started.is_none_or(|d| d > t)
-            })
+            .filter(|e| e.shown_on(instance, t))
             .map(|e| {
                 let vsw = self.vswitches.iter().find(|v| v.id == e.vswitch);
                 MdEni {

@@ -168,6 +168,7 @@ impl World {
                     name: e["name"].as_str().unwrap_or("").to_string(),
                     attached_since: attached.then_some(since),
                     detach_started: None,
+                    detached_from: None,
                     deleted_at: None,
                 },
             );
@@ -260,28 +261,11 @@ impl World {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{World, WorldConfig};
-    use crate::sim::net::Net4;
+    use super::super::World;
     use crate::util::rand::Rng;
 
     fn world() -> World {
-        World::new(
-            WorldConfig {
-                region: "cn-hangzhou".into(),
-                zone: "cn-hangzhou-i".into(),
-                itype: crate::sim::types::find("ecs.g7.xlarge").unwrap(),
-                vswitches: vec![(
-                    "vsw-1".into(),
-                    Net4::parse("192.168.0.0/24").unwrap(),
-                    None,
-                    None,
-                )],
-                attach_delay: std::time::Duration::ZERO,
-                metadata_lag: std::time::Duration::ZERO,
-            },
-            Rng::seeded(7),
-        )
-        .unwrap()
+        World::for_tests(std::time::Duration::ZERO)
     }
 
     #[test]

@@ -39,6 +39,11 @@ pub(crate) struct SimEni {
     pub(super) name: String,
     pub(super) attached_since: Option<Instant>,
     pub(super) detach_started: Option<Instant>,
+    /// The attachment the last detach ended: (instance, attached since,
+    /// detach started). Metadata lags a detach as it lags everything, so
+    /// that instance still sees the ENI until the lag has passed its
+    /// detach, though the ENI is attached to nothing (or elsewhere) now.
+    pub(super) detached_from: Option<(String, Instant, Instant)>,
     pub(super) deleted_at: Option<Instant>,
 }
 
@@ -57,6 +62,18 @@ impl SimEni {
 
     pub(super) fn primary_ip(&self) -> Option<Ipv4Addr> {
         self.v4.iter().find(|a| a.primary).map(|a| a.ip)
+    }
+
+    /// Whether metadata at `t` shows the ENI attached to `instance`.
+    pub(super) fn shown_on(&self, instance: &str, t: Instant) -> bool {
+        let now = self.instance.as_deref() == Some(instance)
+            && self.attached_since.is_some_and(|a| a <= t)
+            && self.detach_started.is_none_or(|d| d > t);
+        let before = self
+            .detached_from
+            .as_ref()
+            .is_some_and(|(i, a, d)| i == instance && *a <= t && t < *d);
+        now || before
     }
 
     pub(super) fn busy(&self) -> bool {
