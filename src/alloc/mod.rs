@@ -20,6 +20,7 @@ pub(crate) mod describe;
 pub(crate) mod eniops;
 pub(crate) mod maint;
 pub(crate) mod msg;
+pub(crate) mod ownership;
 pub(crate) mod planner;
 pub(crate) mod prefix;
 pub(crate) mod recover;
