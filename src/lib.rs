@@ -12,6 +12,7 @@
 //! - [`store`]: durable state; the only code that touches the state files.
 //! - [`protocol`]: the line protocol (pure parse and render), which the
 //!   daemon serves and eniipctl and eniip-cni speak.
+//! - [`releases`]: the releases eniip-cni queues while eniipd is away.
 //! - [`server`]: the daemon's socket listener.
 //! - [`cni`]: eniip-cni, the CNI plugin.
 //! - [`sim`]: `eniip-sim`, the OpenAPI and metadata emulator.
@@ -30,6 +31,7 @@ pub(crate) mod logging;
 pub mod metrics;
 pub(crate) mod pool;
 pub mod protocol;
+pub mod releases;
 pub mod server;
 pub mod sim;
 pub mod store;

@@ -16,27 +16,64 @@ Usage: a container runtime runs it with CNI_COMMAND (ADD, DEL, CHECK, GC,
 STATUS, VERSION) and the other CNI_* variables set, and the network
 configuration on stdin. See eniip-cni(8).
 
-Options (by hand only):
+Options (by hand, or an init container):
+  --install DIR   copy this binary into the CNI bin dir DIR as eniip-cni,
+                  atomically (a temporary file, fsynced, renamed)
   -h, --help      this text
   -V, --version   the plugin's version
 ";
+
+/// `--install DIR`: exit 0 once DIR holds this binary, 1 naming what
+/// failed (a wrong command line is 2, as every usage error).
+fn install(dir: &str) -> ExitCode {
+    match eniipd::cni::install::install_self(std::path::Path::new(dir)) {
+        Ok((path, how)) => {
+            let how = match how {
+                eniipd::cni::install::Installed::Written => "installed",
+                eniipd::cni::install::Installed::Unchanged => "already installed",
+            };
+            println!(
+                "eniip-cni {} {how} as {}",
+                env!("CARGO_PKG_VERSION"),
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("eniip-cni: --install: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
 
 /// Largest configuration read from stdin.
 const MAX_STDIN: u64 = 4 << 20;
 
 /// A runtime passes no arguments: only the shared `--help` and
-/// `--version` are taken.
-fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<()>, UsageError> {
+/// `--version` are taken, and `--install DIR` (an init container's).
+fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<Option<String>>, UsageError> {
     let mut p = cli::parser(args);
     let Some(arg) = p.next()? else {
-        return Ok(Asked::Run(()));
+        return Ok(Asked::Run(None));
     };
-    cli::shared(&arg).ok_or_else(|| arg.unexpected().into())
+    if let Some(asked) = cli::shared(&arg) {
+        return Ok(asked);
+    }
+    if arg == cli::Arg::Long("install") {
+        let dir = cli::value(&mut p, "--install")?;
+        if let Some(more) = p.next()? {
+            return Err(more.unexpected().into());
+        }
+        return Ok(Asked::Run(Some(dir)));
+    }
+    Err(arg.unexpected().into())
 }
 
 fn main() -> ExitCode {
-    if let Err(code) = cli::settle("eniip-cni", HELP, options(std::env::args().skip(1))) {
-        return code;
+    match cli::settle("eniip-cni", HELP, options(std::env::args().skip(1))) {
+        Err(code) => return code,
+        Ok(Some(dir)) => return install(&dir),
+        Ok(None) => {}
     }
     let mut stdin = Vec::new();
     let read = std::io::stdin()

@@ -3,13 +3,19 @@
 //! failures as CNI errors. One connection per invocation, checked with a
 //! `ping` first.
 //!
-//! An eniipd that cannot be reached, that does not answer `ping` within
-//! [`PING_TIMEOUT`](crate::protocol::client::PING_TIMEOUT) (stopped, hung), that misses a deadline, or that
-//! answers `busy`, `shutting-down`, `timeout` or `cloud`, is CNI error 11
-//! ("try again later"): the runtime retries and nothing is lost. Any
-//! other `ERR` is error 100, in words a user can act on ([`wording`]).
+//! An eniipd that cannot be asked (away: its socket missing or refusing,
+//! stopped, restarting, replaced by a rollout; or not answering `ping`
+//! within [`PING_TIMEOUT`](crate::protocol::client::PING_TIMEOUT), hung;
+//! or going: the connection broke, it answered `shutting-down`) is marked
+//! so ([`went_away`]): ADD waits for it, up to the conflist's `daemonWait`
+//! ([`Client::connect_waiting`]), DEL queues its release. Past that, and
+//! when eniipd misses a deadline or answers `busy`, `timeout` or `cloud`,
+//! it is CNI error 11 ("try again later"): the runtime retries and nothing
+//! is lost. Any other `ERR` is error 100, in words a user can act on
+//! ([`wording`]).
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::core::ErrCode;
 use crate::protocol::client::{self as protocol, verb, ClientError};
@@ -18,6 +24,22 @@ use crate::protocol::reply::{ErrReply, Reply};
 
 use super::spec::{code, CniError};
 use super::wording;
+
+/// How long an ADD may take in all, waiting for an eniipd that is away
+/// included: kubelet's runtime request timeout is 2 minutes, past which
+/// it gives up on RunPodSandbox (and containerd kills the plugin), so ADD
+/// answers, with its reason, before that.
+pub(crate) const ADD_BUDGET: Duration = Duration::from_secs(110);
+/// How often an eniipd that is away is looked for.
+pub(crate) const AWAY_POLL: Duration = Duration::from_millis(200);
+
+/// Whether `e` says eniipd cannot be asked now (away, or going; see the
+/// module doc). An idempotent request (`alloc` for a sandbox, `release`
+/// with its sandbox) may be sent again once it is back, or (a release)
+/// queued for it.
+pub(crate) fn went_away(e: &CniError) -> bool {
+    e.away
+}
 
 /// One connection to eniipd.
 #[derive(Debug)]
@@ -30,6 +52,40 @@ impl Client {
         protocol::Client::connect_answering(socket)
             .map(Client)
             .map_err(cni_error)
+    }
+
+    /// [`Client::connect`], waiting up to `wait` for an eniipd that
+    /// cannot be asked ([`went_away`]: not listening, not answering).
+    pub(crate) fn connect_waiting(socket: &Path, wait: Duration) -> Result<Client, CniError> {
+        let end = Instant::now() + wait;
+        loop {
+            match Client::connect(socket) {
+                Ok(c) => return Ok(c),
+                Err(e) if went_away(&e) && Instant::now() < end => {
+                    let left = end.saturating_duration_since(Instant::now());
+                    std::thread::sleep(left.min(AWAY_POLL));
+                }
+                Err(mut e) => {
+                    if went_away(&e) && !wait.is_zero() {
+                        e.msg.push_str(&format!(
+                            "; waited {} s for it (daemonWait)",
+                            wait.as_secs()
+                        ));
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// An `alloc` within `limit` (never more than [`ALLOC_DEADLINE`]),
+    /// eniipd watched as [`Client::ask`] does.
+    pub(crate) fn alloc_within(&mut self, line: &str, limit: Duration) -> Result<Reply, CniError> {
+        let r = self
+            .0
+            .alloc_within(line, limit.min(ALLOC_DEADLINE))
+            .map_err(cni_error)?;
+        ok(verb(line), r)
     }
 
     /// Sends one request: its reply for `OK`; a CNI error for `ERR`, a
@@ -72,11 +128,12 @@ fn cni_error(e: ClientError) -> CniError {
             return CniError::new(
                 code::TRY_AGAIN,
                 format!(
-                    "eniipd is down: it is not reachable at {}",
+                    "eniipd is away: it is not reachable at {} (stopped, restarting, or being replaced)",
                     socket.display()
                 ),
             )
             .details(source.to_string())
+            .eniipd_away()
         }
         ClientError::NotAnswering { socket, limit } => format!(
             "eniipd is not answering: no pong within {limit:?} at {} (is it stopped or hung?)",
@@ -95,10 +152,17 @@ fn cni_error(e: ClientError) -> CniError {
                 details.push_str(&format!(": {source}"));
             }
             return CniError::new(code::TRY_AGAIN, "the connection to eniipd broke")
-                .details(details);
+                .details(details)
+                .eniipd_away();
         }
     };
-    CniError::new(code::TRY_AGAIN, msg)
+    let away = matches!(e, ClientError::NotAnswering { .. });
+    let e = CniError::new(code::TRY_AGAIN, msg);
+    if away {
+        e.eniipd_away()
+    } else {
+        e
+    }
 }
 
 /// An `ERR` reply to `verb` as a CNI error; eniipd's own words in the
@@ -108,7 +172,14 @@ fn daemon_error(verb: &str, err: &ErrReply) -> CniError {
         "busy" | "shutting-down" | "timeout" | "cloud" => code::TRY_AGAIN,
         _ => code::DAEMON,
     };
-    CniError::new(cni, wording::explain(verb, err)).details(err.to_string())
+    let e = CniError::new(cni, wording::explain(verb, err)).details(err.to_string());
+    // Stopping, or started by socket activation and not ready yet: either
+    // way it is away for now, and ADD waits for it as for a missing one.
+    if err.code() == "shutting-down" || err.is_starting() {
+        e.eniipd_away()
+    } else {
+        e
+    }
 }
 
 #[cfg(test)]
@@ -125,6 +196,18 @@ mod tests {
     fn errors_map_to_cni_codes() {
         let e = daemon_error("alloc", &err("ERR shutting-down the daemon is stopping"));
         assert_eq!(e.code, code::TRY_AGAIN);
+        assert!(went_away(&e));
+        assert!(!went_away(&daemon_error("alloc", &err("ERR busy"))));
+        let starting = format!(
+            "ERR busy {} (for 6 s): not ready yet",
+            crate::protocol::STARTING
+        );
+        let e = daemon_error("ping", &err(&starting));
+        assert_eq!(e.code, code::TRY_AGAIN);
+        assert!(
+            went_away(&e),
+            "a socket-activated eniipd that is starting is away: {e}"
+        );
         let e = daemon_error("alloc", &err("ERR cloud Throttling slow down"));
         assert_eq!(e.code, code::TRY_AGAIN);
         let e = daemon_error("alloc", &err("ERR exhausted no IP"));
@@ -145,6 +228,7 @@ mod tests {
             e.msg.contains("not reachable at /nonexistent/eniipd.sock"),
             "{e}"
         );
+        assert!(went_away(&e), "{e}");
     }
 
     #[test]
@@ -158,6 +242,7 @@ mod tests {
         let err = Client::connect(&path).unwrap_err();
         assert_eq!(err.code, code::TRY_AGAIN, "{err}");
         assert!(err.msg.contains("not answering"), "{err}");
+        assert!(went_away(&err), "{err}");
         assert!(t.elapsed() < PING_TIMEOUT * 3, "{:?}", t.elapsed());
         std::fs::remove_dir_all(&dir).unwrap();
 

@@ -7,12 +7,15 @@
 //! Invariants: one invocation per owner at a time ([`lock`]); an ADD that
 //! fails gives back only what it took itself (the address only when the
 //! owner held none before it, the host end only when it made it); DEL is
-//! idempotent; eniipd is reached before anything changes, so an eniipd
-//! that is down or hung fails ADD and DEL with CNI error 11 and the
-//! runtime's retry finds everything as it was; the container's netns is
-//! checked before anything is asked or built (CNI error 4).
+//! idempotent; ADD reaches eniipd before anything changes, waiting for an
+//! eniipd that cannot be asked up to `daemonWait` (then CNI error 11, and
+//! the runtime's retry finds everything as it was); DEL never fails for
+//! it: the node's side goes and the release is queued for eniipd
+//! ([`crate::releases`]); the container's netns is checked before
+//! anything is asked or built (CNI error 4).
 
 use std::net::{IpAddr, Ipv6Addr};
+use std::time::Instant;
 
 use serde_json::json;
 
@@ -84,16 +87,14 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         )
     })?;
     let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
-    let mut c = Client::connect(&conf.socket)?;
-    // What this ADD may give back if it fails: the address only if the
-    // owner held none before it (a second ADD of a running pod, or the new
-    // sandbox of a pod whose old one was not deleted yet, must not take
-    // the address away from under it).
-    let held_before = c.ask_found(&format!("show {owner}"))?.is_some();
-    let reply = c.ask(&format!(
-        "alloc {owner} sandbox={sandbox}{}",
-        attach_args(&netns_path, &host_veth)
-    ))?;
+    let (mut c, held_before, reply) = allocate(
+        conf,
+        &owner,
+        &format!(
+            "alloc {owner} sandbox={sandbox}{}",
+            attach_args(&netns_path, &host_veth)
+        ),
+    )?;
     let AllocReply { ip, ipv6, eni } = allocation_of("alloc", &reply)?;
     let built = (|| {
         let mac = netlink::parse_mac(&eni.mac)
@@ -181,23 +182,94 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         .map_err(|e| CniError::new(code::IO, format!("cannot render the result: {e}")))
 }
 
+/// ADD's conversation with eniipd: the connection, whether the owner held
+/// an address before (what a failed ADD may give back: the address only
+/// if the owner held none, so a second ADD of a running pod, or the new
+/// sandbox of a pod whose old one was not deleted yet, does not take it
+/// away from under it) and the `alloc` reply. While eniipd cannot be
+/// asked (away, restarting, replaced by a rollout, going away in the
+/// middle) it is waited for, up to `daemonWait` at a time and
+/// [`client::ADD_BUDGET`] in all, and asked again: `alloc` for a sandbox
+/// is idempotent.
+fn allocate(conf: &NetConf, owner: &str, alloc: &str) -> Result<(Client, bool, Reply), CniError> {
+    let started = Instant::now();
+    let mut held_before = None;
+    loop {
+        let left = client::ADD_BUDGET.saturating_sub(started.elapsed());
+        let mut c = Client::connect_waiting(&conf.socket, conf.daemon_wait.min(left))?;
+        let mut ask = || {
+            let held = match held_before {
+                Some(h) => h,
+                None => c.ask_found(&format!("show {owner}"))?.is_some(),
+            };
+            held_before = Some(held);
+            let left = client::ADD_BUDGET.saturating_sub(started.elapsed());
+            c.alloc_within(alloc, left).map(|reply| (held, reply))
+        };
+        match ask() {
+            Err(e)
+                if client::went_away(&e)
+                    && !conf.daemon_wait.is_zero()
+                    && started.elapsed() < client::ADD_BUDGET =>
+            {
+                // It went away in the middle: a moment, then it is
+                // waited for again.
+                std::thread::sleep(client::AWAY_POLL);
+            }
+            r => return r.map(|(held, reply)| (c, held, reply)),
+        }
+    }
+}
+
 pub(crate) fn del(conf: &NetConf, env: &Env) -> Result<(), CniError> {
     let owner = owner_of(&conf.name, env);
     let sandbox = sandbox_of(&env.container_id);
     let host_veth = datapath::host_veth_name(&env.container_id, &env.ifname);
     let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
-    // Reach eniipd first: when it is down or hung nothing changes (error
-    // 11) and the runtime's retry finds everything as it was; a release
-    // that times out after the teardown is retried the same way.
-    let mut c = Client::connect(&conf.socket)?;
-    datapath::teardown(&host_veth).map_err(datapath_error)?;
-    let r = c.ask(&format!("release {owner} sandbox={sandbox}"))?;
-    if let Ok(Some(IpAddr::V4(ip))) = parse_released(r.text()) {
-        // The address was ours alone: any other host end still routing it
-        // is a leftover.
-        datapath::cleanup_ip(ip).map_err(datapath_error)?;
+    let release = format!("release {owner} sandbox={sandbox}");
+    let released = Client::connect(&conf.socket).and_then(|mut c| {
+        datapath::teardown(&host_veth).map_err(datapath_error)?;
+        c.ask(&release)
+    });
+    match released {
+        Ok(r) => {
+            if let Ok(Some(IpAddr::V4(ip))) = parse_released(r.text()) {
+                // The address was ours alone: any other host end still
+                // routing it is a leftover.
+                datapath::cleanup_ip(ip).map_err(datapath_error)?;
+            }
+            Ok(())
+        }
+        // eniipd cannot be asked: the node's side goes now, the release
+        // waits for eniipd in its queue (it applies it before it serves).
+        Err(e) if client::went_away(&e) => {
+            datapath::teardown(&host_veth).map_err(datapath_error)?;
+            queue_release(conf, &owner, &sandbox, &e)
+        }
+        Err(e) => Err(e),
     }
-    Ok(())
+}
+
+/// Queues `owner`'s release for eniipd ([`crate::releases`]); an error 11
+/// naming the queue if even that fails (the runtime retries the DEL).
+fn queue_release(
+    conf: &NetConf,
+    owner: &str,
+    sandbox: &str,
+    away: &CniError,
+) -> Result<(), CniError> {
+    crate::releases::queue(&conf.socket, owner, sandbox)
+        .map(drop)
+        .map_err(|io| {
+            CniError::new(
+                code::TRY_AGAIN,
+                format!(
+                    "{}, and the release of {owner} cannot be queued in {}: {io}",
+                    away.msg,
+                    crate::releases::dir_for(&conf.socket).display()
+                ),
+            )
+        })
 }
 
 pub(crate) fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {

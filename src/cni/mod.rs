@@ -11,15 +11,19 @@
 //! ([`netns`]); the CNI contract's types ([`spec`]); eniipd's refusals in
 //! words a user can act on ([`wording`]).
 //!
-//! Invariants: an eniipd that is down or hung fails ADD and DEL with CNI
-//! error 11 within seconds, before anything changes; the environment is
-//! checked before anything is asked or built (CNI error 4); the rest is
-//! kept by the verbs (see [`container`]).
+//! Invariants: an eniipd that cannot be asked (away: restarting, replaced
+//! by a rollout, hung) is waited for by ADD up to `daemonWait` and
+//! [`client::ADD_BUDGET`] (then CNI error 11, before anything changes),
+//! and never fails a DEL: the node's side is torn down and the release
+//! queued for eniipd ([`crate::releases`]); the environment is checked
+//! before anything is asked or built (CNI error 4); the rest is kept by
+//! the verbs (see [`container`]).
 
 pub(crate) mod client;
 pub(crate) mod container;
 pub mod datapath;
 pub(crate) mod identity;
+pub mod install;
 pub(crate) mod lock;
 pub(crate) mod netlink;
 pub(crate) mod netns;

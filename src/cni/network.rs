@@ -79,9 +79,13 @@ pub(crate) fn gc(conf: &NetConf) -> Result<(), CniError> {
 /// capacity).
 pub(crate) fn status(conf: &NetConf) -> Result<(), CniError> {
     let not_available = |e: CniError| {
+        let queued = match crate::releases::count(&conf.socket) {
+            0 => String::new(),
+            n => format!(" ({n} release(s) queued for it)"),
+        };
         CniError::new(
             code::NOT_AVAILABLE,
-            format!("eniipd is not available: {}", e.msg),
+            format!("eniipd is not available: {}{queued}", e.msg),
         )
         .details(e.to_string())
     };

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -57,6 +58,9 @@ pub struct CniError {
     pub(crate) msg: String,
     /// Longer details.
     pub(crate) details: String,
+    /// eniipd could not be asked (away, going away, not answering): what
+    /// ADD waits out and DEL queues for (never printed).
+    pub(crate) away: bool,
 }
 
 impl CniError {
@@ -66,7 +70,14 @@ impl CniError {
             code,
             msg: msg.into(),
             details: String::new(),
+            away: false,
         }
+    }
+
+    /// Marks it as "eniipd could not be asked" (see [`CniError::away`]).
+    pub(crate) fn eniipd_away(mut self) -> CniError {
+        self.away = true;
+        self
     }
 
     /// Adds details.
@@ -222,6 +233,8 @@ struct RawConf {
     #[serde(rename = "lockDir")]
     lock_dir: Option<Value>,
     mtu: Option<Value>,
+    #[serde(rename = "daemonWait")]
+    daemon_wait: Option<Value>,
     dns: Option<Value>,
     #[serde(rename = "prevResult")]
     prev_result: Option<Value>,
@@ -251,6 +264,8 @@ pub(crate) struct NetConf {
     pub(crate) lock_dir: PathBuf,
     /// MTU of the veth pair.
     pub(crate) mtu: u32,
+    /// `daemonWait`: how long ADD waits for an eniipd that is away.
+    pub(crate) daemon_wait: Duration,
     /// `dns`, passed through to the result.
     pub(crate) dns: Option<Value>,
     /// `prevResult` (DEL, CHECK).
@@ -265,6 +280,14 @@ pub(crate) const DEFAULT_LOCK_DIR: &str = "/run/eniip-cni";
 pub(crate) const DEFAULT_SOCKET: &str = "/run/eniipd/eniipd.sock";
 /// Default MTU (an ENI's).
 pub(crate) const DEFAULT_MTU: u32 = 1500;
+/// How long ADD waits for an eniipd that is away, unless `daemonWait`
+/// says otherwise: a DaemonSet rollout or a restart (seconds to stop, to
+/// start the new pod and restore the pool), with room for the allocation
+/// within kubelet's runtime request timeout (2 min; see
+/// [`super::client::ADD_BUDGET`]).
+pub(crate) const DEFAULT_DAEMON_WAIT: Duration = Duration::from_secs(60);
+/// The largest `daemonWait`.
+pub(crate) const MAX_DAEMON_WAIT_S: u64 = 100;
 
 /// True when `s` is a usable network name: it prefixes owners, so it must
 /// be in the owner alphabet, without `/`, short enough to leave room.
@@ -335,6 +358,18 @@ impl NetConf {
                 _ => return Err(bad_config("mtu", "must be a number in 576..9000")),
             },
         };
+        let daemon_wait = match &raw.daemon_wait {
+            None => DEFAULT_DAEMON_WAIT,
+            Some(v) => match v.as_u64() {
+                Some(s) if s <= MAX_DAEMON_WAIT_S => Duration::from_secs(s),
+                _ => {
+                    return Err(bad_config(
+                        "daemonWait",
+                        format!("must be a number of seconds in 0..{MAX_DAEMON_WAIT_S}"),
+                    ))
+                }
+            },
+        };
         let dns = match raw.dns {
             None => None,
             Some(v @ Value::Object(_)) => Some(v),
@@ -377,6 +412,7 @@ impl NetConf {
             socket,
             lock_dir,
             mtu,
+            daemon_wait,
             dns,
             prev_result,
             valid_attachments,

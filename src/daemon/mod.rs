@@ -6,7 +6,9 @@
 //! lock before anything else touches the state directory or the socket;
 //! no run beside a live peer ([`peer`]); the pool restored from state and
 //! cloud ([`restore`](mod@restore)) before the socket accepts (so an
-//! answering `ping` means ready). Serving and the stop against one
+//! answering `ping` means ready), and the releases eniip-cni queued while
+//! eniipd was away applied before it accepts too ([`queued`]). Serving and
+//! the stop against one
 //! deadline are in [`serve`](mod@serve).
 
 pub mod args;
@@ -17,6 +19,7 @@ mod error;
 mod facts;
 mod peer;
 pub(crate) mod preflight;
+mod queued;
 mod reaper;
 mod restore;
 mod serve;
@@ -71,6 +74,8 @@ struct Running {
     conflist: Option<conflist::Installer>,
     /// Releases what lost CNI DELs left (`sandbox_reap_interval`).
     reaper: Option<reaper::Reaper>,
+    /// Applies the releases eniip-cni queues while eniipd is away.
+    queued: queued::Watcher,
     /// `--simulate-links`: the emulated ENIs as links on this host.
     links: Option<HostLinks>,
     /// Dropped last: this node is alive until the process ends.
@@ -161,6 +166,9 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         _ => None,
     };
     let (alloc, limits) = start_allocator(&cfg, &held, signals)?;
+    // The DELs that came while eniipd was away, before any new request.
+    let queue = crate::releases::dir_for(&cfg.socket_path);
+    queued::apply_logged(&queue, &alloc.commands(), &mut None);
 
     let (server, socket) = listen(&cfg, pre.socket_gid, alloc.commands(), starting)?;
     crate::metrics::set_connection_source(server.connection_counter());
@@ -193,6 +201,12 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
             )?,
         ),
     };
+    let queued = queued::Watcher::spawn(queue, alloc.commands()).map_err(|e| {
+        DaemonError::new(
+            exit::FAILURE,
+            format!("cannot start the queued-release watcher: {e}"),
+        )
+    })?;
     Ok(Some(Running {
         server,
         alloc,
@@ -208,6 +222,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         sim_dir,
         conflist,
         reaper,
+        queued,
         links,
         _beacon: held.beacon,
     }))

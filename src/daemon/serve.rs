@@ -188,6 +188,7 @@ fn stop_all(mut r: Running, code: i32) -> i32 {
     if let Some(reaper) = r.reaper {
         reaper.stop(until);
     }
+    r.queued.stop(until);
     if let Some(m) = r.metrics_http {
         m.shutdown_until(until);
     }

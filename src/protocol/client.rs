@@ -299,6 +299,13 @@ impl Client {
         self.exchange(line, &Deadline::after(limit), false)
     }
 
+    /// An `alloc` and its reply within `limit` (an ADD's budget may leave
+    /// it less than [`ALLOC_DEADLINE`]), eniipd watched as [`Client::ask`]
+    /// watches it.
+    pub fn alloc_within(&mut self, line: &str, limit: Duration) -> Result<Reply, ClientError> {
+        self.exchange(line, &Deadline::after(limit), true)
+    }
+
     /// A `gc` of the allocations under `owner_prefix`, keeping `keep`
     /// (owners or sandboxes): the `keep` lines they need, then the `gc`.
     /// The reply of the `gc`, or of the first `keep` that was refused.

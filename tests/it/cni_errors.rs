@@ -18,7 +18,7 @@ fn msg(out: &cnienv::CniOut) -> String {
 }
 
 #[test]
-fn an_add_refused_for_the_eni_quota_or_eniipd_down_says_so() {
+fn an_add_refused_for_the_eni_quota_or_eniipd_away_says_so() {
     if !can_run("cni error words", &[]) {
         return;
     }
@@ -38,12 +38,13 @@ fn an_add_refused_for_the_eni_quota_or_eniipd_down_says_so() {
     assert!(!msg(&status).contains("  "), "a run of spaces: {status:?}");
 
     w.stop_daemon();
-    let out = w.cni("ADD", Some(&c), &conf);
+    // daemonWait 0: no wait for the eniipd that is away.
+    let out = w.cni("ADD", Some(&c), &w.conf("1.0.0", json!({"daemonWait": 0})));
     assert_eq!(out.code(), 11, "{out:?}");
-    assert!(msg(&out).starts_with("eniipd is down"), "{out:?}");
+    assert!(msg(&out).starts_with("eniipd is away"), "{out:?}");
     let status = w.cni("STATUS", None, &w.conf("1.1.0", json!({})));
     assert_eq!(status.code(), 50, "{status:?}");
-    assert!(msg(&status).contains("eniipd is down"), "{status:?}");
+    assert!(msg(&status).contains("eniipd is away"), "{status:?}");
 }
 
 #[test]

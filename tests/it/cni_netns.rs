@@ -14,16 +14,10 @@ use crate::cnienv;
 use std::time::Duration;
 
 use crate::common::eventually;
-use cnienv::{can_run, Ctr, World, GATEWAY, GATEWAY6};
+use cnienv::{can_run, with_prev, Ctr, World, GATEWAY, GATEWAY6};
 use serde_json::{json, Value};
 
 const LARGE: &str = "ecs.g7.large";
-
-fn prev(conf: &Value, result: &Value) -> Value {
-    let mut c = conf.clone();
-    c["prevResult"] = result.clone();
-    c
-}
 
 #[test]
 fn add_pings_out_its_eni_check_catches_a_missing_rule_and_del_is_idempotent() {
@@ -60,7 +54,7 @@ fn add_pings_out_its_eni_check_catches_a_missing_rule_and_del_is_idempotent() {
     assert!(c.ping(GATEWAY), "ping {GATEWAY} from {ip}");
 
     // CHECK passes, and fails once the policy rule is gone.
-    let checked = prev(&conf, r);
+    let checked = with_prev(&conf, r);
     w.cni("CHECK", Some(&c), &checked).expect_ok("CHECK");
     w.node_ip(&["rule", "del", "pref", "2048", "from", &format!("{ip}/32")]);
     let bad = w.cni("CHECK", Some(&c), &checked);
@@ -95,8 +89,12 @@ fn del_with_the_netns_gone_and_across_an_eniipd_restart() {
     // and removes the host side.
     let (id, path) = (a.id.clone(), a.ns.path());
     a.ns.delete();
-    w.cni_with("DEL", Some((&id, path.clone(), "")), &prev(&conf, &ra.json))
-        .expect_ok("DEL without netns");
+    w.cni_with(
+        "DEL",
+        Some((&id, path.clone(), "")),
+        &with_prev(&conf, &ra.json),
+    )
+    .expect_ok("DEL without netns");
     assert!(!w.inuse().contains_key(&ra.ip()));
     let rules = w.node_ip(&["rule"]);
     assert!(!rules.contains(&ra.ip()), "{rules}");
@@ -104,18 +102,21 @@ fn del_with_the_netns_gone_and_across_an_eniipd_restart() {
     w.cni_with("DEL", Some((&id, "".into(), "")), &conf)
         .expect_ok("DEL with empty CNI_NETNS");
 
-    // eniipd down: DEL is "try again later" (11) and nothing is lost.
+    // eniipd away: DEL succeeds (the node side goes, the release is
+    // queued and applied when eniipd is back); ADD with daemonWait 0 is
+    // "try again later" (11) at once.
     w.stop_daemon();
-    let down = w.cni("DEL", Some(&b), &prev(&conf, &rb.json));
-    assert_eq!(down.code(), 11, "{down:?}");
-    let add_down = w.cni("ADD", Some(&Ctr::new(&w, 2)), &conf);
+    w.cni("DEL", Some(&b), &with_prev(&conf, &rb.json))
+        .expect_ok("DEL with eniipd away");
+    assert!(!b.ping(GATEWAY), "still attached after the DEL");
+    let mut no_wait = conf.clone();
+    no_wait["daemonWait"] = json!(0);
+    let add_down = w.cni("ADD", Some(&Ctr::new(&w, 2)), &no_wait);
     assert_eq!(add_down.code(), 11, "{add_down:?}");
     w.start_daemon();
-    assert!(w.inuse().contains_key(&rb.ip()), "{:?}", w.inuse());
-    assert!(b.ping(GATEWAY), "still attached after the failed DEL");
-    w.cni("DEL", Some(&b), &prev(&conf, &rb.json))
-        .expect_ok("DEL after restart");
-    assert!(!w.inuse().contains_key(&rb.ip()));
+    assert!(!w.inuse().contains_key(&rb.ip()), "{:?}", w.inuse());
+    w.cni("DEL", Some(&b), &with_prev(&conf, &rb.json))
+        .expect_ok("DEL again after restart");
 }
 
 #[test]
@@ -264,7 +265,7 @@ fn a_chain_with_tuning_portmap_and_bandwidth_as_libcni_runs_it() {
         let conf = if result.is_null() {
             conf.clone()
         } else {
-            prev(conf, &result)
+            with_prev(conf, &result)
         };
         let out = cnienv::run_bin(&[], &w.node.name, bin, "ADD", ctr(), &conf);
         assert!(out.ok, "ADD {bin}: {out:?}");
@@ -292,12 +293,26 @@ fn a_chain_with_tuning_portmap_and_bandwidth_as_libcni_runs_it() {
     // is left out: Debian's 1.1.1 fails CHECK on an IPv4-only attachment
     // looking for IPv6 rules (containernetworking/plugins issue 819).
     for (bin, conf) in chain.iter().filter(|(b, _)| !b.ends_with("/portmap")) {
-        let out = cnienv::run_bin(&[], &w.node.name, bin, "CHECK", ctr(), &prev(conf, &result));
+        let out = cnienv::run_bin(
+            &[],
+            &w.node.name,
+            bin,
+            "CHECK",
+            ctr(),
+            &with_prev(conf, &result),
+        );
         assert!(out.ok, "CHECK {bin}: {out:?}");
     }
     // DEL in reverse.
     for (bin, conf) in chain.iter().rev() {
-        let out = cnienv::run_bin(&[], &w.node.name, bin, "DEL", ctr(), &prev(conf, &result));
+        let out = cnienv::run_bin(
+            &[],
+            &w.node.name,
+            bin,
+            "DEL",
+            ctr(),
+            &with_prev(conf, &result),
+        );
         assert!(out.ok, "DEL {bin}: {out:?}");
     }
     let nat = w.node.exec(&["iptables-save", "-t", "nat"]);
@@ -325,14 +340,14 @@ fn a_late_del_of_an_old_sandbox_leaves_its_successor_alone() {
     let r_new = w.cni("ADD", Some(&new), &conf).expect_ok("ADD new sandbox");
     assert_eq!(r_old.ip(), r_new.ip());
     assert!(new.ping(GATEWAY));
-    w.cni("DEL", Some(&old), &prev(&conf, &r_old.json))
+    w.cni("DEL", Some(&old), &with_prev(&conf, &r_old.json))
         .expect_ok("late DEL of the old sandbox");
     let owner = format!("{}/prod/db-0", w.network);
     assert_eq!(w.inuse().get(&r_new.ip()), Some(&owner));
-    w.cni("CHECK", Some(&new), &prev(&conf, &r_new.json))
+    w.cni("CHECK", Some(&new), &with_prev(&conf, &r_new.json))
         .expect_ok("CHECK of the successor");
     assert!(new.ping(GATEWAY), "the successor still reaches the VPC");
-    w.cni("DEL", Some(&new), &prev(&conf, &r_new.json))
+    w.cni("DEL", Some(&new), &with_prev(&conf, &r_new.json))
         .expect_ok("DEL of the successor");
     assert!(w.inuse().is_empty(), "{:?}", w.inuse());
 }
@@ -418,7 +433,7 @@ fn dual_stack_routes_ipv6_out_the_right_eni_and_leaves_nothing_behind() {
     // still there); without it the pod's IPv6 no longer reaches the VPC.
     let (c0, r0) = (&ctrs[0], &adds[0]);
     let ip6 = r0.ip6();
-    let checked = prev(&conf, &r0.json);
+    let checked = with_prev(&conf, &r0.json);
     w.cni("CHECK", Some(c0), &checked).expect_ok("dual CHECK");
     w.node_ip(&[
         "-6",
@@ -460,7 +475,7 @@ fn dual_stack_routes_ipv6_out_the_right_eni_and_leaves_nothing_behind() {
         );
     }
     assert!(ctrs[1].ping6(GATEWAY6), "the kept one still works");
-    w.cni("DEL", Some(&ctrs[1]), &prev(&conf, &adds[1].json))
+    w.cni("DEL", Some(&ctrs[1]), &with_prev(&conf, &adds[1].json))
         .expect_ok("last DEL");
     assert!(w.inuse().is_empty(), "{:?}", w.inuse());
     let rules = w.node_ip(&["-6", "rule"]);
@@ -518,11 +533,11 @@ fn an_eniipd_answering_fields_this_version_does_not_know_still_adds_checks_and_d
         "ping {GATEWAY} from {ip}\n{}",
         w.diag()
     );
-    w.cni("CHECK", Some(&c), &prev(&conf, &add.json))
+    w.cni("CHECK", Some(&c), &with_prev(&conf, &add.json))
         .expect_ok("CHECK through a later eniipd");
     w.cni("STATUS", None, &conf)
         .expect_ok("STATUS through a later eniipd");
-    w.cni("DEL", Some(&c), &prev(&conf, &add.json))
+    w.cni("DEL", Some(&c), &with_prev(&conf, &add.json))
         .expect_ok("DEL through a later eniipd");
     assert!(!w.inuse().contains_key(&ip), "{:?}", w.inuse());
     w.assert_no_host_end();

@@ -144,13 +144,6 @@ fn lost_dels_are_reaped_and_live_sandboxes_kept() {
     assert!(w.inuse().is_empty(), "{:?}", w.inuse());
 }
 
-/// A pod sandbox named as a kubelet names it.
-fn pod(w: &World, n: usize, name: &str) -> Ctr {
-    let mut c = Ctr::new(w, n);
-    c.args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}");
-    c
-}
-
 #[test]
 fn after_a_node_restart_pods_that_come_back_keep_their_address_and_the_rest_are_reaped() {
     if !can_run(
@@ -165,8 +158,8 @@ fn after_a_node_restart_pods_that_come_back_keep_their_address_and_the_rest_are_
     );
     let _node_process = Holder::in_ns(&w.node.name);
     let conf = w.conf("1.0.0", json!({}));
-    let mut back = pod(&w, 0, "web-0");
-    let mut lost = pod(&w, 1, "web-1");
+    let mut back = Ctr::pod(&w, 0, "web-0");
+    let mut lost = Ctr::pod(&w, 1, "web-1");
     let ip_back = w.cni("ADD", Some(&back), &conf).expect_ok("ADD web-0").ip();
     let ip_lost = w.cni("ADD", Some(&lost), &conf).expect_ok("ADD web-1").ip();
 
@@ -185,7 +178,7 @@ fn after_a_node_restart_pods_that_come_back_keep_their_address_and_the_rest_are_
     );
     // web-0 comes back in a new sandbox: its address, kept for it.
     let again = {
-        let mut c = pod(&w, 2, "web-0");
+        let mut c = Ctr::pod(&w, 2, "web-0");
         c.id = format!("{}-again", c.id);
         c
     };

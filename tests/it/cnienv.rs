@@ -171,7 +171,7 @@ impl World {
     /// `instance_type`: the emulator's (an ENI of `ecs.g7.large` holds 6
     /// addresses, of `ecs.g7.xlarge` 15).
     pub fn start(instance_type: &str, extra: Value) -> World {
-        World::start_on(instance_type, false, extra)
+        World::start_on(instance_type, false, extra, true)
     }
 
     /// Same in dual stack: eniipd with `ip_stack` `dual` on
@@ -180,10 +180,17 @@ impl World {
     pub fn start_dual(instance_type: &str, extra: Value) -> World {
         let mut extra = extra;
         extra["ip_stack"] = json!("dual");
-        World::start_on(instance_type, true, extra)
+        World::start_on(instance_type, true, extra, true)
     }
 
-    fn start_on(instance_type: &str, dual: bool, extra: Value) -> World {
+    /// The emulator, the node, the VPC and the ENIs, without eniipd:
+    /// whoever runs it (a pod) uses [`World::cfg`]'s endpoints and
+    /// `socket_path`, and [`World::start_daemon`] is never called.
+    pub fn start_without_daemon(instance_type: &str, extra: Value) -> World {
+        World::start_on(instance_type, false, extra, false)
+    }
+
+    fn start_on(instance_type: &str, dual: bool, extra: Value, daemon: bool) -> World {
         let t = tag();
         let node = Netns::new(&format!("eniip-node-{t}"));
         let mut sim_args = vec!["--instance-type", instance_type];
@@ -223,10 +230,10 @@ impl World {
         }
         let dir = tempdir("cni");
         let cfg = config(&sim, &dir, extra);
-        let daemon = Daemon::start(&dir, &cfg);
+        let daemon = daemon.then(|| Daemon::start(&dir, &cfg));
         World {
             hotplug: Some(hotplug),
-            daemon: Some(daemon),
+            daemon,
             sim,
             dir,
             cfg,
@@ -241,8 +248,14 @@ impl World {
         self.daemon.as_ref().unwrap()
     }
 
+    /// eniipd's socket (the config's `socket_path`).
     pub fn socket(&self) -> PathBuf {
-        self.daemon().socket.clone()
+        PathBuf::from(self.cfg["socket_path"].as_str().expect("socket_path"))
+    }
+
+    /// One request to eniipd, the whole reply.
+    pub fn ask(&self, line: &str) -> Vec<String> {
+        crate::common::ask(&self.socket(), line)
     }
 
     /// The plugin's network configuration.
@@ -304,7 +317,7 @@ impl World {
 
     /// The in-use lines of eniipd's `list`.
     fn in_use(&self) -> impl Iterator<Item = ListLine> {
-        let lines = self.daemon().ask("list");
+        let lines = self.ask("list");
         let last = lines.len().saturating_sub(1);
         lines
             .into_iter()
@@ -512,7 +525,22 @@ pub struct Ctr {
     pub args: String,
 }
 
+/// `conf` with `prevResult` set to `result` (as a runtime sends DEL and
+/// CHECK).
+pub fn with_prev(conf: &Value, result: &Value) -> Value {
+    let mut c = conf.clone();
+    c["prevResult"] = result.clone();
+    c
+}
+
 impl Ctr {
+    /// A pod sandbox named as a kubelet names it (`default/<name>`).
+    pub fn pod(world: &World, n: usize, name: &str) -> Ctr {
+        let mut c = Ctr::new(world, n);
+        c.args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name}");
+        c
+    }
+
     pub fn new(world: &World, n: usize) -> Ctr {
         let id = format!("ctr{}x{n}", world.tag);
         Ctr {

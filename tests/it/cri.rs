@@ -69,6 +69,20 @@ pub struct Containerd {
     _link: Option<HostSocketLink>,
 }
 
+/// A node's paths for [`Containerd::start_as_node`], in containerd's
+/// private mount namespace, whose mounts are shared within it (so
+/// `HostToContainer` propagation works as on a node whose `/` is a shared
+/// mount, systemd's default). First each `tmpfs` folder gets an empty
+/// tmpfs there (hiding the host's, for containerd only), then each test
+/// folder of `binds` is bind-mounted on its node path: made inside a
+/// tmpfs of `tmpfs`, else an existing folder of the host (or one made
+/// empty on `/run` and left there, as [`ShippedSocket`] leaves
+/// `/run/eniipd`). Nothing else of the host is created or changed.
+pub struct NodeMounts {
+    pub tmpfs: Vec<&'static str>,
+    pub binds: Vec<(PathBuf, &'static str)>,
+}
+
 /// The shipped socket path in the host's own mount namespace, as a
 /// symlink to the test's socket, for a containerd that must share the
 /// host's mounts: the network namespaces it mounts under /var/run/netns
@@ -153,10 +167,26 @@ fn sandbox_image(dir: &Path) -> PathBuf {
     archive
 }
 
+/// Debian's reference plugins, linked into `bin`; an eniip-cni someone
+/// installed in /usr/lib/cni (as README says) is not the one under test.
+fn link_reference_plugins(bin: &Path) {
+    for p in std::fs::read_dir("/usr/lib/cni").unwrap().flatten() {
+        if p.file_name() != "eniip-cni" {
+            std::os::unix::fs::symlink(p.path(), bin.join(p.file_name())).unwrap();
+        }
+    }
+}
+
 /// containerd's config: everything under `dir`, CNI from `dir`'s folders,
 /// the imported sandbox image, the native snapshotter (works on any
 /// filesystem the test's temporary folder is on).
 fn config(dir: &Path) -> String {
+    let d = cnienv::s(dir);
+    config_with_cni(dir, &format!("{d}/bin"), &format!("{d}/net.d"))
+}
+
+/// [`config`] with the CNI folders `bin` and `conf`.
+fn config_with_cni(dir: &Path, bin: &str, conf: &str) -> String {
     let d = cnienv::s(dir);
     format!(
         r#"version = 2
@@ -183,8 +213,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{d}/bin"
-    conf_dir = "{d}/net.d"
+    bin_dir = "{bin}"
+    conf_dir = "{conf}"
     max_conf_num = 1
 "#
     )
@@ -205,6 +235,79 @@ impl Containerd {
         Containerd::start_with(w, true)
     }
 
+    /// containerd as on a node: CNI from its default folders
+    /// (`/opt/cni/bin`, `/etc/cni/net.d`), which `node` binds from test
+    /// folders, with nothing installed there: whatever the node's pods
+    /// need (eniip-cni, the conflist) is put there by what runs on it.
+    /// Debian's reference plugins are linked into the folder bound on
+    /// `/opt/cni/bin`, as a node's package would have installed them.
+    pub fn start_as_node(w: &World, node: &NodeMounts) -> Containerd {
+        let dir = crate::common::tempdir("containerd");
+        let bin = node
+            .binds
+            .iter()
+            .find(|(_, n)| *n == "/opt/cni/bin")
+            .map(|(d, _)| d.clone())
+            .expect("a node binds /opt/cni/bin");
+        link_reference_plugins(&bin);
+        let cfg = dir.join("config.toml");
+        write(
+            &cfg,
+            &config_with_cni(&dir, "/opt/cni/bin", "/etc/cni/net.d"),
+        );
+        let mut script = String::from("mount --make-rshared / ");
+        let mut argv = vec![format!("--net={}", cnienv::s(&w.node.path()))];
+        argv.extend(["unshare", "-m", "--propagation", "private", "sh", "-c"].map(String::from));
+        for t in &node.tmpfs {
+            assert!(Path::new(t).is_dir(), "{t}: no such folder to cover");
+            script.push_str(&format!("&& mount -t tmpfs -o mode=0755 tmpfs {t} "));
+        }
+        let mut sources = Vec::new();
+        for (i, (src, at)) in node.binds.iter().enumerate() {
+            if node.tmpfs.iter().any(|t| Path::new(at).starts_with(t)) {
+                script.push_str(&format!("&& mkdir -p {at} "));
+            } else {
+                assert!(
+                    Path::new(at).is_dir() || at.starts_with("/run/"),
+                    "{at} is not on this host: it would have to be made"
+                );
+                std::fs::create_dir_all(at).unwrap();
+            }
+            std::fs::create_dir_all(src).unwrap();
+            script.push_str(&format!("&& mount --bind \"${{{}}}\" {at} ", i + 1));
+            sources.push(cnienv::s(src));
+        }
+        script.push_str("&& shift $0 && exec \"$@\"");
+        argv.push(script);
+        argv.push(sources.len().to_string());
+        argv.extend(sources);
+        argv.extend(["containerd".into(), "--config".into(), cnienv::s(&cfg)]);
+        Containerd::spawn(dir, &argv, None, None)
+    }
+
+    /// The pid of containerd (its mount namespace is the node's for
+    /// what plays kubelet).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("containerd runs").id()
+    }
+
+    /// Imports an image archive into the k8s.io namespace, as an operator
+    /// does on an air-gapped node (`ctr -n k8s.io images import`).
+    pub fn import(&self, archive: &Path) -> String {
+        cnienv::sh(&[
+            "ctr",
+            "--address",
+            &cnienv::s(&self.socket),
+            "-n",
+            "k8s.io",
+            "images",
+            "import",
+            "--snapshotter",
+            "native",
+            &cnienv::s(archive),
+        ])
+    }
+
     fn start_with(w: &World, host_mounts: bool) -> Containerd {
         let dir = crate::common::tempdir("containerd");
         let (bin, netd) = (dir.join("bin"), dir.join("net.d"));
@@ -221,13 +324,7 @@ impl Containerd {
             &cnienv::s(&conflist),
             &cnienv::s(&netd.join("10-eniip.conflist")),
         ]);
-        // The reference plugins beside it; an eniip-cni someone installed
-        // in /usr/lib/cni (as README says) is not the one under test.
-        for p in std::fs::read_dir("/usr/lib/cni").unwrap().flatten() {
-            if p.file_name() != "eniip-cni" {
-                std::os::unix::fs::symlink(p.path(), bin.join(p.file_name())).unwrap();
-            }
-        }
+        link_reference_plugins(&bin);
         let cfg = dir.join("config.toml");
         write(&cfg, &config(&dir));
         let (ship, link) = if host_mounts {
@@ -235,14 +332,25 @@ impl Containerd {
         } else {
             (Some(ShippedSocket::new(&w.socket())), None)
         };
-        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
         let mut argv = vec![format!("--net={}", cnienv::s(&w.node.path()))];
         if let Some(ship) = &ship {
             argv.extend(ship.wrap());
         }
         argv.extend(["containerd".into(), "--config".into(), cnienv::s(&cfg)]);
+        Containerd::spawn(dir, &argv, ship, link)
+    }
+
+    /// Runs `nsenter ARGV` (ending in containerd), waits for its CRI and
+    /// imports the sandbox image.
+    fn spawn(
+        dir: PathBuf,
+        argv: &[String],
+        ship: Option<ShippedSocket>,
+        link: Option<HostSocketLink>,
+    ) -> Containerd {
+        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
         let child = Command::new("nsenter")
-            .args(&argv)
+            .args(argv)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -260,18 +368,7 @@ impl Containerd {
         });
         assert!(up, "containerd did not come up: {}", c.log());
         let archive = sandbox_image(&c.dir);
-        cnienv::sh(&[
-            "ctr",
-            "--address",
-            &cnienv::s(&c.socket),
-            "-n",
-            "k8s.io",
-            "images",
-            "import",
-            "--snapshotter",
-            "native",
-            &cnienv::s(&archive),
-        ]);
+        c.import(&archive);
         c
     }
 

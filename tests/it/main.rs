@@ -5,11 +5,13 @@
 //! builds the network namespaces eniip-cni's tests run in; `listener` is
 //! the socket server in-process; `openapi` is eniipd's OpenAPI client for
 //! the tests' own calls; `man` reads the man pages; `cri`, `podman` and
-//! `shipped` drive the runtimes and the shipped files.
+//! `shipped` drive the runtimes and the shipped files; `kube` plays a
+//! Kubernetes node with the shipped image and manifest.
 
 mod cnienv;
 mod common;
 mod cri;
+mod kube;
 mod listener;
 mod man;
 mod openapi;
@@ -22,6 +24,7 @@ mod chaos;
 mod cli;
 mod cloud_prefix_sim;
 mod cloud_sim;
+mod cni_away;
 mod cni_containerd;
 mod cni_demo;
 mod cni_docs;
@@ -44,6 +47,7 @@ mod daemon_start;
 mod docs;
 mod frozen_disk;
 mod hygiene;
+mod k8s_daemonset;
 mod layering;
 mod readme_socat;
 mod server;
