@@ -20,7 +20,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::cloud::{CloudApi, Eni, EniStatus, Ipv4Prefix};
 use crate::core::AllocError;
-use crate::pool::{PoolEni, PoolIp};
+use crate::pool::{PoolEni, PoolIp, PoolState};
 
 use super::ownership::{attached_managed, tagged_unattached};
 use super::Snapshot;
@@ -85,7 +85,7 @@ fn differences(
         })
         .collect();
     for (id, e) in cloud.iter().filter(|(id, _)| !busy.contains(*id)) {
-        match s.pool.enis.get(*id) {
+        match s.pool.eni(id) {
             None => out.push(format!(
                 "eni {id} is attached and managed but unknown locally"
             )),
@@ -100,34 +100,35 @@ fn differences(
 /// then (once nothing is pending on it) its prefixes and addresses.
 fn eni_differences(s: &Snapshot, local: &PoolEni, e: &Eni, macs: &BTreeSet<String>) -> Vec<String> {
     let mut out = Vec::new();
-    if !macs.contains(&local.mac.to_ascii_lowercase()) {
+    if !macs.contains(&local.mac().to_ascii_lowercase()) {
         out.push(format!(
             "eni {} ({}) is attached but missing from metadata",
-            local.id, local.mac
+            local.id(),
+            local.mac()
         ));
     }
-    if local.pending > 0 {
+    if local.pending() > 0 {
         return out;
     }
     // Prefixes first: a /28 is assigned and given back whole.
-    out.extend(prefix_differences(s, local, e));
-    out.extend(v4_differences(s, &local.id, e));
-    out.extend(v6_differences(s, &local.id, e));
+    out.extend(prefix_differences(&s.pool, local, e));
+    out.extend(v4_differences(&s.pool, local.id(), e));
+    out.extend(v6_differences(&s.pool, local.id(), e));
     out
 }
 
-fn prefix_differences(s: &Snapshot, local: &PoolEni, e: &Eni) -> Vec<String> {
-    let id = &local.id;
+fn prefix_differences(pool: &PoolState, local: &PoolEni, e: &Eni) -> Vec<String> {
+    let id = local.id();
     let remote: BTreeSet<Ipv4Prefix> = e.ipv4_prefixes.iter().copied().collect();
     let unknown = remote
-        .difference(&local.prefixes)
+        .difference(local.prefixes())
         .map(|p| format!("prefix {p} is on eni {id} in the cloud but unknown locally"));
     let missing = local
-        .prefixes
+        .prefixes()
         .difference(&remote)
         .filter(|p| {
             !p.addresses()
-                .any(|a| s.pool.ips.get(&a).is_some_and(|ip| ip.releasing))
+                .any(|a| pool.ip(a).is_some_and(PoolIp::releasing))
         })
         .map(|p| format!("prefix {p} is missing from eni {id} in the cloud"));
     unknown.chain(missing).collect()
@@ -135,7 +136,7 @@ fn prefix_differences(s: &Snapshot, local: &PoolEni, e: &Eni) -> Vec<String> {
 
 /// IPv4 addresses, compared with their ENI: a vswitch may give an address
 /// of a deleted ENI to another one.
-fn v4_differences(s: &Snapshot, id: &str, e: &Eni) -> Vec<String> {
+fn v4_differences(pool: &PoolState, id: &str, e: &Eni) -> Vec<String> {
     let remote: BTreeSet<Ipv4Addr> = e
         .private_ips
         .iter()
@@ -144,40 +145,40 @@ fn v4_differences(s: &Snapshot, id: &str, e: &Eni) -> Vec<String> {
         .collect();
     let mut out = Vec::new();
     for a in &remote {
-        match s.pool.ips.get(a) {
+        match pool.ip(*a) {
             None => out.push(format!(
                 "address {a} is on eni {id} in the cloud but unknown locally"
             )),
-            Some(ip) if ip.eni != id => out.push(format!(
+            Some(ip) if ip.eni() != id => out.push(format!(
                 "address {a} is on eni {id} in the cloud but held locally on eni {} ({})",
-                ip.eni,
-                ip.state.name()
+                ip.eni(),
+                pool.state_of(ip).name()
             )),
             Some(_) => {}
         }
     }
-    for ip in settled_on(s, id).filter(|ip| !remote.contains(&ip.v4)) {
+    for ip in settled_on(pool, id).filter(|ip| !remote.contains(&ip.v4())) {
         out.push(format!(
             "address {} ({}) is missing from eni {id} in the cloud",
-            ip.v4,
-            ip.state.name()
+            ip.v4(),
+            pool.state_of(ip).name()
         ));
     }
     out
 }
 
-fn v6_differences(s: &Snapshot, id: &str, e: &Eni) -> Vec<String> {
+fn v6_differences(pool: &PoolState, id: &str, e: &Eni) -> Vec<String> {
     let remote: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
-    let known = s.pool.known_v6();
+    let known = pool.ips().known_v6();
     let mut out: Vec<String> = remote
         .difference(&known)
         .map(|b| format!("address {b} is on eni {id} in the cloud but unknown locally"))
         .collect();
-    for ip in settled_on(s, id) {
-        if let Some(b) = ip.v6.filter(|b| !remote.contains(b)) {
+    for ip in settled_on(pool, id) {
+        if let Some(b) = ip.v6().filter(|b| !remote.contains(b)) {
             out.push(format!(
                 "address {b} ({}) is missing from eni {id} in the cloud",
-                ip.state.name()
+                pool.state_of(ip).name()
             ));
         }
     }
@@ -185,27 +186,25 @@ fn v6_differences(s: &Snapshot, id: &str, e: &Eni) -> Vec<String> {
 }
 
 /// The addresses of `id` not being given back.
-fn settled_on<'a>(s: &'a Snapshot, id: &'a str) -> impl Iterator<Item = &'a PoolIp> {
-    s.pool
-        .ips
-        .values()
-        .filter(move |ip| ip.eni == id && !ip.releasing)
+fn settled_on<'a>(pool: &'a PoolState, id: &'a str) -> impl Iterator<Item = &'a PoolIp> {
+    pool.ips().on(id).filter(|ip| !ip.releasing())
 }
 
 /// What only the local state shows: addresses still held on an ENI the
 /// cloud no longer has, and ENIs the cloud does not show attached.
 fn local_only(s: &Snapshot, cloud: &BTreeMap<&str, &Eni>, busy: &BTreeSet<&str>) -> Vec<String> {
     let mut out = Vec::new();
-    for (id, e) in &s.pool.enis {
-        if e.gone {
-            for ip in s.pool.ips.values().filter(|ip| ip.eni == *id) {
+    for e in s.pool.enis().iter() {
+        let id = e.id();
+        if e.gone() {
+            for ip in s.pool.ips().on(id) {
                 out.push(format!(
                     "address {} ({}) is still held on eni {id}, which no longer exists in the cloud",
-                    ip.v4,
-                    ip.state.name()
+                    ip.v4(),
+                    s.pool.state_of(ip).name()
                 ));
             }
-        } else if !cloud.contains_key(id.as_str()) && !busy.contains(id.as_str()) {
+        } else if !cloud.contains_key(id) && !busy.contains(id) {
             out.push(format!(
                 "eni {id} is known locally but not attached in the cloud"
             ));

@@ -21,6 +21,7 @@ use crate::cloud::{
     wait, CloudApi, CloudError, CloudErrorKind, CreateEni, EniStatus, TAG_CREATOR_KEY,
     TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY,
 };
+use crate::core::EniInfo;
 use crate::util::sem::Permit;
 
 use super::describe::StatusBatcher;
@@ -240,15 +241,18 @@ pub(crate) fn ready_info(
             Ok(md) => {
                 if let (Some(gateway), false) = (md.gateway, md.vswitch_cidr.is_empty()) {
                     return Ok(ReadyEni {
-                        id: eni_id.to_string(),
-                        mac: mac.to_string(),
-                        vswitch: if md.vswitch_id.is_empty() {
-                            vswitch.to_string()
-                        } else {
-                            md.vswitch_id
+                        link: EniInfo {
+                            eni: eni_id.to_string(),
+                            mac: mac.to_string(),
+                            vswitch: if md.vswitch_id.is_empty() {
+                                vswitch.to_string()
+                            } else {
+                                md.vswitch_id
+                            },
+                            cidr: md.vswitch_cidr,
+                            gateway,
+                            v6: None,
                         },
-                        cidr: md.vswitch_cidr,
-                        gateway,
                         primary_ip: md.primary_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
                         v4: md.ipv4s,
                         v6: md.ipv6s,

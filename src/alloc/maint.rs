@@ -1,7 +1,7 @@
 //! The maintenance thread: the periodic cloud reads the actor must not do
 //! itself. Every `pool_check_interval` (jittered) it
 //! - refreshes vswitch free counts (`ordered` policy);
-//! - describes the managed ENIs attached to this instance, reports
+//! - describes the managed ENIs attached to this instance, logs
 //!   security-group drift (the seed's Reconcile) and sends the actor the
 //!   cloud's view so it can adopt what it lost and drop what is gone;
 //! - deletes ENIs tagged for this instance and left unattached (a crash
@@ -25,6 +25,7 @@ use log::{debug, info, warn};
 
 use crate::cloud::{CloudApi, CloudErrorKind, Eni, EniStatus};
 use crate::config::VSwitchPolicy;
+use crate::core::EniInfo;
 use crate::util::sem::Semaphore;
 use crate::util::time::unix_secs;
 
@@ -161,10 +162,10 @@ fn cycle(
                 .into_iter()
                 .filter(|e| e.is_managed_by(&opts.instance_id, &opts.node_id))
                 .collect();
-            let _ = events.send(Event::SecurityGroupDrift(drift(
-                &enis,
-                &opts.security_groups,
-            )));
+            // Logged here; `audit` reads the drift from the cloud itself.
+            for l in drift(&enis, &opts.security_groups) {
+                warn!("security group drift: {l}");
+            }
             let views: Vec<CloudEniView> = enis
                 .iter()
                 .filter(|e| e.status == EniStatus::InUse)
@@ -177,7 +178,7 @@ fn cycle(
             let detached = match &tagged() {
                 Ok(t) => Some(
                     t.iter()
-                        .filter(|e| !views.iter().any(|v| v.eni.id == e.id))
+                        .filter(|e| !views.iter().any(|v| v.eni.id() == e.id))
                         .map(|e| e.id.clone())
                         .collect(),
                 ),
@@ -233,11 +234,14 @@ fn view(cloud: &dyn CloudApi, e: &Eni) -> CloudEniView {
         }
         Err(_) => CloudEniView {
             eni: ReadyEni {
-                id: e.id.clone(),
-                mac: e.mac.clone(),
-                vswitch: e.vswitch_id.clone(),
-                cidr: String::new(),
-                gateway: std::net::Ipv4Addr::UNSPECIFIED,
+                link: EniInfo {
+                    eni: e.id.clone(),
+                    mac: e.mac.clone(),
+                    vswitch: e.vswitch_id.clone(),
+                    cidr: String::new(),
+                    gateway: std::net::Ipv4Addr::UNSPECIFIED,
+                    v6: None,
+                },
                 primary_ip: e.primary_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
                 v4: e.private_ips.clone(),
                 v6: e.ipv6s.clone(),

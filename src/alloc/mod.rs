@@ -182,49 +182,18 @@ impl From<String> for Fatal {
     }
 }
 
-/// A copy of the allocator's state at one instant.
+/// A copy of what `audit` compares with the cloud, at one instant.
 #[derive(Debug, Clone)]
 pub(crate) struct Snapshot {
     /// The pool.
     pub(crate) pool: PoolState,
-    /// Addresses asked of the cloud and not yet answered.
-    pub(crate) pending: usize,
-    /// Capacity and pool sizes.
-    pub(crate) capacity: Capacity,
     /// ENIs being created (ids known so far).
     pub(crate) creating: Vec<String>,
     /// ENIs being freed.
     pub(crate) freeing: Vec<String>,
-    /// ENI operations in flight.
-    pub(crate) eni_ops: usize,
-    /// Vswitches inhibited now.
-    pub(crate) inhibited_vswitches: usize,
-    /// Security-group drift found by the last check.
-    #[allow(dead_code, reason = "nothing reads it yet: status does not show it")]
-    pub(crate) sg_drift: Vec<String>,
     /// Clients waiting for an address.
     #[cfg_attr(not(test), allow(dead_code, reason = "only the unit tests read it"))]
     pub(crate) waiters: usize,
-}
-
-impl Snapshot {
-    /// Metric gauges of this snapshot.
-    pub(crate) fn gauges(&self) -> crate::metrics::Gauges {
-        crate::metrics::Gauges {
-            ips_by_state: self.pool.counts_by_state(),
-            enis: self.pool.enis.len() as u64,
-            capacity: self.capacity.total_ips as u64,
-            pending: self.pending as u64,
-            connections: 0,
-            eni_ops: self.eni_ops as u64,
-            inhibited_vswitches: self.inhibited_vswitches as u64,
-            eni_modes: if self.capacity.prefix_mode {
-                self.pool.eni_modes()
-            } else {
-                Vec::new()
-            },
-        }
-    }
 }
 
 /// How long an internal request (snapshot, reload, ping) may take.
@@ -274,18 +243,18 @@ impl Allocator {
         // The allocator asks for its first reconcile early (an `alloc`
         // waits on it); one pending ask is enough.
         let (kick_tx, kick_rx) = bounded(1);
-        let eni_sem = Semaphore::new(opts.capacity.usable_enis);
         let op_sem = Semaphore::new(opts.max_concurrent_eni_ops);
         let actor = actor::Actor::new(
             Arc::clone(&opts),
             Arc::clone(&cloud),
             journal,
             pool,
-            eni_sem,
             op_sem.clone(),
-            ev_tx.clone(),
-            fatal_tx.clone(),
-            req_tx.clone(),
+            actor::Senders {
+                events: ev_tx.clone(),
+                fatal: fatal_tx.clone(),
+                requests: req_tx.clone(),
+            },
         )
         .with_first_reconcile(kick_tx);
         let actor = std::thread::Builder::new()

@@ -12,7 +12,7 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 
 use crate::cloud::{CloudError, Ipv4Prefix};
-use crate::pool::PoolEni;
+use crate::core::EniInfo;
 
 use super::capacity::Capacity;
 use super::Snapshot;
@@ -35,7 +35,7 @@ pub(crate) type OpId = u64;
 /// (clients speak [`crate::core::Command`], on a channel of their own).
 #[derive(Debug)]
 pub(crate) enum Request {
-    /// A copy of the state, for `audit` and metrics.
+    /// A copy of the state, for `audit`.
     Snapshot(Sender<Snapshot>),
     /// Ids of every ENI known locally, being created or being freed.
     KnownEnis(Sender<Vec<String>>),
@@ -69,16 +69,9 @@ pub(crate) enum Request {
 /// An ENI that is attached, in use and visible in metadata.
 #[derive(Debug, Clone)]
 pub(crate) struct ReadyEni {
-    /// `eni-...`
-    pub(crate) id: String,
-    /// Its MAC.
-    pub(crate) mac: String,
-    /// Its vswitch.
-    pub(crate) vswitch: String,
-    /// The vswitch CIDR.
-    pub(crate) cidr: String,
-    /// The vswitch gateway.
-    pub(crate) gateway: Ipv4Addr,
+    /// Its id, MAC, vswitch, and the vswitch's IPv4 CIDR and gateway (as
+    /// metadata lists them; the IPv6 half is not read here: `None`).
+    pub(crate) link: EniInfo,
     /// Its primary address.
     pub(crate) primary_ip: Ipv4Addr,
     /// Every IPv4 on it, primary included.
@@ -93,6 +86,11 @@ pub(crate) struct ReadyEni {
 }
 
 impl ReadyEni {
+    /// `eni-...`
+    pub(crate) fn id(&self) -> &str {
+        &self.link.eni
+    }
+
     /// Every IPv4 on it: `v4` and the addresses of its prefixes.
     pub(crate) fn all_v4(&self) -> Vec<Ipv4Addr> {
         let mut all = self.v4.clone();
@@ -100,18 +98,6 @@ impl ReadyEni {
             all.extend(p.addresses());
         }
         all
-    }
-
-    /// The pool's record of it, with nothing pending.
-    pub(crate) fn pool_eni(&self) -> PoolEni {
-        PoolEni::ready(
-            &self.id,
-            &self.mac,
-            &self.vswitch,
-            &self.cidr,
-            self.gateway,
-            self.primary_ip,
-        )
     }
 }
 
@@ -204,8 +190,6 @@ pub(crate) enum Event {
         /// Its IPv6 gateway.
         gateway6: Ipv6Addr,
     },
-    /// Security-group drift lines (empty: none).
-    SecurityGroupDrift(Vec<String>),
     /// The cloud's view of the managed ENIs, taken after `started`.
     Reconcile {
         /// When the Describe call began.

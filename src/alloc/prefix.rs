@@ -9,6 +9,7 @@
 //! past stick/cooldown; pool sizes count addresses, never prefixes.
 
 use crate::cloud::Ipv4Prefix;
+use crate::pool::shrink::PrefixCandidate;
 
 /// Addresses in a prefix.
 pub(crate) const PER_PREFIX: usize = Ipv4Prefix::SIZE as usize;
@@ -118,27 +119,16 @@ pub(crate) fn create_shape(
     }
 }
 
-/// A prefix as a shrink sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Candidate {
-    /// The prefix.
-    pub(crate) prefix: Ipv4Prefix,
-    /// Its ENI's addresses in use (fewer first: ENIs drain).
-    pub(crate) eni_in_use: usize,
-    /// All 16 idle and past stick and cooldown.
-    pub(crate) reclaimable: bool,
-}
-
 /// The prefixes a shrink gives back: only wholly reclaimable ones, the
-/// emptiest ENIs first, while the idle count stays above `max_idle` and
+/// emptiest ENIs (fewest addresses in use: they drain) first, while the idle count stays above `max_idle` and
 /// never drops below `min_idle` (sizes count addresses).
 pub(crate) fn to_give_back(
-    candidates: &[Candidate],
+    candidates: &[PrefixCandidate],
     idle: usize,
     min_idle: usize,
     max_idle: usize,
 ) -> Vec<Ipv4Prefix> {
-    let mut c: Vec<&Candidate> = candidates.iter().filter(|c| c.reclaimable).collect();
+    let mut c: Vec<&PrefixCandidate> = candidates.iter().filter(|c| c.reclaimable).collect();
     c.sort_by_key(|c| (c.eni_in_use, c.prefix));
     let mut left = idle;
     let mut out = Vec::new();
@@ -247,7 +237,8 @@ mod tests {
 
     #[test]
     fn shrink_gives_back_whole_idle_prefixes_only() {
-        let c = |s: &str, eni_in_use, reclaimable| Candidate {
+        let c = |s: &str, eni_in_use, reclaimable| PrefixCandidate {
+            eni: "eni-1".into(),
             prefix: p(s),
             eni_in_use,
             reclaimable,

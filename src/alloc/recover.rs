@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 use log::{info, warn};
 
 use crate::cloud::{wait, CloudApi, CloudError, Eni, EniStatus, MetadataApi, MetadataEni};
-use crate::pool::{PoolEni, PoolState};
+use crate::core::EniInfo;
+use crate::pool::{PoolIp, PoolState};
 use crate::store::{PersistedState, Record};
 use crate::util::time::unix_ms;
 
@@ -170,14 +171,17 @@ pub(crate) fn provisional(
             )));
         };
         let primary = m.primary_ip.unwrap_or(Ipv4Addr::UNSPECIFIED);
-        pool.add_eni(PoolEni::ready(
-            eni,
-            &m.mac,
-            &m.vswitch_id,
-            &m.vswitch_cidr,
-            gateway,
+        pool.add_eni(
+            EniInfo {
+                eni: eni.to_string(),
+                mac: m.mac.clone(),
+                vswitch: m.vswitch_id.clone(),
+                cidr: m.vswitch_cidr.clone(),
+                gateway,
+                v6: None,
+            },
             primary,
-        ));
+        );
         let unseen = addrs.iter().filter(|(a, _)| !m.ipv4s.contains(a)).count();
         for (v4, v6) in addrs {
             pool.add_ip(eni, *v4, v6.filter(|_| dual));
@@ -306,14 +310,17 @@ fn keep_detached(
         .primary_ip
         .or_else(|| e.private_ips.first().copied())
         .unwrap_or(Ipv4Addr::UNSPECIFIED);
-    pool.add_eni(PoolEni::ready(
-        &e.id,
-        &e.mac,
-        &e.vswitch_id,
-        &cidr,
-        gateway,
+    pool.add_eni(
+        EniInfo {
+            eni: e.id.clone(),
+            mac: e.mac.clone(),
+            vswitch: e.vswitch_id.clone(),
+            cidr,
+            gateway,
+            v6: None,
+        },
         primary,
-    ));
+    );
     let on_it =
         |a: Ipv4Addr| e.private_ips.contains(&a) || e.ipv4_prefixes.iter().any(|p| p.contains(a));
     let mut kept = 0;
@@ -353,18 +360,7 @@ fn vswitch_facts(md: &dyn MetadataApi, vswitch: &str) -> Result<(String, Ipv4Add
 /// daemon's reconcile withdraws them: owned ones are kept for their
 /// owners and never handed out, and nothing more is asked of the ENI.
 fn withdraw_detached(pool: &mut PoolState, eni: &str) {
-    let on_it: Vec<Ipv4Addr> = pool
-        .ips
-        .values()
-        .filter(|ip| ip.eni == eni)
-        .map(|ip| ip.v4)
-        .collect();
-    for a in on_it {
-        pool.withdraw(a);
-    }
-    if let Some(e) = pool.enis.get_mut(eni) {
-        e.at_limit = true;
-    }
+    pool.withdraw_eni(eni);
 }
 
 /// Pairs known from the state file, to keep dual-stack pairs stable.
@@ -409,14 +405,16 @@ fn adopt(
         .primary_ip
         .or_else(|| e.private_ips.first().copied())
         .unwrap_or(info.primary_ip);
-    pool.add_eni(PoolEni::ready(
-        &e.id,
-        &e.mac,
-        &e.vswitch_id,
-        &info.cidr,
-        info.gateway,
+    // The OpenAPI's id, MAC and vswitch; metadata's CIDR and gateway.
+    pool.add_eni(
+        EniInfo {
+            eni: e.id.clone(),
+            mac: e.mac.clone(),
+            vswitch: e.vswitch_id.clone(),
+            ..info.link
+        },
         primary,
-    ));
+    );
     let mut v6_left: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
     let mut unpaired4 = Vec::new();
     for a in &e.private_ips {
@@ -490,10 +488,10 @@ fn quarantine_idle(
 ) -> String {
     let until = now_ms + q.as_millis() as u64;
     let idle: Vec<Ipv4Addr> = pool
-        .ips
-        .values()
-        .filter(|ip| ip.state == crate::pool::IpState::Idle)
-        .map(|ip| ip.v4)
+        .ips()
+        .iter()
+        .filter(|ip| pool.is_idle(ip))
+        .map(PoolIp::v4)
         .collect();
     let n = idle.len();
     for v4 in idle {

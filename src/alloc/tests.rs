@@ -15,6 +15,7 @@ use crate::config::RawConfig;
 use crate::core::{
     AllocError, Allocation, Answer, Command, EniEntry, ErrCode, Owner, SandboxId, StatusCounts,
 };
+use crate::pool::choose::pick;
 use crate::pool::PoolState;
 use crate::store::{Allocation as Stored, PersistedState};
 
@@ -647,11 +648,11 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
         );
     }
     let r = recover(&*fake, INSTANCE, "", false, &persisted, None).unwrap();
-    assert_eq!(r.pool.enis.len(), 1, "only the managed, attached ENI");
-    let counts = r.pool.counts();
+    assert_eq!(r.pool.enis().len(), 1, "only the managed, attached ENI");
+    let counts = crate::pool::views::counts(&r.pool);
     assert_eq!((counts.inuse, counts.idle), (1, 2));
     assert_eq!(
-        r.pool.owner_ip(&owner("ns/a")).unwrap().v4,
+        r.pool.owner_ip(&owner("ns/a")).unwrap().v4(),
         "10.0.9.2".parse::<Ipv4Addr>().unwrap()
     );
     assert!(r.records.contains(&crate::store::Record::Forget {
@@ -675,8 +676,8 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
         Some(Duration::from_secs(3600)),
     )
     .unwrap();
-    assert_eq!(r.pool.counts().reserved, 2);
-    assert_eq!(r.pool.pick(&owner("new"), None), None);
+    assert_eq!(crate::pool::views::counts(&r.pool).reserved, 2);
+    assert_eq!(pick(&r.pool, &owner("new"), None), None);
     // The recovered pool serves.
     let (a, _j) = start_with(
         &fake,
@@ -721,12 +722,19 @@ fn recovery_keeps_a_detached_eni_the_state_files_name_and_its_owners() {
     );
     assert!(r.records.is_empty(), "nothing forgotten: {:?}", r.records);
     let held = r.pool.owner_ip(&owner("ns/held")).unwrap();
-    assert_eq!(held.v4, "10.0.7.2".parse::<Ipv4Addr>().unwrap());
-    assert!(held.lost, "withdrawn: never handed out");
-    assert!(r.pool.enis["eni-away"].at_limit, "nothing asked of it");
-    assert_eq!(r.pool.ips_on("eni-away"), 1, "its idle address left");
-    let new = r.pool.pick(&owner("new"), None);
-    assert_ne!(new, Some(held.v4));
+    assert_eq!(held.v4(), "10.0.7.2".parse::<Ipv4Addr>().unwrap());
+    assert!(held.lost(), "withdrawn: never handed out");
+    assert!(
+        r.pool.eni("eni-away").unwrap().at_limit(),
+        "nothing asked of it"
+    );
+    assert_eq!(
+        r.pool.ips().count_on("eni-away"),
+        1,
+        "its idle address left"
+    );
+    let new = pick(&r.pool, &owner("new"), None);
+    assert_ne!(new, Some(held.v4()));
     r.pool.check().unwrap();
 }
 
@@ -755,8 +763,8 @@ fn a_restart_from_the_state_files_serves_owners_at_once_and_nothing_new_before_t
         panic!("every recorded ENI is in metadata");
     };
     // Exactly what was handed out: no idle address before the OpenAPI.
-    assert_eq!(r.pool.enis.len(), 1);
-    let counts = r.pool.counts();
+    assert_eq!(r.pool.enis().len(), 1);
+    let counts = crate::pool::views::counts(&r.pool);
     assert_eq!((counts.inuse, counts.idle), (1, 0));
     assert_eq!(fake.calls("DescribeNetworkInterfaces"), 0);
 

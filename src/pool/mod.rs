@@ -3,182 +3,230 @@
 //! States (SPEC section 4): `idle` (free for anyone), `inuse` (held by an
 //! owner), `reserved` (kept for its last owner until `ip_stick_time` runs
 //! out), `cooling` (kept from other owners until `ip_cooldown` runs out; its
-//! last owner may still take it back), `invalid` (never handed out: refused
-//! by the cloud, or half of an unpaired dual-stack pair). After a state
-//! rebuild, addresses with no known owner are quarantined (listed as
-//! `reserved` with owner `-`) until the quarantine ends.
+//! last owner may still take it back), `invalid` (never handed out: half of
+//! an unpaired dual-stack pair). After a state rebuild, addresses with no
+//! known owner are quarantined (listed as `reserved` with owner `-`) until
+//! the quarantine ends.
 //!
 //! This module is pure data and transitions: no I/O, no threads, no clock
-//! (callers pass `now_ms`). Invariants, checked by [`PoolState::check`]:
-//! an owner holds at most one address and an address has at most one
-//! holder; the owner indexes agree with the address states; every address
-//! belongs to a known ENI.
+//! (callers pass `now_ms`). [`PoolState`] is made of parts, each a type
+//! with private fields that keeps its own invariant (stated in its doc,
+//! checked by its `check` and its unit tests):
+//! - [`Enis`] (`eni.rs`): the ENIs, with what is pending on each, its
+//!   limit, its phase and its prefixes;
+//! - [`Addresses`] (`ip.rs`): the addresses, their ENI, IPv6 pair and /28,
+//!   and the unpaired IPv6; an IPv6 is known once;
+//! - [`Owners`] (`owners.rs`): one owner, one address; the sandbox moves;
+//! - [`Holds`] (`holds.rs`): reservations, cool-downs, quarantines; one
+//!   per owner, ended at their time;
+//! - [`Attachments`] (`attach.rs`): the sandbox network of each owner.
+//!
+//! An address's state is read from them ([`IpState`]). What ties the
+//! parts together is kept here, by the verbs that cross them (an address
+//! comes, is taken, released, settled or goes), and checked by
+//! [`PoolState::check`]: every address and unpaired IPv6 is on a known
+//! ENI; a prefix's members are marked only while their ENI holds it; owners
+//! and holds are on known addresses, never both on one; an attachment
+//! counts only while its owner holds its address for that sandbox.
+//! Choices and summaries are pure functions of the read accessors:
+//! which address an owner gets in `choose.rs`, what can go back to the
+//! cloud in `shrink.rs`, what the protocol and metrics show in `views.rs`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::cloud::Ipv4Prefix;
-use crate::core::{
-    Allocation, Attachment, EniEntry, EniInfo, Hold, ListEntry, Owner, PrefixUse, SandboxId,
-    StatusCounts,
-};
+use crate::core::{Allocation, Attachment, EniInfo, Hold, Owner, SandboxId};
 
 mod attach;
-pub(crate) use attach::Attached;
+pub(crate) mod choose;
+mod eni;
 mod holds;
-mod records;
-pub(crate) use records::{EniPhase, IpState, PoolEni, PoolIp};
-mod shrink;
-mod supply;
-mod views;
-pub(crate) use supply::Gone;
+mod ip;
+mod owners;
+pub(crate) mod shrink;
+pub(crate) mod views;
 
-/// What `release` did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ReleaseOutcome {
-    /// The owner held nothing.
-    NotHeld,
-    /// Held by another sandbox than the one named: nothing changed.
-    SandboxMismatch,
-    /// Released; `hold` is what to persist (reservation / cool-down).
-    Released {
-        /// The address.
-        v4: Ipv4Addr,
-        /// Its IPv6 pair.
-        v6: Option<Ipv6Addr>,
-        /// The reservation or cool-down now on it, if any.
-        hold: Option<Hold>,
-    },
-}
+pub(crate) use attach::{Attached, Attachments};
+pub(crate) use eni::{EniPhase, Enis, PoolEni};
+pub(crate) use holds::{HoldOn, Holds};
+pub(crate) use ip::{Addresses, Gone, PoolIp};
+pub(crate) use owners::{Held, Owners, ReleaseOutcome};
+pub(crate) use views::IpState;
 
-/// All managed ENIs and addresses.
+/// All managed ENIs and addresses, and who holds them.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct PoolState {
-    /// Managed ENIs by id.
-    pub(crate) enis: BTreeMap<String, PoolEni>,
-    /// Addresses by IPv4.
-    pub(crate) ips: BTreeMap<Ipv4Addr, PoolIp>,
-    /// Dual stack: IPv6 addresses with no IPv4 pair (invalid), by ENI.
-    pub(crate) unpaired_v6: BTreeMap<Ipv6Addr, String>,
-    owners: HashMap<Owner, Ipv4Addr>,
-    held_for: HashMap<Owner, Ipv4Addr>,
-    /// Sandbox networks by owner (see `attach.rs`).
-    attachments: HashMap<Owner, (Option<SandboxId>, Attachment)>,
-    dual: bool,
+    enis: Enis,
+    ips: Addresses,
+    owners: Owners,
+    holds: Holds,
+    attachments: Attachments,
 }
 
 impl PoolState {
     /// An empty pool; `dual` when every allocation is an IPv4+IPv6 pair.
     pub(crate) fn new(dual: bool) -> PoolState {
         PoolState {
-            dual,
+            ips: Addresses::new(dual),
             ..PoolState::default()
         }
     }
 
-    /// Adds an ENI (its addresses are added separately).
-    pub(crate) fn add_eni(&mut self, eni: PoolEni) {
-        self.enis.insert(eni.id.clone(), eni);
+    // ---- the parts, to read ------------------------------------------------
+
+    /// Every allocation is an IPv4+IPv6 pair.
+    pub(crate) fn dual(&self) -> bool {
+        self.ips.dual()
     }
 
-    /// Adds an address as idle (or invalid when dual stack lacks its pair).
-    /// An address already known is left as it is.
-    pub(crate) fn add_ip(&mut self, eni: &str, v4: Ipv4Addr, v6: Option<Ipv6Addr>) {
-        if self.ips.contains_key(&v4) {
-            return;
-        }
-        let primary = self.enis.get(eni).is_some_and(|e| e.primary_ip == v4);
-        let state = if self.dual && v6.is_none() {
-            IpState::Invalid {
-                reason: "no IPv6 pair".into(),
-            }
+    /// The owners.
+    pub(crate) fn owners(&self) -> &Owners {
+        &self.owners
+    }
+
+    /// The holds.
+    pub(crate) fn holds(&self) -> &Holds {
+        &self.holds
+    }
+
+    /// The ENIs.
+    pub(crate) fn enis(&self) -> &Enis {
+        &self.enis
+    }
+
+    /// The ENIs, for the verbs that keep one ENI's own invariant (what is
+    /// pending on it, its limit, its phase); ENIs come and go only through
+    /// the pool's own verbs.
+    pub(crate) fn enis_mut(&mut self) -> &mut Enis {
+        &mut self.enis
+    }
+
+    /// The ENI `id`.
+    pub(crate) fn eni(&self, id: &str) -> Option<&PoolEni> {
+        self.enis.get(id)
+    }
+
+    /// The addresses.
+    pub(crate) fn ips(&self) -> &Addresses {
+        &self.ips
+    }
+
+    /// The address `v4`.
+    pub(crate) fn ip(&self, v4: Ipv4Addr) -> Option<&PoolIp> {
+        self.ips.get(&v4)
+    }
+
+    /// Every address with its state, in address order: the addresses, the
+    /// owners and the holds walked side by side (the hot path reads every
+    /// address's state this way, with no lookup per address).
+    pub(crate) fn states(&self) -> impl Iterator<Item = (&PoolIp, IpState<'_>)> {
+        let mut owners = self.owners.by_address().peekable();
+        let mut holds = self.holds.iter().peekable();
+        self.ips.iter().map(move |ip| {
+            let v4 = ip.v4();
+            while owners.next_if(|(a, _)| **a < v4).is_some() {}
+            while holds.next_if(|(a, _)| **a < v4).is_some() {}
+            let state = if let Some((_, owner)) = owners.next_if(|(a, _)| **a == v4) {
+                IpState::InUse(owner)
+            } else if let Some((_, h)) = holds.next_if(|(a, _)| **a == v4) {
+                IpState::Held(h)
+            } else if ip.invalid() {
+                IpState::Invalid
+            } else {
+                IpState::Idle
+            };
+            (ip, state)
+        })
+    }
+
+    /// The state of `ip`, read from the owners and the holds.
+    pub(crate) fn state_of<'a>(&'a self, ip: &PoolIp) -> IpState<'a> {
+        if let Some((owner, _)) = self.owners.of(&ip.v4()) {
+            IpState::InUse(owner)
+        } else if let Some(h) = self.holds.get(&ip.v4()) {
+            IpState::Held(h)
+        } else if ip.invalid() {
+            IpState::Invalid
         } else {
             IpState::Idle
+        }
+    }
+
+    // ---- ENIs and addresses come and go --------------------------------------
+
+    /// Adds a ready ENI (its addresses are added separately); one already
+    /// known is left as it is.
+    pub(crate) fn add_eni(&mut self, link: EniInfo, primary_ip: Ipv4Addr) {
+        self.enis.add(link, primary_ip);
+    }
+
+    /// Adds an address of a known ENI as idle (invalid when dual stack
+    /// lacks its pair). An address already known is left as it is.
+    pub(crate) fn add_ip(&mut self, eni: &str, v4: Ipv4Addr, v6: Option<Ipv6Addr>) {
+        let Some(e) = self.enis.get(eni) else {
+            return;
         };
-        self.ips.insert(
-            v4,
-            PoolIp {
-                v4,
-                v6,
-                eni: eni.to_string(),
-                primary,
-                state,
-                releasing: false,
-                lost: false,
-                prefix: None,
-            },
-        );
+        let primary = e.primary_ip() == v4;
+        self.ips.add(eni, v4, v6, primary);
+    }
+
+    /// Records an unpaired IPv6 address of a known ENI (dual stack;
+    /// invalid).
+    pub(crate) fn add_unpaired_v6(&mut self, eni: &str, v6: Ipv6Addr) {
+        if self.enis.contains(eni) {
+            self.ips.add_unpaired(eni, v6);
+        }
     }
 
     /// Adds a /28 of an ENI and its 16 addresses (idle). Addresses already
-    /// known are left as they are, but counted as members.
+    /// known on that ENI are left as they are, but counted as members.
     pub(crate) fn add_prefix(&mut self, eni: &str, p: Ipv4Prefix) {
-        let Some(e) = self.enis.get_mut(eni) else {
+        if !self.enis.add_prefix(eni, p) {
             return;
-        };
-        e.prefixes.insert(p);
+        }
         for a in p.addresses() {
             self.add_ip(eni, a, None);
-            if let Some(ip) = self.ips.get_mut(&a) {
-                if ip.eni == eni {
-                    ip.prefix = Some(p);
-                }
-            }
+            self.ips.set_prefix(a, eni, Some(p));
         }
     }
 
     /// Forgets a /28 of an ENI (its addresses are removed separately, as
     /// they are for single addresses).
     pub(crate) fn remove_prefix(&mut self, eni: &str, p: Ipv4Prefix) {
-        if let Some(e) = self.enis.get_mut(eni) {
-            e.prefixes.remove(&p);
-        }
+        self.enis.remove_prefix(eni, p);
         for a in p.addresses() {
-            if let Some(ip) = self.ips.get_mut(&a) {
-                if ip.eni == eni {
-                    ip.prefix = None;
-                }
-            }
+            self.ips.set_prefix(a, eni, None);
         }
     }
 
-    /// Address slots an ENI uses beside its primary: one per prefix, one
-    /// per single secondary address (invalid ones included), and in dual
-    /// stack one per unpaired IPv6 (it holds a slot of the IPv6 quota
-    /// until it goes back).
-    pub(crate) fn slots_used(&self, eni: &str) -> usize {
-        let prefixes = self.enis.get(eni).map_or(0, |e| e.prefixes.len());
-        let singles = self
-            .ips
-            .values()
-            .filter(|ip| ip.eni == eni && !ip.primary && ip.prefix.is_none())
-            .count();
-        let unpaired = self.unpaired_v6.values().filter(|e| *e == eni).count();
-        prefixes + singles + unpaired
-    }
-
-    /// Records an unpaired IPv6 address (dual stack; invalid).
-    pub(crate) fn add_unpaired_v6(&mut self, eni: &str, v6: Ipv6Addr) {
-        self.unpaired_v6.insert(v6, eni.to_string());
-    }
-
-    /// Removes addresses that left the cloud (unassigned or gone). Owners
-    /// and holds on them are dropped from the indexes.
+    /// Removes addresses that left the cloud (unassigned or gone). Owners,
+    /// their attachments and holds on them go with them.
     pub(crate) fn remove_ips(&mut self, v4s: &[Ipv4Addr]) {
         for v4 in v4s {
-            if let Some(ip) = self.ips.remove(v4) {
-                self.unindex(&ip);
+            if self.ips.remove(v4).is_some() {
+                if let Some(owner) = self.owners.drop_address(v4) {
+                    self.attachments.forget(&owner);
+                }
+                self.holds.end(v4);
             }
         }
+    }
+
+    /// Removes an ENI and every address on it.
+    pub(crate) fn remove_eni(&mut self, id: &str) -> Option<PoolEni> {
+        let on_it: Vec<Ipv4Addr> = self.ips.on(id).map(PoolIp::v4).collect();
+        self.remove_ips(&on_it);
+        self.ips.drop_unpaired_of(id);
+        self.enis.remove(id)
     }
 
     /// ENIs marked gone that no longer hold any address: forgotten.
     pub(crate) fn drop_empty_gone(&mut self) -> Vec<String> {
         let empty: Vec<String> = self
             .enis
-            .values()
-            .filter(|e| e.gone && self.ips_on(&e.id) == 0)
-            .map(|e| e.id.clone())
+            .iter()
+            .filter(|e| e.gone() && self.ips.count_on(e.id()) == 0)
+            .map(|e| e.id().to_string())
             .collect();
         for id in &empty {
             self.remove_eni(id);
@@ -186,148 +234,149 @@ impl PoolState {
         empty
     }
 
-    /// Removes an ENI and every address on it.
-    pub(crate) fn remove_eni(&mut self, id: &str) -> Option<PoolEni> {
+    /// Adds the addresses `eni` was granted, paired by position in dual
+    /// stack (an IPv6 beyond the IPv4 is unpaired: invalid, given back by
+    /// the next sweep). Returns how many can be handed out.
+    pub(crate) fn add_granted(&mut self, eni: &str, v4: &[Ipv4Addr], v6: &[Ipv6Addr]) -> usize {
+        let dual = self.dual();
+        let mut valid = 0;
+        for (i, a) in v4.iter().enumerate() {
+            let pair = if dual { v6.get(i).copied() } else { None };
+            self.add_ip(eni, *a, pair);
+            if !dual || pair.is_some() {
+                valid += 1;
+            }
+        }
+        if dual {
+            for b in v6.iter().skip(v4.len()) {
+                self.add_unpaired_v6(eni, *b);
+            }
+        }
+        valid
+    }
+
+    /// An unassign of `asked` on `eni` ended and the cloud took back
+    /// `gone`: those leave the pool (a /28 with its addresses), and an ENI
+    /// that gave something back is no longer at its limit. The pair of an
+    /// IPv4 that left stays if its own unassign did not happen: unpaired
+    /// now, it goes back with the next sweep. Returns the asked addresses
+    /// that stay (no longer releasing).
+    pub(crate) fn unassigned(
+        &mut self,
+        eni: &str,
+        asked: &[Ipv4Addr],
+        gone: &Gone,
+    ) -> Vec<Ipv4Addr> {
+        for p in &gone.prefixes {
+            self.remove_prefix(eni, *p);
+        }
+        let left_alone: Vec<Ipv6Addr> = self
+            .ips
+            .pairs_of(&gone.v4)
+            .into_iter()
+            .filter(|b| !gone.v6.contains(b))
+            .collect();
+        self.remove_ips(&gone.v4);
+        for b in left_alone {
+            self.add_unpaired_v6(eni, b);
+        }
+        for b in &gone.v6 {
+            self.ips.remove_unpaired(b);
+        }
+        let kept: Vec<Ipv4Addr> = asked
+            .iter()
+            .filter(|a| !gone.v4.contains(a))
+            .copied()
+            .collect();
+        self.set_releasing(&kept, false);
+        if !gone.is_empty() {
+            self.enis.gave_back(eni);
+        }
+        kept
+    }
+
+    /// Marks or unmarks addresses as being unassigned.
+    pub(crate) fn set_releasing(&mut self, v4s: &[Ipv4Addr], releasing: bool) {
+        for v4 in v4s {
+            self.ips.set_releasing(*v4, releasing);
+        }
+    }
+
+    /// Clears a mark of [`withdraw`](Self::withdraw): the cloud has the
+    /// address again (its ENI was attached again).
+    pub(crate) fn mark_found(&mut self, v4: Ipv4Addr) {
+        self.ips.set_lost(v4, false);
+    }
+
+    /// The cloud no longer has `v4`: an address nobody holds leaves the
+    /// pool, an owned one is marked lost (its owner keeps seeing it until
+    /// it releases it, and it is never handed out again).
+    pub(crate) fn withdraw(&mut self, v4: Ipv4Addr) {
+        if self.owners.holds(&v4) {
+            self.ips.set_lost(v4, true);
+        } else {
+            self.remove_ips(&[v4]);
+        }
+    }
+
+    /// The cloud no longer shows `id` attached here: nothing more is asked
+    /// of it, and every address on it not lost yet is withdrawn. How many
+    /// were, or `None` when it was withdrawn already (at its limit with
+    /// nothing left to withdraw).
+    pub(crate) fn withdraw_eni(&mut self, id: &str) -> Option<usize> {
         let on_it: Vec<Ipv4Addr> = self
             .ips
-            .values()
-            .filter(|ip| ip.eni == id)
-            .map(|ip| ip.v4)
+            .on(id)
+            .filter(|ip| !ip.lost())
+            .map(PoolIp::v4)
             .collect();
-        self.remove_ips(&on_it);
-        self.unpaired_v6.retain(|_, e| e != id);
-        self.enis.remove(id)
-    }
-
-    fn unindex(&mut self, ip: &PoolIp) {
-        match &ip.state {
-            IpState::InUse { owner, .. } if self.owners.get(owner) == Some(&ip.v4) => {
-                self.owners.remove(owner);
-                self.attachments.remove(owner);
-            }
-            IpState::Reserved { owner, .. } | IpState::Cooling { owner, .. }
-                if self.held_for.get(owner) == Some(&ip.v4) =>
-            {
-                self.held_for.remove(owner);
-            }
-            _ => {}
+        if self.enis.get(id).is_some_and(PoolEni::at_limit) && on_it.is_empty() {
+            return None;
         }
-    }
-
-    fn set_state(&mut self, v4: Ipv4Addr, state: IpState) {
-        let Some(ip) = self.ips.get(&v4).cloned() else {
-            return;
-        };
-        self.unindex(&ip);
-        match &state {
-            IpState::InUse { owner, .. } => {
-                self.owners.insert(owner.clone(), v4);
-                if self.held_for.get(owner) == Some(&v4) {
-                    self.held_for.remove(owner);
-                }
-            }
-            IpState::Reserved { owner, .. } | IpState::Cooling { owner, .. } => {
-                // An owner keeps at most one held address: the newest wins.
-                if let Some(old) = self.held_for.insert(owner.clone(), v4) {
-                    if old != v4 {
-                        self.end_hold(old);
-                    }
-                }
-            }
-            _ => {}
+        self.enis.hit_limit(id);
+        for a in &on_it {
+            self.withdraw(*a);
         }
-        if let Some(ip) = self.ips.get_mut(&v4) {
-            ip.state = state;
+        Some(on_it.len())
+    }
+
+    /// The cloud no longer has `id` at all: it is gone (its slot is free),
+    /// its idle addresses leave the pool, the ones owners hold stay theirs
+    /// until released (never handed out again), then it is forgotten. How
+    /// many owners still hold an address on it.
+    pub(crate) fn forget_deleted(&mut self, id: &str) -> usize {
+        let on_it: Vec<Ipv4Addr> = self.ips.on(id).map(PoolIp::v4).collect();
+        let held = on_it.iter().filter(|a| self.owners.holds(a)).count();
+        for a in on_it {
+            self.withdraw(a);
         }
+        self.ips.drop_unpaired_of(id);
+        self.enis.mark_gone(id);
+        self.drop_empty_gone();
+        held
     }
 
-    fn end_hold(&mut self, v4: Ipv4Addr) {
-        if let Some(ip) = self.ips.get_mut(&v4) {
-            if matches!(ip.state, IpState::Reserved { .. } | IpState::Cooling { .. }) {
-                ip.state = IpState::Idle;
-            }
-        }
-    }
+    // ---- owners --------------------------------------------------------------
 
-    /// The address an owner holds.
-    pub(crate) fn owner_ip(&self, owner: &Owner) -> Option<&PoolIp> {
-        self.owners.get(owner).and_then(|v4| self.ips.get(v4))
-    }
-
-    fn allocatable(&self, ip: &PoolIp) -> bool {
-        !ip.releasing
-            && !ip.lost
+    /// May be handed out, if idle: not being unassigned, not lost, on a
+    /// ready ENI.
+    pub(crate) fn allocatable(&self, ip: &PoolIp) -> bool {
+        !ip.releasing()
+            && !ip.lost()
             && self
                 .enis
-                .get(&ip.eni)
-                .is_some_and(|e| e.phase == EniPhase::Ready)
+                .get(ip.eni())
+                .is_some_and(|e| e.phase() == EniPhase::Ready)
     }
 
-    /// Picks an address for `owner` (who holds none): its reservation or
-    /// cool-down first, then `prefer` if free, then the best idle address.
-    /// Call [`PoolState::settle`] first.
-    pub(crate) fn pick(&self, owner: &Owner, prefer: Option<IpAddr>) -> Option<Ipv4Addr> {
-        if let Some(v4) = self.held_for.get(owner) {
-            if let Some(ip) = self.ips.get(v4) {
-                if self.allocatable(ip) {
-                    return Some(*v4);
-                }
-            }
-        }
-        if let Some(p) = prefer {
-            let found = match p {
-                IpAddr::V4(v4) => self.ips.get(&v4),
-                IpAddr::V6(v6) => self.ips.values().find(|ip| ip.v6 == Some(v6)),
-            };
-            if let Some(ip) = found {
-                if ip.state == IpState::Idle && self.allocatable(ip) {
-                    return Some(ip.v4);
-                }
-            }
-        }
-        self.best_idle()
+    /// Idle: not held, not kept, not invalid.
+    pub(crate) fn is_idle(&self, ip: &PoolIp) -> bool {
+        !ip.invalid() && !self.owners.holds(&ip.v4()) && !self.holds.holds(&ip.v4())
     }
 
-    /// The idle address to hand out next: secondary addresses before
-    /// primaries (so ENIs can drain), then the ENI with the most addresses
-    /// in use (packing), then the fullest prefix (so whole prefixes empty
-    /// out and can go back; single addresses count as an empty prefix),
-    /// then the lowest address.
-    fn best_idle(&self) -> Option<Ipv4Addr> {
-        let (inuse, taken) = self.not_idle_counts();
-        self.ips
-            .values()
-            .filter(|ip| ip.state == IpState::Idle && self.allocatable(ip))
-            .min_by_key(|ip| {
-                (
-                    ip.primary,
-                    std::cmp::Reverse(inuse.get(ip.eni.as_str()).copied().unwrap_or(0)),
-                    std::cmp::Reverse(ip.prefix.and_then(|p| taken.get(&p).copied()).unwrap_or(0)),
-                    ip.v4,
-                )
-            })
-            .map(|ip| ip.v4)
-    }
-
-    /// Addresses that are not idle, per ENI and per prefix, in one pass
-    /// (`best_idle` runs on every allocation).
-    fn not_idle_counts(&self) -> (HashMap<&str, usize>, HashMap<Ipv4Prefix, usize>) {
-        let mut by_eni: HashMap<&str, usize> = HashMap::new();
-        let mut by_prefix: HashMap<Ipv4Prefix, usize> = HashMap::new();
-        for ip in self.ips.values().filter(|ip| ip.state != IpState::Idle) {
-            *by_eni.entry(ip.eni.as_str()).or_default() += 1;
-            if let Some(p) = ip.prefix {
-                *by_prefix.entry(p).or_default() += 1;
-            }
-        }
-        (by_eni, by_prefix)
-    }
-
-    fn inuse_by_eni(&self) -> HashMap<&str, usize> {
-        self.not_idle_counts().0
-    }
-
-    /// Hands `v4` to `owner`; returns the allocation to persist.
+    /// Hands `v4` to `owner` (who holds none); a hold on it ends. Returns
+    /// the allocation to persist, or `None` (nothing changed) when `v4` is
+    /// unknown or held, or `owner` holds an address already.
     pub(crate) fn take(
         &mut self,
         v4: Ipv4Addr,
@@ -335,15 +384,10 @@ impl PoolState {
         sandbox: Option<&SandboxId>,
         now_ms: u64,
     ) -> Option<Allocation> {
-        self.ips.get(&v4)?;
-        self.set_state(
-            v4,
-            IpState::InUse {
-                owner: owner.clone(),
-                sandbox: sandbox.cloned(),
-                since_ms: now_ms,
-            },
-        );
+        if !self.ips.contains(&v4) || !self.owners.take(owner, v4, sandbox.cloned(), now_ms) {
+            return None;
+        }
+        self.holds.end(&v4);
         self.allocation(owner)
     }
 
@@ -354,23 +398,16 @@ impl PoolState {
         owner: &Owner,
         sandbox: Option<&SandboxId>,
     ) -> Option<Allocation> {
-        let v4 = *self.owners.get(owner)?;
-        let ip = self.ips.get_mut(&v4)?;
-        let IpState::InUse {
-            sandbox: current, ..
-        } = &mut ip.state
-        else {
-            return None;
-        };
         match sandbox {
-            Some(new) if current.as_ref() != Some(new) => *current = Some(new.clone()),
-            _ => return None,
+            Some(new) if self.owners.move_sandbox(owner, new) => self.allocation(owner),
+            _ => None,
         }
-        self.allocation(owner)
     }
 
     /// Releases an owner's address. With `sandbox`, only if the allocation
-    /// belongs to that sandbox (or was made without one).
+    /// belongs to that sandbox (or was made without one). A lost address
+    /// leaves the pool; any other is reserved and/or cools down for its
+    /// last owner (`stick_ms`, `cool_ms`), or is idle at once.
     pub(crate) fn release(
         &mut self,
         owner: &Owner,
@@ -379,87 +416,221 @@ impl PoolState {
         stick_ms: u64,
         cool_ms: u64,
     ) -> ReleaseOutcome {
-        let Some(ip) = self.owner_ip(owner).cloned() else {
+        let Some(ip) = self.owner_ip(owner) else {
             return ReleaseOutcome::NotHeld;
         };
-        if let (
-            Some(want),
-            IpState::InUse {
-                sandbox: Some(have),
-                ..
-            },
-        ) = (sandbox, &ip.state)
-        {
-            if want != have {
-                return ReleaseOutcome::SandboxMismatch;
-            }
+        let have = self.owners.get(owner).and_then(Held::sandbox);
+        if sandbox.zip(have).is_some_and(|(want, have)| want != have) {
+            return ReleaseOutcome::SandboxMismatch;
         }
-        if ip.lost {
-            self.remove_ips(&[ip.v4]);
-            return ReleaseOutcome::Released {
-                v4: ip.v4,
-                v6: ip.v6,
-                hold: None,
-            };
+        let (v4, v6, eni, lost) = (ip.v4(), ip.v6(), ip.eni().to_string(), ip.lost());
+        if lost {
+            self.remove_ips(&[v4]);
+            return ReleaseOutcome::Released { v4, v6, hold: None };
         }
-        let (state, hold) = if stick_ms > 0 || cool_ms > 0 {
-            let reserved_until_ms = if stick_ms > 0 { now_ms + stick_ms } else { 0 };
-            let cooling_until_ms = if cool_ms > 0 { now_ms + cool_ms } else { 0 };
-            let state = if stick_ms > 0 {
-                IpState::Reserved {
-                    owner: owner.clone(),
-                    until_ms: reserved_until_ms,
-                    cool_until_ms: cooling_until_ms,
-                }
-            } else {
-                IpState::Cooling {
-                    owner: owner.clone(),
-                    until_ms: cooling_until_ms,
-                }
-            };
-            let hold = Hold {
-                ip: ip.v4,
-                ipv6: ip.v6,
-                eni: ip.eni.clone(),
+        self.owners.release(owner);
+        self.attachments.forget(owner);
+        let hold = self
+            .holds
+            .keep_for(v4, owner, now_ms, stick_ms, cool_ms)
+            .map(|(reserved_until_ms, cooling_until_ms)| Hold {
+                ip: v4,
+                ipv6: v6,
+                eni,
                 last_owner: Some(owner.clone()),
                 reserved_until_ms,
                 cooling_until_ms,
-            };
-            (state, Some(hold))
-        } else {
-            (IpState::Idle, None)
-        };
-        self.set_state(ip.v4, state);
-        ReleaseOutcome::Released {
-            v4: ip.v4,
-            v6: ip.v6,
-            hold,
-        }
+            });
+        ReleaseOutcome::Released { v4, v6, hold }
     }
 
-    /// Marks or unmarks addresses as being unassigned.
-    pub(crate) fn set_releasing(&mut self, v4s: &[Ipv4Addr], releasing: bool) {
-        for v4 in v4s {
-            if let Some(ip) = self.ips.get_mut(v4) {
-                ip.releasing = releasing;
+    /// An `alloc` names (or does not name) its sandbox's network: noted
+    /// before the address is taken, so the record that makes it durable
+    /// carries it. True when `owner` already holds its address for this
+    /// sandbox and the attachment is new (its record must be written
+    /// again). An `alloc` without one keeps the sandbox's earlier one.
+    pub(crate) fn note_attachment(
+        &mut self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+        attach: Option<Attachment>,
+    ) -> bool {
+        let renew = attach.as_ref().is_some_and(|a| {
+            self.owners.holds_for(owner, sandbox) && self.attachment(owner) != Some(a)
+        });
+        self.attachments.note(owner, sandbox, attach);
+        renew
+    }
+
+    /// Restores an allocation from the state file: false (nothing changed)
+    /// when its address is not in the pool on its ENI, or is held, or its
+    /// owner holds another.
+    pub(crate) fn restore_allocation(&mut self, a: &Allocation) -> bool {
+        match self.ips.get(&a.ip) {
+            Some(ip) if ip.eni() == a.eni || a.eni.is_empty() => {}
+            _ => return false,
+        }
+        if !self
+            .owners
+            .take(&a.owner, a.ip, a.sandbox.clone(), a.since_ms)
+        {
+            return false;
+        }
+        self.holds.end(&a.ip);
+        if let Some(v6) = a.ipv6 {
+            self.ips.pair(a.ip, v6);
+        }
+        self.ips.validate(a.ip);
+        if let Some(at) = &a.attach {
+            self.attachments
+                .restore(&a.owner, a.sandbox.clone(), at.clone());
+        }
+        true
+    }
+
+    /// Restores a reservation / cool-down / quarantine from the state file
+    /// (on an idle address, if it has not ended by `now_ms`).
+    pub(crate) fn restore_hold(&mut self, h: &Hold, now_ms: u64) -> bool {
+        if !self.ips.get(&h.ip).is_some_and(|ip| self.is_idle(ip)) {
+            return false;
+        }
+        self.holds.restore(
+            h.ip,
+            h.last_owner.as_ref(),
+            h.reserved_until_ms,
+            h.cooling_until_ms,
+            now_ms,
+        )
+    }
+
+    /// Puts an idle address in quarantine until `until_ms`; the hold to
+    /// persist.
+    pub(crate) fn quarantine(&mut self, v4: Ipv4Addr, until_ms: u64) -> Option<Hold> {
+        let ip = self.ips.get(&v4).filter(|ip| self.is_idle(ip))?;
+        let hold = Hold {
+            ip: v4,
+            ipv6: ip.v6(),
+            eni: ip.eni().to_string(),
+            last_owner: None,
+            reserved_until_ms: until_ms,
+            cooling_until_ms: 0,
+        };
+        self.holds.quarantine(v4, until_ms);
+        Some(hold)
+    }
+
+    /// Ends expired holds. Returns the addresses that became idle (their
+    /// hold records can be cleared).
+    pub(crate) fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
+        self.holds.settle(now_ms)
+    }
+
+    /// The earliest hold expiry, if any (so the caller can wake then).
+    pub(crate) fn next_expiry(&self) -> Option<u64> {
+        self.holds.next_expiry()
+    }
+
+    // ---- reads across parts --------------------------------------------------
+
+    /// The address an owner holds.
+    pub(crate) fn owner_ip(&self, owner: &Owner) -> Option<&PoolIp> {
+        self.owners.get(owner).and_then(|h| self.ips.get(&h.v4()))
+    }
+
+    /// Whether an owner holds `v4`.
+    pub(crate) fn is_held(&self, v4: Ipv4Addr) -> bool {
+        self.owners.holds(&v4)
+    }
+
+    /// `owner`'s allocation, if it holds one.
+    pub(crate) fn allocation(&self, owner: &Owner) -> Option<Allocation> {
+        let held = self.owners.get(owner)?;
+        let ip = self.ips.get(&held.v4())?;
+        Some(Allocation {
+            owner: owner.clone(),
+            sandbox: held.sandbox().cloned(),
+            ip: ip.v4(),
+            ipv6: ip.v6(),
+            eni: ip.eni().to_string(),
+            since_ms: held.since_ms(),
+            attach: self.attachment(owner).cloned(),
+        })
+    }
+
+    /// `owner`'s allocation and the ENI it is on: what `alloc` and `show`
+    /// answer.
+    pub(crate) fn allocation_with_eni(&self, owner: &Owner) -> Option<(Allocation, EniInfo)> {
+        let a = self.allocation(owner)?;
+        let eni = self.eni_info(&a.eni)?;
+        Some((a, eni))
+    }
+
+    /// A known ENI's link and IPv4 gateway (the pool knows no IPv6
+    /// gateway: `v6` is `None`).
+    pub(crate) fn eni_info(&self, id: &str) -> Option<EniInfo> {
+        self.enis.get(id).map(|e| e.link().clone())
+    }
+
+    /// The attachment of `owner`'s allocation, if it holds one for the
+    /// sandbox the attachment was named for.
+    pub(crate) fn attachment(&self, owner: &Owner) -> Option<&Attachment> {
+        self.attachments.current(owner, &self.owners)
+    }
+
+    /// Every held allocation with an attachment.
+    pub(crate) fn attached(&self) -> Vec<Attached> {
+        self.attachments.attached(&self.owners)
+    }
+
+    /// Addresses free for anyone right now.
+    pub(crate) fn idle_count(&self) -> usize {
+        self.states()
+            .filter(|(ip, state)| *state == IpState::Idle && self.allocatable(ip))
+            .count()
+    }
+
+    /// Address slots an ENI uses beside its primary: one per prefix, and
+    /// one per single secondary address or unpaired IPv6 (see
+    /// [`Addresses::singles_on`]).
+    pub(crate) fn slots_used(&self, eni: &str) -> usize {
+        let prefixes = self.enis.get(eni).map_or(0, |e| e.prefixes().len());
+        prefixes + self.ips.singles_on(eni)
+    }
+
+    /// Checks every part's invariant and those that tie them together;
+    /// `Err` names the first violation.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        self.enis.check()?;
+        self.ips.check()?;
+        self.owners.check()?;
+        self.holds.check()?;
+        for ip in self.ips.iter() {
+            let Some(e) = self.enis.get(ip.eni()) else {
+                return Err(format!("{} is on unknown ENI {}", ip.v4(), ip.eni()));
+            };
+            if let Some(p) = ip.prefix().filter(|p| !e.prefixes().contains(p)) {
+                return Err(format!(
+                    "{} is in {p}, which {} does not hold",
+                    ip.v4(),
+                    ip.eni()
+                ));
             }
         }
-    }
-
-    /// Marks an owned address the cloud no longer has: the owner keeps
-    /// seeing it until it releases it, and it is never handed out again.
-    pub(crate) fn mark_lost(&mut self, v4: Ipv4Addr) {
-        if let Some(ip) = self.ips.get_mut(&v4) {
-            ip.lost = true;
+        if let Some((b, eni)) = self.ips.unpaired().find(|(_, e)| !self.enis.contains(e)) {
+            return Err(format!("{b} is on unknown ENI {eni}"));
         }
-    }
-
-    /// Clears [`mark_lost`](Self::mark_lost): the cloud has the address
-    /// again (its ENI was attached again).
-    pub(crate) fn mark_found(&mut self, v4: Ipv4Addr) {
-        if let Some(ip) = self.ips.get_mut(&v4) {
-            ip.lost = false;
+        for (owner, h) in self.owners.iter() {
+            if !self.ips.contains(&h.v4()) {
+                return Err(format!("owner {owner} holds {}, not in the pool", h.v4()));
+            }
+            if self.holds.holds(&h.v4()) {
+                return Err(format!("{} is both held by {owner} and kept", h.v4()));
+            }
         }
+        if let Some((v4, _)) = self.holds.iter().find(|(v4, _)| !self.ips.contains(v4)) {
+            return Err(format!("{v4} is kept but not in the pool"));
+        }
+        Ok(())
     }
 }
 

@@ -1,27 +1,46 @@
-use super::*;
+use super::shrink::{freeable_enis, invalid_to_release, prefix_candidates, shed_candidates};
+use super::views::{counts, list};
+use std::net::{IpAddr, Ipv4Addr};
 
-fn eni(id: &str, primary: &str) -> PoolEni {
-    PoolEni::ready(
-        id,
-        &format!("00:16:3e:00:00:{}", &id[id.len() - 2..]),
-        "vsw-1",
-        "10.0.0.0/22",
-        "10.0.3.253".parse().unwrap(),
+use super::choose::pick;
+use super::{PoolState, ReleaseOutcome};
+use crate::cloud::Ipv4Prefix;
+use crate::core::{Allocation, EniInfo, Owner, SandboxId};
+
+fn add_eni(p: &mut PoolState, id: &str, primary: &str) {
+    p.add_eni(
+        EniInfo {
+            eni: id.into(),
+            mac: format!("00:16:3e:00:00:{}", &id[id.len() - 2..]),
+            vswitch: "vsw-1".into(),
+            cidr: "10.0.0.0/22".into(),
+            gateway: "10.0.3.253".parse().unwrap(),
+            v6: None,
+        },
         primary.parse().unwrap(),
-    )
+    );
 }
 
 fn ip(s: &str) -> Ipv4Addr {
     s.parse().unwrap()
 }
 
-fn owner(s: &str) -> Owner {
+fn state(p: &PoolState, a: &str) -> &'static str {
+    p.state_of(p.ip(ip(a)).unwrap()).name()
+}
+
+/// `10.0.0.<last>` (the parts' tests).
+pub(super) fn ip10(last: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, 0, last)
+}
+
+pub(super) fn owner(s: &str) -> Owner {
     Owner::parse(s).unwrap()
 }
 
 fn pool() -> PoolState {
     let mut p = PoolState::new(false);
-    p.add_eni(eni("eni-01", "10.0.0.10"));
+    add_eni(&mut p, "eni-01", "10.0.0.10");
     for a in ["10.0.0.10", "10.0.0.11", "10.0.0.12"] {
         p.add_ip("eni-01", ip(a), None);
     }
@@ -34,12 +53,12 @@ fn primary_is_handed_out_last() {
     let mut got = Vec::new();
     for i in 0..3 {
         let o = owner(&format!("o{i}"));
-        let v4 = p.pick(&o, None).unwrap();
+        let v4 = pick(&p, &o, None).unwrap();
         p.take(v4, &o, None, 1).unwrap();
         got.push(v4);
     }
     assert_eq!(got, vec![ip("10.0.0.11"), ip("10.0.0.12"), ip("10.0.0.10")]);
-    assert!(p.pick(&owner("o3"), None).is_none());
+    assert!(pick(&p, &owner("o3"), None).is_none());
     p.check().unwrap();
 }
 
@@ -47,7 +66,7 @@ fn primary_is_handed_out_last() {
 fn prefer_and_reservation() {
     let mut p = pool();
     let a = owner("a");
-    let v4 = p.pick(&a, Some("10.0.0.12".parse().unwrap())).unwrap();
+    let v4 = pick(&p, &a, Some("10.0.0.12".parse().unwrap())).unwrap();
     assert_eq!(v4, ip("10.0.0.12"));
     p.take(v4, &a, None, 0);
     // Reserved for `a` for 1000 ms, then cooling until 5000.
@@ -59,18 +78,18 @@ fn prefer_and_reservation() {
     let b = owner("b");
     // b may not take a's reserved address even when preferring it.
     assert_ne!(
-        p.pick(&b, Some("10.0.0.12".parse().unwrap())),
+        pick(&p, &b, Some("10.0.0.12".parse().unwrap())),
         Some(ip("10.0.0.12"))
     );
     // a gets it back.
-    assert_eq!(p.pick(&a, None), Some(ip("10.0.0.12")));
+    assert_eq!(pick(&p, &a, None), Some(ip("10.0.0.12")));
     // After the reservation, it cools: still a's, not b's.
     assert!(p.settle(1200).is_empty());
-    assert_eq!(p.ips[&ip("10.0.0.12")].state.name(), "cooling");
-    assert_eq!(p.pick(&a, None), Some(ip("10.0.0.12")));
+    assert_eq!(state(&p, "10.0.0.12"), "cooling");
+    assert_eq!(pick(&p, &a, None), Some(ip("10.0.0.12")));
     assert_eq!(p.next_expiry(), Some(5100));
     assert_eq!(p.settle(5100), vec![ip("10.0.0.12")]);
-    assert_eq!(p.ips[&ip("10.0.0.12")].state, IpState::Idle);
+    assert_eq!(state(&p, "10.0.0.12"), "idle");
     p.check().unwrap();
 }
 
@@ -80,7 +99,7 @@ fn sandbox_rules() {
     let a = owner("a");
     let sx = SandboxId::parse("x").unwrap();
     let sy = SandboxId::parse("y").unwrap();
-    let v4 = p.pick(&a, None).unwrap();
+    let v4 = pick(&p, &a, None).unwrap();
     p.take(v4, &a, Some(&sx), 0);
     // A new sandbox of the same owner moves the allocation.
     let moved = p.move_sandbox(&a, Some(&sy)).unwrap();
@@ -103,36 +122,36 @@ fn sandbox_rules() {
 #[test]
 fn shedding_and_freeing_order() {
     let mut p = pool();
-    p.add_eni(eni("eni-02", "10.0.1.10"));
+    add_eni(&mut p, "eni-02", "10.0.1.10");
     for a in ["10.0.1.10", "10.0.1.11", "10.0.1.12"] {
         p.add_ip("eni-02", ip(a), None);
     }
     let o = owner("busy");
     p.take(ip("10.0.0.11"), &o, None, 0);
     // eni-02 has nothing in use: its secondaries go first; primaries never.
-    let shed = p.shed_candidates(3);
+    let shed = shed_candidates(&p, 3);
     assert_eq!(shed[0].0, "eni-02");
     assert_eq!(shed[0].1.len(), 2);
     assert_eq!(shed[1], ("eni-01".to_string(), vec![ip("10.0.0.12")]));
-    assert!(p.freeable_enis().is_empty());
+    assert!(freeable_enis(&p).is_empty());
     p.remove_ips(&[ip("10.0.1.11"), ip("10.0.1.12")]);
-    assert_eq!(p.freeable_enis(), vec!["eni-02".to_string()]);
-    p.enis.get_mut("eni-02").unwrap().pending = 1;
-    assert!(p.freeable_enis().is_empty());
+    assert_eq!(freeable_enis(&p), vec!["eni-02".to_string()]);
+    p.enis_mut().asked("eni-02", false);
+    assert!(freeable_enis(&p).is_empty());
     p.check().unwrap();
 }
 
 #[test]
 fn dual_stack_unpaired_is_invalid() {
     let mut p = PoolState::new(true);
-    p.add_eni(eni("eni-01", "10.0.0.10"));
+    add_eni(&mut p, "eni-01", "10.0.0.10");
     p.add_ip("eni-01", ip("10.0.0.10"), Some("fd00::10".parse().unwrap()));
     p.add_ip("eni-01", ip("10.0.0.11"), None);
     p.add_unpaired_v6("eni-01", "fd00::12".parse().unwrap());
-    let c = p.counts();
+    let c = counts(&p);
     assert_eq!((c.ips, c.idle), (3, 1));
-    assert_eq!(p.list().iter().filter(|e| e.state == "invalid").count(), 2);
-    let inv = p.invalid_to_release();
+    assert_eq!(list(&p).iter().filter(|e| e.state == "invalid").count(), 2);
+    let inv = invalid_to_release(&p);
     assert_eq!(inv.len(), 1);
     assert_eq!(inv[0].1, vec![ip("10.0.0.11")]);
     assert_eq!(inv[0].2.len(), 1);
@@ -159,9 +178,9 @@ fn restore_and_quarantine() {
     assert!(!p.restore_allocation(&gone));
     let h = p.quarantine(ip("10.0.0.12"), 1000).unwrap();
     assert_eq!(h.last_owner, None);
-    assert!(p.pick(&owner("x"), Some("10.0.0.12".parse().unwrap())) != Some(ip("10.0.0.12")));
+    assert!(pick(&p, &owner("x"), Some("10.0.0.12".parse().unwrap())) != Some(ip("10.0.0.12")));
     assert_eq!(
-        p.list()
+        list(&p)
             .iter()
             .find(|e| e.ip == IpAddr::V4(ip("10.0.0.12")))
             .unwrap()
@@ -174,7 +193,7 @@ fn restore_and_quarantine() {
 
 fn prefix_pool() -> (PoolState, Ipv4Prefix, Ipv4Prefix) {
     let mut p = PoolState::new(false);
-    p.add_eni(eni("eni-01", "10.0.0.10"));
+    add_eni(&mut p, "eni-01", "10.0.0.10");
     p.add_ip("eni-01", ip("10.0.0.10"), None);
     let a: Ipv4Prefix = "10.0.0.32/28".parse().unwrap();
     let b: Ipv4Prefix = "10.0.0.16/28".parse().unwrap();
@@ -186,12 +205,12 @@ fn prefix_pool() -> (PoolState, Ipv4Prefix, Ipv4Prefix) {
 #[test]
 fn allocation_fills_one_prefix_before_the_next() {
     let (mut p, a, b) = prefix_pool();
-    assert_eq!(p.ips.len(), 33);
+    assert_eq!(p.ips().len(), 33);
     assert_eq!(p.slots_used("eni-01"), 2);
     let mut got = Vec::new();
     for i in 0..32 {
         let o = owner(&format!("o{i}"));
-        let v4 = p.pick(&o, None).unwrap();
+        let v4 = pick(&p, &o, None).unwrap();
         p.take(v4, &o, None, 1).unwrap();
         got.push(v4);
         // Once a prefix is started, it is filled first.
@@ -203,7 +222,7 @@ fn allocation_fills_one_prefix_before_the_next() {
     }
     // Then the primary.
     let o = owner("last");
-    assert_eq!(p.pick(&o, None), Some(ip("10.0.0.10")));
+    assert_eq!(pick(&p, &o, None), Some(ip("10.0.0.10")));
     p.check().unwrap();
 }
 
@@ -211,44 +230,119 @@ fn allocation_fills_one_prefix_before_the_next() {
 fn prefixes_go_back_whole_and_never_address_by_address() {
     let (mut p, a, b) = prefix_pool();
     let o = owner("one");
-    let v4 = p.pick(&o, None).unwrap();
+    let v4 = pick(&p, &o, None).unwrap();
     p.take(v4, &o, None, 1).unwrap();
     // Idle prefix members are never shed as single addresses.
-    assert!(p.shed_candidates(100).is_empty());
-    assert!(p.freeable_enis().is_empty(), "an ENI with prefixes");
-    let c = p.prefix_candidates();
+    assert!(shed_candidates(&p, 100).is_empty());
+    assert!(freeable_enis(&p).is_empty(), "an ENI with prefixes");
+    let c = prefix_candidates(&p);
     let held = Ipv4Prefix::containing(v4);
     let other = if held == a { b } else { a };
     assert_eq!(c.len(), 2);
-    for (eni, q, in_use, reclaimable) in &c {
-        assert_eq!((eni.as_str(), *in_use), ("eni-01", 1));
-        assert_eq!(*reclaimable, *q == other, "{q}");
+    for q in &c {
+        assert_eq!((q.eni.as_str(), q.eni_in_use), ("eni-01", 1));
+        assert_eq!(q.reclaimable, q.prefix == other, "{}", q.prefix);
     }
+    let reclaimable = |p: &PoolState, q: Ipv4Prefix| {
+        prefix_candidates(p)
+            .iter()
+            .find(|c| c.prefix == q)
+            .unwrap()
+            .reclaimable
+    };
     // Reserved (stick time) is not reclaimable either.
     p.release(&o, None, 10, 1000, 0);
-    assert!(
-        !p.prefix_candidates()
-            .iter()
-            .find(|c| c.1 == held)
-            .unwrap()
-            .3
-    );
+    assert!(!reclaimable(&p, held));
     p.settle(2000);
-    assert!(p.prefix_candidates().iter().all(|c| c.3));
+    assert!(prefix_candidates(&p).iter().all(|c| c.reclaimable));
     // A prefix in flight back is not offered twice.
     let members: Vec<Ipv4Addr> = other.addresses().collect();
     p.set_releasing(&members, true);
-    assert!(
-        !p.prefix_candidates()
-            .iter()
-            .find(|c| c.1 == other)
-            .unwrap()
-            .3
-    );
+    assert!(!reclaimable(&p, other));
     // Gone: its addresses leave with it.
     p.remove_prefix("eni-01", other);
     p.remove_ips(&members);
-    assert_eq!(p.ips.len(), 17);
+    assert_eq!(p.ips().len(), 17);
     assert_eq!(p.slots_used("eni-01"), 1);
+    p.check().unwrap();
+}
+
+#[test]
+fn the_walk_over_every_address_reads_each_state_as_a_lookup_does() {
+    let mut p = PoolState::new(true);
+    add_eni(&mut p, "eni-01", "10.0.0.10");
+    for last in 10..20 {
+        let pair = (last % 3 != 0).then(|| format!("fd00::{last}").parse().unwrap());
+        p.add_ip("eni-01", ip10(last), pair);
+    }
+    // In use, kept (reserved, cooling, quarantined), invalid and idle,
+    // interleaved in address order.
+    for (last, o) in [(11, "a"), (14, "b"), (17, "c"), (19, "d")] {
+        p.take(ip10(last), &owner(o), None, 1).unwrap();
+    }
+    p.release(&owner("b"), None, 1, 100, 200);
+    p.release(&owner("c"), None, 1, 0, 200);
+    p.quarantine(ip10(13), 500).unwrap();
+    let walked: Vec<(Ipv4Addr, &str)> = p.states().map(|(ip, s)| (ip.v4(), s.name())).collect();
+    let looked: Vec<(Ipv4Addr, &str)> = p
+        .ips()
+        .iter()
+        .map(|ip| (ip.v4(), p.state_of(ip).name()))
+        .collect();
+    assert_eq!(walked, looked);
+    let names: Vec<&str> = walked.iter().map(|(_, n)| *n).collect();
+    assert_eq!(
+        names,
+        [
+            "idle", "inuse", "invalid", "reserved", "reserved", "invalid", "idle", "cooling",
+            "invalid", "inuse"
+        ]
+    );
+    p.check().unwrap();
+}
+
+#[test]
+fn a_take_that_would_give_an_owner_two_addresses_or_an_address_two_owners_changes_nothing() {
+    let mut p = pool();
+    let a = owner("a");
+    p.take(ip("10.0.0.11"), &a, None, 1).unwrap();
+    assert_eq!(p.take(ip("10.0.0.12"), &a, None, 2), None, "a holds one");
+    assert_eq!(
+        p.take(ip("10.0.0.11"), &owner("b"), None, 2),
+        None,
+        "it is a's"
+    );
+    let again = Allocation {
+        owner: owner("b"),
+        sandbox: None,
+        ip: ip("10.0.0.11"),
+        ipv6: None,
+        eni: "eni-01".into(),
+        since_ms: 3,
+        attach: None,
+    };
+    assert!(!p.restore_allocation(&again), "a restored owner too");
+    assert_eq!(p.owner_ip(&a).map(|x| x.v4()), Some(ip("10.0.0.11")));
+    assert_eq!(p.allocation(&owner("b")), None);
+    p.check().unwrap();
+}
+
+#[test]
+fn addresses_come_only_on_known_enis_and_leave_with_their_holders() {
+    let mut p = pool();
+    p.add_ip("eni-99", ip("10.0.9.1"), None);
+    p.add_unpaired_v6("eni-99", "fd00::99".parse().unwrap());
+    p.add_prefix("eni-99", "10.0.9.16/28".parse().unwrap());
+    assert_eq!((p.ips().len(), p.ips().unpaired_len()), (3, 0));
+    p.check().unwrap();
+    // An owned address that leaves takes its owner and attachment along;
+    // a kept one its hold.
+    let (a, b) = (owner("a"), owner("b"));
+    p.take(ip("10.0.0.11"), &a, None, 1).unwrap();
+    p.take(ip("10.0.0.12"), &b, None, 1).unwrap();
+    p.release(&b, None, 1, 1000, 0);
+    p.remove_ips(&[ip("10.0.0.11"), ip("10.0.0.12")]);
+    assert_eq!(p.allocation(&a), None);
+    assert_eq!(p.next_expiry(), None, "no hold on an address that left");
     p.check().unwrap();
 }

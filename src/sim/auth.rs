@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use super::world::{err, ApiError, Params};
-use super::Shared;
+use super::{KeySecret, RoleToken, Shared};
 use crate::cloud::sign::{self, v3};
 use crate::httpd::HttpRequest;
 use crate::util::time::{parse_rfc3339, unix_secs};
@@ -64,9 +64,7 @@ fn check_time(ts: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-type KeyLookup = (String, Option<Result<String, ()>>);
-
-fn lookup(sh: &Shared, ak: &str) -> Result<KeyLookup, ApiError> {
+fn lookup(sh: &Shared, ak: &str) -> Result<KeySecret, ApiError> {
     sh.secret_for(ak).ok_or_else(|| {
         err(
             404,
@@ -77,19 +75,19 @@ fn lookup(sh: &Shared, ak: &str) -> Result<KeyLookup, ApiError> {
 }
 
 /// Role credentials need their own token, unexpired.
-fn check_token(expected: Option<Result<String, ()>>, sent: Option<&str>) -> Result<(), ApiError> {
+fn check_token(expected: Option<RoleToken>, sent: Option<&str>) -> Result<(), ApiError> {
     match expected {
-        Some(Ok(t)) if sent != Some(t.as_str()) => Err(err(
+        Some(RoleToken::Valid(t)) if sent != Some(t.as_str()) => Err(err(
             400,
             "InvalidSecurityToken.MismatchWithAccessKey",
             "The security token does not match the access key.",
         )),
-        Some(Err(())) => Err(err(
+        Some(RoleToken::Expired) => Err(err(
             400,
             "InvalidSecurityToken.Expired",
             "Specified SecurityToken is expired.",
         )),
-        Some(Ok(_)) | None => Ok(()),
+        Some(RoleToken::Valid(_)) | None => Ok(()),
     }
 }
 
@@ -141,7 +139,7 @@ pub(crate) fn authenticate_v1(
     }
     check_time(get("Timestamp").ok_or_else(|| missing_param("Timestamp"))?)?;
     let nonce = get("SignatureNonce").ok_or_else(|| missing_param("SignatureNonce"))?;
-    let (secret, token) = lookup(sh, ak)?;
+    let KeySecret { secret, token } = lookup(sh, ak)?;
     let sts = sign::string_to_sign(method, pairs);
     if sign::signature(&secret, &sts) != signature {
         return Err(mismatch(&sts));
@@ -185,7 +183,7 @@ pub(crate) fn authenticate_v3(
         }
     }
     check_time(req.header("x-acs-date").unwrap_or_default())?;
-    let (secret, token) = lookup(sh, &auth.credential)?;
+    let KeySecret { secret, token } = lookup(sh, &auth.credential)?;
     let creq = v3::canonical_request(
         &req.method,
         &req.path,

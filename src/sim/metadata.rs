@@ -34,7 +34,7 @@ pub(crate) fn handle(sh: &Shared, req: &HttpRequest, instance: usize) -> HttpRes
         let Some(ttl) = ttl else {
             return HttpResponse::text(400, "Missing or Invalid Parameters\n");
         };
-        let token = sh.world.lock().rng.hex(24);
+        let token = sh.world.lock().rng().hex(24);
         let mut tokens = sh.md_tokens.lock();
         let now = Instant::now();
         tokens.retain(|_, until| *until > now);
@@ -60,7 +60,7 @@ pub(crate) fn handle(sh: &Shared, req: &HttpRequest, instance: usize) -> HttpRes
     // OpenAPI's); the service answers with a bare status, no error code.
     let (delay, fault) = {
         let mut w = sh.world.lock();
-        super::faults::pick(&mut sh.gateway.lock().faults, &mut w.rng, "metadata", false)
+        super::faults::pick(&mut sh.gateway.lock().faults, w.rng(), "metadata", false)
     };
     if !delay.is_zero() {
         std::thread::sleep(delay);
@@ -94,19 +94,20 @@ fn serve(sh: &Shared, path: &str, instance: usize) -> HttpResponse {
     let now = Instant::now();
     let (enis, ids) = {
         let mut w = sh.world.lock();
-        let Some((id, itype)) = w.fleet.get(instance).cloned() else {
+        let Some((id, itype)) = w.account().fleet().get(instance).cloned() else {
             return not_found();
         };
         let enis = w.metadata_enis(now, &id);
+        let a = w.account();
         (
             enis,
             (
                 id.clone(),
-                w.vpc_id.clone(),
-                w.cfg.region.clone(),
-                w.cfg.zone.clone(),
+                a.vpc_id().to_string(),
+                a.region().to_string(),
+                a.zone().to_string(),
                 itype.id,
-                w.identity_of(&id),
+                a.identity_of(&id),
             ),
         )
     };

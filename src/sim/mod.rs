@@ -138,7 +138,7 @@ impl Shared {
     pub(crate) fn state_json(&self) -> Value {
         let (mut v, fleet) = {
             let mut w = self.world.lock();
-            (w.state_json(Instant::now()), w.fleet.clone())
+            (w.state_json(Instant::now()), w.account().fleet().to_vec())
         };
         if fleet.len() > 1 {
             let list: Vec<Value> = fleet
@@ -157,23 +157,48 @@ impl Shared {
     }
 }
 
+/// What the emulator knows of an access key id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeySecret {
+    /// The secret its requests are signed with.
+    pub(crate) secret: String,
+    /// Role credentials: the security token that must come with them.
+    /// `None` for the static key pair.
+    pub(crate) token: Option<RoleToken>,
+}
+
+/// The security token of role credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RoleToken {
+    /// Still valid: requests must carry it.
+    Valid(String),
+    /// Past its expiry: requests are refused.
+    Expired,
+}
+
 impl Shared {
-    /// The secret of an access key id, and for role credentials the token
-    /// (`Err` when expired).
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn secret_for(&self, ak: &str) -> Option<(String, Option<Result<String, ()>>)> {
+    /// The secret of an access key id, and for role credentials their
+    /// token.
+    pub(crate) fn secret_for(&self, ak: &str) -> Option<KeySecret> {
         if ak == self.key_id {
-            return Some((self.key_secret.clone(), None));
+            return Some(KeySecret {
+                secret: self.key_secret.clone(),
+                token: None,
+            });
         }
         let now = crate::util::time::unix_secs();
-        self.sts.lock().iter().find(|c| c.id == ak).map(|c| {
-            let token = if c.expires_unix > now {
-                Ok(c.token.clone())
-            } else {
-                Err(())
-            };
-            (c.secret.clone(), Some(token))
-        })
+        self.sts
+            .lock()
+            .iter()
+            .find(|c| c.id == ak)
+            .map(|c| KeySecret {
+                secret: c.secret.clone(),
+                token: Some(if c.expires_unix > now {
+                    RoleToken::Valid(c.token.clone())
+                } else {
+                    RoleToken::Expired
+                }),
+            })
     }
 
     /// Current role credentials, rotated when half their life is gone.
@@ -186,11 +211,11 @@ impl Shared {
             }
         }
         let mut w = self.world.lock();
-        let id: String = format!("STS.{}", w.rng.hex(10).to_ascii_uppercase());
+        let id: String = format!("STS.{}", w.rng().hex(10).to_ascii_uppercase());
         let c = StsCredentials {
             id,
-            secret: w.rng.hex(15),
-            token: format!("CAES{}", w.rng.hex(32)),
+            secret: w.rng().hex(15),
+            token: format!("CAES{}", w.rng().hex(32)),
             issued_unix: now,
             expires_unix: now + self.sts_ttl.as_secs().max(1),
         };
@@ -403,7 +428,7 @@ impl Simulator {
     /// Every instance of the account: (id, type, metadata URL), the
     /// first one first.
     pub(crate) fn instances(&self) -> Vec<(String, String, String)> {
-        let fleet = self.shared.world.lock().fleet.clone();
+        let fleet = self.shared.world.lock().account().fleet().to_vec();
         let urls = std::iter::once(self.metadata_url()).chain(
             self.fleet_md
                 .iter()
@@ -430,7 +455,7 @@ impl Simulator {
 
     /// The instance id.
     pub fn instance_id(&self) -> String {
-        self.shared.world.lock().instance_id.clone()
+        self.shared.world.lock().account().instance_id().to_string()
     }
 
     /// The region id.

@@ -322,25 +322,14 @@ fn answer(sh: &Shared, call: &Call) -> HttpResponse {
 /// faults; the latency is slept by the caller, outside the lock.
 fn count_and_pick_faults(sh: &Shared, call: &Call) -> (Duration, Option<(ApiError, bool)>) {
     let mut w = sh.world.lock();
-    *w.calls.entry(call.action.clone()).or_default() += 1;
     // Counted apart: how many calls carried prefixes is what prefix
     // mode's call economy is judged by.
-    if call
+    let prefixes = call
         .params
         .keys()
-        .any(|k| k == "Ipv4PrefixCount" || k.starts_with("Ipv4Prefix."))
-    {
-        *w.prefix_calls.entry(call.action.clone()).or_default() += 1;
-    }
-    *w.signatures
-        .entry(if call.v3 { "v3" } else { "v1" })
-        .or_default() += 1;
-    let (extra, fault) = faults::pick(
-        &mut sh.gateway.lock().faults,
-        &mut w.rng,
-        &call.action,
-        true,
-    );
+        .any(|k| k == "Ipv4PrefixCount" || k.starts_with("Ipv4Prefix."));
+    w.count_call(&call.action, if call.v3 { "v3" } else { "v1" }, prefixes);
+    let (extra, fault) = faults::pick(&mut sh.gateway.lock().faults, w.rng(), &call.action, true);
     (sh.latency + extra, fault)
 }
 
@@ -451,7 +440,9 @@ fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
             let Some(ms) = lag else {
                 return bad("expected {\"lag_ms\": N}".into());
             };
-            sh.world.lock().cfg.metadata_lag = std::time::Duration::from_millis(ms);
+            sh.world
+                .lock()
+                .set_metadata_lag(std::time::Duration::from_millis(ms));
             HttpResponse::json(200, &json!({"ok": true}))
         }
         _ => HttpResponse::json(404, &json!({"error": "unknown admin endpoint"})),

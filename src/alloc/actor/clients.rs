@@ -16,6 +16,7 @@ use log::{debug, info};
 use crate::core::{
     AllocError, Allocation, Answer, Collected, EniInfo, ErrCode, NsId, Owner, SandboxId,
 };
+use crate::pool::choose::pick;
 use crate::pool::{PoolState, ReleaseOutcome};
 use crate::store::Record;
 use crate::util::time::unix_ms;
@@ -95,7 +96,7 @@ impl Clients<'_> {
             self.verification.hurry();
             return;
         }
-        match self.pool.pick(&ask.owner, ask.prefer) {
+        match pick(self.pool, &ask.owner, ask.prefer) {
             Some(v4) => {
                 let taken = self
                     .pool
@@ -168,7 +169,7 @@ impl Clients<'_> {
         }
         let mut records = Vec::new();
         let mut collected = Vec::new();
-        for (owner, sandbox) in self.pool.collectable(prefix, keep) {
+        for (owner, sandbox) in self.pool.owners().collectable(prefix, keep) {
             let veth = self.pool.attachment(&owner).map(|a| a.veth.clone());
             let (mut r, released) = self.release_one(&owner, sandbox.as_ref());
             records.append(&mut r);
@@ -298,7 +299,7 @@ impl Clients<'_> {
         }
         let now_ms = unix_ms();
         let pool = &mut self.pool;
-        let served = self.demand.serve(|w| match pool.pick(&w.owner, w.prefer) {
+        let served = self.demand.serve(|w| match pick(pool, &w.owner, w.prefer) {
             Some(v4) => Pick::Served((v4, pool.take(v4, &w.owner, w.sandbox.as_ref(), now_ms))),
             None if pool.idle_count() == 0 => Pick::Stop,
             None => Pick::Skip,

@@ -76,7 +76,7 @@ impl InFlight {
     pub(super) fn new<'a>(
         eni_sem: Semaphore,
         op_sem: Semaphore,
-        enis: impl Iterator<Item = &'a String>,
+        enis: impl Iterator<Item = &'a str>,
     ) -> InFlight {
         let mut f = InFlight {
             ops: BTreeMap::new(),
@@ -297,7 +297,11 @@ mod tests {
     #[test]
     fn a_creation_holds_a_slot_and_hands_it_to_its_eni_when_ready() {
         let known = enis(&["eni-1"]);
-        let mut f = InFlight::new(Semaphore::new(3), Semaphore::new(2), known.iter());
+        let mut f = InFlight::new(
+            Semaphore::new(3),
+            Semaphore::new(2),
+            known.iter().map(String::as_str),
+        );
         assert_eq!(f.eni_slots(), 2);
         let slots = f.create_slots().unwrap();
         let (op, op_permit) = f.begin_create(slots, "vsw-a".into(), 3, vec![7, 8]);
@@ -321,7 +325,11 @@ mod tests {
 
     #[test]
     fn a_failed_creation_gives_its_slot_back() {
-        let mut f = InFlight::new(Semaphore::new(1), Semaphore::new(1), enis(&[]).iter());
+        let mut f = InFlight::new(
+            Semaphore::new(1),
+            Semaphore::new(1),
+            enis(&[]).iter().map(String::as_str),
+        );
         let slots = f.create_slots().unwrap();
         assert!(f.create_slots().is_none(), "no second slot");
         let (op, _p) = f.begin_create(slots, "vsw-a".into(), 1, vec![1]);
@@ -334,7 +342,11 @@ mod tests {
     #[test]
     fn frees_are_listed_and_end_once() {
         let known = enis(&["eni-1", "eni-2"]);
-        let mut f = InFlight::new(Semaphore::new(1), Semaphore::new(1), known.iter());
+        let mut f = InFlight::new(
+            Semaphore::new(1),
+            Semaphore::new(1),
+            known.iter().map(String::as_str),
+        );
         assert_eq!(f.eni_slots(), 0, "over the limit, not refused");
         let (op, permit) = f.begin_free("eni-1").unwrap();
         assert!(f.begin_free("eni-2").is_none(), "one operation slot");

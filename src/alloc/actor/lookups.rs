@@ -50,12 +50,10 @@ pub(super) fn local(
     id: &str,
     v6_of: impl Fn(&str) -> Option<(String, Ipv6Addr)>,
 ) -> Local {
-    let known = pool.enis.get(id).filter(|e| !e.gone);
-    let Some(info) = known.and_then(|e| pool.eni_info(&e.id)) else {
+    let Some(info) = pool.eni(id).filter(|e| !e.gone()).map(|e| e.link().clone()) else {
         return Local::Answer(Err(AllocError::bare(ErrCode::NotFound)));
     };
-    let holds_v6 = pool.ips.values().any(|ip| ip.eni == id && ip.v6.is_some())
-        || pool.unpaired_v6.values().any(|e| e == id);
+    let holds_v6 = pool.ips().on(id).any(|ip| ip.v6().is_some()) || pool.ips().unpaired_on(id) > 0;
     if !dual || !holds_v6 {
         return Local::Answer(Ok(Answer::Eni(info)));
     }
@@ -168,7 +166,6 @@ fn with_v6(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::PoolEni;
     use std::net::Ipv4Addr;
 
     #[test]
@@ -185,14 +182,17 @@ mod tests {
     fn only_an_unread_dual_stack_vswitch_needs_metadata() {
         let mut pool = PoolState::new(true);
         let gw = Ipv4Addr::new(10, 0, 0, 253);
-        pool.add_eni(PoolEni::ready(
-            "eni-1",
-            "00:16:3e:00:00:01",
-            "vsw-a",
-            "10.0.0.0/24",
-            gw,
+        pool.add_eni(
+            EniInfo {
+                eni: "eni-1".into(),
+                mac: "00:16:3e:00:00:01".into(),
+                vswitch: "vsw-a".into(),
+                cidr: "10.0.0.0/24".into(),
+                gateway: gw,
+                v6: None,
+            },
             Ipv4Addr::new(10, 0, 0, 1),
-        ));
+        );
         let none = |_: &str| None;
         assert!(matches!(
             local(&pool, true, "eni-9", none),

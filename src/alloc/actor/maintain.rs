@@ -16,7 +16,8 @@ use std::time::Instant;
 use log::info;
 
 use crate::cloud::Ipv4Prefix;
-use crate::pool::{EniPhase, PoolState};
+use crate::pool::shrink::{self, PrefixCandidate};
+use crate::pool::PoolState;
 
 use super::super::capacity::Capacity;
 use super::super::prefix;
@@ -49,9 +50,9 @@ impl Maintenance<'_> {
     /// (whole /28s in prefix mode) above the bound, then ENIs holding only
     /// their idle primary.
     pub(super) fn maintain(&mut self, now: Instant) -> Result<(), Fatal> {
-        let enis = &self.pool.enis;
-        self.changes.prune(now, |eni| enis.contains_key(eni));
-        for (eni, v4, v6) in self.pool.invalid_to_release() {
+        let enis = self.pool.enis();
+        self.changes.prune(now, |eni| enis.contains(eni));
+        for (eni, v4, v6) in shrink::invalid_to_release(self.pool) {
             if self.workers.has(&eni) {
                 self.pool.set_releasing(&v4, true);
                 self.workers.unassign(&eni, v4, v6);
@@ -69,7 +70,7 @@ impl Maintenance<'_> {
         if excess == 0 {
             return Ok(());
         }
-        for (eni, v4) in self.pool.shed_candidates(excess) {
+        for (eni, v4) in shrink::shed_candidates(self.pool, excess) {
             if !self.workers.has(&eni) {
                 continue;
             }
@@ -79,10 +80,10 @@ impl Maintenance<'_> {
                 "giving {} idle address(es) of {eni} back (idle {idle} > {max_idle})",
                 v4.len()
             );
-            let v6 = self.pool.pairs_of(&v4);
+            let v6 = self.pool.ips().pairs_of(&v4);
             self.workers.unassign(&eni, v4, v6);
         }
-        let mut freeable = self.pool.freeable_enis();
+        let mut freeable = shrink::freeable_enis(self.pool);
         freeable.retain(|e| self.free_backoff.ready(e, now));
         for eni in freeable.into_iter().take(excess) {
             if !self.free_eni(&eni)? {
@@ -98,9 +99,9 @@ impl Maintenance<'_> {
         let Some((_, permit)) = self.inflight.begin_free(eni) else {
             return Ok(false);
         };
-        if let Some(p) = self.pool.enis.get_mut(eni) {
-            p.phase = EniPhase::Freeing;
-        }
+        // Chosen by freeable_enis this very pass: ready, nothing pending,
+        // so it is freeing now (none of its addresses is handed out).
+        self.pool.enis_mut().begin_free(eni);
         info!("freeing {eni}: it holds only its idle primary address");
         self.threads
             .free(eni, &self.opts.instance_id, permit)
@@ -129,20 +130,12 @@ impl Maintenance<'_> {
     /// addresses in use, while idle stays above `max_idle` and not below
     /// `min_pool_size`. Returns the addresses on their way back.
     fn give_back_prefixes(&mut self, idle: usize, max_idle: usize) -> usize {
-        let candidates = self.pool.prefix_candidates();
-        let only: Vec<prefix::Candidate> = candidates
-            .iter()
-            .map(|(_, p, in_use, reclaimable)| prefix::Candidate {
-                prefix: *p,
-                eni_in_use: *in_use,
-                reclaimable: *reclaimable,
-            })
-            .collect();
-        let chosen = prefix::to_give_back(&only, idle, self.cap.min_idle, max_idle);
+        let candidates = shrink::prefix_candidates(self.pool);
+        let chosen = prefix::to_give_back(&candidates, idle, self.cap.min_idle, max_idle);
         let mut by_eni: BTreeMap<String, Vec<Ipv4Prefix>> = BTreeMap::new();
-        for (eni, p, _, _) in candidates {
-            if chosen.contains(&p) {
-                by_eni.entry(eni).or_default().push(p);
+        for PrefixCandidate { eni, prefix, .. } in candidates {
+            if chosen.contains(&prefix) {
+                by_eni.entry(eni).or_default().push(prefix);
             }
         }
         let mut leaving = 0;

@@ -90,6 +90,17 @@ const CREATE_QUIET: Duration = Duration::from_millis(50);
 
 type Reply = Sender<Result<Answer, AllocError>>;
 
+/// Where the actor sends: its helpers' reports (to itself), fatal errors
+/// (to the daemon) and internal requests (its helpers' own, to itself).
+pub(super) struct Senders {
+    /// Reports of workers, ENI operations, lookups and probes.
+    pub(super) events: Sender<Event>,
+    /// The allocator cannot go on.
+    pub(super) fatal: Sender<Fatal>,
+    /// Requests its helper threads make of it (an audit's snapshots).
+    pub(super) requests: Sender<Request>,
+}
+
 /// The parts, and what the loop itself keeps.
 pub(super) struct Actor {
     opts: Arc<AllocatorOptions>,
@@ -110,24 +121,27 @@ pub(super) struct Actor {
     free_backoff: FreeBackoff,
     fatal_tx: Sender<Fatal>,
     next_maintenance: Instant,
-    sg_drift: Vec<String>,
     config_view: Vec<(String, String)>,
     stopping: bool,
 }
 
 impl Actor {
-    #[allow(clippy::too_many_arguments)]
+    /// The actor over `pool`; ENI slots as the capacity allows, ENI
+    /// operations within `op_sem` (shared with the maintenance thread).
     pub(super) fn new(
         opts: Arc<AllocatorOptions>,
         cloud: Arc<dyn CloudApi>,
         journal: Arc<dyn Journal>,
         pool: PoolState,
-        eni_sem: Semaphore,
         op_sem: Semaphore,
-        events_tx: Sender<Event>,
-        fatal_tx: Sender<Fatal>,
-        requests_tx: Sender<Request>,
+        senders: Senders,
     ) -> Actor {
+        let Senders {
+            events: events_tx,
+            fatal: fatal_tx,
+            requests: requests_tx,
+        } = senders;
+        let eni_sem = Semaphore::new(opts.capacity.usable_enis);
         let mut switches = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
         switches.set_free(opts.vswitch_free.iter().cloned(), u64::MAX);
         let now = Instant::now();
@@ -147,7 +161,7 @@ impl Actor {
                 opts.max_ips_per_call,
                 now,
             ),
-            inflight: InFlight::new(eni_sem, op_sem, pool.enis.keys()),
+            inflight: InFlight::new(eni_sem, op_sem, pool.enis().iter().map(|e| e.id())),
             workers: Workers::new(Arc::clone(&cloud), worker_config, events_tx.clone()),
             threads: Threads::new(cloud, events_tx, requests_tx),
             durable: Durable::new(journal, fatal_tx.clone()),
@@ -163,7 +177,6 @@ impl Actor {
             surge: Surge::default(),
             opts,
             fatal_tx,
-            sg_drift: Vec::new(),
             stopping: false,
         }
     }
@@ -189,9 +202,9 @@ impl Actor {
     ) -> Vec<Joinable> {
         let enis: Vec<(String, String)> = self
             .pool
-            .enis
-            .values()
-            .map(|e| (e.id.clone(), e.mac.clone()))
+            .enis()
+            .iter()
+            .map(|e| (e.id().to_string(), e.mac().to_string()))
             .collect();
         for (id, mac) in enis {
             let started = self.reports().start_worker(&id, &mac);
@@ -362,7 +375,6 @@ impl Actor {
             pool_backoff: &mut self.pool_backoff,
             shed_backoff: &mut self.shed_backoff,
             free_backoff: &mut self.free_backoff,
-            sg_drift: &mut self.sg_drift,
             stopping: self.stopping,
         }
     }
@@ -432,7 +444,7 @@ impl Actor {
                 .allocation_with_eni(&owner)
                 .map(|(a, eni)| Answer::Allocation(a, eni))
                 .ok_or_else(|| AllocError::bare(ErrCode::NotFound)),
-            Command::List => Ok(Answer::List(self.pool.list())),
+            Command::List => Ok(Answer::List(crate::pool::views::list(&self.pool))),
             Command::Status => Ok(Answer::Status(self.status_counts())),
             Command::Enis => Ok(Answer::Enis(views::eni_entries(
                 &self.pool,
@@ -441,11 +453,7 @@ impl Actor {
                 self.cap.prefix_mode,
                 unix_ms(),
             ))),
-            Command::Metrics => {
-                let mut g = self.snapshot().gauges();
-                g.connections = crate::metrics::connections();
-                Ok(Answer::Metrics(crate::metrics::render(&g)))
-            }
+            Command::Metrics => Ok(Answer::Metrics(crate::metrics::render(&self.gauges()))),
             Command::Config => Ok(Answer::Config(self.config_view.clone())),
         };
         let _ = reply.send(answer);
@@ -458,7 +466,12 @@ impl Actor {
                 let _ = reply.send(self.snapshot());
             }
             Request::KnownEnis(reply) => {
-                let mut ids: Vec<String> = self.pool.enis.keys().cloned().collect();
+                let mut ids: Vec<String> = self
+                    .pool
+                    .enis()
+                    .iter()
+                    .map(|e| e.id().to_string())
+                    .collect();
                 ids.extend(self.inflight.busy_enis());
                 let _ = reply.send(ids);
             }
@@ -504,8 +517,8 @@ impl Actor {
         if let Some(audits) = self.verification.reconciled() {
             info!(
                 "the pool is verified against the OpenAPI: {} address(es) on {} ENI(s), {} waiter(s) served from now on",
-                self.pool.ips.len(),
-                self.pool.enis.len(),
+                self.pool.ips().len(),
+                self.pool.enis().len(),
                 self.demand.waiting()
             );
             for reply in audits {
@@ -517,24 +530,38 @@ impl Actor {
     // ---- views ---------------------------------------------------------
 
     fn status_counts(&self) -> crate::core::StatusCounts {
-        let mut c = self.pool.counts();
+        let mut c = crate::pool::views::counts(&self.pool);
         c.pending = self.demand.pending();
         c.capacity = self.cap.total_ips;
         c
     }
 
+    /// A copy of what `audit` compares with the cloud.
     fn snapshot(&self) -> Snapshot {
         let (creating, freeing) = self.inflight.creating_and_freeing();
         Snapshot {
             pool: self.pool.clone(),
-            pending: self.demand.pending(),
-            capacity: self.cap,
             creating,
             freeing,
-            eni_ops: self.inflight.op_slots_used(),
-            inhibited_vswitches: self.vsw.switches().inhibited_count(unix_ms()),
-            sg_drift: self.sg_drift.clone(),
             waiters: self.demand.waiting(),
+        }
+    }
+
+    /// The metric gauges, counted where the state lives (no copy of it).
+    fn gauges(&self) -> crate::metrics::Gauges {
+        crate::metrics::Gauges {
+            ips_by_state: crate::pool::views::counts_by_state(&self.pool),
+            enis: self.pool.enis().len() as u64,
+            capacity: self.cap.total_ips as u64,
+            pending: self.demand.pending() as u64,
+            connections: crate::metrics::connections(),
+            eni_ops: self.inflight.op_slots_used() as u64,
+            inhibited_vswitches: self.vsw.switches().inhibited_count(unix_ms()) as u64,
+            eni_modes: if self.cap.prefix_mode {
+                crate::pool::views::eni_modes(&self.pool)
+            } else {
+                Vec::new()
+            },
         }
     }
 }

@@ -14,7 +14,7 @@ use std::time::Instant;
 use log::info;
 
 use crate::core::{AllocError, ErrCode};
-use crate::pool::{EniPhase, PoolState};
+use crate::pool::PoolState;
 use crate::util::time::unix_ms;
 
 use super::super::capacity::Capacity;
@@ -134,21 +134,21 @@ impl Planning<'_> {
         let switches = self.vsw.switches();
         let mut enis: Vec<(usize, usize, EniRoom)> = self
             .pool
-            .enis
-            .values()
-            .filter(|e| e.phase == EniPhase::Ready && !e.at_limit)
-            .filter(|e| switches.inhibited_until(&e.vswitch, now_ms).is_none())
+            .enis()
+            .iter()
+            .filter(|e| e.takes_asks())
+            .filter(|e| switches.inhibited_until(e.vswitch(), now_ms).is_none())
             .filter_map(|e| {
-                let room = self.eni_room(&e.id, now_ms);
-                let backlog_free = self.workers.backlog_free(&e.id)?;
-                let call = match self.vsw.kind_on(&e.vswitch, now_ms) {
+                let room = self.eni_room(e.id(), now_ms);
+                let backlog_free = self.workers.backlog_free(e.id())?;
+                let call = match self.vsw.kind_on(e.vswitch(), now_ms) {
                     Kind::Prefix => self.per_call(),
-                    Kind::Single => self.vsw.call_size(&e.vswitch),
+                    Kind::Single => self.vsw.call_size(e.vswitch()),
                 };
                 (room > 0).then(|| {
-                    let held = self.pool.ips_on(&e.id) + e.pending;
-                    let rank = VSwitches::rank(order, &e.vswitch);
-                    let id = e.id.clone();
+                    let held = self.pool.ips().count_on(e.id()) + e.pending();
+                    let rank = VSwitches::rank(order, e.vswitch());
+                    let id = e.id().to_string();
                     let room = EniRoom {
                         id,
                         room,
@@ -166,15 +166,15 @@ impl Planning<'_> {
     /// Addresses an ENI can still be asked for (its free IPv4 slots, as
     /// /28s or single addresses).
     pub(super) fn eni_room(&self, eni: &str, now_ms: u64) -> usize {
-        let Some(e) = self.pool.enis.get(eni) else {
+        let Some(e) = self.pool.eni(eni) else {
             return 0;
         };
-        let pending = prefix::pending_slots(e.pending, e.pending_in_prefixes);
+        let pending = prefix::pending_slots(e.pending(), e.pending_in_prefixes());
         let free = self
             .cap
             .slots_per_eni
             .saturating_sub(self.pool.slots_used(eni) + pending);
-        prefix::room(self.vsw.kind_on(&e.vswitch, now_ms), free)
+        prefix::room(self.vsw.kind_on(e.vswitch(), now_ms), free)
     }
 
     /// Addresses one Assign or Create call brings at most: a call's worth
@@ -195,7 +195,7 @@ impl Planning<'_> {
         now_ms: u64,
     ) {
         for (eni, n) in submits {
-            let Some(vswitch) = self.pool.enis.get(&eni).map(|e| e.vswitch.clone()) else {
+            let Some(vswitch) = self.pool.eni(&eni).map(|e| e.vswitch().to_string()) else {
                 continue;
             };
             let kind = self.vsw.kind_on(&vswitch, now_ms);
@@ -224,12 +224,7 @@ impl Planning<'_> {
                 if i < n {
                     units.pop_front();
                 }
-                if let Some(e) = self.pool.enis.get_mut(&eni) {
-                    e.pending += 1;
-                    if kind == Kind::Prefix {
-                        e.pending_in_prefixes += 1;
-                    }
-                }
+                self.pool.enis_mut().asked(&eni, kind == Kind::Prefix);
             }
         }
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use log::{error, info, warn};
 
 use crate::cloud::Ipv4Prefix;
-use crate::pool::{EniPhase, PoolState};
+use crate::pool::{PoolIp, PoolState};
 
 use super::super::msg::{CloudEniView, ReadyEni};
 
@@ -83,14 +83,15 @@ pub(super) fn reconcile(pool: &mut PoolState, changes: &mut Changes, pass: &Pass
     let mut out = Reconciled::default();
     for view in pass.cloud {
         let r = &view.eni;
-        if pass.busy.contains(&r.id) || changes.since(&r.id, pass.started) {
+        let id = r.id();
+        if pass.busy.iter().any(|b| b == id) || changes.since(id, pass.started) {
             continue;
         }
-        if !pool.enis.contains_key(&r.id) {
+        if !pool.enis().contains(id) {
             if view.in_metadata {
                 adopt(pool, r);
-                changes.touch(&r.id, Instant::now());
-                out.adopted.push((r.id.clone(), r.mac.clone()));
+                changes.touch(id, Instant::now());
+                out.adopted.push((id.to_string(), r.link.mac.clone()));
             }
             continue;
         }
@@ -105,42 +106,38 @@ pub(super) fn reconcile(pool: &mut PoolState, changes: &mut Changes, pass: &Pass
 fn adopt(pool: &mut PoolState, r: &ReadyEni) {
     warn!(
         "adopting {} (managed, attached, unknown locally) with {} address(es)",
-        r.id,
+        r.id(),
         r.v4.len()
     );
-    pool.add_eni(r.pool_eni());
-    pool.add_granted(&r.id, &r.v4, &r.v6);
+    pool.add_eni(r.link.clone(), r.primary_ip);
+    pool.add_granted(r.id(), &r.v4, &r.v6);
     for p in &r.prefixes {
-        pool.add_prefix(&r.id, *p);
+        pool.add_prefix(r.id(), *p);
     }
 }
 
 /// A known ENI with nothing in flight: its addresses against the cloud's.
 fn settled(pool: &mut PoolState, r: &ReadyEni) {
-    match pool.enis.get_mut(&r.id) {
-        Some(local) if local.pending == 0 && local.phase == EniPhase::Ready => {
-            // A per-ENI limit the cloud reported is retried once a pass.
-            local.at_limit = false;
-            // Kept detached over a restart with its vswitch's facts
-            // unknown: metadata has them now.
-            if local.cidr.is_empty() && !r.cidr.is_empty() {
-                local.cidr.clone_from(&r.cidr);
-                local.gateway = r.gateway;
-            }
-        }
-        _ => return,
+    let id = r.id();
+    // A per-ENI limit the cloud reported is retried once a pass.
+    if !pool.enis_mut().retry_limit(id) {
+        return;
     }
+    // Kept detached over a restart with its vswitch's facts unknown:
+    // metadata has them now.
+    pool.enis_mut()
+        .learn_vswitch(id, &r.link.cidr, r.link.gateway);
     prefixes(pool, r);
     let cloud_v4 = r.all_v4();
     // Addresses withdrawn while the ENI was away that are back.
     let found: Vec<Ipv4Addr> = pool
-        .ips
-        .values()
-        .filter(|ip| ip.eni == r.id && ip.lost && cloud_v4.contains(&ip.v4))
-        .map(|ip| ip.v4)
+        .ips()
+        .on(id)
+        .filter(|ip| ip.lost() && cloud_v4.contains(&ip.v4()))
+        .map(PoolIp::v4)
         .collect();
     for a in found {
-        info!("{a} is on {} in the cloud again", r.id);
+        info!("{a} is on {id} in the cloud again");
         pool.mark_found(a);
     }
     // Addresses the cloud has and we do not: adopted (a result lost after
@@ -149,12 +146,12 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
     let mut unknown: Vec<Ipv4Addr> = cloud_v4
         .iter()
         .copied()
-        .filter(|a| match pool.ips.get(a) {
+        .filter(|a| match pool.ip(*a) {
             None => true,
-            Some(ip) if ip.eni != r.id => {
+            Some(ip) if ip.eni() != id => {
                 warn!(
-                    "{a} is on {} in the cloud but still held on {}; adopted once released",
-                    r.id, ip.eni
+                    "{a} is on {id} in the cloud but still held on {}; adopted once released",
+                    ip.eni()
                 );
                 false
             }
@@ -165,7 +162,7 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
     // answer was lost, or after a restart the pair of an address nobody
     // held, such as the ENI's primary).
     let mut unknown6: Vec<Ipv6Addr> = if pool.dual() {
-        let known = pool.known_v6();
+        let known = pool.ips().known_v6();
         r.v6.iter()
             .copied()
             .filter(|b| !known.contains(b))
@@ -175,9 +172,8 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
     };
     if !unknown.is_empty() {
         warn!(
-            "adopting {} address(es) found on {} but unknown locally",
-            unknown.len(),
-            r.id
+            "adopting {} address(es) found on {id} but unknown locally",
+            unknown.len()
         );
         // In dual stack each takes an unknown IPv6 of the ENI as its pair,
         // the primary first: an address without a pair is invalid and goes
@@ -187,30 +183,27 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
         let paired = unknown.len().min(unknown6.len());
         let mut pairs = unknown6.drain(..paired);
         for a in unknown {
-            pool.add_ip(&r.id, a, pairs.next());
+            pool.add_ip(id, a, pairs.next());
         }
     }
     // IPv6 still without a pair: unpaired, so they go back with the next
     // sweep.
     for b in unknown6 {
-        warn!("{b} is on {} but unknown locally; giving it back", r.id);
-        pool.add_unpaired_v6(&r.id, b);
+        warn!("{b} is on {id} but unknown locally; giving it back");
+        pool.add_unpaired_v6(id, b);
     }
     // Addresses we have and the cloud does not: out of circulation.
     let missing: Vec<Ipv4Addr> = pool
-        .ips
-        .values()
-        .filter(|ip| ip.eni == r.id && !ip.releasing && !cloud_v4.contains(&ip.v4))
-        .map(|ip| ip.v4)
+        .ips()
+        .on(id)
+        .filter(|ip| !ip.releasing() && !cloud_v4.contains(&ip.v4()))
+        .map(PoolIp::v4)
         .collect();
     for a in missing {
         if pool.is_held(a) {
-            error!(
-                "{a} is held by an owner but is no longer on {} in the cloud",
-                r.id
-            );
+            error!("{a} is held by an owner but is no longer on {id} in the cloud");
         } else {
-            warn!("{a} is no longer on {} in the cloud; dropped", r.id);
+            warn!("{a} is no longer on {id} in the cloud; dropped");
         }
         pool.withdraw(a);
     }
@@ -222,32 +215,31 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
 /// cloud does not is dropped (its addresses then follow the rule for
 /// addresses the cloud no longer has).
 fn prefixes(pool: &mut PoolState, r: &ReadyEni) {
+    let id = r.id();
     let local: Vec<Ipv4Prefix> = pool
-        .enis
-        .get(&r.id)
-        .map(|e| e.prefixes.iter().copied().collect())
+        .eni(id)
+        .map(|e| e.prefixes().iter().copied().collect())
         .unwrap_or_default();
     for p in r.prefixes.iter().filter(|p| !local.contains(p)) {
         let clash = p
             .addresses()
-            .any(|a| pool.ips.get(&a).is_some_and(|ip| ip.eni != r.id));
+            .any(|a| pool.ip(a).is_some_and(|ip| ip.eni() != id));
         if clash {
             warn!(
-                "{p} is on {} in the cloud but some of its addresses are still held on another ENI; adopted once released",
-                r.id
+                "{p} is on {id} in the cloud but some of its addresses are still held on another ENI; adopted once released"
             );
             continue;
         }
-        warn!("adopting {p} found on {} but unknown locally", r.id);
-        pool.add_prefix(&r.id, *p);
+        warn!("adopting {p} found on {id} but unknown locally");
+        pool.add_prefix(id, *p);
     }
     for p in local.iter().filter(|p| !r.prefixes.contains(p)) {
         let releasing = p
             .addresses()
-            .any(|a| pool.ips.get(&a).is_some_and(|ip| ip.releasing));
+            .any(|a| pool.ip(a).is_some_and(PoolIp::releasing));
         if !releasing {
-            warn!("{p} is no longer on {} in the cloud", r.id);
-            pool.remove_prefix(&r.id, *p);
+            warn!("{p} is no longer on {id} in the cloud");
+            pool.remove_prefix(id, *p);
         }
     }
 }
@@ -259,68 +251,32 @@ fn prefixes(pool: &mut PoolState, r: &ReadyEni) {
 /// the cloud no longer has at all.
 fn withdraw_vanished(pool: &mut PoolState, changes: &Changes, pass: &Pass) -> Vec<String> {
     let vanished: Vec<String> = pool
-        .enis
-        .values()
-        .filter(|e| !e.gone)
-        .filter(|e| e.phase == EniPhase::Ready && e.pending == 0 && !pass.busy.contains(&e.id))
-        .filter(|e| !pass.cloud.iter().any(|v| v.eni.id == e.id))
-        .filter(|e| !changes.since(&e.id, pass.started))
-        .map(|e| e.id.clone())
+        .enis()
+        .iter()
+        .filter(|e| !e.gone() && e.settled())
+        .filter(|e| !pass.busy.iter().any(|b| b == e.id()))
+        .filter(|e| !pass.cloud.iter().any(|v| v.eni.id() == e.id()))
+        .filter(|e| !changes.since(e.id(), pass.started))
+        .map(|e| e.id().to_string())
         .collect();
     let mut deleted = Vec::new();
     for id in vanished {
         if pass.detached.is_some_and(|d| !d.contains(&id)) {
-            forget_deleted(pool, &id);
+            // Deleted behind our back: its slot is free for a new ENI.
+            let held = pool.forget_deleted(&id);
+            error!(
+                "{id} no longer exists in the cloud: its slot is freed; {held} address(es) still held by owners are kept for them until released, never handed out again"
+            );
             deleted.push(id);
             continue;
         }
-        let on_it: Vec<Ipv4Addr> = pool
-            .ips
-            .values()
-            .filter(|ip| ip.eni == id && !ip.lost)
-            .map(|ip| ip.v4)
-            .collect();
-        if let Some(e) = pool.enis.get_mut(&id) {
-            if e.at_limit && on_it.is_empty() {
-                continue;
-            }
-            e.at_limit = true;
-        }
-        error!(
-            "{id} is no longer attached to this instance in the cloud; its {} address(es) are withdrawn",
-            on_it.len()
-        );
-        for a in on_it {
-            pool.withdraw(a);
+        if let Some(n) = pool.withdraw_eni(&id) {
+            error!(
+                "{id} is no longer attached to this instance in the cloud; its {n} address(es) are withdrawn"
+            );
         }
     }
     deleted
-}
-
-/// A managed ENI the cloud no longer has at all (deleted behind our back):
-/// its slot is free for a new ENI, its idle addresses leave the pool; the
-/// addresses owners hold stay theirs until released (never handed out
-/// again), then it is forgotten.
-fn forget_deleted(pool: &mut PoolState, id: &str) {
-    let on_it: Vec<Ipv4Addr> = pool
-        .ips
-        .values()
-        .filter(|ip| ip.eni == id)
-        .map(|ip| ip.v4)
-        .collect();
-    let held = on_it.iter().filter(|a| pool.is_held(**a)).count();
-    error!(
-        "{id} no longer exists in the cloud: its slot is freed; {held} address(es) still held by owners are kept for them until released, never handed out again"
-    );
-    for a in on_it {
-        pool.withdraw(a);
-    }
-    pool.unpaired_v6.retain(|_, e| e != id);
-    if let Some(e) = pool.enis.get_mut(id) {
-        e.gone = true;
-        e.at_limit = true;
-    }
-    pool.drop_empty_gone();
 }
 
 #[cfg(test)]
@@ -333,11 +289,14 @@ mod tests {
     fn view(id: &str, v4: &[Ipv4Addr]) -> CloudEniView {
         CloudEniView {
             eni: ReadyEni {
-                id: id.into(),
-                mac: format!("00:16:3e:00:00:0{}", &id[id.len() - 1..]),
-                vswitch: "vsw-a".into(),
-                cidr: "10.0.0.0/24".into(),
-                gateway: ip(253),
+                link: crate::core::EniInfo {
+                    eni: id.into(),
+                    mac: format!("00:16:3e:00:00:0{}", &id[id.len() - 1..]),
+                    vswitch: "vsw-a".into(),
+                    cidr: "10.0.0.0/24".into(),
+                    gateway: ip(253),
+                    v6: None,
+                },
                 primary_ip: v4[0],
                 v4: v4.to_vec(),
                 v6: Vec::new(),
@@ -374,7 +333,7 @@ mod tests {
         let cloud = [view(ENI, &[ip(1), ip(2)])];
         let r = reconcile(&mut pool, &mut changes, &pass(started, &cloud, None));
         assert_eq!(r, Reconciled::default());
-        assert_eq!(pool.ips.len(), 4, "nothing dropped from a stale view");
+        assert_eq!(pool.ips().len(), 4, "nothing dropped from a stale view");
         // A fresh view applies.
         reconcile(
             &mut pool,
@@ -382,7 +341,7 @@ mod tests {
             &pass(Instant::now() + Duration::from_millis(2), &cloud, None),
         );
         assert_eq!(
-            pool.ips.keys().copied().collect::<Vec<_>>(),
+            pool.ips().iter().map(PoolIp::v4).collect::<Vec<_>>(),
             vec![ip(1), ip(2)]
         );
     }
@@ -397,11 +356,12 @@ mod tests {
             &mut Changes::default(),
             &pass(Instant::now(), &cloud, None),
         );
-        assert!(pool.ips.contains_key(&ip(5)), "adopted");
-        assert!(!pool.ips.contains_key(&ip(4)), "idle and gone: dropped");
-        assert!(pool.ips[&ip(3)].lost, "owned and gone: lost, kept");
+        assert!(pool.ip(ip(5)).is_some(), "adopted");
+        assert!(pool.ip(ip(4)).is_none(), "idle and gone: dropped");
+        assert!(pool.ip(ip(3)).unwrap().lost(), "owned and gone: lost, kept");
         assert_eq!(
-            pool.owner_ip(&Owner::parse("pod-a").unwrap()).map(|i| i.v4),
+            pool.owner_ip(&Owner::parse("pod-a").unwrap())
+                .map(PoolIp::v4),
             Some(ip(3))
         );
         // It comes back: found again.
@@ -411,7 +371,7 @@ mod tests {
             &mut Changes::default(),
             &pass(Instant::now(), &cloud, None),
         );
-        assert!(!pool.ips[&ip(3)].lost);
+        assert!(!pool.ip(ip(3)).unwrap().lost());
         pool.check().unwrap();
     }
 
@@ -429,7 +389,7 @@ mod tests {
             r.adopted,
             vec![("eni-2".to_string(), "00:16:3e:00:00:02".to_string())]
         );
-        assert_eq!(pool.ips_on("eni-2"), 2);
+        assert_eq!(pool.ips().count_on("eni-2"), 2);
         assert!(changes.since("eni-2", started));
         let r = reconcile(&mut pool, &mut changes, &pass(Instant::now(), &cloud, None));
         assert!(r.adopted.is_empty());
@@ -446,9 +406,9 @@ mod tests {
             &pass(Instant::now(), &[], Some(&detached)),
         );
         assert!(r.deleted.is_empty());
-        assert!(pool.enis[ENI].at_limit);
-        assert_eq!(pool.ips.len(), 1, "only the owned address stays");
-        assert!(pool.ips[&ip(2)].lost);
+        assert!(pool.eni(ENI).unwrap().at_limit());
+        assert_eq!(pool.ips().len(), 1, "only the owned address stays");
+        assert!(pool.ip(ip(2)).unwrap().lost());
 
         let mut pool = self::pool();
         take(&mut pool, ip(2), "pod-a");
@@ -458,10 +418,14 @@ mod tests {
             &pass(Instant::now(), &[], Some(&[])),
         );
         assert_eq!(r.deleted, vec![ENI.to_string()]);
-        assert!(pool.enis[ENI].gone, "kept while its owner holds an address");
+        assert!(
+            pool.eni(ENI).unwrap().gone(),
+            "kept while its owner holds an address"
+        );
         pool.release(&Owner::parse("pod-a").unwrap(), None, 2, 0, 0);
         pool.drop_empty_gone();
-        assert!(pool.enis.is_empty());
+        assert_eq!(pool.enis().len(), 0);
+        pool.check().unwrap();
     }
 
     #[test]
@@ -479,15 +443,23 @@ mod tests {
             &mut Changes::default(),
             &pass(Instant::now(), &[cloud], None),
         );
-        let primary = &pool.ips[&ip(1)];
-        assert!(primary.primary);
-        assert_eq!(primary.v6, Some(v6(1)), "the primary gets the unknown IPv6");
-        assert_eq!(primary.state.name(), "idle");
-        assert!(pool.unpaired_v6.is_empty(), "no IPv6 left to go back alone");
+        let primary = pool.ip(ip(1)).unwrap();
+        assert!(primary.primary());
+        assert_eq!(
+            primary.v6(),
+            Some(v6(1)),
+            "the primary gets the unknown IPv6"
+        );
+        assert_eq!(pool.state_of(primary).name(), "idle");
+        assert_eq!(
+            pool.ips().unpaired_len(),
+            0,
+            "no IPv6 left to go back alone"
+        );
         // More unknown IPv4 than IPv6: the secondary is the one left
         // invalid, and it can go back.
-        assert_eq!(pool.ips[&ip(4)].state.name(), "invalid");
-        let back = pool.invalid_to_release();
+        assert_eq!(pool.state_of(pool.ip(ip(4)).unwrap()).name(), "invalid");
+        let back = crate::pool::shrink::invalid_to_release(&pool);
         assert_eq!(back, vec![(ENI.to_string(), vec![ip(4)], Vec::new())]);
         pool.check().unwrap();
     }

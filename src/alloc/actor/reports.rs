@@ -14,7 +14,7 @@ use std::time::Instant;
 use log::{error, info, warn};
 
 use crate::cloud::{CloudError, CloudErrorKind, Ipv4Prefix};
-use crate::pool::{EniPhase, Gone, PoolState};
+use crate::pool::{Gone, PoolState};
 use crate::util::time::{format_utc, unix_ms};
 
 use super::super::msg::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, TicketId};
@@ -41,7 +41,6 @@ pub(super) struct Reports<'a> {
     pub(super) pool_backoff: &'a mut Backoff,
     pub(super) shed_backoff: &'a mut Backoff,
     pub(super) free_backoff: &'a mut FreeBackoff,
-    pub(super) sg_drift: &'a mut Vec<String>,
     pub(super) stopping: bool,
 }
 
@@ -94,12 +93,6 @@ impl Reports<'_> {
                 cidr6,
                 gateway6,
             } => self.vsw.set_v6(vswitch, cidr6, gateway6),
-            Event::SecurityGroupDrift(lines) => {
-                for l in &lines {
-                    warn!("security group drift: {l}");
-                }
-                *self.sg_drift = lines;
-            }
             Event::Reconcile {
                 started,
                 enis,
@@ -112,7 +105,7 @@ impl Reports<'_> {
     /// A prefix call granted /28s: all 16 addresses of each join the pool
     /// (those beyond the tickets idle).
     fn on_prefixes_assigned(&mut self, eni: &str, tickets: Vec<TicketId>, prefixes: &[Ipv4Prefix]) {
-        self.pool.settle_pending(eni, tickets.len(), true);
+        self.pool.enis_mut().answered(eni, tickets.len(), true);
         for p in prefixes {
             self.pool.add_prefix(eni, *p);
         }
@@ -136,10 +129,12 @@ impl Reports<'_> {
         error: Option<CloudError>,
         as_prefixes: bool,
     ) {
-        self.pool.settle_pending(eni, tickets.len(), as_prefixes);
+        self.pool
+            .enis_mut()
+            .answered(eni, tickets.len(), as_prefixes);
         let valid = self.pool.add_granted(eni, granted.0, granted.1);
         self.changes.touch(eni, Instant::now());
-        let vswitch = self.pool.enis.get(eni).map(|e| e.vswitch.clone());
+        let vswitch = self.pool.eni(eni).map(|e| e.vswitch().to_string());
         match (&error, vswitch) {
             (Some(err), vswitch) => {
                 warn!("assigning addresses to {eni} failed: {err}");
@@ -149,11 +144,7 @@ impl Reports<'_> {
                     (CloudErrorKind::PrefixExhausted, Some(v)) => {
                         self.inhibit_prefixes(&v, err.code_or_kind());
                     }
-                    (CloudErrorKind::LimitExceeded, _) => {
-                        if let Some(e) = self.pool.enis.get_mut(eni) {
-                            e.at_limit = true;
-                        }
-                    }
+                    (CloudErrorKind::LimitExceeded, _) => self.pool.enis_mut().hit_limit(eni),
                     _ => {}
                 }
             }
@@ -235,31 +226,31 @@ impl Reports<'_> {
     }
 
     fn on_eni_ready(&mut self, op: OpId, r: &ReadyEni) -> Result<(), Fatal> {
-        let Some(inflight::Ended { tickets, .. }) = self.inflight.ready(op, &r.id) else {
+        let id = r.id();
+        let Some(inflight::Ended { tickets, .. }) = self.inflight.ready(op, id) else {
             return Ok(());
         };
         info!(
-            "{} is ready on {} with {} address(es)",
-            r.id,
-            r.vswitch,
+            "{id} is ready on {} with {} address(es)",
+            r.link.vswitch,
             r.v4.len()
         );
-        self.pool.add_eni(r.pool_eni());
-        let mut valid = self.pool.add_granted(&r.id, &r.v4, &r.v6);
-        self.changes.touch(&r.id, Instant::now());
+        self.pool.add_eni(r.link.clone(), r.primary_ip);
+        let mut valid = self.pool.add_granted(id, &r.v4, &r.v6);
+        self.changes.touch(id, Instant::now());
         for p in &r.prefixes {
-            self.pool.add_prefix(&r.id, *p);
+            self.pool.add_prefix(id, *p);
             valid += prefix::PER_PREFIX;
         }
         if r.prefix_fallback {
-            self.inhibit_prefixes(&r.vswitch, "at CreateNetworkInterface");
+            self.inhibit_prefixes(&r.link.vswitch, "at CreateNetworkInterface");
         }
         self.pool_backoff.succeed();
         self.end_tickets(tickets, valid, None);
         if self.stopping {
             return Ok(());
         }
-        self.start_worker(&r.id, &r.mac)
+        self.start_worker(id, &r.link.mac)
     }
 
     fn on_eni_failed(&mut self, op: OpId, err: &CloudError, leaked: Option<String>) {
@@ -304,15 +295,13 @@ impl Reports<'_> {
         match result {
             Ok(()) => {
                 info!("{eni} detached and deleted");
-                let addresses = self.pool.ips_on(&eni);
+                let addresses = self.pool.ips().count_on(&eni);
                 self.gave_back(&eni, addresses);
                 self.forget_eni(&eni);
             }
             Err(FreeFailure::Detach(e)) => {
                 warn!("detaching {eni} failed: {e}; it stays in the pool");
-                if let Some(p) = self.pool.enis.get_mut(&eni) {
-                    p.phase = EniPhase::Ready;
-                }
+                self.pool.enis_mut().free_failed(&eni);
                 self.free_backoff.failed(eni, Instant::now());
             }
             Err(FreeFailure::Delete(e)) => {
@@ -325,7 +314,7 @@ impl Reports<'_> {
     /// `n` IPv4 addresses of `eni` went back to its vswitch: an exhausted
     /// vswitch that eniipd itself refilled serves again at once.
     fn gave_back(&mut self, eni: &str, n: usize) {
-        let Some(vswitch) = self.pool.enis.get(eni).map(|e| e.vswitch.clone()) else {
+        let Some(vswitch) = self.pool.eni(eni).map(|e| e.vswitch().to_string()) else {
             return;
         };
         if self.vsw.gave_back(&vswitch, n) {

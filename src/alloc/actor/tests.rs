@@ -10,8 +10,10 @@ use crate::alloc::msg::{CloudEniView, ReadyEni};
 use crate::alloc::prefix::Kind;
 use crate::cloud::{CloudError, CloudErrorKind, Ipv4Prefix};
 use crate::config::RawConfig;
+use crate::core::EniInfo;
 use crate::core::Owner;
-use crate::pool::PoolEni;
+use crate::pool::choose::pick;
+use crate::pool::PoolIp;
 use demand::Ask;
 
 pub(super) const ENI: &str = "eni-0001";
@@ -20,18 +22,23 @@ pub(super) fn ip(last: u8) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, 0, last)
 }
 
+/// `ENI`'s link: vsw-a (10.0.0.0/24, gateway .253).
+pub(super) fn link(id: &str) -> EniInfo {
+    EniInfo {
+        eni: id.into(),
+        mac: "00:16:3e:00:00:01".into(),
+        vswitch: "vsw-a".into(),
+        cidr: "10.0.0.0/24".into(),
+        gateway: ip(253),
+        v6: None,
+    }
+}
+
 /// `ENI` on vsw-a (10.0.0.0/24, gateway .253, primary .1), no address
 /// known yet.
 pub(super) fn one_empty_eni(dual: bool) -> PoolState {
     let mut pool = PoolState::new(dual);
-    pool.add_eni(PoolEni::ready(
-        ENI,
-        "00:16:3e:00:00:01",
-        "vsw-a",
-        "10.0.0.0/24",
-        ip(253),
-        ip(1),
-    ));
+    pool.add_eni(link(ENI), ip(1));
     pool
 }
 
@@ -66,11 +73,12 @@ fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
         fake,
         Arc::new(MemJournal::default()),
         pool,
-        Semaphore::new(3),
         op_sem,
-        events_tx,
-        fatal_tx,
-        requests_tx,
+        Senders {
+            events: events_tx,
+            fatal: fatal_tx,
+            requests: requests_tx,
+        },
     )
 }
 
@@ -93,11 +101,7 @@ fn unassigned(asked: &[Ipv4Addr], gone: &[Ipv4Addr], error: Option<CloudError>) 
 fn view(v4: &[Ipv4Addr]) -> CloudEniView {
     CloudEniView {
         eni: ReadyEni {
-            id: ENI.into(),
-            mac: "00:16:3e:00:00:01".into(),
-            vswitch: "vsw-a".into(),
-            cidr: "10.0.0.0/24".into(),
-            gateway: ip(253),
+            link: link(ENI),
             primary_ip: ip(1),
             v4: v4.to_vec(),
             v6: Vec::new(),
@@ -123,7 +127,7 @@ fn a_cloud_view_older_than_an_unassign_does_not_bring_its_addresses_back() {
         enis: vec![stale],
         detached: None,
     });
-    let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
+    let held: Vec<Ipv4Addr> = a.pool.ips().iter().map(PoolIp::v4).collect();
     assert_eq!(held, [ip(1), ip(2)], "gone addresses came back");
 
     // A view taken after the change is acted on: an address the cloud
@@ -134,7 +138,7 @@ fn a_cloud_view_older_than_an_unassign_does_not_bring_its_addresses_back() {
         enis: vec![view(&[ip(1), ip(5)])],
         detached: None,
     });
-    let held: Vec<Ipv4Addr> = a.pool.ips.keys().copied().collect();
+    let held: Vec<Ipv4Addr> = a.pool.ips().iter().map(PoolIp::v4).collect();
     assert_eq!(held, [ip(1), ip(5)]);
 }
 
@@ -147,14 +151,14 @@ fn a_cloud_view_older_than_a_free_does_not_adopt_the_eni_again() {
         eni: ENI.into(),
         result: Ok(()),
     });
-    assert!(a.pool.enis.is_empty());
+    assert_eq!(a.pool.enis().len(), 0);
     a.on_event(Event::Reconcile {
         started,
         enis: vec![stale],
         detached: None,
     });
-    assert!(a.pool.enis.is_empty(), "a deleted ENI was adopted");
-    assert!(a.pool.ips.is_empty());
+    assert_eq!(a.pool.enis().len(), 0, "a deleted ENI was adopted");
+    assert_eq!(a.pool.ips().len(), 0);
 }
 
 #[test]
@@ -207,22 +211,25 @@ fn an_eni_detached_behind_our_back_is_withdrawn_and_readopted_when_back() {
         Instant::now(),
         tx,
     );
-    let held = a.pool.owner_ip(&Owner::parse("o/1").unwrap()).unwrap().v4;
+    let held = a.pool.owner_ip(&Owner::parse("o/1").unwrap()).unwrap().v4();
     // The cloud no longer lists the ENI as attached (it still exists).
     a.on_event(Event::Reconcile {
         started: Instant::now(),
         enis: Vec::new(),
         detached: Some(vec![ENI.into()]),
     });
-    assert_eq!(a.pool.ips.len(), 1, "idle addresses leave the pool");
+    assert_eq!(a.pool.ips().len(), 1, "idle addresses leave the pool");
     assert!(
-        a.pool.ips[&held].lost,
+        a.pool.ip(held).unwrap().lost(),
         "the owned one is never handed out again"
     );
-    assert!(a.pool.enis[ENI].at_limit, "nothing more is asked of it");
+    assert!(
+        a.pool.eni(ENI).unwrap().at_limit(),
+        "nothing more is asked of it"
+    );
     let other = Owner::parse("o/2").unwrap();
     assert_eq!(
-        a.pool.pick(&other, None),
+        pick(&a.pool, &other, None),
         None,
         "nothing from a vanished ENI"
     );
@@ -232,10 +239,10 @@ fn an_eni_detached_behind_our_back_is_withdrawn_and_readopted_when_back() {
         enis: vec![view(&[ip(1), ip(2), ip(3), ip(4)])],
         detached: None,
     });
-    assert!(!a.pool.enis[ENI].at_limit);
-    assert_eq!(a.pool.ips.len(), 4);
-    assert!(!a.pool.ips[&held].lost);
-    assert!(a.pool.pick(&other, None).is_some());
+    assert!(!a.pool.eni(ENI).unwrap().at_limit());
+    assert_eq!(a.pool.ips().len(), 4);
+    assert!(!a.pool.ip(held).unwrap().lost());
+    assert!(pick(&a.pool, &other, None).is_some());
 }
 
 #[test]
@@ -245,7 +252,7 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
     let (tx, _rx) = crossbeam_channel::bounded(1);
     a.clients()
         .alloc(o1.clone(), None, None, false, Instant::now(), tx);
-    let held = a.pool.owner_ip(&o1).unwrap().v4;
+    let held = a.pool.owner_ip(&o1).unwrap().v4();
     let slots = a.inflight.eni_slots();
     // Neither attached nor detached: the ENI is gone from the cloud.
     a.on_event(Event::Reconcile {
@@ -256,38 +263,40 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
     assert_eq!(a.inflight.eni_slots(), slots + 1, "its slot is free again");
     assert!(entries(&a).is_empty(), "not listed as a managed ENI");
     assert_eq!(a.status_counts().enis, 0);
-    assert_eq!(a.pool.ips.len(), 1, "only the owned address is kept");
-    assert!(a.pool.ips[&held].lost);
-    assert_eq!(a.pool.owner_ip(&o1).map(|ip| ip.v4), Some(held));
+    assert_eq!(a.pool.ips().len(), 1, "only the owned address is kept");
+    assert!(a.pool.ip(held).unwrap().lost());
+    assert_eq!(a.pool.owner_ip(&o1).map(PoolIp::v4), Some(held));
     // The vswitch gives the held address to a new ENI: it is not
     // adopted (two owners) while o/1 holds it.
     let mut new = view(&[ip(9), held]);
-    new.eni.id = "eni-0002".into();
+    new.eni.link.eni = "eni-0002".into();
     new.eni.primary_ip = ip(9);
     a.on_event(Event::Reconcile {
         started: Instant::now(),
         enis: vec![new.clone()],
         detached: Some(Vec::new()),
     });
-    assert_eq!(a.pool.ips[&held].eni, ENI, "still the old owner's");
+    assert_eq!(a.pool.ip(held).unwrap().eni(), ENI, "still the old owner's");
     assert!(
-        a.pool
-            .pick(&Owner::parse("o/2").unwrap(), Some(IpAddr::V4(held)))
-            != Some(held)
+        pick(
+            &a.pool,
+            &Owner::parse("o/2").unwrap(),
+            Some(IpAddr::V4(held))
+        ) != Some(held)
     );
     // Released: the deleted ENI is forgotten, and the next pass adopts
     // the address on its new ENI.
     let (tx, _rx) = crossbeam_channel::bounded(1);
     a.clients().release(o1, None, tx);
     a.step(Instant::now());
-    assert!(!a.pool.enis.contains_key(ENI), "forgotten");
+    assert!(!a.pool.enis().contains(ENI), "forgotten");
     std::thread::sleep(Duration::from_millis(2));
     a.on_event(Event::Reconcile {
         started: Instant::now(),
         enis: vec![new],
         detached: Some(Vec::new()),
     });
-    assert_eq!(a.pool.ips[&held].eni, "eni-0002");
+    assert_eq!(a.pool.ip(held).unwrap().eni(), "eni-0002");
     assert!(a.pool.check().is_ok(), "{:?}", a.pool.check());
 }
 
@@ -309,14 +318,14 @@ fn a_prefix_whose_assign_answer_was_lost_is_adopted_and_one_the_cloud_lost_dropp
         enis: vec![prefix_view(&base, &["10.0.0.16/28"])],
         detached: None,
     });
-    assert!(a.pool.enis[ENI].prefixes.contains(&p1));
-    assert_eq!(a.pool.ips.len(), 4 + 16);
-    assert!(p1.addresses().all(|x| a.pool.ips[&x].prefix == Some(p1)));
+    assert!(a.pool.eni(ENI).unwrap().prefixes().contains(&p1));
+    assert_eq!(a.pool.ips().len(), 4 + 16);
+    assert!(p1
+        .addresses()
+        .all(|x| a.pool.ip(x).unwrap().prefix() == Some(p1)));
     // Its members are never shed one by one; idle and whole, the
     // prefix goes back whole.
-    assert!(a
-        .pool
-        .shed_candidates(100)
+    assert!(crate::pool::shrink::shed_candidates(&a.pool, 100)
         .iter()
         .all(|(_, v)| v.iter().all(|x| !p1.contains(*x))));
     // p2 is known locally but the cloud no longer has it: dropped with
@@ -331,9 +340,9 @@ fn a_prefix_whose_assign_answer_was_lost_is_adopted_and_one_the_cloud_lost_dropp
         enis: vec![prefix_view(&base, &["10.0.0.16/28"])],
         detached: None,
     });
-    assert!(!a.pool.enis[ENI].prefixes.contains(&p2));
-    assert_eq!(a.pool.ips.len(), 4 + 16 + 1);
-    assert!(a.pool.ips[&p2.base()].lost);
+    assert!(!a.pool.eni(ENI).unwrap().prefixes().contains(&p2));
+    assert_eq!(a.pool.ips().len(), 4 + 16 + 1);
+    assert!(a.pool.ip(p2.base()).unwrap().lost());
     assert!(a.pool.check().is_ok(), "{:?}", a.pool.check());
     // A view read before a prefix went back does not bring it back.
     let started = Instant::now();
@@ -353,10 +362,10 @@ fn a_prefix_whose_assign_answer_was_lost_is_adopted_and_one_the_cloud_lost_dropp
         detached: None,
     });
     assert!(
-        !a.pool.enis[ENI].prefixes.contains(&p1),
+        !a.pool.eni(ENI).unwrap().prefixes().contains(&p1),
         "a gone prefix came back"
     );
-    assert!(members.iter().all(|x| !a.pool.ips.contains_key(x)));
+    assert!(members.iter().all(|x| a.pool.ip(*x).is_none()));
 }
 
 #[test]
@@ -365,16 +374,15 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
     let now_ms = unix_ms();
     assert_eq!(a.vsw.kind_on("vsw-a", now_ms), Kind::Prefix);
     // 15 IPv4 per ENI: 14 slots beside the primary, 3 used by singles.
-    let e = a.pool.enis[ENI].clone();
-    assert_eq!(a.planning().eni_room(&e.id, now_ms), 11 * 16);
+    assert_eq!(a.planning().eni_room(ENI, now_ms), 11 * 16);
     let (tx, rx) = crossbeam_channel::bounded(1);
     let w = a.demand.push(Ask::plain("o/w", tx), Instant::now());
     let t = a.demand.new_ticket(Some(w));
-    a.pool.enis.get_mut(ENI).unwrap().pending = 16;
-    a.pool.enis.get_mut(ENI).unwrap().pending_in_prefixes = 16;
-    let e = a.pool.enis[ENI].clone();
+    for _ in 0..16 {
+        a.pool.enis_mut().asked(ENI, true);
+    }
     assert_eq!(
-        a.planning().eni_room(&e.id, now_ms),
+        a.planning().eni_room(ENI, now_ms),
         10 * 16,
         "16 in flight take a slot"
     );
@@ -395,10 +403,10 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
     assert_eq!(a.demand.waiting(), 1);
     assert_eq!(a.demand.ticket_of(w), None);
     assert_eq!(a.vsw.kind_on("vsw-a", unix_ms()), Kind::Single);
-    let e = a.pool.enis[ENI].clone();
-    assert_eq!((e.pending, e.pending_in_prefixes), (15, 15));
+    let e = a.pool.eni(ENI).unwrap();
+    assert_eq!((e.pending(), e.pending_in_prefixes()), (15, 15));
     assert_eq!(
-        a.planning().eni_room(&e.id, unix_ms()),
+        a.planning().eni_room(ENI, unix_ms()),
         11 - 1,
         "one slot for 15 in flight"
     );

@@ -22,7 +22,8 @@ pub(super) fn eni_entries(
     let switches = vsw.switches();
     let inhibited = |v: &str| switches.inhibited_until(v, now_ms).map(|u| u / 1000);
     let fallback = |v: &str| vsw.kind_on(v, now_ms) == Kind::Single;
-    let mut out = pool.eni_entries(
+    let mut out = crate::pool::views::eni_entries(
+        pool,
         inhibited,
         prefix_mode.then_some(&fallback as &dyn Fn(&str) -> bool),
     );
@@ -67,11 +68,11 @@ pub(super) fn exhaustion_reason(
     if !inhibited.is_empty() && inhibited.len() == switches.ids().len() {
         return format!("no vswitch has free addresses ({})", inhibited.join(", "));
     }
-    let c = pool.counts();
+    let c = crate::pool::views::counts(pool);
     format!(
         "capacity reached: {} addresses on {} of {} ENIs ({} in use, {} reserved, {} cooling, {} requested)",
         c.ips,
-        pool.enis.len(),
+        pool.enis().len(),
         cap.usable_enis,
         c.inuse,
         c.reserved,

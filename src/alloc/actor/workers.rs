@@ -25,7 +25,7 @@ use super::vswstate::VswState;
 
 /// The call cap of `eni`'s vswitch now (`None`: `max_per_call`).
 pub(super) fn cap_of(pool: &PoolState, vsw: &VswState, eni: &str) -> Option<usize> {
-    pool.enis.get(eni).and_then(|e| vsw.call_cap(&e.vswitch))
+    pool.eni(eni).and_then(|e| vsw.call_cap(e.vswitch()))
 }
 
 /// The workers, by ENI.

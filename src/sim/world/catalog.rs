@@ -1,27 +1,21 @@
 //! Read-only descriptions: instance types, the instance, security
 //! groups, vswitches.
+//!
+//! [`Catalog`] borrows what they read: the account, the vswitches and the
+//! ENIs (an instance's primary ENI).
 
-use super::*;
+use serde_json::{json, Value};
 
-/// The account that owns everything (OwnerId, `owner-account-id`).
-pub(crate) const OWNER_ID: u64 = 1_234_567_890_123_456;
-/// The image the instance runs.
-pub(crate) const IMAGE_ID: &str = "aliyun_3_x64_20G_alibase_20240819.vhd";
+use super::account::{Account, OWNER_ID};
+use super::eni_table::SimEnis;
+use super::params::{err, int, invalid, list, missing, need, ApiError, Params};
+use super::vswitch::{Vsw, Vswitches};
 
-/// What the instance says about itself, the same in the OpenAPI and in
-/// metadata; derived from the instance id, so stable under a seed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Identity {
-    /// `iZ<id>Z`, as ECS names hosts by default.
-    pub(crate) hostname: String,
-    /// Defaults to the hostname, as on ECS.
-    pub(crate) instance_name: String,
-    /// A UUID.
-    pub(crate) serial_number: String,
-    /// The image.
-    pub(crate) image_id: &'static str,
-    /// The account.
-    pub(crate) owner_id: u64,
+/// What a description reads.
+pub(super) struct Catalog<'a> {
+    pub(super) account: &'a Account,
+    pub(super) vswitches: &'a Vswitches,
+    pub(super) enis: &'a SimEnis,
 }
 
 /// `a` with `b`'s keys added (two `json!` halves: one would pass the
@@ -33,37 +27,9 @@ fn merged(mut a: Value, b: Value) -> Value {
     a
 }
 
-impl World {
-    /// An instance's identity, derived from its id.
-    pub(crate) fn identity_of(&self, instance: &str) -> Identity {
-        let id = instance.trim_start_matches("i-");
-        let hostname = format!("iZ{id}Z");
-        let hex: String = instance
-            .bytes()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-            .chars()
-            .chain(std::iter::repeat('0'))
-            .take(32)
-            .collect();
-        let serial_number = format!(
-            "{}-{}-{}-{}-{}",
-            &hex[0..8],
-            &hex[8..12],
-            &hex[12..16],
-            &hex[16..20],
-            &hex[20..32]
-        );
-        Identity {
-            instance_name: hostname.clone(),
-            hostname,
-            serial_number,
-            image_id: IMAGE_ID,
-            owner_id: OWNER_ID,
-        }
-    }
-
-    pub(super) fn instance_types(&mut self, p: &Params) -> Result<Value, ApiError> {
+impl Catalog<'_> {
+    /// DescribeInstanceTypes.
+    pub(super) fn instance_types(&self, p: &Params) -> Result<Value, ApiError> {
         let wanted = list(p, "InstanceTypes", 10)?;
         let items: Vec<Value> = crate::sim::types::TYPES
             .iter()
@@ -115,29 +81,30 @@ impl World {
         Ok(json!({"NextToken": "", "InstanceTypes": {"InstanceType": items}}))
     }
 
-    pub(super) fn instance_attribute(&mut self, p: &Params) -> Result<Value, ApiError> {
+    /// DescribeInstanceAttribute.
+    pub(super) fn instance_attribute(&self, p: &Params) -> Result<Value, ApiError> {
         let i = need(p, "InstanceId")?.to_string();
-        if !self.is_instance(&i) {
+        if !self.account.is_instance(&i) {
             return Err(err(
                 404,
                 "InvalidInstanceId.NotFound",
                 "The specified InstanceId does not exist.",
             ));
         }
-        let itype = self.itype_of_instance(&i);
+        let itype = self.account.itype_of(Some(&i));
         let primary = self
             .enis
-            .values()
-            .find(|e| e.primary_eni && e.instance.as_deref() == Some(i.as_str()));
+            .all()
+            .find(|e| e.is_primary_eni() && e.instance() == Some(i.as_str()));
         let ip = primary
             .and_then(|e| e.primary_ip())
             .map(|a| a.to_string())
             .unwrap_or_default();
-        let vsw = primary.map(|e| e.vswitch.clone()).unwrap_or_default();
-        let me = self.identity_of(&i);
+        let vsw = primary.map(|e| e.vswitch().to_string()).unwrap_or_default();
+        let me = self.account.identity_of(&i);
         let basics = json!({"InstanceId": i, "InstanceName": me.instance_name, "HostName": me.hostname,
             "Description": "", "ImageId": me.image_id, "SerialNumber": me.serial_number,
-            "InstanceType": itype.id, "RegionId": self.cfg.region, "ZoneId": self.cfg.zone,
+            "InstanceType": itype.id, "RegionId": self.account.region(), "ZoneId": self.account.zone(),
             "Status": "Running", "StoppedMode": "Not-applicable", "ClusterId": "", "VlanId": "",
             "Cpu": itype.cpus, "Memory": itype.memory_gib * 1024, "InstanceNetworkType": "vpc",
             "CreationTime": day_ago(),
@@ -149,16 +116,18 @@ impl World {
             "NetworkOptions": {"BandwidthWeighting": "", "EnableJumboFrame": false, "EnableNetworkEncryption": false},
             "SecurityOptions": {"EnableSecureBoot": false},
             "DedicatedHostAttribute": {"DedicatedHostId": "", "DedicatedHostName": ""},
-            "SecurityGroupIds": {"SecurityGroupId": [self.sg_id]},
-            "VpcAttributes": {"VpcId": self.vpc_id, "VSwitchId": vsw, "NatIpAddress": "", "PrivateIpAddress": {"IpAddress": [ip]}},
+            "SecurityGroupIds": {"SecurityGroupId": [self.account.sg_id()]},
+            "VpcAttributes": {"VpcId": self.account.vpc_id(), "VSwitchId": vsw, "NatIpAddress": "", "PrivateIpAddress": {"IpAddress": [ip]}},
             "InnerIpAddress": {"IpAddress": []}, "PublicIpAddress": {"IpAddress": []},
             "EipAddress": {"IpAddress": "", "AllocationId": "", "InternetChargeType": "", "Bandwidth": 0},
             "OperationLocks": {"LockReason": []}});
         Ok(merged(basics, network))
     }
 
-    pub(super) fn security_groups(&mut self, p: &Params) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+    /// DescribeSecurityGroups: the one group.
+    pub(super) fn security_groups(&self, p: &Params) -> Result<Value, ApiError> {
+        self.account.check_region(p)?;
+        let (sg_id, vpc_id) = (self.account.sg_id(), self.account.vpc_id());
         let mut wanted: Vec<String> = match p.get("SecurityGroupIds").filter(|s| !s.is_empty()) {
             Some(j) => serde_json::from_str(j)
                 .map_err(|_| invalid("SecurityGroupIds", "expected a JSON array of ids"))?,
@@ -167,10 +136,10 @@ impl World {
         if let Some(one) = p.get("SecurityGroupId").filter(|s| !s.is_empty()) {
             wanted.push(one.clone());
         }
-        let items: Vec<Value> = if wanted.is_empty() || wanted.contains(&self.sg_id) {
+        let items: Vec<Value> = if wanted.is_empty() || wanted.iter().any(|w| w == sg_id) {
             vec![
-                json!({"SecurityGroupId": self.sg_id, "SecurityGroupName": "default", "Description": "",
-                "SecurityGroupType": "normal", "VpcId": self.vpc_id, "ServiceManaged": false, "Tags": {"Tag": []},
+                json!({"SecurityGroupId": sg_id, "SecurityGroupName": "default", "Description": "",
+                "SecurityGroupType": "normal", "VpcId": vpc_id, "ServiceManaged": false, "Tags": {"Tag": []},
                 "CreationTime": day_ago(), "ResourceGroupId": "", "ServiceID": 0,
                 // The one instance; a normal group holds 2000.
                 "EcsCount": 1, "AvailableInstanceAmount": 1999,
@@ -180,19 +149,20 @@ impl World {
             Vec::new()
         };
         Ok(
-            json!({"RegionId": self.cfg.region, "NextToken": "", "TotalCount": items.len(), "PageNumber": 1, "PageSize": 10,
+            json!({"RegionId": self.account.region(), "NextToken": "", "TotalCount": items.len(), "PageNumber": 1, "PageSize": 10,
             "SecurityGroups": {"SecurityGroup": items}}),
         )
     }
 
-    pub(super) fn describe_vswitches(&mut self, p: &Params) -> Result<Value, ApiError> {
+    /// DescribeVSwitches.
+    pub(super) fn describe_vswitches(&self, p: &Params) -> Result<Value, ApiError> {
         if p.get("RegionId").is_none_or(String::is_empty)
             && p.get("VpcId").is_none_or(String::is_empty)
         {
             return Err(missing("RegionId"));
         }
         if let Some(r) = p.get("RegionId").filter(|r| !r.is_empty()) {
-            if *r != self.cfg.region {
+            if r != self.account.region() {
                 return Err(err(
                     404,
                     "InvalidRegionId.NotFound",
@@ -205,21 +175,22 @@ impl World {
         let id = p.get("VSwitchId").filter(|s| !s.is_empty());
         let zone = p.get("ZoneId").filter(|s| !s.is_empty());
         let vpc = p.get("VpcId").filter(|s| !s.is_empty());
+        let vpc_id = self.account.vpc_id();
         let matched: Vec<&Vsw> = self
             .vswitches
             .iter()
-            .filter(|v| id.is_none_or(|i| *i == v.id))
-            .filter(|v| zone.is_none_or(|z| *z == v.zone))
-            .filter(|_| vpc.is_none_or(|x| *x == self.vpc_id))
+            .filter(|v| id.is_none_or(|i| i == v.id()))
+            .filter(|v| zone.is_none_or(|z| z == v.zone()))
+            .filter(|_| vpc.is_none_or(|x| x == vpc_id))
             .collect();
         let items: Vec<Value> = matched
             .iter()
             .skip((page - 1) * size)
             .take(size)
             .map(|v| {
-                json!({"VSwitchId": v.id, "VpcId": self.vpc_id, "Status": "Available", "CidrBlock": v.cidr.to_string(),
-                    "Ipv6CidrBlock": v.cidr6.map(|c| c.to_string()).unwrap_or_default(), "EnabledIpv6": v.cidr6.is_some(),
-                    "ZoneId": v.zone, "AvailableIpAddressCount": v.free, "VSwitchName": v.id, "Description": "",
+                json!({"VSwitchId": v.id(), "VpcId": vpc_id, "Status": "Available", "CidrBlock": v.cidr().to_string(),
+                    "Ipv6CidrBlock": v.cidr6().map(|c| c.to_string()).unwrap_or_default(), "EnabledIpv6": v.cidr6().is_some(),
+                    "ZoneId": v.zone(), "AvailableIpAddressCount": v.free(), "VSwitchName": v.id(), "Description": "",
                     "IsDefault": false, "OwnerId": OWNER_ID, "ResourceGroupId": "", "ShareType": "",
                     "CreationTime": day_ago(), "NetworkAclId": "",
                     "RouteTable": {"RouteTableId": "vtb-sim", "RouteTableType": "System"}, "Tags": {"Tag": []}})

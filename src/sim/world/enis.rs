@@ -1,44 +1,48 @@
-//! The dispatcher and the ENI actions: create, attach, detach, delete,
-//! describe.
+//! The ENI actions: create, attach, detach, delete, describe.
+//!
+//! [`EniActions`] borrows the parts they touch: the account (region,
+//! instances, security group), the vswitches an ENI's addresses come from
+//! and go back to, and the ENIs.
 
-use super::*;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::{Duration, Instant};
 
-impl World {
-    /// Runs one action (already authenticated). `Ok` is the answer body
-    /// without RequestId.
-    pub(crate) fn act(
-        &mut self,
-        action: &str,
-        version: &str,
-        p: &Params,
-        now: Instant,
-    ) -> Result<Value, ApiError> {
-        self.settle(now);
-        match (version, action) {
-            ("2014-05-26", "CreateNetworkInterface") => self.create(p, now),
-            ("2014-05-26", "AttachNetworkInterface") => self.attach(p, now),
-            ("2014-05-26", "DetachNetworkInterface") => self.detach(p, now),
-            ("2014-05-26", "DeleteNetworkInterface") => self.delete(p, now),
-            ("2014-05-26", "DescribeNetworkInterfaces") => self.describe(p),
-            ("2014-05-26", "AssignPrivateIpAddresses") => self.assign4(p, now),
-            ("2014-05-26", "UnassignPrivateIpAddresses") => self.unassign4(p, now),
-            ("2014-05-26", "AssignIpv6Addresses") => self.assign6(p, now),
-            ("2014-05-26", "UnassignIpv6Addresses") => self.unassign6(p, now),
-            ("2014-05-26", "DescribeInstanceTypes") => self.instance_types(p),
-            ("2014-05-26", "DescribeInstanceAttribute") => self.instance_attribute(p),
-            ("2014-05-26", "DescribeSecurityGroups") => self.security_groups(p),
-            ("2014-05-26", "TagResources") => self.tag_resources(p),
-            ("2014-05-26", "UntagResources") => self.untag_resources(p),
-            ("2014-05-26", "ListTagResources") => self.list_tag_resources(p),
-            ("2016-04-28", "DescribeVSwitches") => self.describe_vswitches(p),
-            _ => Err(err(
-                404,
-                "InvalidApi.NotFound",
-                format!("Specified api is not found, please check your url and method. ({action}, version {version})"),
-            )),
-        }
-    }
+use serde_json::{json, Value};
 
+use super::account::Account;
+use super::eni_table::SimEnis;
+use super::params::{
+    asked, err, int, invalid, list, missing, mixed_prefixes, need, prefix_request, tags,
+    tags_match, ApiError, Asked, Params,
+};
+use super::sim_eni::{NewEni, SimEni};
+use super::vswitch::Vswitches;
+use crate::cloud::EniStatus;
+use crate::util::rand::Rng;
+
+/// What a create took of its vswitch.
+struct Taken {
+    /// Addresses, the primary first.
+    v4: Vec<Ipv4Addr>,
+    /// /28s by network address.
+    v4p: Vec<Ipv4Addr>,
+    /// IPv6 addresses.
+    v6: Vec<Ipv6Addr>,
+}
+
+/// The parts an ENI action touches.
+pub(super) struct EniActions<'a> {
+    pub(super) account: &'a Account,
+    pub(super) rng: &'a mut Rng,
+    pub(super) vswitches: &'a mut Vswitches,
+    pub(super) enis: &'a mut SimEnis,
+    /// How long an attach, detach or delete takes.
+    pub(super) attach_delay: Duration,
+    /// How long metadata lags (a deleted ENI lingers that long).
+    pub(super) metadata_lag: Duration,
+}
+
+impl EniActions<'_> {
     /// The security groups of a CreateNetworkInterface
     /// (`SecurityGroupId` or `SecurityGroupIds.N`), each one that exists.
     fn create_sgs(&self, p: &Params) -> Result<Vec<String>, ApiError> {
@@ -55,7 +59,7 @@ impl World {
         if sgs.is_empty() {
             return Err(missing("SecurityGroupId"));
         }
-        if let Some(bad) = sgs.iter().find(|s| **s != self.sg_id) {
+        if let Some(bad) = sgs.iter().find(|s| *s != self.account.sg_id()) {
             return Err(err(
                 404,
                 "InvalidSecurityGroupId.NotFound",
@@ -65,15 +69,17 @@ impl World {
         Ok(sgs)
     }
 
+    /// CreateNetworkInterface: the primary address, then the secondaries
+    /// or the /28s, then the IPv6 addresses, all or none.
     pub(super) fn create(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         let vsw = need(p, "VSwitchId")?.to_string();
         let sgs = self.create_sgs(p)?;
         let asked4 = asked(p, "PrivateIpAddress", "SecondaryPrivateIpAddressCount")?;
         let secondary = asked4.as_ref().map_or(0, Asked::len);
-        let prefix_req = Self::prefix_request(p)?;
+        let prefix_req = prefix_request(p)?;
         if prefix_req.is_some() && secondary > 0 {
-            return Err(Self::mixed_prefixes());
+            return Err(mixed_prefixes());
         }
         let n_prefixes = prefix_req.as_ref().map_or(0, Asked::len);
         let asked6 = asked(p, "Ipv6Address", "Ipv6AddressCount")?;
@@ -82,18 +88,18 @@ impl World {
         let tags = tags(p)?;
         let description = create_description(p)?;
         let name = p.get("NetworkInterfaceName").cloned().unwrap_or_default();
-        if self.vswitches.iter().all(|v| v.id != vsw) {
+        let Some(zone) = self.vswitches.get(&vsw).map(|v| v.zone().to_string()) else {
             return Err(err(
                 404,
                 "InvalidVSwitchId.NotFound",
                 format!("The specified VSwitch \"{vsw}\" does not exist."),
             ));
-        }
+        };
         if v6 > 0
             && self
                 .vswitches
-                .iter()
-                .any(|v| v.id == vsw && v.cidr6.is_none())
+                .get(&vsw)
+                .is_some_and(|v| v.cidr6().is_none())
         {
             return Err(err(
                 403,
@@ -101,179 +107,139 @@ impl World {
                 format!("The VSwitch \"{vsw}\" does not have IPv6 enabled."),
             ));
         }
-        if secondary + n_prefixes + 1 > self.cfg.itype.ipv4_per_eni as usize {
+        if secondary + n_prefixes + 1 > self.account.itype().ipv4_per_eni as usize {
             return Err(err(
                 403,
                 "InvalidOperation.Ipv4CountExceeded",
                 "The number of private IPv4 addresses on the ENI exceeds the upper limit.",
             ));
         }
-        // The primary first, then the secondaries, all or nothing.
+        let taken = self.take_for_create(&vsw, (primary, asked4), prefix_req, asked6)?;
+        let id = self.account.new_id("eni", self.rng);
+        let mac = self.enis.new_mac(self.rng);
+        let eni = SimEni::created(
+            id,
+            mac,
+            NewEni {
+                vswitch: vsw,
+                v4: taken.v4,
+                v6: taken.v6,
+                v4p: taken.v4p,
+                tags,
+                sgs,
+                description,
+                name,
+            },
+            now,
+        );
+        let body = eni.describe(&zone, self.account.vpc_id());
+        self.enis.insert(eni);
+        Ok(body)
+    }
+
+    /// The addresses, /28s and IPv6 addresses a create asks of `vsw`: all,
+    /// or none (what was taken before a refusal goes back).
+    fn take_for_create(
+        &mut self,
+        vsw: &str,
+        (primary, asked4): (Option<String>, Option<Asked>),
+        prefixes: Option<Asked>,
+        asked6: Option<Asked>,
+    ) -> Result<Taken, ApiError> {
         let mut v4 = match &primary {
-            Some(ip) => self.take_specific(&vsw, std::slice::from_ref(ip))?,
-            None => self.take_v4(&vsw, 1)?,
+            Some(ip) => self
+                .vswitches
+                .or_404(vsw)?
+                .take_specific_v4(std::slice::from_ref(ip))?,
+            None => self.vswitches.take_v4(self.rng, vsw, 1)?,
         };
         let more = match &asked4 {
-            Some(Asked::List(l)) => self.take_specific(&vsw, l),
-            _ => self.take_v4(&vsw, secondary),
+            Some(Asked::List(l)) => self
+                .vswitches
+                .or_404(vsw)
+                .and_then(|v| v.take_specific_v4(l)),
+            Some(Asked::Count(n)) => self.vswitches.take_v4(self.rng, vsw, *n),
+            None => self.vswitches.take_v4(self.rng, vsw, 0),
         };
         match more {
             Ok(m) => v4.extend(m),
             Err(e) => {
-                self.give_v4(&vsw, &v4);
+                self.vswitches.give(vsw, &v4, &[], &[]);
                 return Err(e);
             }
         }
-        let v4p = match &prefix_req {
+        let v4p = match &prefixes {
             None => Vec::new(),
-            Some(req) => match self.take_prefix_request(&vsw, req) {
+            Some(req) => match self.vswitches.take_prefixes(self.rng, vsw, req) {
                 Ok(b) => b,
                 Err(e) => {
-                    self.give_v4(&vsw, &v4);
+                    self.vswitches.give(vsw, &v4, &[], &[]);
                     return Err(e);
                 }
             },
         };
         let taken6 = match &asked6 {
-            Some(Asked::List(l)) => self.take_specific_v6(&vsw, l),
-            _ => self.take_v6(&vsw, v6),
+            Some(Asked::List(l)) => self
+                .vswitches
+                .or_404(vsw)
+                .and_then(|v| v.take_specific_v6(l)),
+            Some(Asked::Count(n)) => self.vswitches.take_v6(self.rng, vsw, *n),
+            None => self.vswitches.take_v6(self.rng, vsw, 0),
         };
-        let v6s = match taken6 {
-            Ok(v) => v,
+        match taken6 {
+            Ok(v6) => Ok(Taken { v4, v4p, v6 }),
             Err(e) => {
-                self.give_v4(&vsw, &v4);
-                self.give_prefixes(&vsw, &v4p);
-                return Err(e);
+                self.vswitches.give(vsw, &v4, &[], &v4p);
+                Err(e)
             }
-        };
-        let id = self.new_eni_id();
-        let mac = self.new_mac();
-        let eni = SimEni {
-            id: id.clone(),
-            mac,
-            vswitch: vsw,
-            status: EniStatus::Available,
-            pending: None,
-            instance: None,
-            primary_eni: false,
-            v4: new_addrs(&v4, now, true),
-            v6: new_addrs(&v6s, now, false),
-            v4p: new_addrs(&v4p, now, false),
-            tags,
-            sgs,
-            created: crate::util::time::unix_secs(),
-            description,
-            name,
-            attached_since: None,
-            detach_started: None,
-            detached_from: None,
-            deleted_at: None,
-        };
-        let body = self.eni_json(&eni);
-        self.enis.insert(id, eni);
-        Ok(body)
-    }
-
-    pub(super) fn instance_check(&self, p: &Params) -> Result<(), ApiError> {
-        let i = need(p, "InstanceId")?;
-        if !self.is_instance(i) {
-            return Err(err(
-                404,
-                "InvalidEcsId.NotFound",
-                format!("The specified InstanceId \"{i}\" does not exist."),
-            ));
         }
-        Ok(())
     }
 
+    /// AttachNetworkInterface: refused beyond the instance type's ENIs.
     pub(super) fn attach(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
-        self.instance_check(p)?;
-        let e = self.eni(&id)?;
-        Self::not_busy(e)?;
-        if e.status != EniStatus::Available {
-            return Err(Self::state_error("Available", &e.status));
-        }
+        self.account.check_instance(p)?;
+        self.enis.get(&id)?.attachable()?;
         let instance = need(p, "InstanceId")?.to_string();
-        let attached = self
-            .enis
-            .values()
-            .filter(|e| e.deleted_at.is_none() && e.instance.as_deref() == Some(&instance))
-            .count();
-        if attached >= self.itype_of_instance(&instance).enis as usize {
+        let itype = self.account.itype_of(Some(&instance));
+        if self.enis.attached_to(&instance) >= itype.enis as usize {
             return Err(err(
                 403,
                 "EniPerInstanceLimitExceeded",
                 "The number of ENIs attached to the instance has reached the upper limit.",
             ));
         }
-        let delay = self.cfg.attach_delay;
-        let e = self.eni_mut(&id)?;
-        e.instance = Some(instance);
-        if delay.is_zero() {
-            e.status = EniStatus::InUse;
-            e.attached_since = Some(now);
-            e.detach_started = None;
-        } else {
-            e.status = EniStatus::Attaching;
-            e.pending = Some((EniStatus::InUse, now + delay));
-        }
+        self.enis
+            .get_mut(&id)?
+            .attach(&instance, now, self.attach_delay)?;
         Ok(json!({}))
     }
 
+    /// DetachNetworkInterface.
     pub(super) fn detach(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
-        self.instance_check(p)?;
-        let e = self.eni(&id)?;
-        if e.primary_eni {
-            return Err(err(
-                400,
-                "InvalidOperation.DetachPrimaryEniNotAllowed",
-                "The primary ENI cannot be detached.",
-            ));
-        }
-        Self::not_busy(e)?;
-        if e.status != EniStatus::InUse {
-            return Err(Self::state_error("InUse", &e.status));
-        }
-        let delay = self.cfg.attach_delay;
-        let e = self.eni_mut(&id)?;
-        e.detach_started = Some(now);
-        e.detached_from = e
-            .instance
-            .clone()
-            .zip(e.attached_since)
-            .map(|(i, a)| (i, a, now));
-        if delay.is_zero() {
-            e.status = EniStatus::Available;
-            e.instance = None;
-        } else {
-            e.status = EniStatus::Detaching;
-            e.pending = Some((EniStatus::Available, now + delay));
-        }
+        self.account.check_instance(p)?;
+        self.enis.get_mut(&id)?.detach(now, self.attach_delay)?;
         Ok(json!({}))
     }
 
+    /// DeleteNetworkInterface: with no attach delay, gone (and its
+    /// addresses back in its vswitch) at once.
     pub(super) fn delete(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
-        let e = self.eni(&id)?;
-        Self::not_busy(e)?;
-        if e.status != EniStatus::Available || e.primary_eni {
-            return Err(Self::state_error("Available", &e.status));
+        self.enis.get_mut(&id)?.delete(now, self.attach_delay)?;
+        for (vsw, v4, v6, v4p) in self.enis.settle(now, self.metadata_lag) {
+            self.vswitches.give(&vsw, &v4, &v6, &v4p);
         }
-        let delay = self.cfg.attach_delay;
-        let e = self.eni_mut(&id)?;
-        e.status = EniStatus::Deleting;
-        e.pending = Some((EniStatus::Other("Gone".into()), now + delay));
-        self.settle(now);
         Ok(json!({}))
     }
 
+    /// DescribeNetworkInterfaces, with its filters and both ways of paging.
     pub(super) fn describe(&mut self, p: &Params) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         let ids = list(p, "NetworkInterfaceId", 100)?;
         let ips = list(p, "PrivateIpAddress", 100)?;
         let tags = tags(p)?;
@@ -294,25 +260,21 @@ impl World {
             filter("PrimaryIpAddress"),
             filter("VpcId"),
         );
+        let vpc_id = self.account.vpc_id();
         let matched: Vec<&SimEni> = self
             .enis
-            .values()
-            .filter(|e| e.deleted_at.is_none())
-            .filter(|e| ids.is_empty() || ids.contains(&e.id))
-            .filter(|e| ips.is_empty() || e.live_v4().any(|a| ips.contains(&a.ip.to_string())))
-            .filter(|e| tags_match(&tags, &e.tags))
-            .filter(|e| status.as_deref().is_none_or(|s| e.status.as_str() == s))
-            .filter(|e| {
-                instance
-                    .as_deref()
-                    .is_none_or(|i| e.instance.as_deref() == Some(i))
-            })
-            .filter(|e| vswitch.as_deref().is_none_or(|v| e.vswitch == v))
-            .filter(|_| vpc.as_deref().is_none_or(|v| v == self.vpc_id))
+            .live()
+            .filter(|e| ids.is_empty() || ids.iter().any(|i| i == e.id()))
+            .filter(|e| ips.is_empty() || e.live_v4().any(|a| ips.contains(&a.to_string())))
+            .filter(|e| tags_match(&tags, e.tags()))
+            .filter(|e| status.as_deref().is_none_or(|s| e.status().as_str() == s))
+            .filter(|e| instance.as_deref().is_none_or(|i| e.instance() == Some(i)))
+            .filter(|e| vswitch.as_deref().is_none_or(|v| e.vswitch() == v))
+            .filter(|_| vpc.as_deref().is_none_or(|v| v == vpc_id))
             .filter(|e| {
                 eni_type
                     .as_deref()
-                    .is_none_or(|t| (t == "Primary") == e.primary_eni)
+                    .is_none_or(|t| (t == "Primary") == e.is_primary_eni())
             })
             .filter(|e| {
                 primary_ip
@@ -328,7 +290,7 @@ impl World {
                 .iter()
                 .skip((page - 1) * size)
                 .take(size)
-                .map(|e| self.eni_json(e))
+                .map(|e| self.describe_one(e))
                 .collect();
             return Ok(
                 json!({"TotalCount": total, "PageNumber": page, "PageSize": size,
@@ -354,7 +316,7 @@ impl World {
         let end = (start + max).min(total);
         let items: Vec<Value> = matched[start..end]
             .iter()
-            .map(|e| self.eni_json(e))
+            .map(|e| self.describe_one(e))
             .collect();
         let next = if end < total {
             format!("nt-{end}")
@@ -365,6 +327,12 @@ impl World {
             json!({"NextToken": next, "TotalCount": total, "PageNumber": start / max + 1, "PageSize": max,
                 "NetworkInterfaceSets": {"NetworkInterfaceSet": items}}),
         )
+    }
+
+    /// One ENI as DescribeNetworkInterfaces shows it.
+    fn describe_one(&self, e: &SimEni) -> Value {
+        let zone = self.vswitches.get(e.vswitch()).map_or("", |v| v.zone());
+        e.describe(zone, self.account.vpc_id())
     }
 }
 
@@ -386,21 +354,21 @@ fn create_description(p: &Params) -> Result<String, ApiError> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
-    use super::super::World;
-    use super::*;
+    use super::super::{Params, World};
 
     #[test]
     fn metadata_lags_a_detach_as_it_lags_an_attach() {
         let lag = Duration::from_secs(5);
-        let mut w = World::for_tests(lag);
+        let mut w = World::for_tests(lag, 7);
         let params = |kv: &[(&str, &str)]| -> Params {
             kv.iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
-        let (inst, sg) = (w.instance_id.clone(), w.sg_id.clone());
+        let inst = w.account().instance_id().to_string();
+        let sg = w.account().sg_id().to_string();
         let t0 = Instant::now();
         let made = w
             .act(

@@ -1,45 +1,68 @@
-//! Assigning and unassigning IPv4 and IPv6 addresses.
+//! Assigning and unassigning IPv4 addresses, IPv6 addresses and IPv4 /28
+//! prefixes.
+//!
+//! A prefix takes one slot of the ENI's IPv4 quota, the primary address
+//! included, and 16 addresses of its vswitch (see [`super::vswitch`]).
+//! Assumptions where public material is silent (documented in
+//! eniip-sim(1)): an unknown prefix in `Ipv4Prefix.N` of an unassign
+//! answers `InvalidIp.IpUnassigned` like an unknown address; mixing
+//! prefixes and single addresses in one call is `InvalidParameter`.
+//!
+//! [`AddressActions`] borrows the parts these touch: the account (region,
+//! instance types), the vswitches and the ENIs.
 
-use super::*;
+use std::time::Instant;
 
-impl World {
-    pub(super) fn assignable(&self, id: &str) -> Result<(), ApiError> {
-        let e = self.eni(id)?;
-        Self::not_busy(e)?;
-        if !matches!(e.status, EniStatus::Available | EniStatus::InUse) {
-            return Err(Self::state_error("Available or InUse", &e.status));
-        }
-        Ok(())
-    }
+use serde_json::{json, Value};
 
+use super::account::Account;
+use super::eni_table::SimEnis;
+use super::params::{
+    asked, err, list, missing, mixed_prefixes, need, prefix_request, ApiError, Asked, Params,
+};
+use super::vswitch::Vswitches;
+use crate::util::rand::Rng;
+
+/// The parts an address action touches.
+pub(super) struct AddressActions<'a> {
+    pub(super) account: &'a Account,
+    pub(super) rng: &'a mut Rng,
+    pub(super) vswitches: &'a mut Vswitches,
+    pub(super) enis: &'a mut SimEnis,
+}
+
+fn v4_exceeded() -> ApiError {
+    err(
+        403,
+        "InvalidOperation.Ipv4CountExceeded",
+        "The number of private IPv4 addresses on the ENI exceeds the upper limit.",
+    )
+}
+
+impl AddressActions<'_> {
+    /// AssignPrivateIpAddresses: secondary addresses, or /28s.
     pub(super) fn assign4(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
         let asked4 = asked(p, "PrivateIpAddress", "SecondaryPrivateIpAddressCount")?;
-        if let Some(req) = Self::prefix_request(p)? {
+        if let Some(req) = prefix_request(p)? {
             if asked4.is_some() {
-                return Err(Self::mixed_prefixes());
+                return Err(mixed_prefixes());
             }
-            return self.assign_prefixes(&id, req, now);
+            return self.assign_prefixes(&id, &req, now);
         }
         let asked4 = asked4.ok_or_else(|| missing("SecondaryPrivateIpAddressCount"))?;
-        let n = asked4.len();
-        self.assignable(&id)?;
-        let e = self.eni(&id)?;
-        if Self::v4_slots(e) + n > self.itype_of(e).ipv4_per_eni as usize {
-            return Err(err(
-                403,
-                "InvalidOperation.Ipv4CountExceeded",
-                "The number of private IPv4 addresses on the ENI exceeds the upper limit.",
-            ));
+        let e = self.enis.get(&id)?;
+        e.assignable()?;
+        if e.v4_slots() + asked4.len() > self.account.itype_of(e.instance()).ipv4_per_eni as usize {
+            return Err(v4_exceeded());
         }
-        let vsw = e.vswitch.clone();
+        let vsw = e.vswitch().to_string();
         let ips = match &asked4 {
-            Asked::List(l) => self.take_specific(&vsw, l)?,
-            Asked::Count(n) => self.take_v4(&vsw, *n)?,
+            Asked::List(l) => self.vswitches.or_404(&vsw)?.take_specific_v4(l)?,
+            Asked::Count(n) => self.vswitches.take_v4(self.rng, &vsw, *n)?,
         };
-        let e = self.eni_mut(&id)?;
-        e.v4.extend(new_addrs(&ips, now, false));
+        self.enis.get_mut(&id)?.add(&ips, &[], &[], now);
         Ok(
             json!({"AssignedPrivateIpAddressesSet": {"NetworkInterfaceId": id,
             "PrivateIpSet": {"PrivateIpAddress": ips.iter().map(|a| a.to_string()).collect::<Vec<_>>()},
@@ -47,181 +70,91 @@ impl World {
         )
     }
 
-    pub(super) fn take_specific(
-        &mut self,
-        vsw: &str,
-        wanted: &[String],
-    ) -> Result<Vec<Ipv4Addr>, ApiError> {
-        let v = self
-            .vsw_mut(vsw)
-            .ok_or_else(|| err(404, "InvalidVSwitchId.NotFound", vsw.to_string()))?;
-        let mut offs = Vec::new();
-        for w in wanted {
-            let ip: Ipv4Addr = w.parse().map_err(|_| {
-                err(
-                    403,
-                    "InvalidIp.Address",
-                    format!("The specified IP \"{w}\" is not valid."),
-                )
-            })?;
-            let off = u64::from(u32::from(ip).wrapping_sub(v.cidr.base));
-            if !v.cidr.contains(ip) || !v.cidr.usable().contains(&off) {
-                return Err(err(
-                    403,
-                    "InvalidVSwitchId.IpInvalid",
-                    format!("The specified IP \"{w}\" is not in the VSwitch."),
-                ));
-            }
-            if v.used.contains(&off) || offs.contains(&off) {
-                return Err(err(
-                    403,
-                    "InvalidIp.IpAssigned",
-                    format!("The specified IP \"{w}\" is already assigned."),
-                ));
-            }
-            offs.push(off);
-        }
-        if v.free < offs.len() as u64 {
-            return Err(err(
-                403,
-                "InvalidVSwitchId.IpNotEnough",
-                format!("The specified VSwitch \"{vsw}\" has not enough IpAddress."),
-            ));
-        }
-        v.free -= offs.len() as u64;
-        Ok(offs
-            .into_iter()
-            .map(|o| {
-                v.used.insert(o);
-                v.cidr.at(o)
-            })
-            .collect())
-    }
-
-    /// Takes the given IPv6 addresses from a vswitch, all or none.
-    pub(super) fn take_specific_v6(
-        &mut self,
-        vsw: &str,
-        wanted: &[String],
-    ) -> Result<Vec<Ipv6Addr>, ApiError> {
-        let v = self
-            .vsw_mut(vsw)
-            .ok_or_else(|| err(404, "InvalidVSwitchId.NotFound", vsw.to_string()))?;
-        let Some(net) = v.cidr6 else {
-            return Err(err(
-                403,
-                "InvalidVSwitch.Ipv6NotTurnOn",
-                format!("The VSwitch \"{vsw}\" does not have IPv6 enabled."),
-            ));
-        };
-        let host_mask = !(u128::MAX << (128 - net.prefix));
-        let mut hosts = Vec::new();
-        for w in wanted {
-            let ip: Ipv6Addr = w.parse().map_err(|_| {
-                err(
-                    403,
-                    "InvalidIp.Address",
-                    format!("The specified IP \"{w}\" is not valid."),
-                )
-            })?;
-            let host = u128::from(ip) & host_mask;
-            if u128::from(ip) & !host_mask != net.base || host < 16 || host >= host_mask - 16 {
-                return Err(err(
-                    403,
-                    "InvalidVSwitchId.IpInvalid",
-                    format!("The specified IP \"{w}\" is not in the VSwitch."),
-                ));
-            }
-            if v.used6.contains(&host) || hosts.contains(&host) {
-                return Err(err(
-                    403,
-                    "InvalidIp.IpAssigned",
-                    format!("The specified IP \"{w}\" is already assigned."),
-                ));
-            }
-            hosts.push(host);
-        }
-        Ok(hosts
-            .into_iter()
-            .map(|h| {
-                v.used6.insert(h);
-                net.at(h)
-            })
-            .collect())
-    }
-
+    /// UnassignPrivateIpAddresses: secondary addresses, or /28s, all or
+    /// none.
     pub(super) fn unassign4(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
         let ips = list(p, "PrivateIpAddress", 50)?;
         let prefixes = list(p, "Ipv4Prefix", 10)?;
         if !prefixes.is_empty() {
             if !ips.is_empty() {
-                return Err(Self::mixed_prefixes());
+                return Err(mixed_prefixes());
             }
-            return self.unassign_prefixes(&id, &prefixes, now);
+            let e = self.enis.get_mut(&id)?;
+            let gone = e.unassign_v4p(&prefixes, now)?;
+            let vsw = e.vswitch().to_string();
+            self.vswitches.give(&vsw, &[], &[], &gone);
+            return Ok(json!({}));
         }
         if ips.is_empty() {
             return Err(missing("PrivateIpAddress.1"));
         }
-        self.assignable(&id)?;
-        let e = self.eni(&id)?;
-        // The primary address is never unassigned: named, it is "not
-        // assigned" like any stranger.
-        let gone = Addr::assigned(
-            &e.v4,
-            &ips,
-            |a, s| !a.primary && a.ip.to_string() == s,
-            "IP",
-        )?;
-        let vsw = e.vswitch.clone();
-        Addr::remove(&mut self.eni_mut(&id)?.v4, &gone, now);
-        self.give_v4(&vsw, &gone);
+        let e = self.enis.get_mut(&id)?;
+        let gone = e.unassign_v4(&ips, now)?;
+        let vsw = e.vswitch().to_string();
+        self.vswitches.give(&vsw, &gone, &[], &[]);
         Ok(json!({}))
     }
 
+    /// AssignIpv6Addresses.
     pub(super) fn assign6(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
         let asked6 = asked(p, "Ipv6Address", "Ipv6AddressCount")?
             .ok_or_else(|| missing("Ipv6AddressCount"))?;
-        let n = asked6.len();
-        self.assignable(&id)?;
-        let e = self.eni(&id)?;
-        if e.live_v6().count() + n > self.itype_of(e).ipv6_per_eni as usize {
+        let e = self.enis.get(&id)?;
+        e.assignable()?;
+        if e.live_v6().count() + asked6.len()
+            > self.account.itype_of(e.instance()).ipv6_per_eni as usize
+        {
             return Err(err(
                 403,
                 "InvalidOperation.Ipv6CountExceeded",
                 "The number of IPv6 addresses on the ENI exceeds the upper limit.",
             ));
         }
-        let vsw = e.vswitch.clone();
+        let vsw = e.vswitch().to_string();
         let ips = match &asked6 {
-            Asked::List(l) => self.take_specific_v6(&vsw, l)?,
-            Asked::Count(n) => self.take_v6(&vsw, *n)?,
+            Asked::List(l) => self.vswitches.or_404(&vsw)?.take_specific_v6(l)?,
+            Asked::Count(n) => self.vswitches.take_v6(self.rng, &vsw, *n)?,
         };
-        let e = self.eni_mut(&id)?;
-        e.v6.extend(new_addrs(&ips, now, false));
+        self.enis.get_mut(&id)?.add(&[], &ips, &[], now);
         Ok(
             json!({"NetworkInterfaceId": id, "Ipv6Sets": {"Ipv6Address": ips.iter().map(|a| a.to_string()).collect::<Vec<_>>()},
             "Ipv6PrefixSets": {"Ipv6Prefix": []}}),
         )
     }
 
+    /// UnassignIpv6Addresses, all or none.
     pub(super) fn unassign6(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
         let ips = list(p, "Ipv6Address", 50)?;
         if ips.is_empty() {
             return Err(missing("Ipv6Address.1"));
         }
-        self.assignable(&id)?;
-        let e = self.eni(&id)?;
-        let names = |a: &Addr<Ipv6Addr>, s: &str| s.parse::<Ipv6Addr>().ok() == Some(a.ip);
-        let gone = Addr::assigned(&e.v6, &ips, names, "IP")?;
-        let vsw = e.vswitch.clone();
-        Addr::remove(&mut self.eni_mut(&id)?.v6, &gone, now);
-        self.give_v6(&vsw, &gone);
+        let e = self.enis.get_mut(&id)?;
+        let gone = e.unassign_v6(&ips, now)?;
+        let vsw = e.vswitch().to_string();
+        self.vswitches.give(&vsw, &[], &gone, &[]);
         Ok(json!({}))
+    }
+
+    /// AssignPrivateIpAddresses with `Ipv4PrefixCount` or `Ipv4Prefix.N`.
+    fn assign_prefixes(&mut self, id: &str, req: &Asked, now: Instant) -> Result<Value, ApiError> {
+        let e = self.enis.get(id)?;
+        e.assignable()?;
+        if e.v4_slots() + req.len() > self.account.itype_of(e.instance()).ipv4_per_eni as usize {
+            return Err(v4_exceeded());
+        }
+        let vsw = e.vswitch().to_string();
+        let bases = self.vswitches.take_prefixes(self.rng, &vsw, req)?;
+        self.enis.get_mut(id)?.add(&[], &[], &bases, now);
+        Ok(
+            json!({"AssignedPrivateIpAddressesSet": {"NetworkInterfaceId": id,
+            "PrivateIpSet": {"PrivateIpAddress": []},
+            "Ipv4PrefixSet": {"Ipv4Prefixes": bases.iter().map(|b| format!("{b}/28")).collect::<Vec<_>>()}}}),
+        )
     }
 }

@@ -219,3 +219,17 @@ pub(super) fn tags(p: &Params) -> Result<Vec<(String, String)>, ApiError> {
     }
     Ok(out)
 }
+
+/// The prefix parameters of a call (`Ipv4PrefixCount` or `Ipv4Prefix.N`),
+/// if any; both forms at once is refused as the real API does.
+pub(super) fn prefix_request(p: &Params) -> Result<Option<Asked>, ApiError> {
+    asked(p, "Ipv4Prefix", "Ipv4PrefixCount")
+}
+
+/// The answer to a call that mixes prefixes and single addresses.
+pub(super) fn mixed_prefixes() -> ApiError {
+    invalid(
+        "Ipv4Prefix",
+        "IPv4 prefixes and private IP addresses cannot be given in one call",
+    )
+}

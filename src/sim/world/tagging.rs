@@ -3,8 +3,15 @@
 //! 1..20 tags per call, 20 tags per resource, keys 1..128 characters not
 //! starting with `aliyun` or `acs:` and without `http://`/`https://`,
 //! values up to 128 characters.
+//!
+//! [`Tagging`] borrows what tagging touches: the account (its region) and
+//! the ENIs.
 
-use super::*;
+use serde_json::{json, Value};
+
+use super::account::Account;
+use super::eni_table::SimEnis;
+use super::params::{err, list, missing, need, tags, tags_match, ApiError, Params};
 
 /// Tags a resource may carry at most.
 const MAX_TAGS_PER_RESOURCE: usize = 20;
@@ -31,14 +38,20 @@ fn malformed_key(k: &str) -> bool {
         || lower.contains("https://")
 }
 
-impl World {
+/// The parts tagging touches.
+pub(super) struct Tagging<'a> {
+    pub(super) account: &'a Account,
+    pub(super) enis: &'a mut SimEnis,
+}
+
+impl Tagging<'_> {
     /// The ENIs named by `ResourceId.N` (1..50), all of which must exist.
     fn tag_targets(&self, p: &Params, required: bool) -> Result<Vec<String>, ApiError> {
         let ids = list(p, "ResourceId", 50)?;
         if ids.is_empty() && required {
             return Err(missing("ResourceId.1"));
         }
-        if ids.iter().any(|id| self.eni(id).is_err()) {
+        if ids.iter().any(|id| self.enis.get(id).is_err()) {
             return Err(err(
                 404,
                 "InvalidResourceId.NotFound",
@@ -48,8 +61,9 @@ impl World {
         Ok(ids)
     }
 
+    /// TagResources: all or nothing.
     pub(super) fn tag_resources(&mut self, p: &Params) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         resource_type(p)?;
         let ids = self.tag_targets(p, true)?;
         let new = tags(p)?;
@@ -75,8 +89,8 @@ impl World {
         }
         // All or nothing: check every resource's quota before changing any.
         for id in &ids {
-            let e = self.eni(id)?;
-            let mut keys: Vec<&str> = e.tags.iter().map(|(k, _)| k.as_str()).collect();
+            let e = self.enis.get(id)?;
+            let mut keys: Vec<&str> = e.tags().iter().map(|(k, _)| k.as_str()).collect();
             keys.extend(new.iter().map(|(k, _)| k.as_str()));
             keys.sort_unstable();
             keys.dedup();
@@ -89,19 +103,14 @@ impl World {
             }
         }
         for id in &ids {
-            let e = self.eni_mut(id)?;
-            for (k, v) in &new {
-                match e.tags.iter_mut().find(|(ek, _)| ek == k) {
-                    Some(t) => t.1 = v.clone(),
-                    None => e.tags.push((k.clone(), v.clone())),
-                }
-            }
+            self.enis.get_mut(id)?.tag(&new);
         }
         Ok(json!({}))
     }
 
+    /// UntagResources.
     pub(super) fn untag_resources(&mut self, p: &Params) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         resource_type(p)?;
         let ids = self.tag_targets(p, true)?;
         let keys = list(p, "TagKey", 20)?;
@@ -110,14 +119,14 @@ impl World {
             return Err(missing("TagKey.1"));
         }
         for id in &ids {
-            let e = self.eni_mut(id)?;
-            e.tags.retain(|(k, _)| !all && !keys.contains(k));
+            self.enis.get_mut(id)?.untag(&keys, all);
         }
         Ok(json!({}))
     }
 
+    /// ListTagResources.
     pub(super) fn list_tag_resources(&self, p: &Params) -> Result<Value, ApiError> {
-        self.check_region(p)?;
+        self.account.check_region(p)?;
         resource_type(p)?;
         let ids = list(p, "ResourceId", 50)?;
         let filter = tags(p)?;
@@ -125,18 +134,18 @@ impl World {
             return Err(missing("ResourceId.1"));
         }
         let mut out = Vec::new();
-        for e in self.enis.values().filter(|e| e.deleted_at.is_none()) {
-            if !ids.is_empty() && !ids.contains(&e.id) {
+        for e in self.enis.live() {
+            if !ids.is_empty() && !ids.iter().any(|i| i == e.id()) {
                 continue;
             }
             // A Tag.N filter selects resources carrying every given key (and
             // value, when one is given); their tags are all listed.
-            if !tags_match(&filter, &e.tags) {
+            if !tags_match(&filter, e.tags()) {
                 continue;
             }
-            for (k, v) in &e.tags {
+            for (k, v) in e.tags() {
                 out.push(
-                    json!({"ResourceType": "eni", "ResourceId": e.id, "TagKey": k, "TagValue": v}),
+                    json!({"ResourceType": "eni", "ResourceId": e.id(), "TagKey": k, "TagValue": v}),
                 );
             }
         }
