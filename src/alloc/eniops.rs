@@ -25,7 +25,7 @@ use crate::core::EniInfo;
 use crate::util::sem::Permit;
 
 use super::describe::StatusBatcher;
-use super::msg::{Event, FreeFailure, OpId, ReadyEni};
+use super::mailbox::{Event, FreeFailure, OpId, ReadyEni};
 use super::AllocatorOptions;
 
 /// What a create operation needs.

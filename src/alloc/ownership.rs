@@ -29,7 +29,7 @@ pub(crate) fn live_peers(enis: &[Eni], instance_id: &str, node_id: &str) -> Vec<
     enis.iter()
         .filter_map(|e| {
             let peer = e.foreign_node(instance_id, node_id)?.to_string();
-            if crate::util::node::alive(&peer) {
+            if crate::util::node_liveness::alive(&peer) {
                 Some((e.id.clone(), peer))
             } else {
                 warn!(
@@ -111,7 +111,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use crate::cloud::{EniStatus, TAG_NODE_KEY};
-    use crate::util::node::Beacon;
+    use crate::util::node_liveness::Beacon;
 
     /// An ENI eniipd made for `i-1` (by `node`, or before node ids),
     /// attached to `on`.

@@ -167,7 +167,7 @@ pub(crate) fn create_network_interface(c: &RpcClient, req: &CreateEni) -> Result
 }
 
 /// CreateNetworkInterface with more parameters (the prefix form, see
-/// [`super::prefix`]).
+/// [`super::ecs_prefix`]).
 pub(crate) fn create_network_interface_with(
     c: &RpcClient,
     req: &CreateEni,

@@ -7,9 +7,9 @@
 
 pub(crate) mod accept;
 pub mod encoding;
-pub(crate) mod netns;
-pub(crate) mod node;
-pub(crate) mod peer;
+pub(crate) mod netns_identity;
+pub(crate) mod node_liveness;
+pub(crate) mod peercred;
 pub mod rand;
 pub(crate) mod secret;
 pub(crate) mod sem;

@@ -31,7 +31,7 @@ use crate::util::time::unix_secs;
 
 use super::audit::drift;
 use super::eniops;
-use super::msg::{CloudEniView, Event, ReadyEni, Request};
+use super::mailbox::{CloudEniView, Event, ReadyEni, Request};
 use super::ownership::{attached, live_peers, peer_refusal, tagged_for_instance, unattached};
 use super::AllocatorOptions;
 
