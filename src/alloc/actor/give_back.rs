@@ -1,7 +1,8 @@
-//! Maintenance, each pool check: what goes back to the cloud. Invalid
-//! addresses; idle ones above the bound (`max_pool_size`, or after a
-//! surge what was idle before it), whole /28s first in prefix mode; then
-//! ENIs holding nothing but their idle primary. Nothing is given back
+//! Giving back, the actor's maintenance phase ([`Maintenance`]) at each
+//! pool check: what goes back to the cloud. Invalid addresses; idle ones
+//! above the bound (`max_pool_size`, or after a surge what was idle
+//! before it), whole /28s first in prefix mode; then ENIs holding nothing
+//! but their idle primary. Nothing is given back
 //! while a client waits or a ticket is asked for one, nor while giving
 //! back backs off after a failure.
 //!
