@@ -21,7 +21,7 @@ enum Every {
 }
 
 /// The step between metadata polls.
-pub(crate) const METADATA_STEP: Duration = Duration::from_millis(50);
+const METADATA_STEP: Duration = Duration::from_millis(50);
 
 /// Asks `probe` until it has an answer, `every` so often, until
 /// `deadline` (then `Timeout`, "timed out waiting for `what`").
@@ -62,6 +62,16 @@ pub(crate) fn poll_openapi<T>(
     probe: impl FnMut() -> Result<Option<T>, CloudError>,
 ) -> Result<T, CloudError> {
     poll(what, Every::OpenApi, deadline, probe)
+}
+
+/// Asks metadata through `probe` (every [`METADATA_STEP`]) until it has an
+/// answer or `deadline` passes.
+pub(crate) fn poll_metadata<T>(
+    what: &str,
+    deadline: Instant,
+    probe: impl FnMut() -> Result<Option<T>, CloudError>,
+) -> Result<T, CloudError> {
+    poll(what, Every::Metadata, deadline, probe)
 }
 
 /// Waits until metadata lists every given address on `mac`.
