@@ -14,11 +14,11 @@ use std::io::{BufRead, Read};
 use super::HttpOptions;
 
 /// Header fields in one request at most (the SDKs send about a dozen).
-pub(super) const MAX_FIELDS: usize = 100;
+const MAX_FIELDS: usize = 100;
 /// Trailer fields after a chunked body at most.
-pub(super) const MAX_TRAILERS: usize = 64;
+const MAX_TRAILERS: usize = 64;
 /// A chunk-size line (with its extensions) at most.
-pub(super) const MAX_CHUNK_LINE: usize = 4096;
+const MAX_CHUNK_LINE: usize = 4096;
 
 /// A request.
 #[derive(Debug, Clone)]
