@@ -11,10 +11,10 @@
 pub mod aliyun;
 pub mod credentials;
 pub(crate) mod ecs;
+pub(crate) mod ecs_prefix;
 pub(crate) mod error;
 mod json;
 pub mod metadata;
-pub(crate) mod prefix;
 pub(crate) mod ratelimit;
 pub mod retry;
 pub mod rpc;
@@ -195,7 +195,7 @@ impl Eni {
     /// runs now, if it is one of those.
     pub(crate) fn live_peer(&self, instance_id: &str, node_id: &str) -> Option<&str> {
         self.foreign_node(instance_id, node_id)
-            .filter(|n| crate::util::node::alive(n))
+            .filter(|n| crate::util::node_liveness::alive(n))
     }
 
     /// The node id of another eniipd on this instance that created it,

@@ -8,9 +8,9 @@
 pub(crate) mod accept;
 pub mod encoding;
 pub mod memory;
-pub(crate) mod netns;
-pub(crate) mod node;
-pub(crate) mod peer;
+pub(crate) mod netns_identity;
+pub(crate) mod node_liveness;
+pub(crate) mod peercred;
 pub mod rand;
 pub(crate) mod secret;
 pub(crate) mod sem;

@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use crate::common;
-use crate::listener::Harness;
+use crate::listener_harness::Harness;
 
 use eniipd::core::Commands;
 use eniipd::server::listener::{bind_socket, ServerConfig};
