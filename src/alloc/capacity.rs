@@ -102,7 +102,7 @@ pub(crate) fn compute(
     }
     let slots_per_eni = ips_per_eni.saturating_sub(1);
     if cfg.ip_prefix {
-        ips_per_eni = super::prefix::ips_per_eni(ips_per_eni) + 1;
+        ips_per_eni = super::prefix_mode::ips_per_eni(ips_per_eni) + 1;
     }
     let ipv6_per_eni = if dual {
         limits.ipv6_per_eni as usize

@@ -39,8 +39,8 @@ use log::{debug, warn};
 
 use crate::cloud::{wait, CloudApi, CloudError, CloudErrorKind, Ipv4Prefix, Ipv6Prefix};
 
-use super::msg::{Event, TicketId, Unit};
-use super::prefix::{Kind, V6From, PER_PREFIX};
+use super::mailbox::{Event, TicketId, Unit};
+use super::prefix_mode::{Kind, V6From, PER_PREFIX};
 
 /// Backlog capacity of every ENI (the seed's `maxIPBacklog`); prefix mode
 /// multiplies it by the 16 addresses of a /28.

@@ -17,7 +17,7 @@ use crate::cloud::{CloudError, CloudErrorKind, Ipv4Prefix};
 use crate::pool::{Gone, PoolState};
 use crate::util::time::{format_utc, unix_ms};
 
-use super::super::msg::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, TicketId};
+use super::super::mailbox::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, TicketId};
 use super::super::{cloud_error, AllocatorOptions, Fatal};
 use super::backoff::{Backoff, FreeBackoff};
 use super::demand::Demand;

@@ -23,8 +23,8 @@ use std::collections::HashMap;
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
-use super::super::prefix::{self, Kind, V6From};
-use super::super::vswitch::VSwitches;
+use super::super::prefix_mode::{self, Kind, V6From};
+use super::super::vswitch_choice::VSwitches;
 
 /// The vswitches' state, with the invariants in the module's doc.
 #[derive(Debug)]
@@ -137,7 +137,7 @@ impl VswState {
     }
 
     /// Usable vswitches in preference order (`random` shuffles, hence mut).
-    pub(super) fn order(&mut self, now_ms: u64) -> Vec<super::super::planner::VswChoice> {
+    pub(super) fn order(&mut self, now_ms: u64) -> Vec<super::super::placement::VswChoice> {
         self.switches.order(now_ms)
     }
 
@@ -176,7 +176,7 @@ impl VswState {
 
     /// How the next addresses of an ENI on `vswitch` are asked.
     pub(super) fn kind_on(&self, vswitch: &str, now_ms: u64) -> Kind {
-        prefix::next_kind(
+        prefix_mode::next_kind(
             self.prefix_mode,
             self.prefix_inhibit.get(vswitch).copied(),
             now_ms,
@@ -199,14 +199,17 @@ impl VswState {
         v6_held: (bool, bool),
         now_ms: u64,
     ) -> (Kind, Option<V6From>) {
-        let v6 = prefix::next_v6(
+        let v6 = prefix_mode::next_v6(
             self.dual,
             self.prefix_mode,
             v6_held,
             self.v6_prefix_inhibit.get(vswitch).copied(),
             now_ms,
         );
-        (prefix::kind_with(self.kind_on(vswitch, now_ms), v6), v6)
+        (
+            prefix_mode::kind_with(self.kind_on(vswitch, now_ms), v6),
+            v6,
+        )
     }
 
     /// The IPv6 CIDR and gateway of `vswitch`, once read.

@@ -26,9 +26,9 @@ pub(crate) struct Unit {
     /// The ticket.
     pub(crate) ticket: TicketId,
     /// As part of a /28 prefix, or as a single secondary address.
-    pub(crate) kind: super::prefix::Kind,
+    pub(crate) kind: super::prefix_mode::Kind,
     /// Where its IPv6 pair comes from (dual stack).
-    pub(crate) v6: Option<super::prefix::V6From>,
+    pub(crate) v6: Option<super::prefix_mode::V6From>,
 }
 /// One ENI create or free operation.
 pub(crate) type OpId = u64;
