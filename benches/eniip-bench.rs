@@ -584,6 +584,152 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
     })
 }
 
+/// The table's rows: label, section and key of the result.
+const ROWS: &[(&str, &str, &str)] = &[
+    (
+        "floor: Unix-socket line round trip, p50 (ms)",
+        "floors",
+        "socket_rtt_p50_ms",
+    ),
+    (
+        "floor: atomic write + fsync of a state-sized file, p50 (ms)",
+        "floors",
+        "atomic_write_fsync_p50_ms",
+    ),
+    ("floor: state-sized file (bytes)", "floors", "state_bytes"),
+    ("floor: RTT + fsync (ms)", "floors", "floor_ms"),
+    ("warm: request p50, one client (ms)", "warm", "p50_ms"),
+    ("warm: request p99, one client (ms)", "warm", "p99_ms"),
+    ("warm: alloc p50 (ms)", "warm", "alloc_p50_ms"),
+    ("warm: release p50 (ms)", "warm", "release_p50_ms"),
+    ("warm: ops/s, 1 client", "warm", "ops_per_sec_1"),
+    ("warm: ops/s, 16 clients", "warm", "ops_per_sec_16"),
+    ("cold 100: wall time (ms)", "cold_burst", "wall_ms"),
+    (
+        "cold 100: OpenAPI calls in all",
+        "cold_burst",
+        "calls_total",
+    ),
+    (
+        "cold 100: assign + create calls",
+        "cold_burst",
+        "assign_or_create",
+    ),
+    (
+        "cold 100: lower bound (10 assign-or-create + attaches)",
+        "cold_burst",
+        "lower_bound",
+    ),
+    (
+        "cold 100, prefix mode: wall time (ms)",
+        "cold_burst_prefix",
+        "wall_ms",
+    ),
+    (
+        "cold 100, prefix mode: OpenAPI calls in all",
+        "cold_burst_prefix",
+        "calls_total",
+    ),
+    (
+        "cold 100, prefix mode: assign + create calls",
+        "cold_burst_prefix",
+        "assign_or_create",
+    ),
+    (
+        "cold 100, prefix / secondary: wall time",
+        "prefix_vs_secondary",
+        "wall_ratio",
+    ),
+    (
+        "cold 100, prefix / secondary: OpenAPI calls",
+        "prefix_vs_secondary",
+        "calls_total_ratio",
+    ),
+    (
+        "cold 100, dual stack: wall time (ms)",
+        "cold_burst_dual",
+        "wall_ms",
+    ),
+    (
+        "cold 100, dual stack: assign + create calls (both stacks)",
+        "cold_burst_dual",
+        "assign_or_create",
+    ),
+    (
+        "cold 100, dual stack with /28s and /80s: wall time (ms)",
+        "cold_burst_dual_prefix",
+        "wall_ms",
+    ),
+    (
+        "cold 100, dual stack with /28s and /80s: assign + create calls",
+        "cold_burst_dual_prefix",
+        "assign_or_create",
+    ),
+    (
+        "cold 100, dual stack, prefixes / none: wall time",
+        "dual_prefix_vs_secondary",
+        "wall_ratio",
+    ),
+    (
+        "cold 100, dual stack, prefixes / none: assign + create calls",
+        "dual_prefix_vs_secondary",
+        "assign_or_create_ratio",
+    ),
+    (
+        "first address on a cold node (ms, median of 3)",
+        "first_address",
+        "median_ms",
+    ),
+    (
+        "first address: critical path from the emulator's settings (ms)",
+        "first_address",
+        "critical_path_ms",
+    ),
+    ("first address / critical path", "first_address", "ratio"),
+    (
+        "restart: recovery with 210 allocations (ms, median of 3)",
+        "restart",
+        "recovery_ms_median",
+    ),
+    ("footprint: idle RSS (KiB)", "footprint", "idle_rss_kib"),
+    (
+        "footprint: idle RSS, anonymous (KiB)",
+        "footprint",
+        "idle_anon_kib",
+    ),
+    (
+        "footprint: RSS after 16 clients at once (KiB)",
+        "footprint",
+        "burst_rss_kib",
+    ),
+    (
+        "footprint: RSS after 16 clients, anonymous (KiB)",
+        "footprint",
+        "burst_anon_kib",
+    ),
+    (
+        "footprint: RSS after the hostile run (KiB)",
+        "footprint",
+        "hostile_rss_kib",
+    ),
+    (
+        "footprint: RSS after the hostile run, anonymous (KiB)",
+        "footprint",
+        "hostile_anon_kib",
+    ),
+    ("footprint: threads", "footprint", "threads"),
+    (
+        "footprint: CPU while idle (ms per minute)",
+        "footprint",
+        "cpu_ms_per_minute",
+    ),
+    (
+        "footprint: eniipd binary (bytes, stripped)",
+        "footprint",
+        "binary_bytes",
+    ),
+];
+
 fn print_table(r: &Value) {
     let f = |v: &Value| match v {
         Value::Number(n) if n.is_f64() => format!("{:.3}", n.as_f64().unwrap_or(0.0)),
@@ -597,151 +743,7 @@ fn print_table(r: &Value) {
     println!();
     println!("| measure | value |");
     println!("|---|---|");
-    let rows: &[(&str, &str, &str)] = &[
-        (
-            "floor: Unix-socket line round trip, p50 (ms)",
-            "floors",
-            "socket_rtt_p50_ms",
-        ),
-        (
-            "floor: atomic write + fsync of a state-sized file, p50 (ms)",
-            "floors",
-            "atomic_write_fsync_p50_ms",
-        ),
-        ("floor: state-sized file (bytes)", "floors", "state_bytes"),
-        ("floor: RTT + fsync (ms)", "floors", "floor_ms"),
-        ("warm: request p50, one client (ms)", "warm", "p50_ms"),
-        ("warm: request p99, one client (ms)", "warm", "p99_ms"),
-        ("warm: alloc p50 (ms)", "warm", "alloc_p50_ms"),
-        ("warm: release p50 (ms)", "warm", "release_p50_ms"),
-        ("warm: ops/s, 1 client", "warm", "ops_per_sec_1"),
-        ("warm: ops/s, 16 clients", "warm", "ops_per_sec_16"),
-        ("cold 100: wall time (ms)", "cold_burst", "wall_ms"),
-        (
-            "cold 100: OpenAPI calls in all",
-            "cold_burst",
-            "calls_total",
-        ),
-        (
-            "cold 100: assign + create calls",
-            "cold_burst",
-            "assign_or_create",
-        ),
-        (
-            "cold 100: lower bound (10 assign-or-create + attaches)",
-            "cold_burst",
-            "lower_bound",
-        ),
-        (
-            "cold 100, prefix mode: wall time (ms)",
-            "cold_burst_prefix",
-            "wall_ms",
-        ),
-        (
-            "cold 100, prefix mode: OpenAPI calls in all",
-            "cold_burst_prefix",
-            "calls_total",
-        ),
-        (
-            "cold 100, prefix mode: assign + create calls",
-            "cold_burst_prefix",
-            "assign_or_create",
-        ),
-        (
-            "cold 100, prefix / secondary: wall time",
-            "prefix_vs_secondary",
-            "wall_ratio",
-        ),
-        (
-            "cold 100, prefix / secondary: OpenAPI calls",
-            "prefix_vs_secondary",
-            "calls_total_ratio",
-        ),
-        (
-            "cold 100, dual stack: wall time (ms)",
-            "cold_burst_dual",
-            "wall_ms",
-        ),
-        (
-            "cold 100, dual stack: assign + create calls (both stacks)",
-            "cold_burst_dual",
-            "assign_or_create",
-        ),
-        (
-            "cold 100, dual stack with /28s and /80s: wall time (ms)",
-            "cold_burst_dual_prefix",
-            "wall_ms",
-        ),
-        (
-            "cold 100, dual stack with /28s and /80s: assign + create calls",
-            "cold_burst_dual_prefix",
-            "assign_or_create",
-        ),
-        (
-            "cold 100, dual stack, prefixes / none: wall time",
-            "dual_prefix_vs_secondary",
-            "wall_ratio",
-        ),
-        (
-            "cold 100, dual stack, prefixes / none: assign + create calls",
-            "dual_prefix_vs_secondary",
-            "assign_or_create_ratio",
-        ),
-        (
-            "first address on a cold node (ms, median of 3)",
-            "first_address",
-            "median_ms",
-        ),
-        (
-            "first address: critical path from the emulator's settings (ms)",
-            "first_address",
-            "critical_path_ms",
-        ),
-        ("first address / critical path", "first_address", "ratio"),
-        (
-            "restart: recovery with 210 allocations (ms, median of 3)",
-            "restart",
-            "recovery_ms_median",
-        ),
-        ("footprint: idle RSS (KiB)", "footprint", "idle_rss_kib"),
-        (
-            "footprint: idle RSS, anonymous (KiB)",
-            "footprint",
-            "idle_anon_kib",
-        ),
-        (
-            "footprint: RSS after 16 clients at once (KiB)",
-            "footprint",
-            "burst_rss_kib",
-        ),
-        (
-            "footprint: RSS after 16 clients, anonymous (KiB)",
-            "footprint",
-            "burst_anon_kib",
-        ),
-        (
-            "footprint: RSS after the hostile run (KiB)",
-            "footprint",
-            "hostile_rss_kib",
-        ),
-        (
-            "footprint: RSS after the hostile run, anonymous (KiB)",
-            "footprint",
-            "hostile_anon_kib",
-        ),
-        ("footprint: threads", "footprint", "threads"),
-        (
-            "footprint: CPU while idle (ms per minute)",
-            "footprint",
-            "cpu_ms_per_minute",
-        ),
-        (
-            "footprint: eniipd binary (bytes, stripped)",
-            "footprint",
-            "binary_bytes",
-        ),
-    ];
-    for (label, sec, key) in rows {
+    for (label, sec, key) in ROWS {
         println!("| {label} | {} |", f(&r[sec][key]));
     }
     println!(
