@@ -244,6 +244,9 @@ impl PoolState {
         let dual = self.dual();
         let mut valid = 0;
         for (i, a) in v4.iter().enumerate() {
+            if self.ips.get(a).is_some_and(|ip| ip.eni() != eni) {
+                continue;
+            }
             let pair = if dual { v6.get(i).copied() } else { None };
             self.add_ip(eni, *a, pair);
             if !dual || pair.is_some() {

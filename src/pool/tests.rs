@@ -370,7 +370,11 @@ fn a_granted_address_an_owner_holds_on_a_deleted_eni_stays_its_and_is_not_counte
         let held = p.owner_ip(&a).unwrap();
         assert_eq!((held.eni(), held.lost()), ("eni-01", true), "dual={dual}");
         assert_eq!(held.v6(), dual.then(|| v6("fd00::11")));
-        assert_eq!(p.ips().unpaired_len(), 0, "dual={dual}: nothing to give back");
+        assert_eq!(
+            p.ips().unpaired_len(),
+            0,
+            "dual={dual}: nothing to give back"
+        );
         assert_eq!(pick(&p, &owner("b"), None), Some(ip("10.0.0.12")));
         p.check().unwrap();
     }

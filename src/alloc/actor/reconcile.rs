@@ -156,7 +156,8 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
                     "{a} is on {id} in the cloud but still held on {}; adopted once released",
                     ip.eni()
                 );
-                waiting += 1;
+                // A /28's members have no IPv6 pair to keep.
+                waiting += usize::from(r.v4.contains(a));
                 false
             }
             Some(_) => false,
@@ -195,7 +196,7 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
     // owners stay unknown, the pairs those are adopted with once released
     // (the ENI's primary among them: it cannot go back, so without its
     // IPv6 it would stay invalid for the ENI's life).
-    let _ = waiting;
+    unknown6.truncate(unknown6.len().saturating_sub(waiting));
     for b in unknown6 {
         warn!("{b} is on {id} but unknown locally; giving it back");
         pool.add_unpaired_v6(id, b);
@@ -485,7 +486,10 @@ mod tests {
         pool.add_ip(ENI, ip(1), dual.then(|| v6(1)));
         pool.add_ip(ENI, ip(2), dual.then(|| v6(2)));
         take(&mut pool, ip(2), "old/0");
-        let (old, anyone) = (Owner::parse("old/0").unwrap(), Owner::parse("new/0").unwrap());
+        let (old, anyone) = (
+            Owner::parse("old/0").unwrap(),
+            Owner::parse("new/0").unwrap(),
+        );
         let mut changes = Changes::default();
         let r = reconcile(
             &mut pool,
