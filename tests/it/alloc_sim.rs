@@ -570,9 +570,30 @@ fn the_last_addresses_of_a_small_vswitch_are_handed_out() {
 /// tell it, DescribeVSwitches fails).
 #[test]
 fn a_vswitch_eniipd_gave_addresses_back_to_is_not_exhausted() {
-    let sim = Sim::quick(&["--vswitch", "vsw-small=10.9.0.0/28"]);
+    eni_reuse(false);
+}
+
+/// The same in dual stack: the new ENI's primary is adopted with an IPv6
+/// of that ENI as its pair, so it is handed out (before, that IPv6 went
+/// back while the primary waited, and the primary stayed invalid).
+#[test]
+fn a_reused_primary_gets_an_ipv6_pair_in_dual_stack() {
+    eni_reuse(true);
+}
+
+fn eni_reuse(dual: bool) {
+    let small = if dual {
+        "vsw-small=10.9.0.0/28,ipv6=2408:4005:3ff:5100::/64"
+    } else {
+        "vsw-small=10.9.0.0/28"
+    };
+    let sim = Sim::quick(&["--vswitch", small]);
     let dir = tempdir("t3-eni-reuse");
-    let d = Daemon::start(&dir, &config(&sim, &dir, json!({"max_pool_size": 0})));
+    let stack = if dual { "dual" } else { "ipv4" };
+    let d = Daemon::start(
+        &dir,
+        &config(&sim, &dir, json!({"max_pool_size": 0, "ip_stack": stack})),
+    );
     sim.fault(r#"{"action":"DescribeVSwitches","code":"InternalError"}"#);
     let old: Vec<String> = (0..4).map(|i| d.ok(&format!("alloc old/{i}"))).collect();
     let held: BTreeSet<String> = old.iter().map(|r| field(r, "ip")).collect();
@@ -655,6 +676,14 @@ fn a_vswitch_eniipd_gave_addresses_back_to_is_not_exhausted() {
         let shown = d.ok(&format!("show old/{i}"));
         assert_eq!(field(&shown, "ip"), field(r, "ip"), "{shown}");
     }
+    // A reconcile sees them on the new ENI while they are held.
+    assert!(
+        eventually(Duration::from_secs(30), || d
+            .log_text()
+            .contains("in the cloud but still held on")),
+        "{}",
+        d.log_text()
+    );
     // The other ENI goes: the vswitch has free addresses again, but eniipd
     // cannot tell (no probe answers) until it gives some back itself.
     let gone = [
@@ -678,6 +707,9 @@ fn a_vswitch_eniipd_gave_addresses_back_to_is_not_exhausted() {
     );
     let again: Vec<Vec<String>> = (0..2).map(|i| d.ask(&format!("alloc again/{i}"))).collect();
     assert_eq!(field(&again[0][0], "ip"), primary, "{again:?}");
+    if dual {
+        assert!(again[0][0].contains(" ipv6="), "{again:?}");
+    }
     assert!(
         again[1][0].starts_with("OK ip="),
         "{again:?} while the vswitch has {} free\n{}",
