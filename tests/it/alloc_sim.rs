@@ -598,15 +598,15 @@ fn eni_reuse(dual: bool) {
     let old: Vec<String> = (0..4).map(|i| d.ok(&format!("alloc old/{i}"))).collect();
     let held: BTreeSet<String> = old.iter().map(|r| field(r, "ip")).collect();
     let eni = field(&old[0], "eni");
-    let client = crate::openapi::client(sim.openapi_options());
+    let client = crate::openapi_client::client(sim.openapi_options());
     let on = [
         ("RegionId", sim.region.as_str()),
         ("NetworkInterfaceId", eni.as_str()),
         ("InstanceId", sim.instance.as_str()),
     ];
-    crate::openapi::call(&client, "DetachNetworkInterface", &on).unwrap();
+    crate::openapi_client::call(&client, "DetachNetworkInterface", &on).unwrap();
     assert!(eventually(Duration::from_secs(10), || {
-        crate::openapi::call(&client, "DeleteNetworkInterface", &on[..2]).is_ok()
+        crate::openapi_client::call(&client, "DeleteNetworkInterface", &on[..2]).is_ok()
     }));
     assert!(eventually(Duration::from_secs(20), || !d
         .ask("enis")
