@@ -616,7 +616,7 @@ fn eni_reuse(dual: bool) {
     // usable addresses of a /28 are .3 to .12), so the old owners'
     // addresses are all it has left.
     let vsw = first_vswitch(&sim.state());
-    let sg = crate::openapi::call(
+    let sg = crate::openapi_client::call(
         &client,
         "DescribeSecurityGroups",
         &[("RegionId", &sim.region)],
@@ -649,7 +649,7 @@ fn eni_reuse(dual: bool) {
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let foreign = crate::openapi::call(&client, "CreateNetworkInterface", &create).unwrap()
+    let foreign = crate::openapi_client::call(&client, "CreateNetworkInterface", &create).unwrap()
         ["NetworkInterfaceId"]
         .as_str()
         .unwrap()
@@ -690,7 +690,7 @@ fn eni_reuse(dual: bool) {
         ("RegionId", sim.region.as_str()),
         ("NetworkInterfaceId", foreign.as_str()),
     ];
-    crate::openapi::call(&client, "DeleteNetworkInterface", &gone).unwrap();
+    crate::openapi_client::call(&client, "DeleteNetworkInterface", &gone).unwrap();
     for i in 0..4 {
         d.ok(&format!("release old/{i}"));
     }
