@@ -10,12 +10,11 @@ use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::sync::Barrier;
 use std::time::Duration;
 
-use common::{at_once, config, field, tempdir, Daemon, Sim, DUAL_VSWITCH};
+use crate::alloc_prefix_sim::burst;
+use common::{config, field, tempdir, Daemon, Sim, DUAL_VSWITCH};
 use eniipd::cloud::{Ipv4Prefix, Ipv6Prefix};
-use eniipd::protocol::client::Client;
 use serde_json::{json, Value};
 
 fn sim() -> Sim {
@@ -61,22 +60,6 @@ fn ip_calls(sim: &Sim) -> u64 {
     .iter()
     .map(|a| sim.calls(a))
     .sum()
-}
-
-/// `n` allocations at once; the replies by owner.
-fn burst(d: &Daemon, tag: &str, n: usize) -> BTreeMap<String, String> {
-    let go = Barrier::new(n);
-    at_once(n, |i| {
-        let owner = format!("{tag}/pod-{i}");
-        let wait = Duration::from_secs(90);
-        let mut c = Client::connect(&d.socket, wait).unwrap();
-        go.wait();
-        let r = c.ask_within(&format!("alloc {owner}"), wait).unwrap();
-        let ok = r.outcome().unwrap_or_else(|e| panic!("{owner}: ERR {e}"));
-        (owner, ok.to_string())
-    })
-    .into_iter()
-    .collect()
 }
 
 type Pair = (Ipv4Addr, Ipv6Addr, String);
