@@ -331,6 +331,9 @@ pub struct ListEntry {
     pub owner: Option<String>,
     /// The ENI.
     pub eni: String,
+    /// Its IPv6, when carved from its ENI's /80 (dual stack, prefix mode),
+    /// and that /80.
+    pub carved: Option<(Ipv6Addr, Ipv6Prefix)>,
 }
 
 /// One managed ENI (or one being created).

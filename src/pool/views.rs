@@ -86,6 +86,7 @@ pub(crate) fn list(pool: &PoolState) -> Vec<ListEntry> {
             state: state.name(),
             owner: state.owner().map(Owner::to_string),
             eni: ip.eni().to_string(),
+            carved: ip.v6().zip(ip.v6_prefix()),
         })
         .collect();
     out.extend(pool.ips().unpaired().map(|(v6, eni)| ListEntry {
@@ -93,6 +94,7 @@ pub(crate) fn list(pool: &PoolState) -> Vec<ListEntry> {
         state: "invalid",
         owner: None,
         eni: eni.to_string(),
+        carved: None,
     }));
     out
 }

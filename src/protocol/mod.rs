@@ -352,15 +352,20 @@ pub(crate) fn status_text(c: &StatusCounts) -> String {
     )
 }
 
-/// `<ip> <state> <owner or -> <eni>`
+/// `<ip> <state> <owner or -> <eni> [ipv6=<v6> ipv6prefix=<p>]` (the
+/// last two for an IPv6 carved from the ENI's /80).
 pub(crate) fn list_line(e: &ListEntry) -> String {
-    format!(
+    let mut line = format!(
         "{} {} {} {}",
         e.ip,
         e.state,
         e.owner.as_deref().unwrap_or("-"),
         e.eni
-    )
+    );
+    if let Some((b, p)) = &e.carved {
+        line.push_str(&format!(" ipv6={b} ipv6prefix={p}"));
+    }
+    line
 }
 
 /// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`

@@ -506,6 +506,7 @@ mod tests {
             state: "inuse",
             owner: Some("ns/pod".into()),
             eni: "eni-1".into(),
+            carved: None,
         };
         let want = ListLine {
             ip: entry.ip,

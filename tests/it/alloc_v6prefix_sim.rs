@@ -145,6 +145,13 @@ fn cold_100_dual_stack_cost_two_calls_and_kill9_keeps_every_pair() {
         "each managed ENI took one /80 of the vswitch"
     );
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+    let list = d.ask("list").join("\n");
+    let (owner0, (_, b0, _)) = pairs.iter().next().unwrap();
+    assert!(
+        list.lines()
+            .any(|l| l.contains(owner0.as_str()) && l.contains(&format!("ipv6={b0} ipv6prefix="))),
+        "list shows the carved pair: {list}"
+    );
     let enis = d.ask("enis").join("\n");
     assert!(enis.contains("/80"), "enis shows the /80s: {enis}");
     let m = d.ask("metrics").join("\n");

@@ -95,6 +95,7 @@ impl Fake {
                         state: "inuse",
                         owner: Some(o.clone()),
                         eni: a.eni.clone(),
+                        carved: None,
                     })
                     .collect(),
             ),
