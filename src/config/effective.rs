@@ -118,6 +118,7 @@ impl Config {
         );
         push("state_dir", self.state_dir.display().to_string());
         push("ip_stick_time", dur(self.ip_stick_time));
+        push("max_ip_stick_time", dur(self.max_ip_stick_time));
         push("ip_cooldown", dur(self.ip_cooldown));
         push("alloc_timeout", dur(self.alloc_timeout));
         push(

@@ -321,7 +321,13 @@ mod tests {
     }
 
     fn take(pool: &mut PoolState, v4: Ipv4Addr, owner: &str) {
-        pool.take(v4, &Owner::parse(owner).unwrap(), None, 1);
+        pool.take(
+            v4,
+            &Owner::parse(owner).unwrap(),
+            None,
+            1,
+            &Default::default(),
+        );
     }
 
     #[test]
@@ -422,7 +428,16 @@ mod tests {
             pool.eni(ENI).unwrap().gone(),
             "kept while its owner holds an address"
         );
-        pool.release(&Owner::parse("pod-a").unwrap(), None, 2, 0, 0);
+        pool.release(
+            &Owner::parse("pod-a").unwrap(),
+            None,
+            2,
+            &crate::pool::HoldTimes {
+                stick_ms: 0,
+                max_stick_ms: 0,
+                cool_ms: 0,
+            },
+        );
         pool.drop_empty_gone();
         assert_eq!(pool.enis().len(), 0);
         pool.check().unwrap();
