@@ -240,6 +240,8 @@ struct RawConf {
     prev_result: Option<Value>,
     #[serde(rename = "cni.dev/valid-attachments")]
     valid_attachments: Option<Value>,
+    #[serde(rename = "runtimeConfig")]
+    runtime_config: Option<Value>,
 }
 
 /// One entry of `cni.dev/valid-attachments`.
@@ -272,6 +274,9 @@ pub(crate) struct NetConf {
     pub(crate) prev_result: Option<Value>,
     /// `cni.dev/valid-attachments` (GC).
     pub(crate) valid_attachments: Vec<Attachment>,
+    /// The pod's annotations, as the runtime passed them in
+    /// `runtimeConfig` (read by ADD only: [`super::annotations`]).
+    pub(crate) pod_annotations: Option<Value>,
 }
 
 /// Where the lock files live unless the config's `lockDir` says otherwise.
@@ -406,6 +411,13 @@ impl NetConf {
         if cmd == Command::Gc && raw.valid_attachments.is_none() {
             return Err(bad_config("cni.dev/valid-attachments", "is missing"));
         }
+        // Read liberally: a runtimeConfig that is not an object passes
+        // no annotations.
+        let pod_annotations = raw
+            .runtime_config
+            .as_ref()
+            .and_then(|rc| rc.get(super::annotations::CAPABILITY))
+            .cloned();
         Ok(NetConf {
             cni_version,
             name,
@@ -416,6 +428,7 @@ impl NetConf {
             dns,
             prev_result,
             valid_attachments,
+            pod_annotations,
         })
     }
 }

@@ -335,7 +335,7 @@ fn parse_owner_verb(cmd: &str, args: &[&str]) -> Result<ClientRequest, AllocErro
 
 /// `vswitch=ID`'s value: a vswitch id as the cloud makes them (`vsw-`
 /// then 1 to 64 lowercase letters and digits).
-fn parse_vswitch(v: &str) -> Result<String, AllocError> {
+pub fn parse_vswitch(v: &str) -> Result<String, AllocError> {
     let shaped = v.strip_prefix("vsw-").is_some_and(|rest| {
         (1..=64).contains(&rest.len())
             && rest
@@ -354,7 +354,7 @@ fn parse_vswitch(v: &str) -> Result<String, AllocError> {
 
 /// `ip-stick-time=SECONDS`'s value: whole seconds, at most
 /// [`MAX_STICK_S`] (the config's `max_ip_stick_time` bounds it further).
-fn parse_stick(v: &str) -> Result<u64, AllocError> {
+pub fn parse_stick(v: &str) -> Result<u64, AllocError> {
     match v.parse::<u64>() {
         Ok(s) if s <= MAX_STICK_S && v.bytes().all(|b| b.is_ascii_digit()) => Ok(s),
         _ => Err(AllocError::bad(format!(
@@ -365,7 +365,7 @@ fn parse_stick(v: &str) -> Result<u64, AllocError> {
 }
 
 /// `ip-stack=`'s value: `ipv4` (IPv4 only) is the one thing to ask.
-fn parse_stack(v: &str) -> Result<bool, AllocError> {
+pub fn parse_stack(v: &str) -> Result<bool, AllocError> {
     if v == "ipv4" {
         Ok(true)
     } else {
