@@ -389,6 +389,9 @@ mod tests {
         assert_eq!(c.vswitch_selection_policy, VSwitchPolicy::Random);
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET_PATH));
         assert_eq!(c.metadata_endpoint, DEFAULT_METADATA_ENDPOINT);
+        assert_eq!(c.max_ip_stick_time, Duration::from_secs(3600));
+        let c = parse(r#"{"max_ip_stick_time": 604800, "ip_stick_time": 0}"#).unwrap();
+        assert_eq!(c.max_ip_stick_time, Duration::from_secs(604_800));
     }
 
     #[test]
@@ -487,6 +490,12 @@ mod tests {
             (r#"{"min_pool_size": 1.5}"#, "min_pool_size", "1.5"),
             (r#"{"alloc_timeout": "60"}"#, "alloc_timeout", "\"60\""),
             (r#"{"ip_stack": "ipv6"}"#, "ip_stack", "\"ipv6\""),
+            (
+                r#"{"max_ip_stick_time": 604801}"#,
+                "max_ip_stick_time",
+                "604801",
+            ),
+            (r#"{"max_ip_stick_time": -1}"#, "max_ip_stick_time", "-1"),
             (
                 r#"{"vswitch_selection_policy": "best"}"#,
                 "vswitch_selection_policy",
