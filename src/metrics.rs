@@ -101,31 +101,28 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
     })
 });
 
+/// One more in the count of `key`.
+fn bump(counts: &mut BTreeMap<String, u64>, key: &str) {
+    *counts.entry(key.to_string()).or_default() += 1;
+}
+
 /// Records one `alloc` answer (`result` is `ok` or an error code) and how
 /// long it took.
 pub(crate) fn record_alloc(result: &str, seconds: f64) {
     let mut r = REGISTRY.lock();
-    *r.alloc_total.entry(result.to_string()).or_default() += 1;
+    bump(&mut r.alloc_total, result);
     r.alloc_duration.observe(seconds);
 }
 
 /// Records one `release` answer (`ok`, `none` or an error code).
 pub(crate) fn record_release(result: &str) {
-    *REGISTRY
-        .lock()
-        .release_total
-        .entry(result.to_string())
-        .or_default() += 1;
+    bump(&mut REGISTRY.lock().release_total, result);
 }
 
 /// Records one allocation released by the sandbox reaper, by why its
 /// sandbox was taken for gone (`netns-gone`, `netns-empty`).
 pub(crate) fn record_reaped(reason: &str) {
-    *REGISTRY
-        .lock()
-        .sandbox_reaped_total
-        .entry(reason.to_string())
-        .or_default() += 1;
+    bump(&mut REGISTRY.lock().sandbox_reaped_total, reason);
 }
 
 /// The sandbox reaper's last look: `blind` when it could not see every
@@ -150,11 +147,7 @@ pub(crate) fn record_openapi(action: &str, code: &str, seconds: f64) {
 
 /// Records one metadata request (`ok`, `not-found`, `error`).
 pub(crate) fn record_metadata(result: &str) {
-    *REGISTRY
-        .lock()
-        .metadata_total
-        .entry(result.to_string())
-        .or_default() += 1;
+    bump(&mut REGISTRY.lock().metadata_total, result);
 }
 
 /// Records one state commit (one fsync, however many records it carried).
@@ -223,209 +216,169 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+/// A metric family: its name, type and help line.
+type Family = (&'static str, &'static str, &'static str);
+
+const fn gauge(name: &'static str, help: &'static str) -> Family {
+    (name, "gauge", help)
+}
+
+const fn counter(name: &'static str, help: &'static str) -> Family {
+    (name, "counter", help)
+}
+
+const fn histogram(name: &'static str, help: &'static str) -> Family {
+    (name, "histogram", help)
+}
+
+// The families, in the order eniipd(8) lists them.
+const IPS: Family = gauge("eniipd_ips", "Pool IPs by state.");
+const ENIS: Family = gauge("eniipd_enis", "Managed ENIs.");
+const CAPACITY: Family = gauge(
+    "eniipd_capacity_ips",
+    "IPs the node can hold on managed ENIs.",
+);
+const PENDING: Family = gauge(
+    "eniipd_pending_ips",
+    "IPs asked of the cloud and not yet answered.",
+);
+const OPEN_CONNECTIONS: Family = gauge("eniipd_connections", "Open client connections.");
+const ENI_OPS: Family = gauge(
+    "eniipd_eni_operations",
+    "ENI create/delete operations in flight.",
+);
+const INHIBITED: Family = gauge(
+    "eniipd_inhibited_vswitches",
+    "Vswitches skipped after exhaustion.",
+);
+const ENI_IPS: Family = gauge(
+    "eniipd_eni_ips",
+    "Pool IPs per ENI by how they are held (prefix mode): in /28 prefixes or single.",
+);
+const ENI_PREFIXES: Family = gauge(
+    "eniipd_eni_prefixes",
+    "IPv4 /28 prefixes per ENI (prefix mode).",
+);
+const ALLOCS: Family = counter("eniipd_alloc_total", "alloc answers by result.");
+const ALLOC_TIME: Family = histogram("eniipd_alloc_duration_seconds", "Time to answer alloc.");
+const RELEASES: Family = counter("eniipd_release_total", "release answers by result.");
+const REAPED: Family = counter(
+    "eniipd_sandbox_reaped_total",
+    "allocations released because their sandbox was gone, by reason.",
+);
+const REAPER_BLIND: Family = gauge(
+    "eniipd_sandbox_reaper_blind",
+    "1 while the sandbox reaper cannot see every process (it then reaps nothing).",
+);
+const REAP_PENDING: Family = gauge(
+    "eniipd_sandbox_reap_pending",
+    "Sandboxes found gone that wait out sandbox_reap_grace.",
+);
+const OPENAPI: Family = counter(
+    "eniipd_openapi_requests_total",
+    "OpenAPI attempts by action and answer code.",
+);
+const OPENAPI_TIME: Family = histogram(
+    "eniipd_openapi_duration_seconds",
+    "OpenAPI attempt latency.",
+);
+const METADATA: Family = counter(
+    "eniipd_metadata_requests_total",
+    "Metadata requests by result.",
+);
+const COMMIT_TIME: Family = histogram(
+    "eniipd_state_commit_duration_seconds",
+    "Time of one durable state commit.",
+);
+const EVICTED: Family = counter(
+    "eniipd_connections_evicted_total",
+    "Idle connections closed to admit new ones.",
+);
+
+fn header(out: &mut String, (name, kind, help): Family) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
 }
 
+/// A family of one value.
+fn single(out: &mut String, family: Family, value: u64) {
+    header(out, family);
+    let _ = writeln!(out, "{} {value}", family.0);
+}
+
+/// A family of values told apart by one label.
+fn by_label<'a>(
+    out: &mut String,
+    family: Family,
+    label: &str,
+    values: impl IntoIterator<Item = (&'a str, u64)>,
+) {
+    header(out, family);
+    for (k, v) in values {
+        let _ = writeln!(out, "{}{{{label}=\"{}\"}} {v}", family.0, escape(k));
+    }
+}
+
+/// A family of values by one label, from the registry's counts.
+fn counted(out: &mut String, family: Family, label: &str, counts: &BTreeMap<String, u64>) {
+    by_label(
+        out,
+        family,
+        label,
+        counts.iter().map(|(k, v)| (k.as_str(), *v)),
+    );
+}
+
+/// A histogram family without labels.
+fn one_histogram(out: &mut String, family: Family, h: &Histogram) {
+    header(out, family);
+    h.render(out, family.0, "");
+}
+
 /// The whole exposition text.
-// A flat table of the metrics, one entry per family in the order
-// eniipd(8) lists them: splitting it would only scatter that list.
-#[allow(clippy::too_many_lines)]
 pub fn render(g: &Gauges) -> String {
     let mut out = String::with_capacity(4096);
-    header(&mut out, "eniipd_ips", "gauge", "Pool IPs by state.");
-    for (state, n) in &g.ips_by_state {
-        let _ = writeln!(out, "eniipd_ips{{state=\"{state}\"}} {n}");
-    }
-    header(&mut out, "eniipd_enis", "gauge", "Managed ENIs.");
-    let _ = writeln!(out, "eniipd_enis {}", g.enis);
-    header(
-        &mut out,
-        "eniipd_capacity_ips",
-        "gauge",
-        "IPs the node can hold on managed ENIs.",
-    );
-    let _ = writeln!(out, "eniipd_capacity_ips {}", g.capacity);
-    header(
-        &mut out,
-        "eniipd_pending_ips",
-        "gauge",
-        "IPs asked of the cloud and not yet answered.",
-    );
-    let _ = writeln!(out, "eniipd_pending_ips {}", g.pending);
-    header(
-        &mut out,
-        "eniipd_connections",
-        "gauge",
-        "Open client connections.",
-    );
-    let _ = writeln!(out, "eniipd_connections {}", g.connections);
-    header(
-        &mut out,
-        "eniipd_eni_operations",
-        "gauge",
-        "ENI create/delete operations in flight.",
-    );
-    let _ = writeln!(out, "eniipd_eni_operations {}", g.eni_ops);
-    header(
-        &mut out,
-        "eniipd_inhibited_vswitches",
-        "gauge",
-        "Vswitches skipped after exhaustion.",
-    );
-    let _ = writeln!(out, "eniipd_inhibited_vswitches {}", g.inhibited_vswitches);
+    let o = &mut out;
+    by_label(o, IPS, "state", g.ips_by_state.iter().copied());
+    single(o, ENIS, g.enis);
+    single(o, CAPACITY, g.capacity);
+    single(o, PENDING, g.pending);
+    single(o, OPEN_CONNECTIONS, g.connections);
+    single(o, ENI_OPS, g.eni_ops);
+    single(o, INHIBITED, g.inhibited_vswitches);
     if !g.eni_modes.is_empty() {
-        header(
-            &mut out,
-            "eniipd_eni_ips",
-            "gauge",
-            "Pool IPs per ENI by how they are held (prefix mode): in /28 prefixes or single.",
-        );
+        header(o, ENI_IPS);
         for m in &g.eni_modes {
             let eni = escape(&m.eni);
-            let _ = writeln!(
-                out,
-                "eniipd_eni_ips{{eni=\"{eni}\",mode=\"prefix\"}} {}",
-                m.in_prefixes
-            );
-            let _ = writeln!(
-                out,
-                "eniipd_eni_ips{{eni=\"{eni}\",mode=\"single\"}} {}",
-                m.singles
-            );
+            let (p, s) = (m.in_prefixes, m.singles);
+            let _ = writeln!(o, "eniipd_eni_ips{{eni=\"{eni}\",mode=\"prefix\"}} {p}");
+            let _ = writeln!(o, "eniipd_eni_ips{{eni=\"{eni}\",mode=\"single\"}} {s}");
         }
-        header(
-            &mut out,
-            "eniipd_eni_prefixes",
-            "gauge",
-            "IPv4 /28 prefixes per ENI (prefix mode).",
-        );
-        for m in &g.eni_modes {
-            let _ = writeln!(
-                out,
-                "eniipd_eni_prefixes{{eni=\"{}\"}} {}",
-                escape(&m.eni),
-                m.prefixes
-            );
-        }
+        let prefixes = g.eni_modes.iter().map(|m| (m.eni.as_str(), m.prefixes));
+        by_label(o, ENI_PREFIXES, "eni", prefixes);
     }
 
     let r = REGISTRY.lock();
-    header(
-        &mut out,
-        "eniipd_alloc_total",
-        "counter",
-        "alloc answers by result.",
-    );
-    for (k, v) in &r.alloc_total {
-        let _ = writeln!(out, "eniipd_alloc_total{{result=\"{}\"}} {v}", escape(k));
-    }
-    header(
-        &mut out,
-        "eniipd_alloc_duration_seconds",
-        "histogram",
-        "Time to answer alloc.",
-    );
-    r.alloc_duration
-        .render(&mut out, "eniipd_alloc_duration_seconds", "");
-    header(
-        &mut out,
-        "eniipd_release_total",
-        "counter",
-        "release answers by result.",
-    );
-    for (k, v) in &r.release_total {
-        let _ = writeln!(out, "eniipd_release_total{{result=\"{}\"}} {v}", escape(k));
-    }
-    header(
-        &mut out,
-        "eniipd_sandbox_reaped_total",
-        "counter",
-        "allocations released because their sandbox was gone, by reason.",
-    );
-    for (k, v) in &r.sandbox_reaped_total {
-        let _ = writeln!(
-            out,
-            "eniipd_sandbox_reaped_total{{reason=\"{}\"}} {v}",
-            escape(k)
-        );
-    }
+    counted(o, ALLOCS, "result", &r.alloc_total);
+    one_histogram(o, ALLOC_TIME, &r.alloc_duration);
+    counted(o, RELEASES, "result", &r.release_total);
+    counted(o, REAPED, "reason", &r.sandbox_reaped_total);
     if let Some((blind, pending)) = r.sandbox_reaper {
-        header(
-            &mut out,
-            "eniipd_sandbox_reaper_blind",
-            "gauge",
-            "1 while the sandbox reaper cannot see every process (it then reaps nothing).",
-        );
-        let _ = writeln!(out, "eniipd_sandbox_reaper_blind {}", u8::from(blind));
-        header(
-            &mut out,
-            "eniipd_sandbox_reap_pending",
-            "gauge",
-            "Sandboxes found gone that wait out sandbox_reap_grace.",
-        );
-        let _ = writeln!(out, "eniipd_sandbox_reap_pending {pending}");
+        single(o, REAPER_BLIND, u64::from(blind));
+        single(o, REAP_PENDING, pending);
     }
-    header(
-        &mut out,
-        "eniipd_openapi_requests_total",
-        "counter",
-        "OpenAPI attempts by action and answer code.",
-    );
+    header(o, OPENAPI);
     for ((a, c), v) in &r.openapi_total {
-        let _ = writeln!(
-            out,
-            "eniipd_openapi_requests_total{{action=\"{}\",code=\"{}\"}} {v}",
-            escape(a),
-            escape(c)
-        );
+        let (a, c) = (escape(a), escape(c));
+        let _ = writeln!(o, "{}{{action=\"{a}\",code=\"{c}\"}} {v}", OPENAPI.0);
     }
-    header(
-        &mut out,
-        "eniipd_openapi_duration_seconds",
-        "histogram",
-        "OpenAPI attempt latency.",
-    );
+    header(o, OPENAPI_TIME);
     for (a, h) in &r.openapi_duration {
-        h.render(
-            &mut out,
-            "eniipd_openapi_duration_seconds",
-            &format!("action=\"{}\"", escape(a)),
-        );
+        h.render(o, OPENAPI_TIME.0, &format!("action=\"{}\"", escape(a)));
     }
-    header(
-        &mut out,
-        "eniipd_metadata_requests_total",
-        "counter",
-        "Metadata requests by result.",
-    );
-    for (k, v) in &r.metadata_total {
-        let _ = writeln!(
-            out,
-            "eniipd_metadata_requests_total{{result=\"{}\"}} {v}",
-            escape(k)
-        );
-    }
-    header(
-        &mut out,
-        "eniipd_state_commit_duration_seconds",
-        "histogram",
-        "Time of one durable state commit.",
-    );
-    r.commit_duration
-        .render(&mut out, "eniipd_state_commit_duration_seconds", "");
-    header(
-        &mut out,
-        "eniipd_connections_evicted_total",
-        "counter",
-        "Idle connections closed to admit new ones.",
-    );
-    let _ = writeln!(
-        out,
-        "eniipd_connections_evicted_total {}",
-        r.connections_rejected
-    );
+    counted(o, METADATA, "result", &r.metadata_total);
+    one_histogram(o, COMMIT_TIME, &r.commit_duration);
+    single(o, EVICTED, r.connections_rejected);
     out
 }
 

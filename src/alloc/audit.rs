@@ -22,7 +22,7 @@ use crate::cloud::{CloudApi, Eni, EniStatus, Ipv4Prefix};
 use crate::core::AllocError;
 use crate::pool::{PoolEni, PoolIp, PoolState};
 
-use super::maint::{attached_managed, drift, tagged_unattached};
+use super::ownership::{attached_managed, tagged_unattached};
 use super::Snapshot;
 
 /// The differences, one line each (empty: consistent).
@@ -211,4 +211,28 @@ fn local_only(s: &Snapshot, cloud: &BTreeMap<&str, &Eni>, busy: &BTreeSet<&str>)
         }
     }
     out
+}
+
+/// One line per managed ENI whose security groups differ from `want`.
+pub(crate) fn drift(enis: &[Eni], want: &[String]) -> Vec<String> {
+    let mut want = want.to_vec();
+    want.sort();
+    enis.iter()
+        .filter_map(|e| {
+            let mut have = e.security_group_ids.clone();
+            have.sort();
+            (!want.is_empty() && have != want).then(|| {
+                format!(
+                    "eni {} security groups {} differ from the configured {}",
+                    e.id,
+                    if have.is_empty() {
+                        "-".into()
+                    } else {
+                        have.join(",")
+                    },
+                    want.join(",")
+                )
+            })
+        })
+        .collect()
 }

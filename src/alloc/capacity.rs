@@ -95,7 +95,7 @@ pub(crate) fn compute(
     }
     let slots_per_eni = ips_per_eni.saturating_sub(1);
     if cfg.ip_prefix {
-        ips_per_eni = super::prefix::ips_per_eni(ips_per_eni) + 1;
+        ips_per_eni = super::prefix_mode::ips_per_eni(ips_per_eni) + 1;
     }
     let total = usable * ips_per_eni;
     let mut min_idle = if sizes.min_eni != 0 {

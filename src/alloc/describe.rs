@@ -111,16 +111,6 @@ impl StatusBatcher {
         want: EniStatus,
         deadline: Instant,
     ) -> Result<Eni, CloudError> {
-        crate::cloud::wait::poll_openapi(&format!("{id} to be {want}"), deadline, || {
-            match self.describe(id, deadline)? {
-                Some(e) if e.status == want => Ok(Some(e)),
-                Some(_) => Ok(None),
-                None => Err(CloudError::new(
-                    CloudErrorKind::NotFound,
-                    "DescribeNetworkInterfaces",
-                    format!("{id} disappeared while waiting for {want}"),
-                )),
-            }
-        })
+        crate::cloud::wait::wait_eni_status_by(id, want, deadline, || self.describe(id, deadline))
     }
 }

@@ -25,7 +25,7 @@ use crate::core::EniInfo;
 use crate::util::sem::Permit;
 
 use super::describe::StatusBatcher;
-use super::msg::{Event, FreeFailure, OpId, ReadyEni};
+use super::mailbox::{Event, FreeFailure, OpId, ReadyEni};
 use super::AllocatorOptions;
 
 /// What a create operation needs.
@@ -236,46 +236,31 @@ pub(crate) fn ready_info(
     vswitch: &str,
     deadline: Instant,
 ) -> Result<ReadyEni, CloudError> {
-    loop {
-        match cloud.metadata().eni(mac) {
-            Ok(md) => {
-                if let (Some(gateway), false) = (md.gateway, md.vswitch_cidr.is_empty()) {
-                    return Ok(ReadyEni {
-                        link: EniInfo {
-                            eni: eni_id.to_string(),
-                            mac: mac.to_string(),
-                            vswitch: if md.vswitch_id.is_empty() {
-                                vswitch.to_string()
-                            } else {
-                                md.vswitch_id
-                            },
-                            cidr: md.vswitch_cidr,
-                            gateway,
-                            v6: None,
-                        },
-                        primary_ip: md.primary_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
-                        v4: md.ipv4s,
-                        v6: md.ipv6s,
-                        prefixes: Vec::new(),
-                        prefix_fallback: false,
-                    });
-                }
-            }
-            Err(e) if e.kind == CloudErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Err(CloudError::new(
-                CloudErrorKind::Timeout,
-                "metadata",
-                format!("gateway and CIDR of {mac} ({eni_id}) did not appear in metadata"),
-            ));
-        }
-        // Metadata is outside the account's flow control: a short fixed
-        // step (see `cloud::wait`).
-        std::thread::sleep(wait::METADATA_STEP.min(deadline - now));
-    }
+    let what = format!("the gateway and CIDR of {mac} ({eni_id}) in metadata");
+    wait::poll_metadata(&what, deadline, || match cloud.metadata().eni(mac) {
+        Ok(md) if md.vswitch_cidr.is_empty() => Ok(None),
+        Ok(md) => Ok(md.gateway.map(|gateway| ReadyEni {
+            link: EniInfo {
+                eni: eni_id.to_string(),
+                mac: mac.to_string(),
+                vswitch: if md.vswitch_id.is_empty() {
+                    vswitch.to_string()
+                } else {
+                    md.vswitch_id
+                },
+                cidr: md.vswitch_cidr,
+                gateway,
+                v6: None,
+            },
+            primary_ip: md.primary_ip.unwrap_or(std::net::Ipv4Addr::UNSPECIFIED),
+            v4: md.ipv4s,
+            v6: md.ipv6s,
+            prefixes: Vec::new(),
+            prefix_fallback: false,
+        })),
+        Err(e) if e.kind == CloudErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    })
 }
 
 /// Detaches (if attached) and deletes an ENI, waiting in between.

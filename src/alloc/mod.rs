@@ -1,11 +1,11 @@
 //! The allocator: the seed's ENI multi-IP factory, rebuilt as threads and
 //! channels.
 //!
-//! - [`actor`]: one thread owns the pool and plans demand ([`planner`]).
+//! - [`actor`]: one thread owns the pool and plans demand ([`placement`]).
 //! - [`worker`]: one thread per ENI batches AssignPrivateIpAddresses calls.
 //! - [`eniops`]: ENI create/free operations, at most
 //!   `max_concurrent_eni_ops` at a time, each rolled back on failure.
-//! - [`maint`]: the periodic cloud reads (vswitch free counts, the leaked
+//! - [`maint_thread`]: the periodic cloud reads (vswitch free counts, the leaked
 //!   ENI sweeper, security-group drift, reconcile).
 //! - [`recover`]: start-up: state file + cloud -> the initial pool.
 //! - [`audit`]: local state against the OpenAPI.
@@ -18,12 +18,13 @@ pub(crate) mod audit;
 pub(crate) mod capacity;
 pub(crate) mod describe;
 pub(crate) mod eniops;
-pub(crate) mod maint;
-pub(crate) mod msg;
-pub(crate) mod planner;
-pub(crate) mod prefix;
+pub(crate) mod mailbox;
+pub(crate) mod maint_thread;
+pub(crate) mod ownership;
+pub(crate) mod placement;
+pub(crate) mod prefix_mode;
 pub(crate) mod recover;
-pub(crate) mod vswitch;
+pub(crate) mod vswitch_choice;
 pub(crate) mod worker;
 
 #[cfg(test)]
@@ -48,7 +49,7 @@ use crate::util::sem::Semaphore;
 use crate::util::thread::join_until;
 
 use capacity::Capacity;
-use msg::Request;
+use mailbox::Request;
 
 /// Where committed records go: the durable store, or a fake in tests.
 /// `done` runs once the records are durable (or failed); records submitted
@@ -245,8 +246,12 @@ impl Allocator {
         // The pool pairs addresses by its own flag: one source of truth.
         debug_assert_eq!(pool.dual(), opts.dual, "a pool built for another ip_stack");
         let opts = Arc::new(opts);
+        // Bounded channels allocate and touch every slot at once: the
+        // commands travel boxed (see `Commands`), and a request's sender
+        // waits for its answer, so a handful of slots serve every thread
+        // that asks.
         let (cmd_tx, cmd_rx) = bounded(1024);
-        let (req_tx, req_rx) = bounded(1024);
+        let (req_tx, req_rx) = bounded(16);
         let (ev_tx, ev_rx) = bounded(256);
         let (stop_tx, stop_rx) = bounded(1);
         let (maint_stop_tx, maint_stop_rx) = bounded(1);
@@ -271,13 +276,13 @@ impl Allocator {
         let actor = std::thread::Builder::new()
             .name("eniipd-pool".into())
             .spawn(move || actor.run(cmd_rx, req_rx, ev_rx, stop_rx))?;
-        let maint = maint::spawn(
+        let maint = maint_thread::spawn(
             Arc::clone(&opts),
             Arc::clone(&cloud),
             req_tx.clone(),
             ev_tx,
             op_sem,
-            maint::Wakeups {
+            maint_thread::Wakeups {
                 stop: maint_stop_rx,
                 kick: kick_rx,
             },

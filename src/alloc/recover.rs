@@ -39,7 +39,7 @@ use crate::store::{PersistedState, Record};
 use crate::util::time::unix_ms;
 
 use super::eniops;
-use super::maint::{attached_managed, tagged_unattached};
+use super::ownership::{attached_managed, tagged_unattached};
 
 /// The pool to start with and the records that make the corrections
 /// durable.

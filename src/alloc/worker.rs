@@ -31,8 +31,8 @@ use log::{debug, warn};
 
 use crate::cloud::{wait, CloudApi, CloudError, CloudErrorKind, Ipv4Prefix};
 
-use super::msg::{Event, TicketId, Unit};
-use super::prefix::{Kind, PER_PREFIX};
+use super::mailbox::{Event, TicketId, Unit};
+use super::prefix_mode::{Kind, PER_PREFIX};
 
 /// Backlog capacity of every ENI (the seed's `maxIPBacklog`); prefix mode
 /// multiplies it by the 16 addresses of a /28.

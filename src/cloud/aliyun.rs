@@ -5,9 +5,9 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use super::credentials::{CredentialProvider, CredentialSource};
+use super::ecs_prefix;
 use super::error::{CloudError, CloudErrorKind};
 use super::metadata::MetadataClient;
-use super::prefix;
 use super::ratelimit::RateLimiter;
 use super::retry::RetryPolicy;
 use super::rpc::{RpcClient, Timeouts};
@@ -173,7 +173,7 @@ impl CloudApi for AliyunCloud {
         eni_id: &str,
         count: usize,
     ) -> Result<Vec<Ipv4Prefix>, CloudError> {
-        prefix::assign_ipv4_prefixes(&self.ecs, eni_id, count)
+        ecs_prefix::assign_ipv4_prefixes(&self.ecs, eni_id, count)
     }
 
     fn unassign_ipv4_prefixes(
@@ -181,7 +181,7 @@ impl CloudApi for AliyunCloud {
         eni_id: &str,
         prefixes: &[Ipv4Prefix],
     ) -> Result<(), CloudError> {
-        prefix::unassign_ipv4_prefixes(&self.ecs, eni_id, prefixes)
+        ecs_prefix::unassign_ipv4_prefixes(&self.ecs, eni_id, prefixes)
     }
 
     fn create_eni_with_prefixes(
@@ -189,7 +189,7 @@ impl CloudApi for AliyunCloud {
         req: &CreateEni,
         prefixes: usize,
     ) -> Result<Eni, CloudError> {
-        prefix::create_network_interface_with_prefixes(&self.ecs, req, prefixes)
+        ecs_prefix::create_network_interface_with_prefixes(&self.ecs, req, prefixes)
     }
 
     fn metadata(&self) -> &dyn MetadataApi {

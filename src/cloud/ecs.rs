@@ -167,7 +167,7 @@ pub(crate) fn create_network_interface(c: &RpcClient, req: &CreateEni) -> Result
 }
 
 /// CreateNetworkInterface with more parameters (the prefix form, see
-/// [`super::prefix`]).
+/// [`super::ecs_prefix`]).
 pub(crate) fn create_network_interface_with(
     c: &RpcClient,
     req: &CreateEni,
@@ -266,25 +266,42 @@ pub(crate) fn describe_network_interfaces(
         }
         tags(&mut base, &q.tags);
         base.push(("MaxResults".into(), "500".into()));
-        let mut next = String::new();
-        for _page in 0..1000 {
-            let mut p = base.clone();
-            if !next.is_empty() {
-                p.push(("NextToken".into(), next.clone()));
-            }
-            let v = c.call(A, &p, CallOpts::default())?;
-            let items = jv::list(&v, &["NetworkInterfaceSets", "NetworkInterfaceSet"]);
-            let n = items.len();
+        each_page(c, A, &base, 1000, |v| {
+            let items = jv::list(v, &["NetworkInterfaceSets", "NetworkInterfaceSet"]);
+            let full = items.len() >= 500;
             for item in items {
                 out.push(eni_from_json(A, item)?);
             }
-            next = jv::s(&v, "NextToken");
-            if next.is_empty() || n < 500 {
-                break;
-            }
-        }
+            Ok(full)
+        })?;
     }
     Ok(out)
+}
+
+/// `action` with `base`, page after page (`NextToken`), at most `pages`
+/// of them: `read` takes each answer and says whether a next page may
+/// follow (a short page is the last, whatever its token says).
+fn each_page(
+    c: &RpcClient,
+    action: &str,
+    base: &[(String, String)],
+    pages: usize,
+    mut read: impl FnMut(&Value) -> Result<bool, CloudError>,
+) -> Result<(), CloudError> {
+    let mut next = String::new();
+    for _ in 0..pages {
+        let mut p = base.to_vec();
+        if !next.is_empty() {
+            p.push(("NextToken".into(), next.clone()));
+        }
+        let v = c.call(action, &p, CallOpts::default())?;
+        let more = read(&v)?;
+        next = jv::s(&v, "NextToken");
+        if next.is_empty() || !more {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// AssignPrivateIpAddresses with a count; returns the new addresses.
@@ -293,26 +310,36 @@ pub(crate) fn assign_private_ip_addresses(
     eni: &str,
     count: usize,
 ) -> Result<Vec<Ipv4Addr>, CloudError> {
-    const A: &str = "AssignPrivateIpAddresses";
+    let asked = ("SecondaryPrivateIpAddressCount", count);
+    let answer = [
+        "AssignedPrivateIpAddressesSet",
+        "PrivateIpSet",
+        "PrivateIpAddress",
+    ];
+    assign(c, "AssignPrivateIpAddresses", eni, asked, &answer, parse_v4)
+}
+
+/// An assign call on `eni` that asks for a count of things (`asked`: the
+/// count's field and the count) and answers them as a list of strings at
+/// `answer`, each read by `parse`. It carries a ClientToken
+/// ([`CallOpts::ONCE`]), so a retried call cannot assign twice.
+pub(super) fn assign<T>(
+    c: &RpcClient,
+    action: &str,
+    eni: &str,
+    (field, count): (&str, usize),
+    answer: &[&str],
+    parse: fn(&str, &str) -> Result<T, CloudError>,
+) -> Result<Vec<T>, CloudError> {
     let p = vec![
         ("NetworkInterfaceId".to_string(), eni.to_string()),
-        (
-            "SecondaryPrivateIpAddressCount".to_string(),
-            count.to_string(),
-        ),
+        (field.to_string(), count.to_string()),
     ];
-    let v = c.call(A, &p, CallOpts::ONCE)?;
-    jv::strings(
-        &v,
-        &[
-            "AssignedPrivateIpAddressesSet",
-            "PrivateIpSet",
-            "PrivateIpAddress",
-        ],
-    )
-    .iter()
-    .map(|s| parse_v4(A, s))
-    .collect()
+    let v = c.call(action, &p, CallOpts::ONCE)?;
+    jv::strings(&v, answer)
+        .iter()
+        .map(|s| parse(action, s))
+        .collect()
 }
 
 /// UnassignPrivateIpAddresses; an address (or ENI) already gone is success.
@@ -336,17 +363,7 @@ pub(crate) fn unassign_private_ip_addresses(
 /// the whole batch with `InvalidIp.IpUnassigned`. Only a single address's
 /// refusal proves it gone, so a refused batch is retried one by one rather
 /// than taken as success for addresses that are still there.
-pub(super) fn unassign_field<T: ToString>(
-    c: &RpcClient,
-    action: &str,
-    field: &str,
-    eni: &str,
-    items: &[T],
-) -> Result<(), CloudError> {
-    unassign(c, action, field, eni, items)
-}
-
-fn unassign<T: ToString>(
+pub(super) fn unassign<T: ToString>(
     c: &RpcClient,
     action: &str,
     field: &str,
@@ -385,16 +402,9 @@ pub(crate) fn assign_ipv6_addresses(
     eni: &str,
     count: usize,
 ) -> Result<Vec<Ipv6Addr>, CloudError> {
-    const A: &str = "AssignIpv6Addresses";
-    let p = vec![
-        ("NetworkInterfaceId".to_string(), eni.to_string()),
-        ("Ipv6AddressCount".to_string(), count.to_string()),
-    ];
-    let v = c.call(A, &p, CallOpts::ONCE)?;
-    jv::strings(&v, &["Ipv6Sets", "Ipv6Address"])
-        .iter()
-        .map(|s| parse_v6(A, s))
-        .collect()
+    let answer = ["Ipv6Sets", "Ipv6Address"];
+    let asked = ("Ipv6AddressCount", count);
+    assign(c, "AssignIpv6Addresses", eni, asked, &answer, parse_v6)
 }
 
 /// UnassignIpv6Addresses; already gone is success (see [`unassign`]).
@@ -416,14 +426,8 @@ pub(crate) fn describe_instance_types(
     repeated(&mut base, "InstanceTypes", types);
     base.push(("MaxResults".into(), "100".into()));
     let mut out = Vec::new();
-    let mut next = String::new();
-    for _ in 0..100 {
-        let mut p = base.clone();
-        if !next.is_empty() {
-            p.push(("NextToken".into(), next.clone()));
-        }
-        let v = c.call(A, &p, CallOpts::default())?;
-        for t in jv::list(&v, &["InstanceTypes", "InstanceType"]) {
+    each_page(c, A, &base, 100, |v| {
+        for t in jv::list(v, &["InstanceTypes", "InstanceType"]) {
             out.push(InstanceTypeLimits {
                 instance_type: jv::s(t, "InstanceTypeId"),
                 eni_quantity: jv::u(t, "EniQuantity") as u32,
@@ -431,11 +435,8 @@ pub(crate) fn describe_instance_types(
                 ipv6_per_eni: jv::u(t, "EniIpv6AddressQuantity") as u32,
             });
         }
-        next = jv::s(&v, "NextToken");
-        if next.is_empty() {
-            break;
-        }
-    }
+        Ok(true)
+    })?;
     Ok(out)
 }
 

@@ -116,11 +116,8 @@ impl MetadataClient {
 
     /// With a per-request timeout.
     pub fn with_timeout(endpoint: &str, timeout: Duration) -> MetadataClient {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
+        let agent: ureq::Agent = super::http_config()
             .timeout_global(Some(timeout))
-            .max_redirects(0)
-            .user_agent(concat!("eniipd/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
         MetadataClient {

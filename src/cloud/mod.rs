@@ -11,10 +11,10 @@
 pub mod aliyun;
 pub mod credentials;
 pub(crate) mod ecs;
+pub(crate) mod ecs_prefix;
 pub(crate) mod error;
 mod json;
 pub mod metadata;
-pub(crate) mod prefix;
 pub(crate) mod ratelimit;
 pub mod retry;
 pub mod rpc;
@@ -33,6 +33,22 @@ pub use error::{CloudError, CloudErrorKind};
 pub(crate) const ECS_VERSION: &str = "2014-05-26";
 /// The VPC OpenAPI version.
 pub(crate) const VPC_VERSION: &str = "2016-04-28";
+
+/// The HTTP clients' read and write buffers, and the largest response
+/// header they accept. ureq's default is 128 KiB each way, zero-filled
+/// when a connection is first used and kept while it is pooled: a quarter
+/// of a MiB per idle keep-alive connection, for requests and response
+/// headers of a few hundred bytes (bodies stream through the buffer).
+pub(crate) fn http_config() -> ureq::config::ConfigBuilder<ureq::typestate::AgentScope> {
+    const BUFFER: usize = 16 * 1024;
+    ureq::Agent::config_builder()
+        .input_buffer_size(BUFFER)
+        .output_buffer_size(BUFFER)
+        .max_response_header_size(BUFFER)
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .user_agent(concat!("eniipd/", env!("CARGO_PKG_VERSION")))
+}
 
 pub(crate) use crate::core::{TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY};
 
@@ -179,7 +195,7 @@ impl Eni {
     /// runs now, if it is one of those.
     pub(crate) fn live_peer(&self, instance_id: &str, node_id: &str) -> Option<&str> {
         self.foreign_node(instance_id, node_id)
-            .filter(|n| crate::util::node::alive(n))
+            .filter(|n| crate::util::node_liveness::alive(n))
     }
 
     /// The node id of another eniipd on this instance that created it,

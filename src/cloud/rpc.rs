@@ -156,11 +156,8 @@ impl RpcClient {
         policy: RetryPolicy,
         timeouts: Timeouts,
     ) -> RpcClient {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
+        let agent: ureq::Agent = super::http_config()
             .timeout_connect(Some(timeouts.connect))
-            .max_redirects(0)
-            .user_agent(concat!("eniipd/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
         let endpoint = endpoint.trim_end_matches('/').to_string();
@@ -386,24 +383,26 @@ impl RpcClient {
         }
         drop(headers);
         let resp = req.send_empty();
-        let secs = || t0.elapsed().as_secs_f64();
+        // No (whole) answer: counted as `timeout` or `transport`.
+        let unanswered = |kind: CloudErrorKind, msg: String| {
+            let code = if kind == CloudErrorKind::Timeout {
+                "timeout"
+            } else {
+                "transport"
+            };
+            crate::metrics::record_openapi(action, code, t0.elapsed().as_secs_f64());
+            CloudError::new(kind, action, msg)
+        };
         let mut resp = match resp {
             Ok(r) => r,
             Err(ureq::Error::Timeout(t)) => {
-                crate::metrics::record_openapi(action, "timeout", secs());
-                return Err(CloudError::new(
-                    CloudErrorKind::Timeout,
-                    action,
-                    format!(
-                        "no answer within {:?} ({t})",
-                        self.timeouts.for_action(action)
-                    ),
-                ));
+                let limit = self.timeouts.for_action(action);
+                let msg = format!("no answer within {limit:?} ({t})");
+                return Err(unanswered(CloudErrorKind::Timeout, msg));
             }
             Err(e) => {
-                crate::metrics::record_openapi(action, "transport", secs());
                 let msg = format!("cannot reach {}: {e}", self.endpoint);
-                return Err(CloudError::new(CloudErrorKind::Transport, action, msg).with_source(e));
+                return Err(unanswered(CloudErrorKind::Transport, msg).with_source(e));
             }
         };
         let status = resp.status().as_u16();
@@ -430,21 +429,12 @@ impl RpcClient {
         {
             Ok(b) => b,
             Err(ureq::Error::Timeout(_)) => {
-                crate::metrics::record_openapi(action, "timeout", secs());
-                return Err(CloudError::new(
-                    CloudErrorKind::Timeout,
-                    action,
-                    "answer body too slow",
-                ));
+                let msg = "answer body too slow".into();
+                return Err(unanswered(CloudErrorKind::Timeout, msg));
             }
             Err(e) => {
-                crate::metrics::record_openapi(action, "transport", secs());
-                return Err(CloudError::new(
-                    CloudErrorKind::Transport,
-                    action,
-                    "reading the answer",
-                )
-                .with_source(e));
+                let msg = "reading the answer".into();
+                return Err(unanswered(CloudErrorKind::Transport, msg).with_source(e));
             }
         };
         Ok(RawAnswer {

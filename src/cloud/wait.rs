@@ -21,7 +21,7 @@ enum Every {
 }
 
 /// The step between metadata polls.
-pub(crate) const METADATA_STEP: Duration = Duration::from_millis(50);
+const METADATA_STEP: Duration = Duration::from_millis(50);
 
 /// Asks `probe` until it has an answer, `every` so often, until
 /// `deadline` (then `Timeout`, "timed out waiting for `what`").
@@ -62,6 +62,16 @@ pub(crate) fn poll_openapi<T>(
     probe: impl FnMut() -> Result<Option<T>, CloudError>,
 ) -> Result<T, CloudError> {
     poll(what, Every::OpenApi, deadline, probe)
+}
+
+/// Asks metadata through `probe` (every [`METADATA_STEP`]) until it has an
+/// answer or `deadline` passes.
+pub(crate) fn poll_metadata<T>(
+    what: &str,
+    deadline: Instant,
+    probe: impl FnMut() -> Result<Option<T>, CloudError>,
+) -> Result<T, CloudError> {
+    poll(what, Every::Metadata, deadline, probe)
 }
 
 /// Waits until metadata lists every given address on `mac`.
@@ -147,11 +157,21 @@ pub fn wait_eni_status(
     want: EniStatus,
     deadline: Instant,
 ) -> Result<Eni, CloudError> {
-    poll(
+    wait_eni_status_by(eni_id, want, deadline, || describe_one(api, eni_id))
+}
+
+/// [`wait_eni_status`], the ENI read by `describe` (a batched describe,
+/// say): `None` when the OpenAPI does not list it.
+pub(crate) fn wait_eni_status_by(
+    eni_id: &str,
+    want: EniStatus,
+    deadline: Instant,
+    mut describe: impl FnMut() -> Result<Option<Eni>, CloudError>,
+) -> Result<Eni, CloudError> {
+    poll_openapi(
         &format!("{eni_id} to be {want}"),
-        Every::OpenApi,
         deadline,
-        || match describe_one(api, eni_id)? {
+        || match describe()? {
             Some(e) if e.status == want => Ok(Some(e)),
             Some(_) => Ok(None),
             None => Err(CloudError::new(

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::client::{self, Client};
+use super::eniipd_client::{self, Client};
 use super::identity::{owner_of, sandbox_of};
 use super::netns::open_container;
 use super::spec::{
@@ -94,7 +94,7 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         .iter()
         .map(|a| format!(" {a}"))
         .collect();
-    let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
+    let _held = lock::lock(&conf.lock_dir, &owner, eniipd_client::ALLOC_DEADLINE)?;
     let (mut c, held_before, reply) = allocate(
         conf,
         &owner,
@@ -197,13 +197,13 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
 /// away from under it) and the `alloc` reply. While eniipd cannot be
 /// asked (away, restarting, replaced by a rollout, going away in the
 /// middle) it is waited for, up to `daemonWait` at a time and
-/// [`client::ADD_BUDGET`] in all, and asked again: `alloc` for a sandbox
+/// [`eniipd_client::ADD_BUDGET`] in all, and asked again: `alloc` for a sandbox
 /// is idempotent.
 fn allocate(conf: &NetConf, owner: &str, alloc: &str) -> Result<(Client, bool, Reply), CniError> {
     let started = Instant::now();
     let mut held_before = None;
     loop {
-        let left = client::ADD_BUDGET.saturating_sub(started.elapsed());
+        let left = eniipd_client::ADD_BUDGET.saturating_sub(started.elapsed());
         let mut c = Client::connect_waiting(&conf.socket, conf.daemon_wait.min(left))?;
         let mut ask = || {
             let held = match held_before {
@@ -211,18 +211,18 @@ fn allocate(conf: &NetConf, owner: &str, alloc: &str) -> Result<(Client, bool, R
                 None => c.ask_found(&format!("show {owner}"))?.is_some(),
             };
             held_before = Some(held);
-            let left = client::ADD_BUDGET.saturating_sub(started.elapsed());
+            let left = eniipd_client::ADD_BUDGET.saturating_sub(started.elapsed());
             c.alloc_within(alloc, left).map(|reply| (held, reply))
         };
         match ask() {
             Err(e)
-                if client::went_away(&e)
+                if eniipd_client::went_away(&e)
                     && !conf.daemon_wait.is_zero()
-                    && started.elapsed() < client::ADD_BUDGET =>
+                    && started.elapsed() < eniipd_client::ADD_BUDGET =>
             {
                 // It went away in the middle: a moment, then it is
                 // waited for again.
-                std::thread::sleep(client::AWAY_POLL);
+                std::thread::sleep(eniipd_client::AWAY_POLL);
             }
             r => return r.map(|(held, reply)| (c, held, reply)),
         }
@@ -233,7 +233,7 @@ pub(crate) fn del(conf: &NetConf, env: &Env) -> Result<(), CniError> {
     let owner = owner_of(&conf.name, env);
     let sandbox = sandbox_of(&env.container_id);
     let host_veth = datapath::host_veth_name(&env.container_id, &env.ifname);
-    let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
+    let _held = lock::lock(&conf.lock_dir, &owner, eniipd_client::ALLOC_DEADLINE)?;
     let release = format!("release {owner} sandbox={sandbox}");
     let released = Client::connect(&conf.socket).and_then(|mut c| {
         datapath::teardown(&host_veth).map_err(datapath_error)?;
@@ -250,7 +250,7 @@ pub(crate) fn del(conf: &NetConf, env: &Env) -> Result<(), CniError> {
         }
         // eniipd cannot be asked: the node's side goes now, the release
         // waits for eniipd in its queue (it applies it before it serves).
-        Err(e) if client::went_away(&e) => {
+        Err(e) if eniipd_client::went_away(&e) => {
             datapath::teardown(&host_veth).map_err(datapath_error)?;
             queue_release(conf, &owner, &sandbox, &e)
         }
@@ -296,7 +296,7 @@ pub(crate) fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
     let owner = owner_of(&conf.name, env);
     let ns = open_container(env)?
         .ok_or_else(|| CniError::new(code::DATAPATH, "the container's netns is gone"))?;
-    let _held = lock::lock(&conf.lock_dir, &owner, client::ALLOC_DEADLINE)?;
+    let _held = lock::lock(&conf.lock_dir, &owner, eniipd_client::ALLOC_DEADLINE)?;
     let mut c = Client::connect(&conf.socket)?;
     let r = c.ask(&format!("show {owner}"))?;
     let AllocReply { ip, ipv6, eni } = allocation_of("show", &r)?;

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use sha1::{Digest, Sha1};
 
-use super::netlink::{format_mac, Family, Link, Netlink, Rule, MAIN_TABLE};
+use super::netlink::{format_mac, Family, Link, Netlink, Route, Rule, MAIN_TABLE};
 use super::netns;
 use super::spec::{POD_GATEWAY, POD_GATEWAY6};
 
@@ -211,27 +211,15 @@ fn prepare_eni(
     write_sysctl(&format!("net/ipv4/conf/{}/rp_filter", eni.name), "2")?;
     write_sysctl("net/ipv4/ip_forward", "1")?;
     let table = TABLE_BASE + eni.index;
-    host.replace_route(
-        table,
-        (v4(Ipv4Addr::UNSPECIFIED), 0),
-        Some(v4(gateway)),
-        eni.index,
-        true,
-    )
-    .ctx(|| format!("default route via {gateway} dev {} table {table}", eni.name))?;
+    host.replace_default_route(table, v4(gateway), eni.index, true)
+        .ctx(|| format!("default route via {gateway} dev {} table {table}", eni.name))?;
     if let Some(gw6) = gateway6 {
         enable_ipv6(&eni.name)?;
         // The kernel forwards IPv6 only when `all` says so (a link's own
         // switch only makes it act as a router).
         write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
-        host.replace_route(
-            table,
-            (v6(Ipv6Addr::UNSPECIFIED), 0),
-            Some(v6(gw6)),
-            eni.index,
-            true,
-        )
-        .ctx(|| format!("default route via {gw6} dev {} table {table}", eni.name))?;
+        host.replace_default_route(table, v6(gw6), eni.index, true)
+            .ctx(|| format!("default route via {gw6} dev {} table {table}", eni.name))?;
     }
     Ok((eni, table))
 }
@@ -276,30 +264,12 @@ pub(crate) fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     }
     ctr.set_up(cl.index)
         .ctx(|| format!("set {} up", pod.ifname))?;
-    ctr.replace_neigh(cl.index, v4(POD_GATEWAY), &hv.mac)
-        .ctx(|| format!("neighbour {POD_GATEWAY} in the container"))?;
     ctr.replace_route(MAIN_TABLE, (v4(POD_GATEWAY), 32), None, cl.index, false)
         .ctx(|| format!("route {POD_GATEWAY} dev {}", pod.ifname))?;
-    ctr.replace_route(
-        MAIN_TABLE,
-        (v4(Ipv4Addr::UNSPECIFIED), 0),
-        Some(v4(POD_GATEWAY)),
-        cl.index,
-        false,
-    )
-    .ctx(|| format!("default route via {POD_GATEWAY} in the container"))?;
+    default_via(&mut ctr, cl.index, v4(POD_GATEWAY), &hv.mac)?;
     if pod.v6.is_some() {
         // A link-local gateway is on-link by definition: no link route.
-        ctr.replace_neigh(cl.index, v6(POD_GATEWAY6), &hv.mac)
-            .ctx(|| format!("neighbour {POD_GATEWAY6} in the container"))?;
-        ctr.replace_route(
-            MAIN_TABLE,
-            (v6(Ipv6Addr::UNSPECIFIED), 0),
-            Some(v6(POD_GATEWAY6)),
-            cl.index,
-            false,
-        )
-        .ctx(|| format!("default route via {POD_GATEWAY6} in the container"))?;
+        default_via(&mut ctr, cl.index, v6(POD_GATEWAY6), &hv.mac)?;
     }
 
     if pod.v6.is_some() {
@@ -307,29 +277,48 @@ pub(crate) fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     }
     host.set_up(hv.index)
         .ctx(|| format!("set {} up", pod.host_veth))?;
-    host.replace_neigh(hv.index, v4(pod.ip), &cl.mac)
-        .ctx(|| format!("neighbour {} on {}", pod.ip, pod.host_veth))?;
-    host.replace_route(MAIN_TABLE, (v4(pod.ip), 32), None, hv.index, false)
-        .ctx(|| format!("route {}/32 dev {}", pod.ip, pod.host_veth))?;
-    host.add_rule(&pod_rule(v4(pod.ip), pod.host_veth, table))
-        .ctx(|| format!("rule from {} lookup {table}", pod.ip))?;
-    // After the `from` rule: a rollback finds this one through it.
-    host.add_rule(&to_pod_rule(v4(pod.ip)))
-        .ctx(|| format!("rule to {} lookup main", pod.ip))?;
+    route_to_pod(
+        &mut host,
+        (hv.index, pod.host_veth),
+        v4(pod.ip),
+        &cl.mac,
+        table,
+    )?;
     if let Some(p) = pod.v6 {
-        host.replace_neigh(hv.index, v6(p.ip), &cl.mac)
-            .ctx(|| format!("neighbour {} on {}", p.ip, pod.host_veth))?;
-        host.replace_route(MAIN_TABLE, (v6(p.ip), 128), None, hv.index, false)
-            .ctx(|| format!("route {}/128 dev {}", p.ip, pod.host_veth))?;
-        host.add_rule(&pod_rule(v6(p.ip), pod.host_veth, table))
-            .ctx(|| format!("rule from {} lookup {table}", p.ip))?;
-        host.add_rule(&to_pod_rule(v6(p.ip)))
-            .ctx(|| format!("rule to {} lookup main", p.ip))?;
+        route_to_pod(
+            &mut host,
+            (hv.index, pod.host_veth),
+            v6(p.ip),
+            &cl.mac,
+            table,
+        )?;
     }
     Ok(Attached {
         host_mac: format_mac(&hv.mac),
         container_mac: format_mac(&cl.mac),
     })
+}
+
+/// On the host: the pod's address `ip` behind its host end (`veth`: index
+/// and name), answered by `pod_mac`; what it sends goes by the ENI's
+/// `table`, what is sent to it by main.
+fn route_to_pod(
+    host: &mut Netlink,
+    (veth, veth_name): (u32, &str),
+    ip: IpAddr,
+    pod_mac: &[u8],
+    table: u32,
+) -> Result<(), DatapathError> {
+    host.replace_neigh(veth, ip, pod_mac)
+        .ctx(|| format!("neighbour {ip} on {veth_name}"))?;
+    let (_, len) = host_prefix(ip);
+    host.replace_route(MAIN_TABLE, (ip, len), None, veth, false)
+        .ctx(|| format!("route {ip}/{len} dev {veth_name}"))?;
+    host.add_rule(&pod_rule(ip, veth_name, table))
+        .ctx(|| format!("rule from {ip} lookup {table}"))?;
+    // After the `from` rule: a rollback finds this one through it.
+    host.add_rule(&to_pod_rule(ip))
+        .ctx(|| format!("rule to {ip} lookup main"))
 }
 
 fn host_prefix(ip: IpAddr) -> (IpAddr, u8) {
@@ -543,13 +532,9 @@ pub(crate) fn check(e: &Pod) -> Result<(), DatapathError> {
     let eni = eni_link(&mut host, e.eni_mac)?
         .ok_or_else(|| fail(format!("no ENI link with MAC {}", format_mac(e.eni_mac))))?;
     let table = TABLE_BASE + eni.index;
-    let hv = host
-        .link_by_name(e.host_veth)
-        .ctx(|| "list links".into())?
-        .ok_or_else(|| fail(format!("host end {} is missing", e.host_veth)))?;
-    if !hv.up {
-        return Err(fail(format!("host end {} is down", e.host_veth)));
-    }
+    let hv = up_link(&mut host, e.host_veth, "list links", |state| {
+        format!("host end {} is {state}", e.host_veth)
+    })?;
     for w in &wants {
         let family = Family::of(&w.pod);
         let main = host
@@ -579,9 +564,7 @@ pub(crate) fn check(e: &Pod) -> Result<(), DatapathError> {
             )));
         }
         let t = host.routes(family, table).ctx(|| "list routes".into())?;
-        if !t.iter().any(|r| {
-            r.dst.1 == 0 && r.gateway == Some(w.vswitch_gateway) && r.oif == Some(eni.index)
-        }) {
+        if !has_default_route(&t, w.vswitch_gateway, eni.index) {
             return Err(fail(format!(
                 "default route via {} dev {} in table {table} is missing",
                 w.vswitch_gateway, eni.name
@@ -590,13 +573,9 @@ pub(crate) fn check(e: &Pod) -> Result<(), DatapathError> {
     }
 
     let mut ctr = netns::netlink_in(e.netns).ctx(|| "netlink socket in the container".into())?;
-    let cl = ctr
-        .link_by_name(e.ifname)
-        .ctx(|| "list container links".into())?
-        .ok_or_else(|| fail(format!("{} is missing in the container", e.ifname)))?;
-    if !cl.up {
-        return Err(fail(format!("{} is down in the container", e.ifname)));
-    }
+    let cl = up_link(&mut ctr, e.ifname, "list container links", |state| {
+        format!("{} is {state} in the container", e.ifname)
+    })?;
     for w in &wants {
         let family = Family::of(&w.pod);
         let addrs = ctr
@@ -611,10 +590,7 @@ pub(crate) fn check(e: &Pod) -> Result<(), DatapathError> {
         let routes = ctr
             .routes(family, MAIN_TABLE)
             .ctx(|| "list routes".into())?;
-        if !routes
-            .iter()
-            .any(|r| r.dst.1 == 0 && r.gateway == Some(w.pod_gateway) && r.oif == Some(cl.index))
-        {
+        if !has_default_route(&routes, w.pod_gateway, cl.index) {
             return Err(fail(format!(
                 "default route via {} dev {} is missing in the container",
                 w.pod_gateway, e.ifname
@@ -622,6 +598,47 @@ pub(crate) fn check(e: &Pod) -> Result<(), DatapathError> {
         }
     }
     Ok(())
+}
+
+/// In the container: `gateway` answered by the host end (`host_mac`)
+/// and the default route of its family via it, out of `link`.
+fn default_via(
+    ctr: &mut Netlink,
+    link: u32,
+    gateway: IpAddr,
+    host_mac: &[u8],
+) -> Result<(), DatapathError> {
+    ctr.replace_neigh(link, gateway, host_mac)
+        .ctx(|| format!("neighbour {gateway} in the container"))?;
+    ctr.replace_default_route(MAIN_TABLE, gateway, link, false)
+        .ctx(|| format!("default route via {gateway} in the container"))
+}
+
+/// The link named `name`, which must be there and up; `listing` names the
+/// netlink dump in errors and `says` words a link that is `missing` or
+/// `down`.
+fn up_link(
+    nl: &mut Netlink,
+    name: &str,
+    listing: &str,
+    says: impl Fn(&str) -> String,
+) -> Result<Link, DatapathError> {
+    let link = nl
+        .link_by_name(name)
+        .ctx(|| listing.into())?
+        .ok_or_else(|| fail(says("missing")))?;
+    if link.up {
+        Ok(link)
+    } else {
+        Err(fail(says("down")))
+    }
+}
+
+/// Whether `routes` hold a default route via `gateway` out of `oif`.
+fn has_default_route(routes: &[Route], gateway: IpAddr, oif: u32) -> bool {
+    routes
+        .iter()
+        .any(|r| r.dst.1 == 0 && r.gateway == Some(gateway) && r.oif == Some(oif))
 }
 
 #[cfg(test)]

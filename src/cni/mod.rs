@@ -1,5 +1,5 @@
 //! eniip-cni, the CNI plugin (spec 0.4.0, 1.0.0 and 1.1.0): gets a
-//! container's address from eniipd over its socket ([`client`]) and
+//! container's address from eniipd over its socket ([`eniipd_client`]) and
 //! builds the container's network ([`datapath`]) over netlink,
 //! synchronously.
 //!
@@ -14,16 +14,16 @@
 //!
 //! Invariants: an eniipd that cannot be asked (away: restarting, replaced
 //! by a rollout, hung) is waited for by ADD up to `daemonWait` and
-//! [`client::ADD_BUDGET`] (then CNI error 11, before anything changes),
+//! [`eniipd_client::ADD_BUDGET`] (then CNI error 11, before anything changes),
 //! and never fails a DEL: the node's side is torn down and the release
 //! queued for eniipd ([`crate::releases`]); the environment is checked
 //! before anything is asked or built (CNI error 4); the rest is kept by
 //! the verbs (see [`container`]).
 
 pub(crate) mod annotations;
-pub(crate) mod client;
 pub(crate) mod container;
 pub mod datapath;
+pub(crate) mod eniipd_client;
 pub(crate) mod identity;
 pub mod install;
 pub(crate) mod lock;

@@ -47,9 +47,9 @@ pub(crate) fn open_container(env: &Env) -> Result<Option<File>, CniError> {
             )
         }
     };
-    let id = crate::util::netns::identity_of(&f, path)
+    let id = crate::util::netns_identity::identity_of(&f, path)
         .map_err(|e| bad(format!("CNI_NETNS {}: {e}", path.display())))?;
-    let own = crate::util::netns::own()
+    let own = crate::util::netns_identity::own()
         .map_err(|e| CniError::new(code::IO, format!("cannot read the plugin's own netns: {e}")))?;
     if id == own {
         return Err(bad(format!(

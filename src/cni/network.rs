@@ -5,7 +5,7 @@
 
 use std::net::IpAddr;
 
-use super::client::{self, Client};
+use super::eniipd_client::{self, Client};
 use super::identity::sandbox_of;
 use super::spec::{code, CniError, NetConf};
 use super::{datapath, datapath_error, lock};
@@ -42,7 +42,11 @@ pub(crate) fn gc(conf: &NetConf) -> Result<(), CniError> {
             .as_deref()
             .filter(|v| v.starts_with(datapath::HOST_PREFIX));
         // An invocation for this owner that runs now finishes first.
-        let _held = match lock::lock(&conf.lock_dir, &released.owner, client::REPLY_DEADLINE) {
+        let _held = match lock::lock(
+            &conf.lock_dir,
+            &released.owner,
+            eniipd_client::REPLY_DEADLINE,
+        ) {
             Ok(l) => l,
             Err(e) => {
                 first_err.get_or_insert(e);

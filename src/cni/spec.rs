@@ -289,7 +289,7 @@ pub(crate) const DEFAULT_MTU: u32 = 1500;
 /// says otherwise: a DaemonSet rollout or a restart (seconds to stop, to
 /// start the new pod and restore the pool), with room for the allocation
 /// within kubelet's runtime request timeout (2 min; see
-/// [`super::client::ADD_BUDGET`]).
+/// [`super::eniipd_client::ADD_BUDGET`]).
 pub(crate) const DEFAULT_DAEMON_WAIT: Duration = Duration::from_secs(60);
 /// The largest `daemonWait`.
 pub(crate) const MAX_DAEMON_WAIT_S: u64 = 100;

@@ -3,6 +3,7 @@
 //! and the conflist eniipd installs once the pool is ready
 //! (`cni_conflist`, `cni_conflist_source`).
 
+use super::effective::or_dash;
 use super::validate::{invalid_str, secs};
 use super::*;
 
@@ -24,11 +25,7 @@ pub(crate) struct CniSettings {
 impl CniSettings {
     /// `key=value` pairs for the effective view.
     pub(super) fn effective(&self) -> Vec<(&'static str, String)> {
-        let path = |p: &Option<PathBuf>| {
-            p.as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| "-".into())
-        };
+        let path = |p: &Option<PathBuf>| or_dash(p.as_ref().map(|p| p.display()));
         vec![
             (
                 "sandbox_reap_interval",

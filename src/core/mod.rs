@@ -10,17 +10,17 @@
 //! parses text into these types and renders them back; `alloc`, `pool` and
 //! `store` speak them without knowing there is a socket.
 
-mod attach;
+mod attachment;
 pub(crate) mod command;
-mod prefix;
+mod ipv4_prefix;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub use attach::Attachment;
-pub(crate) use attach::NsId;
+pub use attachment::Attachment;
+pub(crate) use attachment::NsId;
 pub use command::{Answer, Collected, Command, Commands, Envelope};
-pub use prefix::Ipv4Prefix;
+pub use ipv4_prefix::Ipv4Prefix;
 
 /// Longest owner or sandbox id.
 pub(crate) const MAX_ID: usize = 255;

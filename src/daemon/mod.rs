@@ -4,8 +4,8 @@
 //! Order matters: signal handlers first; local preconditions
 //! ([`preflight`]) before the state or the cloud is touched; the state
 //! lock before anything else touches the state directory or the socket;
-//! no run beside a live peer ([`peer`]); the pool restored from state and
-//! cloud ([`restore`](mod@restore)) before the socket accepts (so an
+//! no run beside a live peer ([`other_eniipd`]); the pool restored from state and
+//! cloud ([`start_pool`]) before the socket accepts (so an
 //! answering `ping` means ready), and the releases eniip-cni queued while
 //! eniipd was away applied before it accepts too ([`queued`]). Serving and
 //! the stop against one
@@ -17,19 +17,19 @@ mod config;
 mod conflist;
 mod error;
 mod facts;
-mod peer;
+mod other_eniipd;
 pub(crate) mod preflight;
 mod queued;
 mod reaper;
-mod restore;
 mod serve;
 mod simulate;
+mod start_pool;
 
 use config::load_config;
 pub use error::exit;
 use error::{bind_error, preflight_error, store_error, DaemonError};
-use restore::{open_state, Restore, Restored};
 use serve::{serve, signals};
+use start_pool::{open_state, Restore, Restored};
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -79,7 +79,7 @@ struct Running {
     /// `--simulate-links`: the emulated ENIs as links on this host.
     links: Option<HostLinks>,
     /// Dropped last: this node is alive until the process ends.
-    _beacon: crate::util::node::Beacon,
+    _beacon: crate::util::node_liveness::Beacon,
 }
 
 /// Runs the daemon; returns the exit code.
@@ -187,6 +187,10 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     }
     let _ = notifier.ready();
     let _ = notifier.status(&status);
+    // What start-up parsed and dropped (the instance-type table, the
+    // state's replay) goes back to the kernel rather than idling in the
+    // heap.
+    crate::util::memory::release_free();
     let conflist = conflist::Installer::start(&cfg, conflist_bytes, alloc.commands())?;
     let reaper = match cfg.cni.sandbox_reap_interval {
         d if d.is_zero() => None,
@@ -235,7 +239,7 @@ struct Held {
     /// The quarantine for addresses with no known owner (after a rebuild).
     quarantine: Option<Duration>,
     node_id: String,
-    beacon: crate::util::node::Beacon,
+    beacon: crate::util::node_liveness::Beacon,
 }
 
 /// The state lock first: nothing else may touch the directory or the
@@ -251,7 +255,7 @@ fn hold_state(cfg: &Config, recover_state: bool) -> Result<Held, DaemonError> {
     let node_id = store.node_id().map_err(|e| store_error(&e))?;
     // Held for the daemon's life: another eniipd on this host can tell
     // this node is alive.
-    let beacon = crate::util::node::Beacon::hold(&node_id).map_err(|e| {
+    let beacon = crate::util::node_liveness::Beacon::hold(&node_id).map_err(|e| {
         DaemonError::new(
             exit::TEMPFAIL,
             format!("another process runs as eniipd node {node_id} (a copy of this state directory?): {e}"),
@@ -297,7 +301,7 @@ fn start_allocator(
         facts,
         opts,
         recovered,
-    } = restore::restore(
+    } = start_pool::restore(
         cfg,
         &identity,
         &*cloud,

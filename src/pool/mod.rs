@@ -19,7 +19,7 @@
 //! - [`Owners`] (`owners.rs`): one owner, one address; the sandbox moves;
 //! - [`Holds`] (`holds.rs`): reservations, cool-downs, quarantines; one
 //!   per owner, ended at their time;
-//! - [`Attachments`] (`attach.rs`): the sandbox network of each owner.
+//! - [`Attachments`] (`attachments.rs`): the sandbox network of each owner.
 //!
 //! An address's state is read from them ([`IpState`]). What ties the
 //! parts together is kept here, by the verbs that cross them (an address
@@ -37,7 +37,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use crate::cloud::Ipv4Prefix;
 use crate::core::{Allocation, Attachment, EniInfo, Hold, Intent, Owner, SandboxId};
 
-mod attach;
+mod attachments;
 pub(crate) mod choose;
 mod eni;
 mod holds;
@@ -46,7 +46,7 @@ mod owners;
 pub(crate) mod shrink;
 pub(crate) mod views;
 
-pub(crate) use attach::{Attached, Attachments};
+pub(crate) use attachments::{Attached, Attachments};
 pub(crate) use eni::{EniPhase, Enis, PoolEni};
 pub(crate) use holds::{HoldOn, HoldTimes, Holds};
 pub(crate) use ip::{Addresses, Gone, PoolIp};

@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 
 use log::debug;
 
-use super::peer::may_mutate;
+use super::access::may_mutate;
 use super::{ServerConfig, CLIENT_LOG};
 use crate::core::{AllocError, Command, Commands, ErrCode};
 use crate::log_limited;
 use crate::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
-use crate::util::peer::{supplementary_groups, Peer};
+use crate::util::peercred::{supplementary_groups, Peer};
 
 /// Where a connection is in its request cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -323,7 +323,9 @@ fn handle(
             match &mut command {
                 Command::Gc { keep: list, .. } => *list = std::mem::take(keep),
                 Command::Alloc { attach, .. } => {
-                    *attach = attach.take().and_then(|a| super::attach::resolve(a, peer));
+                    *attach = attach
+                        .take()
+                        .and_then(|a| super::attachment_ids::resolve(a, peer));
                 }
                 _ => {}
             }

@@ -15,7 +15,10 @@
 //! and only the reply is dropped.
 //!
 //! The accept thread sleeps in `poll` on the listener and a wake-up pipe,
-//! so an idle daemon uses no CPU here.
+//! so an idle daemon uses no CPU here. When the last connection closes,
+//! the heap's free pages go back to the kernel
+//! ([`crate::util::memory::release_free`]): a burst of clients leaves no
+//! lasting resident memory beyond the stacks glibc keeps for reuse.
 //!
 //! This file admits connections, evicts them at the limit and stops them;
 //! what one connection does for its client (framing, timeouts, access
@@ -274,8 +277,17 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
                 set_phase: &|phase| set_phase(&sh2, id, phase),
             };
             connection::serve(&cx, stream);
-            sh2.conns.lock().remove(&id);
+            let last = {
+                let mut conns = sh2.conns.lock();
+                conns.remove(&id);
+                conns.is_empty()
+            };
             sh2.changed.notify_all();
+            if last {
+                // The clients have gone: what their connections used
+                // goes back to the kernel.
+                crate::util::memory::release_free();
+            }
         });
     match t {
         Ok(t) => {

@@ -7,10 +7,10 @@
 //! [`crate::core::Command`] through [`crate::core::Commands`], and the
 //! answer is rendered back by [`crate::protocol::answer_reply`].
 
-mod attach;
+pub(crate) mod access;
+mod attachment_ids;
 mod connection;
 pub mod listener;
-pub(crate) mod peer;
 pub mod socket;
 pub(crate) mod starting;
 

@@ -2,6 +2,29 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+/// `address/n`, with n within `lengths` and no host bit set (`bits` gives
+/// the address's `width` bits); `what` names the form in errors.
+fn cidr<A: std::str::FromStr>(
+    s: &str,
+    what: &str,
+    lengths: std::ops::RangeInclusive<u8>,
+    (width, bits): (u8, fn(A) -> u128),
+) -> Result<(u128, u8), String> {
+    let bad = || format!("{s:?} is not {what}");
+    let (a, p) = s.split_once('/').ok_or_else(bad)?;
+    let base = bits(a.parse().map_err(|_| bad())?);
+    let prefix: u8 = p.parse().map_err(|_| bad())?;
+    if !lengths.contains(&prefix) {
+        let (lo, hi) = lengths.into_inner();
+        return Err(format!("{s}: the prefix must be from /{lo} to /{hi}"));
+    }
+    // `lengths` keeps the shift below 128.
+    if base & ((1u128 << (width - prefix)) - 1) != 0 {
+        return Err(format!("{s}: host bits are set"));
+    }
+    Ok((base, prefix))
+}
+
 /// An IPv4 CIDR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Net4 {
@@ -14,19 +37,9 @@ pub(crate) struct Net4 {
 impl Net4 {
     /// Parses `a.b.c.d/n` (host bits must be zero; n from 8 to 29).
     pub(crate) fn parse(s: &str) -> Result<Net4, String> {
-        let (a, p) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not a CIDR"))?;
-        let a: Ipv4Addr = a.parse().map_err(|_| format!("{s:?} is not a CIDR"))?;
-        let prefix: u8 = p.parse().map_err(|_| format!("{s:?} is not a CIDR"))?;
-        if !(8..=29).contains(&prefix) {
-            return Err(format!("{s}: the prefix must be from /8 to /29"));
-        }
-        let base = u32::from(a);
-        let mask = u32::MAX << (32 - prefix);
-        if base & !mask != 0 {
-            return Err(format!("{s}: host bits are set"));
-        }
+        let v4 = |a: Ipv4Addr| u128::from(u32::from(a));
+        let (base, prefix) = cidr(s, "a CIDR", 8..=29, (32, v4))?;
+        let base = u32::try_from(base).map_err(|_| format!("{s:?} is not a CIDR"))?;
         Ok(Net4 { base, prefix })
     }
 
@@ -78,24 +91,9 @@ pub(crate) struct Net6 {
 }
 
 impl Net6 {
-    /// Parses `x::/n`.
+    /// Parses `x::/n` (host bits must be zero; n from 48 to 64).
     pub(crate) fn parse(s: &str) -> Result<Net6, String> {
-        let (a, p) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not an IPv6 CIDR"))?;
-        let a: Ipv6Addr = a
-            .parse()
-            .map_err(|_| format!("{s:?} is not an IPv6 CIDR"))?;
-        let prefix: u8 = p
-            .parse()
-            .map_err(|_| format!("{s:?} is not an IPv6 CIDR"))?;
-        if !(48..=64).contains(&prefix) {
-            return Err(format!("{s}: the prefix must be from /48 to /64"));
-        }
-        let base = u128::from(a);
-        if base & !(u128::MAX << (128 - prefix)) != 0 {
-            return Err(format!("{s}: host bits are set"));
-        }
+        let (base, prefix) = cidr::<Ipv6Addr>(s, "an IPv6 CIDR", 48..=64, (128, u128::from))?;
         Ok(Net6 { base, prefix })
     }
 

@@ -572,15 +572,15 @@ fn a_vswitch_eniipd_gave_addresses_back_to_is_not_exhausted() {
     sim.fault(r#"{"action":"DescribeVSwitches","code":"InternalError"}"#);
     let old: Vec<String> = (0..4).map(|i| d.ok(&format!("alloc old/{i}"))).collect();
     let eni = field(&old[0], "eni");
-    let client = crate::openapi::client(sim.openapi_options());
+    let client = crate::openapi_client::client(sim.openapi_options());
     let on = [
         ("RegionId", sim.region.as_str()),
         ("NetworkInterfaceId", eni.as_str()),
         ("InstanceId", sim.instance.as_str()),
     ];
-    crate::openapi::call(&client, "DetachNetworkInterface", &on).unwrap();
+    crate::openapi_client::call(&client, "DetachNetworkInterface", &on).unwrap();
     assert!(eventually(Duration::from_secs(10), || {
-        crate::openapi::call(&client, "DeleteNetworkInterface", &on[..2]).is_ok()
+        crate::openapi_client::call(&client, "DeleteNetworkInterface", &on[..2]).is_ok()
     }));
     // eniipd sees it gone (it no longer lists it), then new owners take
     // what the vswitch has until it has nothing.

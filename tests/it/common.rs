@@ -183,7 +183,7 @@ impl Sim {
     }
 
     /// Options for eniipd's OpenAPI client against this emulator: its
-    /// endpoints and key pair (`crate::openapi::client` makes the client).
+    /// endpoints and key pair (`crate::openapi_client::client` makes the client).
     pub fn openapi_options(&self) -> eniipd::cloud::aliyun::AliyunCloudOptions {
         use eniipd::cloud::aliyun::AliyunCloudOptions;
         AliyunCloudOptions {

@@ -7,14 +7,18 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use crate::openapi;
+use crate::openapi_client;
 use common::{config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
 use serde_json::{json, Value};
 
 /// One OpenAPI call behind the daemon's back, which must succeed.
 fn call(sim: &Sim, action: &str, params: &[(&str, &str)]) -> Value {
-    openapi::call(&openapi::client(sim.openapi_options()), action, params)
-        .unwrap_or_else(|e| panic!("{action}: {e}"))
+    openapi_client::call(
+        &openapi_client::client(sim.openapi_options()),
+        action,
+        params,
+    )
+    .unwrap_or_else(|e| panic!("{action}: {e}"))
 }
 
 fn idle(d: &Daemon) -> u64 {

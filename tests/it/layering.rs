@@ -7,6 +7,9 @@
 //! References are read from the text: `crate::`, `super::` and `self::`
 //! paths and the names inside a `use ...::{...}` list, outside comments
 //! and test modules. A new circle fails here with the loop it makes.
+//!
+//! And one meaning per file name: a name two source files share is in
+//! [`SHARED_NAMES`], with what it means in each place.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -236,4 +239,68 @@ fn the_checker_sees_a_circle() {
     assert_eq!(child_of("a", "a::x::z"), Some("a::x".into()));
     assert_eq!(child_of("", "a::x"), Some("a".into()));
     assert_eq!(child_of("a", "b"), None);
+}
+
+/// File names shared by more than one source file, each with what it
+/// means in every place it stands: the same thing in parallel places.
+const SHARED_NAMES: [(&str, &str); 5] = [
+    ("mod.rs", "a folder's module: what it owns, its parts"),
+    ("tests.rs", "the unit tests of the folder's module"),
+    (
+        "error.rs",
+        "the folder's error type (CloudError, DaemonError)",
+    ),
+    (
+        "views.rs",
+        "read-only views of the folder's state (the pool's, the actor's)",
+    ),
+    (
+        "metadata.rs",
+        "the instance metadata service: its client (cloud) and its emulation (sim)",
+    ),
+];
+
+/// Every `.rs` file under `root`'s `dir`, by file name (paths from `root`).
+fn rust_files(root: &Path, dir: &Path, out: &mut BTreeMap<String, BTreeSet<String>>) {
+    for e in std::fs::read_dir(root.join(dir)).unwrap() {
+        let p = dir.join(e.unwrap().file_name());
+        if root.join(&p).is_dir() {
+            rust_files(root, &p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            out.entry(name).or_default().insert(p.display().to_string());
+        }
+    }
+}
+
+/// One meaning per file name (STYLE.md): a search for a file finds the
+/// one thing it names, or the same thing in parallel places.
+#[test]
+fn a_file_name_means_one_thing() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = BTreeMap::new();
+    for dir in ["src", "tests", "benches"] {
+        rust_files(root, Path::new(dir), &mut files);
+    }
+    let shared: Vec<String> = files
+        .iter()
+        .filter(|(name, paths)| paths.len() > 1 && !SHARED_NAMES.iter().any(|(n, _)| n == name))
+        .map(|(name, paths)| {
+            let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+            format!("{name}: {}", paths.join(", "))
+        })
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "file names that stand for more than one thing (rename one, or add \
+         the name to SHARED_NAMES with what it means in every place):\n{}",
+        shared.join("\n")
+    );
+    // Every name listed is still shared: the list says what the tree is.
+    for (name, _) in SHARED_NAMES {
+        assert!(
+            files.get(name).is_some_and(|p| p.len() > 1),
+            "{name} is in SHARED_NAMES but no longer shared"
+        );
+    }
 }

@@ -2,8 +2,9 @@
 //! area, so an edit relinks one test binary, not twenty. The support
 //! modules come first: `common` runs the real binaries against eniip-sim
 //! (and holds what every area polls and skips with); `cnienv`
-//! builds the network namespaces eniip-cni's tests run in; `listener` is
-//! the socket server in-process; `openapi` is eniipd's OpenAPI client for
+//! builds the network namespaces eniip-cni's tests run in;
+//! `listener_harness` is the socket server in-process; `openapi_client` is
+//! eniipd's OpenAPI client for
 //! the tests' own calls; `man` reads the man pages; `cri`, `podman` and
 //! `shipped` drive the runtimes and the shipped files; `kube` plays a
 //! Kubernetes node with the shipped image and manifest.
@@ -12,16 +13,15 @@ mod cnienv;
 mod common;
 mod cri;
 mod kube;
-mod listener;
+mod listener_harness;
 mod man;
-mod openapi;
+mod openapi_client;
 mod podman;
 mod shipped;
 
 mod alloc_prefix_sim;
 mod alloc_sim;
 mod chaos;
-mod cli;
 mod cloud_prefix_sim;
 mod cloud_sim;
 mod cni_away;
@@ -35,6 +35,7 @@ mod cni_netns;
 mod cni_podman;
 mod cni_reap;
 mod cni_versions;
+mod command_lines;
 mod config_check;
 mod config_prefix;
 mod daemon;
@@ -45,6 +46,7 @@ mod daemon_restart;
 mod daemon_simulate;
 mod daemon_start;
 mod docs;
+mod footprint;
 mod frozen_disk;
 mod hygiene;
 mod k8s_daemonset;

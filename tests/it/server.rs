@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::common;
-use crate::listener::{self, me, read_reply};
+use crate::listener_harness::{self, me, read_reply};
 use common::eventually;
 use crossbeam_channel::bounded;
 use eniipd::core::{
@@ -165,7 +165,7 @@ impl Fake {
     /// The command channel the server sends to; answered until the server
     /// (the last sender) is gone.
     fn serve(self: &Arc<Fake>) -> Commands {
-        let (tx, rx) = bounded::<Envelope>(64);
+        let (tx, rx) = bounded::<Box<Envelope>>(64);
         let fake = Arc::clone(self);
         std::thread::spawn(move || {
             for env in rx {
@@ -180,7 +180,7 @@ impl Fake {
 }
 
 /// The server with a [`Fake`] behind it.
-type Harness = listener::Harness<Arc<Fake>>;
+type Harness = listener_harness::Harness<Arc<Fake>>;
 
 fn harness(cfg: ServerConfig) -> Harness {
     let fake = Arc::new(Fake::default());

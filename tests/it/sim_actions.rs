@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::common::{by_id, http_agent};
-use crate::openapi::{call, client, code, params};
+use crate::openapi_client::{call, client, code, params};
 use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::metadata::MetadataClient;
 use eniipd::cloud::rpc::CallOpts;

@@ -10,7 +10,7 @@ use eniipd::cloud::CloudError;
 use serde_json::Value;
 
 use crate::common::{eventually, Sim};
-use crate::openapi::{call, client};
+use crate::openapi_client::{call, client};
 
 fn describe(c: &AliyunCloud, region: &str) -> Result<Value, CloudError> {
     call(c, "DescribeInstanceTypes", &[("RegionId", region)])

@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use crate::common::{by_id, http};
-use crate::openapi::{call, client, code};
+use crate::openapi_client::{call, client, code};
 use eniipd::cloud::aliyun::AliyunCloud;
 use eniipd::cloud::CloudError;
 use eniipd::sim::{SimOptions, Simulator, VSwitchSpec};

@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use crate::common;
-use crate::listener::Harness;
+use crate::listener_harness::Harness;
 
 use eniipd::core::Commands;
 use eniipd::server::listener::{bind_socket, ServerConfig};
@@ -14,7 +14,7 @@ use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixA
 
 /// A server whose commands are never answered: these tests need `ping`
 /// (answered by the listener itself) and nothing else.
-fn harness() -> Harness<crossbeam_channel::Receiver<eniipd::core::Envelope>> {
+fn harness() -> Harness<crossbeam_channel::Receiver<Box<eniipd::core::Envelope>>> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     Harness::start(
         ServerConfig::default(),

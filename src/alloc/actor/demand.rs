@@ -23,7 +23,7 @@ use log::info;
 
 use crate::core::{AllocError, ErrCode, Intent, Owner, SandboxId};
 
-use super::super::msg::TicketId;
+use super::super::mailbox::TicketId;
 use super::Reply;
 
 /// A client's alloc that no idle address could answer yet.

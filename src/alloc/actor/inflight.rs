@@ -20,7 +20,7 @@ use log::warn;
 
 use crate::util::sem::{Permit, Semaphore};
 
-use super::super::msg::{OpId, TicketId};
+use super::super::mailbox::{OpId, TicketId};
 
 #[derive(Debug)]
 enum Op {

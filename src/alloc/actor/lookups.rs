@@ -23,7 +23,7 @@ use crate::core::{AllocError, Answer, EniInfo, ErrCode};
 use crate::pool::PoolState;
 
 use super::super::cloud_error;
-use super::super::msg::Event;
+use super::super::mailbox::Event;
 use super::threads::Threads;
 use super::Reply;
 

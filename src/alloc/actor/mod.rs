@@ -26,8 +26,9 @@
 //! What happens to them is in four phases, each a view that borrows only
 //! the parts it may touch (so the compiler checks the boundaries): client
 //! requests ([`clients`]), the cloud side's reports ([`reports`]),
-//! planning ([`plan`]: gather the input, let the pure planner decide,
-//! dispatch) and maintenance ([`maintain`]). This file owns the parts,
+//! planning ([`plan`]: gather the input, let the pure planner
+//! ([`placement`](super::placement)) decide, dispatch) and giving
+//! back ([`give_back`]). This file owns the parts,
 //! runs the loop and routes each message to its phase.
 
 use std::sync::Arc;
@@ -44,8 +45,8 @@ use crate::util::sem::Semaphore;
 use crate::util::time::unix_ms;
 
 use super::capacity::Capacity;
-use super::msg::{Event, Request};
-use super::vswitch::VSwitches;
+use super::mailbox::{Event, Request};
+use super::vswitch_choice::VSwitches;
 use super::worker::WorkerConfig;
 use super::{AllocatorOptions, Fatal, Joinable, Journal, Snapshot};
 
@@ -53,10 +54,10 @@ mod backoff;
 mod clients;
 mod demand;
 mod durable;
+mod give_back;
 mod inflight;
 mod intent;
 mod lookups;
-mod maintain;
 mod plan;
 mod reconcile;
 mod reports;
@@ -71,9 +72,9 @@ use backoff::{Backoff, FreeBackoff};
 use clients::Clients;
 use demand::{Ask, Demand};
 use durable::Durable;
+use give_back::Maintenance;
 use inflight::InFlight;
 use lookups::Lookups;
-use maintain::Maintenance;
 use plan::Planning;
 use reconcile::Changes;
 use reports::Reports;
@@ -198,7 +199,7 @@ impl Actor {
     /// the threads it started, for the caller to join.
     pub(super) fn run(
         mut self,
-        commands: Receiver<Envelope>,
+        commands: Receiver<Box<Envelope>>,
         requests: Receiver<Request>,
         events: Receiver<Event>,
         stop: Receiver<()>,
@@ -220,7 +221,7 @@ impl Actor {
             select! {
                 recv(stop) -> _ => break,
                 recv(commands) -> c => match c {
-                    Ok(c) => self.on_command(c),
+                    Ok(c) => self.on_command(*c),
                     Err(_) => break,
                 },
                 recv(requests) -> r => if let Ok(r) = r {
@@ -240,7 +241,7 @@ impl Actor {
         // Answer what is queued so no client waits for a reply that will
         // never come.
         while let Ok(c) = commands.try_recv() {
-            self.on_command(c);
+            self.on_command(*c);
         }
         while let Ok(r) = requests.try_recv() {
             self.on_request(r);

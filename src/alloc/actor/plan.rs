@@ -1,5 +1,5 @@
 //! Planning: where the demand waiting goes. Three steps: [`Planning::gather`]
-//! the input from the parts, let the pure [`planner`] decide, dispatch
+//! the input from the parts, let the pure [`placement`] decide, dispatch
 //! what it decided (tickets on workers' backlogs: [`Planning::submit`];
 //! new ENIs: [`Planning::create`]); client demand no source can serve
 //! fails at once as exhausted.
@@ -19,10 +19,10 @@ use crate::util::time::unix_ms;
 
 use super::super::capacity::Capacity;
 use super::super::eniops::CreateJob;
-use super::super::msg::TicketId;
-use super::super::planner::{self, EniRoom, PlanInput};
-use super::super::prefix::{self, Kind};
-use super::super::vswitch::VSwitches;
+use super::super::mailbox::TicketId;
+use super::super::placement::{self, EniRoom, PlanInput};
+use super::super::prefix_mode::{self, Kind};
+use super::super::vswitch_choice::VSwitches;
 use super::super::{AllocatorOptions, Fatal};
 use super::backoff::Backoff;
 use super::demand::Demand;
@@ -69,7 +69,7 @@ impl Planning<'_> {
             return Ok(());
         };
         let now_ms = unix_ms();
-        let plan = planner::plan(&input);
+        let plan = placement::plan(&input);
         // The surplus rides after every unit of demand.
         units.extend(std::iter::repeat_n(None, plan.surplus));
         let spare_before = self.demand.spare_tickets();
@@ -154,7 +154,7 @@ impl Planning<'_> {
     /// pending.
     fn usable_enis(
         &self,
-        order: &[planner::VswChoice],
+        order: &[placement::VswChoice],
         vswitch: Option<&str>,
         now_ms: u64,
     ) -> Vec<EniRoom> {
@@ -197,19 +197,19 @@ impl Planning<'_> {
         let Some(e) = self.pool.eni(eni) else {
             return 0;
         };
-        let pending = prefix::pending_slots(e.pending(), e.pending_in_prefixes());
+        let pending = prefix_mode::pending_slots(e.pending(), e.pending_in_prefixes());
         let free = self
             .cap
             .slots_per_eni
             .saturating_sub(self.pool.slots_used(eni) + pending);
-        prefix::room(self.vsw.kind_on(e.vswitch(), now_ms), free)
+        prefix_mode::room(self.vsw.kind_on(e.vswitch(), now_ms), free)
     }
 
     /// Addresses one Assign or Create call brings at most: a call's worth
     /// of /28s in prefix mode.
     fn per_call(&self) -> usize {
         if self.cap.prefix_mode {
-            self.opts.max_ips_per_call * prefix::PER_PREFIX
+            self.opts.max_ips_per_call * prefix_mode::PER_PREFIX
         } else {
             self.opts.max_ips_per_call
         }
@@ -233,7 +233,7 @@ impl Planning<'_> {
             let limit = self
                 .eni_room(&eni, now_ms)
                 .min(self.workers.backlog_free(&eni).unwrap_or(0));
-            let total = prefix::round_units(kind, n, limit).max(n);
+            let total = prefix_mode::round_units(kind, n, limit).max(n);
             for i in 0..total {
                 // The planner's `n` units first, then the surplus.
                 let unit = if i < n {
@@ -300,7 +300,7 @@ impl Planning<'_> {
         units: &mut VecDeque<Option<u64>>,
         now_ms: u64,
     ) -> Result<(), Fatal> {
-        let shape = prefix::create_shape(
+        let shape = prefix_mode::create_shape(
             self.vsw.kind_on(&vswitch, now_ms),
             init,
             self.opts.max_ips_per_call,

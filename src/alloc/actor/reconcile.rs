@@ -23,7 +23,7 @@ use log::{error, info, warn};
 use crate::cloud::Ipv4Prefix;
 use crate::pool::{PoolIp, PoolState};
 
-use super::super::msg::{CloudEniView, ReadyEni};
+use super::super::mailbox::{CloudEniView, ReadyEni};
 
 /// When each ENI last changed locally.
 #[derive(Debug, Default)]

@@ -17,8 +17,8 @@ use crate::cloud::{CloudError, CloudErrorKind, Ipv4Prefix};
 use crate::pool::{Gone, PoolState};
 use crate::util::time::{format_utc, unix_ms};
 
-use super::super::msg::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, TicketId};
-use super::super::prefix;
+use super::super::mailbox::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, TicketId};
+use super::super::prefix_mode;
 use super::super::{cloud_error, AllocatorOptions, Fatal};
 use super::backoff::{Backoff, FreeBackoff};
 use super::demand::Demand;
@@ -111,7 +111,7 @@ impl Reports<'_> {
         }
         self.changes.touch(eni, Instant::now());
         self.pool_backoff.succeed();
-        let valid = prefixes.len() * prefix::PER_PREFIX;
+        let valid = prefixes.len() * prefix_mode::PER_PREFIX;
         info!(
             "{eni} got {} /28 prefix(es): {valid} address(es)",
             prefixes.len()
@@ -240,7 +240,7 @@ impl Reports<'_> {
         self.changes.touch(id, Instant::now());
         for p in &r.prefixes {
             self.pool.add_prefix(id, *p);
-            valid += prefix::PER_PREFIX;
+            valid += prefix_mode::PER_PREFIX;
         }
         if r.prefix_fallback {
             self.inhibit_prefixes(&r.link.vswitch, "at CreateNetworkInterface");

@@ -6,7 +6,7 @@
 //! arrives faster than the pool refills.
 //!
 //! During a surge the planner may add pool addresses to the calls it makes
-//! anyway for the clients (see `planner::PlanInput::surplus`), up to
+//! anyway for the clients (see `placement::PlanInput::surplus`), up to
 //! `max_pool_size` idle; once no dry spell has begun for [`SURGE_GAP`],
 //! the next pool check (`pool_check_interval`) gives back what the surge added above
 //! `min_pool_size`.

@@ -22,7 +22,7 @@ use crate::util::sem::Permit;
 
 use super::super::describe::StatusBatcher;
 use super::super::eniops::{self, CreateJob};
-use super::super::msg::{Event, Request};
+use super::super::mailbox::{Event, Request};
 use super::super::{AllocatorOptions, Joinable};
 use super::Reply;
 

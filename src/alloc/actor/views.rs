@@ -7,7 +7,7 @@ use crate::pool::PoolState;
 use crate::util::time::format_utc;
 
 use super::super::capacity::Capacity;
-use super::super::prefix::Kind;
+use super::super::prefix_mode::Kind;
 use super::inflight::InFlight;
 use super::vswstate::VswState;
 
@@ -99,7 +99,7 @@ pub(super) fn exhaustion_reason(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::vswitch::VSwitches;
+    use crate::alloc::vswitch_choice::VSwitches;
     use crate::config::VSwitchPolicy;
     use std::time::Instant;
 

@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
-use super::super::prefix::{self, Kind};
-use super::super::vswitch::VSwitches;
+use super::super::prefix_mode::{self, Kind};
+use super::super::vswitch_choice::VSwitches;
 
 /// The vswitches' state, with the invariants in the module's doc.
 #[derive(Debug)]
@@ -121,7 +121,7 @@ impl VswState {
     }
 
     /// Usable vswitches in preference order (`random` shuffles, hence mut).
-    pub(super) fn order(&mut self, now_ms: u64) -> Vec<super::super::planner::VswChoice> {
+    pub(super) fn order(&mut self, now_ms: u64) -> Vec<super::super::placement::VswChoice> {
         self.switches.order(now_ms)
     }
 
@@ -160,7 +160,7 @@ impl VswState {
 
     /// How the next addresses of an ENI on `vswitch` are asked.
     pub(super) fn kind_on(&self, vswitch: &str, now_ms: u64) -> Kind {
-        prefix::next_kind(
+        prefix_mode::next_kind(
             self.prefix_mode,
             self.prefix_inhibit.get(vswitch).copied(),
             now_ms,

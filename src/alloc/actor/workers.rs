@@ -17,8 +17,8 @@ use crossbeam_channel::Sender;
 use crate::cloud::{CloudApi, Ipv4Prefix};
 use crate::pool::PoolState;
 
-use super::super::msg::{Event, TicketId};
-use super::super::prefix::Kind;
+use super::super::mailbox::{Event, TicketId};
+use super::super::prefix_mode::Kind;
 use super::super::worker::{self, WorkerConfig, WorkerHandle};
 use super::super::Joinable;
 use super::vswstate::VswState;

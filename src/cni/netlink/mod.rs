@@ -319,6 +319,22 @@ impl Netlink {
         self.request(msg, NLM_F_CREATE | NLM_F_REPLACE).map(drop)
     }
 
+    /// Adds or replaces the default route of `gateway`'s family in
+    /// `table`: via `gateway`, out of `oif` (`onlink` as above).
+    pub(crate) fn replace_default_route(
+        &mut self,
+        table: u32,
+        gateway: IpAddr,
+        oif: u32,
+        onlink: bool,
+    ) -> io::Result<()> {
+        let any = match gateway {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        };
+        self.replace_route(table, (any, 0), Some(gateway), oif, onlink)
+    }
+
     /// Every route of `family` in `table`.
     pub(crate) fn routes(&mut self, family: Family, table: u32) -> io::Result<Vec<Route>> {
         let msgs = self.request(msg::get_routes(family), NLM_F_DUMP)?;

@@ -42,7 +42,7 @@ use log::{debug, info, warn};
 use crate::alloc::Allocator;
 use crate::core::{NsId, Owner};
 use crate::pool::Attached;
-use crate::util::netns;
+use crate::util::netns_identity;
 use crate::util::time::unix_ms;
 use procs::Processes;
 use sight::{Blind, Facts, Sight};
@@ -190,7 +190,7 @@ impl Looks {
             .iter()
             .filter(|a| now_ms.saturating_sub(a.since_ms) >= young)
             .filter_map(|a| {
-                let now = netns::identity(Path::new(&a.attach.netns));
+                let now = netns_identity::identity(Path::new(&a.attach.netns));
                 verdict(&a.attach.netns, a.attach.netns_id, now, procs)
                     .map(|g| ((a.owner.clone(), a.attach.netns_id), g))
             })
@@ -240,7 +240,7 @@ fn reap(
 /// The datapath of one attachment, removed in the namespace the plugin
 /// built it in (eniipd's own, or one a thread is in).
 fn teardown(veth: &str, host: NsId, procs: &Processes) -> io::Result<()> {
-    let own = netns::own().map(|(dev, ino)| NsId { dev, ino })?;
+    let own = netns_identity::own().map(|(dev, ino)| NsId { dev, ino })?;
     let local = || crate::cni::datapath::teardown(veth).map_err(io::Error::other);
     if host == NsId::default() || host == own {
         return local();

@@ -143,10 +143,10 @@ impl Processes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::util::netns;
+    use crate::util::netns_identity;
 
     fn own() -> NsId {
-        let (dev, ino) = netns::own().unwrap();
+        let (dev, ino) = netns_identity::own().unwrap();
         NsId { dev, ino }
     }
 

@@ -29,15 +29,15 @@
 //! same, so both use this one implementation.
 //!
 //! Shape: one named thread owns the links. Each pass gathers (the state),
-//! decides ([`plan::plan`], pure) and acts (netlink, through
+//! decides ([`steps::plan`], pure) and acts (netlink, through
 //! [`crate::cni::netlink`]); what the kernel took is recorded in
-//! [`plan::Plugged`], the rest is tried again next pass. Invariant: at
+//! [`steps::Plugged`], the rest is tried again next pass. Invariant: at
 //! stop, and on drop, every pair made is deleted, and the VPC namespace,
 //! when it is our own, is released; a thread that does not end before the
 //! deadline takes the namespace and its pairs along when it ends or the
 //! process exits.
 
-pub(crate) mod plan;
+pub(crate) mod steps;
 
 use std::fmt;
 use std::fs::File;
@@ -55,7 +55,7 @@ use serde_json::Value;
 
 use crate::cni::netlink::{format_mac, is_missing, Netlink, Route, MAIN_TABLE};
 use crate::cni::netns;
-use plan::{addresses, plan, Plugged, Slot, Step, Wanted};
+use steps::{addresses, plan, Plugged, Slot, Step, Wanted};
 
 /// The links' MTU (an ENI's).
 const MTU: u32 = 1500;
@@ -64,7 +64,7 @@ const STATE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long making the VPC namespace may take.
 const NETNS_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest link-name tag: `e<tag>n<slot>` must fit IFNAMSIZ (15) with a
-/// slot of up to 3 digits ([`plan::MAX_SLOTS`]).
+/// slot of up to 3 digits ([`steps::MAX_SLOTS`]).
 pub(crate) const MAX_TAG: usize = 10;
 
 /// What to emulate, and where.

@@ -13,8 +13,8 @@
 //! [`vswitch`] (each vswitch's address book: free counts and taken
 //! offsets), [`eni_table`] (the ENIs by id), [`sim_eni`] (an ENI and its
 //! state machine) with [`addr`] (an address's life). The actions, by
-//! topic, borrow the parts they touch as views (`enis`: the ENI actions,
-//! `ips`: addresses and /28s, `catalog`: read-only descriptions,
+//! topic, borrow the parts they touch as views (`eni_actions`,
+//! `address_actions`: addresses and /28s, `catalog`: read-only descriptions,
 //! `tagging`); [`params`] holds the parameters and errors every action
 //! shares, `persist` saves and reads the world. Only this file implements
 //! [`World`]: it builds the views, dispatches the actions and settles the
@@ -32,10 +32,10 @@ use crate::util::rand::Rng;
 
 mod account;
 mod addr;
+mod address_actions;
 mod catalog;
+mod eni_actions;
 mod eni_table;
-mod enis;
-mod ips;
 mod params;
 mod persist;
 mod sim_eni;
@@ -43,10 +43,10 @@ mod tagging;
 mod vswitch;
 
 pub(crate) use account::Account;
+use address_actions::AddressActions;
 use catalog::Catalog;
+use eni_actions::EniActions;
 use eni_table::SimEnis;
-use enis::EniActions;
-use ips::AddressActions;
 pub(crate) use params::{err, message_of, status_of, ApiError, Params};
 use sim_eni::SimEni;
 use tagging::Tagging;

@@ -8,14 +8,14 @@ use std::path::Path;
 use log::warn;
 
 use crate::core::{Attachment, NsId};
-use crate::util::netns;
-use crate::util::peer::Peer;
+use crate::util::netns_identity;
+use crate::util::peercred::Peer;
 
 /// `a` with its identities, or `None` (and a warning) when the sandbox's
 /// namespace cannot be read: such an allocation is kept as if no
 /// attachment had been named, so the reaper never touches it.
 pub(super) fn resolve(mut a: Attachment, peer: Option<&Peer>) -> Option<Attachment> {
-    match netns::identity(Path::new(&a.netns)) {
+    match netns_identity::identity(Path::new(&a.netns)) {
         Ok((dev, ino)) => a.netns_id = NsId { dev, ino },
         Err(e) => {
             warn!(
@@ -28,7 +28,7 @@ pub(super) fn resolve(mut a: Attachment, peer: Option<&Peer>) -> Option<Attachme
     // The asker's namespace; unknown (zero) is taken as eniipd's own.
     a.host_id = peer
         .filter(|p| p.pid > 0)
-        .and_then(|p| netns::identity(Path::new(&format!("/proc/{}/ns/net", p.pid))).ok())
+        .and_then(|p| netns_identity::identity(Path::new(&format!("/proc/{}/ns/net", p.pid))).ok())
         .map(|(dev, ino)| NsId { dev, ino })
         .unwrap_or_default();
     Some(a)

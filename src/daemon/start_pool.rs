@@ -20,7 +20,7 @@ use crate::store::{PersistedState, Store, StoreOptions};
 use super::cloud::at_start;
 use super::error::{exit, store_error, DaemonError};
 use super::facts;
-use super::peer::{foreign_enis, refuse_beside_peer};
+use super::other_eniipd::{foreign_enis, refuse_beside_peer};
 
 /// Locks and loads the state directory (`--recover-state`: salvaging);
 /// the quarantine to apply to addresses with no known owner, if any.

@@ -26,7 +26,7 @@ pub(crate) struct Unit {
     /// The ticket.
     pub(crate) ticket: TicketId,
     /// As part of a /28 prefix, or as a single secondary address.
-    pub(crate) kind: super::prefix::Kind,
+    pub(crate) kind: super::prefix_mode::Kind,
 }
 /// One ENI create or free operation.
 pub(crate) type OpId = u64;

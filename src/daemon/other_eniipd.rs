@@ -1,7 +1,7 @@
 //! Another eniipd on this instance: found before the first cloud call
 //! that could take its addresses, and refused.
 
-use crate::alloc::maint::{live_peers, peer_refusal};
+use crate::alloc::ownership::{attached, live_peers, peer_refusal};
 use crate::cloud::{CloudApi, CloudError};
 
 use super::{exit, DaemonError};
@@ -13,11 +13,11 @@ pub(super) fn foreign_enis(
     instance_id: &str,
     node_id: &str,
 ) -> Result<Vec<(String, String)>, CloudError> {
-    let q = crate::cloud::EniQuery {
-        instance_id: Some(instance_id.to_string()),
-        ..Default::default()
-    };
-    Ok(live_peers(&cloud.describe_enis(&q)?, instance_id, node_id))
+    Ok(live_peers(
+        &attached(cloud, instance_id)?,
+        instance_id,
+        node_id,
+    ))
 }
 
 /// Exit 75 when a live peer manages ENIs of this instance.

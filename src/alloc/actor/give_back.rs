@@ -1,7 +1,8 @@
-//! Maintenance, each pool check: what goes back to the cloud. Invalid
-//! addresses; idle ones above the bound (`max_pool_size`, or after a
-//! surge what was idle before it), whole /28s first in prefix mode; then
-//! ENIs holding nothing but their idle primary. Nothing is given back
+//! Giving back, the actor's maintenance phase ([`Maintenance`]) at each
+//! pool check: what goes back to the cloud. Invalid addresses; idle ones
+//! above the bound (`max_pool_size`, or after a surge what was idle
+//! before it), whole /28s first in prefix mode; then ENIs holding nothing
+//! but their idle primary. Nothing is given back
 //! while a client waits or a ticket is asked for one, nor while giving
 //! back backs off after a failure.
 //!
@@ -20,7 +21,7 @@ use crate::pool::shrink::{self, PrefixCandidate};
 use crate::pool::PoolState;
 
 use super::super::capacity::Capacity;
-use super::super::prefix;
+use super::super::prefix_mode;
 use super::super::{AllocatorOptions, Fatal};
 use super::backoff::{Backoff, FreeBackoff};
 use super::demand::Demand;
@@ -131,7 +132,7 @@ impl Maintenance<'_> {
     /// `min_pool_size`. Returns the addresses on their way back.
     fn give_back_prefixes(&mut self, idle: usize, max_idle: usize) -> usize {
         let candidates = shrink::prefix_candidates(self.pool);
-        let chosen = prefix::to_give_back(&candidates, idle, self.cap.min_idle, max_idle);
+        let chosen = prefix_mode::to_give_back(&candidates, idle, self.cap.min_idle, max_idle);
         let mut by_eni: BTreeMap<String, Vec<Ipv4Prefix>> = BTreeMap::new();
         for PrefixCandidate { eni, prefix, .. } in candidates {
             if chosen.contains(&prefix) {

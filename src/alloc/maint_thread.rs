@@ -23,17 +23,16 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use log::{debug, info, warn};
 
-use crate::cloud::{
-    CloudApi, CloudErrorKind, Eni, EniQuery, EniStatus, TAG_CREATOR_KEY, TAG_CREATOR_VALUE,
-    TAG_INSTANCE_KEY,
-};
+use crate::cloud::{CloudApi, CloudErrorKind, Eni, EniStatus};
 use crate::config::VSwitchPolicy;
 use crate::core::EniInfo;
 use crate::util::sem::Semaphore;
 use crate::util::time::unix_secs;
 
+use super::audit::drift;
 use super::eniops;
-use super::msg::{CloudEniView, Event, ReadyEni, Request};
+use super::mailbox::{CloudEniView, Event, ReadyEni, Request};
+use super::ownership::{attached, live_peers, peer_refusal, tagged_for_instance, unattached};
 use super::AllocatorOptions;
 
 /// What wakes the maintenance thread besides its period.
@@ -93,6 +92,9 @@ pub(super) fn spawn(
                     },
                     &fatal,
                 );
+                // What the pass and the cloud calls since the last one
+                // freed goes back to the kernel.
+                crate::util::memory::release_free();
                 if first && !reconciled {
                     retry = (retry * 2).min(opts.pool_check_interval);
                     wait = retry.mul_f64(crate::util::rand::jitter(0.5));
@@ -216,123 +218,6 @@ fn cycle(
         warn!("sweeping unattached ENIs failed: {e}");
     }
     reconciled
-}
-
-/// Every ENI attached to this instance (any status, anyone's).
-fn attached(cloud: &dyn CloudApi, instance_id: &str) -> Result<Vec<Eni>, crate::cloud::CloudError> {
-    let q = EniQuery {
-        instance_id: Some(instance_id.to_string()),
-        ..EniQuery::default()
-    };
-    cloud.describe_enis(&q)
-}
-
-/// ENIs among `enis` that another eniipd (another node id) made and that
-/// runs on this host, with that node: two daemons on one instance would
-/// hand out each other's addresses. One whose node does not run here is
-/// adopted (logged).
-pub(crate) fn live_peers(enis: &[Eni], instance_id: &str, node_id: &str) -> Vec<(String, String)> {
-    enis.iter()
-        .filter_map(|e| {
-            let peer = e.foreign_node(instance_id, node_id)?.to_string();
-            if crate::util::node::alive(&peer) {
-                Some((e.id.clone(), peer))
-            } else {
-                warn!(
-                    "{} was made by eniipd node {peer}, which does not run here: adopting it",
-                    e.id
-                );
-                None
-            }
-        })
-        .collect()
-}
-
-/// Why this daemon refuses to run beside the live peers of [`live_peers`].
-pub(crate) fn peer_refusal(peers: &[(String, String)]) -> String {
-    let list: Vec<String> = peers
-        .iter()
-        .map(|(eni, node)| format!("{eni} (node {node})"))
-        .collect();
-    format!(
-        "another eniipd (another state directory) runs on this host and manages ENIs attached to this instance: {}; two daemons on one instance would hand out each other's addresses. Stop one of them (once it is gone, this one adopts its ENIs)",
-        list.join(", ")
-    )
-}
-
-/// The managed ENIs attached to this instance (any status).
-pub(crate) fn attached_managed(
-    cloud: &dyn CloudApi,
-    instance_id: &str,
-    node_id: &str,
-) -> Result<Vec<Eni>, crate::cloud::CloudError> {
-    Ok(attached(cloud, instance_id)?
-        .into_iter()
-        .filter(|e| e.is_managed_by(instance_id, node_id))
-        .collect())
-}
-
-/// ENIs tagged for this instance that are not attached to it.
-pub(crate) fn tagged_unattached(
-    cloud: &dyn CloudApi,
-    instance_id: &str,
-    node_id: &str,
-) -> Result<Vec<Eni>, crate::cloud::CloudError> {
-    Ok(unattached(
-        tagged_for_instance(cloud, instance_id, node_id)?,
-        instance_id,
-    ))
-}
-
-/// The managed ENIs tagged for this instance, attached anywhere or not.
-fn tagged_for_instance(
-    cloud: &dyn CloudApi,
-    instance_id: &str,
-    node_id: &str,
-) -> Result<Vec<Eni>, crate::cloud::CloudError> {
-    let q = EniQuery {
-        tags: vec![
-            (TAG_CREATOR_KEY.to_string(), TAG_CREATOR_VALUE.to_string()),
-            (TAG_INSTANCE_KEY.to_string(), instance_id.to_string()),
-        ],
-        ..EniQuery::default()
-    };
-    Ok(cloud
-        .describe_enis(&q)?
-        .into_iter()
-        .filter(|e| e.is_managed_by(instance_id, node_id))
-        .collect())
-}
-
-/// Of `enis`, those not attached to this instance.
-fn unattached(enis: Vec<Eni>, instance_id: &str) -> Vec<Eni> {
-    enis.into_iter()
-        .filter(|e| e.instance_id.as_deref() != Some(instance_id))
-        .collect()
-}
-
-/// One line per managed ENI whose security groups differ from `want`.
-pub(crate) fn drift(enis: &[Eni], want: &[String]) -> Vec<String> {
-    let mut want = want.to_vec();
-    want.sort();
-    enis.iter()
-        .filter_map(|e| {
-            let mut have = e.security_group_ids.clone();
-            have.sort();
-            (!want.is_empty() && have != want).then(|| {
-                format!(
-                    "eni {} security groups {} differ from the configured {}",
-                    e.id,
-                    if have.is_empty() {
-                        "-".into()
-                    } else {
-                        have.join(",")
-                    },
-                    want.join(",")
-                )
-            })
-        })
-        .collect()
 }
 
 fn view(cloud: &dyn CloudApi, e: &Eni) -> CloudEniView {

@@ -1,5 +1,6 @@
-//! Planning: where the addresses for the demand waiting right now come
-//! from. Pure: the actor gathers the inputs, this decides, the actor acts.
+//! Placement, planning's deciding part: where the addresses for the
+//! demand waiting right now come from. Pure: the actor gathers the
+//! inputs, this decides, the actor acts.
 //!
 //! The seed submits one request at a time and creates an ENI whenever every
 //! ENI's backlog is busy, so a burst creates ENIs it does not need and asks

@@ -16,7 +16,7 @@ use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
-use super::peer::Peer;
+use super::peercred::Peer;
 
 fn name(node_id: &str) -> Vec<u8> {
     format!("eniipd-node-{node_id}").into_bytes()

@@ -1,7 +1,7 @@
 //! Who is on the other end of a Unix-socket connection: the credentials
 //! the kernel took at its `connect` or `listen` (SO_PEERCRED) and its supplementary
 //! groups. Used by the socket server's access checks and by the node
-//! liveness check ([`super::node`]); it decides nothing itself.
+//! liveness check ([`super::node_liveness`]); it decides nothing itself.
 
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;

@@ -10,8 +10,7 @@
 //! so the caller falls back instead of inhibiting the vswitch.
 
 use super::ecs;
-use super::json as jv;
-use super::rpc::{CallOpts, RpcClient};
+use super::rpc::RpcClient;
 use super::{CloudError, CloudErrorKind, CreateEni, Eni, Ipv4Prefix};
 
 /// Reclassifies a failed prefix call: no room for a prefix is exhaustion of
@@ -32,23 +31,21 @@ pub(crate) fn assign_ipv4_prefixes(
     eni: &str,
     count: usize,
 ) -> Result<Vec<Ipv4Prefix>, CloudError> {
-    const A: &str = "AssignPrivateIpAddresses";
-    let p = vec![
-        ("NetworkInterfaceId".to_string(), eni.to_string()),
-        ("Ipv4PrefixCount".to_string(), count.to_string()),
+    let answer = [
+        "AssignedPrivateIpAddressesSet",
+        "Ipv4PrefixSet",
+        "Ipv4Prefixes",
     ];
-    let v = c.call(A, &p, CallOpts::ONCE).map_err(prefix_kind)?;
-    jv::strings(
-        &v,
-        &[
-            "AssignedPrivateIpAddressesSet",
-            "Ipv4PrefixSet",
-            "Ipv4Prefixes",
-        ],
+    let asked = ("Ipv4PrefixCount", count);
+    ecs::assign(
+        c,
+        "AssignPrivateIpAddresses",
+        eni,
+        asked,
+        &answer,
+        ecs::parse_prefix,
     )
-    .iter()
-    .map(|s| ecs::parse_prefix(A, s))
-    .collect()
+    .map_err(prefix_kind)
 }
 
 /// UnassignPrivateIpAddresses with `Ipv4Prefix.N`; a prefix (or ENI)
@@ -62,7 +59,7 @@ pub(crate) fn unassign_ipv4_prefixes(
     if prefixes.is_empty() {
         return Ok(());
     }
-    ecs::unassign_field(c, "UnassignPrivateIpAddresses", "Ipv4Prefix", eni, prefixes)
+    ecs::unassign(c, "UnassignPrivateIpAddresses", "Ipv4Prefix", eni, prefixes)
 }
 
 /// CreateNetworkInterface with `Ipv4PrefixCount` prefixes besides its
@@ -91,6 +88,7 @@ pub(crate) fn create_network_interface_with_prefixes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cloud::json as jv;
     use std::net::Ipv4Addr;
 
     #[test]

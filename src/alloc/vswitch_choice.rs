@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::config::VSwitchPolicy;
 use crate::util::rand::Rng;
 
-use super::planner::VswChoice;
+use super::placement::VswChoice;
 
 /// The configured vswitches of this zone, their cached free counts and
 /// their inhibitions.

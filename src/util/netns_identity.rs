@@ -8,8 +8,6 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// `NSFS_MAGIC`: the filesystem of namespace files.
-const NSFS_MAGIC: i64 = 0x6e73_6673;
 /// `NS_GET_NSTYPE`, `_IO(0xb7, 0x3)`: the kind of a namespace file.
 const NS_GET_NSTYPE: nix::libc::c_ulong = 0xb703;
 
@@ -30,8 +28,9 @@ pub(crate) fn identity_of(f: &File, path: &Path) -> io::Result<(u64, u64)> {
         )
     };
     let st = nix::sys::statfs::fstatfs(f).map_err(io::Error::from)?;
-    #[allow(clippy::unnecessary_cast)]
-    if st.filesystem_type().0 as i64 != NSFS_MAGIC {
+    // nix's constant has the width this target's statfs gives (i64 on
+    // 64-bit glibc, u32 on s390x, an unsigned long on musl).
+    if st.filesystem_type() != nix::sys::statfs::NSFS_MAGIC {
         return Err(not_netns());
     }
     // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd.
