@@ -1088,6 +1088,39 @@ fn an_owners_own_stick_time_keeps_its_address_across_a_restart() {
 }
 
 #[test]
+fn an_owner_re_created_on_another_vswitch_keeps_one_reservation_on_disk_too() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, journal) = start(&fake, options_ab(&fake, "{}"));
+    let asks = |v: &str| Intent {
+        vswitch: Some(v.into()),
+        stick_s: Some(600),
+        ..Intent::default()
+    };
+    let db = owner("sts/db-0");
+    let first = a.alloc_asking(&db, None, asks("vsw-a")).unwrap().ip;
+    a.release(&db, None).unwrap();
+    // Re-created asking the other vswitch: a new address there; released
+    // again, its newest reservation is the one kept, in memory and on disk.
+    let second = a.alloc_asking(&db, None, asks("vsw-b")).unwrap().ip;
+    assert_eq!(vswitch_of(&fake, second), "vsw-b");
+    a.release(&db, None).unwrap();
+    let persisted = journal.state.lock().clone();
+    let kept: Vec<Ipv4Addr> = persisted
+        .holds
+        .values()
+        .filter(|h| h.last_owner.as_deref() == Some(db.as_str()))
+        .map(|h| h.ipv4)
+        .collect();
+    assert_eq!(kept, vec![second], "{first} no longer kept");
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+    // A restart keeps the newest one for it.
+    let r = recover(&*fake, INSTANCE, "", false, &persisted, None).unwrap();
+    let (b, _journal) = start_with(&fake, options_ab(&fake, "{}"), r.pool);
+    assert_eq!(b.alloc_asking(&db, None, asks("vsw-b")).unwrap().ip, second);
+    b.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+#[test]
 fn an_ipv4_only_owner_on_a_dual_node_gets_no_ipv6() {
     let fake = FakeCloud::new(4, 15, 1000);
     let (a, journal) = start(&fake, options(&fake, r#"{"ip_stack": "dual"}"#));

@@ -443,13 +443,19 @@ impl PoolState {
         let (v4, v6, eni, lost) = (ip.v4(), ip.v6(), ip.eni().to_string(), ip.lost());
         if lost {
             self.remove_ips(&[v4]);
-            return ReleaseOutcome::Released { v4, v6, hold: None };
+            return ReleaseOutcome::Released {
+                v4,
+                v6,
+                hold: None,
+                superseded: None,
+            };
         }
         let stick_ms = self
             .owners
             .release(owner)
             .map_or(times.stick_ms, |h| times.stick_ms_for(h.intent().stick_s));
         self.attachments.forget(owner);
+        let older = self.holds.for_owner(owner).filter(|o| *o != v4);
         let hold = self
             .holds
             .keep_for(v4, owner, now_ms, stick_ms, times.cool_ms)
@@ -461,7 +467,14 @@ impl PoolState {
                 reserved_until_ms,
                 cooling_until_ms,
             });
-        ReleaseOutcome::Released { v4, v6, hold }
+        // A new hold for the owner ends its older one.
+        let superseded = older.filter(|o| hold.is_some() && !self.holds.holds(o));
+        ReleaseOutcome::Released {
+            v4,
+            v6,
+            hold,
+            superseded,
+        }
     }
 
     /// An `alloc` names (or does not name) its sandbox's network: noted

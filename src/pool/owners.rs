@@ -27,6 +27,11 @@ pub(crate) enum ReleaseOutcome {
         v6: Option<Ipv6Addr>,
         /// The reservation or cool-down now on it, if any.
         hold: Option<Hold>,
+        /// The owner's older hold that `hold` replaced (an owner keeps at
+        /// most one): its address is idle now, and that must be persisted
+        /// too. An owner has one while it holds an address only when it
+        /// took another than its reservation (one on the vswitch it asked).
+        superseded: Option<Ipv4Addr>,
     },
 }
 

@@ -421,6 +421,60 @@ fn an_owner_that_asks_a_vswitch_gets_an_address_there_or_none() {
 }
 
 #[test]
+fn an_owners_newer_hold_supersedes_its_older_one_and_says_so() {
+    let mut p = two_vswitches();
+    let a = owner("a");
+    let keep = times(60_000, 0);
+    p.take(ip("10.0.0.11"), &a, None, 0, &Intent::default())
+        .unwrap();
+    let out = p.release(&a, None, 0, &keep);
+    assert!(
+        matches!(
+            out,
+            ReleaseOutcome::Released {
+                superseded: None,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    // Asked elsewhere, it takes another address; its reservation stays
+    // until its next release, which supersedes it.
+    p.take(ip("10.0.1.11"), &a, None, 1, &Intent::default())
+        .unwrap();
+    assert_eq!(state(&p, "10.0.0.11"), "reserved");
+    let out = p.release(&a, None, 2, &keep);
+    let ReleaseOutcome::Released {
+        hold: Some(h),
+        superseded,
+        ..
+    } = out
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(h.ip, ip("10.0.1.11"));
+    assert_eq!(superseded, Some(ip("10.0.0.11")), "to be cleared on disk");
+    assert_eq!(state(&p, "10.0.0.11"), "idle");
+    // Nothing kept (no stick time, no cool-down): nothing superseded.
+    p.take(ip("10.0.0.12"), &a, None, 3, &Intent::default())
+        .unwrap();
+    let out = p.release(&a, None, 4, &times(0, 0));
+    assert!(
+        matches!(
+            out,
+            ReleaseOutcome::Released {
+                hold: None,
+                superseded: None,
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert_eq!(state(&p, "10.0.1.11"), "reserved");
+    p.check().unwrap();
+}
+
+#[test]
 fn a_release_keeps_the_address_for_the_owners_own_stick_time() {
     let mut p = pool();
     let (a, b, c) = (owner("a"), owner("b"), owner("c"));

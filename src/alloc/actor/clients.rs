@@ -268,17 +268,21 @@ impl Clients<'_> {
                 (Vec::new(), None)
             }
             ReleaseOutcome::SandboxMismatch => (Vec::new(), None),
-            ReleaseOutcome::Released { v4, hold, .. } => {
+            ReleaseOutcome::Released {
+                v4,
+                hold,
+                superseded,
+                ..
+            } => {
                 debug!("{owner} released {v4}");
                 if self.pool.idle_count() > self.cap.max_idle {
                     let soon =
                         Instant::now() + self.opts.pool_check_interval.min(Duration::from_secs(10));
                     *self.next_maintenance = (*self.next_maintenance).min(soon);
                 }
-                (
-                    vec![Record::release(owner, hold.as_ref())],
-                    Some(IpAddr::V4(v4)),
-                )
+                let mut records = vec![Record::release(owner, hold.as_ref())];
+                records.extend(superseded.map(|ipv4| Record::ClearHold { ipv4 }));
+                (records, Some(IpAddr::V4(v4)))
             }
         }
     }
