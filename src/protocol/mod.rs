@@ -43,7 +43,6 @@ pub const MAX_LINE: usize = 4096;
 /// begins `<argument>=<value>`; one that does not know them (older than
 /// they are) answers `ERR bad-request unexpected argument
 /// <argument>=<value>`.
-pub const INTENT_ARGS: [&str; 3] = [ARG_VSWITCH, ARG_STICK, ARG_STACK];
 pub use crate::core::{ARG_STACK, ARG_STICK, ARG_VSWITCH};
 
 /// How the message of the `ERR busy` a socket-activated eniipd answers
