@@ -18,13 +18,9 @@
 
 use serde_json::Value;
 
-use super::spec::{code, CniError};
+use super::spec::{code, CniError, POD_ANNOTATIONS as CAPABILITY};
 use crate::core::{AllocError, Intent, ARG_STACK, ARG_STICK, ARG_VSWITCH};
 use crate::protocol::{parse_stack, parse_stick, parse_vswitch};
-
-/// The capability the conflist declares and the `runtimeConfig` key the
-/// annotations come in.
-pub(crate) const CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
 
 /// `eniipd/vswitch`: the vswitch the pod's address must be on.
 pub(crate) const VSWITCH: &str = "eniipd/vswitch";

@@ -17,6 +17,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The capability a conflist declares for the runtime to pass a pod's
+/// annotations, and the `runtimeConfig` key they come in (read by
+/// [`super::annotations`]).
+pub(crate) const POD_ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
+
 /// The spec versions this plugin speaks, oldest first.
 pub(crate) const SUPPORTED_VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
 
@@ -416,7 +421,7 @@ impl NetConf {
         let pod_annotations = raw
             .runtime_config
             .as_ref()
-            .and_then(|rc| rc.get(super::annotations::CAPABILITY))
+            .and_then(|rc| rc.get(POD_ANNOTATIONS))
             .cloned();
         Ok(NetConf {
             cni_version,
