@@ -236,11 +236,17 @@ impl PoolState {
 
     /// Adds the addresses `eni` was granted, paired by position in dual
     /// stack (an IPv6 beyond the IPv4 is unpaired: invalid, given back by
-    /// the next sweep). Returns how many can be handed out.
+    /// the next sweep). One an owner still holds on a deleted ENI (the
+    /// vswitch gave it out again) stays that owner's, and its IPv6 is not
+    /// recorded: a reconcile adopts both once it is released. Returns how
+    /// many can be handed out.
     pub(crate) fn add_granted(&mut self, eni: &str, v4: &[Ipv4Addr], v6: &[Ipv6Addr]) -> usize {
         let dual = self.dual();
         let mut valid = 0;
         for (i, a) in v4.iter().enumerate() {
+            if self.ips.get(a).is_some_and(|ip| ip.eni() != eni) {
+                continue;
+            }
             let pair = if dual { v6.get(i).copied() } else { None };
             self.add_ip(eni, *a, pair);
             if !dual || pair.is_some() {

@@ -546,3 +546,37 @@ fn an_ipv4_only_owner_is_answered_no_ipv6_and_its_pair_stays_with_it() {
     assert!(q.restore_allocation(&got));
     assert_eq!(q.allocation(&a), Some(got));
 }
+
+#[test]
+fn a_granted_address_an_owner_holds_on_a_deleted_eni_stays_its_and_is_not_counted() {
+    // The t3_eni_reuse path: eni-01 is deleted behind eniipd's back while
+    // a holds .11; the vswitch gives .11 to a new ENI, as its primary.
+    for dual in [false, true] {
+        let mut p = PoolState::new(dual);
+        add_eni(&mut p, "eni-01", "10.0.0.10");
+        let v6 = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap();
+        p.add_ip("eni-01", ip("10.0.0.11"), dual.then(|| v6("fd00::11")));
+        let a = owner("a");
+        p.take(ip("10.0.0.11"), &a, None, 1, &Default::default())
+            .unwrap();
+        assert_eq!(p.forget_deleted("eni-01"), 1);
+        add_eni(&mut p, "eni-02", "10.0.0.11");
+        let pairs = [v6("fd00::21"), v6("fd00::22")];
+        let granted = p.add_granted(
+            "eni-02",
+            &[ip("10.0.0.11"), ip("10.0.0.12")],
+            if dual { &pairs } else { &[] },
+        );
+        assert_eq!(granted, 1, "dual={dual}: only .12 can be handed out");
+        let held = p.owner_ip(&a).unwrap();
+        assert_eq!((held.eni(), held.lost()), ("eni-01", true), "dual={dual}");
+        assert_eq!(held.v6(), dual.then(|| v6("fd00::11")));
+        assert_eq!(
+            p.ips().unpaired_len(),
+            0,
+            "dual={dual}: nothing to give back"
+        );
+        assert_eq!(pick(&p, &owner("b"), None, None), Some(ip("10.0.0.12")));
+        p.check().unwrap();
+    }
+}

@@ -559,18 +559,44 @@ fn the_last_addresses_of_a_small_vswitch_are_handed_out() {
 }
 
 /// Issue 31's `t3_eni_reuse`: an ENI deleted behind eniipd's back on a
-/// small vswitch, its addresses handed to a new ENI while the old owners
-/// still hold them, the vswitch drained, then the old owners release:
-/// eniipd adopts those addresses and gives them back, and from then on
-/// the vswitch is not "exhausted" (eniipd knows it has free addresses:
-/// here no probe could tell it, DescribeVSwitches fails).
+/// small vswitch while its owners still hold their addresses; the only
+/// free addresses left are those (an ENI not eniipd's holds the rest), so
+/// the new ENI eniipd creates gets them, its primary among them, every
+/// run. None is handed to a new owner while an old owner holds it (the
+/// vswitch is "exhausted" for eniipd); once the old owners release,
+/// eniipd adopts them, keeps the new ENI's primary (a primary never goes
+/// back) and gives the rest back, and from then on the vswitch is not
+/// "exhausted" (eniipd knows it has free addresses: here no probe could
+/// tell it, DescribeVSwitches fails).
 #[test]
 fn a_vswitch_eniipd_gave_addresses_back_to_is_not_exhausted() {
-    let sim = Sim::quick(&["--vswitch", "vsw-small=10.9.0.0/28"]);
+    eni_reuse(false);
+}
+
+/// The same in dual stack: the new ENI's primary is adopted with an IPv6
+/// of that ENI as its pair, so it is handed out (before, that IPv6 went
+/// back while the primary waited, and the primary stayed invalid).
+#[test]
+fn a_reused_primary_gets_an_ipv6_pair_in_dual_stack() {
+    eni_reuse(true);
+}
+
+fn eni_reuse(dual: bool) {
+    let small = if dual {
+        "vsw-small=10.9.0.0/28,ipv6=2408:4005:3ff:5100::/64"
+    } else {
+        "vsw-small=10.9.0.0/28"
+    };
+    let sim = Sim::quick(&["--vswitch", small]);
     let dir = tempdir("t3-eni-reuse");
-    let d = Daemon::start(&dir, &config(&sim, &dir, json!({"max_pool_size": 0})));
+    let stack = if dual { "dual" } else { "ipv4" };
+    let d = Daemon::start(
+        &dir,
+        &config(&sim, &dir, json!({"max_pool_size": 0, "ip_stack": stack})),
+    );
     sim.fault(r#"{"action":"DescribeVSwitches","code":"InternalError"}"#);
     let old: Vec<String> = (0..4).map(|i| d.ok(&format!("alloc old/{i}"))).collect();
+    let held: BTreeSet<String> = old.iter().map(|r| field(r, "ip")).collect();
     let eni = field(&old[0], "eni");
     let client = crate::openapi_client::client(sim.openapi_options());
     let on = [
@@ -582,38 +608,111 @@ fn a_vswitch_eniipd_gave_addresses_back_to_is_not_exhausted() {
     assert!(eventually(Duration::from_secs(10), || {
         crate::openapi_client::call(&client, "DeleteNetworkInterface", &on[..2]).is_ok()
     }));
-    // eniipd sees it gone (it no longer lists it), then new owners take
-    // what the vswitch has until it has nothing.
     assert!(eventually(Duration::from_secs(20), || !d
         .ask("enis")
         .iter()
         .any(|l| l.starts_with(&eni))));
-    let mut drained = false;
-    for i in 0..20 {
-        let r = d.ask(&format!("alloc new/{i}"));
-        if r[0].starts_with("ERR exhausted") {
-            drained = true;
-            break;
-        }
-        assert!(r[0].starts_with("OK ip="), "{r:?}");
+    // Everything else the vswitch has goes to an ENI not eniipd's (the
+    // usable addresses of a /28 are .3 to .12), so the old owners'
+    // addresses are all it has left.
+    let vsw = first_vswitch(&sim.state());
+    let sg = crate::openapi_client::call(
+        &client,
+        "DescribeSecurityGroups",
+        &[("RegionId", &sim.region)],
+    )
+    .unwrap()["SecurityGroups"]["SecurityGroup"][0]["SecurityGroupId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let live: BTreeSet<String> = sim.state()["enis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["private_ips"].as_array().unwrap().clone())
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let rest: Vec<String> = (3..=12)
+        .map(|n| format!("10.9.0.{n}"))
+        .filter(|a| !held.contains(a) && !live.contains(a))
+        .collect();
+    let mut create = vec![
+        ("RegionId".to_string(), sim.region.clone()),
+        ("VSwitchId".to_string(), vsw.clone()),
+        ("SecurityGroupId".to_string(), sg),
+        ("PrimaryIpAddress".to_string(), rest[0].clone()),
+    ];
+    for (i, a) in rest[1..].iter().enumerate() {
+        create.push((format!("PrivateIpAddress.{}", i + 1), a.clone()));
     }
-    assert!(drained, "the vswitch never ran out");
+    let create: Vec<(&str, &str)> = create
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let foreign = crate::openapi_client::call(&client, "CreateNetworkInterface", &create).unwrap()
+        ["NetworkInterfaceId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(sim.state()["vswitches"][0]["free"], held.len() as u64);
+    // A new owner: eniipd creates a new ENI, which gets the old owners'
+    // addresses, and hands none of them out.
+    let r = d.ask("alloc new/0");
+    assert!(r[0].starts_with("ERR exhausted"), "{r:?}\n{}", d.log_text());
+    let new = sim.managed();
+    let [new] = new.as_slice() else {
+        panic!("one ENI of eniipd's: {new:?}");
+    };
+    let primary = new["primary_ip"].as_str().unwrap().to_string();
+    assert!(held.contains(&primary), "{primary} is not an old owner's");
+    let on_new: BTreeSet<String> = new["private_ips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(on_new, held, "the new ENI has every old owner's address");
+    for (i, r) in old.iter().enumerate() {
+        let shown = d.ok(&format!("show old/{i}"));
+        assert_eq!(field(&shown, "ip"), field(r, "ip"), "{shown}");
+    }
+    // A reconcile sees them on the new ENI while they are held.
+    assert!(
+        eventually(Duration::from_secs(30), || d
+            .log_text()
+            .contains("in the cloud but still held on")),
+        "{}",
+        d.log_text()
+    );
+    // The other ENI goes: the vswitch has free addresses again, but eniipd
+    // cannot tell (no probe answers) until it gives some back itself.
+    let gone = [
+        ("RegionId", sim.region.as_str()),
+        ("NetworkInterfaceId", foreign.as_str()),
+    ];
+    crate::openapi_client::call(&client, "DeleteNetworkInterface", &gone).unwrap();
     for i in 0..4 {
         d.ok(&format!("release old/{i}"));
     }
-    // What the old owners held is adopted and given back (no idle pool).
+    // The old owners' addresses are adopted: the new ENI's primary stays,
+    // idle, the other three go back.
     let free = || sim.state()["vswitches"][0]["free"].as_u64().unwrap();
     assert!(
-        eventually(Duration::from_secs(30), || free() > 0
-            && d.ok("status").contains(" idle=0 ")
+        eventually(Duration::from_secs(30), || free()
+            == (rest.len() + held.len() - 1) as u64
+            && d.ok("status").contains(" idle=1 ")
             && d.log_text().contains("back to the cloud")),
         "{}",
         d.log_text()
     );
-    let r = d.ask("alloc again/0");
+    let again: Vec<Vec<String>> = (0..2).map(|i| d.ask(&format!("alloc again/{i}"))).collect();
+    assert_eq!(field(&again[0][0], "ip"), primary, "{again:?}");
+    if dual {
+        assert!(again[0][0].contains(" ipv6="), "{again:?}");
+    }
     assert!(
-        r[0].starts_with("OK ip="),
-        "{r:?} while the vswitch has {} free\n{}",
+        again[1][0].starts_with("OK ip="),
+        "{again:?} while the vswitch has {} free\n{}",
         free(),
         d.log_text()
     );

@@ -204,7 +204,7 @@ fn client_token_replays_and_detects_mismatches() {
 #[test]
 fn eni_state_machine_and_limits() {
     let sim = Simulator::start(SimOptions {
-        attach_delay: Duration::from_millis(200),
+        attach_delay: Duration::from_secs(2),
         instance_type: "ecs.g7.large".into(),
         vswitches: vec![eniipd::sim::VSwitchSpec::parse("vsw-x=10.9.0.0/24,free=4").unwrap()],
         ..SimOptions::default()
@@ -259,7 +259,7 @@ fn eni_state_machine_and_limits() {
         v["NetworkInterfaceSets"]["NetworkInterfaceSet"][0]["Status"],
         "Attaching"
     );
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let (_, v) = r.call(
             "DescribeNetworkInterfaces",

@@ -78,16 +78,25 @@ fn kill_9_loses_no_acknowledged_record() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
+        let (first_tx, first_rx) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
             let mut acked = Vec::new();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(id) = line.strip_prefix("ack ") {
                     acked.push(id.trim().parse::<u32>().unwrap());
+                    let _ = first_tx.send(());
                 }
             }
             acked
         });
-        std::thread::sleep(Duration::from_millis(50 + rng.below(250)));
+        // The kill falls at a random point once commits are flowing: a
+        // child slow to start (a loaded machine, an emulated CPU) must not
+        // be killed before its first commit, or the round tests nothing.
+        if first_rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            let _ = child.kill();
+            panic!("round {round}: the child acknowledged nothing within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(rng.below(250)));
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(child.id() as i32),
             nix::sys::signal::Signal::SIGKILL,

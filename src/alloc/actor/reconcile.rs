@@ -11,7 +11,9 @@
 //! - an address an owner holds is never given to anyone else: one the
 //!   cloud no longer shows is marked lost (kept for its owner until
 //!   released), and one the cloud shows on another ENI while an owner
-//!   still holds it here is adopted only once released;
+//!   still holds it here is adopted only once released, then as that
+//!   ENI's own (its primary, if the cloud made it so); in dual stack an
+//!   IPv6 of that ENI is left alone meanwhile, to be its pair;
 //! - ENIs with calls or operations in flight are left alone.
 
 use std::collections::HashMap;
@@ -143,6 +145,7 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
     // Addresses the cloud has and we do not: adopted (a result lost after
     // the cloud granted it). One an owner still holds on a deleted ENI (the
     // vswitch gave it out again) waits until that owner releases it.
+    let mut waiting = 0;
     let mut unknown: Vec<Ipv4Addr> = cloud_v4
         .iter()
         .copied()
@@ -153,6 +156,8 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
                     "{a} is on {id} in the cloud but still held on {}; adopted once released",
                     ip.eni()
                 );
+                // A /28's members have no IPv6 pair to keep.
+                waiting += usize::from(r.v4.contains(a));
                 false
             }
             Some(_) => false,
@@ -187,7 +192,11 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
         }
     }
     // IPv6 still without a pair: unpaired, so they go back with the next
-    // sweep.
+    // sweep; but as many as there are addresses waiting for their old
+    // owners stay unknown, the pairs those are adopted with once released
+    // (the ENI's primary among them: it cannot go back, so without its
+    // IPv6 it would stay invalid for the ENI's life).
+    unknown6.truncate(unknown6.len().saturating_sub(waiting));
     for b in unknown6 {
         warn!("{b} is on {id} but unknown locally; giving it back");
         pool.add_unpaired_v6(id, b);
@@ -283,6 +292,7 @@ fn withdraw_vanished(pool: &mut PoolState, changes: &Changes, pass: &Pass) -> Ve
 mod tests {
     use super::*;
     use crate::core::Owner;
+    use crate::pool::choose::pick;
 
     use super::super::tests::{ip, one_empty_eni, one_eni_pool as pool, ENI};
 
@@ -477,6 +487,83 @@ mod tests {
         let back = crate::pool::shrink::invalid_to_release(&pool);
         assert_eq!(back, vec![(ENI.to_string(), vec![ip(4)], Vec::new())]);
         pool.check().unwrap();
+    }
+
+    /// Issue 31's t3_eni_reuse path: an ENI is deleted behind eniipd's
+    /// back while old/0 holds .2; the vswitch gives .2 to a new ENI as its
+    /// primary. Nobody else gets .2 while old/0 holds it; once released it
+    /// is the new ENI's primary, to be handed out (in dual stack with an
+    /// IPv6 of that ENI: before, that IPv6 went back and the primary stayed
+    /// invalid for the ENI's life).
+    fn a_primary_an_old_owner_holds(dual: bool) {
+        let v6 = |n: u16| Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n);
+        let mut pool = one_empty_eni(dual);
+        pool.add_ip(ENI, ip(1), dual.then(|| v6(1)));
+        pool.add_ip(ENI, ip(2), dual.then(|| v6(2)));
+        take(&mut pool, ip(2), "old/0");
+        let (old, anyone) = (
+            Owner::parse("old/0").unwrap(),
+            Owner::parse("new/0").unwrap(),
+        );
+        let mut changes = Changes::default();
+        let r = reconcile(
+            &mut pool,
+            &mut changes,
+            &pass(Instant::now(), &[], Some(&[])),
+        );
+        assert_eq!(r.deleted, vec![ENI.to_string()]);
+        // The new ENI is ready (what `on_eni_ready` adds), then seen by
+        // reconciles while old/0 still holds .2.
+        let mut new = view("eni-2", &[ip(2)]);
+        if dual {
+            new.eni.v6 = vec![v6(22)];
+        }
+        pool.add_eni(new.eni.link.clone(), ip(2));
+        pool.add_granted("eni-2", &[ip(2)], &new.eni.v6);
+        let cloud = [new];
+        for _ in 0..2 {
+            reconcile(
+                &mut pool,
+                &mut changes,
+                &pass(Instant::now(), &cloud, Some(&[])),
+            );
+            pool.check().unwrap();
+            assert_eq!(pick(&pool, &anyone, None, None), None, "dual={dual}");
+            assert_eq!(pool.owner_ip(&old).map(PoolIp::eni), Some(ENI));
+            assert_eq!(pool.ips().unpaired_len(), 0, "dual={dual}: v6 given back");
+        }
+        pool.release(
+            &old,
+            None,
+            2,
+            &crate::pool::HoldTimes {
+                stick_ms: 0,
+                max_stick_ms: 0,
+                cool_ms: 0,
+            },
+        );
+        pool.drop_empty_gone();
+        reconcile(
+            &mut pool,
+            &mut changes,
+            &pass(Instant::now(), &cloud, Some(&[])),
+        );
+        pool.check().unwrap();
+        let x = pool.ip(ip(2)).unwrap();
+        assert_eq!((x.eni(), x.primary()), ("eni-2", true));
+        assert_eq!(x.v6(), dual.then(|| v6(22)), "dual={dual}");
+        assert_eq!(pool.state_of(x).name(), "idle", "dual={dual}");
+        assert_eq!(pick(&pool, &anyone, None, None), Some(ip(2)), "dual={dual}");
+    }
+
+    #[test]
+    fn a_primary_an_old_owner_holds_is_the_new_enis_once_released() {
+        a_primary_an_old_owner_holds(false);
+    }
+
+    #[test]
+    fn a_primary_an_old_owner_holds_keeps_an_ipv6_for_when_it_is_released() {
+        a_primary_an_old_owner_holds(true);
     }
 
     #[test]
