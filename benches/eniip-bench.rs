@@ -9,7 +9,9 @@
 //!   one client, ops/s of 1 and 16 clients;
 //! - a cold burst of 100 allocations on an empty pool with 50 ms emulator
 //!   latency: wall time and OpenAPI calls against the lower bound; the
-//!   same burst in prefix mode (`ip_prefix`), and its ratios to it;
+//!   same burst in prefix mode (`ip_prefix`), and its ratios to it; the
+//!   same burst in dual stack without and with prefixes (IPv4 /28s and an
+//!   IPv6 /80 per ENI), and their ratios;
 //! - the first address on a cold node (200 ms per call, 2 s attach, 500 ms
 //!   metadata lag) against its critical path from those settings;
 //! - restart recovery time with the largest built-in instance type full;
@@ -32,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{says_ready, Sim};
+use common::{says_ready, Sim, DUAL_VSWITCH};
 use eniipd::protocol::client::Client;
 use serde_json::{json, Value};
 use support::{ms, pct, usage, write_config};
@@ -206,6 +208,7 @@ fn floors(work: &Path) -> (f64, f64, usize) {
             sandbox: Some(format!("{:064x}", u128::from(i) * 7919)),
             ipv4: std::net::Ipv4Addr::from(0x0a00_0000 + i),
             ipv6: None,
+            ipv6_prefix: None,
             eni: "eni-bp1abcdefghijklmnopq".into(),
             at_ms: 1_700_000_000_000,
             attach: None,
@@ -287,11 +290,17 @@ fn warm(o: &Opts, bins: &Bins, work: &Path) -> Value {
 }
 
 /// A cold burst of 100 on an empty pool, in secondary-address mode or in
-/// prefix mode (`ip_prefix`).
-fn cold(bins: &Bins, work: &Path, prefix: bool) -> Value {
-    let dir = work.join(if prefix { "cold-prefix" } else { "cold" });
+/// prefix mode (`ip_prefix`), IPv4 only or in dual stack (`dual`: a dual
+/// vswitch; with prefixes, each ENI's IPv6 come from its /80).
+fn cold(bins: &Bins, work: &Path, prefix: bool, dual: bool) -> Value {
+    let dir = work.join(match (prefix, dual) {
+        (false, false) => "cold",
+        (true, false) => "cold-prefix",
+        (false, true) => "cold-dual",
+        (true, true) => "cold-dual-prefix",
+    });
     std::fs::create_dir_all(&dir).expect("dir");
-    let sim = Sim::start(&[
+    let mut args = vec![
         "--instance-type",
         "ecs.g7.4xlarge",
         "--latency-ms",
@@ -300,12 +309,17 @@ fn cold(bins: &Bins, work: &Path, prefix: bool) -> Value {
         "100",
         "--metadata-lag-ms",
         "100",
-    ]);
+    ];
+    if dual {
+        args.extend(["--vswitch", DUAL_VSWITCH]);
+    }
+    let sim = Sim::start(&args);
     let cfg = write_config(
         &dir,
         &sim.ecs,
         &sim.metadata,
-        json!({"min_pool_size": 0, "max_pool_size": 0, "ip_prefix": prefix}),
+        json!({"min_pool_size": 0, "max_pool_size": 0, "ip_prefix": prefix,
+               "ip_stack": if dual { "dual" } else { "ipv4" }}),
     );
     let (d, _) = Daemon::start(bins, &dir, &cfg);
     let before = sim.state()["calls"].clone();
@@ -333,12 +347,14 @@ fn cold(bins: &Bins, work: &Path, prefix: bool) -> Value {
         }
     }
     let get = |k: &str| by_action.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let assign_or_create = get("AssignPrivateIpAddresses") + get("CreateNetworkInterface");
+    let assign_or_create = get("AssignPrivateIpAddresses")
+        + get("CreateNetworkInterface")
+        + get("AssignIpv6Addresses");
     // ceil(100/10) assign-or-create calls plus the attaches of the
     // ceil(100/30) ENIs a g7.4xlarge needs.
     let lower = 10 + 100u64.div_ceil(30);
     d.stop();
-    if prefix {
+    if prefix || dual {
         // One /28 per 16 addresses, ten per call, and the one ENI a
         // g7.4xlarge's 29 prefix slots need: one create, one attach.
         return json!({"wall_ms": ms(wall), "calls_by_action": by_action, "calls_total": total,
@@ -521,16 +537,24 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
     eprintln!("warm alloc/release...");
     let w = warm(o, bins, work);
     eprintln!("cold burst of 100 (50 ms emulator latency)...");
-    let c = cold(bins, work, false);
+    let c = cold(bins, work, false, false);
     eprintln!("cold burst of 100 in prefix mode (same emulator settings)...");
-    let cp = cold(bins, work, true);
-    let ratio =
-        |k: &str| cp[k].as_f64().unwrap_or(f64::NAN) / c[k].as_f64().unwrap_or(f64::NAN).max(1e-9);
-    let prefix_vs_single = json!({
-        "assign_or_create_ratio": ratio("assign_or_create"),
-        "calls_total_ratio": ratio("calls_total"),
-        "wall_ratio": ratio("wall_ms"),
-    });
+    let cp = cold(bins, work, true, false);
+    eprintln!("cold burst of 100 in dual stack, without and with IPv6 /80 prefixes...");
+    let cd = cold(bins, work, false, true);
+    let cdp = cold(bins, work, true, true);
+    let ratios = |a: &Value, b: &Value| {
+        let ratio = |k: &str| {
+            a[k].as_f64().unwrap_or(f64::NAN) / b[k].as_f64().unwrap_or(f64::NAN).max(1e-9)
+        };
+        json!({
+            "assign_or_create_ratio": ratio("assign_or_create"),
+            "calls_total_ratio": ratio("calls_total"),
+            "wall_ratio": ratio("wall_ms"),
+        })
+    };
+    let prefix_vs_single = ratios(&cp, &c);
+    let dual_prefix_vs_single = ratios(&cdp, &cd);
     eprintln!("the first address on a cold node (3 runs)...");
     let first = first_address(bins, work);
     eprintln!("restart recovery, ecs.g7.8xlarge full...");
@@ -546,6 +570,7 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
         "scaling_16_over_1": {"value": w["scaling_16_over_1"], "target": ">= 4", "met": w["scaling_16_over_1"].as_f64().unwrap_or(0.0) >= 4.0},
         "cold_calls_over_lower_bound": {"value": c["ratio_total_to_lower_bound"], "target": "<= 1.2", "met": c["ratio_total_to_lower_bound"].as_f64().unwrap_or(9.0) <= 1.2},
         "prefix_cold_assign_or_create_over_secondary": {"value": prefix_vs_single["assign_or_create_ratio"], "target": "<= 0.2", "met": prefix_vs_single["assign_or_create_ratio"].as_f64().unwrap_or(9.0) <= 0.2},
+        "dual_prefix_cold_assign_or_create_calls": {"value": cdp["assign_or_create"], "target": "<= 2", "met": cdp["assign_or_create"].as_u64().unwrap_or(99) <= 2},
         "first_address_over_critical_path": {"value": first["ratio"], "target": "<= 1.1", "met": first["ratio"].as_f64().unwrap_or(9.0) <= 1.1},
         "idle_rss_mib": {"value": f["idle_rss_kib"].as_f64().unwrap_or(0.0) / 1024.0, "target": "<= 5", "met": f["idle_rss_kib"].as_f64().unwrap_or(1e9) <= 5.0 * 1024.0},
         "burst_rss_over_idle_mib": {"value": burst_over_idle, "target": "<= 1", "met": burst_over_idle <= 1.0},
@@ -555,9 +580,156 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
     json!({
         "machine": {"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "when": eniipd::util::time::now_utc()},
         "floors": {"socket_rtt_p50_ms": rtt, "atomic_write_fsync_p50_ms": fsync, "state_bytes": state_bytes, "floor_ms": floor},
-        "warm": w, "cold_burst": c, "cold_burst_prefix": cp, "prefix_vs_secondary": prefix_vs_single, "first_address": first, "restart": r, "footprint": f, "targets": targets,
+        "warm": w, "cold_burst": c, "cold_burst_prefix": cp, "prefix_vs_secondary": prefix_vs_single,
+        "cold_burst_dual": cd, "cold_burst_dual_prefix": cdp, "dual_prefix_vs_secondary": dual_prefix_vs_single, "first_address": first, "restart": r, "footprint": f, "targets": targets,
     })
 }
+
+/// The table's rows: label, section and key of the result.
+const ROWS: &[(&str, &str, &str)] = &[
+    (
+        "floor: Unix-socket line round trip, p50 (ms)",
+        "floors",
+        "socket_rtt_p50_ms",
+    ),
+    (
+        "floor: atomic write + fsync of a state-sized file, p50 (ms)",
+        "floors",
+        "atomic_write_fsync_p50_ms",
+    ),
+    ("floor: state-sized file (bytes)", "floors", "state_bytes"),
+    ("floor: RTT + fsync (ms)", "floors", "floor_ms"),
+    ("warm: request p50, one client (ms)", "warm", "p50_ms"),
+    ("warm: request p99, one client (ms)", "warm", "p99_ms"),
+    ("warm: alloc p50 (ms)", "warm", "alloc_p50_ms"),
+    ("warm: release p50 (ms)", "warm", "release_p50_ms"),
+    ("warm: ops/s, 1 client", "warm", "ops_per_sec_1"),
+    ("warm: ops/s, 16 clients", "warm", "ops_per_sec_16"),
+    ("cold 100: wall time (ms)", "cold_burst", "wall_ms"),
+    (
+        "cold 100: OpenAPI calls in all",
+        "cold_burst",
+        "calls_total",
+    ),
+    (
+        "cold 100: assign + create calls",
+        "cold_burst",
+        "assign_or_create",
+    ),
+    (
+        "cold 100: lower bound (10 assign-or-create + attaches)",
+        "cold_burst",
+        "lower_bound",
+    ),
+    (
+        "cold 100, prefix mode: wall time (ms)",
+        "cold_burst_prefix",
+        "wall_ms",
+    ),
+    (
+        "cold 100, prefix mode: OpenAPI calls in all",
+        "cold_burst_prefix",
+        "calls_total",
+    ),
+    (
+        "cold 100, prefix mode: assign + create calls",
+        "cold_burst_prefix",
+        "assign_or_create",
+    ),
+    (
+        "cold 100, prefix / secondary: wall time",
+        "prefix_vs_secondary",
+        "wall_ratio",
+    ),
+    (
+        "cold 100, prefix / secondary: OpenAPI calls",
+        "prefix_vs_secondary",
+        "calls_total_ratio",
+    ),
+    (
+        "cold 100, dual stack: wall time (ms)",
+        "cold_burst_dual",
+        "wall_ms",
+    ),
+    (
+        "cold 100, dual stack: assign + create calls (both stacks)",
+        "cold_burst_dual",
+        "assign_or_create",
+    ),
+    (
+        "cold 100, dual stack with /28s and /80s: wall time (ms)",
+        "cold_burst_dual_prefix",
+        "wall_ms",
+    ),
+    (
+        "cold 100, dual stack with /28s and /80s: assign + create calls",
+        "cold_burst_dual_prefix",
+        "assign_or_create",
+    ),
+    (
+        "cold 100, dual stack, prefixes / none: wall time",
+        "dual_prefix_vs_secondary",
+        "wall_ratio",
+    ),
+    (
+        "cold 100, dual stack, prefixes / none: assign + create calls",
+        "dual_prefix_vs_secondary",
+        "assign_or_create_ratio",
+    ),
+    (
+        "first address on a cold node (ms, median of 3)",
+        "first_address",
+        "median_ms",
+    ),
+    (
+        "first address: critical path from the emulator's settings (ms)",
+        "first_address",
+        "critical_path_ms",
+    ),
+    ("first address / critical path", "first_address", "ratio"),
+    (
+        "restart: recovery with 210 allocations (ms, median of 3)",
+        "restart",
+        "recovery_ms_median",
+    ),
+    ("footprint: idle RSS (KiB)", "footprint", "idle_rss_kib"),
+    (
+        "footprint: idle RSS, anonymous (KiB)",
+        "footprint",
+        "idle_anon_kib",
+    ),
+    (
+        "footprint: RSS after 16 clients at once (KiB)",
+        "footprint",
+        "burst_rss_kib",
+    ),
+    (
+        "footprint: RSS after 16 clients, anonymous (KiB)",
+        "footprint",
+        "burst_anon_kib",
+    ),
+    (
+        "footprint: RSS after the hostile run (KiB)",
+        "footprint",
+        "hostile_rss_kib",
+    ),
+    (
+        "footprint: RSS after the hostile run, anonymous (KiB)",
+        "footprint",
+        "hostile_anon_kib",
+    ),
+    ("footprint: threads", "footprint", "threads"),
+    (
+        "footprint: CPU while idle (ms per minute)",
+        "footprint",
+        "cpu_ms_per_minute",
+    ),
+    (
+        "footprint: eniipd binary (bytes, stripped)",
+        "footprint",
+        "binary_bytes",
+    ),
+];
 
 fn print_table(r: &Value) {
     let f = |v: &Value| match v {
@@ -572,121 +744,7 @@ fn print_table(r: &Value) {
     println!();
     println!("| measure | value |");
     println!("|---|---|");
-    let rows: &[(&str, &str, &str)] = &[
-        (
-            "floor: Unix-socket line round trip, p50 (ms)",
-            "floors",
-            "socket_rtt_p50_ms",
-        ),
-        (
-            "floor: atomic write + fsync of a state-sized file, p50 (ms)",
-            "floors",
-            "atomic_write_fsync_p50_ms",
-        ),
-        ("floor: state-sized file (bytes)", "floors", "state_bytes"),
-        ("floor: RTT + fsync (ms)", "floors", "floor_ms"),
-        ("warm: request p50, one client (ms)", "warm", "p50_ms"),
-        ("warm: request p99, one client (ms)", "warm", "p99_ms"),
-        ("warm: alloc p50 (ms)", "warm", "alloc_p50_ms"),
-        ("warm: release p50 (ms)", "warm", "release_p50_ms"),
-        ("warm: ops/s, 1 client", "warm", "ops_per_sec_1"),
-        ("warm: ops/s, 16 clients", "warm", "ops_per_sec_16"),
-        ("cold 100: wall time (ms)", "cold_burst", "wall_ms"),
-        (
-            "cold 100: OpenAPI calls in all",
-            "cold_burst",
-            "calls_total",
-        ),
-        (
-            "cold 100: assign + create calls",
-            "cold_burst",
-            "assign_or_create",
-        ),
-        (
-            "cold 100: lower bound (10 assign-or-create + attaches)",
-            "cold_burst",
-            "lower_bound",
-        ),
-        (
-            "cold 100, prefix mode: wall time (ms)",
-            "cold_burst_prefix",
-            "wall_ms",
-        ),
-        (
-            "cold 100, prefix mode: OpenAPI calls in all",
-            "cold_burst_prefix",
-            "calls_total",
-        ),
-        (
-            "cold 100, prefix mode: assign + create calls",
-            "cold_burst_prefix",
-            "assign_or_create",
-        ),
-        (
-            "cold 100, prefix / secondary: wall time",
-            "prefix_vs_secondary",
-            "wall_ratio",
-        ),
-        (
-            "cold 100, prefix / secondary: OpenAPI calls",
-            "prefix_vs_secondary",
-            "calls_total_ratio",
-        ),
-        (
-            "first address on a cold node (ms, median of 3)",
-            "first_address",
-            "median_ms",
-        ),
-        (
-            "first address: critical path from the emulator's settings (ms)",
-            "first_address",
-            "critical_path_ms",
-        ),
-        ("first address / critical path", "first_address", "ratio"),
-        (
-            "restart: recovery with 210 allocations (ms, median of 3)",
-            "restart",
-            "recovery_ms_median",
-        ),
-        ("footprint: idle RSS (KiB)", "footprint", "idle_rss_kib"),
-        (
-            "footprint: idle RSS, anonymous (KiB)",
-            "footprint",
-            "idle_anon_kib",
-        ),
-        (
-            "footprint: RSS after 16 clients at once (KiB)",
-            "footprint",
-            "burst_rss_kib",
-        ),
-        (
-            "footprint: RSS after 16 clients, anonymous (KiB)",
-            "footprint",
-            "burst_anon_kib",
-        ),
-        (
-            "footprint: RSS after the hostile run (KiB)",
-            "footprint",
-            "hostile_rss_kib",
-        ),
-        (
-            "footprint: RSS after the hostile run, anonymous (KiB)",
-            "footprint",
-            "hostile_anon_kib",
-        ),
-        ("footprint: threads", "footprint", "threads"),
-        (
-            "footprint: CPU while idle (ms per minute)",
-            "footprint",
-            "cpu_ms_per_minute",
-        ),
-        (
-            "footprint: eniipd binary (bytes, stripped)",
-            "footprint",
-            "binary_bytes",
-        ),
-    ];
-    for (label, sec, key) in rows {
+    for (label, sec, key) in ROWS {
         println!("| {label} | {} |", f(&r[sec][key]));
     }
     println!(
@@ -696,6 +754,14 @@ fn print_table(r: &Value) {
     println!(
         "| cold 100, prefix mode: calls by action | {} |",
         r["cold_burst_prefix"]["calls_by_action"]
+    );
+    println!(
+        "| cold 100, dual stack: calls by action | {} |",
+        r["cold_burst_dual"]["calls_by_action"]
+    );
+    println!(
+        "| cold 100, dual stack with /28s and /80s: calls by action | {} |",
+        r["cold_burst_dual_prefix"]["calls_by_action"]
     );
     println!();
     println!("| target | value | goal | met |");

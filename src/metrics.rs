@@ -208,6 +208,8 @@ pub(crate) struct EniModeGauge {
     pub(crate) singles: u64,
     /// Its /28 prefixes.
     pub(crate) prefixes: u64,
+    /// Its IPv6 /80 prefixes (dual stack).
+    pub(crate) v6_prefixes: u64,
 }
 
 fn escape(v: &str) -> String {
@@ -258,6 +260,10 @@ const ENI_IPS: Family = gauge(
 const ENI_PREFIXES: Family = gauge(
     "eniipd_eni_prefixes",
     "IPv4 /28 prefixes per ENI (prefix mode).",
+);
+const ENI_V6_PREFIXES: Family = gauge(
+    "eniipd_eni_ipv6_prefixes",
+    "IPv6 /80 prefixes per ENI (prefix mode, dual stack).",
 );
 const ALLOCS: Family = counter("eniipd_alloc_total", "alloc answers by result.");
 const ALLOC_TIME: Family = histogram("eniipd_alloc_duration_seconds", "Time to answer alloc.");
@@ -356,6 +362,8 @@ pub fn render(g: &Gauges) -> String {
         }
         let prefixes = g.eni_modes.iter().map(|m| (m.eni.as_str(), m.prefixes));
         by_label(o, ENI_PREFIXES, "eni", prefixes);
+        let v6 = g.eni_modes.iter().map(|m| (m.eni.as_str(), m.v6_prefixes));
+        by_label(o, ENI_V6_PREFIXES, "eni", v6);
     }
 
     let r = REGISTRY.lock();

@@ -113,8 +113,28 @@ fn eni_differences(s: &Snapshot, local: &PoolEni, e: &Eni, macs: &BTreeSet<Strin
     // Prefixes first: a /28 is assigned and given back whole.
     out.extend(prefix_differences(&s.pool, local, e));
     out.extend(v4_differences(&s.pool, local.id(), e));
+    out.extend(v6_prefix_differences(&s.pool, local, e));
     out.extend(v6_differences(&s.pool, local.id(), e));
     out
+}
+
+/// The /80s (dual stack): each side's against the other's.
+fn v6_prefix_differences(pool: &PoolState, local: &PoolEni, e: &Eni) -> Vec<String> {
+    if !pool.dual() {
+        return Vec::new();
+    }
+    let id = local.id();
+    let unknown = e
+        .ipv6_prefixes
+        .iter()
+        .filter(|p| !local.v6_prefixes().contains(p))
+        .map(|p| format!("IPv6 prefix {p} is on eni {id} in the cloud but unknown locally"));
+    let missing = local
+        .v6_prefixes()
+        .iter()
+        .filter(|p| !e.ipv6_prefixes.contains(p))
+        .map(|p| format!("IPv6 prefix {p} is missing from eni {id} in the cloud"));
+    unknown.chain(missing).collect()
 }
 
 fn prefix_differences(pool: &PoolState, local: &PoolEni, e: &Eni) -> Vec<String> {
@@ -174,8 +194,10 @@ fn v6_differences(pool: &PoolState, id: &str, e: &Eni) -> Vec<String> {
         .difference(&known)
         .map(|b| format!("address {b} is on eni {id} in the cloud but unknown locally"))
         .collect();
+    // A carved IPv6 is there while its /80 is (compared above).
+    let carved = |b: &Ipv6Addr| e.ipv6_prefixes.iter().any(|p| p.contains(*b));
     for ip in settled_on(pool, id) {
-        if let Some(b) = ip.v6().filter(|b| !remote.contains(b)) {
+        if let Some(b) = ip.v6().filter(|b| !remote.contains(b) && !carved(b)) {
             out.push(format!(
                 "address {b} ({}) is missing from eni {id} in the cloud",
                 pool.state_of(ip).name()

@@ -8,7 +8,10 @@
 //! Prefix mode (`ip_prefix`): every IPv4 slot of an ENI but its primary's
 //! holds a /28, so IPs per ENI = (EniPrivateIpAddressQuantity - 1) x 16 + 1
 //! (the issue's (quota - 1) x 16 prefix addresses, plus the primary, which
-//! SPEC section 3 makes a pool IP like any other).
+//! SPEC section 3 makes a pool IP like any other). In dual stack the
+//! IPv6 come from the ENI's /80 (issue 32), so EniIpv6AddressQuantity no
+//! longer caps the IPs per ENI; an ENI that falls back to single IPv6
+//! addresses is held within it by the planner instead.
 
 use crate::cloud::InstanceTypeLimits;
 use crate::config::{Config, IpStack};
@@ -23,6 +26,9 @@ pub(crate) struct Capacity {
     /// IPv4 slots per ENI beside its primary's (each holds one secondary
     /// address, or one /28 in prefix mode).
     pub(crate) slots_per_eni: usize,
+    /// IPv6 slots per ENI (EniIpv6AddressQuantity; 0 in IPv4 stack): what
+    /// an ENI with single IPv6 addresses holds at most (a /80 takes one).
+    pub(crate) ipv6_per_eni: usize,
     /// Prefix mode: new addresses come as /28s where they can.
     pub(crate) prefix_mode: bool,
     /// `usable_enis * ips_per_eni`.
@@ -89,14 +95,20 @@ pub(crate) fn compute(
         ));
         usable = cfg.max_eni;
     }
+    let dual = cfg.ip_stack == IpStack::Dual;
     let mut ips_per_eni = limits.ipv4_per_eni as usize;
-    if cfg.ip_stack == IpStack::Dual {
+    if dual && !cfg.ip_prefix {
         ips_per_eni = ips_per_eni.min(limits.ipv6_per_eni as usize);
     }
     let slots_per_eni = ips_per_eni.saturating_sub(1);
     if cfg.ip_prefix {
         ips_per_eni = super::prefix_mode::ips_per_eni(ips_per_eni) + 1;
     }
+    let ipv6_per_eni = if dual {
+        limits.ipv6_per_eni as usize
+    } else {
+        0
+    };
     let total = usable * ips_per_eni;
     let mut min_idle = if sizes.min_eni != 0 {
         sizes.min_eni * ips_per_eni
@@ -131,6 +143,7 @@ pub(crate) fn compute(
         usable_enis: usable,
         ips_per_eni,
         slots_per_eni,
+        ipv6_per_eni,
         prefix_mode: cfg.ip_prefix,
         total_ips: total,
         min_idle,
@@ -202,6 +215,23 @@ mod tests {
         assert_eq!(cap.total_ips, 162);
         assert_eq!(cap.max_idle, 162, "pool sizes count addresses");
         assert!(cap.prefix_mode);
+    }
+
+    #[test]
+    fn dual_stack_prefix_mode_is_not_capped_by_the_ipv6_quota() {
+        // ecs.g7.4xlarge: 8 ENIs, 30 IPv4 and 30 IPv6 per ENI; a type
+        // with fewer IPv6 than IPv4 caps dual stack without prefixes only.
+        let c = cfg(r#"{"ip_stack": "dual", "ip_prefix": true, "max_pool_size": 5000}"#);
+        let cap = compute(&limits(8, 30, 10), &c, PoolSizes::of(&c), &mut Vec::new());
+        assert_eq!((cap.slots_per_eni, cap.ips_per_eni), (29, 29 * 16 + 1));
+        assert_eq!(cap.total_ips, 7 * 465);
+        assert_eq!(cap.ipv6_per_eni, 10);
+        let c = cfg(r#"{"ip_stack": "dual"}"#);
+        let cap = compute(&limits(8, 30, 10), &c, PoolSizes::of(&c), &mut Vec::new());
+        assert_eq!((cap.slots_per_eni, cap.ips_per_eni), (9, 10));
+        let c = cfg(r#"{"ip_prefix": true}"#);
+        let cap = compute(&limits(8, 30, 10), &c, PoolSizes::of(&c), &mut Vec::new());
+        assert_eq!(cap.ipv6_per_eni, 0, "IPv4 stack");
     }
 
     #[test]

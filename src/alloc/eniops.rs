@@ -8,6 +8,12 @@
 //! attached, delete) before reporting, and the report carries any ENI the
 //! rollback could not remove. Local state changes only when the actor gets
 //! the report: nothing is forgotten before the cloud agreed.
+//!
+//! A create in prefix mode carries its /28s and, in dual stack, its IPv6
+//! /80 (`Ipv6PrefixCount=1`): one call for both stacks. No room for a
+//! prefix falls back a step at a time, the /28s first (a fragmented IPv4
+//! block is the common case): /28s and /80, then single IPv4 addresses
+//! and the /80, then single addresses of both stacks.
 
 use std::io;
 use std::sync::Arc;
@@ -18,7 +24,7 @@ use crossbeam_channel::Sender;
 use log::{debug, info, warn};
 
 use crate::cloud::{
-    wait, CloudApi, CloudError, CloudErrorKind, CreateEni, EniStatus, TAG_CREATOR_KEY,
+    wait, CloudApi, CloudError, CloudErrorKind, CreateEni, Eni, EniStatus, TAG_CREATOR_KEY,
     TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY,
 };
 use crate::core::EniInfo;
@@ -26,7 +32,12 @@ use crate::util::sem::Permit;
 
 use super::describe::StatusBatcher;
 use super::mailbox::{Event, FreeFailure, OpId, ReadyEni};
+use super::prefix_mode::V6From;
 use super::AllocatorOptions;
+
+/// Most IPv6 addresses one CreateNetworkInterface (or
+/// AssignIpv6Addresses) may ask (`Ipv6AddressCount`, 1 to 10).
+pub(crate) const MAX_V6_PER_CALL: usize = 10;
 
 /// What a create operation needs.
 #[derive(Debug, Clone)]
@@ -48,8 +59,9 @@ pub(crate) struct CreateJob {
     pub(crate) init: usize,
     /// /28 prefixes to create it with (prefix mode; 0: single addresses).
     pub(crate) prefixes: usize,
-    /// Also give it as many IPv6 addresses.
-    pub(crate) dual: bool,
+    /// Where its IPv6 come from (dual stack): a /80 with the create, or
+    /// as many single addresses as IPv4 ones.
+    pub(crate) v6: Option<V6From>,
     /// Deadline for attach + InUse + metadata.
     pub(crate) ready_timeout: Duration,
     /// How long to wait for metadata to list the initial addresses.
@@ -58,13 +70,13 @@ pub(crate) struct CreateJob {
 
 impl CreateJob {
     /// Creation `op` on `vswitch` with `prefixes` /28s, or `singles`
-    /// addresses, with this node's settings.
+    /// addresses, their IPv6 from `v6`, with this node's settings.
     pub(crate) fn new(
         opts: &AllocatorOptions,
-        op: OpId,
-        vswitch: String,
+        (op, vswitch): (OpId, String),
         singles: usize,
         prefixes: usize,
+        v6: Option<V6From>,
     ) -> CreateJob {
         CreateJob {
             op,
@@ -75,7 +87,7 @@ impl CreateJob {
             node_id: opts.node_id.clone(),
             init: singles,
             prefixes,
-            dual: opts.dual,
+            v6,
             ready_timeout: opts.eni_ready_timeout,
             metadata_wait: opts.metadata_wait,
         }
@@ -123,43 +135,74 @@ pub(crate) fn spawn_create(
 
 type CreateFailure = (CloudError, Option<String>);
 
+/// The CreateNetworkInterface request of `job` with `prefixes` /28s and,
+/// in dual stack, a /80 (`v6_prefix`) or single IPv6 addresses.
+fn create_request(job: &CreateJob, prefixes: usize, v6_prefix: bool) -> CreateEni {
+    let singles_v6 = job.v6.is_some() && !v6_prefix;
+    let mut init = job.init.max(1);
+    if singles_v6 {
+        // Each IPv4 needs its IPv6 in the same call (at most 10).
+        init = init.min(MAX_V6_PER_CALL);
+    }
+    CreateEni {
+        vswitch_id: job.vswitch.clone(),
+        security_group_ids: job.security_groups.clone(),
+        secondary_ipv4_count: if prefixes > 0 { 0 } else { init - 1 },
+        ipv6_count: if singles_v6 { init } else { 0 },
+        ipv6_prefixes: usize::from(v6_prefix),
+        tags: eni_tags(&job.instance_id, &job.node_id, &job.extra_tags),
+        description: "interface created by eniipd".into(),
+    }
+}
+
+/// What a create fell back from.
+#[derive(Debug, Default, Clone, Copy)]
+struct FellBack {
+    /// No free /28: single IPv4 addresses.
+    v4: bool,
+    /// No /80 to give: single IPv6 addresses.
+    v6: bool,
+}
+
+/// CreateNetworkInterface for `job`, falling back a step at a time where
+/// the vswitch has no room for a prefix (see the module doc).
+fn create_call(job: &CreateJob, cloud: &dyn CloudApi) -> Result<(Eni, FellBack), CloudError> {
+    let mut prefixes = job.prefixes;
+    let mut v6_prefix = job.v6 == Some(V6From::NewPrefix);
+    let mut fell = FellBack::default();
+    loop {
+        let req = create_request(job, prefixes, v6_prefix);
+        match cloud.create_eni_with_prefixes(&req, prefixes) {
+            Err(e) if e.kind == CloudErrorKind::PrefixExhausted && prefixes > 0 => {
+                warn!(
+                    "{} has no free /28 prefix ({}); creating the ENI with single addresses",
+                    job.vswitch,
+                    e.code_or_kind()
+                );
+                fell.v4 = true;
+                prefixes = 0;
+            }
+            Err(e) if e.kind == CloudErrorKind::PrefixExhausted && v6_prefix => {
+                warn!(
+                    "{} has no IPv6 /80 prefix to give ({}); creating the ENI with single IPv6 addresses",
+                    job.vswitch,
+                    e.code_or_kind()
+                );
+                fell.v6 = true;
+                v6_prefix = false;
+            }
+            other => return other.map(|eni| (eni, fell)),
+        }
+    }
+}
+
 fn create(
     job: &CreateJob,
     cloud: &dyn CloudApi,
     batcher: &StatusBatcher,
     events: &Sender<Event>,
 ) -> Result<ReadyEni, CreateFailure> {
-    let init = job.init.max(1);
-    let req = CreateEni {
-        vswitch_id: job.vswitch.clone(),
-        security_group_ids: job.security_groups.clone(),
-        secondary_ipv4_count: init - 1,
-        ipv6_count: if job.dual { init } else { 0 },
-        tags: eni_tags(&job.instance_id, &job.node_id, &job.extra_tags),
-        description: "interface created by eniipd".into(),
-    };
-    let mut prefix_fallback = false;
-    let eni = if job.prefixes > 0 {
-        let with_prefixes = CreateEni {
-            secondary_ipv4_count: 0,
-            ..req.clone()
-        };
-        match cloud.create_eni_with_prefixes(&with_prefixes, job.prefixes) {
-            Err(e) if e.kind == CloudErrorKind::PrefixExhausted => {
-                warn!(
-                    "{} has no free /28 prefix ({}); creating the ENI with single addresses",
-                    job.vswitch,
-                    e.code_or_kind()
-                );
-                prefix_fallback = true;
-                cloud.create_eni(&req)
-            }
-            other => other,
-        }
-    } else {
-        cloud.create_eni(&req)
-    }
-    .map_err(|e| (e, None))?;
+    let (eni, fell) = create_call(job, cloud).map_err(|e| (e, None))?;
     info!(
         "created {} on {} with {} address(es)",
         eni.id,
@@ -188,7 +231,9 @@ fn create(
             ready.v4 = eni.private_ips.clone();
             ready.v6 = eni.ipv6s.clone();
             ready.prefixes = eni.ipv4_prefixes.clone();
-            ready.prefix_fallback = prefix_fallback;
+            ready.prefix_fallback = fell.v4;
+            ready.v6_prefixes = eni.ipv6_prefixes.clone();
+            ready.v6_prefix_fallback = fell.v6;
             if let Some(p) = eni.primary_ip {
                 ready.primary_ip = p;
             }
@@ -257,6 +302,8 @@ pub(crate) fn ready_info(
             v6: md.ipv6s,
             prefixes: Vec::new(),
             prefix_fallback: false,
+            v6_prefixes: Vec::new(),
+            v6_prefix_fallback: false,
         })),
         Err(e) if e.kind == CloudErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),

@@ -283,6 +283,7 @@ impl FakeCloud {
             primary_ip: e.v4.first().copied(),
             private_ips: e.v4.clone(),
             ipv6s: e.v6.clone(),
+            ipv6_prefixes: Vec::new(),
             ipv4_prefixes: Vec::new(),
             security_group_ids: e.sgs.clone(),
             tags: e.tags.clone(),

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
-use crate::cloud::{CloudError, Ipv4Prefix};
+use crate::cloud::{CloudError, Ipv4Prefix, Ipv6Prefix};
 use crate::core::EniInfo;
 
 use super::capacity::Capacity;
@@ -27,6 +27,8 @@ pub(crate) struct Unit {
     pub(crate) ticket: TicketId,
     /// As part of a /28 prefix, or as a single secondary address.
     pub(crate) kind: super::prefix_mode::Kind,
+    /// Where its IPv6 pair comes from (dual stack).
+    pub(crate) v6: Option<super::prefix_mode::V6From>,
 }
 /// One ENI create or free operation.
 pub(crate) type OpId = u64;
@@ -83,6 +85,13 @@ pub(crate) struct ReadyEni {
     /// Created with single addresses because its vswitch had no free /28
     /// (prefix mode): prefixes are not asked for it for a while.
     pub(crate) prefix_fallback: bool,
+    /// Its IPv6 /80s (dual stack; their addresses are carved, not in
+    /// `v6`).
+    pub(crate) v6_prefixes: Vec<Ipv6Prefix>,
+    /// Created with single IPv6 addresses because its vswitch had no /80
+    /// to give (dual stack, prefix mode): /80s are not asked on it for a
+    /// while.
+    pub(crate) v6_prefix_fallback: bool,
 }
 
 impl ReadyEni {
@@ -129,6 +138,12 @@ pub(crate) enum Event {
         v4: Vec<Ipv4Addr>,
         /// Granted IPv6.
         v6: Vec<Ipv6Addr>,
+        /// The /80 asked first for this call (dual stack, an ENI without
+        /// one), when the cloud granted it: kept even if the IPv4 call
+        /// then failed.
+        v6_prefixes: Vec<Ipv6Prefix>,
+        /// `error` is the cloud's refusal of that /80: no IPv4 was asked.
+        v6_refused: bool,
         /// Why fewer than asked came back, if a call failed.
         error: Option<CloudError>,
     },

@@ -227,6 +227,7 @@ fn view(cloud: &dyn CloudApi, e: &Eni) -> CloudEniView {
             r.v4 = e.private_ips.clone();
             r.v6 = e.ipv6s.clone();
             r.prefixes = e.ipv4_prefixes.clone();
+            r.v6_prefixes = e.ipv6_prefixes.clone();
             if let Some(p) = e.primary_ip {
                 r.primary_ip = p;
             }
@@ -250,6 +251,8 @@ fn view(cloud: &dyn CloudApi, e: &Eni) -> CloudEniView {
                 v6: e.ipv6s.clone(),
                 prefixes: e.ipv4_prefixes.clone(),
                 prefix_fallback: false,
+                v6_prefixes: e.ipv6_prefixes.clone(),
+                v6_prefix_fallback: false,
             },
             in_metadata: false,
         },

@@ -135,6 +135,7 @@ mod tests {
             private_ips: Vec::new(),
             ipv6s: Vec::new(),
             ipv4_prefixes: Vec::new(),
+            ipv6_prefixes: Vec::new(),
             security_group_ids: Vec::new(),
             tags,
             created_at: None,

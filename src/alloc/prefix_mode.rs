@@ -1,12 +1,15 @@
 //! Prefix mode's pure decisions (issue 13), apart from the actor so they
 //! can be tested alone: addresses per ENI, how a demand turns into /28s,
 //! room and pending counted in IPv4 slots, which prefixes a shrink gives
-//! back, and when a demand falls back to single addresses. Packing (an
-//! allocation takes an address of the fullest prefix) is the pool's
-//! `best_idle`.
+//! back, and when a demand falls back to single addresses; in dual stack
+//! (issue 32) where an ENI's new IPv6 come from (its /80, a /80 asked
+//! first, or single addresses). Packing (an allocation takes an address of
+//! the fullest prefix) is the pool's `best_idle`.
 //!
 //! Invariants: a prefix is given back only with all 16 addresses idle and
-//! past stick/cooldown; pool sizes count addresses, never prefixes.
+//! past stick/cooldown; pool sizes count addresses, never prefixes; in
+//! dual stack /28s are asked only for an ENI whose IPv6 come from a /80
+//! (16 single IPv6 addresses a /28 would overrun its IPv6 quota).
 
 use crate::cloud::Ipv4Prefix;
 use crate::pool::shrink::PrefixCandidate;
@@ -33,6 +36,60 @@ pub(crate) enum Kind {
     /// Single secondary addresses (prefix mode off, or no /28 could be had
     /// and the inhibit has not expired).
     Single,
+}
+
+/// Where the IPv6 pairs of an ENI's new addresses come from (dual stack).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum V6From {
+    /// Its /80, which it holds: no IPv6 call.
+    Prefix,
+    /// A /80, which it does not hold yet: asked first (with the create,
+    /// or one AssignIpv6Addresses with `Ipv6PrefixCount=1`).
+    NewPrefix,
+    /// One AssignIpv6Addresses address per IPv4.
+    Single,
+}
+
+/// Where the IPv6 of an ENI's next addresses come from: none in IPv4
+/// stack; its /80 when it holds one (whatever the mode: a node that turned
+/// prefix mode off keeps carving from the /80s it has); in prefix mode a
+/// new /80, unless the cloud refused the ENI one (`refused`: its IPv6
+/// quota) or its vswitch had none to give (inhibited until a time still to
+/// come, Unix ms); else single addresses.
+pub(crate) fn next_v6(
+    dual: bool,
+    prefix_mode: bool,
+    (has_prefix, refused): (bool, bool),
+    inhibit_ms: Option<u64>,
+    now_ms: u64,
+) -> Option<V6From> {
+    if !dual {
+        return None;
+    }
+    Some(if has_prefix {
+        V6From::Prefix
+    } else if prefix_mode && !refused && inhibit_ms.is_none_or(|until| until <= now_ms) {
+        V6From::NewPrefix
+    } else {
+        V6From::Single
+    })
+}
+
+/// An ENI's IPv4 kind given where its IPv6 come from: /28s only with a
+/// /80 to carve their pairs from.
+pub(crate) fn kind_with(kind: Kind, v6: Option<V6From>) -> Kind {
+    match v6 {
+        Some(V6From::Single) => Kind::Single,
+        _ => kind,
+    }
+}
+
+/// IPv6 slots an ENI without a /80 still has for single addresses:
+/// `quota` (EniIpv6AddressQuantity) less `used` (its single IPv6 and /80s)
+/// less the single addresses in flight (`pending`, `in_prefixes` of them
+/// parts of /28s, which take none).
+pub(crate) fn v6_room(quota: usize, used: usize, pending: usize, in_prefixes: usize) -> usize {
+    quota.saturating_sub(used + pending.saturating_sub(in_prefixes))
 }
 
 /// The kind of the next Assign on an ENI: prefixes in prefix mode unless a
@@ -233,6 +290,47 @@ mod tests {
         assert_eq!(next_kind(true, None, now), Kind::Prefix);
         assert_eq!(next_kind(true, Some(later), now), Kind::Single);
         assert_eq!(next_kind(true, Some(now), later), Kind::Prefix);
+    }
+
+    #[test]
+    fn ipv6_comes_from_the_enis_80_a_new_one_or_singles() {
+        let now = 1_000;
+        let v6 = |dual, mode, held: (bool, bool), inhibit| next_v6(dual, mode, held, inhibit, now);
+        assert_eq!(v6(false, true, (true, false), None), None, "IPv4 stack");
+        assert_eq!(
+            v6(true, true, (true, true), Some(now + 1)),
+            Some(V6From::Prefix)
+        );
+        assert_eq!(
+            v6(true, false, (true, false), None),
+            Some(V6From::Prefix),
+            "a /80 held is used with the mode off too"
+        );
+        assert_eq!(
+            v6(true, true, (false, false), None),
+            Some(V6From::NewPrefix)
+        );
+        assert_eq!(
+            v6(true, true, (false, false), Some(now)),
+            Some(V6From::NewPrefix)
+        );
+        assert_eq!(
+            v6(true, true, (false, false), Some(now + 1)),
+            Some(V6From::Single)
+        );
+        assert_eq!(v6(true, true, (false, true), None), Some(V6From::Single));
+        assert_eq!(v6(true, false, (false, false), None), Some(V6From::Single));
+        // /28s only where the pairs come from a /80.
+        assert_eq!(kind_with(Kind::Prefix, Some(V6From::Single)), Kind::Single);
+        assert_eq!(
+            kind_with(Kind::Prefix, Some(V6From::NewPrefix)),
+            Kind::Prefix
+        );
+        assert_eq!(kind_with(Kind::Prefix, None), Kind::Prefix);
+        assert_eq!(kind_with(Kind::Single, Some(V6From::Prefix)), Kind::Single);
+        // 10 IPv6 per ENI, 4 used, 3 in flight of which 2 in /28s.
+        assert_eq!(v6_room(10, 4, 3, 2), 5);
+        assert_eq!(v6_room(10, 12, 0, 0), 0);
     }
 
     #[test]

@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
-use crate::cloud::{wait, CloudApi, CloudError, Eni, EniStatus, MetadataApi, MetadataEni};
+use crate::cloud::{
+    wait, CloudApi, CloudError, Eni, EniStatus, Ipv6Prefix, MetadataApi, MetadataEni,
+};
 use crate::core::EniInfo;
 use crate::pool::{PoolIp, PoolState};
 use crate::store::{PersistedState, Record};
@@ -146,6 +148,23 @@ pub(crate) fn provisional(
             .or_default()
             .push((h.ipv4, h.ipv6));
     }
+    // The /80s recorded IPv6 were carved from (read as restoring reads
+    // them: one that does not parse or hold its address is left to the
+    // first reconcile).
+    let mut carved_from: BTreeMap<String, BTreeSet<Ipv6Prefix>> = BTreeMap::new();
+    let allocs = persisted
+        .allocations
+        .values()
+        .filter_map(|a| a.to_core().map(|a| (a.eni, a.ipv6_prefix)));
+    let holds = persisted
+        .holds
+        .values()
+        .filter_map(|h| h.to_core().map(|h| (h.eni, h.ipv6_prefix)));
+    for (eni, p) in allocs.chain(holds) {
+        if let Some(p) = p {
+            carved_from.entry(eni).or_default().insert(p);
+        }
+    }
     if named.contains_key("") {
         return Ok(Provisional::Cold(
             "the state files hold an address with no ENI recorded".into(),
@@ -182,6 +201,14 @@ pub(crate) fn provisional(
             },
             primary,
         );
+        // The /80s its owners' IPv6 were carved from, as recorded, before
+        // the addresses: restored owners get their carved IPv6 back, and
+        // nothing asks the ENI for another /80 before the first reconcile.
+        if dual {
+            for p in carved_from.get(*eni).into_iter().flatten() {
+                pool.add_v6_prefix(eni, *p);
+            }
+        }
         let unseen = addrs.iter().filter(|(a, _)| !m.ipv4s.contains(a)).count();
         for (v4, v6) in addrs {
             pool.add_ip(eni, *v4, v6.filter(|_| dual));
@@ -415,11 +442,21 @@ fn adopt(
         },
         primary,
     );
+    // Its /80s before its addresses: an address without a single IPv6 of
+    // the cloud's then carves its IPv6 from the first (and an owner
+    // recorded with a carved one gets it back when restored).
+    if dual {
+        for p in &e.ipv6_prefixes {
+            pool.add_v6_prefix(&e.id, *p);
+        }
+    }
+    let carved = |b: &Ipv6Addr| e.ipv6_prefixes.iter().any(|p| p.contains(*b));
     let mut v6_left: BTreeSet<Ipv6Addr> = e.ipv6s.iter().copied().collect();
     let mut unpaired4 = Vec::new();
     for a in &e.private_ips {
         match known_pairs.get(a) {
             Some(b) if dual && v6_left.remove(b) => pool.add_ip(&e.id, *a, Some(*b)),
+            Some(b) if dual && carved(b) => pool.add_ip(&e.id, *a, None),
             _ if dual => unpaired4.push(*a),
             _ => pool.add_ip(&e.id, *a, None),
         }

@@ -669,6 +669,7 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
                 sandbox: None,
                 ipv4: ip.parse().unwrap(),
                 ipv6: None,
+                ipv6_prefix: None,
                 eni: "eni-kept".into(),
                 at_ms: 1,
                 attach: None,
@@ -739,6 +740,7 @@ fn recovery_keeps_a_detached_eni_the_state_files_name_and_its_owners() {
             sandbox: None,
             ipv4: "10.0.7.2".parse().unwrap(),
             ipv6: None,
+            ipv6_prefix: None,
             eni: "eni-away".into(),
             at_ms: 1,
             attach: None,
@@ -782,6 +784,7 @@ fn a_restart_from_the_state_files_serves_owners_at_once_and_nothing_new_before_t
         sandbox: None,
         ipv4: ip.parse().unwrap(),
         ipv6: None,
+        ipv6_prefix: None,
         eni: eni.into(),
         at_ms: 1,
         attach: None,
@@ -837,6 +840,44 @@ fn a_restart_from_the_state_files_serves_owners_at_once_and_nothing_new_before_t
         provisional(fake.metadata(), false, &persisted).unwrap(),
         Provisional::Cold(_)
     ));
+}
+
+#[test]
+fn a_restart_from_the_state_files_knows_the_80s_its_owners_ipv6_were_carved_from() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    fake.insert(managed(
+        "eni-kept",
+        "00:16:3e:aa:00:01",
+        &["10.0.9.1", "10.0.9.2"],
+    ));
+    let p: crate::cloud::Ipv6Prefix = "fd00:0:0:1:5::/80".parse().unwrap();
+    let carved: std::net::Ipv6Addr = "fd00:0:0:1:5:1:2:3".parse().unwrap();
+    let mut persisted = PersistedState::default();
+    persisted.allocations.insert(
+        "ns/a".into(),
+        Stored {
+            owner: "ns/a".into(),
+            sandbox: None,
+            ipv4: "10.0.9.2".parse().unwrap(),
+            ipv6: Some(carved),
+            ipv6_prefix: Some(p.to_string()),
+            eni: "eni-kept".into(),
+            at_ms: 1,
+            attach: None,
+            asked: Default::default(),
+        },
+    );
+    let Provisional::Ready(r) = provisional(fake.metadata(), true, &persisted).unwrap() else {
+        panic!("every recorded ENI is in metadata");
+    };
+    assert_eq!(r.pool.eni("eni-kept").unwrap().carve_prefix(), Some(p));
+    let a = r.pool.allocation(&owner("ns/a")).unwrap();
+    assert_eq!(
+        (a.ipv6, a.ipv6_prefix),
+        (Some(carved), Some(p)),
+        "carved, not a single address"
+    );
+    r.pool.check().unwrap();
 }
 
 #[test]

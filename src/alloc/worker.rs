@@ -13,6 +13,14 @@
 //! the actor's pending count for the ENI cannot drift. A prefix call
 //! brings 16 addresses per /28: the surplus over the tickets becomes idle.
 //!
+//! Dual stack with a /80 (issue 32): the ENI's addresses carve their IPv6
+//! from it, so no IPv6 call follows the IPv4 one. An ENI that has none
+//! when a unit asks for one gets it first, with one AssignIpv6Addresses
+//! (`Ipv6PrefixCount=1`) before the IPv4 call, and only once: the worker
+//! remembers it (units planned before it came still ask). A refused /80
+//! fails the call before any IPv4 is asked, and the actor plans its
+//! tickets again with single IPv6 addresses.
+//!
 //! Unassigns for this ENI go through the same thread, so the cloud never
 //! sees two operations on one ENI at once from us (`Operation.Conflict`).
 //! The thread ends when the actor drops its handle.
@@ -29,10 +37,10 @@ use crossbeam_channel::{
 };
 use log::{debug, warn};
 
-use crate::cloud::{wait, CloudApi, CloudError, CloudErrorKind, Ipv4Prefix};
+use crate::cloud::{wait, CloudApi, CloudError, CloudErrorKind, Ipv4Prefix, Ipv6Prefix};
 
 use super::mailbox::{Event, TicketId, Unit};
-use super::prefix_mode::{Kind, PER_PREFIX};
+use super::prefix_mode::{Kind, V6From, PER_PREFIX};
 
 /// Backlog capacity of every ENI (the seed's `maxIPBacklog`); prefix mode
 /// multiplies it by the 16 addresses of a /28.
@@ -93,8 +101,8 @@ impl WorkerHandle {
 
     /// Queues a ticket; false if the backlog is full (the unit stays
     /// unplanned; nothing is lost).
-    pub(crate) fn try_submit(&self, ticket: TicketId, kind: Kind) -> bool {
-        match self.backlog.try_send(Unit { ticket, kind }) {
+    pub(crate) fn try_submit(&self, ticket: TicketId, kind: Kind, v6: Option<V6From>) -> bool {
+        match self.backlog.try_send(Unit { ticket, kind, v6 }) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
         }
@@ -119,10 +127,9 @@ impl WorkerHandle {
     }
 }
 
-/// Starts the worker thread of an ENI.
+/// Starts the worker thread of an ENI (`has_v6_prefix`: it holds a /80).
 pub(crate) fn spawn(
-    eni: String,
-    mac: String,
+    (eni, mac, has_v6_prefix): (String, String, bool),
     cloud: Arc<dyn CloudApi>,
     cfg: WorkerConfig,
     events: Sender<Event>,
@@ -144,7 +151,14 @@ pub(crate) fn spawn(
     let join = std::thread::Builder::new()
         .name(format!("eni-{}", eni.trim_start_matches("eni-")))
         .stack_size(256 * 1024)
-        .spawn(move || run(&eni, &mac, &*cloud, &cfg, &inbox, &events))?;
+        .spawn(move || {
+            let mut on = OnEni {
+                eni: &eni,
+                mac: &mac,
+                has_v6_prefix,
+            };
+            run(&mut on, &*cloud, &cfg, &inbox, &events);
+        })?;
     Ok(WorkerHandle {
         backlog: backlog_tx,
         capacity,
@@ -161,14 +175,23 @@ struct Inbox {
     call_cap: Arc<AtomicUsize>,
 }
 
+/// The ENI a worker serves, and what it knows of it.
+struct OnEni<'a> {
+    eni: &'a str,
+    mac: &'a str,
+    /// It holds a /80 (the actor said so at start or in a unit, or this
+    /// worker got it): a unit asking a new one asks nothing.
+    has_v6_prefix: bool,
+}
+
 fn run(
-    eni: &str,
-    mac: &str,
+    on: &mut OnEni<'_>,
     cloud: &dyn CloudApi,
     cfg: &WorkerConfig,
     inbox: &Inbox,
     events: &Sender<Event>,
 ) {
+    let eni = on.eni;
     let (backlog, control, call_cap) = (&inbox.backlog, &inbox.control, &*inbox.call_cap);
     debug!("worker for {eni} started");
     loop {
@@ -191,8 +214,8 @@ fn run(
             recv(backlog) -> first => match first {
                 Ok(u) => {
                     let (prefix, single) = gather(u, backlog, cfg);
-                    for tickets in prefix.chunks(cfg.max_per_call * PER_PREFIX) {
-                        let event = assign_prefixes(cloud, eni, tickets.to_vec());
+                    for units in prefix.chunks(cfg.max_per_call * PER_PREFIX) {
+                        let event = assign_prefixes(cloud, on, cfg, units);
                         if events.send(event).is_err() {
                             return;
                         }
@@ -201,8 +224,8 @@ fn run(
                         0 => cfg.max_per_call,
                         c => c.min(cfg.max_per_call),
                     };
-                    for tickets in single.chunks(per_call.max(1)) {
-                        let event = assign(cloud, eni, mac, cfg, tickets.to_vec());
+                    for units in single.chunks(per_call.max(1)) {
+                        let event = assign(cloud, on, cfg, units);
                         if events.send(event).is_err() {
                             return;
                         }
@@ -217,12 +240,8 @@ fn run(
 
 /// Collects units within the window after the first, until there are
 /// enough for one call of the first unit's kind (`max_per_call` addresses,
-/// or `max_per_call` /28s); returns the prefix and the single tickets.
-fn gather(
-    first: Unit,
-    backlog: &Receiver<Unit>,
-    cfg: &WorkerConfig,
-) -> (Vec<TicketId>, Vec<TicketId>) {
+/// or `max_per_call` /28s); returns the prefix and the single units.
+fn gather(first: Unit, backlog: &Receiver<Unit>, cfg: &WorkerConfig) -> (Vec<Unit>, Vec<Unit>) {
     let per_unit = |k: Kind| match k {
         Kind::Prefix => 1,
         Kind::Single => PER_PREFIX,
@@ -232,8 +251,8 @@ fn gather(
     let mut used = per_unit(first.kind);
     let (mut prefix, mut single) = (Vec::new(), Vec::new());
     let mut push = |u: Unit| match u.kind {
-        Kind::Prefix => prefix.push(u.ticket),
-        Kind::Single => single.push(u.ticket),
+        Kind::Prefix => prefix.push(u),
+        Kind::Single => single.push(u),
     };
     push(first);
     let deadline = Instant::now() + cfg.window;
@@ -249,9 +268,81 @@ fn gather(
     (prefix, single)
 }
 
+/// The IPv6 side of a call, before its IPv4 one (dual stack): a unit of
+/// an ENI known to hold a /80 says so; one asking a new /80 has it asked
+/// here, unless the ENI has one by now. The /80 granted, or the refusal.
+fn ask_v6_prefix(
+    cloud: &dyn CloudApi,
+    on: &mut OnEni<'_>,
+    units: &[Unit],
+) -> Result<Vec<Ipv6Prefix>, CloudError> {
+    if units.iter().any(|u| u.v6 == Some(V6From::Prefix)) {
+        on.has_v6_prefix = true;
+    }
+    if on.has_v6_prefix || !units.iter().any(|u| u.v6 == Some(V6From::NewPrefix)) {
+        return Ok(Vec::new());
+    }
+    debug!("asking a /80 prefix of {} for its IPv6 addresses", on.eni);
+    let got = cloud.assign_ipv6_prefixes(on.eni, 1)?;
+    if got.is_empty() {
+        return Err(CloudError::new(
+            CloudErrorKind::Decode,
+            "AssignIpv6Addresses",
+            "one IPv6 /80 prefix was asked; the answer holds none",
+        ));
+    }
+    on.has_v6_prefix = true;
+    Ok(got)
+}
+
+/// An Assigned event for `units` that asked nothing of the IPv4 side: the
+/// /80 was refused (`v6_refused`) or the call could not be made.
+fn not_asked(
+    on: &OnEni<'_>,
+    units: &[Unit],
+    prefixes: bool,
+    v6_refused: bool,
+    error: CloudError,
+) -> Event {
+    Event::Assigned {
+        eni: on.eni.to_string(),
+        tickets: units.iter().map(|u| u.ticket).collect(),
+        prefixes: prefixes.then(Vec::new),
+        v4: Vec::new(),
+        v6: Vec::new(),
+        v6_prefixes: Vec::new(),
+        v6_refused,
+        error: Some(error),
+    }
+}
+
 /// One AssignPrivateIpAddresses with `Ipv4PrefixCount` for the /28s that
-/// `tickets` need; every address of every prefix granted is reported.
-fn assign_prefixes(cloud: &dyn CloudApi, eni: &str, tickets: Vec<TicketId>) -> Event {
+/// `units` need; every address of every prefix granted is reported. In
+/// dual stack their IPv6 come from the ENI's /80 (asked first if it has
+/// none): a /28 is never asked without one.
+fn assign_prefixes(
+    cloud: &dyn CloudApi,
+    on: &mut OnEni<'_>,
+    cfg: &WorkerConfig,
+    units: &[Unit],
+) -> Event {
+    let eni = on.eni;
+    let v6_prefixes = match cfg.dual {
+        true => match ask_v6_prefix(cloud, on, units) {
+            Ok(p) => p,
+            Err(e) => return not_asked(on, units, true, true, e),
+        },
+        false => Vec::new(),
+    };
+    if cfg.dual && !on.has_v6_prefix {
+        let e = CloudError::new(
+            CloudErrorKind::Api,
+            "AssignPrivateIpAddresses",
+            format!("{eni} holds no IPv6 /80 to pair /28 prefixes with"),
+        );
+        return not_asked(on, units, true, false, e);
+    }
+    let tickets: Vec<TicketId> = units.iter().map(|u| u.ticket).collect();
     let n = tickets.len().div_ceil(PER_PREFIX);
     debug!(
         "asking {n} /28 prefix(es) of {eni} for {} address(es)",
@@ -276,17 +367,25 @@ fn assign_prefixes(cloud: &dyn CloudApi, eni: &str, tickets: Vec<TicketId>) -> E
         prefixes: Some(prefixes),
         v4,
         v6: Vec::new(),
+        v6_prefixes,
+        v6_refused: false,
         error,
     }
 }
 
-fn assign(
-    cloud: &dyn CloudApi,
-    eni: &str,
-    mac: &str,
-    cfg: &WorkerConfig,
-    tickets: Vec<TicketId>,
-) -> Event {
+/// One AssignPrivateIpAddresses for `units`' single addresses; in dual
+/// stack their IPv6 come from the ENI's /80 (asked first if a unit wants
+/// one and it has none), else from one AssignIpv6Addresses.
+fn assign(cloud: &dyn CloudApi, on: &mut OnEni<'_>, cfg: &WorkerConfig, units: &[Unit]) -> Event {
+    let (eni, mac) = (on.eni, on.mac);
+    let v6_prefixes = match cfg.dual {
+        true => match ask_v6_prefix(cloud, on, units) {
+            Ok(p) => p,
+            Err(e) => return not_asked(on, units, false, true, e),
+        },
+        false => Vec::new(),
+    };
+    let tickets: Vec<TicketId> = units.iter().map(|u| u.ticket).collect();
     let n = tickets.len();
     debug!("asking {n} address(es) of {eni}");
     let mut v6 = Vec::new();
@@ -299,12 +398,14 @@ fn assign(
                 prefixes: None,
                 v4: Vec::new(),
                 v6,
+                v6_prefixes,
+                v6_refused: false,
                 error: Some(error),
             }
         }
     };
     let mut error = None;
-    if cfg.dual && !v4.is_empty() {
+    if cfg.dual && !v4.is_empty() && !on.has_v6_prefix {
         match cloud.assign_ipv6(eni, v4.len()) {
             Ok(v) => v6 = v,
             Err(e) => error = Some(e),
@@ -335,6 +436,8 @@ fn assign(
         prefixes: None,
         v4,
         v6,
+        v6_prefixes,
+        v6_refused: false,
         error,
     }
 }

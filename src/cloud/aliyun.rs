@@ -12,11 +12,11 @@ use super::ratelimit::RateLimiter;
 use super::retry::RetryPolicy;
 use super::rpc::{RpcClient, Timeouts};
 use super::sign::SignatureVersion;
-use super::Ipv4Prefix;
 use super::{
     ecs, vpc, CloudApi, CreateEni, Eni, EniQuery, InstanceTypeLimits, MetadataApi, VSwitch,
     ECS_VERSION, VPC_VERSION,
 };
+use super::{Ipv4Prefix, Ipv6Prefix};
 
 /// How to reach the cloud.
 #[derive(Debug, Clone)]
@@ -182,6 +182,14 @@ impl CloudApi for AliyunCloud {
         prefixes: &[Ipv4Prefix],
     ) -> Result<(), CloudError> {
         ecs_prefix::unassign_ipv4_prefixes(&self.ecs, eni_id, prefixes)
+    }
+
+    fn assign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        count: usize,
+    ) -> Result<Vec<Ipv6Prefix>, CloudError> {
+        ecs_prefix::assign_ipv6_prefixes(&self.ecs, eni_id, count)
     }
 
     fn create_eni_with_prefixes(

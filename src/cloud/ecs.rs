@@ -14,10 +14,21 @@ use serde_json::Value;
 use super::error::{CloudError, CloudErrorKind};
 use super::json as jv;
 use super::rpc::{CallOpts, RpcClient};
-use super::{CreateEni, Eni, EniQuery, EniStatus, InstanceTypeLimits, Ipv4Prefix};
+use super::{CreateEni, Eni, EniQuery, EniStatus, InstanceTypeLimits, Ipv4Prefix, Ipv6Prefix};
 
 /// A prefix in an answer.
 pub(super) fn parse_prefix(action: &str, s: &str) -> Result<Ipv4Prefix, CloudError> {
+    s.parse().map_err(|why: String| {
+        CloudError::new(
+            CloudErrorKind::Decode,
+            action,
+            format!("the answer holds {why}"),
+        )
+    })
+}
+
+/// An IPv6 /80 prefix in an answer.
+pub(super) fn parse_v6_prefix(action: &str, s: &str) -> Result<Ipv6Prefix, CloudError> {
     s.parse().map_err(|why: String| {
         CloudError::new(
             CloudErrorKind::Decode,
@@ -115,6 +126,19 @@ pub(crate) fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> 
             Err(_) => {}
         }
     }
+    let mut ipv6_prefixes = Vec::new();
+    for item in jv::list(v, &["Ipv6PrefixSets", "Ipv6PrefixSet"]) {
+        let s = match item {
+            Value::String(s) => s.clone(),
+            _ => jv::s(item, "Ipv6Prefix"),
+        };
+        // Tolerated as IPv4 prefixes are (another length is skipped).
+        match parse_v6_prefix(action, &s) {
+            Ok(p) => ipv6_prefixes.push(p),
+            Err(e) if !s.is_empty() => log::debug!("{id}: IPv6 prefix ignored: {e}"),
+            Err(_) => {}
+        }
+    }
     let mut tags = BTreeMap::new();
     for t in jv::list(v, &["Tags", "Tag"]) {
         let k = jv::s(t, "TagKey");
@@ -155,6 +179,7 @@ pub(crate) fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> 
         private_ips,
         ipv6s,
         ipv4_prefixes,
+        ipv6_prefixes,
         security_group_ids: jv::strings(v, &["SecurityGroupIds", "SecurityGroupId"]),
         tags,
         created_at: crate::util::time::parse_rfc3339(&created),
@@ -186,7 +211,10 @@ pub(crate) fn create_network_interface_with(
             req.secondary_ipv4_count.to_string(),
         ));
     }
-    if req.ipv6_count > 0 {
+    if req.ipv6_prefixes > 0 {
+        // The API takes a count of /80s or of addresses, not both.
+        p.push(("Ipv6PrefixCount".into(), req.ipv6_prefixes.to_string()));
+    } else if req.ipv6_count > 0 {
         p.push(("Ipv6AddressCount".into(), req.ipv6_count.to_string()));
     }
     tags(&mut p, &req.tags);

@@ -1,6 +1,8 @@
 //! IPv4 prefixes (/28, 16 addresses) on ENIs: the ECS calls that assign,
 //! unassign and create with them (the type is the domain's,
-//! [`crate::core::Ipv4Prefix`]).
+//! [`crate::core::Ipv4Prefix`]); and the IPv6 /80 an ENI holds in dual
+//! stack ([`crate::core::Ipv6Prefix`]), assigned with AssignIpv6Addresses
+//! (it goes back only with its ENI, so it is never unassigned here).
 //!
 //! Prefixes and single addresses never travel in one call (the API refuses
 //! it). A call carrying prefixes that the vswitch cannot serve fails with
@@ -10,8 +12,9 @@
 //! so the caller falls back instead of inhibiting the vswitch.
 
 use super::ecs;
-use super::rpc::RpcClient;
-use super::{CloudError, CloudErrorKind, CreateEni, Eni, Ipv4Prefix};
+use super::json as jv;
+use super::rpc::{CallOpts, RpcClient};
+use super::{CloudError, CloudErrorKind, CreateEni, Eni, Ipv4Prefix, Ipv6Prefix};
 
 /// Reclassifies a failed prefix call: no room for a prefix is exhaustion of
 /// prefixes only.
@@ -48,6 +51,28 @@ pub(crate) fn assign_ipv4_prefixes(
     .map_err(prefix_kind)
 }
 
+/// AssignIpv6Addresses with `Ipv6PrefixCount` (1 to 10); returns the new
+/// /80s (`Ipv6PrefixSets.Ipv6Prefix`, a list of strings in this answer).
+/// No room for one in the vswitch's IPv6 block is
+/// [`CloudErrorKind::PrefixExhausted`]; the ENI's IPv6 quota full is
+/// [`CloudErrorKind::LimitExceeded`]. Carries a ClientToken.
+pub(crate) fn assign_ipv6_prefixes(
+    c: &RpcClient,
+    eni: &str,
+    count: usize,
+) -> Result<Vec<Ipv6Prefix>, CloudError> {
+    const A: &str = "AssignIpv6Addresses";
+    let p = vec![
+        ("NetworkInterfaceId".to_string(), eni.to_string()),
+        ("Ipv6PrefixCount".to_string(), count.to_string()),
+    ];
+    let v = c.call(A, &p, CallOpts::ONCE).map_err(prefix_kind)?;
+    jv::strings(&v, &["Ipv6PrefixSets", "Ipv6Prefix"])
+        .iter()
+        .map(|s| ecs::parse_v6_prefix(A, s))
+        .collect()
+}
+
 /// UnassignPrivateIpAddresses with `Ipv4Prefix.N`; a prefix (or ENI)
 /// already gone is success, batches refused for one gone prefix are retried
 /// one by one (as for addresses).
@@ -64,24 +89,29 @@ pub(crate) fn unassign_ipv4_prefixes(
 
 /// CreateNetworkInterface with `Ipv4PrefixCount` prefixes besides its
 /// primary address (then `req.secondary_ipv4_count` must be 0: the API
-/// refuses both in one call, and so does this, before any request).
+/// refuses both in one call, and so does this, before any request), and
+/// `Ipv6PrefixCount` when `req.ipv6_prefixes` asks /80s. No room for a
+/// prefix of either is [`CloudErrorKind::PrefixExhausted`].
 pub(crate) fn create_network_interface_with_prefixes(
     c: &RpcClient,
     req: &CreateEni,
     prefixes: usize,
 ) -> Result<Eni, CloudError> {
     const A: &str = "CreateNetworkInterface";
-    if prefixes == 0 {
+    if prefixes == 0 && req.ipv6_prefixes == 0 {
         return ecs::create_network_interface(c, req);
     }
-    if req.secondary_ipv4_count > 0 {
+    if prefixes > 0 && req.secondary_ipv4_count > 0 {
         return Err(CloudError::new(
             CloudErrorKind::Api,
             A,
             "prefixes and secondary addresses cannot be asked in one call",
         ));
     }
-    let extra = [("Ipv4PrefixCount".to_string(), prefixes.to_string())];
+    let extra: Vec<(String, String)> = (prefixes > 0)
+        .then(|| ("Ipv4PrefixCount".to_string(), prefixes.to_string()))
+        .into_iter()
+        .collect();
     ecs::create_network_interface_with(c, req, &extra).map_err(prefix_kind)
 }
 
@@ -161,6 +191,42 @@ mod tests {
                 ]
             ),
             vec!["10.0.0.64/28".to_string()]
+        );
+    }
+
+    #[test]
+    fn ipv6_prefixes_read_in_both_shapes_the_api_answers() {
+        // DescribeNetworkInterfaces and CreateNetworkInterface: objects.
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"NetworkInterfaceId":"eni-1","Ipv6PrefixSets":{"Ipv6PrefixSet":[
+                {"Ipv6Prefix":"2408:4005:3ab:100:1::/80"},{"Ipv6Prefix":"2408::/64"}]}}"#,
+        )
+        .unwrap();
+        let e = ecs::eni_from_json("DescribeNetworkInterfaces", &v).unwrap();
+        assert_eq!(
+            e.ipv6_prefixes,
+            vec!["2408:4005:3ab:100:1::/80".parse::<Ipv6Prefix>().unwrap()],
+            "another length is skipped, not fatal"
+        );
+        assert!(e.ipv6s.is_empty());
+        for body in [
+            r#"{"NetworkInterfaceId":"eni-2"}"#,
+            r#"{"NetworkInterfaceId":"eni-2","Ipv6PrefixSets":{"Ipv6PrefixSet":[]}}"#,
+            r#"{"NetworkInterfaceId":"eni-2","Ipv6PrefixSets":null}"#,
+        ] {
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            let e = ecs::eni_from_json("DescribeNetworkInterfaces", &v).unwrap();
+            assert!(e.ipv6_prefixes.is_empty(), "{body}");
+        }
+        // AssignIpv6Addresses: a list of strings.
+        let a: serde_json::Value = serde_json::from_str(
+            r#"{"RequestId":"R","NetworkInterfaceId":"eni-1","Ipv6Sets":{"Ipv6Address":[]},
+                "Ipv6PrefixSets":{"Ipv6Prefix":["2408:4005:3ab:100:7::/80"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            jv::strings(&a, &["Ipv6PrefixSets", "Ipv6Prefix"]),
+            vec!["2408:4005:3ab:100:7::/80".to_string()]
         );
     }
 

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-pub use crate::core::Ipv4Prefix;
+pub use crate::core::{Ipv4Prefix, Ipv6Prefix};
 pub use error::{CloudError, CloudErrorKind};
 
 /// The ECS OpenAPI version.
@@ -174,6 +174,9 @@ pub struct Eni {
     /// IPv4 /28 prefixes (`Ipv4PrefixSets`); their addresses are not in
     /// `private_ips`.
     pub ipv4_prefixes: Vec<Ipv4Prefix>,
+    /// IPv6 /80 prefixes (`Ipv6PrefixSets`); their addresses are not in
+    /// `ipv6s`.
+    pub ipv6_prefixes: Vec<Ipv6Prefix>,
     /// Security groups.
     pub(crate) security_group_ids: Vec<String>,
     /// Tags (`TagKey` -> `TagValue`).
@@ -224,6 +227,9 @@ pub struct CreateEni {
     pub secondary_ipv4_count: usize,
     /// `Ipv6AddressCount` (0 = none).
     pub ipv6_count: usize,
+    /// `Ipv6PrefixCount`: IPv6 /80 prefixes (0 = none). With some,
+    /// `ipv6_count` is not sent: the API takes one or the other.
+    pub ipv6_prefixes: usize,
     /// `Tag.N.Key` / `Tag.N.Value`.
     pub tags: Vec<(String, String)>,
     /// `Description`.
@@ -341,15 +347,29 @@ pub trait CloudApi: Send + Sync {
         }
         Err(prefixes_unsupported("UnassignPrivateIpAddresses"))
     }
+    /// AssignIpv6Addresses with `Ipv6PrefixCount`; returns the new /80s.
+    /// No room for one is [`CloudErrorKind::PrefixExhausted`], the ENI's
+    /// IPv6 quota full [`CloudErrorKind::LimitExceeded`]. The default
+    /// (implementations without prefixes) refuses.
+    fn assign_ipv6_prefixes(
+        &self,
+        eni_id: &str,
+        count: usize,
+    ) -> Result<Vec<Ipv6Prefix>, CloudError> {
+        let _ = (eni_id, count);
+        Err(prefixes_unsupported("AssignIpv6Addresses"))
+    }
     /// CreateNetworkInterface with `prefixes` /28s besides the primary
-    /// (`req.secondary_ipv4_count` must then be 0); 0 is
+    /// (`req.secondary_ipv4_count` must then be 0) and the /80s
+    /// `req.ipv6_prefixes` asks; no room for a prefix of either is
+    /// [`CloudErrorKind::PrefixExhausted`]. No prefix at all is
     /// [`CloudApi::create_eni`].
     fn create_eni_with_prefixes(
         &self,
         req: &CreateEni,
         prefixes: usize,
     ) -> Result<Eni, CloudError> {
-        if prefixes == 0 {
+        if prefixes == 0 && req.ipv6_prefixes == 0 {
             return self.create_eni(req);
         }
         Err(prefixes_unsupported("CreateNetworkInterface"))
@@ -363,6 +383,6 @@ fn prefixes_unsupported(action: &str) -> CloudError {
     CloudError::new(
         CloudErrorKind::Api,
         action,
-        "IPv4 prefixes are not supported by this cloud implementation",
+        "prefixes are not supported by this cloud implementation",
     )
 }

@@ -422,17 +422,11 @@ mod tests {
             e.contains("`enable_ip_prefix`") && e.contains("`ip_prefix`"),
             "{e}"
         );
-        // Dual stack and prefixes: refused naming both keys, whichever
-        // spelling was used; dual stack without prefixes is fine.
+        // Dual stack and prefixes: IPv4 /28s and an IPv6 /80 per ENI
+        // (issue 32), whichever spelling was used.
         for key in ["ip_prefix", "enable_ip_prefix"] {
-            let e = parse(&format!(r#"{{"ip_stack": "dual", "{key}": true}}"#))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains(&format!("`{key}`")) && e.contains("`ip_stack`"),
-                "{e}"
-            );
-            assert!(e.contains("allowed"), "{e}");
+            let c = parse(&format!(r#"{{"ip_stack": "dual", "{key}": true}}"#)).unwrap();
+            assert!(c.ip_prefix && c.ip_stack == IpStack::Dual);
         }
         assert!(
             !parse(r#"{"ip_stack": "dual", "ip_prefix": false}"#)

@@ -155,7 +155,7 @@ impl RawConfig {
             max_connections: usize_in("max_connections", &self.max_connections, 256, 1, 65_536)?,
             metrics_listen: self.metrics_listen()?,
             signature_version: self.signature_version()?,
-            ip_prefix: self.ip_prefix(ip_stack)?,
+            ip_prefix: self.ip_prefix()?,
             cni: self.cni_settings()?,
         })
     }
@@ -443,9 +443,9 @@ impl RawConfig {
     }
 
     /// `ip_prefix`, or Terway's `enable_ip_prefix` (the same meaning; both
-    /// given must agree). Prefix mode is IPv4 only in this version, so it
-    /// is refused with dual stack, the message naming both keys.
-    fn ip_prefix(&self, ip_stack: IpStack) -> Result<bool, ConfigError> {
+    /// given must agree). In dual stack it also gives each ENI an IPv6 /80
+    /// that its pods' IPv6 are carved from.
+    fn ip_prefix(&self) -> Result<bool, ConfigError> {
         let mut on = None;
         for key in ["ip_prefix", "enable_ip_prefix"] {
             let v = if key == "ip_prefix" {
@@ -468,15 +468,7 @@ impl RawConfig {
                 _ => on = Some((key, b)),
             }
         }
-        match on {
-            Some((key, true)) if ip_stack == IpStack::Dual => Err(invalid(
-                key,
-                &Value::Bool(true),
-                "false with `ip_stack` \"dual\": IPv4 prefixes are IPv4 only; set `ip_stack` to \"ipv4\" or turn the prefix mode off",
-            )),
-            Some((_, b)) => Ok(b),
-            None => Ok(false),
-        }
+        Ok(on.is_some_and(|(_, b)| b))
     }
 }
 

@@ -13,6 +13,7 @@
 mod attachment;
 pub(crate) mod command;
 mod ipv4_prefix;
+mod ipv6_prefix;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -21,6 +22,7 @@ pub use attachment::Attachment;
 pub(crate) use attachment::NsId;
 pub use command::{Answer, Collected, Command, Commands, Envelope};
 pub use ipv4_prefix::Ipv4Prefix;
+pub use ipv6_prefix::Ipv6Prefix;
 
 /// Longest owner or sandbox id.
 pub(crate) const MAX_ID: usize = 255;
@@ -282,6 +284,9 @@ pub struct Allocation {
     pub ip: Ipv4Addr,
     /// The IPv6 address (dual stack).
     pub ipv6: Option<Ipv6Addr>,
+    /// The /80 of its ENI `ipv6` was carved from (dual stack, prefix
+    /// mode), when it was.
+    pub ipv6_prefix: Option<Ipv6Prefix>,
     /// The ENI holding it.
     pub eni: String,
     /// When it was handed out (Unix ms).
@@ -310,6 +315,8 @@ pub(crate) struct Hold {
     pub(crate) ip: Ipv4Addr,
     /// Its IPv6 pair.
     pub(crate) ipv6: Option<Ipv6Addr>,
+    /// The /80 `ipv6` was carved from, when it was.
+    pub(crate) ipv6_prefix: Option<Ipv6Prefix>,
     /// The ENI it is on.
     pub(crate) eni: String,
     /// Who may take it back.
@@ -371,6 +378,9 @@ pub struct ListEntry {
     pub owner: Option<String>,
     /// The ENI.
     pub eni: String,
+    /// Its IPv6, when carved from its ENI's /80 (dual stack, prefix mode),
+    /// and that /80.
+    pub carved: Option<(Ipv6Addr, Ipv6Prefix)>,
 }
 
 /// One managed ENI (or one being created).
@@ -390,6 +400,9 @@ pub struct EniEntry {
     pub inhibited_until: Option<u64>,
     /// Prefix mode only: how its addresses are held.
     pub prefixes: Option<PrefixUse>,
+    /// The IPv6 /80 its addresses' IPv6 are carved from (dual stack), if
+    /// it holds one.
+    pub v6_prefix: Option<Ipv6Prefix>,
 }
 
 /// How an ENI holds its addresses in prefix mode.

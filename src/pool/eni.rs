@@ -1,8 +1,9 @@
 //! The pool's ENIs: what it keeps of each ([`PoolEni`]) and the verbs that
 //! change it ([`Enis`]). The natural home of what belongs to one ENI: its
 //! link, its phase, what is asked of the cloud for it, its limit and its
-//! prefixes (the IPv4 /28s here; per-ENI prefixes of other kinds join
-//! them).
+//! prefixes: the IPv4 /28s, and in dual stack its IPv6 /80 (one, as
+//! eniipd asks; more if the cloud shows more), which its addresses' IPv6
+//! are carved from and which goes back only with the ENI.
 //!
 //! Invariants, kept by the verbs and checked by [`Enis::check`]:
 //! - `pending` counts the addresses asked of the cloud for the ENI and not
@@ -17,7 +18,11 @@
 //!   or gone). The limit is lifted when it gave addresses back or once a
 //!   reconcile found it settled ([`Enis::retry_limit`]);
 //! - a gone ENI (the cloud no longer has it) stays gone and at its limit
-//!   until it is forgotten: nothing is ever asked of it again.
+//!   until it is forgotten: nothing is ever asked of it again;
+//! - its /80s are distinct, in the order it got them: the first is the
+//!   one its addresses carve from. One refused it (its IPv6 quota full,
+//!   [`Enis::refuse_v6_prefix`]) is asked none until the refusal is
+//!   lifted as its limit is.
 //!
 //! Which addresses an ENI holds is the address records' business; that
 //! every address is on a known ENI and that a prefix's addresses are its
@@ -27,7 +32,7 @@
 use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
-use crate::cloud::Ipv4Prefix;
+use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
 use crate::core::EniInfo;
 
 /// Where an ENI is in its life, once it exists locally.
@@ -61,6 +66,11 @@ pub(crate) struct PoolEni {
     /// Its IPv4 /28 prefixes (prefix mode): every address of each is a
     /// pool address, and they go back to the cloud only as whole prefixes.
     prefixes: BTreeSet<Ipv4Prefix>,
+    /// Its IPv6 /80s, in the order it got them (dual stack).
+    v6_prefixes: Vec<Ipv6Prefix>,
+    /// The cloud refused it a /80 (its IPv6 quota is full): its new
+    /// addresses get single IPv6 addresses until the refusal is lifted.
+    v6_refused: bool,
 }
 
 impl PoolEni {
@@ -76,6 +86,8 @@ impl PoolEni {
             at_limit: false,
             gone: false,
             prefixes: BTreeSet::new(),
+            v6_prefixes: Vec::new(),
+            v6_refused: false,
         }
     }
 
@@ -132,6 +144,21 @@ impl PoolEni {
     /// Its IPv4 /28 prefixes.
     pub(crate) fn prefixes(&self) -> &BTreeSet<Ipv4Prefix> {
         &self.prefixes
+    }
+
+    /// Its IPv6 /80s, the one its addresses carve from first.
+    pub(crate) fn v6_prefixes(&self) -> &[Ipv6Prefix] {
+        &self.v6_prefixes
+    }
+
+    /// The /80 its addresses' IPv6 are carved from, if it holds one.
+    pub(crate) fn carve_prefix(&self) -> Option<Ipv6Prefix> {
+        self.v6_prefixes.first().copied()
+    }
+
+    /// The cloud refused it a /80 (until the refusal is lifted).
+    pub(crate) fn v6_refused(&self) -> bool {
+        self.v6_refused
     }
 
     /// Ready and not at its limit: the cloud may be asked for addresses
@@ -213,10 +240,20 @@ impl Enis {
             Some(e) if e.settled() => {
                 if !e.gone {
                     e.at_limit = false;
+                    e.v6_refused = false;
                 }
                 true
             }
             _ => false,
+        }
+    }
+
+    /// The cloud refused `id` a /80 (its IPv6 quota is full): single IPv6
+    /// addresses for it until the refusal is lifted (by a give-back or a
+    /// settled reconcile, as a limit is).
+    pub(crate) fn refuse_v6_prefix(&mut self, id: &str) {
+        if let Some(e) = self.by_id.get_mut(id) {
+            e.v6_refused = true;
         }
     }
 
@@ -266,6 +303,10 @@ impl Enis {
             if e.gone && !e.at_limit {
                 return Err(format!("{id} is gone but not at its limit"));
             }
+            let distinct: BTreeSet<&Ipv6Prefix> = e.v6_prefixes.iter().collect();
+            if distinct.len() != e.v6_prefixes.len() {
+                return Err(format!("{id} holds a /80 twice"));
+            }
         }
         Ok(())
     }
@@ -302,12 +343,33 @@ impl Enis {
         }
     }
 
-    /// `id` gave addresses back: it is no longer at its limit (unless it
-    /// is gone).
+    /// Adds a /80 to `id` (after those it has); false if `id` is unknown
+    /// or holds it already.
+    pub(super) fn add_v6_prefix(&mut self, id: &str, p: Ipv6Prefix) -> bool {
+        match self.by_id.get_mut(id) {
+            Some(e) if !e.v6_prefixes.contains(&p) => {
+                e.v6_prefixes.push(p);
+                e.v6_refused = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes a /80 off `id` (the cloud no longer shows it).
+    pub(super) fn remove_v6_prefix(&mut self, id: &str, p: Ipv6Prefix) {
+        if let Some(e) = self.by_id.get_mut(id) {
+            e.v6_prefixes.retain(|q| *q != p);
+        }
+    }
+
+    /// `id` gave addresses back: it is no longer at its limit, nor
+    /// refused a /80 (unless it is gone).
     pub(super) fn gave_back(&mut self, id: &str) {
         if let Some(e) = self.by_id.get_mut(id) {
             if !e.gone {
                 e.at_limit = false;
+                e.v6_refused = false;
             }
         }
     }
@@ -326,7 +388,7 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::{EniPhase, Enis};
-    use crate::cloud::Ipv4Prefix;
+    use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
     use crate::core::EniInfo;
 
     fn link(id: &str) -> EniInfo {
@@ -450,5 +512,47 @@ mod tests {
         assert!(e.get("eni-1").unwrap().prefixes().is_empty());
         assert!(e.remove("eni-1").is_some());
         assert_eq!(e.len(), 0);
+    }
+
+    #[test]
+    fn an_eni_carves_from_its_first_80_and_a_refusal_lasts_until_a_give_back_or_reconcile() {
+        let mut e = one();
+        let p: Ipv6Prefix = "fd00:0:0:1:1::/80".parse().unwrap();
+        let q: Ipv6Prefix = "fd00:0:0:1:2::/80".parse().unwrap();
+        assert_eq!(e.get("eni-1").unwrap().carve_prefix(), None);
+        e.refuse_v6_prefix("eni-1");
+        assert!(e.get("eni-1").unwrap().v6_refused());
+        e.gave_back("eni-1");
+        assert!(
+            !e.get("eni-1").unwrap().v6_refused(),
+            "a give-back lifts it"
+        );
+        e.refuse_v6_prefix("eni-1");
+        assert!(e.retry_limit("eni-1"));
+        assert!(
+            !e.get("eni-1").unwrap().v6_refused(),
+            "a settled reconcile too"
+        );
+        assert!(e.add_v6_prefix("eni-1", q));
+        assert!(e.add_v6_prefix("eni-1", p));
+        assert!(!e.add_v6_prefix("eni-1", p), "held already");
+        assert!(!e.add_v6_prefix("eni-9", p));
+        let x = e.get("eni-1").unwrap();
+        assert_eq!(x.v6_prefixes(), [q, p]);
+        assert_eq!(
+            x.carve_prefix(),
+            Some(q),
+            "the first it got, not the lowest"
+        );
+        e.check().unwrap();
+        e.remove_v6_prefix("eni-1", q);
+        assert_eq!(e.get("eni-1").unwrap().carve_prefix(), Some(p));
+        e.mark_gone("eni-1");
+        e.refuse_v6_prefix("eni-1");
+        e.gave_back("eni-1");
+        assert!(
+            e.get("eni-1").unwrap().v6_refused(),
+            "a gone ENI is asked nothing"
+        );
     }
 }

@@ -1,6 +1,14 @@
 //! The pool's addresses: what it keeps of each IPv4 ([`PoolIp`]: its ENI,
-//! its IPv6 pair, its /28, whether it may be handed out) and the IPv6
-//! addresses that have no IPv4 pair ([`Addresses`]).
+//! its IPv6 pair, its /28, the /80 its IPv6 is carved from, whether it
+//! may be handed out) and the IPv6 addresses that have no IPv4 pair
+//! ([`Addresses`]).
+//!
+//! An IPv6 pair is fixed (a single address the cloud assigned, the pair
+//! of this IPv4 for its life) or carved: on an ENI holding a /80 an
+//! address with no IPv6 of its own is marked with that /80, and gets an
+//! address of it when it is handed out, chosen for its owner
+//! ([`super::carve`]); it keeps it while it is held (in use, reserved,
+//! cooling) and drops it once idle, since the cloud knows nothing of it.
 //!
 //! Who holds an address is not kept here: owners and holds are parts of
 //! their own, and an address's state ([`super::IpState`]) is read from
@@ -10,16 +18,19 @@
 //! - an address is filed under its own IPv4, once, on one ENI;
 //! - an IPv6 is known once: as the pair of one IPv4, or unpaired (dual
 //!   stack: it holds a slot until it goes back, and is never handed out);
-//! - a /28 member is marked with its prefix, which contains it.
+//! - a /28 member is marked with its prefix, which contains it;
+//! - an address marked with a /80 is never invalid, and an IPv6 it holds
+//!   is inside that /80 (a carved one);
+//! - the index of IPv6 addresses names exactly the pairs.
 //!
 //! That every address is on a known ENI, and a prefix's members are marked
 //! only while their ENI holds the prefix, is [`super::PoolState`]'s to
 //! keep: adding and removing addresses is only done from there.
 
-use std::collections::{btree_map, BTreeMap, BTreeSet, HashSet};
+use std::collections::{btree_map, BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::cloud::Ipv4Prefix;
+use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
 
 /// One pool address (an IPv4, with its IPv6 pair in dual stack).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +52,10 @@ pub(crate) struct PoolIp {
     /// The /28 of its ENI it belongs to (prefix mode): never unassigned on
     /// its own, only with its whole prefix.
     prefix: Option<Ipv4Prefix>,
+    /// The /80 of its ENI its IPv6 is carved from (dual stack, an ENI
+    /// holding one, an address with no fixed pair): `v6`, when set, is a
+    /// carved address of it.
+    v6_prefix: Option<Ipv6Prefix>,
 }
 
 impl PoolIp {
@@ -83,6 +98,17 @@ impl PoolIp {
     pub(crate) fn prefix(&self) -> Option<Ipv4Prefix> {
         self.prefix
     }
+
+    /// The /80 its IPv6 is carved from, if any.
+    pub(crate) fn v6_prefix(&self) -> Option<Ipv6Prefix> {
+        self.v6_prefix
+    }
+
+    /// Its IPv6 is a fixed pair (a single address of the cloud's), not a
+    /// carved one.
+    pub(crate) fn fixed_v6(&self) -> Option<Ipv6Addr> {
+        self.v6.filter(|_| self.v6_prefix.is_none())
+    }
 }
 
 /// Every pool address, by IPv4, and the unpaired IPv6 by ENI.
@@ -91,6 +117,8 @@ pub(crate) struct Addresses {
     /// Every address is an IPv4+IPv6 pair: one without a pair is invalid.
     dual: bool,
     by_v4: BTreeMap<Ipv4Addr, PoolIp>,
+    /// Every pair, fixed or carved, by its IPv6.
+    by_v6: HashMap<Ipv6Addr, Ipv4Addr>,
     /// Dual stack: IPv6 addresses with no IPv4 pair (invalid), and their
     /// ENI.
     unpaired_v6: BTreeMap<Ipv6Addr, String>,
@@ -166,30 +194,43 @@ impl Addresses {
             + self.unpaired_on(eni)
     }
 
-    /// The IPv6 pairs of these addresses (dual stack).
+    /// IPv6 slots of `eni`'s quota its single IPv6 addresses use: the
+    /// fixed pairs (its primary's included) and the unpaired.
+    pub(crate) fn fixed_v6_on(&self, eni: &str) -> usize {
+        self.on(eni).filter(|ip| ip.fixed_v6().is_some()).count() + self.unpaired_on(eni)
+    }
+
+    /// The fixed IPv6 pairs of these addresses (dual stack; a carved one
+    /// is not the cloud's to take back).
     pub(crate) fn pairs_of(&self, v4s: &[Ipv4Addr]) -> Vec<Ipv6Addr> {
         v4s.iter()
-            .filter_map(|a| self.by_v4.get(a).and_then(|ip| ip.v6))
+            .filter_map(|a| self.by_v4.get(a).and_then(PoolIp::fixed_v6))
             .collect()
     }
 
     /// The address whose IPv6 pair is `v6`.
     pub(crate) fn paired_with(&self, v6: Ipv6Addr) -> Option<&PoolIp> {
-        self.by_v4.values().find(|ip| ip.v6 == Some(v6))
+        self.by_v6.get(&v6).and_then(|a| self.by_v4.get(a))
     }
 
-    /// Every IPv6 known: paired or unpaired.
+    /// Whether `v6` is known (a pair, or unpaired) other than as the pair
+    /// of `v4`.
+    pub(crate) fn v6_taken(&self, v6: Ipv6Addr, v4: Ipv4Addr) -> bool {
+        self.by_v6.get(&v6).is_some_and(|a| *a != v4) || self.unpaired_v6.contains_key(&v6)
+    }
+
+    /// Every IPv6 known: paired (fixed or carved) or unpaired.
     pub(crate) fn known_v6(&self) -> BTreeSet<Ipv6Addr> {
-        self.by_v4
-            .values()
-            .filter_map(|ip| ip.v6)
-            .chain(self.unpaired_v6.keys().copied())
+        self.by_v6
+            .keys()
+            .chain(self.unpaired_v6.keys())
+            .copied()
             .collect()
     }
 
     /// Checks the invariants; `Err` names the first violation.
     pub(crate) fn check(&self) -> Result<(), String> {
-        let mut v6s = HashSet::new();
+        let mut pairs = 0;
         for (key, ip) in &self.by_v4 {
             if *key != ip.v4 {
                 return Err(format!("{} is filed as {key}", ip.v4));
@@ -197,16 +238,29 @@ impl Addresses {
             if let Some(p) = ip.prefix.filter(|p| !p.contains(ip.v4)) {
                 return Err(format!("{} is marked a member of {p}", ip.v4));
             }
-        }
-        for v6 in self
-            .by_v4
-            .values()
-            .filter_map(|ip| ip.v6)
-            .chain(self.unpaired_v6.keys().copied())
-        {
-            if !v6s.insert(v6) {
-                return Err(format!("{v6} appears twice"));
+            if let Some(p) = ip.v6_prefix {
+                if ip.invalid {
+                    return Err(format!("{} carves from {p} but is invalid", ip.v4));
+                }
+                if let Some(b) = ip.v6.filter(|b| !p.contains(*b)) {
+                    return Err(format!("{} carves from {p} but holds {b}", ip.v4));
+                }
             }
+            if let Some(b) = ip.v6 {
+                pairs += 1;
+                if self.by_v6.get(&b) != Some(&ip.v4) {
+                    return Err(format!("{b}, the pair of {}, is not indexed", ip.v4));
+                }
+                if self.unpaired_v6.contains_key(&b) {
+                    return Err(format!("{b} appears twice"));
+                }
+            }
+        }
+        if pairs != self.by_v6.len() {
+            return Err(format!(
+                "{} IPv6 indexed for {pairs} pairs",
+                self.by_v6.len()
+            ));
         }
         Ok(())
     }
@@ -227,9 +281,10 @@ impl Addresses {
         if self.by_v4.contains_key(&v4) {
             return false;
         }
-        let v6 = v6.filter(|b| self.paired_with(*b).is_none());
+        let v6 = v6.filter(|b| !self.by_v6.contains_key(b));
         if let Some(b) = v6 {
             self.unpaired_v6.remove(&b);
+            self.by_v6.insert(b, v4);
         }
         let invalid = self.dual && v6.is_none();
         self.by_v4.insert(
@@ -243,19 +298,24 @@ impl Addresses {
                 releasing: false,
                 lost: false,
                 prefix: None,
+                v6_prefix: None,
             },
         );
         true
     }
 
-    /// Removes `v4`.
+    /// Removes `v4` (and its pair with it).
     pub(super) fn remove(&mut self, v4: &Ipv4Addr) -> Option<PoolIp> {
-        self.by_v4.remove(v4)
+        let ip = self.by_v4.remove(v4)?;
+        if let Some(b) = ip.v6 {
+            self.by_v6.remove(&b);
+        }
+        Some(ip)
     }
 
     /// Records `v6` of `eni` as unpaired (unless it is a pair already).
     pub(super) fn add_unpaired(&mut self, eni: &str, v6: Ipv6Addr) {
-        if self.paired_with(v6).is_none() {
+        if !self.by_v6.contains_key(&v6) {
             self.unpaired_v6.insert(v6, eni.to_string());
         }
     }
@@ -274,17 +334,70 @@ impl Addresses {
     /// is valid from now on. False if it has a pair already or `v6` is
     /// another's.
     pub(super) fn pair(&mut self, v4: Ipv4Addr, v6: Ipv6Addr) -> bool {
-        if self.paired_with(v6).is_some() {
+        if self.by_v6.contains_key(&v6) {
             return false;
         }
         match self.by_v4.get_mut(&v4) {
-            Some(ip) if ip.v6.is_none() => {
+            Some(ip) if ip.v6.is_none() && ip.v6_prefix.is_none_or(|p| p.contains(v6)) => {
                 ip.v6 = Some(v6);
                 ip.invalid = false;
                 self.unpaired_v6.remove(&v6);
+                self.by_v6.insert(v6, v4);
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Marks `v4`, if it is on `eni`, as carving its IPv6 from `p` (or from
+    /// no /80): with one, an address without a fixed pair is valid and
+    /// its IPv6, if it holds one, must be inside `p` (else it is kept as a
+    /// fixed pair, as the cloud lost the /80 it came from); without one,
+    /// a carved IPv6 it holds stays as a fixed pair, and an address left
+    /// without a pair is invalid in dual stack. False if it is not there.
+    pub(super) fn set_v6_prefix(&mut self, v4: Ipv4Addr, eni: &str, p: Option<Ipv6Prefix>) -> bool {
+        let dual = self.dual;
+        match self.by_v4.get_mut(&v4) {
+            Some(ip) if ip.eni == eni => {
+                ip.v6_prefix = match (p, ip.v6) {
+                    (Some(p), Some(b)) if !p.contains(b) => None,
+                    (p, _) => p,
+                };
+                ip.invalid = dual && ip.v6.is_none() && ip.v6_prefix.is_none();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives `v4`, which carves from a /80, the IPv6 `v6` of it (replacing
+    /// the one it had); false, and nothing changed, if it does not carve,
+    /// `v6` is outside its /80, or `v6` is known otherwise.
+    pub(super) fn carve(&mut self, v4: Ipv4Addr, v6: Ipv6Addr) -> bool {
+        if self.v6_taken(v6, v4) {
+            return false;
+        }
+        match self.by_v4.get_mut(&v4) {
+            Some(ip) if ip.v6_prefix.is_some_and(|p| p.contains(v6)) => {
+                if let Some(old) = ip.v6.replace(v6) {
+                    self.by_v6.remove(&old);
+                }
+                self.by_v6.insert(v6, v4);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `v4` is idle again: a carved IPv6 it held is dropped (a fixed pair
+    /// stays).
+    pub(super) fn uncarve(&mut self, v4: Ipv4Addr) {
+        if let Some(ip) = self.by_v4.get_mut(&v4) {
+            if ip.v6_prefix.is_some() {
+                if let Some(b) = ip.v6.take() {
+                    self.by_v6.remove(&b);
+                }
+            }
         }
     }
 

@@ -13,9 +13,9 @@
 //! with private fields that keeps its own invariant (stated in its doc,
 //! checked by its `check` and its unit tests):
 //! - [`Enis`] (`eni.rs`): the ENIs, with what is pending on each, its
-//!   limit, its phase and its prefixes;
-//! - [`Addresses`] (`ip.rs`): the addresses, their ENI, IPv6 pair and /28,
-//!   and the unpaired IPv6; an IPv6 is known once;
+//!   limit, its phase and its prefixes (/28s, and its /80 in dual stack);
+//! - [`Addresses`] (`ip.rs`): the addresses, their ENI, IPv6 pair, /28 and
+//!   /80, and the unpaired IPv6; an IPv6 is known once;
 //! - [`Owners`] (`owners.rs`): one owner, one address; the sandbox moves;
 //! - [`Holds`] (`holds.rs`): reservations, cool-downs, quarantines; one
 //!   per owner, ended at their time;
@@ -25,19 +25,24 @@
 //! parts together is kept here, by the verbs that cross them (an address
 //! comes, is taken, released, settled or goes), and checked by
 //! [`PoolState::check`]: every address and unpaired IPv6 is on a known
-//! ENI; a prefix's members are marked only while their ENI holds it; owners
-//! and holds are on known addresses, never both on one; an attachment
-//! counts only while its owner holds its address for that sandbox.
+//! ENI; a prefix's members are marked only while their ENI holds it; an
+//! address carves its IPv6 only from the first /80 of its ENI, and holds a
+//! carved one only while it is held (an owner's, or kept by a hold: the
+//! cloud knows nothing of it, so it leaves with the owner); owners and
+//! holds are on known addresses, never both on one; an attachment counts
+//! only while its owner holds its address for that sandbox.
 //! Choices and summaries are pure functions of the read accessors:
-//! which address an owner gets in `choose.rs`, what can go back to the
-//! cloud in `shrink.rs`, what the protocol and metrics show in `views.rs`.
+//! which address an owner gets in `choose.rs` (and which address of a /80
+//! in `carve.rs`), what can go back to the cloud in `shrink.rs`, what the
+//! protocol and metrics show in `views.rs`.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::cloud::Ipv4Prefix;
+use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
 use crate::core::{Allocation, Attachment, EniInfo, Hold, Intent, Owner, SandboxId};
 
 mod attachments;
+mod carve;
 pub(crate) mod choose;
 mod eni;
 mod holds;
@@ -161,13 +166,55 @@ impl PoolState {
     }
 
     /// Adds an address of a known ENI as idle (invalid when dual stack
-    /// lacks its pair). An address already known is left as it is.
+    /// lacks its pair and its ENI has no /80 to carve one from). An
+    /// address already known is left as it is.
     pub(crate) fn add_ip(&mut self, eni: &str, v4: Ipv4Addr, v6: Option<Ipv6Addr>) {
         let Some(e) = self.enis.get(eni) else {
             return;
         };
-        let primary = e.primary_ip() == v4;
-        self.ips.add(eni, v4, v6, primary);
+        let (primary, carve) = (e.primary_ip() == v4, e.carve_prefix());
+        if self.ips.add(eni, v4, v6, primary) && carve.is_some() {
+            self.ips.set_v6_prefix(v4, eni, carve);
+        }
+    }
+
+    /// Adds a /80 to a known ENI (one it holds already is left as it is).
+    /// If it is its first, its addresses without a fixed IPv6 pair carve
+    /// theirs from it from now on.
+    pub(crate) fn add_v6_prefix(&mut self, eni: &str, p: Ipv6Prefix) {
+        if !self.enis.add_v6_prefix(eni, p) {
+            return;
+        }
+        if self.enis.get(eni).and_then(PoolEni::carve_prefix) != Some(p) {
+            return;
+        }
+        let on_it: Vec<Ipv4Addr> = self
+            .ips
+            .on(eni)
+            .filter(|ip| ip.v6_prefix().is_none())
+            .map(PoolIp::v4)
+            .collect();
+        for a in on_it {
+            self.ips.set_v6_prefix(a, eni, Some(p));
+        }
+    }
+
+    /// Forgets a /80 of an ENI (the cloud no longer shows it): its
+    /// addresses carve from the ENI's next /80, if it has one; a carved
+    /// IPv6 an owner holds stays the owner's (as a lost address does),
+    /// and one left without any pair is invalid.
+    pub(crate) fn remove_v6_prefix(&mut self, eni: &str, p: Ipv6Prefix) {
+        self.enis.remove_v6_prefix(eni, p);
+        let next = self.enis.get(eni).and_then(PoolEni::carve_prefix);
+        let on_it: Vec<Ipv4Addr> = self
+            .ips
+            .on(eni)
+            .filter(|ip| ip.v6_prefix() == Some(p))
+            .map(PoolIp::v4)
+            .collect();
+        for a in on_it {
+            self.ips.set_v6_prefix(a, eni, next);
+        }
     }
 
     /// Records an unpaired IPv6 address of a known ENI (dual stack;
@@ -236,8 +283,9 @@ impl PoolState {
 
     /// Adds the addresses `eni` was granted, paired by position in dual
     /// stack (an IPv6 beyond the IPv4 is unpaired: invalid, given back by
-    /// the next sweep). One an owner still holds on a deleted ENI (the
-    /// vswitch gave it out again) stays that owner's, and its IPv6 is not
+    /// the next sweep; on an ENI with a /80 an IPv4 beyond the IPv6 carves
+    /// its pair). One an owner still holds on a deleted ENI (the vswitch
+    /// gave it out again) stays that owner's, and its IPv6 is not
     /// recorded: a reconcile adopts both once it is released. Returns how
     /// many can be handed out.
     pub(crate) fn add_granted(&mut self, eni: &str, v4: &[Ipv4Addr], v6: &[Ipv6Addr]) -> usize {
@@ -249,7 +297,7 @@ impl PoolState {
             }
             let pair = if dual { v6.get(i).copied() } else { None };
             self.add_ip(eni, *a, pair);
-            if !dual || pair.is_some() {
+            if self.ips.get(a).is_some_and(|ip| !ip.invalid()) {
                 valid += 1;
             }
         }
@@ -399,8 +447,26 @@ impl PoolState {
         {
             return None;
         }
+        let kept_for_owner = self.holds.get(&v4).and_then(HoldOn::owner) == Some(owner);
         self.holds.end(&v4);
+        self.carve_for(v4, owner, kept_for_owner);
         self.allocation(owner)
+    }
+
+    /// `v4`, just taken by `owner`, carves its IPv6 for it when its ENI
+    /// has a /80 (an address kept for this owner keeps the one it had).
+    fn carve_for(&mut self, v4: Ipv4Addr, owner: &Owner, kept_for_owner: bool) {
+        let Some(ip) = self.ips.get(&v4) else {
+            return;
+        };
+        let Some(p) = ip.v6_prefix() else {
+            return;
+        };
+        if kept_for_owner && ip.v6().is_some() {
+            return;
+        }
+        let b = carve::pick(p, owner.as_str(), |b| self.ips.v6_taken(b, v4));
+        self.ips.carve(v4, b);
     }
 
     /// Moves an owner's allocation to another sandbox; returns the
@@ -447,6 +513,7 @@ impl PoolState {
             return ReleaseOutcome::SandboxMismatch;
         }
         let (v4, v6, eni, lost) = (ip.v4(), ip.v6(), ip.eni().to_string(), ip.lost());
+        let ipv6_prefix = ip.v6_prefix().filter(|_| v6.is_some());
         if lost {
             self.remove_ips(&[v4]);
             return ReleaseOutcome::Released {
@@ -468,13 +535,22 @@ impl PoolState {
             .map(|(reserved_until_ms, cooling_until_ms)| Hold {
                 ip: v4,
                 ipv6: v6,
+                ipv6_prefix,
                 eni,
                 last_owner: Some(owner.clone()),
                 reserved_until_ms,
                 cooling_until_ms,
             });
-        // A new hold for the owner ends its older one.
+        if hold.is_none() {
+            // Idle: a carved IPv6 leaves with its owner.
+            self.ips.uncarve(v4);
+        }
+        // A new hold for the owner ends its older one: idle now, its
+        // carved IPv6 leaves too.
         let superseded = older.filter(|o| hold.is_some() && !self.holds.holds(o));
+        if let Some(o) = superseded {
+            self.ips.uncarve(o);
+        }
         ReleaseOutcome::Released {
             v4,
             v6,
@@ -520,7 +596,11 @@ impl PoolState {
         }
         self.holds.end(&a.ip);
         if let Some(v6) = a.ipv6 {
-            self.ips.pair(a.ip, v6);
+            // The recorded IPv6 is the owner's: carved from its /80 if it is
+            // in it, else a fixed pair (the cloud's, matched on adoption).
+            if !self.ips.carve(a.ip, v6) {
+                self.ips.pair(a.ip, v6);
+            }
         }
         self.ips.validate(a.ip);
         if let Some(at) = &a.attach {
@@ -536,13 +616,18 @@ impl PoolState {
         if !self.ips.get(&h.ip).is_some_and(|ip| self.is_idle(ip)) {
             return false;
         }
-        self.holds.restore(
+        let kept = self.holds.restore(
             h.ip,
             h.last_owner.as_ref(),
             h.reserved_until_ms,
             h.cooling_until_ms,
             now_ms,
-        )
+        );
+        // A carved IPv6 is kept with its address, as it was.
+        if let Some(v6) = h.ipv6.filter(|_| kept) {
+            self.ips.carve(h.ip, v6);
+        }
+        kept
     }
 
     /// Puts an idle address in quarantine until `until_ms`; the hold to
@@ -552,6 +637,7 @@ impl PoolState {
         let hold = Hold {
             ip: v4,
             ipv6: ip.v6(),
+            ipv6_prefix: None,
             eni: ip.eni().to_string(),
             last_owner: None,
             reserved_until_ms: until_ms,
@@ -564,7 +650,11 @@ impl PoolState {
     /// Ends expired holds. Returns the addresses that became idle (their
     /// hold records can be cleared).
     pub(crate) fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
-        self.holds.settle(now_ms)
+        let idle = self.holds.settle(now_ms);
+        for a in &idle {
+            self.ips.uncarve(*a);
+        }
+        idle
     }
 
     /// The earliest hold expiry, if any (so the caller can wake then).
@@ -593,6 +683,7 @@ impl PoolState {
             sandbox: held.sandbox().cloned(),
             ip: ip.v4(),
             ipv6: ip.v6(),
+            ipv6_prefix: ip.v6_prefix().filter(|_| ip.v6().is_some()),
             eni: ip.eni().to_string(),
             since_ms: held.since_ms(),
             attach: self.attachment(owner).cloned(),
@@ -640,6 +731,13 @@ impl PoolState {
         prefixes + self.ips.singles_on(eni)
     }
 
+    /// IPv6 slots of an ENI's quota its single IPv6 addresses and /80s
+    /// use (a /80 takes one).
+    pub(crate) fn v6_slots_used(&self, eni: &str) -> usize {
+        let prefixes = self.enis.get(eni).map_or(0, |e| e.v6_prefixes().len());
+        prefixes + self.ips.fixed_v6_on(eni)
+    }
+
     /// Checks every part's invariant and those that tie them together;
     /// `Err` names the first violation.
     pub(crate) fn check(&self) -> Result<(), String> {
@@ -657,6 +755,17 @@ impl PoolState {
                     ip.v4(),
                     ip.eni()
                 ));
+            }
+            if let Some(p) = ip.v6_prefix().filter(|p| e.carve_prefix() != Some(*p)) {
+                return Err(format!(
+                    "{} carves from {p}, not the /80 of {}",
+                    ip.v4(),
+                    ip.eni()
+                ));
+            }
+            let held = self.owners.holds(&ip.v4()) || self.holds.holds(&ip.v4());
+            if let (Some(b), Some(_), false) = (ip.v6(), ip.v6_prefix(), held) {
+                return Err(format!("{} is idle but holds the carved {b}", ip.v4()));
             }
         }
         if let Some((b, eni)) = self.ips.unpaired().find(|(_, e)| !self.enis.contains(e)) {

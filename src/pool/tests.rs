@@ -183,6 +183,7 @@ fn restore_and_quarantine() {
         sandbox: None,
         ip: ip("10.0.0.11"),
         ipv6: None,
+        ipv6_prefix: None,
         eni: "eni-01".into(),
         since_ms: 5,
         attach: None,
@@ -343,6 +344,7 @@ fn a_take_that_would_give_an_owner_two_addresses_or_an_address_two_owners_change
         sandbox: None,
         ip: ip("10.0.0.11"),
         ipv6: None,
+        ipv6_prefix: None,
         eni: "eni-01".into(),
         since_ms: 3,
         attach: None,
@@ -545,6 +547,127 @@ fn an_ipv4_only_owner_is_answered_no_ipv6_and_its_pair_stays_with_it() {
     q.add_ip("eni-01", ip("10.0.0.11"), Some(v6("fd00::11")));
     assert!(q.restore_allocation(&got));
     assert_eq!(q.allocation(&a), Some(got));
+}
+
+/// A dual-stack pool whose ENI holds a /80 and three addresses without a
+/// single IPv6 of the cloud's.
+fn carving_pool() -> (PoolState, crate::cloud::Ipv6Prefix) {
+    let mut p = PoolState::new(true);
+    add_eni(&mut p, "eni-01", "10.0.0.10");
+    let p80: crate::cloud::Ipv6Prefix = "fd00:0:0:1:7::/80".parse().unwrap();
+    p.add_v6_prefix("eni-01", p80);
+    for a in ["10.0.0.10", "10.0.0.11", "10.0.0.12"] {
+        p.add_ip("eni-01", ip(a), None);
+    }
+    (p, p80)
+}
+
+#[test]
+fn a_carved_ipv6_comes_with_the_take_leaves_with_the_owner_and_comes_back_for_it() {
+    let (mut p, p80) = carving_pool();
+    let c = counts(&p);
+    assert_eq!(
+        (c.ips, c.idle),
+        (3, 3),
+        "no address without a pair is invalid"
+    );
+    let a = p
+        .take(
+            ip("10.0.0.11"),
+            &owner("ns/web-0"),
+            None,
+            1,
+            &Intent::default(),
+        )
+        .unwrap();
+    let b6 = a.ipv6.expect("a carved IPv6");
+    assert!(p80.contains(b6) && a.ipv6_prefix == Some(p80));
+    let b = p
+        .take(
+            ip("10.0.0.12"),
+            &owner("ns/web-1"),
+            None,
+            1,
+            &Intent::default(),
+        )
+        .unwrap();
+    assert_ne!(b.ipv6, a.ipv6);
+    p.check().unwrap();
+    // Released with no stick time: idle, its carved IPv6 gone with it.
+    assert!(matches!(
+        p.release(&owner("ns/web-0"), None, 2, &times(0, 0)),
+        ReleaseOutcome::Released { .. }
+    ));
+    assert_eq!(p.ip(ip("10.0.0.11")).unwrap().v6(), None);
+    p.check().unwrap();
+    // The same owner on another address of the ENI: the same IPv6.
+    let again = p
+        .take(
+            ip("10.0.0.10"),
+            &owner("ns/web-0"),
+            None,
+            3,
+            &Intent::default(),
+        )
+        .unwrap();
+    assert_eq!(again.ipv6, Some(b6), "a reused owner gets its IPv6 back");
+    // Kept for its owner by a stick time: the IPv6 stays with the hold.
+    let ReleaseOutcome::Released { hold, .. } =
+        p.release(&owner("ns/web-0"), None, 4, &times(100, 0))
+    else {
+        panic!("released");
+    };
+    let hold = hold.expect("a reservation");
+    assert_eq!((hold.ipv6, hold.ipv6_prefix), (Some(b6), Some(p80)));
+    assert_eq!(p.ip(ip("10.0.0.10")).unwrap().v6(), Some(b6));
+    p.check().unwrap();
+    // Another owner never gets it while it is held.
+    let other = p
+        .take(
+            ip("10.0.0.11"),
+            &owner("ns/other"),
+            None,
+            5,
+            &Intent::default(),
+        )
+        .unwrap();
+    assert_ne!(other.ipv6, Some(b6));
+    assert_eq!(p.settle(200), vec![ip("10.0.0.10")]);
+    assert_eq!(p.ip(ip("10.0.0.10")).unwrap().v6(), None, "idle again");
+    p.check().unwrap();
+}
+
+#[test]
+fn a_restart_restores_each_recorded_carved_pair_and_hold() {
+    let (mut p, p80) = carving_pool();
+    let a = p
+        .take(ip("10.0.0.11"), &owner("ns/a"), None, 1, &Intent::default())
+        .unwrap();
+    p.take(ip("10.0.0.12"), &owner("ns/b"), None, 1, &Intent::default())
+        .unwrap();
+    let ReleaseOutcome::Released { hold, .. } = p.release(&owner("ns/b"), None, 2, &times(1000, 0))
+    else {
+        panic!("released");
+    };
+    let hold = hold.unwrap();
+    // A pool rebuilt from the cloud (the /80 first) and the state files.
+    let (mut q, _) = carving_pool();
+    assert!(q.restore_allocation(&a));
+    assert!(q.restore_hold(&hold, 3));
+    assert_eq!(q.allocation(&owner("ns/a")), Some(a.clone()));
+    assert_eq!(q.ip(ip("10.0.0.12")).unwrap().v6(), hold.ipv6);
+    q.check().unwrap();
+    // ns/b comes back within its stick time: the same pair.
+    let b = q
+        .take(ip("10.0.0.12"), &owner("ns/b"), None, 4, &Intent::default())
+        .unwrap();
+    assert_eq!((b.ipv6, b.ipv6_prefix), (hold.ipv6, Some(p80)));
+    // A new owner never gets one that is held.
+    let c = q
+        .take(ip("10.0.0.10"), &owner("ns/c"), None, 5, &Intent::default())
+        .unwrap();
+    assert!(c.ipv6 != a.ipv6 && c.ipv6 != b.ipv6 && c.ipv6.is_some());
+    q.check().unwrap();
 }
 
 #[test]

@@ -86,6 +86,7 @@ pub(crate) fn list(pool: &PoolState) -> Vec<ListEntry> {
             state: state.name(),
             owner: state.owner().map(Owner::to_string),
             eni: ip.eni().to_string(),
+            carved: ip.v6().zip(ip.v6_prefix()),
         })
         .collect();
     out.extend(pool.ips().unpaired().map(|(v6, eni)| ListEntry {
@@ -93,6 +94,7 @@ pub(crate) fn list(pool: &PoolState) -> Vec<ListEntry> {
         state: "invalid",
         owner: None,
         eni: eni.to_string(),
+        carved: None,
     }));
     out
 }
@@ -116,6 +118,7 @@ pub(crate) fn eni_entries(
             pending: e.pending(),
             inhibited_until: inhibited(e.vswitch()),
             prefixes: fallback.map(|f| prefix_use(pool, e, f(e.vswitch()))),
+            v6_prefix: e.carve_prefix(),
         })
         .collect()
 }
@@ -141,6 +144,7 @@ pub(crate) fn eni_modes(pool: &PoolState) -> Vec<crate::metrics::EniModeGauge> {
                 crate::metrics::EniModeGauge {
                     eni: e.id().to_string(),
                     prefixes: e.prefixes().len() as u64,
+                    v6_prefixes: e.v6_prefixes().len() as u64,
                     ..Default::default()
                 },
             )

@@ -413,13 +413,19 @@ pub(crate) fn eni_text(e: &EniInfo) -> String {
     s
 }
 
-/// `ip=.. [ipv6=..] eni=.. mac=.. vswitch=.. cidr=.. gateway=..`: the
-/// allocation's addresses and the IPv4 half of its ENI (no IPv6 gateway:
-/// `eni` answers that).
+/// `ip=.. [ipv6=.. [ipv6prefix=..]] eni=.. mac=.. vswitch=.. cidr=..
+/// gateway=..`: the allocation's addresses (and the /80 its IPv6 was
+/// carved from) and the IPv4 half of its ENI (no IPv6 gateway: `eni`
+/// answers that).
 pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     let mut s = format!("ip={}", a.ip);
     if let Some(v6) = a.owner_ipv6() {
         s.push_str(&format!(" ipv6={v6}"));
+        // The /80 it was carved from goes with it (an IPv4-only owner is
+        // answered neither).
+        if let Some(p) = a.ipv6_prefix {
+            s.push_str(&format!(" ipv6prefix={p}"));
+        }
     }
     s.push_str(&format!(
         " eni={} mac={} vswitch={} cidr={} gateway={}",
@@ -436,15 +442,20 @@ pub(crate) fn status_text(c: &StatusCounts) -> String {
     )
 }
 
-/// `<ip> <state> <owner or -> <eni>`
+/// `<ip> <state> <owner or -> <eni> [ipv6=<v6> ipv6prefix=<p>]` (the
+/// last two for an IPv6 carved from the ENI's /80).
 pub(crate) fn list_line(e: &ListEntry) -> String {
-    format!(
+    let mut line = format!(
         "{} {} {} {}",
         e.ip,
         e.state,
         e.owner.as_deref().unwrap_or("-"),
         e.eni
-    )
+    );
+    if let Some((b, p)) = &e.carved {
+        line.push_str(&format!(" ipv6={b} ipv6prefix={p}"));
+    }
+    line
 }
 
 /// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`
@@ -462,6 +473,9 @@ pub(crate) fn eni_line(e: &EniEntry) -> String {
     );
     if let Some(p) = &e.prefixes {
         line.push_str(&format!(" mode={} prefixes={}", p.mode(), p.prefixes));
+    }
+    if let Some(p) = &e.v6_prefix {
+        line.push_str(&format!(" v6prefix={p}"));
     }
     line
 }

@@ -356,6 +356,8 @@ pub struct EniLine {
     pub mode: Option<String>,
     /// Prefix mode only: its /28 prefixes.
     pub prefixes: Option<usize>,
+    /// Dual stack: the IPv6 /80 its pods' IPv6 come from, if it holds one.
+    pub v6_prefix: Option<String>,
 }
 
 /// Reads a data line of `enis`.
@@ -371,6 +373,7 @@ pub fn parse_eni_line(line: &str) -> Result<EniLine, ReplyError> {
         inhibited: f.get("inhibited").filter(|v| *v != "-").map(String::from),
         mode: f.get("mode").map(String::from),
         prefixes: f.parsed("prefixes", "a count")?,
+        v6_prefix: f.get("v6prefix").map(String::from),
     })
 }
 
@@ -425,6 +428,7 @@ mod tests {
             sandbox: None,
             ip: "192.168.0.11".parse().unwrap(),
             ipv6: Some("2408:4005:300::11".parse().unwrap()),
+            ipv6_prefix: None,
             eni: "eni-abc".into(),
             since_ms: 1,
             attach: None,
@@ -503,6 +507,7 @@ mod tests {
             state: "inuse",
             owner: Some("ns/pod".into()),
             eni: "eni-1".into(),
+            carved: None,
         };
         let want = ListLine {
             ip: entry.ip,
@@ -528,6 +533,7 @@ mod tests {
             pending: 2,
             inhibited_until: None,
             prefixes: None,
+            v6_prefix: None,
         };
         let line = super::super::eni_line(&entry);
         let read = parse_eni_line(&line).unwrap();

@@ -298,3 +298,26 @@ fn gc_lines_name_the_host_end_when_one_was_recorded() {
         "10.0.0.14 batch/job-7 -\n10.0.0.14 batch/job-7 abc veth=enip0123456789a\nOK released=2\n"
     );
 }
+
+#[test]
+fn an_ipv4_only_allocation_is_answered_without_its_ipv6_or_its_prefix() {
+    let mut a = Allocation {
+        owner: Owner::parse("ns/v4").unwrap(),
+        sandbox: None,
+        ip: "192.168.0.9".parse().unwrap(),
+        ipv6: Some("2408:4005:3ff:5100:1::9".parse().unwrap()),
+        ipv6_prefix: Some("2408:4005:3ff:5100:1::/80".parse().unwrap()),
+        eni: "eni-abc".into(),
+        since_ms: 1,
+        attach: None,
+        intent: Intent::default(),
+    };
+    let both = allocation_text(&a, &eni_abc());
+    assert!(
+        both.contains(" ipv6=2408:4005:3ff:5100:1::9 ipv6prefix=2408:4005:3ff:5100:1::/80 "),
+        "{both}"
+    );
+    a.intent.ipv4_only = true;
+    let only4 = allocation_text(&a, &eni_abc());
+    assert!(!only4.contains("ipv6"), "{only4}");
+}

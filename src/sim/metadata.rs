@@ -224,6 +224,9 @@ fn eni_item(e: &MdEni, item: &str, vpc_id: &str, vpc_cidr: &str) -> HttpResponse
             if !e.v4_prefixes.is_empty() {
                 items.push("ipv4-prefixes");
             }
+            if !e.v6_prefixes.is_empty() {
+                items.push("ipv6-prefixes");
+            }
             if e.cidr6.is_some() {
                 items.extend([
                     "ipv6s",
@@ -276,6 +279,16 @@ fn eni_item(e: &MdEni, item: &str, vpc_id: &str, vpc_cidr: &str) -> HttpResponse
                 .collect::<Vec<_>>()
                 .join(",")
         )),
+        // As the metadata doc shows it, `x::/80`; several (eniipd asks
+        // one) comma-separated (assumed: no public sample has two). 404
+        // when the ENI holds none.
+        "ipv6-prefixes" if !e.v6_prefixes.is_empty() => text(
+            e.v6_prefixes
+                .iter()
+                .map(|a| format!("{a}/80"))
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
         "ipv6-gateway" => e
             .cidr6
             .map(|c| text(c.gateway().to_string()))

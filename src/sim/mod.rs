@@ -519,6 +519,12 @@ impl Simulator {
         self.shared.world.lock().set_free_prefixes(id, cap)
     }
 
+    /// Caps the IPv6 /80 prefixes a vswitch still gives (`Some(0)`: no
+    /// room; `None`: no cap); false if unknown.
+    pub fn set_vswitch_free_v6_prefixes(&self, id: &str, cap: Option<u64>) -> bool {
+        self.shared.world.lock().set_free_v6_prefixes(id, cap)
+    }
+
     /// Options for eniipd's OpenAPI client against this emulator: its
     /// endpoints and key pair, default timeouts, retries and signature.
     pub fn client_options(&self) -> crate::cloud::aliyun::AliyunCloudOptions {

@@ -403,28 +403,40 @@ fn admin(sh: &Shared, req: &HttpRequest, rest: &str) -> HttpResponse {
                 Ok(v) => v,
                 Err(e) => return bad(format!("body is not JSON: {e}")),
             };
-            let usage = "expected {\"id\": \"vsw-...\", \"free\": N, \"free_prefixes\": N or null} (free, free_prefixes or both)";
+            let usage = "expected {\"id\": \"vsw-...\", \"free\": N, \"free_prefixes\": N or null, \"free_v6_prefixes\": N or null} (any of the three)";
             let Some(id) = v.get("id").and_then(Value::as_str) else {
                 return bad(usage.into());
             };
             let free = v.get("free").map(|f| f.as_u64().ok_or(()));
             // `free_prefixes`: a number caps the /28s still to be carved
             // (0: a fragmented vswitch), null lifts the cap.
-            let prefixes = v.get("free_prefixes").map(|f| {
-                if f.is_null() {
-                    Ok(None)
-                } else {
-                    f.as_u64().map(Some).ok_or(())
-                }
-            });
-            let (free, prefixes) = match (free, prefixes) {
-                (None, None) | (Some(Err(())), _) | (_, Some(Err(()))) => return bad(usage.into()),
-                (f, p) => (f.and_then(Result::ok), p.and_then(Result::ok)),
+            // `free_v6_prefixes` likewise for IPv6 /80s (0: no room).
+            let cap = |key: &str| {
+                v.get(key).map(|f| {
+                    if f.is_null() {
+                        Ok(None)
+                    } else {
+                        f.as_u64().map(Some).ok_or(())
+                    }
+                })
+            };
+            let (prefixes, v6_prefixes) = (cap("free_prefixes"), cap("free_v6_prefixes"));
+            let (free, prefixes, v6_prefixes) = match (free, prefixes, v6_prefixes) {
+                (None, None, None)
+                | (Some(Err(())), _, _)
+                | (_, Some(Err(())), _)
+                | (_, _, Some(Err(()))) => return bad(usage.into()),
+                (f, p, q) => (
+                    f.and_then(Result::ok),
+                    p.and_then(Result::ok),
+                    q.and_then(Result::ok),
+                ),
             };
             let known = {
                 let mut w = sh.world.lock();
                 free.is_none_or(|f| w.set_free(id, f))
                     && prefixes.is_none_or(|p| w.set_free_prefixes(id, p))
+                    && v6_prefixes.is_none_or(|p| w.set_free_v6_prefixes(id, p))
             };
             if known {
                 sh.changed();

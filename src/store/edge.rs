@@ -21,6 +21,7 @@ impl Record {
             sandbox: a.sandbox.as_ref().map(|s| s.to_string()),
             ipv4: a.ip,
             ipv6: a.ipv6,
+            ipv6_prefix: a.ipv6_prefix.map(|p| p.to_string()),
             eni: a.eni.clone(),
             at_ms: a.since_ms,
             attach: a.attach.clone(),
@@ -50,6 +51,14 @@ impl Record {
     }
 }
 
+/// The /80 a recorded IPv6 was carved from: read liberally, a value this
+/// build cannot read, or one that does not hold the address, is dropped
+/// (the address itself is kept).
+fn carved_from(ipv6: Option<std::net::Ipv6Addr>, p: Option<&str>) -> Option<core::Ipv6Prefix> {
+    let p: core::Ipv6Prefix = p?.parse().ok()?;
+    ipv6.filter(|b| p.contains(*b)).map(|_| p)
+}
+
 impl Allocation {
     /// The allocation as the rest of the daemon knows it; `None` when the
     /// owner is not a valid one. A sandbox that is not valid is dropped
@@ -63,6 +72,7 @@ impl Allocation {
                 .and_then(|s| SandboxId::parse(s).ok()),
             ip: self.ipv4,
             ipv6: self.ipv6,
+            ipv6_prefix: carved_from(self.ipv6, self.ipv6_prefix.as_deref()),
             eni: self.eni.clone(),
             since_ms: self.at_ms,
             attach: self.attach.clone(),
@@ -80,6 +90,7 @@ impl Hold {
         Hold {
             ipv4: h.ip,
             ipv6: h.ipv6,
+            ipv6_prefix: h.ipv6_prefix.map(|p| p.to_string()),
             eni: h.eni.clone(),
             last_owner: h.last_owner.as_ref().map(|o| o.to_string()),
             reserved_until_ms: h.reserved_until_ms,
@@ -97,6 +108,7 @@ impl Hold {
         Some(core::Hold {
             ip: self.ipv4,
             ipv6: self.ipv6,
+            ipv6_prefix: carved_from(self.ipv6, self.ipv6_prefix.as_deref()),
             eni: self.eni.clone(),
             last_owner,
             reserved_until_ms: self.reserved_until_ms,
@@ -115,6 +127,7 @@ mod tests {
             sandbox: Some(SandboxId::parse("sb1").unwrap()),
             ip: "10.0.0.7".parse().unwrap(),
             ipv6: Some("2408::7".parse().unwrap()),
+            ipv6_prefix: None,
             eni: "eni-1".into(),
             since_ms: 42,
             attach: None,
@@ -180,6 +193,7 @@ mod tests {
         let h = core::Hold {
             ip: "10.0.0.7".parse().unwrap(),
             ipv6: None,
+            ipv6_prefix: None,
             eni: "eni-1".into(),
             last_owner: Some(Owner::parse("ns/pod").unwrap()),
             reserved_until_ms: 5,
@@ -209,5 +223,37 @@ mod tests {
             ..Hold::of(&h)
         };
         assert_eq!(bad.to_core(), None);
+    }
+
+    #[test]
+    fn a_carved_ipv6_keeps_its_80_and_an_unreadable_80_is_dropped_alone() {
+        let p: core::Ipv6Prefix = "2408:0:0:0:9::/80".parse().unwrap();
+        let a = core::Allocation {
+            ipv6: Some("2408::9:0:0:7".parse().unwrap()),
+            ipv6_prefix: Some(p),
+            ..allocation()
+        };
+        let Record::Alloc(mut rec) = Record::alloc(&a) else {
+            panic!("an alloc record");
+        };
+        assert_eq!(rec.ipv6_prefix.as_deref(), Some("2408::9:0:0:0/80"));
+        let json = serde_json::to_string(&rec).unwrap();
+        assert!(
+            json.contains(r#""ipv6_prefix":"2408::9:0:0:0/80""#),
+            "{json}"
+        );
+        assert_eq!(rec.to_core(), Some(a.clone()));
+        // Without one, the field is not written (older files read alike).
+        let Record::Alloc(plain) = Record::alloc(&allocation()) else {
+            panic!("an alloc record");
+        };
+        assert!(!serde_json::to_string(&plain)
+            .unwrap()
+            .contains("ipv6_prefix"));
+        for bad in ["2408::/64", "nonsense", "2408:0:0:0:8::/80"] {
+            rec.ipv6_prefix = Some(bad.into());
+            let back = rec.to_core().unwrap();
+            assert_eq!((back.ipv6, back.ipv6_prefix), (a.ipv6, None), "{bad}");
+        }
     }
 }

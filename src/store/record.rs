@@ -21,6 +21,10 @@ pub struct Allocation {
     /// The IPv6 pair (dual stack).
     #[serde(default)]
     pub ipv6: Option<Ipv6Addr>,
+    /// The /80 of its ENI `ipv6` was carved from (`x:x::/80`), when it
+    /// was (dual stack, prefix mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6_prefix: Option<String>,
     /// The ENI it is on.
     pub eni: String,
     /// When it was handed out (Unix ms).
@@ -60,6 +64,9 @@ pub struct Hold {
     /// Its IPv6 pair.
     #[serde(default)]
     pub ipv6: Option<Ipv6Addr>,
+    /// The /80 `ipv6` was carved from, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipv6_prefix: Option<String>,
     /// The ENI it is on.
     pub eni: String,
     /// Who may take it back.
@@ -194,6 +201,7 @@ mod tests {
             sandbox: None,
             ipv4: ip.parse().unwrap(),
             ipv6: None,
+            ipv6_prefix: None,
             eni: "eni-1".into(),
             at_ms: 1,
             attach: None,
@@ -209,6 +217,7 @@ mod tests {
         let hold = Hold {
             ipv4: "10.0.0.1".parse().unwrap(),
             ipv6: None,
+            ipv6_prefix: None,
             eni: "eni-1".into(),
             last_owner: Some("a".into()),
             reserved_until_ms: 5,
@@ -260,6 +269,7 @@ mod tests {
             Hold {
                 ipv4: "10.0.0.2".parse().unwrap(),
                 ipv6: None,
+                ipv6_prefix: None,
                 eni: "eni-1".into(),
                 last_owner: None,
                 reserved_until_ms: 0,

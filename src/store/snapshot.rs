@@ -205,6 +205,7 @@ mod tests {
             sandbox: Some("sb".into()),
             ipv4: "10.0.0.1".parse().unwrap(),
             ipv6: Some("fd00::1".parse().unwrap()),
+            ipv6_prefix: None,
             eni: "eni-1".into(),
             at_ms: 7,
             attach: None,
@@ -215,6 +216,7 @@ mod tests {
             hold: Some(Hold {
                 ipv4: "10.0.0.2".parse().unwrap(),
                 ipv6: None,
+                ipv6_prefix: None,
                 eni: "eni-1".into(),
                 last_owner: Some("ns/b".into()),
                 reserved_until_ms: 9,

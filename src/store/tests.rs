@@ -34,6 +34,7 @@ fn alloc_at(owner: &str, third: u8, last: u8) -> Record {
         sandbox: None,
         ipv4: std::net::Ipv4Addr::new(10, 0, third, last),
         ipv6: None,
+        ipv6_prefix: None,
         eni: "eni-1".into(),
         at_ms: 1,
         attach: None,

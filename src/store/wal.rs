@@ -391,6 +391,7 @@ mod tests {
             sandbox: None,
             ipv4: std::net::Ipv4Addr::new(10, 0, 0, i),
             ipv6: None,
+            ipv6_prefix: None,
             eni: "eni-1".into(),
             at_ms: u64::from(i),
             attach: None,

@@ -64,7 +64,7 @@ fn prefix_calls(sim: &Sim) -> u64 {
 /// `n` allocations at once: every client connects first, then all send
 /// together (a burst, however slowly a loaded machine starts threads);
 /// the replies by owner.
-fn burst(d: &Daemon, tag: &str, n: usize) -> BTreeMap<String, String> {
+pub(crate) fn burst(d: &Daemon, tag: &str, n: usize) -> BTreeMap<String, String> {
     let go = Barrier::new(n);
     at_once(n, |i| {
         let owner = format!("{tag}/pod-{i}");

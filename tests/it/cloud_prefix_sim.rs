@@ -33,6 +33,7 @@ fn req(c: &AliyunCloud, sim: &Simulator, secondary: usize) -> CreateEni {
         security_group_ids: c.instance_security_groups(&sim.instance_id()).unwrap(),
         secondary_ipv4_count: secondary,
         ipv6_count: 0,
+        ipv6_prefixes: 0,
         tags: vec![("creator".into(), "test".into())],
         description: "prefix test".into(),
     }

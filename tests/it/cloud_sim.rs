@@ -72,6 +72,7 @@ fn every_action_works() {
             security_group_ids: sgs.clone(),
             secondary_ipv4_count: 2,
             ipv6_count: 0,
+            ipv6_prefixes: 0,
             tags: vec![("creator".into(), "eniipd".into())],
             description: "test".into(),
         })

@@ -21,6 +21,7 @@ mod shipped;
 
 mod alloc_prefix_sim;
 mod alloc_sim;
+mod alloc_v6prefix_sim;
 mod chaos;
 mod cloud_prefix_sim;
 mod cloud_sim;

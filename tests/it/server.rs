@@ -38,6 +38,7 @@ fn allocation(owner: &Owner, n: usize) -> Allocation {
         sandbox: None,
         ip: format!("10.0.0.{}", 10 + n).parse().unwrap(),
         ipv6: None,
+        ipv6_prefix: None,
         eni: "eni-test".into(),
         since_ms: 0,
         attach: None,
@@ -95,6 +96,7 @@ impl Fake {
                         state: "inuse",
                         owner: Some(o.clone()),
                         eni: a.eni.clone(),
+                        carved: None,
                     })
                     .collect(),
             ),
@@ -119,6 +121,7 @@ impl Fake {
                 pending: 0,
                 inhibited_until: None,
                 prefixes: None,
+                v6_prefix: None,
             }]),
             Cmd::Audit => Answer::Audit(if held().contains_key("drift") {
                 vec!["address 10.0.0.99 is on eni eni-test in the cloud but unknown locally".into()]

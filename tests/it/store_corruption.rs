@@ -32,6 +32,7 @@ fn alloc(i: u8) -> Record {
         sandbox: Some(format!("sb{i}")),
         ipv4: Ipv4Addr::new(10, 1, 0, i),
         ipv6: None,
+        ipv6_prefix: None,
         eni: "eni-sweep".into(),
         at_ms: 1_700_000_000_000 + u64::from(i),
         attach: None,
@@ -45,6 +46,7 @@ fn release(i: u8) -> Record {
         hold: Some(Hold {
             ipv4: Ipv4Addr::new(10, 1, 0, i),
             ipv6: None,
+            ipv6_prefix: None,
             eni: "eni-sweep".into(),
             last_owner: Some(format!("ns/pod-{i}")),
             reserved_until_ms: 1_800_000_000_000,

@@ -15,6 +15,7 @@ fn record(i: u32) -> Record {
         sandbox: None,
         ipv4: std::net::Ipv4Addr::from(0x0a00_0000 + i),
         ipv6: None,
+        ipv6_prefix: None,
         eni: "eni-crash".into(),
         at_ms: u64::from(i),
         attach: None,

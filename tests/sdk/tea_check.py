@@ -227,6 +227,52 @@ def main():
     )
     done.append("UnassignIpv6Addresses")
 
+    # IPv6 /80 prefixes (issue 32): a create with Ipv6PrefixCount=1, the
+    # /80 read back from DescribeNetworkInterfaces (a list of objects),
+    # one more assigned (AssignIpv6Addresses answers a list of strings)
+    # and unassigned.
+    r = ecs.create_network_interface(
+        ecs_models.CreateNetworkInterfaceRequest(
+            region_id=region, v_switch_id=vsw, security_group_ids=[sg],
+            ipv_6prefix_count=1,
+            tag=[ecs_models.CreateNetworkInterfaceRequestTag(key="creator", value="tea-check")],
+        )
+    )
+    eni80 = r.body.network_interface_id
+    created80 = [p.ipv_6prefix for p in r.body.ipv_6prefix_sets.ipv_6prefix_set]
+    assert len(created80) == 1 and created80[0].endswith("::/80"), r.body
+    r = ecs.describe_network_interfaces(
+        ecs_models.DescribeNetworkInterfacesRequest(
+            region_id=region, network_interface_id=[eni80]
+        )
+    )
+    got = r.body.network_interface_sets.network_interface_set[0]
+    described = [p.ipv_6prefix for p in got.ipv_6prefix_sets.ipv_6prefix_set]
+    assert described == created80, (described, created80)
+    r = ecs.assign_ipv_6addresses(
+        ecs_models.AssignIpv6AddressesRequest(
+            region_id=region, network_interface_id=eni80, ipv_6prefix_count=1
+        )
+    )
+    more = r.body.ipv_6prefix_sets.ipv_6prefix
+    assert len(more) == 1 and more[0] not in created80, more
+    ecs.unassign_ipv_6addresses(
+        ecs_models.UnassignIpv6AddressesRequest(
+            region_id=region, network_interface_id=eni80, ipv_6prefix=more
+        )
+    )
+    r = ecs.describe_network_interfaces(
+        ecs_models.DescribeNetworkInterfacesRequest(
+            region_id=region, network_interface_id=[eni80]
+        )
+    )
+    got = r.body.network_interface_sets.network_interface_set[0]
+    assert [p.ipv_6prefix for p in got.ipv_6prefix_sets.ipv_6prefix_set] == created80
+    ecs.delete_network_interface(
+        ecs_models.DeleteNetworkInterfaceRequest(region_id=region, network_interface_id=eni80)
+    )
+    done.append("Ipv6Prefix")
+
     ecs.tag_resources(
         ecs_models.TagResourcesRequest(
             region_id=region, resource_type="eni", resource_id=[eni],

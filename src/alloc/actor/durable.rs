@@ -106,6 +106,7 @@ mod tests {
             sandbox: None,
             ip: "10.0.0.2".parse().unwrap(),
             ipv6: None,
+            ipv6_prefix: None,
             eni: "eni-1".into(),
             since_ms: 1,
             attach: None,

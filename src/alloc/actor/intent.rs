@@ -110,6 +110,7 @@ mod tests {
             sandbox: None,
             ip: "10.0.0.5".parse().unwrap(),
             ipv6: v6.then(|| "fd00::5".parse().unwrap()),
+            ipv6_prefix: None,
             eni: "eni-1".into(),
             since_ms: 0,
             attach: None,

@@ -164,7 +164,8 @@ impl Actor {
                 opts.capacity.prefix_mode,
                 opts.max_ips_per_call,
                 now,
-            ),
+            )
+            .dual_stack(opts.dual),
             inflight: InFlight::new(eni_sem, op_sem, pool.enis().iter().map(|e| e.id())),
             workers: Workers::new(Arc::clone(&cloud), worker_config, events_tx.clone()),
             threads: Threads::new(cloud, events_tx, requests_tx),

@@ -14,14 +14,14 @@ use std::time::Instant;
 use log::info;
 
 use crate::core::{AllocError, ErrCode};
-use crate::pool::PoolState;
+use crate::pool::{PoolEni, PoolState};
 use crate::util::time::unix_ms;
 
 use super::super::capacity::Capacity;
 use super::super::eniops::CreateJob;
 use super::super::mailbox::TicketId;
 use super::super::placement::{self, EniRoom, PlanInput};
-use super::super::prefix_mode::{self, Kind};
+use super::super::prefix_mode::{self, Kind, V6From};
 use super::super::vswitch_choice::VSwitches;
 use super::super::{AllocatorOptions, Fatal};
 use super::backoff::Backoff;
@@ -169,7 +169,7 @@ impl Planning<'_> {
             .filter_map(|e| {
                 let room = self.eni_room(e.id(), now_ms);
                 let backlog_free = self.workers.backlog_free(e.id())?;
-                let call = match self.vsw.kind_on(e.vswitch(), now_ms) {
+                let call = match self.ask_of(e, now_ms).0 {
                     Kind::Prefix => self.per_call(),
                     Kind::Single => self.vsw.call_size(e.vswitch()),
                 };
@@ -191,8 +191,19 @@ impl Planning<'_> {
         enis.into_iter().map(|(_, _, e)| e).collect()
     }
 
+    /// How the next addresses of `e` are asked: their IPv4 kind and where
+    /// their IPv6 come from (see `VswState::ask_on`).
+    fn ask_of(&self, e: &PoolEni, now_ms: u64) -> (Kind, Option<V6From>) {
+        self.vsw.ask_on(
+            e.vswitch(),
+            (e.carve_prefix().is_some(), e.v6_refused()),
+            now_ms,
+        )
+    }
+
     /// Addresses an ENI can still be asked for (its free IPv4 slots, as
-    /// /28s or single addresses).
+    /// /28s or single addresses; in prefix mode, an ENI whose IPv6 are
+    /// single addresses also within its free IPv6 slots).
     pub(super) fn eni_room(&self, eni: &str, now_ms: u64) -> usize {
         let Some(e) = self.pool.eni(eni) else {
             return 0;
@@ -202,7 +213,19 @@ impl Planning<'_> {
             .cap
             .slots_per_eni
             .saturating_sub(self.pool.slots_used(eni) + pending);
-        prefix_mode::room(self.vsw.kind_on(e.vswitch(), now_ms), free)
+        let (kind, v6) = self.ask_of(e, now_ms);
+        let room = prefix_mode::room(kind, free);
+        if self.cap.prefix_mode && v6 == Some(V6From::Single) {
+            let used6 = self.pool.v6_slots_used(eni);
+            room.min(prefix_mode::v6_room(
+                self.cap.ipv6_per_eni,
+                used6,
+                e.pending(),
+                e.pending_in_prefixes(),
+            ))
+        } else {
+            room
+        }
     }
 
     /// Addresses one Assign or Create call brings at most: a call's worth
@@ -223,10 +246,13 @@ impl Planning<'_> {
         now_ms: u64,
     ) {
         for (eni, n) in submits {
-            let Some(vswitch) = self.pool.eni(&eni).map(|e| e.vswitch().to_string()) else {
+            let Some((vswitch, (kind, v6))) = self
+                .pool
+                .eni(&eni)
+                .map(|e| (e.vswitch().to_string(), self.ask_of(e, now_ms)))
+            else {
                 continue;
             };
-            let kind = self.vsw.kind_on(&vswitch, now_ms);
             // A /28 brings 16 addresses whatever the demand: ask for whole
             // ones, and count the surplus as pool tickets so that the
             // addresses in flight are counted once.
@@ -245,7 +271,7 @@ impl Planning<'_> {
                     None
                 };
                 let t = self.demand.new_ticket(unit, &vswitch);
-                if !self.workers.submit(&eni, t, kind) {
+                if !self.workers.submit(&eni, t, (kind, v6)) {
                     self.demand.end_ticket(t);
                     break;
                 }
@@ -300,8 +326,9 @@ impl Planning<'_> {
         units: &mut VecDeque<Option<u64>>,
         now_ms: u64,
     ) -> Result<(), Fatal> {
+        let (kind, v6) = self.vsw.ask_on(&vswitch, (false, false), now_ms);
         let shape = prefix_mode::create_shape(
-            self.vsw.kind_on(&vswitch, now_ms),
+            kind,
             init,
             self.opts.max_ips_per_call,
             self.cap.slots_per_eni,
@@ -331,7 +358,7 @@ impl Planning<'_> {
         let (op, op_permit) =
             self.inflight
                 .begin_create(slots, vswitch.clone(), shape.tickets, tickets);
-        let job = CreateJob::new(self.opts, op, vswitch, shape.singles, shape.prefixes);
+        let job = CreateJob::new(self.opts, (op, vswitch), shape.singles, shape.prefixes, v6);
         self.threads
             .create(job, op_permit)
             .map_err(|e| format!("cannot start an ENI operation thread: {e}").into())

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
 
-use crate::cloud::Ipv4Prefix;
+use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
 use crate::pool::{PoolIp, PoolState};
 
 use super::super::mailbox::{CloudEniView, ReadyEni};
@@ -112,6 +112,12 @@ fn adopt(pool: &mut PoolState, r: &ReadyEni) {
         r.v4.len()
     );
     pool.add_eni(r.link.clone(), r.primary_ip);
+    // Its /80 first: its addresses carve their IPv6 from it.
+    if pool.dual() {
+        for p in &r.v6_prefixes {
+            pool.add_v6_prefix(r.id(), *p);
+        }
+    }
     pool.add_granted(r.id(), &r.v4, &r.v6);
     for p in &r.prefixes {
         pool.add_prefix(r.id(), *p);
@@ -130,6 +136,7 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
     pool.enis_mut()
         .learn_vswitch(id, &r.link.cidr, r.link.gateway);
     prefixes(pool, r);
+    v6_prefixes(pool, r);
     let cloud_v4 = r.all_v4();
     // Addresses withdrawn while the ENI was away that are back.
     let found: Vec<Ipv4Addr> = pool
@@ -253,6 +260,31 @@ fn prefixes(pool: &mut PoolState, r: &ReadyEni) {
     }
 }
 
+/// The /80s of a settled ENI against the cloud's (dual stack): one the
+/// cloud has and we do not (an AssignIpv6Addresses whose answer was lost)
+/// is adopted, so its addresses carve from it; one we have and the cloud
+/// does not is forgotten: the carved IPv6 owners hold stay theirs until
+/// released, and idle addresses carve from the ENI's next /80 or take
+/// single IPv6 addresses again.
+fn v6_prefixes(pool: &mut PoolState, r: &ReadyEni) {
+    if !pool.dual() {
+        return;
+    }
+    let id = r.id();
+    let local: Vec<Ipv6Prefix> = pool
+        .eni(id)
+        .map(|e| e.v6_prefixes().to_vec())
+        .unwrap_or_default();
+    for p in r.v6_prefixes.iter().filter(|p| !local.contains(p)) {
+        warn!("adopting the IPv6 prefix {p} found on {id} but unknown locally");
+        pool.add_v6_prefix(id, *p);
+    }
+    for p in local.iter().filter(|p| !r.v6_prefixes.contains(p)) {
+        warn!("the IPv6 prefix {p} is no longer on {id} in the cloud");
+        pool.remove_v6_prefix(id, *p);
+    }
+}
+
 /// Managed ENIs the cloud no longer shows attached (an operator detached
 /// or deleted one): nothing more is asked of them, their idle addresses
 /// leave the pool and their owned ones are never handed out again. If an
@@ -312,6 +344,8 @@ mod tests {
                 v6: Vec::new(),
                 prefixes: Vec::new(),
                 prefix_fallback: false,
+                v6_prefixes: Vec::new(),
+                v6_prefix_fallback: false,
             },
             in_metadata: true,
         }

@@ -18,7 +18,6 @@ use crate::pool::{Gone, PoolState};
 use crate::util::time::{format_utc, unix_ms};
 
 use super::super::mailbox::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, TicketId};
-use super::super::prefix_mode;
 use super::super::{cloud_error, AllocatorOptions, Fatal};
 use super::backoff::{Backoff, FreeBackoff};
 use super::demand::Demand;
@@ -51,18 +50,26 @@ impl Reports<'_> {
             Event::Assigned {
                 eni,
                 tickets,
-                prefixes: Some(p),
-                error: None,
-                ..
-            } => self.on_prefixes_assigned(&eni, tickets, &p),
-            Event::Assigned {
-                eni,
-                tickets,
                 prefixes,
                 v4,
                 v6,
+                v6_prefixes,
+                v6_refused,
                 error,
-            } => self.on_assigned(&eni, tickets, (&v4, &v6), error, prefixes.is_some()),
+            } => {
+                // A /80 granted stays, whatever became of the IPv4 call.
+                for p in v6_prefixes {
+                    info!("{eni} got the IPv6 prefix {p}: its addresses' IPv6 come from it");
+                    self.pool.add_v6_prefix(&eni, p);
+                }
+                match (prefixes, error) {
+                    (Some(p), None) => self.on_prefixes_assigned(&eni, tickets, &p),
+                    (p, Some(err)) if v6_refused => {
+                        self.on_v6_prefix_refused(&eni, tickets, &err, p.is_some());
+                    }
+                    (p, error) => self.on_assigned(&eni, tickets, (&v4, &v6), error, p.is_some()),
+                }
+            }
             Event::Unassigned {
                 eni,
                 v4,
@@ -111,7 +118,11 @@ impl Reports<'_> {
         }
         self.changes.touch(eni, Instant::now());
         self.pool_backoff.succeed();
-        let valid = prefixes.len() * prefix_mode::PER_PREFIX;
+        let valid = prefixes
+            .iter()
+            .flat_map(|p| p.addresses())
+            .filter(|a| self.pool.ip(*a).is_some_and(|ip| !ip.invalid()))
+            .count();
         info!(
             "{eni} got {} /28 prefix(es): {valid} address(es)",
             prefixes.len()
@@ -158,6 +169,37 @@ impl Reports<'_> {
             }
         }
         self.end_tickets(tickets, valid, error.as_ref());
+    }
+
+    /// The /80 asked first for a call was refused: nothing was asked of
+    /// the IPv4 side. No room for one inhibits /80s on the ENI's vswitch,
+    /// the ENI's IPv6 quota full marks it refused; either way its tickets
+    /// are planned again with single IPv6 addresses.
+    fn on_v6_prefix_refused(
+        &mut self,
+        eni: &str,
+        tickets: Vec<TicketId>,
+        err: &CloudError,
+        as_prefixes: bool,
+    ) {
+        self.pool
+            .enis_mut()
+            .answered(eni, tickets.len(), as_prefixes);
+        let vswitch = self.pool.eni(eni).map(|e| e.vswitch().to_string());
+        match (err.kind, vswitch) {
+            (CloudErrorKind::PrefixExhausted | CloudErrorKind::Exhausted, Some(v)) => {
+                self.inhibit_v6_prefixes(&v, err.code_or_kind());
+            }
+            (CloudErrorKind::LimitExceeded, _) => {
+                warn!(
+                    "{eni} was refused an IPv6 /80 prefix ({}: its IPv6 quota is full); single IPv6 addresses for it",
+                    err.code_or_kind()
+                );
+                self.pool.enis_mut().refuse_v6_prefix(eni);
+            }
+            _ => warn!("asking an IPv6 /80 prefix of {eni} failed: {err}"),
+        }
+        self.end_tickets(tickets, 0, Some(err));
     }
 
     fn on_unassigned(
@@ -225,6 +267,18 @@ impl Reports<'_> {
         self.vsw.inhibit_prefixes(vswitch, until);
     }
 
+    /// Dual stack, prefix mode: no /80 to give on `vswitch`; its ENIs
+    /// without one get single IPv6 addresses until the inhibit period
+    /// ends, then /80s are asked again.
+    fn inhibit_v6_prefixes(&mut self, vswitch: &str, code: &str) {
+        let until = unix_ms() + self.opts.inhibit.as_millis() as u64;
+        warn!(
+            "{vswitch} has no IPv6 /80 prefix to give ({code}); single IPv6 addresses until {}",
+            format_utc(until / 1000)
+        );
+        self.vsw.inhibit_v6_prefixes(vswitch, until);
+    }
+
     fn on_eni_ready(&mut self, op: OpId, r: &ReadyEni) -> Result<(), Fatal> {
         let id = r.id();
         let Some(inflight::Ended { tickets, .. }) = self.inflight.ready(op, id) else {
@@ -236,14 +290,24 @@ impl Reports<'_> {
             r.v4.len()
         );
         self.pool.add_eni(r.link.clone(), r.primary_ip);
+        // Its /80 first: the addresses that follow carve from it.
+        for p in &r.v6_prefixes {
+            self.pool.add_v6_prefix(id, *p);
+        }
         let mut valid = self.pool.add_granted(id, &r.v4, &r.v6);
         self.changes.touch(id, Instant::now());
         for p in &r.prefixes {
             self.pool.add_prefix(id, *p);
-            valid += prefix_mode::PER_PREFIX;
+            valid += p
+                .addresses()
+                .filter(|a| self.pool.ip(*a).is_some_and(|ip| !ip.invalid()))
+                .count();
         }
         if r.prefix_fallback {
             self.inhibit_prefixes(&r.link.vswitch, "at CreateNetworkInterface");
+        }
+        if r.v6_prefix_fallback {
+            self.inhibit_v6_prefixes(&r.link.vswitch, "at CreateNetworkInterface");
         }
         self.pool_backoff.succeed();
         self.end_tickets(tickets, valid, None);
@@ -412,8 +476,12 @@ impl Reports<'_> {
     /// Starts `eni`'s worker with its vswitch's call cap.
     pub(super) fn start_worker(&mut self, eni: &str, mac: &str) -> Result<(), Fatal> {
         let cap = workers::cap_of(self.pool, self.vsw, eni);
+        let has_v6_prefix = self
+            .pool
+            .eni(eni)
+            .is_some_and(|e| e.carve_prefix().is_some());
         self.workers
-            .start(eni, mac, cap)
+            .start((eni, mac, has_v6_prefix), cap)
             .map_err(|e| format!("cannot start the worker thread of {eni}: {e}").into())
     }
 

@@ -107,6 +107,8 @@ fn view(v4: &[Ipv4Addr]) -> CloudEniView {
             v6: Vec::new(),
             prefixes: Vec::new(),
             prefix_fallback: false,
+            v6_prefixes: Vec::new(),
+            v6_prefix_fallback: false,
         },
         in_metadata: true,
     }
@@ -372,6 +374,8 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
         prefixes: Some(Vec::new()),
         v4: Vec::new(),
         v6: Vec::new(),
+        v6_prefixes: Vec::new(),
+        v6_refused: false,
         error: Some(CloudError::new(
             CloudErrorKind::PrefixExhausted,
             "InvalidVSwitchId.IpNotEnough",

@@ -40,6 +40,7 @@ pub(super) fn eni_entries(
                 singles: 0,
                 fallback: fallback(c.vswitch),
             }),
+            v6_prefix: None,
         });
     }
     out
@@ -117,6 +118,7 @@ mod tests {
             usable_enis: 2,
             ips_per_eni: 4,
             slots_per_eni: 3,
+            ipv6_per_eni: 0,
             prefix_mode: false,
             total_ips: 8,
             min_idle: 0,

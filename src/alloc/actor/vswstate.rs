@@ -1,7 +1,9 @@
 //! The vswitch state the actor keeps: which vswitches are inhibited
 //! (exhausted, [`VSwitches`]), which have no free /28 and get single
-//! addresses instead (the prefix fallback), the IPv6 CIDR and gateway of
-//! each (read once: they never change), and when inhibited ones are probed.
+//! addresses instead (the prefix fallback), which have no IPv6 /80 to give
+//! and get single IPv6 addresses instead (dual stack), the IPv6 CIDR and
+//! gateway of each (read once: they never change), and when inhibited ones
+//! are probed.
 //!
 //! Near exhaustion a vswitch's calls are capped (`call_cap`): an
 //! `InvalidVSwitchId.IpNotEnough` answer to a call for n > 1 addresses
@@ -10,7 +12,8 @@
 //! for one address that is refused inhibits. A free count read caps the
 //! calls at what the vswitch has; a call served at the cap doubles it.
 //!
-//! Invariants: an inhibition or a prefix fallback ends on its own at its
+//! Invariants: an inhibition or a prefix fallback (of /28s or /80s) ends
+//! on its own at its
 //! deadline (nothing has to remember to lift it), or earlier when a probe
 //! finds the vswitch with any free address; at most one probe is due per
 //! [`VswState::PROBE`], and none while nothing is inhibited; a cap is
@@ -20,7 +23,7 @@ use std::collections::HashMap;
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
-use super::super::prefix_mode::{self, Kind};
+use super::super::prefix_mode::{self, Kind, V6From};
 use super::super::vswitch_choice::VSwitches;
 
 /// The vswitches' state, with the invariants in the module's doc.
@@ -28,8 +31,13 @@ use super::super::vswitch_choice::VSwitches;
 pub(super) struct VswState {
     switches: VSwitches,
     prefix_mode: bool,
+    /// Every address is an IPv4+IPv6 pair.
+    dual: bool,
     /// Until when (Unix ms) a vswitch's ENIs get single addresses.
     prefix_inhibit: HashMap<String, u64>,
+    /// Until when (Unix ms) a vswitch's ENIs without a /80 get single
+    /// IPv6 addresses (dual stack, prefix mode).
+    v6_prefix_inhibit: HashMap<String, u64>,
     v6: HashMap<String, (String, Ipv6Addr)>,
     next_probe: Instant,
     /// Addresses one call on a vswitch may ask, when fewer than a call's
@@ -62,12 +70,20 @@ impl VswState {
         VswState {
             switches,
             prefix_mode,
+            dual: false,
             prefix_inhibit: HashMap::new(),
+            v6_prefix_inhibit: HashMap::new(),
             v6: HashMap::new(),
             next_probe: now,
             call_cap: HashMap::new(),
             max_per_call: max_per_call.max(1),
         }
+    }
+
+    /// The same, in dual stack: every address is an IPv4+IPv6 pair.
+    pub(super) fn dual_stack(mut self, dual: bool) -> VswState {
+        self.dual = dual;
+        self
     }
 
     /// Addresses one call on `vswitch` may ask (a call's worth unless
@@ -164,6 +180,35 @@ impl VswState {
             self.prefix_mode,
             self.prefix_inhibit.get(vswitch).copied(),
             now_ms,
+        )
+    }
+
+    /// No IPv6 /80 to give on `vswitch`: its ENIs without one get single
+    /// IPv6 addresses until `until_ms`.
+    pub(super) fn inhibit_v6_prefixes(&mut self, vswitch: &str, until_ms: u64) {
+        self.v6_prefix_inhibit.insert(vswitch.to_string(), until_ms);
+    }
+
+    /// How the next addresses of an ENI on `vswitch` are asked: the kind
+    /// of its IPv4, and where their IPv6 come from (dual stack), given
+    /// whether it holds a /80 and whether the cloud refused it one. A new
+    /// ENI holds none and was refused none.
+    pub(super) fn ask_on(
+        &self,
+        vswitch: &str,
+        v6_held: (bool, bool),
+        now_ms: u64,
+    ) -> (Kind, Option<V6From>) {
+        let v6 = prefix_mode::next_v6(
+            self.dual,
+            self.prefix_mode,
+            v6_held,
+            self.v6_prefix_inhibit.get(vswitch).copied(),
+            now_ms,
+        );
+        (
+            prefix_mode::kind_with(self.kind_on(vswitch, now_ms), v6),
+            v6,
         )
     }
 
@@ -291,6 +336,51 @@ mod tests {
         assert_eq!(s.kind_on("a", 100), Kind::Prefix);
         let off = state(false, Instant::now());
         assert_eq!(off.kind_on("a", 0), Kind::Single);
+    }
+
+    #[test]
+    fn without_a_80_to_give_an_eni_gets_single_ipv6_and_single_ipv4_until_the_deadline() {
+        let s = state(true, Instant::now());
+        assert_eq!(
+            s.ask_on("a", (false, false), 0),
+            (Kind::Prefix, None),
+            "IPv4 stack"
+        );
+        let mut s = state(true, Instant::now()).dual_stack(true);
+        assert_eq!(
+            s.ask_on("a", (false, false), 0),
+            (Kind::Prefix, Some(V6From::NewPrefix))
+        );
+        s.inhibit_v6_prefixes("a", 100);
+        assert_eq!(
+            s.ask_on("a", (false, false), 99),
+            (Kind::Single, Some(V6From::Single))
+        );
+        assert_eq!(
+            s.ask_on("a", (true, false), 99),
+            (Kind::Prefix, Some(V6From::Prefix)),
+            "an ENI holding a /80 goes on with it"
+        );
+        assert_eq!(
+            s.ask_on("b", (false, false), 99),
+            (Kind::Prefix, Some(V6From::NewPrefix)),
+            "per vswitch"
+        );
+        assert_eq!(
+            s.ask_on("a", (false, true), 100),
+            (Kind::Single, Some(V6From::Single)),
+            "refused one: its quota"
+        );
+        assert_eq!(
+            s.ask_on("a", (false, false), 100),
+            (Kind::Prefix, Some(V6From::NewPrefix))
+        );
+        // No /28 either: singles of both, the /80 still asked.
+        s.inhibit_prefixes("a", 200);
+        assert_eq!(
+            s.ask_on("a", (false, false), 150),
+            (Kind::Single, Some(V6From::NewPrefix))
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::cloud::{CloudApi, Ipv4Prefix};
 use crate::pool::PoolState;
 
 use super::super::mailbox::{Event, TicketId};
-use super::super::prefix_mode::Kind;
+use super::super::prefix_mode::{Kind, V6From};
 use super::super::worker::{self, WorkerConfig, WorkerHandle};
 use super::super::Joinable;
 use super::vswstate::VswState;
@@ -50,20 +50,18 @@ impl Workers {
         }
     }
 
-    /// Starts the worker of `eni` with its vswitch's call cap; an ENI
-    /// that has one keeps it.
+    /// Starts the worker of `eni` with its vswitch's call cap (and whether
+    /// the ENI holds a /80); an ENI that has one keeps it.
     pub(super) fn start(
         &mut self,
-        eni: &str,
-        mac: &str,
+        (eni, mac, has_v6_prefix): (&str, &str, bool),
         call_cap: Option<usize>,
     ) -> io::Result<()> {
         if self.by_eni.contains_key(eni) {
             return Ok(());
         }
         let h = worker::spawn(
-            eni.to_string(),
-            mac.to_string(),
+            (eni.to_string(), mac.to_string(), has_v6_prefix),
             Arc::clone(&self.cloud),
             self.config.clone(),
             self.events.clone(),
@@ -87,10 +85,15 @@ impl Workers {
 
     /// Queues a ticket on `eni`'s worker; false if it has none or its
     /// backlog is full.
-    pub(super) fn submit(&self, eni: &str, ticket: TicketId, kind: Kind) -> bool {
+    pub(super) fn submit(
+        &self,
+        eni: &str,
+        ticket: TicketId,
+        (kind, v6): (Kind, Option<V6From>),
+    ) -> bool {
         self.by_eni
             .get(eni)
-            .is_some_and(|w| w.try_submit(ticket, kind))
+            .is_some_and(|w| w.try_submit(ticket, kind, v6))
     }
 
     /// Asks `eni`'s worker to give addresses back; false if it has none.
@@ -146,14 +149,17 @@ mod tests {
     #[test]
     fn one_worker_per_eni_and_a_stopped_one_is_joined() {
         let mut w = workers();
-        w.start("eni-1", "00:16:3e:00:00:01", None).unwrap();
-        w.start("eni-1", "00:16:3e:00:00:01", None).unwrap();
-        w.start("eni-2", "00:16:3e:00:00:02", Some(2)).unwrap();
+        w.start(("eni-1", "00:16:3e:00:00:01", false), None)
+            .unwrap();
+        w.start(("eni-1", "00:16:3e:00:00:01", false), None)
+            .unwrap();
+        w.start(("eni-2", "00:16:3e:00:00:02", false), Some(2))
+            .unwrap();
         assert_eq!(w.by_eni.len(), 2);
         assert!(w.has("eni-1") && !w.has("eni-3"));
         assert!(w.backlog_free("eni-1").is_some_and(|n| n > 0));
         assert_eq!(w.backlog_free("eni-3"), None);
-        assert!(!w.submit("eni-3", 1, Kind::Single));
+        assert!(!w.submit("eni-3", 1, (Kind::Single, None)));
         assert!(!w.unassign("eni-3", Vec::new(), Vec::new()));
         let h = w.stop("eni-1").expect("a running worker's thread");
         h.join().unwrap();

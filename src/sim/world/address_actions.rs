@@ -11,6 +11,7 @@
 //! [`AddressActions`] borrows the parts these touch: the account (region,
 //! instance types), the vswitches and the ENIs.
 
+use std::net::Ipv6Addr;
 use std::time::Instant;
 
 use serde_json::{json, Value};
@@ -18,7 +19,8 @@ use serde_json::{json, Value};
 use super::account::Account;
 use super::eni_table::SimEnis;
 use super::params::{
-    asked, err, list, missing, mixed_prefixes, need, prefix_request, ApiError, Asked, Params,
+    asked, err, list, missing, mixed_prefixes, mixed_v6_prefixes, need, prefix_request,
+    v6_prefix_request, ApiError, Asked, Params,
 };
 use super::vswitch::Vswitches;
 use crate::util::rand::Rng;
@@ -101,13 +103,18 @@ impl AddressActions<'_> {
     pub(super) fn assign6(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
         self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
-        let asked6 = asked(p, "Ipv6Address", "Ipv6AddressCount")?
-            .ok_or_else(|| missing("Ipv6AddressCount"))?;
+        let v6p_req = v6_prefix_request(p)?;
+        let asked6 = asked(p, "Ipv6Address", "Ipv6AddressCount")?;
+        if v6p_req.is_some() && asked6.is_some() {
+            return Err(mixed_v6_prefixes());
+        }
+        if let Some(req) = v6p_req {
+            return self.assign_v6_prefixes(&id, &req, now);
+        }
+        let asked6 = asked6.ok_or_else(|| missing("Ipv6AddressCount"))?;
         let e = self.enis.get(&id)?;
         e.assignable()?;
-        if e.live_v6().count() + asked6.len()
-            > self.account.itype_of(e.instance()).ipv6_per_eni as usize
-        {
+        if e.v6_slots() + asked6.len() > self.account.itype_of(e.instance()).ipv6_per_eni as usize {
             return Err(err(
                 403,
                 "InvalidOperation.Ipv6CountExceeded",
@@ -126,18 +133,73 @@ impl AddressActions<'_> {
         )
     }
 
-    /// UnassignIpv6Addresses, all or none.
+    /// AssignIpv6Addresses with `Ipv6PrefixCount` or `Ipv6Prefix.N`: a /80
+    /// takes one slot of the ENI's IPv6 quota. The answer lists the /80s
+    /// as strings (`Ipv6PrefixSets.Ipv6Prefix`), unlike Describe.
+    fn assign_v6_prefixes(
+        &mut self,
+        id: &str,
+        req: &Asked,
+        now: Instant,
+    ) -> Result<Value, ApiError> {
+        let e = self.enis.get(id)?;
+        e.assignable()?;
+        if e.v6_slots() + req.len() > self.account.itype_of(e.instance()).ipv6_per_eni as usize {
+            return Err(err(
+                403,
+                "InvalidOperation.Ipv6CountExceeded",
+                "The number of IPv6 addresses on the ENI exceeds the upper limit.",
+            ));
+        }
+        let vsw = e.vswitch().to_string();
+        let bases = self.vswitches.take_v6_prefixes(self.rng, &vsw, req)?;
+        self.enis.get_mut(id)?.add_v6p(&bases, now);
+        Ok(
+            json!({"NetworkInterfaceId": id, "Ipv6Sets": {"Ipv6Address": []},
+            "Ipv6PrefixSets": {"Ipv6Prefix": bases.iter().map(|b| format!("{b}/80")).collect::<Vec<_>>()}}),
+        )
+    }
+
+    /// UnassignIpv6Addresses (`Ipv6Address.N`, `Ipv6Prefix.N` or both),
+    /// all or none.
     pub(super) fn unassign6(&mut self, p: &Params, now: Instant) -> Result<Value, ApiError> {
         self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
         let ips = list(p, "Ipv6Address", 50)?;
-        if ips.is_empty() {
+        let prefixes = list(p, "Ipv6Prefix", 10)?;
+        if ips.is_empty() && prefixes.is_empty() {
             return Err(missing("Ipv6Address.1"));
         }
         let e = self.enis.get_mut(&id)?;
-        let gone = e.unassign_v6(&ips, now)?;
+        e.assignable()?;
+        // All or none across both lists: the /80s are taken off first,
+        // and only when every address named is there too.
+        if !ips.is_empty() {
+            let live: Vec<Ipv6Addr> = e.live_v6().collect();
+            if let Some(w) = ips
+                .iter()
+                .find(|w| !w.parse::<Ipv6Addr>().is_ok_and(|a| live.contains(&a)))
+            {
+                return Err(err(
+                    403,
+                    "InvalidIp.IpUnassigned",
+                    format!("The specified IP \"{w}\" is not assigned on this ENI."),
+                ));
+            }
+        }
+        let gone_p = if prefixes.is_empty() {
+            Vec::new()
+        } else {
+            e.unassign_v6p(&prefixes, now)?
+        };
+        let gone = if ips.is_empty() {
+            Vec::new()
+        } else {
+            e.unassign_v6(&ips, now)?
+        };
         let vsw = e.vswitch().to_string();
         self.vswitches.give(&vsw, &[], &gone, &[]);
+        self.vswitches.give_v6_prefixes(&vsw, &gone_p);
         Ok(json!({}))
     }
 

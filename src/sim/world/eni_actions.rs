@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use super::account::Account;
 use super::eni_table::SimEnis;
 use super::params::{
-    asked, err, int, invalid, list, missing, mixed_prefixes, need, prefix_request, tags,
-    tags_match, ApiError, Asked, Params,
+    asked, err, int, invalid, list, missing, mixed_prefixes, mixed_v6_prefixes, need,
+    prefix_request, tags, tags_match, v6_prefix_request, ApiError, Asked, Params,
 };
 use super::sim_eni::{NewEni, SimEni};
 use super::vswitch::Vswitches;
@@ -28,6 +28,8 @@ struct Taken {
     v4p: Vec<Ipv4Addr>,
     /// IPv6 addresses.
     v6: Vec<Ipv6Addr>,
+    /// IPv6 /80s by network address.
+    v6p: Vec<Ipv6Addr>,
 }
 
 /// The parts an ENI action touches.
@@ -83,7 +85,11 @@ impl EniActions<'_> {
         }
         let n_prefixes = prefix_req.as_ref().map_or(0, Asked::len);
         let asked6 = asked(p, "Ipv6Address", "Ipv6AddressCount")?;
-        let v6 = asked6.as_ref().map_or(0, Asked::len);
+        let v6p_req = v6_prefix_request(p)?;
+        if v6p_req.is_some() && asked6.is_some() {
+            return Err(mixed_v6_prefixes());
+        }
+        let v6 = asked6.as_ref().map_or(0, Asked::len) + v6p_req.as_ref().map_or(0, Asked::len);
         let primary = p.get("PrimaryIpAddress").filter(|s| !s.is_empty()).cloned();
         let tags = tags(p)?;
         let description = create_description(p)?;
@@ -114,7 +120,23 @@ impl EniActions<'_> {
                 "The number of private IPv4 addresses on the ENI exceeds the upper limit.",
             ));
         }
-        let taken = self.take_for_create(&vsw, (primary, asked4), prefix_req, asked6)?;
+        if v6 > self.account.itype().ipv6_per_eni as usize {
+            return Err(err(
+                403,
+                "InvalidOperation.Ipv6CountExceeded",
+                "The number of IPv6 addresses on the ENI exceeds the upper limit.",
+            ));
+        }
+        let mut taken = self.take_for_create(&vsw, (primary, asked4), prefix_req, asked6)?;
+        if let Some(req) = &v6p_req {
+            match self.vswitches.take_v6_prefixes(self.rng, &vsw, req) {
+                Ok(b) => taken.v6p = b,
+                Err(e) => {
+                    self.vswitches.give(&vsw, &taken.v4, &taken.v6, &taken.v4p);
+                    return Err(e);
+                }
+            }
+        }
         let id = self.account.new_id("eni", self.rng);
         let mac = self.enis.new_mac(self.rng);
         let eni = SimEni::created(
@@ -125,6 +147,7 @@ impl EniActions<'_> {
                 v4: taken.v4,
                 v6: taken.v6,
                 v4p: taken.v4p,
+                v6p: taken.v6p,
                 tags,
                 sgs,
                 description,
@@ -187,7 +210,12 @@ impl EniActions<'_> {
             None => self.vswitches.take_v6(self.rng, vsw, 0),
         };
         match taken6 {
-            Ok(v6) => Ok(Taken { v4, v4p, v6 }),
+            Ok(v6) => Ok(Taken {
+                v4,
+                v4p,
+                v6,
+                v6p: Vec::new(),
+            }),
             Err(e) => {
                 self.vswitches.give(vsw, &v4, &[], &v4p);
                 Err(e)
@@ -231,8 +259,9 @@ impl EniActions<'_> {
         self.account.check_region(p)?;
         let id = need(p, "NetworkInterfaceId")?.to_string();
         self.enis.get_mut(&id)?.delete(now, self.attach_delay)?;
-        for (vsw, v4, v6, v4p) in self.enis.settle(now, self.metadata_lag) {
+        for (vsw, v4, v6, v4p, v6p) in self.enis.settle(now, self.metadata_lag) {
             self.vswitches.give(&vsw, &v4, &v6, &v4p);
+            self.vswitches.give_v6_prefixes(&vsw, &v6p);
         }
         Ok(json!({}))
     }

@@ -142,7 +142,8 @@ mod tests {
                 "vsw-a".to_string(),
                 vec![Ipv4Addr::new(10, 0, 0, 1)],
                 Vec::new(),
-                vec![Ipv4Addr::new(10, 0, 0, 16)]
+                vec![Ipv4Addr::new(10, 0, 0, 16)],
+                Vec::new()
             )]
         );
         assert!(enis.get("eni-1").is_err(), "deleted is unknown");

@@ -204,8 +204,9 @@ impl World {
     /// Applies due transitions (a deleted ENI's addresses go back to its
     /// vswitch) and forgets what the metadata lag no longer needs.
     pub(crate) fn settle(&mut self, now: Instant) {
-        for (vsw, v4, v6, v4p) in self.enis.settle(now, self.metadata_lag) {
+        for (vsw, v4, v6, v4p, v6p) in self.enis.settle(now, self.metadata_lag) {
             self.vswitches.give(&vsw, &v4, &v6, &v4p);
+            self.vswitches.give_v6_prefixes(&vsw, &v6p);
         }
     }
 
@@ -300,7 +301,7 @@ impl World {
                          "region": a.region(), "primary_mac": primary_mac},
             "vswitches": self.vswitches.iter().map(|v| {
                 let mut j = json!({"id": v.id(), "cidr": v.cidr().to_string(), "free": v.free(),
-                    "free_prefixes": v.free_prefixes(), "gateway": v.cidr().gateway().to_string()});
+                    "free_prefixes": v.free_prefixes(), "free_v6_prefixes": v.free_v6_prefixes(), "gateway": v.cidr().gateway().to_string()});
                 if let Some(c6) = v.cidr6() {
                     j["ipv6_cidr"] = json!(c6.to_string());
                     j["ipv6_gateway"] = json!(c6.gateway().to_string());
@@ -334,6 +335,7 @@ impl World {
                     v4,
                     v6,
                     v4_prefixes,
+                    v6_prefixes: e.v6_prefixes_at(t),
                     vswitch: e.vswitch().to_string(),
                     cidr: vsw.map(|v| v.cidr()),
                     cidr6: vsw.and_then(|v| v.cidr6()),
@@ -347,6 +349,18 @@ impl World {
         match self.vswitches.get_mut(id) {
             Some(v) => {
                 v.set_free(free);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Caps how many more IPv6 /80s a vswitch gives (`None` lifts the
+    /// cap); false if the vswitch is unknown.
+    pub(crate) fn set_free_v6_prefixes(&mut self, id: &str, cap: Option<u64>) -> bool {
+        match self.vswitches.get_mut(id) {
+            Some(v) => {
+                v.set_v6_prefix_cap(cap);
                 true
             }
             None => false,
@@ -399,6 +413,7 @@ impl World {
             let (v4, v6, v4p) = e.holdings();
             if let Some(v) = self.vswitches.get_mut(e.vswitch()) {
                 v.mark_taken(&v4, &v6, &v4p);
+                v.mark_v6_prefixes_taken(&e.live_v6p().collect::<Vec<_>>());
             }
         }
         for (id, free) in loaded.free {
@@ -426,6 +441,8 @@ pub(crate) struct MdEni {
     pub(crate) v6: Vec<Ipv6Addr>,
     /// Visible IPv4 /28 prefixes (network addresses).
     pub(crate) v4_prefixes: Vec<Ipv4Addr>,
+    /// Visible IPv6 /80 prefixes (network addresses).
+    pub(crate) v6_prefixes: Vec<Ipv6Addr>,
     /// Vswitch.
     pub(crate) vswitch: String,
     /// Vswitch block.

@@ -226,6 +226,20 @@ pub(super) fn prefix_request(p: &Params) -> Result<Option<Asked>, ApiError> {
     asked(p, "Ipv4Prefix", "Ipv4PrefixCount")
 }
 
+/// The IPv6 prefix parameters of a call (`Ipv6PrefixCount` or
+/// `Ipv6Prefix.N`), if any; both forms at once is refused.
+pub(super) fn v6_prefix_request(p: &Params) -> Result<Option<Asked>, ApiError> {
+    asked(p, "Ipv6Prefix", "Ipv6PrefixCount")
+}
+
+/// The answer to a call that mixes IPv6 prefixes and IPv6 addresses.
+pub(super) fn mixed_v6_prefixes() -> ApiError {
+    invalid(
+        "Ipv6Prefix",
+        "IPv6 prefixes and IPv6 addresses cannot be given in one call",
+    )
+}
+
 /// The answer to a call that mixes prefixes and single addresses.
 pub(super) fn mixed_prefixes() -> ApiError {
     invalid(

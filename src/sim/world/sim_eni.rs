@@ -22,8 +22,14 @@ use super::params::{err, ApiError};
 use crate::cloud::EniStatus;
 
 /// What a deleted ENI gives back to its vswitch: (vswitch, addresses,
-/// IPv6 addresses, /28 prefixes).
-pub(crate) type Freed = (String, Vec<Ipv4Addr>, Vec<Ipv6Addr>, Vec<Ipv4Addr>);
+/// IPv6 addresses, /28 prefixes, IPv6 /80 prefixes).
+pub(crate) type Freed = (
+    String,
+    Vec<Ipv4Addr>,
+    Vec<Ipv6Addr>,
+    Vec<Ipv4Addr>,
+    Vec<Ipv6Addr>,
+);
 
 /// What CreateNetworkInterface makes an ENI of.
 #[derive(Debug)]
@@ -36,6 +42,8 @@ pub(crate) struct NewEni {
     pub(crate) v6: Vec<Ipv6Addr>,
     /// Its /28 prefixes, by network address.
     pub(crate) v4p: Vec<Ipv4Addr>,
+    /// Its IPv6 /80 prefixes, by network address.
+    pub(crate) v6p: Vec<Ipv6Addr>,
     /// Its tags.
     pub(crate) tags: Vec<(String, String)>,
     /// Its security groups.
@@ -61,6 +69,9 @@ pub(crate) struct SimEni {
     v6: Addrs<Ipv6Addr>,
     /// IPv4 /28 prefixes by their network address.
     v4p: Addrs<Ipv4Addr>,
+    /// IPv6 /80 prefixes by their network address; each takes one slot of
+    /// the ENI's IPv6 quota, as an IPv6 address does.
+    v6p: Addrs<Ipv6Addr>,
     tags: Vec<(String, String)>,
     sgs: Vec<String>,
     created: u64,
@@ -106,6 +117,7 @@ impl SimEni {
             v4: Addrs::added(&[ip], since, true),
             v6: Addrs::none(),
             v4p: Addrs::none(),
+            v6p: Addrs::none(),
             tags: Vec::new(),
             sgs: vec![sg],
             created: crate::util::time::unix_secs().saturating_sub(86_400),
@@ -131,6 +143,7 @@ impl SimEni {
             v4: Addrs::added(&new.v4, now, true),
             v6: Addrs::added(&new.v6, now, false),
             v4p: Addrs::added(&new.v4p, now, false),
+            v6p: Addrs::added(&new.v6p, now, false),
             tags: new.tags,
             sgs: new.sgs,
             created: crate::util::time::unix_secs(),
@@ -202,6 +215,21 @@ impl SimEni {
     /// Its live IPv6 addresses.
     pub(crate) fn live_v6(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
         self.v6.live_ips()
+    }
+
+    /// IPv6 quota slots it uses: every IPv6 address and every /80.
+    pub(crate) fn v6_slots(&self) -> usize {
+        self.v6.live().count() + self.v6p.live().count()
+    }
+
+    /// Its /80s as listed at `t` (metadata lags as for addresses).
+    pub(crate) fn v6_prefixes_at(&self, t: Instant) -> Vec<Ipv6Addr> {
+        self.v6p.listed_at(t)
+    }
+
+    /// Its live /80s, by network address.
+    pub(crate) fn live_v6p(&self) -> impl Iterator<Item = Ipv6Addr> + '_ {
+        self.v6p.live_ips()
     }
 
     /// IPv4 quota slots it uses: every address (the primary included) and
@@ -359,6 +387,31 @@ impl SimEni {
         )
     }
 
+    /// Adds /80s (by network address) at `now` (the caller took them from
+    /// its vswitch).
+    pub(crate) fn add_v6p(&mut self, v6p: &[Ipv6Addr], now: Instant) {
+        self.v6p.extend(v6p, now);
+    }
+
+    /// Unassigns the named /80s (`x::/80`), all or none.
+    pub(crate) fn unassign_v6p(
+        &mut self,
+        wanted: &[String],
+        now: Instant,
+    ) -> Result<Vec<Ipv6Addr>, ApiError> {
+        self.assignable()?;
+        self.v6p.unassign(
+            wanted,
+            |a, w| {
+                w.strip_suffix("/80")
+                    .and_then(|s| s.parse::<Ipv6Addr>().ok())
+                    == Some(*a)
+            },
+            "IPv6 prefix",
+            now,
+        )
+    }
+
     /// Unassigns the named /28s (`a.b.c.d/28`), all or none.
     pub(crate) fn unassign_v4p(
         &mut self,
@@ -407,13 +460,15 @@ impl SimEni {
                     let v4p = self.v4p.remove_all(at);
                     let v4 = self.v4.remove_all(at);
                     let v6 = self.v6.remove_all(at);
-                    freed = Some((self.vswitch.clone(), v4, v6, v4p));
+                    let v6p = self.v6p.remove_all(at);
+                    freed = Some((self.vswitch.clone(), v4, v6, v4p, v6p));
                 }
             }
         }
         self.v4.forget(now, lag);
         self.v6.forget(now, lag);
         self.v4p.forget(now, lag);
+        self.v6p.forget(now, lag);
         freed
     }
 
@@ -453,7 +508,7 @@ impl SimEni {
             })).collect::<Vec<_>>()},
             "Ipv6Sets": {"Ipv6Set": self.v6.live_ips().map(|ip| json!({"Ipv6Address": ip.to_string()})).collect::<Vec<_>>()},
             "Ipv4PrefixSets": {"Ipv4PrefixSet": self.v4p.live_ips().map(|ip| json!({"Ipv4Prefix": format!("{ip}/28")})).collect::<Vec<_>>()},
-            "Ipv6PrefixSets": {"Ipv6PrefixSet": []},
+            "Ipv6PrefixSets": {"Ipv6PrefixSet": self.v6p.live_ips().map(|p| json!({"Ipv6Prefix": format!("{p}/80")})).collect::<Vec<_>>()},
             "Tags": {"Tag": self.tags.iter().map(|(k, v)| json!({"TagKey": k, "TagValue": v})).collect::<Vec<_>>()},
             "AssociatedPublicIp": {},
             "Attachment": match &self.instance {
@@ -472,6 +527,7 @@ impl SimEni {
             "private_ips": self.v4.live_ips().map(|a| a.to_string()).collect::<Vec<_>>(),
             "ipv6s": self.v6.live_ips().map(|a| a.to_string()).collect::<Vec<_>>(),
             "ipv4_prefixes": self.v4p.live_ips().map(|a| format!("{a}/28")).collect::<Vec<_>>(),
+            "ipv6_prefixes": self.v6p.live_ips().map(|a| format!("{a}/80")).collect::<Vec<_>>(),
             "tags": self.tags.iter().cloned().collect::<BTreeMap<String, String>>(),
         })
     }
@@ -501,6 +557,7 @@ impl SimEni {
             "v4": self.v4.live().map(|(ip, primary)| json!([ip.to_string(), primary])).collect::<Vec<_>>(),
             "v6": self.v6.live_ips().map(|a| a.to_string()).collect::<Vec<_>>(),
             "v4p": self.v4p.live_ips().map(|a| a.to_string()).collect::<Vec<_>>(),
+            "v6p": self.v6p.live_ips().map(|a| a.to_string()).collect::<Vec<_>>(),
             "tags": self.tags,
             "sgs": self.sgs,
             "created": self.created,
@@ -541,6 +598,13 @@ impl SimEni {
                 .map_err(|_| format!("saved ENI {id}: bad prefix"))?;
             v4p.push((ip, false));
         }
+        let mut v6p = Vec::new();
+        for a in list("v6p") {
+            let ip: Ipv6Addr = text(&a, "an IPv6 prefix")?
+                .parse()
+                .map_err(|_| format!("saved ENI {id}: bad IPv6 prefix"))?;
+            v6p.push((ip, false));
+        }
         let attached = status == EniStatus::InUse;
         Ok(SimEni {
             mac: text(&e["mac"], "a MAC")?,
@@ -553,6 +617,7 @@ impl SimEni {
             v4: Addrs::restored(v4, since),
             v6: Addrs::restored(v6, since),
             v4p: Addrs::restored(v4p, since),
+            v6p: Addrs::restored(v6p, since),
             tags: serde_json::from_value(e["tags"].clone()).unwrap_or_default(),
             sgs: serde_json::from_value(e["sgs"].clone()).unwrap_or_default(),
             created: e["created"].as_u64().unwrap_or(0),
@@ -593,6 +658,7 @@ pub(super) mod tests {
                 v4: vec![Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)],
                 v6: Vec::new(),
                 v4p: vec![Ipv4Addr::new(10, 0, 0, 16)],
+                v6p: Vec::new(),
                 tags: Vec::new(),
                 sgs: vec!["sg-1".into()],
                 description: String::new(),

@@ -53,7 +53,18 @@ pub(crate) struct Vsw {
     /// How many more /28 prefixes may be carved (`None`: as many as aligned
     /// free blocks allow).
     prefix_cap: Option<u64>,
+    /// The IPv6 /80s taken, by their index in `cidr6` (the host part
+    /// shifted right by 48). Single IPv6 addresses are drawn from the first
+    /// two /80s only ([`Vsw::take_v6`]), so /80s are carved from the third
+    /// on and the two never overlap.
+    used80: HashSet<u64>,
+    /// How many more /80s may be carved (`None`: every one the block
+    /// holds); the admin knob `free_v6_prefixes`.
+    v6_prefix_cap: Option<u64>,
 }
+
+/// The /80s of an IPv6 block kept for single addresses (see `used80`).
+const SINGLES_80: u64 = 2;
 
 impl Vsw {
     /// A vswitch with nothing taken; `free` defaults to, and is capped at,
@@ -69,6 +80,8 @@ impl Vsw {
             used: HashSet::new(),
             used6: HashSet::new(),
             prefix_cap: None,
+            used80: HashSet::new(),
+            v6_prefix_cap: None,
         }
     }
 
@@ -235,6 +248,112 @@ impl Vsw {
             .collect())
     }
 
+    /// How many /80s its IPv6 block holds in all (singles' two included;
+    /// 0 without a block).
+    fn v6_prefixes_in_block(&self) -> u64 {
+        self.cidr6
+            .map_or(0, |n| 1u64 << (80 - u32::from(n.prefix)).min(63))
+    }
+
+    /// How many IPv6 /80s it can still give: the block's, less the two
+    /// kept for single addresses and those taken, within the admin cap.
+    /// (AvailableIpAddressCount is the IPv4 count: a /80 leaves it as it
+    /// is.)
+    pub(crate) fn free_v6_prefixes(&self) -> u64 {
+        let n = self
+            .v6_prefixes_in_block()
+            .saturating_sub(SINGLES_80 + self.used80.len() as u64);
+        self.v6_prefix_cap.map_or(n, |c| n.min(c))
+    }
+
+    /// Caps how many more /80s it gives (`None`: no cap).
+    pub(crate) fn set_v6_prefix_cap(&mut self, cap: Option<u64>) {
+        self.v6_prefix_cap = cap;
+    }
+
+    fn no_v6_prefix(&self) -> ApiError {
+        err(
+            403,
+            "InvalidVSwitchId.IpNotEnough",
+            format!(
+                "The specified VSwitch \"{}\" has not enough free IPv6 prefix (/80) blocks.",
+                self.id
+            ),
+        )
+    }
+
+    /// The index of the /80 whose network address is `p` in `net`, if it
+    /// is one that can be carved.
+    fn index80(&self, net: Net6, p: Ipv6Addr) -> Option<u64> {
+        let host = host6(net, p);
+        let i = (host >> 48) as u64;
+        let aligned = host & ((1u128 << 48) - 1) == 0
+            && u128::from(p) & !(u128::MAX >> net.prefix) == net.base;
+        (aligned && i >= SINGLES_80 && i < self.v6_prefixes_in_block()).then_some(i)
+    }
+
+    /// Takes `n` free /80s (from a random one, from `seed`, on, wrapping);
+    /// their network addresses. No IPv6 block or no room is refused.
+    pub(crate) fn take_v6_prefixes(
+        &mut self,
+        seed: u64,
+        n: usize,
+    ) -> Result<Vec<Ipv6Addr>, ApiError> {
+        let Some(net) = self.cidr6 else {
+            return Err(self.no_ipv6());
+        };
+        if self.free_v6_prefixes() < n as u64 {
+            return Err(self.no_v6_prefix());
+        }
+        let span = self.v6_prefixes_in_block() - SINGLES_80;
+        let mut i = Rng::seeded(seed).next_u64() % span;
+        let mut out = Vec::new();
+        while out.len() < n {
+            let idx = SINGLES_80 + i;
+            if self.used80.insert(idx) {
+                out.push(net.at(u128::from(idx) << 48));
+            }
+            i = (i + 1) % span;
+        }
+        Ok(out)
+    }
+
+    /// Takes the named /80s (`x::/80`), all or none.
+    pub(crate) fn take_specific_v6_prefixes(
+        &mut self,
+        wanted: &[String],
+    ) -> Result<Vec<Ipv6Addr>, ApiError> {
+        let Some(net) = self.cidr6 else {
+            return Err(self.no_ipv6());
+        };
+        if self.free_v6_prefixes() < wanted.len() as u64 {
+            return Err(self.no_v6_prefix());
+        }
+        let bare: Vec<String> = wanted
+            .iter()
+            .map(|w| w.strip_suffix("/80").unwrap_or("-").to_string())
+            .collect();
+        let idx = places(
+            &bare,
+            |p: Ipv6Addr| self.index80(net, p),
+            |i| self.used80.contains(i),
+        )?;
+        self.used80.extend(idx.iter().copied());
+        Ok(idx
+            .into_iter()
+            .map(|i| net.at(u128::from(i) << 48))
+            .collect())
+    }
+
+    /// Gives /80s (by network address) back.
+    pub(crate) fn give_v6_prefixes(&mut self, bases: &[Ipv6Addr]) {
+        if let Some(net) = self.cidr6 {
+            for p in bases {
+                self.used80.remove(&((host6(net, *p) >> 48) as u64));
+            }
+        }
+    }
+
     /// Gives IPv6 addresses back.
     pub(crate) fn give_v6(&mut self, ips: &[Ipv6Addr]) {
         if let Some(net) = self.cidr6 {
@@ -356,6 +475,16 @@ impl Vsw {
     pub(crate) fn forget_taken(&mut self) {
         self.used.clear();
         self.used6.clear();
+        self.used80.clear();
+    }
+
+    /// A restored world's ENI holds these /80s.
+    pub(crate) fn mark_v6_prefixes_taken(&mut self, bases: &[Ipv6Addr]) {
+        if let Some(net) = self.cidr6 {
+            for p in bases {
+                self.used80.insert((host6(net, *p) >> 48) as u64);
+            }
+        }
     }
 
     /// A restored world's ENI holds these addresses, IPv6 addresses and
@@ -530,6 +659,30 @@ impl Vswitches {
         }
     }
 
+    /// Takes the /80s a call asks of `id` (a count draws its seed from
+    /// `rng` first).
+    pub(crate) fn take_v6_prefixes(
+        &mut self,
+        rng: &mut Rng,
+        id: &str,
+        req: &Asked,
+    ) -> Result<Vec<Ipv6Addr>, ApiError> {
+        match req {
+            Asked::Count(n) => {
+                let seed = rng.next_u64();
+                self.or_404(id)?.take_v6_prefixes(seed, *n)
+            }
+            Asked::List(l) => self.or_404(id)?.take_specific_v6_prefixes(l),
+        }
+    }
+
+    /// Gives /80s back to `id` (an unknown vswitch takes nothing back).
+    pub(crate) fn give_v6_prefixes(&mut self, id: &str, bases: &[Ipv6Addr]) {
+        if let Some(v) = self.get_mut(id) {
+            v.give_v6_prefixes(bases);
+        }
+    }
+
     /// Gives addresses, IPv6 addresses and /28s back to `id` (an unknown
     /// vswitch takes nothing back).
     pub(crate) fn give(
@@ -658,5 +811,75 @@ mod tests {
         assert_eq!(v.taken().0.len(), 0);
         v.mark_taken(&a, &b, &p);
         assert_eq!(v.taken(), before);
+    }
+
+    #[test]
+    fn v6_prefixes_are_80s_of_the_block_apart_from_single_addresses() {
+        let mut s = one(None);
+        let v = s.or_404("vsw-a").unwrap();
+        // A /64 holds 65536 /80s; the first two are the singles'.
+        assert_eq!(v.free_v6_prefixes(), 65534);
+        let free4 = v.free();
+        let singles = v.take_v6(7, 50).unwrap();
+        let got = v.take_v6_prefixes(7, 3).unwrap();
+        assert_eq!(v.free_v6_prefixes(), 65531);
+        assert_eq!(
+            v.free(),
+            free4,
+            "a /80 is not counted in the IPv4 free count"
+        );
+        let net = u128::from(
+            "2408:4005:300:ab00::"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap(),
+        );
+        for p in &got {
+            let host = u128::from(*p) - net;
+            assert_eq!(host & ((1 << 48) - 1), 0, "{p} is /80-aligned");
+            assert!(host >> 48 >= 2, "{p} is past the singles' /80s");
+            assert!(singles
+                .iter()
+                .all(|a| u128::from(*a) >> 48 != u128::from(*p) >> 48));
+        }
+        // Named: inside the block, aligned, free, past the singles'.
+        let code = |r: Result<Vec<std::net::Ipv6Addr>, super::ApiError>| r.unwrap_err().code;
+        let w = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            code(v.take_specific_v6_prefixes(&w(&["2408:4005:300:ab00::/80"]))),
+            "InvalidVSwitchId.IpInvalid"
+        );
+        assert_eq!(
+            code(v.take_specific_v6_prefixes(&w(&["2408:4005:300:ab00:9:1::/80"]))),
+            "InvalidVSwitchId.IpInvalid"
+        );
+        let taken = format!("{}/80", got[0]);
+        assert_eq!(
+            code(v.take_specific_v6_prefixes(&w(&[taken.as_str()]))),
+            "InvalidIp.IpAssigned"
+        );
+        assert_eq!(
+            v.take_specific_v6_prefixes(&w(&["2408:4005:300:ab00:9::/80"]))
+                .unwrap()
+                .len(),
+            1
+        );
+        // Given back once; no room is the API's answer for it.
+        v.give_v6_prefixes(&got);
+        assert_eq!(v.free_v6_prefixes(), 65533);
+        v.set_v6_prefix_cap(Some(0));
+        assert_eq!(
+            code(v.take_v6_prefixes(1, 1)),
+            "InvalidVSwitchId.IpNotEnough"
+        );
+        v.set_v6_prefix_cap(None);
+        // No IPv6 block: refused.
+        let v4 = Net4::parse("10.0.1.0/24").unwrap();
+        let mut s4 = Vswitches::new("z", &[("vsw-b".into(), v4, None, None)]).unwrap();
+        let b = s4.or_404("vsw-b").unwrap();
+        assert_eq!(b.free_v6_prefixes(), 0);
+        assert_eq!(
+            code(b.take_v6_prefixes(1, 1)),
+            "InvalidVSwitch.Ipv6NotTurnOn"
+        );
     }
 }
