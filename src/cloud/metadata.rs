@@ -351,7 +351,14 @@ impl MetadataApi for MetadataClient {
             Some(b) => bracket_list(&b).map_err(|w| decode_err(&p("ipv6s"), w))?,
             None => Vec::new(),
         };
-        let (ipv6_gateway, vswitch_ipv6_cidr) = if ipv6s.is_empty() {
+        // The vswitch's IPv6 facts, read when the ENI has IPv6: single
+        // addresses, or only an IPv6 prefix (/80), whose addresses eniipd
+        // hands out and the pods route through the same gateway.
+        let has_v6 = !ipv6s.is_empty()
+            || self
+                .get(&p("ipv6-prefixes"))?
+                .is_some_and(|b| !b.trim().is_empty());
+        let (ipv6_gateway, vswitch_ipv6_cidr) = if !has_v6 {
             (None, None)
         } else {
             (

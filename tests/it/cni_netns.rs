@@ -490,6 +490,49 @@ fn dual_stack_routes_ipv6_out_the_right_eni_and_leaves_nothing_behind() {
     assert!(!rules.contains("2048"), "{rules}");
 }
 
+/// Dual stack with IPv6 /80s (issue 32): a pod's IPv6 is carved from its
+/// ENI's /80 by eniipd, never assigned on its own, and the datapath
+/// wires it as any /128: it reaches the VPC over its own ENI only, and
+/// DEL leaves nothing.
+#[test]
+fn an_ipv6_carved_from_an_enis_80_works_through_the_datapath() {
+    if !can_run("cni dual stack with /80s", &["busybox", "ip6tables"]) {
+        return;
+    }
+    let w = World::start_dual(LARGE, json!({"ip_prefix": true}));
+    let conf = w.conf("1.1.0", json!({}));
+    let ctrs: Vec<Ctr> = (0..3).map(|i| Ctr::new(&w, i)).collect();
+    let adds: Vec<_> = ctrs
+        .iter()
+        .map(|c| w.cni("ADD", Some(c), &conf).expect_ok("ADD with /80s"))
+        .collect();
+    for (c, add) in ctrs.iter().zip(&adds) {
+        let ip6 = add.ip6();
+        let owner = format!("{}/{}", w.network, c.id);
+        let show = w.daemon().ok(&format!("show {owner}"));
+        let prefix = show
+            .split_whitespace()
+            .find_map(|x| x.strip_prefix("ipv6prefix="))
+            .unwrap_or_else(|| panic!("no ipv6prefix= (not carved from a /80): {show}"));
+        let p: eniipd::core::Ipv6Prefix = prefix.parse().unwrap();
+        assert!(p.contains(ip6.parse().unwrap()), "{ip6} outside {prefix}");
+        assert!(
+            eventually(Duration::from_secs(10), || c.ping6(GATEWAY6)),
+            "ping6 {GATEWAY6} from {ip6} (carved from {prefix})\n{}",
+            w.diag()
+        );
+        assert!(c.ping(GATEWAY), "ping {GATEWAY} from {}", add.ip());
+    }
+    for (c, add) in ctrs.iter().zip(&adds) {
+        w.cni("DEL", Some(c), &with_prev(&conf, &add.json))
+            .expect_ok("DEL with /80s");
+    }
+    assert!(w.inuse().is_empty(), "{:?}", w.inuse());
+    let rules = w.node_ip(&["-6", "rule"]);
+    assert!(!rules.contains("2048"), "{rules}");
+    w.assert_no_host_end();
+}
+
 /// eniipd as a later version may answer: every `OK` text that carries
 /// fields gets ones this version does not know, before, between and
 /// after its own.

@@ -7,8 +7,9 @@
 //! gateway on its `lo` (its IPv6 gateway on every ENI's end, so it
 //! answers neighbour solicitations there), and for every address and
 //! prefix on an ENI a route over that ENI's end with permanent neighbour
-//! entries (address -> the ENI's MAC), so the VPC answers an address only
-//! over its own ENI; strict `rp_filter` and no forwarding there drop a
+//! entries (address -> the ENI's MAC; an IPv6 /80 through one link-local
+//! next hop whose entry is the ENI's MAC), so the VPC answers an address
+//! only over its own ENI; strict `rp_filter` and no forwarding there drop a
 //! packet that comes over the wrong ENI. A detached ENI's pair goes.
 //!
 //! Strict `rp_filter` also drops an ARP request whose sender address the
@@ -55,7 +56,7 @@ use serde_json::Value;
 
 use crate::cni::netlink::{format_mac, is_missing, Netlink, Route, MAIN_TABLE};
 use crate::cni::netns;
-use steps::{addresses, plan, Plugged, Slot, Step, Wanted};
+use steps::{addresses, next_hop, plan, Plugged, Slot, Step, Wanted};
 
 /// The links' MTU (an ENI's).
 const MTU: u32 = 1500;
@@ -407,21 +408,23 @@ impl Actor {
             }
             Step::Gateway6 { id, gw } => {
                 let index = self.index(id)?;
-                let knob = format!(
-                    "/proc/sys/net/ipv6/conf/{}/disable_ipv6",
-                    self.vpc_name(self.slot(id)?.n)
-                );
-                netns::run_in(&self.vpc_file, move || std::fs::write(knob, "0"))?;
+                self.enable_ipv6_on_vpc_end(id)?;
                 self.vpc.add_addr(index, IpAddr::V6(*gw), 128)?;
                 self.have.gateways6.insert((id.clone(), *gw));
             }
             Step::Route { id, mac, net } => {
                 let index = self.index(id)?;
-                self.vpc
-                    .replace_route(MAIN_TABLE, *net, None, index, false)?;
+                // An IPv6 prefix goes through a link-local next hop on the
+                // ENI's VPC end (steps::next_hop), taken on-link.
+                let hop = next_hop(*net);
+                if hop.is_some() {
+                    self.enable_ipv6_on_vpc_end(id)?;
+                }
                 for ip in addresses(*net) {
                     self.vpc.replace_neigh(index, ip, mac)?;
                 }
+                self.vpc
+                    .replace_route(MAIN_TABLE, *net, hop, index, hop.is_some())?;
                 self.have.routes.insert(*net, id.clone());
             }
             Step::Unroute { id, net } => {
@@ -429,7 +432,7 @@ impl Actor {
                 self.vpc.del_route(&Route {
                     table: MAIN_TABLE,
                     dst: *net,
-                    gateway: None,
+                    gateway: next_hop(*net),
                     oif: Some(index),
                 })?;
                 self.have.routes.remove(net);
@@ -451,6 +454,15 @@ impl Actor {
             }
         }
         Ok(())
+    }
+
+    /// IPv6 on an ENI's VPC end (a new link may come with it off).
+    fn enable_ipv6_on_vpc_end(&self, id: &str) -> io::Result<()> {
+        let knob = format!(
+            "/proc/sys/net/ipv6/conf/{}/disable_ipv6",
+            self.vpc_name(self.slot(id)?.n)
+        );
+        netns::run_in(&self.vpc_file, move || std::fs::write(knob, "0"))
     }
 
     fn slot(&self, id: &str) -> io::Result<&Slot> {

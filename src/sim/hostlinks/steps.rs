@@ -86,11 +86,21 @@ impl Wanted {
                     let l: u8 = l.parse().ok().filter(|l| (24..=32).contains(l))?;
                     Some((IpAddr::V4(a), l))
                 });
+            let prefixes6 = e["ipv6_prefixes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| {
+                    let (a, l) = p.as_str()?.split_once('/')?;
+                    let a: Ipv6Addr = a.parse().ok()?;
+                    let l: u8 = l.parse().ok().filter(|l| (64..128).contains(l))?;
+                    Some((IpAddr::V6(a), l))
+                });
             w.enis.insert(
                 id.to_string(),
                 WantedEni {
                     mac,
-                    nets: addrs.chain(prefixes).collect(),
+                    nets: addrs.chain(prefixes).chain(prefixes6).collect(),
                 },
             );
         }
@@ -246,8 +256,25 @@ pub(crate) fn plan(have: &Plugged, want: &Wanted) -> Vec<Step> {
     steps
 }
 
-/// The addresses of a destination that get neighbour entries (every
-/// address of an IPv4 prefix; a prefix is at most a /24 here).
+/// The next hop of an IPv6 prefix's route in the VPC (a /80 has far too
+/// many addresses for a neighbour entry each): link-local, on the ENI's
+/// VPC end only, its neighbour entry the ENI's MAC, so a packet for any
+/// address of the prefix leaves for that ENI as one for a single address
+/// does. Nothing on the node owns it; the node takes the frame by its MAC.
+pub(crate) const PREFIX6_NEXT_HOP: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0xe);
+
+/// The next hop of a destination's route in the VPC: [`PREFIX6_NEXT_HOP`]
+/// for an IPv6 prefix, none (the destination itself) for the rest.
+pub(crate) fn next_hop(net: Net) -> Option<IpAddr> {
+    match net {
+        (IpAddr::V6(_), len) if len < 128 => Some(IpAddr::V6(PREFIX6_NEXT_HOP)),
+        _ => None,
+    }
+}
+
+/// The addresses of a destination that get neighbour entries: every
+/// address of an IPv4 prefix (at most a /24 here), the next hop of an
+/// IPv6 prefix, else the address itself.
 pub(crate) fn addresses(net: Net) -> Vec<IpAddr> {
     match net {
         (IpAddr::V4(a), len) if len < 32 => {
@@ -256,7 +283,7 @@ pub(crate) fn addresses(net: Net) -> Vec<IpAddr> {
                 .map(|i| IpAddr::V4(Ipv4Addr::from(base + i)))
                 .collect()
         }
-        (ip, _) => vec![ip],
+        _ => next_hop(net).map_or_else(|| vec![net.0], |h| vec![h]),
     }
 }
 
@@ -296,6 +323,7 @@ mod tests {
         let mut prefixed = eni("eni-a", MAC_A, "InUse", "i-1", &["192.168.0.4"]);
         prefixed["ipv6s"] = json!(["2408::5"]);
         prefixed["ipv4_prefixes"] = json!(["192.168.1.16/28", "bad", "192.168.2.0/8"]);
+        prefixed["ipv6_prefixes"] = json!(["2408::7:0:0:0/80", "2408::/8", "2408::9"]);
         let w = Wanted::from_state(
             &state(json!([
                 primary,
@@ -315,7 +343,8 @@ mod tests {
             [
                 (ip("192.168.0.4"), 32),
                 (ip("192.168.1.16"), 28),
-                (ip("2408::5"), 128)
+                (ip("2408::5"), 128),
+                (ip("2408::7:0:0:0"), 80)
             ]
         );
         assert_eq!(w.gateways4.len(), 2);
@@ -449,5 +478,13 @@ mod tests {
         assert_eq!(a[0], ip("192.168.1.16"));
         assert_eq!(a[15], ip("192.168.1.31"));
         assert_eq!(addresses((ip("2408::5"), 128)), [ip("2408::5")]);
+        assert_eq!(next_hop((ip("2408::5"), 128)), None);
+    }
+
+    #[test]
+    fn an_ipv6_prefix_is_routed_through_one_link_local_next_hop() {
+        let net = (ip("2408::7:0:0:0"), 80);
+        assert_eq!(next_hop(net), Some(IpAddr::V6(PREFIX6_NEXT_HOP)));
+        assert_eq!(addresses(net), [IpAddr::V6(PREFIX6_NEXT_HOP)]);
     }
 }
