@@ -212,6 +212,7 @@ fn floors(work: &Path) -> (f64, f64, usize) {
             eni: "eni-bp1abcdefghijklmnopq".into(),
             at_ms: 1_700_000_000_000,
             attach: None,
+            asked: Default::default(),
         }));
     }
     let size = serde_json::to_vec_pretty(&state)

@@ -43,7 +43,7 @@ use log::warn;
 use crate::cloud::{CloudApi, CloudError, CloudErrorKind};
 use crate::config::VSwitchPolicy;
 use crate::core::{AllocError, Answer, Commands, ErrCode};
-use crate::pool::PoolState;
+use crate::pool::{HoldTimes, PoolState};
 use crate::store::{Record, StoreError};
 use crate::util::sem::Semaphore;
 use crate::util::thread::join_until;
@@ -100,6 +100,8 @@ pub(crate) struct AllocatorOptions {
     pub(crate) pool_check_interval: Duration,
     /// Reservation for the last owner after release.
     pub(crate) ip_stick_time: Duration,
+    /// The longest reservation an owner may ask for itself.
+    pub(crate) max_ip_stick_time: Duration,
     /// Cool-down from other owners after release.
     pub(crate) ip_cooldown: Duration,
     /// How long an exhausted vswitch is skipped (10 min).
@@ -151,6 +153,7 @@ impl AllocatorOptions {
             alloc_timeout: cfg.alloc_timeout,
             pool_check_interval: cfg.pool_check_interval,
             ip_stick_time: cfg.ip_stick_time,
+            max_ip_stick_time: cfg.max_ip_stick_time,
             ip_cooldown: cfg.ip_cooldown,
             inhibit: Duration::from_secs(600),
             metadata_wait: Duration::from_secs(10),
@@ -159,6 +162,15 @@ impl AllocatorOptions {
             sweep_min_age: Duration::from_secs(300),
             config_view: cfg.effective(),
             first_reconcile: None,
+        }
+    }
+
+    /// How long a released address is kept (see [`HoldTimes`]).
+    pub(crate) fn hold_times(&self) -> HoldTimes {
+        HoldTimes {
+            stick_ms: self.ip_stick_time.as_millis() as u64,
+            max_stick_ms: self.max_ip_stick_time.as_millis() as u64,
+            cool_ms: self.ip_cooldown.as_millis() as u64,
         }
     }
 }

@@ -13,7 +13,8 @@ use super::{Allocator, AllocatorOptions};
 use crate::cloud::{CloudApi, EniStatus, TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY};
 use crate::config::RawConfig;
 use crate::core::{
-    AllocError, Allocation, Answer, Command, EniEntry, ErrCode, Owner, SandboxId, StatusCounts,
+    AllocError, Allocation, Answer, Command, EniEntry, ErrCode, Intent, Owner, SandboxId,
+    StatusCounts,
 };
 use crate::pool::choose::pick;
 use crate::pool::PoolState;
@@ -32,6 +33,12 @@ trait Verbs {
         owner: &Owner,
         sandbox: Option<&SandboxId>,
     ) -> Result<Option<std::net::IpAddr>, AllocError>;
+    fn alloc_asking(
+        &self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+        intent: Intent,
+    ) -> Result<Allocation, AllocError>;
     fn show(&self, owner: &Owner) -> Result<Allocation, AllocError>;
     fn status(&self) -> Result<StatusCounts, AllocError>;
     fn enis(&self) -> Result<Vec<EniEntry>, AllocError>;
@@ -45,18 +52,15 @@ impl Verbs for Allocator {
         sandbox: Option<&SandboxId>,
         prefer: Option<std::net::IpAddr>,
     ) -> Result<Allocation, AllocError> {
-        match self.ask(Command::Alloc {
-            owner: owner.clone(),
-            sandbox: sandbox.cloned(),
-            prefer,
-            attach: None,
-        })? {
-            Answer::Allocation(a, eni) => {
-                assert_eq!(eni.eni, a.eni, "alloc answers the allocation's ENI");
-                Ok(a)
-            }
-            other => panic!("alloc answered {other:?}"),
-        }
+        self.ask_alloc(owner, sandbox, prefer, Intent::default())
+    }
+    fn alloc_asking(
+        &self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+        intent: Intent,
+    ) -> Result<Allocation, AllocError> {
+        self.ask_alloc(owner, sandbox, None, intent)
     }
     fn release(
         &self,
@@ -77,7 +81,7 @@ impl Verbs for Allocator {
         })? {
             Answer::Allocation(a, eni) => {
                 assert_eq!(eni.eni, a.eni, "show answers the allocation's ENI");
-                Ok(a)
+                Ok(*a)
             }
             other => panic!("show answered {other:?}"),
         }
@@ -98,6 +102,30 @@ impl Verbs for Allocator {
         match self.ask(Command::Audit)? {
             Answer::Audit(d) => Ok(d),
             other => panic!("audit answered {other:?}"),
+        }
+    }
+}
+
+impl Allocator {
+    fn ask_alloc(
+        &self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+        prefer: Option<std::net::IpAddr>,
+        intent: Intent,
+    ) -> Result<Allocation, AllocError> {
+        match self.ask(Command::Alloc {
+            owner: owner.clone(),
+            sandbox: sandbox.cloned(),
+            prefer,
+            attach: None,
+            intent,
+        })? {
+            Answer::Allocation(a, eni) => {
+                assert_eq!(eni.eni, a.eni, "alloc answers the allocation's ENI");
+                Ok(*a)
+            }
+            other => panic!("alloc answered {other:?}"),
         }
     }
 }
@@ -645,6 +673,7 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
                 eni: "eni-kept".into(),
                 at_ms: 1,
                 attach: None,
+                asked: Default::default(),
             },
         );
     }
@@ -678,7 +707,7 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
     )
     .unwrap();
     assert_eq!(crate::pool::views::counts(&r.pool).reserved, 2);
-    assert_eq!(pick(&r.pool, &owner("new"), None), None);
+    assert_eq!(pick(&r.pool, &owner("new"), None, None), None);
     // The recovered pool serves.
     let (a, _j) = start_with(
         &fake,
@@ -715,6 +744,7 @@ fn recovery_keeps_a_detached_eni_the_state_files_name_and_its_owners() {
             eni: "eni-away".into(),
             at_ms: 1,
             attach: None,
+            asked: Default::default(),
         },
     );
     let r = recover(&*fake, INSTANCE, "", false, &persisted, None).unwrap();
@@ -735,7 +765,7 @@ fn recovery_keeps_a_detached_eni_the_state_files_name_and_its_owners() {
         1,
         "its idle address left"
     );
-    let new = pick(&r.pool, &owner("new"), None);
+    let new = pick(&r.pool, &owner("new"), None, None);
     assert_ne!(new, Some(held.v4()));
     r.pool.check().unwrap();
 }
@@ -758,6 +788,7 @@ fn a_restart_from_the_state_files_serves_owners_at_once_and_nothing_new_before_t
         eni: eni.into(),
         at_ms: 1,
         attach: None,
+        asked: Default::default(),
     };
     persisted
         .allocations
@@ -833,6 +864,7 @@ fn a_restart_from_the_state_files_knows_the_80s_its_owners_ipv6_were_carved_from
             eni: "eni-kept".into(),
             at_ms: 1,
             attach: None,
+            asked: Default::default(),
         },
     );
     let Provisional::Ready(r) = provisional(fake.metadata(), true, &persisted).unwrap() else {
@@ -872,5 +904,285 @@ fn audit_reports_a_leak_and_an_unknown_address() {
             .any(|d| d.contains(&eni.id) && d.contains("missing from metadata")),
         "{diffs:?}"
     );
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+/// Options on both of the fake's vswitches (vsw-a first).
+fn options_ab(fake: &FakeCloud, json: &str) -> AllocatorOptions {
+    let mut o = options(fake, json);
+    o.vswitches = vec!["vsw-a".into(), "vsw-b".into()];
+    o.vswitch_policy = crate::config::VSwitchPolicy::Ordered;
+    o
+}
+
+fn on(vswitch: &str) -> Intent {
+    Intent {
+        vswitch: Some(vswitch.into()),
+        ..Intent::default()
+    }
+}
+
+/// The vswitch of the fake ENI holding `ip`.
+fn vswitch_of(fake: &FakeCloud, ip: Ipv4Addr) -> String {
+    fake.enis()
+        .into_iter()
+        .find(|e| e.v4.contains(&ip))
+        .map(|e| e.vswitch)
+        .unwrap_or_default()
+}
+
+#[test]
+fn an_alloc_that_asks_a_vswitch_gets_its_address_there() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, journal) = start(&fake, options_ab(&fake, r#"{"max_pool_size": 20}"#));
+    // An ENI on vsw-a with room is there; the pod's vswitch has none, so
+    // one is created there.
+    let plain = a.alloc(&owner("ns/plain"), None, None).unwrap();
+    assert_eq!(vswitch_of(&fake, plain.ip), "vsw-a");
+    let pinned = a
+        .alloc_asking(&owner("ns/pinned"), None, on("vsw-b"))
+        .unwrap();
+    assert_eq!(vswitch_of(&fake, pinned.ip), "vsw-b");
+    assert_eq!(pinned.intent.vswitch.as_deref(), Some("vsw-b"));
+    assert_eq!(
+        journal.state.lock().allocations["ns/pinned"]
+            .asked
+            .vswitch
+            .as_deref(),
+        Some("vsw-b"),
+        "recorded"
+    );
+    // Asked again: the same; asked on the other vswitch: refused, named.
+    assert_eq!(
+        a.alloc_asking(&owner("ns/pinned"), None, on("vsw-b"))
+            .unwrap()
+            .ip,
+        pinned.ip
+    );
+    assert_eq!(
+        a.alloc(&owner("ns/pinned"), None, None).unwrap().ip,
+        pinned.ip
+    );
+    let e = a
+        .alloc_asking(&owner("ns/pinned"), None, on("vsw-a"))
+        .unwrap_err();
+    assert_eq!(e.code, ErrCode::BadRequest);
+    assert!(
+        e.message.starts_with("vswitch=vsw-a: ns/pinned holds"),
+        "{e}"
+    );
+    // A burst of both kinds: each pinned one on its vswitch.
+    let got: Vec<(String, Ipv4Addr)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..12)
+            .map(|i| {
+                let a = &a;
+                s.spawn(move || {
+                    let v = ["vsw-a", "vsw-b", ""][i % 3];
+                    let intent = if v.is_empty() {
+                        Intent::default()
+                    } else {
+                        on(v)
+                    };
+                    let got = a.alloc_asking(&owner(&format!("burst/{i}")), None, intent);
+                    (v.to_string(), got.unwrap().ip)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (v, ip) in &got {
+        if !v.is_empty() {
+            assert_eq!(&vswitch_of(&fake, *ip), v, "{ip}");
+        }
+    }
+    let ips: BTreeSet<Ipv4Addr> = got.iter().map(|(_, ip)| *ip).collect();
+    assert_eq!(ips.len(), 12);
+    assert_no_double_hand(&journal);
+    // Every ticket ends (one asked for a waiter that another address
+    // served ends with its call).
+    assert!(eventually(Duration::from_secs(5), || a
+        .status()
+        .unwrap()
+        .pending
+        == 0));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+#[test]
+fn a_vswitch_that_is_not_the_nodes_is_refused_and_changes_nothing() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, journal) = start(&fake, options(&fake, "{}"));
+    let e = a
+        .alloc_asking(&owner("ns/p"), None, on("vsw-b"))
+        .unwrap_err();
+    assert_eq!(e.code, ErrCode::BadRequest);
+    assert!(
+        e.message
+            .starts_with("vswitch=vsw-b is not one of this node's vswitches (vsw-a;"),
+        "{e}"
+    );
+    let too_long = Intent {
+        stick_s: Some(3601),
+        ..Intent::default()
+    };
+    let e = a.alloc_asking(&owner("ns/p"), None, too_long).unwrap_err();
+    assert_eq!(e.code, ErrCode::BadRequest);
+    assert!(e.message.contains("max_ip_stick_time 3600 s"), "{e}");
+    assert_eq!(a.show(&owner("ns/p")).unwrap_err().code, ErrCode::NotFound);
+    assert!(journal.state.lock().allocations.is_empty());
+    assert_eq!(fake.calls("CreateNetworkInterface"), 0);
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+#[test]
+fn a_vswitch_out_of_addresses_is_named_and_others_still_serve() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    fake.set_free("vsw-b", 0);
+    let (a, _journal) = start(&fake, options_ab(&fake, "{}"));
+    let e = a
+        .alloc_asking(&owner("ns/pinned"), None, on("vsw-b"))
+        .unwrap_err();
+    assert_eq!(e.code, ErrCode::Exhausted, "{e}");
+    assert!(e.to_string().contains("vsw-b"), "{e}");
+    // Inhibited now: the next one is refused at once, naming it.
+    let e = a
+        .alloc_asking(&owner("ns/pinned"), None, on("vsw-b"))
+        .unwrap_err();
+    assert_eq!(e.code, ErrCode::Exhausted, "{e}");
+    assert!(
+        e.message
+            .starts_with("the vswitch asked, vsw-b, has no free addresses"),
+        "{e}"
+    );
+    let plain = a.alloc(&owner("ns/plain"), None, None).unwrap();
+    assert_eq!(vswitch_of(&fake, plain.ip), "vsw-a");
+    assert_eq!(a.status().unwrap().pending, 0);
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+#[test]
+fn a_pod_asking_a_vswitch_where_no_eni_can_be_made_is_exhausted_naming_it() {
+    // One usable ENI (two in all, the primary included), on vsw-a.
+    let fake = FakeCloud::new(2, 15, 1000);
+    let (a, _journal) = start(&fake, options_ab(&fake, "{}"));
+    a.alloc(&owner("ns/plain"), None, None).unwrap();
+    let e = a
+        .alloc_asking(&owner("ns/pinned"), None, on("vsw-b"))
+        .unwrap_err();
+    assert_eq!(e.code, ErrCode::Exhausted, "{e}");
+    assert!(
+        e.message
+            .starts_with("capacity reached for the vswitch asked, vsw-b:"),
+        "{e}"
+    );
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+#[test]
+fn an_owners_own_stick_time_keeps_its_address_across_a_restart() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    // The node keeps nothing for a released owner; the pod asks 10 min.
+    let (a, journal) = start(&fake, options(&fake, r#"{"min_pool_size": 3}"#));
+    let sticky = Intent {
+        stick_s: Some(600),
+        ..Intent::default()
+    };
+    let web0 = a
+        .alloc_asking(&owner("sts/web-0"), None, sticky.clone())
+        .unwrap()
+        .ip;
+    let web1 = a
+        .alloc_asking(&owner("sts/web-1"), None, sticky.clone())
+        .unwrap()
+        .ip;
+    let plain = a.alloc(&owner("rs/plain"), None, None).unwrap().ip;
+    a.release(&owner("sts/web-0"), None).unwrap();
+    a.release(&owner("rs/plain"), None).unwrap();
+    {
+        let st = journal.state.lock();
+        let hold = &st.holds[&web0];
+        assert!(hold.reserved_until_ms > crate::util::time::unix_ms() + 590_000);
+        assert!(!st.holds.contains_key(&plain), "the node keeps nothing");
+        assert_eq!(st.allocations["sts/web-1"].asked.stick_s, Some(600));
+    }
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+
+    // A restart: web-0's reservation holds, web-1's stick time applies to
+    // its release.
+    let persisted = journal.state.lock().clone();
+    let r = recover(&*fake, INSTANCE, "", false, &persisted, None).unwrap();
+    let (b, journal) = start_with(&fake, options(&fake, r#"{"min_pool_size": 3}"#), r.pool);
+    for i in 0..4 {
+        let got = b.alloc(&owner(&format!("new-{i}")), None, None).unwrap().ip;
+        assert_ne!(got, web0, "reserved for sts/web-0");
+    }
+    b.release(&owner("sts/web-1"), None).unwrap();
+    assert!(journal.state.lock().holds.contains_key(&web1));
+    assert_eq!(
+        b.alloc_asking(&owner("sts/web-0"), None, sticky.clone())
+            .unwrap()
+            .ip,
+        web0
+    );
+    assert_eq!(b.alloc(&owner("sts/web-1"), None, None).unwrap().ip, web1);
+    b.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+#[test]
+fn an_owner_re_created_on_another_vswitch_keeps_one_reservation_on_disk_too() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, journal) = start(&fake, options_ab(&fake, "{}"));
+    let asks = |v: &str| Intent {
+        vswitch: Some(v.into()),
+        stick_s: Some(600),
+        ..Intent::default()
+    };
+    let db = owner("sts/db-0");
+    let first = a.alloc_asking(&db, None, asks("vsw-a")).unwrap().ip;
+    a.release(&db, None).unwrap();
+    // Re-created asking the other vswitch: a new address there; released
+    // again, its newest reservation is the one kept, in memory and on disk.
+    let second = a.alloc_asking(&db, None, asks("vsw-b")).unwrap().ip;
+    assert_eq!(vswitch_of(&fake, second), "vsw-b");
+    a.release(&db, None).unwrap();
+    let persisted = journal.state.lock().clone();
+    let kept: Vec<Ipv4Addr> = persisted
+        .holds
+        .values()
+        .filter(|h| h.last_owner.as_deref() == Some(db.as_str()))
+        .map(|h| h.ipv4)
+        .collect();
+    assert_eq!(kept, vec![second], "{first} no longer kept");
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+    // A restart keeps the newest one for it.
+    let r = recover(&*fake, INSTANCE, "", false, &persisted, None).unwrap();
+    let (b, _journal) = start_with(&fake, options_ab(&fake, "{}"), r.pool);
+    assert_eq!(b.alloc_asking(&db, None, asks("vsw-b")).unwrap().ip, second);
+    b.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+#[test]
+fn an_ipv4_only_owner_on_a_dual_node_gets_no_ipv6() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, journal) = start(&fake, options(&fake, r#"{"ip_stack": "dual"}"#));
+    let only4 = Intent {
+        ipv4_only: true,
+        ..Intent::default()
+    };
+    let got = a
+        .alloc_asking(&owner("ns/v4"), None, only4.clone())
+        .unwrap();
+    assert_eq!(got.owner_ipv6(), None);
+    let pair = got.ipv6.expect("its pair stays with it");
+    assert_eq!(a.show(&owner("ns/v4")).unwrap().owner_ipv6(), None);
+    let both = a.alloc(&owner("ns/both"), None, None).unwrap();
+    assert!(both.owner_ipv6().is_some());
+    assert_ne!(both.ipv6, Some(pair));
+    // Asked again IPv4 only, or with nothing: the same; IPv4 only for the
+    // owner of a pair: refused.
+    assert_eq!(a.alloc(&owner("ns/v4"), None, None).unwrap(), got);
+    let e = a.alloc_asking(&owner("ns/both"), None, only4).unwrap_err();
+    assert!(e.message.starts_with("ip-stack=ipv4: ns/both holds"), "{e}");
+    assert_eq!(journal.state.lock().allocations["ns/v4"].ipv6, Some(pair));
     a.shutdown(Instant::now() + Duration::from_secs(5));
 }

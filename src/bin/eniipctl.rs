@@ -28,8 +28,8 @@ Options (before or after the command; `--` ends them):
   -V, --version   print eniipctl's version
   -h, --help      this text
 
-Commands: ping, version, help, alloc OWNER [sandbox=ID] [prefer=IP],
-release OWNER [sandbox=ID], show OWNER, list, status, enis, eni ID, audit,
+Commands: ping, version, help, alloc OWNER [sandbox=ID] [prefer=IP]
+[vswitch=ID] [ip-stick-time=S] [ip-stack=ipv4], release OWNER [sandbox=ID], show OWNER, list, status, enis, eni ID, audit,
 metrics, config, quit, and gc owner-prefix=P [KEEP-ID...]: eniipctl sends the
 keep-list in as many `keep` lines as it needs, then the `gc`. See
 eniipd-protocol(7).

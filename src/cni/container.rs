@@ -26,8 +26,9 @@ use super::spec::{
     code, CniError, CniResult, Env, Interface, IpConfig, NetConf, ResultRoute, POD_GATEWAY,
     POD_GATEWAY6,
 };
-use super::{datapath, datapath_error, lock, netlink, LINK_TIMEOUT};
+use super::{annotations, datapath, datapath_error, lock, netlink, LINK_TIMEOUT};
 use crate::core::EniInfo;
+use crate::protocol::intent_args;
 use crate::protocol::reply::{parse_allocation, parse_eni, parse_released, AllocReply, Reply};
 
 /// A reply of `verb` this plugin cannot read (error 100, the reply in the
@@ -86,12 +87,19 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             format!("CNI_NETNS {} does not exist", netns_path.display()),
         )
     })?;
+    // What the pod asks, checked before eniipd is; nothing asked writes
+    // no argument, so an eniipd older than the annotations serves it.
+    let intent = annotations::intent_of(conf.pod_annotations.as_ref())?;
+    let asks: String = intent_args(&intent)
+        .iter()
+        .map(|a| format!(" {a}"))
+        .collect();
     let _held = lock::lock(&conf.lock_dir, &owner, eniipd_client::ALLOC_DEADLINE)?;
     let (mut c, held_before, reply) = allocate(
         conf,
         &owner,
         &format!(
-            "alloc {owner} sandbox={sandbox}{}",
+            "alloc {owner} sandbox={sandbox}{}{asks}",
             attach_args(&netns_path, &host_veth)
         ),
     )?;
@@ -384,6 +392,61 @@ mod tests {
                 ]
             );
         }
+    }
+
+    #[test]
+    fn a_pods_annotations_travel_with_its_alloc_and_a_bad_one_asks_nothing() {
+        let Some(ns) = OtherNetns::new("an ADD with annotations") else {
+            return;
+        };
+        let annotated = |socket: &std::path::Path, annotations: serde_json::Value| {
+            let mut conf = conf_on(socket);
+            conf.pod_annotations = Some(annotations);
+            conf
+        };
+        let mut e = env("abc123");
+        e.netns = Some(ns.path.clone());
+        // An eniipd older than the annotations refuses the argument: the
+        // ADD fails naming the annotation (the pod is never served other
+        // than it asked), and nothing was taken.
+        let (socket, server) = fake_eniipd(&[
+            ("show", "ERR not-found"),
+            ("alloc", "ERR bad-request unexpected argument vswitch=vsw-b"),
+        ]);
+        let conf = annotated(
+            &socket,
+            json!({"eniipd/vswitch": "vsw-b", "eniipd/ip-stick-time": "600", "app": "db"}),
+        );
+        let err = add(&conf, &e).unwrap_err();
+        assert_eq!(err.code, code::DAEMON, "{err}");
+        assert!(
+            err.msg.starts_with(
+                "the pod's annotation eniipd/vswitch cannot be honoured: this eniipd is older"
+            ),
+            "{err}"
+        );
+        let seen = server.join().unwrap();
+        assert_eq!(
+            seen[1],
+            format!(
+                "alloc eni/abc123 sandbox=abc123 netns={} veth={} vswitch=vsw-b ip-stick-time=600",
+                ns.path.display(),
+                datapath::host_veth_name("abc123", "eth0")
+            )
+        );
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        // A bad value fails before eniipd is asked anything (here there
+        // is none to ask: asking would fail with error 11 at once).
+        let nowhere = test_dir("no-eniipd").join("eniipd.sock");
+        let mut conf = annotated(&nowhere, json!({"eniipd/ip-stack": "ipv6"}));
+        conf.daemon_wait = std::time::Duration::ZERO;
+        let err = add(&conf, &e).unwrap_err();
+        assert_eq!(err.code, code::INVALID_CONFIG, "{err}");
+        assert!(
+            err.msg
+                .starts_with("invalid pod annotation eniipd/ip-stack: \"ipv6\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -17,6 +17,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The capability a conflist declares for the runtime to pass a pod's
+/// annotations, and the `runtimeConfig` key they come in (read by
+/// [`super::annotations`]).
+pub(crate) const POD_ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
+
 /// The spec versions this plugin speaks, oldest first.
 pub(crate) const SUPPORTED_VERSIONS: [&str; 3] = ["0.4.0", "1.0.0", "1.1.0"];
 
@@ -240,6 +245,8 @@ struct RawConf {
     prev_result: Option<Value>,
     #[serde(rename = "cni.dev/valid-attachments")]
     valid_attachments: Option<Value>,
+    #[serde(rename = "runtimeConfig")]
+    runtime_config: Option<Value>,
 }
 
 /// One entry of `cni.dev/valid-attachments`.
@@ -272,6 +279,9 @@ pub(crate) struct NetConf {
     pub(crate) prev_result: Option<Value>,
     /// `cni.dev/valid-attachments` (GC).
     pub(crate) valid_attachments: Vec<Attachment>,
+    /// The pod's annotations, as the runtime passed them in
+    /// `runtimeConfig` (read by ADD only: [`super::annotations`]).
+    pub(crate) pod_annotations: Option<Value>,
 }
 
 /// Where the lock files live unless the config's `lockDir` says otherwise.
@@ -406,6 +416,13 @@ impl NetConf {
         if cmd == Command::Gc && raw.valid_attachments.is_none() {
             return Err(bad_config("cni.dev/valid-attachments", "is missing"));
         }
+        // Read liberally: a runtimeConfig that is not an object passes
+        // no annotations.
+        let pod_annotations = raw
+            .runtime_config
+            .as_ref()
+            .and_then(|rc| rc.get(POD_ANNOTATIONS))
+            .cloned();
         Ok(NetConf {
             cni_version,
             name,
@@ -416,6 +433,7 @@ impl NetConf {
             dns,
             prev_result,
             valid_attachments,
+            pod_annotations,
         })
     }
 }

@@ -6,6 +6,7 @@
 //! code and text in, a sentence out; eniipd's own text stays in the
 //! error's `details`.
 
+use super::annotations::{annotation_of, VSWITCH};
 use crate::protocol::reply::ErrReply;
 
 /// The words for `err` answered to `verb`.
@@ -33,6 +34,8 @@ pub(crate) fn explain(verb: &str, err: &ErrReply) -> String {
             "eniipd is starting and not ready yet: try again once it is".to_string()
         }
         "busy" => "eniipd is busy (too many requests in flight): try again".to_string(),
+        "bad-request" if verb == "alloc" => asked(text)
+            .unwrap_or_else(|| format!("eniipd refused {verb}: {err_code}: {text}")),
         "denied" => format!(
             "eniipd denied {verb}: this plugin's user is neither in allowed_uids nor in \
              socket_group"
@@ -40,6 +43,26 @@ pub(crate) fn explain(verb: &str, err: &ErrReply) -> String {
         _ if text.is_empty() => format!("eniipd refused {verb}: {err_code}"),
         _ => format!("eniipd refused {verb}: {err_code}: {text}"),
     }
+}
+
+/// An `alloc` refused for what the pod's annotations asked: eniipd's
+/// refusals of an ask begin `<argument>=<value>`, and one older than the
+/// annotations says `unexpected argument <argument>=<value>`.
+fn asked(text: &str) -> Option<String> {
+    let (old, said) = match text.strip_prefix("unexpected argument ") {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let arg = said.split_once('=')?.0;
+    let annotation = annotation_of(arg)?;
+    Some(if old {
+        format!(
+            "the pod's annotation {annotation} cannot be honoured: this eniipd is older than \
+             pod annotations ({text}); upgrade eniipd, or remove the annotation"
+        )
+    } else {
+        format!("eniipd refused the pod's annotation {annotation}: {text}")
+    })
 }
 
 /// The vswitch named in `text` (`vsw-...`), if any.
@@ -54,6 +77,13 @@ fn vswitches(text: &str) -> Vec<&str> {
 
 fn exhausted(text: &str) -> String {
     let vsw = vswitches(text);
+    if text.contains("the vswitch asked") {
+        return format!(
+            "no address on the vswitch the pod's annotation {VSWITCH} asks, {}: \
+             free addresses there, or let the pod ask another ({text})",
+            vsw.join(", ")
+        );
+    }
     if !vsw.is_empty() {
         return format!(
             "vswitch {} is out of addresses: free addresses there or add a vswitch to \
@@ -105,6 +135,44 @@ mod tests {
             explain("show", "ERR not-found"),
             "eniipd refused show: not-found"
         );
+        // What a pod's annotations asked, named.
+        let e = explain(
+            "alloc",
+            "ERR bad-request vswitch=vsw-zz is not one of this node's vswitches (vsw-a; eni.json's vswitches for its zone)",
+        );
+        assert!(
+            e.starts_with(
+                "eniipd refused the pod's annotation eniipd/vswitch: vswitch=vsw-zz is not one of"
+            ),
+            "{e}"
+        );
+        let e = explain("alloc", "ERR bad-request ip-stick-time=7200 is more than this node allows (max_ip_stick_time 3600 s)");
+        assert!(
+            e.contains("annotation eniipd/ip-stick-time: ip-stick-time=7200"),
+            "{e}"
+        );
+        let e = explain("alloc", "ERR bad-request unexpected argument ip-stack=ipv4");
+        assert!(
+            e.starts_with(
+                "the pod's annotation eniipd/ip-stack cannot be honoured: this eniipd is older"
+            ),
+            "{e}"
+        );
+        let e = explain("alloc", "ERR bad-request unexpected argument prefer=x");
+        assert_eq!(
+            e,
+            "eniipd refused alloc: bad-request: unexpected argument prefer=x"
+        );
+        for text in [
+            "the vswitch asked, vsw-b, has no free addresses (until 2026-12-04T03:00:00Z)",
+            "capacity reached for the vswitch asked, vsw-b: no ENI on it has room and no ENI can be created: 4 addresses on 1 of 2 ENIs (0 in use, 0 reserved, 0 cooling, 0 requested)",
+        ] {
+            let e = explain("alloc", &format!("ERR exhausted {text}"));
+            assert!(
+                e.starts_with("no address on the vswitch the pod's annotation eniipd/vswitch asks, vsw-b:"),
+                "{e}"
+            );
+        }
         let starting = explain(
             "ping",
             "ERR busy eniipd is starting (for 6 s) and answers once",

@@ -58,6 +58,7 @@ impl Config {
         );
         push("state_dir", self.state_dir.display().to_string());
         push("ip_stick_time", secs(self.ip_stick_time));
+        push("max_ip_stick_time", secs(self.max_ip_stick_time));
         push("ip_cooldown", secs(self.ip_cooldown));
         push("alloc_timeout", secs(self.alloc_timeout));
         let window = self.aggregation_window.as_millis();

@@ -60,6 +60,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "allowed_uids",
     "state_dir",
     "ip_stick_time",
+    "max_ip_stick_time",
     "ip_cooldown",
     "alloc_timeout",
     "aggregation_window_ms",

@@ -32,6 +32,10 @@ pub const DEFAULT_SOCKET_PATH: &str = "/run/eniipd/eniipd.sock";
 pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/eniipd";
 /// Default metadata endpoint.
 pub(crate) const DEFAULT_METADATA_ENDPOINT: &str = "http://100.100.100.200";
+/// Default `max_ip_stick_time` (s): an hour keeps a StatefulSet pod's
+/// address over a rolling update or a node drain, and bounds what pods
+/// with new names (a Job's) can keep out of the pool by asking.
+pub(crate) const DEFAULT_MAX_IP_STICK_TIME_S: u64 = 3_600;
 
 /// What a typed key's value must be, for errors.
 fn expected_shape(key: &str) -> &'static str {
@@ -95,6 +99,7 @@ pub struct RawConfig {
     pub(crate) allowed_uids: Option<Vec<Value>>,
     pub(crate) state_dir: Option<String>,
     pub(crate) ip_stick_time: Option<Value>,
+    pub(crate) max_ip_stick_time: Option<Value>,
     pub(crate) ip_cooldown: Option<Value>,
     pub(crate) alloc_timeout: Option<Value>,
     pub(crate) aggregation_window_ms: Option<Value>,
@@ -169,6 +174,9 @@ pub struct Config {
     pub(crate) state_dir: PathBuf,
     /// How long a released IP stays reserved for its last owner.
     pub(crate) ip_stick_time: Duration,
+    /// The longest stick time an owner may ask for itself (a pod's
+    /// `eniipd/ip-stick-time`, an `alloc`'s `ip-stick-time=`).
+    pub(crate) max_ip_stick_time: Duration,
     /// How long a released IP is kept from other owners.
     pub(crate) ip_cooldown: Duration,
     /// How long a cold alloc may wait.
@@ -381,6 +389,9 @@ mod tests {
         assert_eq!(c.vswitch_selection_policy, VSwitchPolicy::Random);
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET_PATH));
         assert_eq!(c.metadata_endpoint, DEFAULT_METADATA_ENDPOINT);
+        assert_eq!(c.max_ip_stick_time, Duration::from_secs(3600));
+        let c = parse(r#"{"max_ip_stick_time": 604800, "ip_stick_time": 0}"#).unwrap();
+        assert_eq!(c.max_ip_stick_time, Duration::from_secs(604_800));
     }
 
     #[test]
@@ -473,6 +484,12 @@ mod tests {
             (r#"{"min_pool_size": 1.5}"#, "min_pool_size", "1.5"),
             (r#"{"alloc_timeout": "60"}"#, "alloc_timeout", "\"60\""),
             (r#"{"ip_stack": "ipv6"}"#, "ip_stack", "\"ipv6\""),
+            (
+                r#"{"max_ip_stick_time": 604801}"#,
+                "max_ip_stick_time",
+                "604801",
+            ),
+            (r#"{"max_ip_stick_time": -1}"#, "max_ip_stick_time", "-1"),
             (
                 r#"{"vswitch_selection_policy": "best"}"#,
                 "vswitch_selection_policy",

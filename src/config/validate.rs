@@ -2,6 +2,7 @@
 //! the value and what is allowed.
 
 use super::*;
+use crate::core::MAX_STICK_S;
 
 fn invalid(key: &str, value: &Value, allowed: &str) -> ConfigError {
     ConfigError::Invalid {
@@ -118,7 +119,14 @@ impl RawConfig {
             socket_group: self.socket_group()?,
             allowed_uids: self.allowed_uids()?,
             state_dir: PathBuf::from(self.state_dir.as_deref().unwrap_or(DEFAULT_STATE_DIR)),
-            ip_stick_time: secs("ip_stick_time", &self.ip_stick_time, 0, 0, 7 * 86_400)?,
+            ip_stick_time: secs("ip_stick_time", &self.ip_stick_time, 0, 0, MAX_STICK_S)?,
+            max_ip_stick_time: secs(
+                "max_ip_stick_time",
+                &self.max_ip_stick_time,
+                DEFAULT_MAX_IP_STICK_TIME_S,
+                0,
+                MAX_STICK_S,
+            )?,
             ip_cooldown: secs("ip_cooldown", &self.ip_cooldown, 0, 0, 86_400)?,
             alloc_timeout: secs("alloc_timeout", &self.alloc_timeout, 60, 1, 3600)?,
             aggregation_window: Duration::from_millis(int_in(

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, RecvTimeoutError, SendTimeoutError, Sender};
 
 use super::{
-    AllocError, Allocation, Attachment, EniEntry, EniInfo, ErrCode, ListEntry, Owner, SandboxId,
-    StatusCounts,
+    AllocError, Allocation, Attachment, EniEntry, EniInfo, ErrCode, Intent, ListEntry, Owner,
+    SandboxId, StatusCounts,
 };
 
 /// What a client asks of the allocator.
@@ -32,6 +32,8 @@ pub enum Command {
         prefer: Option<IpAddr>,
         /// The sandbox's network, for the reaper (eniip-cni sends it).
         attach: Option<Attachment>,
+        /// What the owner asks beyond an address (a pod's annotations).
+        intent: Intent,
     },
     /// Give `owner`'s address back.
     Release {
@@ -104,7 +106,7 @@ impl Command {
 pub enum Answer {
     /// `Alloc`, `Show`: the allocation (durable for `Alloc`) and the ENI
     /// it is on (the IPv4 half: `alloc` answers no IPv6 gateway).
-    Allocation(Allocation, EniInfo),
+    Allocation(Box<Allocation>, EniInfo),
     /// `Release`: the address given back, if one was held (durable).
     Released(Option<IpAddr>),
     /// `List`.

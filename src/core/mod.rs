@@ -1,5 +1,6 @@
 //! The domain vocabulary every layer shares: who holds an address
-//! ([`Owner`], [`SandboxId`]), what was handed out ([`Allocation`]) and
+//! ([`Owner`], [`SandboxId`]), what an owner asks beyond an address
+//! ([`Intent`]), what was handed out ([`Allocation`]) and
 //! what is kept after a release ([`Hold`]), the views of the pool
 //! ([`StatusCounts`], [`ListEntry`], [`EniEntry`]), the one error the
 //! allocator answers with ([`AllocError`]) and the commands that reach it
@@ -25,6 +26,10 @@ pub use ipv6_prefix::Ipv6Prefix;
 
 /// Longest owner or sandbox id.
 pub(crate) const MAX_ID: usize = 255;
+
+/// The longest stick time there is (s): a week, for the node's
+/// `ip_stick_time` and for the most an owner may ask for itself.
+pub const MAX_STICK_S: u64 = 7 * 86_400;
 
 /// Tag key marking an ENI as created by eniipd (value [`TAG_CREATOR_VALUE`]).
 pub(crate) const TAG_CREATOR_KEY: &str = "creator";
@@ -234,8 +239,39 @@ impl fmt::Display for SandboxId {
     }
 }
 
+/// What an `alloc` asks for its owner beyond an address: a pod's
+/// annotations as eniip-cni passes them (SPEC section 6a). The default
+/// asks nothing, and is served exactly as an `alloc` without it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Intent {
+    /// The vswitch the address must be on (one of the node's configured
+    /// vswitches).
+    pub vswitch: Option<String>,
+    /// The owner's own `ip_stick_time` (seconds), instead of the node's.
+    pub stick_s: Option<u64>,
+    /// IPv4 only on a dual-stack node: the owner is answered no IPv6 (its
+    /// pair's IPv6 stays with the IPv4 in the pool, unused).
+    pub ipv4_only: bool,
+}
+
+/// `vswitch=ID`: the name an [`Intent`]'s vswitch goes by, in an `alloc`
+/// and in the allocator's refusals (which begin with it, so that a client
+/// can say which of its asks was refused).
+pub const ARG_VSWITCH: &str = "vswitch";
+/// `ip-stick-time=SECONDS`: an [`Intent`]'s own stick time.
+pub const ARG_STICK: &str = "ip-stick-time";
+/// `ip-stack=ipv4`: an [`Intent`]'s IPv4 only.
+pub const ARG_STACK: &str = "ip-stack";
+
+impl Intent {
+    /// True when it asks nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Intent::default()
+    }
+}
+
 /// An address handed to an owner: who holds it, for which sandbox, since
-/// when, and on which ENI. The pool hands these out, the journal makes
+/// when, on which ENI, and what it asked. The pool hands these out, the journal makes
 /// them durable (the store keeps its own record of one, converted at its
 /// edge), and `alloc` and `show` answer one with its ENI's [`EniInfo`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -257,6 +293,17 @@ pub struct Allocation {
     pub since_ms: u64,
     /// The sandbox's network, when eniip-cni named it (for the reaper).
     pub attach: Option<Attachment>,
+    /// What its `alloc` asked beyond an address (its stick time applies
+    /// at its release, `ipv4_only` to what it is answered).
+    pub intent: Intent,
+}
+
+impl Allocation {
+    /// The IPv6 address the owner is answered: its pair's, unless it asked
+    /// IPv4 only.
+    pub fn owner_ipv6(&self) -> Option<Ipv6Addr> {
+        self.ipv6.filter(|_| !self.intent.ipv4_only)
+    }
 }
 
 /// A released address kept for its last owner (until `reserved_until_ms`,

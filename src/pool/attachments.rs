@@ -127,7 +127,13 @@ mod tests {
             |at: &Attachments, owners: &Owners| at.current(&a, owners).map(|v| v.veth.clone());
         at.note(&a, Some(&x), Some(attachment("veth1")));
         assert_eq!(veth(&at, &owners), None, "a holds nothing yet");
-        assert!(owners.take(&a, Ipv4Addr::new(10, 0, 0, 1), Some(x.clone()), 7));
+        assert!(owners.take(
+            &a,
+            Ipv4Addr::new(10, 0, 0, 1),
+            Some(x.clone()),
+            7,
+            Default::default()
+        ));
         at.note(&a, Some(&x), Some(attachment("veth2")));
         assert_eq!(veth(&at, &owners).as_deref(), Some("veth2"), "the newest");
         assert_eq!(at.attached(&owners).len(), 1);

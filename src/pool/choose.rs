@@ -9,12 +9,18 @@ use super::{IpState, PoolIp, PoolState};
 use crate::cloud::Ipv4Prefix;
 use crate::core::Owner;
 
-/// An address for `owner` (who holds none): its reservation or cool-down
-/// first, then `prefer` if free, then the best idle address. Call
-/// [`PoolState::settle`] first.
-pub(crate) fn pick(pool: &PoolState, owner: &Owner, prefer: Option<IpAddr>) -> Option<Ipv4Addr> {
+/// An address for `owner` (who holds none), on an ENI of `vswitch` when
+/// one is asked: its reservation or cool-down first, then `prefer` if
+/// free, then the best idle address. Call [`PoolState::settle`] first.
+pub(crate) fn pick(
+    pool: &PoolState,
+    owner: &Owner,
+    prefer: Option<IpAddr>,
+    vswitch: Option<&str>,
+) -> Option<Ipv4Addr> {
+    let on = |ip: &PoolIp| on_vswitch(pool, ip, vswitch);
     if let Some(v4) = pool.holds().for_owner(owner) {
-        if pool.ip(v4).is_some_and(|ip| pool.allocatable(ip)) {
+        if pool.ip(v4).is_some_and(|ip| pool.allocatable(ip) && on(ip)) {
             return Some(v4);
         }
     }
@@ -24,21 +30,26 @@ pub(crate) fn pick(pool: &PoolState, owner: &Owner, prefer: Option<IpAddr>) -> O
             IpAddr::V6(v6) => pool.ips().paired_with(v6),
         };
         if let Some(ip) = found {
-            if pool.is_idle(ip) && pool.allocatable(ip) {
+            if pool.is_idle(ip) && pool.allocatable(ip) && on(ip) {
                 return Some(ip.v4());
             }
         }
     }
-    best_idle(pool)
+    best_idle(pool, vswitch)
+}
+
+/// Whether `ip` is on an ENI of `vswitch` (any, when none is asked).
+fn on_vswitch(pool: &PoolState, ip: &PoolIp, vswitch: Option<&str>) -> bool {
+    vswitch.is_none_or(|v| pool.eni(ip.eni()).is_some_and(|e| e.vswitch() == v))
 }
 
 /// The idle address to hand out next: secondary addresses before
 /// primaries (so ENIs can drain), then the ENI with the most addresses in
 /// use (packing), then the fullest prefix (so whole prefixes empty out and
 /// can go back; single addresses count as an empty prefix), then the
-/// lowest address. One walk over the addresses (this runs on every
-/// allocation).
-fn best_idle(pool: &PoolState) -> Option<Ipv4Addr> {
+/// lowest address; only on ENIs of `vswitch` when one is asked. One walk
+/// over the addresses (this runs on every allocation).
+fn best_idle(pool: &PoolState, vswitch: Option<&str>) -> Option<Ipv4Addr> {
     let mut inuse: HashMap<&str, usize> = HashMap::new();
     let mut taken: HashMap<Ipv4Prefix, usize> = HashMap::new();
     let mut idle: Vec<&PoolIp> = Vec::new();
@@ -50,7 +61,7 @@ fn best_idle(pool: &PoolState) -> Option<Ipv4Addr> {
         }
     }
     idle.into_iter()
-        .filter(|ip| pool.allocatable(ip))
+        .filter(|ip| pool.allocatable(ip) && on_vswitch(pool, ip, vswitch))
         .min_by_key(|ip| {
             (
                 ip.primary(),

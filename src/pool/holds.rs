@@ -15,6 +15,31 @@ use std::net::Ipv4Addr;
 
 use crate::core::Owner;
 
+/// How long a released address is kept: reserved for its last owner for
+/// the node's `ip_stick_time`, or the owner's own stick time when its
+/// `alloc` asked one (a pod's `eniipd/ip-stick-time`), never longer than
+/// `max_ip_stick_time` (checked again here: the config may have lowered it
+/// since the `alloc`); and kept from other owners for `ip_cooldown`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HoldTimes {
+    /// The node's `ip_stick_time` (ms).
+    pub(crate) stick_ms: u64,
+    /// `max_ip_stick_time` (ms): the most an owner's own may be.
+    pub(crate) max_stick_ms: u64,
+    /// `ip_cooldown` (ms).
+    pub(crate) cool_ms: u64,
+}
+
+impl HoldTimes {
+    /// The reservation of an owner that asked `asked` seconds (or nothing).
+    pub(crate) fn stick_ms_for(&self, asked: Option<u64>) -> u64 {
+        match asked {
+            Some(s) => s.saturating_mul(1000).min(self.max_stick_ms),
+            None => self.stick_ms,
+        }
+    }
+}
+
 /// A hold on one address (what it is is this module's: readers see its
 /// owner, its end and whether it is a cool-down).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -295,6 +320,20 @@ mod tests {
         h.check().unwrap();
         assert!(h.end(&ip(2)).is_some());
         assert_eq!(h.next_expiry(), None);
+    }
+
+    #[test]
+    fn an_owners_own_stick_time_replaces_the_nodes_within_the_maximum() {
+        let t = super::HoldTimes {
+            stick_ms: 60_000,
+            max_stick_ms: 3_600_000,
+            cool_ms: 0,
+        };
+        assert_eq!(t.stick_ms_for(None), 60_000, "asked nothing: the node's");
+        assert_eq!(t.stick_ms_for(Some(600)), 600_000);
+        assert_eq!(t.stick_ms_for(Some(0)), 0, "none at all, if asked");
+        assert_eq!(t.stick_ms_for(Some(7200)), 3_600_000, "bounded");
+        assert_eq!(t.stick_ms_for(Some(u64::MAX)), 3_600_000);
     }
 
     #[test]

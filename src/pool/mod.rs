@@ -39,7 +39,7 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
-use crate::core::{Allocation, Attachment, EniInfo, Hold, Owner, SandboxId};
+use crate::core::{Allocation, Attachment, EniInfo, Hold, Intent, Owner, SandboxId};
 
 mod attachments;
 mod carve;
@@ -53,7 +53,7 @@ pub(crate) mod views;
 
 pub(crate) use attachments::{Attached, Attachments};
 pub(crate) use eni::{EniPhase, Enis, PoolEni};
-pub(crate) use holds::{HoldOn, Holds};
+pub(crate) use holds::{HoldOn, HoldTimes, Holds};
 pub(crate) use ip::{Addresses, Gone, PoolIp};
 pub(crate) use owners::{Held, Owners, ReleaseOutcome};
 pub(crate) use views::IpState;
@@ -428,17 +428,23 @@ impl PoolState {
         !ip.invalid() && !self.owners.holds(&ip.v4()) && !self.holds.holds(&ip.v4())
     }
 
-    /// Hands `v4` to `owner` (who holds none); a hold on it ends. Returns
-    /// the allocation to persist, or `None` (nothing changed) when `v4` is
-    /// unknown or held, or `owner` holds an address already.
+    /// Hands `v4` to `owner` (who holds none), which asked `intent`; a
+    /// hold on it ends. Returns the allocation to persist, or `None`
+    /// (nothing changed) when `v4` is unknown or held, or `owner` holds an
+    /// address already.
     pub(crate) fn take(
         &mut self,
         v4: Ipv4Addr,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
         now_ms: u64,
+        intent: &Intent,
     ) -> Option<Allocation> {
-        if !self.ips.contains(&v4) || !self.owners.take(owner, v4, sandbox.cloned(), now_ms) {
+        if !self.ips.contains(&v4)
+            || !self
+                .owners
+                .take(owner, v4, sandbox.cloned(), now_ms, intent.clone())
+        {
             return None;
         }
         let kept_for_owner = self.holds.get(&v4).and_then(HoldOn::owner) == Some(owner);
@@ -476,17 +482,28 @@ impl PoolState {
         }
     }
 
+    /// `owner`, who holds an address, asks its own stick time again (the
+    /// newest ask is kept): the allocation to persist, or `None` if
+    /// nothing changed.
+    pub(crate) fn restick(&mut self, owner: &Owner, stick_s: u64) -> Option<Allocation> {
+        if self.owners.restick(owner, stick_s) {
+            self.allocation(owner)
+        } else {
+            None
+        }
+    }
+
     /// Releases an owner's address. With `sandbox`, only if the allocation
     /// belongs to that sandbox (or was made without one). A lost address
     /// leaves the pool; any other is reserved and/or cools down for its
-    /// last owner (`stick_ms`, `cool_ms`), or is idle at once.
+    /// last owner (for as long as `times` says for the stick time it
+    /// asked), or is idle at once.
     pub(crate) fn release(
         &mut self,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
         now_ms: u64,
-        stick_ms: u64,
-        cool_ms: u64,
+        times: &HoldTimes,
     ) -> ReleaseOutcome {
         let Some(ip) = self.owner_ip(owner) else {
             return ReleaseOutcome::NotHeld;
@@ -499,13 +516,22 @@ impl PoolState {
         let ipv6_prefix = ip.v6_prefix().filter(|_| v6.is_some());
         if lost {
             self.remove_ips(&[v4]);
-            return ReleaseOutcome::Released { v4, v6, hold: None };
+            return ReleaseOutcome::Released {
+                v4,
+                v6,
+                hold: None,
+                superseded: None,
+            };
         }
-        self.owners.release(owner);
+        let stick_ms = self
+            .owners
+            .release(owner)
+            .map_or(times.stick_ms, |h| times.stick_ms_for(h.intent().stick_s));
         self.attachments.forget(owner);
+        let older = self.holds.for_owner(owner).filter(|o| *o != v4);
         let hold = self
             .holds
-            .keep_for(v4, owner, now_ms, stick_ms, cool_ms)
+            .keep_for(v4, owner, now_ms, stick_ms, times.cool_ms)
             .map(|(reserved_until_ms, cooling_until_ms)| Hold {
                 ip: v4,
                 ipv6: v6,
@@ -519,7 +545,18 @@ impl PoolState {
             // Idle: a carved IPv6 leaves with its owner.
             self.ips.uncarve(v4);
         }
-        ReleaseOutcome::Released { v4, v6, hold }
+        // A new hold for the owner ends its older one: idle now, its
+        // carved IPv6 leaves too.
+        let superseded = older.filter(|o| hold.is_some() && !self.holds.holds(o));
+        if let Some(o) = superseded {
+            self.ips.uncarve(o);
+        }
+        ReleaseOutcome::Released {
+            v4,
+            v6,
+            hold,
+            superseded,
+        }
     }
 
     /// An `alloc` names (or does not name) its sandbox's network: noted
@@ -548,10 +585,13 @@ impl PoolState {
             Some(ip) if ip.eni() == a.eni || a.eni.is_empty() => {}
             _ => return false,
         }
-        if !self
-            .owners
-            .take(&a.owner, a.ip, a.sandbox.clone(), a.since_ms)
-        {
+        if !self.owners.take(
+            &a.owner,
+            a.ip,
+            a.sandbox.clone(),
+            a.since_ms,
+            a.intent.clone(),
+        ) {
             return false;
         }
         self.holds.end(&a.ip);
@@ -647,6 +687,7 @@ impl PoolState {
             eni: ip.eni().to_string(),
             since_ms: held.since_ms(),
             attach: self.attachment(owner).cloned(),
+            intent: held.intent().clone(),
         })
     }
 

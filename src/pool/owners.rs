@@ -1,5 +1,6 @@
 //! Who holds which address ([`Owners`]): an allocation's owner, its
-//! address, the sandbox it was made for and when.
+//! address, the sandbox it was made for, when, and what its `alloc`
+//! asked beyond an address.
 //!
 //! Invariants, kept by the verbs and checked by [`Owners::check`]: one
 //! owner, one address, and one address, one owner (the two indexes mirror
@@ -9,7 +10,7 @@
 use std::collections::{btree_map, hash_map, BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::core::{Hold, Owner, SandboxId};
+use crate::core::{Hold, Intent, Owner, SandboxId};
 
 /// What `release` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +27,11 @@ pub(crate) enum ReleaseOutcome {
         v6: Option<Ipv6Addr>,
         /// The reservation or cool-down now on it, if any.
         hold: Option<Hold>,
+        /// The owner's older hold that `hold` replaced (an owner keeps at
+        /// most one): its address is idle now, and that must be persisted
+        /// too. An owner has one while it holds an address only when it
+        /// took another than its reservation (one on the vswitch it asked).
+        superseded: Option<Ipv4Addr>,
     },
 }
 
@@ -35,6 +41,7 @@ pub(crate) struct Held {
     v4: Ipv4Addr,
     sandbox: Option<SandboxId>,
     since_ms: u64,
+    intent: Intent,
 }
 
 impl Held {
@@ -51,6 +58,11 @@ impl Held {
     /// When it was handed out (Unix ms).
     pub(crate) fn since_ms(&self) -> u64 {
         self.since_ms
+    }
+
+    /// What its `alloc` asked beyond an address.
+    pub(crate) fn intent(&self) -> &Intent {
+        &self.intent
     }
 }
 
@@ -138,14 +150,16 @@ impl Owners {
 
     // ---- what only the pool does (it keeps addresses and holds in step) --
 
-    /// `owner` takes `v4` for `sandbox` at `since_ms`. False (and nothing
-    /// changed) if `owner` holds an address already or `v4` is held.
+    /// `owner` takes `v4` for `sandbox` at `since_ms`, having asked
+    /// `intent`. False (and nothing changed) if `owner` holds an address
+    /// already or `v4` is held.
     pub(super) fn take(
         &mut self,
         owner: &Owner,
         v4: Ipv4Addr,
         sandbox: Option<SandboxId>,
         since_ms: u64,
+        intent: Intent,
     ) -> bool {
         if self.by_owner.contains_key(owner) || self.by_v4.contains_key(&v4) {
             return false;
@@ -157,9 +171,22 @@ impl Owners {
                 v4,
                 sandbox,
                 since_ms,
+                intent,
             },
         );
         true
+    }
+
+    /// `owner`, who holds an address, asks its own stick time again: the
+    /// newest ask is kept. False if it holds none or nothing changed.
+    pub(super) fn restick(&mut self, owner: &Owner, stick_s: u64) -> bool {
+        match self.by_owner.get_mut(owner) {
+            Some(h) if h.intent.stick_s != Some(stick_s) => {
+                h.intent.stick_s = Some(stick_s);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Moves `owner`'s allocation to `sandbox`; false if it holds none or
@@ -198,10 +225,16 @@ mod tests {
     #[test]
     fn one_owner_one_address() {
         let mut o = Owners::default();
-        assert!(o.take(&owner("a"), ip(1), None, 5));
-        assert!(!o.take(&owner("a"), ip(2), None, 6), "a holds one already");
-        assert!(!o.take(&owner("b"), ip(1), None, 6), "1 is a's");
-        assert!(o.take(&owner("b"), ip(2), None, 6));
+        assert!(o.take(&owner("a"), ip(1), None, 5, Default::default()));
+        assert!(
+            !o.take(&owner("a"), ip(2), None, 6, Default::default()),
+            "a holds one already"
+        );
+        assert!(
+            !o.take(&owner("b"), ip(1), None, 6, Default::default()),
+            "1 is a's"
+        );
+        assert!(o.take(&owner("b"), ip(2), None, 6, Default::default()));
         o.check().unwrap();
         assert_eq!(
             o.of(&ip(1)).map(|(w, h)| (w.as_str(), h.since_ms())),
@@ -223,7 +256,7 @@ mod tests {
             SandboxId::parse("x").unwrap(),
             SandboxId::parse("y").unwrap(),
         );
-        assert!(o.take(&owner("a"), ip(1), Some(x.clone()), 0));
+        assert!(o.take(&owner("a"), ip(1), Some(x.clone()), 0, Default::default()));
         assert!(o.holds_for(&owner("a"), Some(&x)));
         assert!(
             !o.move_sandbox(&owner("a"), &x),
@@ -241,10 +274,10 @@ mod tests {
     fn gc_collects_by_prefix_keeping_named_owners_and_sandboxes() {
         let mut o = Owners::default();
         let sb = |s: &str| Some(SandboxId::parse(s).unwrap());
-        o.take(&owner("k8s/a"), ip(1), sb("sa"), 0);
-        o.take(&owner("k8s/b"), ip(2), sb("sb"), 0);
-        o.take(&owner("k8s/c"), ip(3), None, 0);
-        o.take(&owner("other/d"), ip(4), None, 0);
+        o.take(&owner("k8s/a"), ip(1), sb("sa"), 0, Default::default());
+        o.take(&owner("k8s/b"), ip(2), sb("sb"), 0, Default::default());
+        o.take(&owner("k8s/c"), ip(3), None, 0, Default::default());
+        o.take(&owner("other/d"), ip(4), None, 0, Default::default());
         let mut got = o.collectable("k8s/", &["k8s/a".into(), "sb".into()]);
         got.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
         assert_eq!(got, vec![(owner("k8s/c"), None)]);

@@ -28,8 +28,8 @@ pub mod reply;
 use std::net::IpAddr;
 
 use crate::core::{
-    AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, ListEntry,
-    Owner, SandboxId, StatusCounts,
+    AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, Intent,
+    ListEntry, Owner, SandboxId, StatusCounts, MAX_STICK_S,
 };
 use crate::util::time::format_utc;
 
@@ -37,6 +37,14 @@ use crate::util::time::format_utc;
 pub(crate) const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line, terminator excluded.
 pub const MAX_LINE: usize = 4096;
+/// The `alloc` arguments that carry what an owner asks beyond an address
+/// ([`Intent`]; a pod's annotations, SPEC section 6a). An eniipd that
+/// refuses one of them answers `ERR bad-request` with a message that
+/// begins `<argument>=<value>`; one that does not know them (older than
+/// they are) answers `ERR bad-request unexpected argument
+/// <argument>=<value>`.
+pub use crate::core::{ARG_STACK, ARG_STICK, ARG_VSWITCH};
+
 /// How the message of the `ERR busy` a socket-activated eniipd answers
 /// while it starts begins (eniipd-protocol(7)): a client takes it for an
 /// eniipd that is not there yet ([`reply::ErrReply::is_starting`]).
@@ -103,6 +111,7 @@ impl ClientRequest {
                 sandbox,
                 prefer,
                 attach,
+                intent,
             }) => {
                 id("", owner.as_str());
                 if let Some(sb) = sandbox {
@@ -114,6 +123,9 @@ impl ClientRequest {
                 if let Some(a) = attach {
                     id("netns=", &a.netns);
                     id("veth=", &a.veth);
+                }
+                for arg in intent_args(intent) {
+                    id("", &arg);
                 }
             }
             ClientRequest::Command(Command::Release { owner, sandbox }) => {
@@ -138,7 +150,7 @@ pub const HELP: &[&str] = &[
     "ping                                   check the daemon answers",
     "version                                daemon and protocol version",
     "help                                   this list",
-    "alloc OWNER [sandbox=ID] [prefer=IP]   get (or get again) OWNER's IP",
+    "alloc OWNER [sandbox=ID] [prefer=IP] [vswitch=ID] [ip-stick-time=S] [ip-stack=ipv4]   get (or get again) OWNER's IP",
     "release OWNER [sandbox=ID]             give OWNER's IP back",
     "show OWNER                             OWNER's allocation",
     "list                                   every pool IP: ip state owner eni",
@@ -241,65 +253,141 @@ pub fn parse_request(line: &[u8]) -> Result<ClientRequest, AllocError> {
             [id] => Err(AllocError::bad(format!("invalid ENI id {}", clip(id)))),
             _ => Err(AllocError::bad("eni needs exactly one ENI id")),
         },
-        "alloc" | "release" | "show" => {
-            let (owner, rest) = match args.split_first() {
-                Some((o, rest)) => (Owner::parse(o)?, rest),
-                None => return Err(AllocError::bad(format!("{cmd} needs an OWNER"))),
-            };
-            let mut sandbox = None;
-            let mut prefer = None;
-            let mut netns = None;
-            let mut veth = None;
-            for arg in rest {
-                let Some((k, v)) = arg.split_once('=') else {
-                    return Err(AllocError::bad(format!(
-                        "unexpected argument {}",
-                        clip(arg)
-                    )));
-                };
-                match (cmd.as_str(), k.to_ascii_lowercase().as_str()) {
-                    ("alloc" | "release", "sandbox") if sandbox.is_none() => {
-                        sandbox = Some(SandboxId::parse(v)?)
-                    }
-                    ("alloc", "prefer") if prefer.is_none() => {
-                        prefer = Some(v.parse::<IpAddr>().map_err(|_| {
-                            AllocError::bad(format!("prefer={} is not an IP address", clip(v)))
-                        })?);
-                    }
-                    ("alloc", "netns") if netns.is_none() => netns = Some(v),
-                    ("alloc", "veth") if veth.is_none() => veth = Some(v),
-                    _ => {
-                        return Err(AllocError::bad(format!(
-                            "unexpected argument {}",
-                            clip(arg)
-                        )))
-                    }
-                }
-            }
-            let attach = match (netns, veth) {
-                (None, None) => None,
-                (Some(n), Some(v)) if sandbox.is_some() => Some(Attachment::parse(n, v)?),
-                (Some(_), Some(_)) => {
-                    return Err(AllocError::bad("netns= and veth= need sandbox="));
-                }
-                _ => return Err(AllocError::bad("netns= and veth= go together")),
-            };
-            Ok(ClientRequest::Command(match cmd.as_str() {
-                "alloc" => Command::Alloc {
-                    owner,
-                    sandbox,
-                    prefer,
-                    attach,
-                },
-                "release" => Command::Release { owner, sandbox },
-                _ => Command::Show { owner },
-            }))
-        }
+        "alloc" | "release" | "show" => parse_owner_verb(&cmd, &args),
         _ => Err(AllocError::new(
             ErrCode::UnknownCommand,
             format!("{} (try help)", clip(&cmd)),
         )),
     }
+}
+
+/// `alloc`, `release` or `show` (`cmd`, lowercase) and its arguments:
+/// `OWNER` then `key=value` arguments, each at most once, each where it
+/// belongs.
+fn parse_owner_verb(cmd: &str, args: &[&str]) -> Result<ClientRequest, AllocError> {
+    let (owner, rest) = match args.split_first() {
+        Some((o, rest)) => (Owner::parse(o)?, rest),
+        None => return Err(AllocError::bad(format!("{cmd} needs an OWNER"))),
+    };
+    let mut sandbox = None;
+    let mut prefer = None;
+    let mut netns = None;
+    let mut veth = None;
+    let mut intent = Intent::default();
+    let mut stack = None;
+    for arg in rest {
+        let Some((k, v)) = arg.split_once('=') else {
+            return Err(AllocError::bad(format!(
+                "unexpected argument {}",
+                clip(arg)
+            )));
+        };
+        match (cmd, k.to_ascii_lowercase().as_str()) {
+            ("alloc" | "release", "sandbox") if sandbox.is_none() => {
+                sandbox = Some(SandboxId::parse(v)?)
+            }
+            ("alloc", "prefer") if prefer.is_none() => {
+                prefer = Some(v.parse::<IpAddr>().map_err(|_| {
+                    AllocError::bad(format!("prefer={} is not an IP address", clip(v)))
+                })?);
+            }
+            ("alloc", "netns") if netns.is_none() => netns = Some(v),
+            ("alloc", "veth") if veth.is_none() => veth = Some(v),
+            ("alloc", ARG_VSWITCH) if intent.vswitch.is_none() => {
+                intent.vswitch = Some(parse_vswitch(v)?)
+            }
+            ("alloc", ARG_STICK) if intent.stick_s.is_none() => {
+                intent.stick_s = Some(parse_stick(v)?)
+            }
+            ("alloc", ARG_STACK) if stack.is_none() => {
+                stack = Some(v);
+                intent.ipv4_only = parse_stack(v)?;
+            }
+            _ => {
+                return Err(AllocError::bad(format!(
+                    "unexpected argument {}",
+                    clip(arg)
+                )))
+            }
+        }
+    }
+    let attach = match (netns, veth) {
+        (None, None) => None,
+        (Some(n), Some(v)) if sandbox.is_some() => Some(Attachment::parse(n, v)?),
+        (Some(_), Some(_)) => {
+            return Err(AllocError::bad("netns= and veth= need sandbox="));
+        }
+        _ => return Err(AllocError::bad("netns= and veth= go together")),
+    };
+    Ok(ClientRequest::Command(match cmd {
+        "alloc" => Command::Alloc {
+            owner,
+            sandbox,
+            prefer,
+            attach,
+            intent,
+        },
+        "release" => Command::Release { owner, sandbox },
+        _ => Command::Show { owner },
+    }))
+}
+
+/// `vswitch=ID`'s value: a vswitch id as the cloud makes them (`vsw-`
+/// then 1 to 64 lowercase letters and digits).
+pub fn parse_vswitch(v: &str) -> Result<String, AllocError> {
+    let shaped = v.strip_prefix("vsw-").is_some_and(|rest| {
+        (1..=64).contains(&rest.len())
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    });
+    if shaped {
+        Ok(v.to_string())
+    } else {
+        Err(AllocError::bad(format!(
+            "{ARG_VSWITCH}={} is not a vswitch id (vsw- then lowercase letters and digits)",
+            clip(v)
+        )))
+    }
+}
+
+/// `ip-stick-time=SECONDS`'s value: whole seconds, at most
+/// [`MAX_STICK_S`] (the config's `max_ip_stick_time` bounds it further).
+pub fn parse_stick(v: &str) -> Result<u64, AllocError> {
+    match v.parse::<u64>() {
+        Ok(s) if s <= MAX_STICK_S && v.bytes().all(|b| b.is_ascii_digit()) => Ok(s),
+        _ => Err(AllocError::bad(format!(
+            "{ARG_STICK}={} is not a number of seconds from 0 to {MAX_STICK_S}",
+            clip(v)
+        ))),
+    }
+}
+
+/// `ip-stack=`'s value: `ipv4` (IPv4 only) is the one thing to ask.
+pub fn parse_stack(v: &str) -> Result<bool, AllocError> {
+    if v == "ipv4" {
+        Ok(true)
+    } else {
+        Err(AllocError::bad(format!(
+            "{ARG_STACK}={}: only ipv4 can be asked (IPv4 only on a dual-stack node)",
+            clip(v)
+        )))
+    }
+}
+
+/// The `alloc` arguments that carry `intent` (none when it asks nothing).
+pub fn intent_args(intent: &Intent) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(v) = &intent.vswitch {
+        args.push(format!("{ARG_VSWITCH}={v}"));
+    }
+    if let Some(s) = intent.stick_s {
+        args.push(format!("{ARG_STICK}={s}"));
+    }
+    if intent.ipv4_only {
+        args.push(format!("{ARG_STACK}=ipv4"));
+    }
+    args
 }
 
 /// At most 64 characters of client text, for error messages.
@@ -331,11 +419,13 @@ pub(crate) fn eni_text(e: &EniInfo) -> String {
 /// answers that).
 pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     let mut s = format!("ip={}", a.ip);
-    if let Some(v6) = a.ipv6 {
+    if let Some(v6) = a.owner_ipv6() {
         s.push_str(&format!(" ipv6={v6}"));
-    }
-    if let Some(p) = a.ipv6_prefix {
-        s.push_str(&format!(" ipv6prefix={p}"));
+        // The /80 it was carved from goes with it (an IPv4-only owner is
+        // answered neither).
+        if let Some(p) = a.ipv6_prefix {
+            s.push_str(&format!(" ipv6prefix={p}"));
+        }
     }
     s.push_str(&format!(
         " eni={} mac={} vswitch={} cidr={} gateway={}",

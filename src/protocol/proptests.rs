@@ -5,6 +5,19 @@ fn id() -> impl Strategy<Value = String> {
     "[A-Za-z0-9._:@/-]{1,40}"
 }
 
+fn intent() -> impl Strategy<Value = Intent> {
+    (
+        proptest::option::of("vsw-[a-z0-9]{1,30}"),
+        proptest::option::of(0..=MAX_STICK_S),
+        any::<bool>(),
+    )
+        .prop_map(|(vswitch, stick_s, ipv4_only)| Intent {
+            vswitch,
+            stick_s,
+            ipv4_only,
+        })
+}
+
 fn request() -> impl Strategy<Value = ClientRequest> {
     prop_oneof![
         Just(ClientRequest::Ping),
@@ -19,13 +32,15 @@ fn request() -> impl Strategy<Value = ClientRequest> {
         (
             id(),
             proptest::option::of(id()),
-            proptest::option::of(any::<[u8; 4]>())
+            proptest::option::of(any::<[u8; 4]>()),
+            intent(),
         )
-            .prop_map(|(o, s, p)| ClientRequest::Command(Command::Alloc {
+            .prop_map(|(o, s, p, intent)| ClientRequest::Command(Command::Alloc {
                 owner: Owner::parse(&o).unwrap(),
                 sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
                 prefer: p.map(|b| IpAddr::V4(std::net::Ipv4Addr::from(b))),
                 attach: None,
+                intent,
             })),
         (id(), proptest::option::of(id())).prop_map(|(o, s)| ClientRequest::Command(
             Command::Release {

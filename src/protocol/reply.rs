@@ -432,6 +432,7 @@ mod tests {
             eni: "eni-abc".into(),
             since_ms: 1,
             attach: None,
+            intent: crate::core::Intent::default(),
         };
         let want = AllocReply {
             ip: a.ip,

@@ -27,6 +27,7 @@ fn alloc_arguments() {
             sandbox: Some(SandboxId::parse("abc123").unwrap()),
             prefer: Some("192.168.0.10".parse().unwrap()),
             attach: None,
+            intent: Intent::default(),
         })
     );
     assert_eq!(parse(&r.to_line()).unwrap(), r);
@@ -61,6 +62,71 @@ fn alloc_arguments() {
     assert!(parse("release a prefer=10.0.0.1").is_err());
     assert!(parse("show a sandbox=x").is_err());
     assert!(parse("ping extra").is_err());
+}
+
+#[test]
+fn alloc_carries_what_a_pod_asks() {
+    let r =
+        parse("alloc eniip/ns/db-0 sandbox=abc vswitch=vsw-bp1x9 ip-stick-time=600 ip-stack=ipv4")
+            .unwrap();
+    let ClientRequest::Command(Command::Alloc { intent, .. }) = &r else {
+        panic!("{r:?}");
+    };
+    assert_eq!(
+        intent,
+        &Intent {
+            vswitch: Some("vsw-bp1x9".into()),
+            stick_s: Some(600),
+            ipv4_only: true,
+        }
+    );
+    assert_eq!(parse(&r.to_line()).unwrap(), r);
+    // Asking nothing writes nothing: an older eniipd reads the line.
+    let plain = parse("alloc a sandbox=x").unwrap();
+    assert_eq!(plain.to_line(), "alloc a sandbox=x");
+    assert!(intent_args(&Intent::default()).is_empty());
+    assert_eq!(
+        parse("alloc a ip-stick-time=0").unwrap(),
+        ClientRequest::Command(Command::Alloc {
+            owner: Owner::parse("a").unwrap(),
+            sandbox: None,
+            prefer: None,
+            attach: None,
+            intent: Intent {
+                stick_s: Some(0),
+                ..Intent::default()
+            },
+        })
+    );
+    // A bad value is refused with a message that begins with the
+    // argument (eniip-cni names the pod's annotation from it).
+    for (bad, begins) in [
+        ("alloc a vswitch=eni-1", "vswitch=eni-1 "),
+        ("alloc a vswitch=vsw-", "vswitch=vsw- "),
+        ("alloc a vswitch=vsw-ABC", "vswitch=vsw-ABC "),
+        ("alloc a ip-stick-time=-1", "ip-stick-time=-1 "),
+        ("alloc a ip-stick-time=+5", "ip-stick-time=+5 "),
+        ("alloc a ip-stick-time=1.5", "ip-stick-time=1.5 "),
+        ("alloc a ip-stick-time=604801", "ip-stick-time=604801 "),
+        ("alloc a ip-stack=dual", "ip-stack=dual:"),
+        ("alloc a ip-stack=IPv4", "ip-stack=IPv4:"),
+    ] {
+        let e = parse(bad).unwrap_err();
+        assert_eq!(e.code, ErrCode::BadRequest, "{bad}");
+        assert!(e.message.starts_with(begins), "{bad}: {e}");
+    }
+    assert!(parse("alloc a ip-stick-time=604800").is_ok());
+    // Once each, and on alloc only.
+    for bad in [
+        "alloc a vswitch=vsw-a vswitch=vsw-b",
+        "alloc a ip-stick-time=1 ip-stick-time=1",
+        "alloc a ip-stack=ipv4 ip-stack=ipv4",
+        "release a vswitch=vsw-a",
+        "show a ip-stack=ipv4",
+    ] {
+        let e = parse(bad).unwrap_err();
+        assert!(e.message.starts_with("unexpected argument"), "{bad}: {e}");
+    }
 }
 
 #[test]
@@ -231,4 +297,27 @@ fn gc_lines_name_the_host_end_when_one_was_recorded() {
         r.render(),
         "10.0.0.14 batch/job-7 -\n10.0.0.14 batch/job-7 abc veth=enip0123456789a\nOK released=2\n"
     );
+}
+
+#[test]
+fn an_ipv4_only_allocation_is_answered_without_its_ipv6_or_its_prefix() {
+    let mut a = Allocation {
+        owner: Owner::parse("ns/v4").unwrap(),
+        sandbox: None,
+        ip: "192.168.0.9".parse().unwrap(),
+        ipv6: Some("2408:4005:3ff:5100:1::9".parse().unwrap()),
+        ipv6_prefix: Some("2408:4005:3ff:5100:1::/80".parse().unwrap()),
+        eni: "eni-abc".into(),
+        since_ms: 1,
+        attach: None,
+        intent: Intent::default(),
+    };
+    let both = allocation_text(&a, &eni_abc());
+    assert!(
+        both.contains(" ipv6=2408:4005:3ff:5100:1::9 ipv6prefix=2408:4005:3ff:5100:1::/80 "),
+        "{both}"
+    );
+    a.intent.ipv4_only = true;
+    let only4 = allocation_text(&a, &eni_abc());
+    assert!(!only4.contains("ipv6"), "{only4}");
 }

@@ -11,7 +11,7 @@
 
 use crate::core::{self, Owner, SandboxId};
 
-use super::record::{Allocation, Hold, Record};
+use super::record::{Allocation, Asked, Hold, Record};
 
 impl Record {
     /// `a.owner` holds `a` (any hold on its address ends).
@@ -25,6 +25,11 @@ impl Record {
             eni: a.eni.clone(),
             at_ms: a.since_ms,
             attach: a.attach.clone(),
+            asked: Asked {
+                vswitch: a.intent.vswitch.clone(),
+                stick_s: a.intent.stick_s,
+                ipv4_only: a.intent.ipv4_only,
+            },
         })
     }
 
@@ -71,6 +76,11 @@ impl Allocation {
             eni: self.eni.clone(),
             since_ms: self.at_ms,
             attach: self.attach.clone(),
+            intent: core::Intent {
+                vswitch: self.asked.vswitch.clone(),
+                stick_s: self.asked.stick_s,
+                ipv4_only: self.asked.ipv4_only,
+            },
         })
     }
 }
@@ -121,6 +131,7 @@ mod tests {
             eni: "eni-1".into(),
             since_ms: 42,
             attach: None,
+            intent: core::Intent::default(),
         }
     }
 
@@ -134,6 +145,34 @@ mod tests {
         assert_eq!(rec.sandbox.as_deref(), Some("sb1"));
         assert_eq!(rec.at_ms, 42);
         assert_eq!(rec.to_core(), Some(a));
+    }
+
+    #[test]
+    fn what_an_alloc_asked_round_trips_and_asking_nothing_writes_as_before() {
+        let mut a = allocation();
+        let plain = serde_json::to_string(&Record::alloc(&a)).unwrap();
+        for key in ["vswitch", "stick_s", "ipv4_only"] {
+            assert!(!plain.contains(key), "{plain}");
+        }
+        a.intent = core::Intent {
+            vswitch: Some("vsw-b".into()),
+            stick_s: Some(600),
+            ipv4_only: true,
+        };
+        let text = serde_json::to_string(&Record::alloc(&a)).unwrap();
+        assert!(
+            text.contains(r#""vswitch":"vsw-b","stick_s":600,"ipv4_only":true"#),
+            "{text}"
+        );
+        let Record::Alloc(back) = serde_json::from_str::<Record>(&text).unwrap() else {
+            panic!("an alloc record");
+        };
+        assert_eq!(back.to_core(), Some(a));
+        // A record of an older eniipd (no such keys) asks nothing.
+        let Record::Alloc(old) = serde_json::from_str::<Record>(&plain).unwrap() else {
+            panic!("an alloc record");
+        };
+        assert!(old.to_core().unwrap().intent.is_empty());
     }
 
     #[test]

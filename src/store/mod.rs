@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use committer::Committer;
-pub use record::{Allocation, Hold, PersistedState, Record};
+pub use record::{Allocation, Asked, Hold, PersistedState, Record};
 pub(crate) use snapshot::write_atomic;
 
 /// Tunables.

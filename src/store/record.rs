@@ -32,6 +32,26 @@ pub struct Allocation {
     /// The sandbox's network, when eniip-cni named it (for the reaper).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attach: Option<crate::core::Attachment>,
+    /// What its `alloc` asked beyond an address (written only when it
+    /// asked something: a file of an older eniipd reads as asking
+    /// nothing, and one that asks nothing is written as before).
+    #[serde(flatten)]
+    pub asked: Asked,
+}
+
+/// What an allocation's `alloc` asked (a pod's annotations), as stored:
+/// keys beside the allocation's own, each only when it asked it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Asked {
+    /// The vswitch asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vswitch: Option<String>,
+    /// The owner's own stick time (seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stick_s: Option<u64>,
+    /// IPv4 only (its `ipv6` is its pair, which it is not answered).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ipv4_only: bool,
 }
 
 /// A released address kept for its last owner (`reserved_until_ms`) and/or
@@ -185,6 +205,7 @@ mod tests {
             eni: "eni-1".into(),
             at_ms: 1,
             attach: None,
+            asked: Asked::default(),
         }
     }
 

@@ -209,6 +209,7 @@ mod tests {
             eni: "eni-1".into(),
             at_ms: 7,
             attach: None,
+            asked: Default::default(),
         }));
         s.apply(&Record::Release {
             owner: String::new(),

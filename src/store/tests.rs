@@ -38,6 +38,7 @@ fn alloc_at(owner: &str, third: u8, last: u8) -> Record {
         eni: "eni-1".into(),
         at_ms: 1,
         attach: None,
+        asked: Default::default(),
     })
 }
 

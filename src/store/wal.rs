@@ -395,6 +395,7 @@ mod tests {
             eni: "eni-1".into(),
             at_ms: u64::from(i),
             attach: None,
+            asked: Default::default(),
         })
     }
 

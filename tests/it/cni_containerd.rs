@@ -5,7 +5,10 @@
 //! own ENI; Stop+Remove releases them all and leaves no netns, veth, rule
 //! or address. A stop while eniipd is away succeeds: the pod's node side
 //! goes, and its release waits for eniipd, which applies it before it
-//! serves. Needs
+//! serves. Pods ask through their annotations: one annotated with a
+//! vswitch gets its address on an ENI of that vswitch, one with a vswitch
+//! the node does not have fails naming it, and a pod re-created with the
+//! same name after its stick time's release gets its address back. Needs
 //! root, containerd, runc, busybox, Debian's plugins and the CRI client's
 //! venv; says SKIPPED loudly otherwise (and fails under ENIIPD_CI=1).
 
@@ -143,4 +146,99 @@ fn a_stop_while_eniipd_is_away_succeeds_and_the_release_waits_for_it() {
     w.start_daemon();
     assert!(!w.inuse().contains_key(&pod.ip), "{:?}", w.inuse());
     assert_all_gone(&w, &c, &[pod]);
+}
+
+/// The emulator's two vswitches in the node's zone (the instance's
+/// first), both in eniipd's config, the first by preference (`ordered`:
+/// the one with more free addresses).
+const VSW1: &str = "vsw-bp1sim0000000000000001";
+const VSW2: &str = "vsw-bp1sim0000000000000002";
+
+#[test]
+fn pods_get_what_their_annotations_ask() {
+    if !can() {
+        return;
+    }
+    let w = World::start_on_vswitches(
+        XLARGE,
+        &[
+            &format!("{VSW1}=192.168.0.0/22,free=1000"),
+            &format!("{VSW2}=192.168.8.0/22,free=500"),
+        ],
+        json!({
+            "vswitches": {"cn-hangzhou-i": [VSW1, VSW2]},
+            "vswitch_selection_policy": "ordered",
+        }),
+    );
+    let c = Containerd::start(&w);
+    let ns = "default";
+    let run =
+        |name: &str, annotations: serde_json::Value| c.run_pod_annotated(name, ns, &annotations);
+    // Asking nothing: on the first vswitch, by preference.
+    let (plain, _) = run("plain", json!({"app": "web"}))
+        .unwrap_or_else(|e| panic!("RunPodSandbox plain: {e}\n{}", c.log()));
+    let plain = check_pod(&w, &c, &plain, "plain", ns);
+    assert_eq!(w.eni_of(&plain.ip).vswitch, VSW1);
+
+    // A vswitch asked: the address is on an ENI of that vswitch (one made
+    // there for it), and the pod reaches that vswitch's gateway.
+    let (pinned_id, _) = run("pinned", json!({"eniipd/vswitch": VSW2}))
+        .unwrap_or_else(|e| panic!("RunPodSandbox pinned: {e}\n{}", c.log()));
+    let st = c.status(&pinned_id);
+    assert_eq!(st.state, "SANDBOX_READY", "{st:?}");
+    let eni = w.eni_of(&st.ip);
+    assert_eq!(eni.vswitch, VSW2, "{st:?}: {eni:?}");
+    assert!(
+        st.ip.starts_with("192.168.") && eni.cidr == "192.168.8.0/22",
+        "{st:?}: {eni:?}"
+    );
+    assert_eq!(
+        w.inuse().get(&st.ip),
+        Some(&format!("eniip/{ns}/pinned")),
+        "{:?}",
+        w.inuse()
+    );
+    assert!(
+        c.ping_from(st.pid, &eni.gateway.to_string()),
+        "pinned ({}) cannot ping {}\n{}",
+        st.ip,
+        eni.gateway,
+        w.diag()
+    );
+
+    // A vswitch this node does not have: RunPodSandbox fails naming it,
+    // and nothing is held.
+    let e = run(
+        "astray",
+        json!({"eniipd/vswitch": "vsw-nosuch0000000000000009"}),
+    )
+    .expect_err("a vswitch the node does not have");
+    assert!(
+        e.contains("eniipd/vswitch") && e.contains("vsw-nosuch0000000000000009"),
+        "{e}"
+    );
+    assert!(
+        !w.inuse().values().any(|o| o.ends_with("/astray")),
+        "{:?}",
+        w.inuse()
+    );
+
+    // A stick time: re-created with the same name (a StatefulSet's pod),
+    // the pod gets its address back, and a pod in between does not get
+    // it (the node itself keeps nothing for a released pod).
+    let sticky = json!({"eniipd/ip-stick-time": "600"});
+    let (db_id, _) = run("db-0", sticky.clone())
+        .unwrap_or_else(|e| panic!("RunPodSandbox db-0: {e}\n{}", c.log()));
+    let db = check_pod(&w, &c, &db_id, "db-0", ns);
+    c.stop(&db_id).unwrap();
+    c.remove(&db_id).unwrap();
+    assert!(!w.inuse().contains_key(&db.ip));
+    let (between_id, _) = run("between", json!({}))
+        .unwrap_or_else(|e| panic!("RunPodSandbox between: {e}\n{}", c.log()));
+    let between = check_pod(&w, &c, &between_id, "between", ns);
+    assert_ne!(between.ip, db.ip, "db-0's address is reserved for it");
+    let (again_id, _) = run("db-0", sticky)
+        .unwrap_or_else(|e| panic!("RunPodSandbox db-0 again: {e}\n{}", c.log()));
+    let again = check_pod(&w, &c, &again_id, "db-0", ns);
+    assert_eq!(again.ip, db.ip, "db-0 re-created gets its address back");
 }

@@ -6,7 +6,8 @@
 //! eniipd down (50) and a pool at capacity (51); a failed ADD gives its
 //! address back; in dual stack, IPv6 goes out the right ENI too, CHECK
 //! catches a missing IPv6 rule, and DEL, GC and a failed ADD leave no IPv6
-//! state. Needs root and `ip` (busybox and ip6tables for some); says
+//! state; a pod annotated `eniipd/ip-stack: ipv4` gets IPv4 only there.
+//! Needs root and `ip` (busybox and ip6tables for some); says
 //! SKIPPED loudly otherwise (and fails under ENIIPD_CI=1).
 
 use crate::cnienv;
@@ -592,4 +593,76 @@ fn an_eniipd_answering_fields_this_version_does_not_know_still_adds_checks_and_d
             "no {verb} passed through: {seen:?}"
         );
     }
+}
+
+#[test]
+fn a_pod_annotated_ipv4_only_gets_no_ipv6_on_a_dual_stack_node() {
+    if !can_run("cni dual stack, IPv4 only", &["busybox", "ip6tables"]) {
+        return;
+    }
+    let w = World::start_dual(LARGE, json!({}));
+    // As containerd passes a pod's annotations: `null` for none.
+    let conf = |annotations: Value| {
+        w.conf(
+            "1.0.0",
+            json!({"runtimeConfig": {"io.kubernetes.cri.pod-annotations": annotations}}),
+        )
+    };
+    let (only4, both) = (Ctr::new(&w, 0), Ctr::new(&w, 1));
+    let asked = conf(json!({"eniipd/ip-stack": "ipv4", "app": "legacy"}));
+    let add = w
+        .cni("ADD", Some(&only4), &asked)
+        .expect_ok("IPv4-only ADD");
+    let ips = add.json["ips"].as_array().unwrap();
+    assert_eq!(ips.len(), 1, "{}", add.json);
+    assert!(
+        add.json["routes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["dst"] != "::/0"),
+        "{}",
+        add.json
+    );
+    let addrs = only4
+        .ns
+        .exec(&["ip", "-6", "addr", "show", "dev", "eth0", "scope", "global"]);
+    assert!(
+        addrs.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&addrs.stdout)
+    );
+    assert!(only4.ping(GATEWAY), "ping {GATEWAY} from {}", add.ip());
+    let owner = format!("{}/{}", w.network, only4.id);
+    let show = w.daemon().ok(&format!("show {owner}"));
+    assert!(!show.contains("ipv6="), "{show}");
+    let checked = with_prev(&asked, &add.json);
+    w.cni("CHECK", Some(&only4), &checked)
+        .expect_ok("IPv4-only CHECK");
+
+    // A pod without annotations (null) gets its pair, as before.
+    let plain = w
+        .cni("ADD", Some(&both), &conf(Value::Null))
+        .expect_ok("dual ADD");
+    assert_eq!(
+        plain.json["ips"].as_array().unwrap().len(),
+        2,
+        "{}",
+        plain.json
+    );
+    let held: Vec<String> = w.daemon().ask("list").into_iter().collect();
+    assert!(
+        held.iter()
+            .any(|l| l.starts_with(&format!("{} inuse {owner} ", add.ip()))),
+        "{held:?}"
+    );
+    w.cni("DEL", Some(&only4), &checked)
+        .expect_ok("IPv4-only DEL");
+    w.cni(
+        "DEL",
+        Some(&both),
+        &with_prev(&conf(Value::Null), &plain.json),
+    )
+    .expect_ok("dual DEL");
+    w.assert_none_in_use_within(Duration::from_secs(5));
 }

@@ -190,12 +190,30 @@ impl World {
         World::start_on(instance_type, false, extra, false)
     }
 
+    /// [`World::start`] on the emulator's vswitches `vswitches`
+    /// (`ID=CIDR[,free=N]`, the instance's first): eniipd is configured
+    /// with none of them (`extra` says which).
+    pub fn start_on_vswitches(instance_type: &str, vswitches: &[&str], extra: Value) -> World {
+        World::start_with(instance_type, vswitches, false, extra, true)
+    }
+
     fn start_on(instance_type: &str, dual: bool, extra: Value, daemon: bool) -> World {
+        let vswitches: &[&str] = if dual { &[DUAL_VSWITCH] } else { &[] };
+        World::start_with(instance_type, vswitches, dual, extra, daemon)
+    }
+
+    fn start_with(
+        instance_type: &str,
+        vswitches: &[&str],
+        dual: bool,
+        extra: Value,
+        daemon: bool,
+    ) -> World {
         let t = tag();
         let node = Netns::new(&format!("eniip-node-{t}"));
         let mut sim_args = vec!["--instance-type", instance_type];
-        if dual {
-            sim_args.extend(["--vswitch", DUAL_VSWITCH]);
+        for v in vswitches {
+            sim_args.extend(["--vswitch", v]);
         }
         let sim = Sim::quick(&sim_args);
         let vpc = Netns::new(&format!("eniip-vpc-{t}"));
@@ -313,6 +331,18 @@ impl World {
         self.in_use()
             .filter_map(|l| Some((l.ip.to_string(), l.owner?)))
             .collect()
+    }
+
+    /// The ENI eniipd hands `ip` out on (its `list` line's, as `eni`
+    /// answers it).
+    pub fn eni_of(&self, ip: &str) -> eniipd::core::EniInfo {
+        let line = self
+            .in_use()
+            .find(|l| l.ip.to_string() == ip)
+            .unwrap_or_else(|| panic!("{ip} is not in use: {:?}", self.inuse()));
+        let reply = self.ask(&format!("eni {}", line.eni)).join("\n");
+        let text = reply.strip_prefix("OK ").unwrap_or(&reply);
+        eniipd::protocol::reply::parse_eni(text).unwrap_or_else(|e| panic!("{reply}: {e}"))
     }
 
     /// The in-use lines of eniipd's `list`.

@@ -2,7 +2,7 @@
 for tests/it/cni_containerd.rs and the containerd benchmark. One call per
 run; prints one JSON line; on an RPC error prints {"error": ...} and exits 1.
 
-    cri.py SOCKET run NAME NAMESPACE UID
+    cri.py SOCKET run NAME NAMESPACE UID [ANNOTATIONS_JSON]
     cri.py SOCKET status ID
     cri.py SOCKET stop ID
     cri.py SOCKET remove ID
@@ -34,13 +34,15 @@ def main():
 
 def call(rt, cmd, args):
     if cmd == "run":
-        name, namespace, uid = args
+        name, namespace, uid = args[:3]
+        annotations = json.loads(args[3]) if len(args) > 3 else {}
         meta = api_pb2.PodSandboxMetadata(name=name, namespace=namespace, uid=uid, attempt=0)
         config = api_pb2.PodSandboxConfig(
             metadata=meta,
             hostname=name,
             log_directory="",
             linux=api_pb2.LinuxPodSandboxConfig(),
+            annotations=annotations,
         )
         start = time.monotonic()
         r = rt.RunPodSandbox(api_pb2.RunPodSandboxRequest(config=config), timeout=DEADLINE_S)

@@ -398,8 +398,19 @@ impl Containerd {
 
     /// RunPodSandbox: the sandbox id and the call's own duration.
     pub fn run_pod(&self, name: &str, ns: &str) -> Result<(String, f64), String> {
+        self.run_pod_annotated(name, ns, &json!({}))
+    }
+
+    /// RunPodSandbox of a pod with `annotations` (a JSON object of
+    /// strings, as a kubelet passes a pod's).
+    pub fn run_pod_annotated(
+        &self,
+        name: &str,
+        ns: &str,
+        annotations: &Value,
+    ) -> Result<(String, f64), String> {
         let uid = format!("uid-{name}");
-        let v = self.cri(&["run", name, ns, &uid])?;
+        let v = self.cri(&["run", name, ns, &uid, &annotations.to_string()])?;
         Ok((
             v["id"].as_str().unwrap_or("").to_string(),
             v["seconds"].as_f64().unwrap_or(0.0),

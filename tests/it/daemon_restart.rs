@@ -320,3 +320,50 @@ fn the_emulator_keeps_its_cloud_in_a_state_file_across_a_crash() {
     assert!(!d.log_text().contains("no longer has"), "{}", d.log_text());
     d.audits_consistent_within(Duration::from_secs(20));
 }
+
+/// What an `alloc` asks beyond an address, over the socket: a vswitch the
+/// node does not have and a stick time over `max_ip_stick_time` are
+/// refused naming the argument; an owner's own stick time keeps its
+/// address from everyone else across a kill -9, and gives it back to it
+/// (the node's `ip_stick_time` is 0: it keeps nothing itself).
+#[test]
+fn an_owners_own_stick_time_holds_across_a_kill_9() {
+    let sim = Sim::quick(&[]);
+    let dir = tempdir("restart-stick");
+    let cfg = config(
+        &sim,
+        &dir,
+        json!({"min_pool_size": 2, "max_pool_size": 6, "max_ip_stick_time": 900}),
+    );
+    let mut d = Daemon::start(&dir, &cfg);
+    let refused = d.ask("alloc sts/web-0 vswitch=vsw-nosuch0000000000000009");
+    assert!(
+        refused.last().unwrap().starts_with(
+            "ERR bad-request vswitch=vsw-nosuch0000000000000009 is not one of this node's vswitches"
+        ),
+        "{refused:?}"
+    );
+    let refused = d.ask("alloc sts/web-0 ip-stick-time=901");
+    assert!(
+        refused
+            .last()
+            .unwrap()
+            .starts_with("ERR bad-request ip-stick-time=901 is more than this node allows"),
+        "{refused:?}"
+    );
+    let vsw = first_vswitch(&sim.state());
+    let web = d.ok(&format!("alloc sts/web-0 ip-stick-time=600 vswitch={vsw}"));
+    let web_ip = field(&web, "ip");
+    d.ok("alloc rs/plain");
+    d.ok("release sts/web-0");
+    d.ok("release rs/plain");
+    d.kill9();
+
+    let d = Daemon::start(&dir, &cfg);
+    let others: Vec<String> = (0..4)
+        .map(|i| field(&d.ok(&format!("alloc rs/new-{i}")), "ip"))
+        .collect();
+    assert!(!others.contains(&web_ip), "{web_ip} is kept: {others:?}");
+    assert_eq!(field(&d.ok("alloc sts/web-0"), "ip"), web_ip);
+    d.audits_consistent_within(Duration::from_secs(20));
+}

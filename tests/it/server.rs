@@ -42,6 +42,7 @@ fn allocation(owner: &Owner, n: usize) -> Allocation {
         eni: "eni-test".into(),
         since_ms: 0,
         attach: None,
+        intent: Default::default(),
     }
 }
 
@@ -72,7 +73,7 @@ impl Fake {
             .or_insert_with(|| allocation(owner, n))
             .clone();
         self.completed.fetch_add(1, Ordering::SeqCst);
-        Ok(Answer::Allocation(a, eni_test()))
+        Ok(Answer::Allocation(Box::new(a), eni_test()))
     }
 
     fn answer(&self, command: Cmd) -> Result<Answer, AllocError> {
@@ -85,7 +86,7 @@ impl Fake {
             Cmd::Show { owner } => held()
                 .get(owner.as_str())
                 .cloned()
-                .map(|a| Answer::Allocation(a, eni_test()))
+                .map(|a| Answer::Allocation(Box::new(a), eni_test()))
                 .ok_or_else(|| AllocError::bare(ErrCode::NotFound))?,
             Cmd::List => Answer::List(
                 held()

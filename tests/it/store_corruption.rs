@@ -36,6 +36,7 @@ fn alloc(i: u8) -> Record {
         eni: "eni-sweep".into(),
         at_ms: 1_700_000_000_000 + u64::from(i),
         attach: None,
+        asked: Default::default(),
     })
 }
 

@@ -19,6 +19,7 @@ fn record(i: u32) -> Record {
         eni: "eni-crash".into(),
         at_ms: u64::from(i),
         attach: None,
+        asked: Default::default(),
     })
 }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use log::{debug, info};
 
 use crate::core::{
-    AllocError, Allocation, Answer, Collected, EniInfo, ErrCode, NsId, Owner, SandboxId,
+    AllocError, Allocation, Answer, Attachment, Collected, EniInfo, ErrCode, NsId, Owner, SandboxId,
 };
 use crate::pool::choose::pick;
 use crate::pool::{PoolState, ReleaseOutcome};
@@ -25,6 +25,7 @@ use super::super::capacity::Capacity;
 use super::super::AllocatorOptions;
 use super::demand::{Ask, Demand, Pick};
 use super::durable::Durable;
+use super::intent::{self, Has};
 use super::lookups::{self, Local, Lookups};
 use super::threads::Threads;
 use super::verify::Verification;
@@ -49,43 +50,42 @@ pub(super) struct Clients<'a> {
 
 impl Clients<'_> {
     /// An `alloc`: the owner's address again, else an idle one, else a
-    /// place in line. `renew`: the owner's attachment changed, its record
-    /// is written again even if nothing else did.
-    pub(super) fn alloc(
-        &mut self,
-        owner: Owner,
-        sandbox: Option<SandboxId>,
-        prefer: Option<IpAddr>,
-        renew: bool,
-        started: Instant,
-        reply: Reply,
-    ) {
+    /// place in line. What it asks beyond an address is checked first
+    /// ([`intent::refusal`]): a refused `alloc` changes nothing. `attach`
+    /// is noted for the owner; when it changed for the allocation it
+    /// holds, its record is written again even if nothing else changed.
+    pub(super) fn alloc(&mut self, ask: Ask, attach: Option<Attachment>) {
         if self.stopping {
-            let _ = reply.send(Err(AllocError::shutting_down()));
+            let _ = ask.reply.send(Err(AllocError::shutting_down()));
             return;
         }
         self.pool.settle(unix_ms());
-        if let Some(held) = self.pool.allocation(&owner) {
-            // Idempotent: the same reply again (a new sandbox moves it). The
-            // answer still goes through the journal so that it is only sent
-            // once the original allocation is durable.
-            let moved = self.pool.move_sandbox(&owner, sandbox.as_ref());
-            let renewed = moved.or_else(|| renew.then_some(held));
-            let records: Vec<Record> = renewed.iter().map(Record::alloc).collect();
-            let found = self.pool.allocation_with_eni(&owner);
-            self.answer_allocation(records, found, vec![(reply, started)]);
+        if let Some(why) = self.refusal(&ask) {
+            debug!("alloc for {} refused: {why}", ask.owner);
+            let _ = ask.reply.send(Err(AllocError::bad(why)));
             return;
         }
-        let ask = Ask {
-            owner,
-            sandbox,
-            prefer,
-            reply,
-            started,
-            deadline: started + self.opts.alloc_timeout,
-        };
+        let renew = self
+            .pool
+            .note_attachment(&ask.owner, ask.sandbox.as_ref(), attach);
+        if let Some(held) = self.pool.allocation(&ask.owner) {
+            // Idempotent: the same reply again (a new sandbox moves it, a
+            // stick time asked is the newest). The answer still goes
+            // through the journal so that it is only sent once the
+            // original allocation is durable.
+            let moved = self.pool.move_sandbox(&ask.owner, ask.sandbox.as_ref());
+            let resticked = ask
+                .intent
+                .stick_s
+                .and_then(|s| self.pool.restick(&ask.owner, s));
+            let renewed = resticked.or(moved).or_else(|| renew.then_some(held));
+            let records: Vec<Record> = renewed.iter().map(Record::alloc).collect();
+            let found = self.pool.allocation_with_eni(&ask.owner);
+            self.answer_allocation(records, found, vec![(ask.reply, ask.started)]);
+            return;
+        }
         // Two concurrent allocs for one owner get one address.
-        let Err(ask) = self.demand.join(ask) else {
+        let Some(ask) = self.demand.join(ask) else {
             return;
         };
         if !self.verification.verified() {
@@ -96,17 +96,42 @@ impl Clients<'_> {
             self.verification.hurry();
             return;
         }
-        match pick(self.pool, &ask.owner, ask.prefer) {
+        match pick(
+            self.pool,
+            &ask.owner,
+            ask.prefer,
+            ask.intent.vswitch.as_deref(),
+        ) {
             Some(v4) => {
-                let taken = self
-                    .pool
-                    .take(v4, &ask.owner, ask.sandbox.as_ref(), unix_ms());
+                let taken =
+                    self.pool
+                        .take(v4, &ask.owner, ask.sandbox.as_ref(), unix_ms(), &ask.intent);
                 self.answer_taken(v4, &ask.owner, taken, vec![(ask.reply, ask.started)]);
             }
             None => {
                 self.demand.push(ask, Instant::now());
             }
         }
+    }
+
+    /// Why `ask` is refused, if it is (see [`intent::refusal`]).
+    fn refusal(&self, ask: &Ask) -> Option<String> {
+        if ask.intent.is_empty() {
+            return None;
+        }
+        let held = self.pool.allocation_with_eni(&ask.owner);
+        let has = match (&held, self.demand.intent_of(&ask.owner)) {
+            (Some((a, eni)), _) => Has::Held(a, &eni.vswitch),
+            (None, Some(w)) => Has::Waiting(w),
+            (None, None) => Has::Nothing,
+        };
+        intent::refusal(
+            ask.owner.as_str(),
+            &ask.intent,
+            &self.opts.vswitches,
+            self.opts.max_ip_stick_time,
+            has,
+        )
     }
 
     /// Commits an address just taken from the pool for `owner` and
@@ -225,13 +250,9 @@ impl Clients<'_> {
         owner: &Owner,
         sandbox: Option<&SandboxId>,
     ) -> (Vec<Record>, Option<IpAddr>) {
-        let outcome = self.pool.release(
-            owner,
-            sandbox,
-            unix_ms(),
-            self.opts.ip_stick_time.as_millis() as u64,
-            self.opts.ip_cooldown.as_millis() as u64,
-        );
+        let outcome = self
+            .pool
+            .release(owner, sandbox, unix_ms(), &self.opts.hold_times());
         match outcome {
             ReleaseOutcome::NotHeld => {
                 // A release while the owner's alloc still waits: the client
@@ -247,17 +268,21 @@ impl Clients<'_> {
                 (Vec::new(), None)
             }
             ReleaseOutcome::SandboxMismatch => (Vec::new(), None),
-            ReleaseOutcome::Released { v4, hold, .. } => {
+            ReleaseOutcome::Released {
+                v4,
+                hold,
+                superseded,
+                ..
+            } => {
                 debug!("{owner} released {v4}");
                 if self.pool.idle_count() > self.cap.max_idle {
                     let soon =
                         Instant::now() + self.opts.pool_check_interval.min(Duration::from_secs(10));
                     *self.next_maintenance = (*self.next_maintenance).min(soon);
                 }
-                (
-                    vec![Record::release(owner, hold.as_ref())],
-                    Some(IpAddr::V4(v4)),
-                )
+                let mut records = vec![Record::release(owner, hold.as_ref())];
+                records.extend(superseded.map(|ipv4| Record::ClearHold { ipv4 }));
+                (records, Some(IpAddr::V4(v4)))
             }
         }
     }
@@ -292,18 +317,30 @@ impl Clients<'_> {
         self.threads.audit(self.opts, reply);
     }
 
-    /// Hands idle addresses to waiters, oldest first.
+    /// Hands idle addresses to waiters, oldest first: first to those that
+    /// asked a vswitch (only its addresses serve them), then to all.
     pub(super) fn serve_waiters(&mut self) {
         if !self.verification.verified() {
             return;
         }
         let now_ms = unix_ms();
         let pool = &mut self.pool;
-        let served = self.demand.serve(|w| match pick(pool, &w.owner, w.prefer) {
-            Some(v4) => Pick::Served((v4, pool.take(v4, &w.owner, w.sandbox.as_ref(), now_ms))),
-            None if pool.idle_count() == 0 => Pick::Stop,
-            None => Pick::Skip,
-        });
+        let mut served = Vec::new();
+        for pinned_only in [true, false] {
+            served.extend(self.demand.serve(|w| {
+                if pinned_only && w.vswitch().is_none() {
+                    return Pick::Skip;
+                }
+                match pick(pool, &w.owner, w.prefer, w.vswitch()) {
+                    Some(v4) => Pick::Served((
+                        v4,
+                        pool.take(v4, &w.owner, w.sandbox.as_ref(), now_ms, &w.intent),
+                    )),
+                    None if pool.idle_count() == 0 => Pick::Stop,
+                    None => Pick::Skip,
+                }
+            }));
+        }
         for ((v4, a), w) in served {
             self.answer_taken(v4, &w.owner, a, w.replies);
         }

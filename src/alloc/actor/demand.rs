@@ -10,7 +10,10 @@
 //!   ticket, and the binding is mutual (a cloud error reaches the request
 //!   that asked for it);
 //! - a waiter that leaves with a ticket hands it to the oldest waiter
-//!   without one (or to the pool), so demand is never asked twice.
+//!   without one (or to the pool), so demand is never asked twice;
+//! - a ticket is asked on one vswitch, and is bound only to a waiter that
+//!   takes an address there (one that asked that vswitch, or none): the
+//!   address it brings can serve the waiter it stands for.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use log::info;
 
-use crate::core::{AllocError, ErrCode, Owner, SandboxId};
+use crate::core::{AllocError, ErrCode, Intent, Owner, SandboxId};
 
 use super::super::mailbox::TicketId;
 use super::Reply;
@@ -31,6 +34,8 @@ pub(super) struct Waiter {
     pub(super) owner: Owner,
     pub(super) sandbox: Option<SandboxId>,
     pub(super) prefer: Option<IpAddr>,
+    /// What it asks beyond an address (the vswitch it must be on).
+    pub(super) intent: Intent,
     /// Every request of this owner while it waits (they get one address).
     pub(super) replies: Vec<(Reply, Instant)>,
     pub(super) deadline: Instant,
@@ -38,6 +43,16 @@ pub(super) struct Waiter {
 }
 
 impl Waiter {
+    /// The vswitch it must get its address on, if it asked one.
+    pub(super) fn vswitch(&self) -> Option<&str> {
+        self.intent.vswitch.as_deref()
+    }
+
+    /// Whether an address on `vswitch` can serve it.
+    fn fits(&self, vswitch: &str) -> bool {
+        self.vswitch().is_none_or(|v| v == vswitch)
+    }
+
     /// Answers every request of this owner with `err`; `measured` counts
     /// them in the alloc metrics (a stop or a cancel is not an outcome).
     pub(super) fn fail(self, err: &AllocError, measured: bool) {
@@ -56,6 +71,7 @@ pub(super) struct Ask {
     pub(super) owner: Owner,
     pub(super) sandbox: Option<SandboxId>,
     pub(super) prefer: Option<IpAddr>,
+    pub(super) intent: Intent,
     pub(super) reply: Reply,
     pub(super) started: Instant,
     pub(super) deadline: Instant,
@@ -69,6 +85,7 @@ impl Ask {
             owner: Owner::parse(owner).unwrap(),
             sandbox: None,
             prefer: None,
+            intent: Intent::default(),
             reply,
             started: Instant::now(),
             deadline: Instant::now() + Duration::from_secs(60),
@@ -86,12 +103,21 @@ pub(super) enum Pick<T> {
     Stop,
 }
 
+/// An address asked of the cloud: on which vswitch, and for whom.
+#[derive(Debug)]
+struct Ticket {
+    /// The waiter it is bound to (none: the pool's).
+    waiter: Option<u64>,
+    /// The vswitch of the ENI it is asked of.
+    vswitch: String,
+}
+
 /// Waiters and tickets, with the invariants in the module's doc.
 #[derive(Debug, Default)]
 pub(super) struct Demand {
     waiters: VecDeque<Waiter>,
-    /// Each ticket and the waiter it is bound to, if any.
-    tickets: HashMap<TicketId, Option<u64>>,
+    /// Each ticket, with the waiter it is bound to, if any.
+    tickets: HashMap<TicketId, Ticket>,
     next_id: u64,
 }
 
@@ -113,27 +139,39 @@ impl Demand {
 
     /// Tickets no waiter is bound to (pool top-up).
     pub(super) fn spare_tickets(&self) -> usize {
-        self.tickets.values().filter(|w| w.is_none()).count()
+        self.tickets.values().filter(|t| t.waiter.is_none()).count()
     }
 
     /// Whether some ticket is asked for a client.
     pub(super) fn any_bound(&self) -> bool {
-        self.tickets.values().any(Option::is_some)
+        self.tickets.values().any(|t| t.waiter.is_some())
+    }
+
+    /// What the waiter of `owner` asked, if it waits.
+    pub(super) fn intent_of(&self, owner: &Owner) -> Option<&Intent> {
+        self.waiters
+            .iter()
+            .find(|w| &w.owner == owner)
+            .map(|w| &w.intent)
     }
 
     /// Adds `ask`'s reply to the waiter of the same owner (two concurrent
-    /// allocs for one owner get one address); gives `ask` back if there is
-    /// none.
-    pub(super) fn join(&mut self, ask: Ask) -> Result<(), Ask> {
+    /// allocs for one owner get one address; a stick time asked is the
+    /// newest); gives `ask` back if there is none. The caller has checked
+    /// that `ask` asks nothing the waiter contradicts.
+    pub(super) fn join(&mut self, ask: Ask) -> Option<Ask> {
         match self.waiters.iter_mut().find(|w| w.owner == ask.owner) {
             Some(w) => {
                 w.replies.push((ask.reply, ask.started));
                 if ask.sandbox.is_some() {
                     w.sandbox = ask.sandbox;
                 }
-                Ok(())
+                if ask.intent.stick_s.is_some() {
+                    w.intent.stick_s = ask.intent.stick_s;
+                }
+                None
             }
-            None => Err(ask),
+            None => Some(ask),
         }
     }
 
@@ -146,6 +184,7 @@ impl Demand {
             owner: ask.owner,
             sandbox: ask.sandbox,
             prefer: ask.prefer,
+            intent: ask.intent,
             replies: vec![(ask.reply, ask.started)],
             deadline: ask.deadline,
             ticket: None,
@@ -162,15 +201,20 @@ impl Demand {
     }
 
     /// Gives a ticket whose waiter left to the oldest waiter that has none
-    /// (or to the pool).
+    /// and takes an address on its vswitch (or to the pool).
     fn rebind(&mut self, t: TicketId) {
-        let Some(slot) = self.tickets.get_mut(&t) else {
+        let Some(ticket) = self.tickets.get_mut(&t) else {
             return;
         };
-        *slot = None;
-        if let Some(w) = self.waiters.iter_mut().find(|w| w.ticket.is_none()) {
+        ticket.waiter = None;
+        let vswitch = ticket.vswitch.as_str();
+        if let Some(w) = self
+            .waiters
+            .iter_mut()
+            .find(|w| w.ticket.is_none() && w.fits(vswitch))
+        {
             w.ticket = Some(t);
-            *slot = Some(w.id);
+            ticket.waiter = Some(w.id);
         }
     }
 
@@ -216,8 +260,8 @@ impl Demand {
     /// Every waiter, out of line (the allocator stops).
     pub(super) fn drain(&mut self) -> Vec<Waiter> {
         let out: Vec<Waiter> = self.waiters.drain(..).collect();
-        for slot in self.tickets.values_mut() {
-            *slot = None;
+        for ticket in self.tickets.values_mut() {
+            ticket.waiter = None;
         }
         out
     }
@@ -244,30 +288,42 @@ impl Demand {
         out
     }
 
-    /// A new ticket, bound to the waiter `waiter` if given (a pool ticket
-    /// otherwise).
-    pub(super) fn new_ticket(&mut self, waiter: Option<u64>) -> TicketId {
+    /// A new ticket asked on `vswitch`, bound to the waiter `waiter` if
+    /// given and it takes an address there (a pool ticket otherwise).
+    pub(super) fn new_ticket(&mut self, waiter: Option<u64>, vswitch: &str) -> TicketId {
         let t = self.id();
-        let bound = waiter.and_then(|wid| self.waiters.iter_mut().find(|w| w.id == wid));
+        let bound = waiter.and_then(|wid| {
+            self.waiters
+                .iter_mut()
+                .find(|w| w.id == wid && w.fits(vswitch))
+        });
         let slot = match bound {
             Some(w) => {
                 if let Some(old) = w.ticket.replace(t) {
                     // Never two tickets for one waiter: the old one is
                     // the pool's now.
-                    self.tickets.insert(old, None);
+                    if let Some(old) = self.tickets.get_mut(&old) {
+                        old.waiter = None;
+                    }
                 }
                 Some(w.id)
             }
             None => None,
         };
-        self.tickets.insert(t, slot);
+        self.tickets.insert(
+            t,
+            Ticket {
+                waiter: slot,
+                vswitch: vswitch.to_string(),
+            },
+        );
         t
     }
 
     /// Ends ticket `t`: `None` if it had already ended (or never was),
     /// else the waiter it was bound to, which is free to be planned again.
     pub(super) fn end_ticket(&mut self, t: TicketId) -> Option<Option<u64>> {
-        let wid = self.tickets.remove(&t)?;
+        let wid = self.tickets.remove(&t)?.waiter;
         if let Some(wid) = wid {
             if let Some(w) = self.waiters.iter_mut().find(|w| w.id == wid) {
                 w.ticket = None;
@@ -278,23 +334,31 @@ impl Demand {
 
     /// The waiter ticket `t` is bound to, while it is outstanding.
     pub(super) fn ticket_waiter(&self, t: TicketId) -> Option<Option<u64>> {
-        self.tickets.get(&t).copied()
+        self.tickets.get(&t).map(|t| t.waiter)
     }
 
-    /// Waiters without a ticket adopt pool tickets, oldest first.
+    /// Waiters without a ticket adopt pool tickets that can serve them,
+    /// oldest first.
     pub(super) fn bind_spare(&mut self) {
-        let spare: Vec<TicketId> = self
+        let mut spare: Vec<(TicketId, String)> = self
             .tickets
             .iter()
-            .filter(|(_, w)| w.is_none())
-            .map(|(t, _)| *t)
+            .filter(|(_, t)| t.waiter.is_none())
+            .map(|(id, t)| (*id, t.vswitch.clone()))
             .collect();
-        for t in spare {
-            let Some(w) = self.waiters.iter_mut().find(|w| w.ticket.is_none()) else {
-                break;
+        spare.sort();
+        for (t, vswitch) in spare {
+            let Some(w) = self
+                .waiters
+                .iter_mut()
+                .find(|w| w.ticket.is_none() && w.fits(&vswitch))
+            else {
+                continue;
             };
             w.ticket = Some(t);
-            self.tickets.insert(t, Some(w.id));
+            if let Some(ticket) = self.tickets.get_mut(&t) {
+                ticket.waiter = Some(w.id);
+            }
         }
     }
 
@@ -302,14 +366,36 @@ impl Demand {
         self.waiters.iter().filter(|w| w.ticket.is_none())
     }
 
-    /// Ids of the waiters nothing is asked for yet, oldest first.
-    pub(super) fn unplanned(&self) -> Vec<u64> {
-        self.unticketed().map(|w| w.id).collect()
+    /// Ids of the waiters nothing is asked for yet that asked `vswitch`
+    /// (`None`: that asked none), oldest first.
+    pub(super) fn unplanned_on(&self, vswitch: Option<&str>) -> Vec<u64> {
+        self.unticketed()
+            .filter(|w| w.vswitch() == vswitch)
+            .map(|w| w.id)
+            .collect()
     }
 
-    /// Ids of the newest `n` waiters nothing is asked for, newest first.
-    pub(super) fn newest_unplanned(&self, n: usize) -> Vec<u64> {
-        self.unticketed().rev().take(n).map(|w| w.id).collect()
+    /// The vswitches that waiters nothing is asked for yet asked, in the
+    /// order of their oldest waiter.
+    pub(super) fn unplanned_vswitches(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for v in self.unticketed().filter_map(Waiter::vswitch) {
+            if !out.iter().any(|o| o == v) {
+                out.push(v.to_string());
+            }
+        }
+        out
+    }
+
+    /// Ids of the newest `n` waiters nothing is asked for that asked
+    /// `vswitch` (`None`: that asked none), newest first.
+    pub(super) fn newest_unplanned_on(&self, vswitch: Option<&str>, n: usize) -> Vec<u64> {
+        self.unticketed()
+            .rev()
+            .filter(|w| w.vswitch() == vswitch)
+            .take(n)
+            .map(|w| w.id)
+            .collect()
     }
 
     /// When the newest waiter nothing is asked for arrived.
@@ -352,19 +438,25 @@ impl Demand {
     pub(super) fn check(&self) -> Result<(), String> {
         for w in &self.waiters {
             if let Some(t) = w.ticket {
-                if self.tickets.get(&t) != Some(&Some(w.id)) {
+                if self.ticket_waiter(t) != Some(Some(w.id)) {
                     return Err(format!("waiter {} holds ticket {t} not bound to it", w.id));
                 }
             }
         }
-        for (t, wid) in &self.tickets {
-            if let Some(wid) = wid {
-                let ok = self
-                    .waiters
-                    .iter()
-                    .any(|w| w.id == *wid && w.ticket == Some(*t));
-                if !ok {
+        for (t, ticket) in &self.tickets {
+            if let Some(wid) = ticket.waiter {
+                let Some(w) = self.waiters.iter().find(|w| w.id == wid) else {
+                    return Err(format!("ticket {t} bound to waiter {wid}, who left"));
+                };
+                if w.ticket != Some(*t) {
                     return Err(format!("ticket {t} bound to waiter {wid}, who has another"));
+                }
+                if !w.fits(&ticket.vswitch) {
+                    return Err(format!(
+                        "ticket {t} on {} bound to waiter {wid}, who asked {:?}",
+                        ticket.vswitch,
+                        w.vswitch()
+                    ));
                 }
             }
         }
@@ -390,8 +482,8 @@ mod tests {
     fn every_ticket_ends_exactly_once() {
         let mut d = Demand::default();
         let w = d.push(ask("o/1"), Instant::now());
-        let t = d.new_ticket(Some(w));
-        let pool = d.new_ticket(None);
+        let t = d.new_ticket(Some(w), "vsw-a");
+        let pool = d.new_ticket(None, "vsw-a");
         assert_eq!(d.pending(), 2);
         assert_eq!(d.end_ticket(t), Some(Some(w)));
         assert_eq!(d.end_ticket(t), None, "a second end finds nothing");
@@ -407,8 +499,8 @@ mod tests {
         let a = d.push(ask("o/a"), Instant::now());
         let b = d.push(ask("o/b"), Instant::now());
         let c = d.push(ask("o/c"), Instant::now());
-        let t = d.new_ticket(Some(a));
-        let tc = d.new_ticket(Some(c));
+        let t = d.new_ticket(Some(a), "vsw-a");
+        let tc = d.new_ticket(Some(c), "vsw-a");
         assert!(d.take(a).is_some());
         assert_eq!(d.ticket_of(b), Some(t), "b inherits a's ticket");
         assert_eq!(d.ticket_waiter(t), Some(Some(b)));
@@ -423,19 +515,65 @@ mod tests {
     #[test]
     fn spare_tickets_go_to_the_oldest_unplanned_waiters() {
         let mut d = Demand::default();
-        let t = d.new_ticket(None);
+        let t = d.new_ticket(None, "vsw-a");
         let a = d.push(ask("o/a"), Instant::now());
         let b = d.push(ask("o/b"), Instant::now());
         d.bind_spare();
         assert_eq!(d.ticket_of(a), Some(t));
-        assert_eq!(d.unplanned(), vec![b]);
-        assert_eq!(d.newest_unplanned(5), vec![b]);
+        assert_eq!(d.unplanned_on(None), vec![b]);
+        assert_eq!(d.newest_unplanned_on(None, 5), vec![b]);
         assert!(d.any_bound());
         // A ticket for a waiter that has one frees the old one.
-        let t2 = d.new_ticket(Some(a));
+        let t2 = d.new_ticket(Some(a), "vsw-a");
         assert_eq!(d.ticket_waiter(t), Some(None));
         assert_eq!(d.ticket_of(a), Some(t2));
         d.check().unwrap();
+    }
+
+    fn ask_on(owner: &str, vswitch: &str) -> Ask {
+        let mut a = ask(owner);
+        a.intent.vswitch = Some(vswitch.into());
+        a
+    }
+
+    #[test]
+    fn a_ticket_is_bound_only_to_a_waiter_its_address_can_serve() {
+        let mut d = Demand::default();
+        let now = Instant::now();
+        let b = d.push(ask_on("o/b", "vsw-b"), now);
+        let any = d.push(ask("o/any"), now);
+        let a = d.push(ask_on("o/a", "vsw-a"), now);
+        assert_eq!(d.unplanned_vswitches(), vec!["vsw-b", "vsw-a"]);
+        assert_eq!(d.unplanned_on(Some("vsw-b")), vec![b]);
+        assert_eq!(d.unplanned_on(None), vec![any]);
+        // A ticket on vsw-a for b is the pool's; b stays unplanned.
+        let ta = d.new_ticket(Some(b), "vsw-a");
+        assert_eq!(d.ticket_waiter(ta), Some(None));
+        assert_eq!(d.ticket_of(b), None);
+        // Spare tickets go to the oldest waiter they fit: `any` (b asked
+        // vsw-b), then a.
+        let ta2 = d.new_ticket(None, "vsw-a");
+        d.bind_spare();
+        assert_eq!(d.ticket_of(b), None);
+        assert_eq!(d.ticket_of(any), Some(ta));
+        assert_eq!(d.ticket_of(a), Some(ta2));
+        d.check().unwrap();
+        // `any` leaves: its vsw-a ticket passes over b to the pool.
+        assert!(d.take(any).is_some());
+        assert_eq!(d.ticket_waiter(ta), Some(None));
+        let tb = d.new_ticket(Some(b), "vsw-b");
+        assert_eq!(d.ticket_of(b), Some(tb));
+        assert_eq!(d.newest_unplanned_on(Some("vsw-b"), 3), Vec::<u64>::new());
+        d.check().unwrap();
+        // Asks of one owner join; the newest stick time counts.
+        let mut again = ask_on("o/b", "vsw-b");
+        again.intent.stick_s = Some(60);
+        assert!(d.join(again).is_none());
+        assert_eq!(
+            d.intent_of(&Owner::parse("o/b").unwrap())
+                .and_then(|i| i.stick_s),
+            Some(60)
+        );
     }
 
     #[test]
@@ -443,8 +581,8 @@ mod tests {
         let mut d = Demand::default();
         let now = Instant::now();
         let w = d.push(ask("o/1"), now);
-        assert!(d.join(ask("o/1")).is_ok());
-        assert!(d.join(ask("o/2")).is_err());
+        assert!(d.join(ask("o/1")).is_none());
+        assert!(d.join(ask("o/2")).is_some());
         assert_eq!(d.waiting(), 1);
         assert!(d.take_expired(now).is_none());
         let gone = d.take_expired(now + Duration::from_secs(61)).unwrap();
@@ -458,7 +596,7 @@ mod tests {
         let now = Instant::now();
         let (tx, rx) = crossbeam_channel::bounded(4);
         let a = d.push(Ask::plain("o/a", tx.clone()), now);
-        assert!(d.join(Ask::plain("o/a", tx.clone())).is_ok());
+        assert!(d.join(Ask::plain("o/a", tx.clone())).is_none());
         let mut late = Ask::plain("o/b", tx);
         late.deadline = now + Duration::from_secs(1);
         d.push(late, now);
@@ -492,7 +630,7 @@ mod tests {
         assert_eq!(served.len(), 1);
         assert_eq!(served[0].1.owner.as_str(), "o/a");
         assert_eq!(d.waiting(), 2);
-        let t = d.new_ticket(d.unplanned().first().copied());
+        let t = d.new_ticket(d.unplanned_on(None).first().copied(), "vsw-a");
         assert_eq!(d.drain().len(), 2);
         assert_eq!(d.ticket_waiter(t), Some(None));
         d.check().unwrap();
@@ -509,7 +647,7 @@ mod tests {
         assert_eq!(d.next_wakeup(now, window, replan), Some(now + window));
         let later = now + Duration::from_secs(1);
         assert_eq!(d.next_wakeup(later, window, replan), Some(later + replan));
-        d.new_ticket(Some(w));
+        d.new_ticket(Some(w), "vsw-a");
         let deadline = d.next_wakeup(later, window, replan).unwrap();
         assert!(
             deadline > later + Duration::from_secs(50),

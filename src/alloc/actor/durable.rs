@@ -46,7 +46,7 @@ impl Durable {
                 Ok(()) => {
                     for (r, started) in replies {
                         crate::metrics::record_alloc("ok", started.elapsed().as_secs_f64());
-                        let _ = r.send(Ok(Answer::Allocation(a.clone(), eni.clone())));
+                        let _ = r.send(Ok(Answer::Allocation(Box::new(a.clone()), eni.clone())));
                     }
                 }
                 Err(e) => {
@@ -110,6 +110,7 @@ mod tests {
             eni: "eni-1".into(),
             since_ms: 1,
             attach: None,
+            intent: Default::default(),
         }
     }
 
@@ -140,7 +141,7 @@ mod tests {
         );
         assert_eq!(journal.commits.load(Ordering::SeqCst), 1);
         for _ in 0..2 {
-            assert!(matches!(rx.try_recv(), Ok(Ok(Answer::Allocation(got, _))) if got == a));
+            assert!(matches!(rx.try_recv(), Ok(Ok(Answer::Allocation(got, _))) if *got == a));
         }
         assert!(fatal_rx.try_recv().is_err());
 

@@ -273,14 +273,16 @@ impl InFlight {
         })
     }
 
-    /// Room the ENIs being created add once ready, beyond their initial
-    /// addresses (an ENI holds `ips_per_eni` at most).
-    pub(super) fn creating_room(&self, ips_per_eni: usize) -> usize {
+    /// Room the ENIs being created (on `on`, when given) add once ready,
+    /// beyond their initial addresses (an ENI holds `ips_per_eni` at most).
+    pub(super) fn creating_room(&self, on: Option<&str>, ips_per_eni: usize) -> usize {
         self.ops
             .values()
             .map(|op| match op {
-                Op::Create { init, .. } => ips_per_eni.saturating_sub(*init),
-                Op::Free { .. } => 0,
+                Op::Create { init, vswitch, .. } if on.is_none_or(|v| v == vswitch) => {
+                    ips_per_eni.saturating_sub(*init)
+                }
+                Op::Create { .. } | Op::Free { .. } => 0,
             })
             .sum()
     }
@@ -306,7 +308,9 @@ mod tests {
         let slots = f.create_slots().unwrap();
         let (op, op_permit) = f.begin_create(slots, "vsw-a".into(), 3, vec![7, 8]);
         assert_eq!((f.eni_slots(), f.op_slots()), (1, 1));
-        assert_eq!(f.creating_room(10), 7);
+        assert_eq!(f.creating_room(None, 10), 7);
+        assert_eq!(f.creating_room(Some("vsw-a"), 10), 7);
+        assert_eq!(f.creating_room(Some("vsw-b"), 10), 0, "none on vsw-b");
         f.created(op, "eni-2".into());
         assert_eq!(f.busy_enis(), enis(&["eni-2"]));
         drop(op_permit);

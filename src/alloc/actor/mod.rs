@@ -15,6 +15,8 @@
 //!   operation slots they hold;
 //! - [`vswstate`]: inhibited vswitches, call caps, the prefix fallback,
 //!   IPv6 gateways, probes; [`surge`]: growth that follows demand;
+//! - [`intent`]: what an `alloc` may ask beyond an address (a pod's
+//!   annotations), checked before anything changes;
 //! - [`workers`] and [`threads`]: the threads it starts, every one joined;
 //! - [`durable`]: answers sent only once their records are on disk;
 //! - [`reconcile`]: the cloud's view applied to the pool, never a stale
@@ -54,6 +56,7 @@ mod demand;
 mod durable;
 mod give_back;
 mod inflight;
+mod intent;
 mod lookups;
 mod plan;
 mod reconcile;
@@ -67,7 +70,7 @@ mod workers;
 
 use backoff::{Backoff, FreeBackoff};
 use clients::Clients;
-use demand::Demand;
+use demand::{Ask, Demand};
 use durable::Durable;
 use give_back::Maintenance;
 use inflight::InFlight;
@@ -427,11 +430,18 @@ impl Actor {
                 sandbox,
                 prefer,
                 attach,
+                intent,
             } => {
-                let renew = self.pool.note_attachment(&owner, sandbox.as_ref(), attach);
-                return self
-                    .clients()
-                    .alloc(owner, sandbox, prefer, renew, started, reply);
+                let ask = Ask {
+                    owner,
+                    sandbox,
+                    prefer,
+                    intent,
+                    reply,
+                    started,
+                    deadline: started + self.opts.alloc_timeout,
+                };
+                return self.clients().alloc(ask, attach);
             }
             Command::Release { owner, sandbox } => {
                 return self.clients().release(owner, sandbox, reply)
@@ -444,7 +454,7 @@ impl Actor {
             Command::Show { owner } => self
                 .pool
                 .allocation_with_eni(&owner)
-                .map(|(a, eni)| Answer::Allocation(a, eni))
+                .map(|(a, eni)| Answer::Allocation(Box::new(a), eni))
                 .ok_or_else(|| AllocError::bare(ErrCode::NotFound)),
             Command::List => Ok(Answer::List(crate::pool::views::list(&self.pool))),
             Command::Status => Ok(Answer::Status(self.status_counts())),

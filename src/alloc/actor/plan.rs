@@ -50,11 +50,22 @@ pub(super) struct Planning<'a> {
 
 impl Planning<'_> {
     /// Gathers the input, lets the pure planner decide, then dispatches
-    /// what it decided.
+    /// what it decided: for the waiters that asked a vswitch first, each
+    /// vswitch on its own (only its ENIs, new ones only there), then for
+    /// the others and the pool's top-up.
     pub(super) fn plan(&mut self, now: Instant) -> Result<(), Fatal> {
         // Waiters without a ticket adopt pool tickets first.
         self.demand.bind_spare();
-        let Some((input, mut units)) = self.gather(now) else {
+        for vswitch in self.demand.unplanned_vswitches() {
+            self.plan_on(now, Some(&vswitch))?;
+        }
+        self.plan_on(now, None)
+    }
+
+    /// Plans the waiters that asked `vswitch` (`None`: that asked none,
+    /// and the pool's top-up).
+    fn plan_on(&mut self, now: Instant, vswitch: Option<&str>) -> Result<(), Fatal> {
+        let Some((input, mut units)) = self.gather(now, vswitch) else {
             return Ok(());
         };
         let now_ms = unix_ms();
@@ -79,43 +90,53 @@ impl Planning<'_> {
                 self.cap,
                 self.demand.pending(),
                 now_ms,
+                vswitch,
             );
             let err = AllocError::new(ErrCode::Exhausted, reason);
-            for id in self.demand.newest_unplanned(plan.unplaceable) {
+            for id in self.demand.newest_unplanned_on(vswitch, plan.unplaceable) {
                 self.demand.fail(id, &err);
             }
         }
         Ok(())
     }
 
-    /// The planner's input, and the units its demand stands for in order
-    /// (the unplanned waiters, oldest first, then pool top-up as `None`);
-    /// `None` when nothing is to be planned.
-    fn gather(&mut self, now: Instant) -> Option<(PlanInput, VecDeque<Option<u64>>)> {
-        let clients = self.demand.unplanned();
+    /// The planner's input for the waiters that asked `vswitch` (`None`:
+    /// that asked none, with the pool's top-up), and the units its demand
+    /// stands for in order (those waiters, oldest first, then pool top-up
+    /// as `None`); `None` when nothing is to be planned.
+    fn gather(
+        &mut self,
+        now: Instant,
+        vswitch: Option<&str>,
+    ) -> Option<(PlanInput, VecDeque<Option<u64>>)> {
+        let clients = self.demand.unplanned_on(vswitch);
         let idle_and_asked = self.pool.idle_count() + self.demand.spare_tickets();
-        let pool_units = if self.pool_backoff.active(now) || self.demand.waiting() > 0 {
-            0
-        } else {
-            self.cap.min_idle.saturating_sub(idle_and_asked)
-        };
+        let pool_units =
+            if vswitch.is_some() || self.pool_backoff.active(now) || self.demand.waiting() > 0 {
+                0
+            } else {
+                self.cap.min_idle.saturating_sub(idle_and_asked)
+            };
         if clients.is_empty() && pool_units == 0 {
             return None;
         }
         // A surge: what the calls for the clients may carry beside them,
         // up to max_pool_size idle.
-        let surplus = if self.surge.surging() && !clients.is_empty() {
+        let surplus = if vswitch.is_none() && self.surge.surging() && !clients.is_empty() {
             self.cap.max_idle.saturating_sub(idle_and_asked)
         } else {
             0
         };
         let now_ms = unix_ms();
-        let order = self.vsw.order(now_ms);
+        let mut order = self.vsw.order(now_ms);
+        if let Some(v) = vswitch {
+            order.retain(|c| c.id == v);
+        }
         let input = PlanInput {
             demand: clients.len() + pool_units,
             client_demand: clients.len(),
-            enis: self.usable_enis(&order, now_ms),
-            creating_room: self.inflight.creating_room(self.cap.ips_per_eni),
+            enis: self.usable_enis(&order, vswitch, now_ms),
+            creating_room: self.inflight.creating_room(vswitch, self.cap.ips_per_eni),
             vswitches: order,
             eni_slots: self.inflight.eni_slots(),
             op_slots: self.inflight.op_slots(),
@@ -128,15 +149,22 @@ impl Planning<'_> {
         Some((input, units))
     }
 
-    /// ENIs that can take addresses now, in preference order: vswitch
-    /// rank, then fewest addresses held or pending.
-    fn usable_enis(&self, order: &[placement::VswChoice], now_ms: u64) -> Vec<EniRoom> {
+    /// ENIs that can take addresses now (on `vswitch`, when given), in
+    /// preference order: vswitch rank, then fewest addresses held or
+    /// pending.
+    fn usable_enis(
+        &self,
+        order: &[placement::VswChoice],
+        vswitch: Option<&str>,
+        now_ms: u64,
+    ) -> Vec<EniRoom> {
         let switches = self.vsw.switches();
         let mut enis: Vec<(usize, usize, EniRoom)> = self
             .pool
             .enis()
             .iter()
             .filter(|e| e.takes_asks())
+            .filter(|e| vswitch.is_none_or(|v| e.vswitch() == v))
             .filter(|e| switches.inhibited_until(e.vswitch(), now_ms).is_none())
             .filter_map(|e| {
                 let room = self.eni_room(e.id(), now_ms);
@@ -218,7 +246,11 @@ impl Planning<'_> {
         now_ms: u64,
     ) {
         for (eni, n) in submits {
-            let Some((kind, v6)) = self.pool.eni(&eni).map(|e| self.ask_of(e, now_ms)) else {
+            let Some((vswitch, (kind, v6))) = self
+                .pool
+                .eni(&eni)
+                .map(|e| (e.vswitch().to_string(), self.ask_of(e, now_ms)))
+            else {
                 continue;
             };
             // A /28 brings 16 addresses whatever the demand: ask for whole
@@ -238,7 +270,7 @@ impl Planning<'_> {
                 } else {
                     None
                 };
-                let t = self.demand.new_ticket(unit);
+                let t = self.demand.new_ticket(unit, &vswitch);
                 if !self.workers.submit(&eni, t, (kind, v6)) {
                     self.demand.end_ticket(t);
                     break;
@@ -309,7 +341,7 @@ impl Planning<'_> {
                 } else {
                     None
                 };
-                self.demand.new_ticket(unit)
+                self.demand.new_ticket(unit, &vswitch)
             })
             .collect();
         if shape.prefixes > 0 {

@@ -365,7 +365,13 @@ mod tests {
     }
 
     fn take(pool: &mut PoolState, v4: Ipv4Addr, owner: &str) {
-        pool.take(v4, &Owner::parse(owner).unwrap(), None, 1);
+        pool.take(
+            v4,
+            &Owner::parse(owner).unwrap(),
+            None,
+            1,
+            &Default::default(),
+        );
     }
 
     #[test]
@@ -466,7 +472,16 @@ mod tests {
             pool.eni(ENI).unwrap().gone(),
             "kept while its owner holds an address"
         );
-        pool.release(&Owner::parse("pod-a").unwrap(), None, 2, 0, 0);
+        pool.release(
+            &Owner::parse("pod-a").unwrap(),
+            None,
+            2,
+            &crate::pool::HoldTimes {
+                stick_ms: 0,
+                max_stick_ms: 0,
+                cool_ms: 0,
+            },
+        );
         pool.drop_empty_gone();
         assert_eq!(pool.enis().len(), 0);
         pool.check().unwrap();
@@ -547,11 +562,20 @@ mod tests {
                 &pass(Instant::now(), &cloud, Some(&[])),
             );
             pool.check().unwrap();
-            assert_eq!(pick(&pool, &anyone, None), None, "dual={dual}");
+            assert_eq!(pick(&pool, &anyone, None, None), None, "dual={dual}");
             assert_eq!(pool.owner_ip(&old).map(PoolIp::eni), Some(ENI));
             assert_eq!(pool.ips().unpaired_len(), 0, "dual={dual}: v6 given back");
         }
-        pool.release(&old, None, 2, 0, 0);
+        pool.release(
+            &old,
+            None,
+            2,
+            &crate::pool::HoldTimes {
+                stick_ms: 0,
+                max_stick_ms: 0,
+                cool_ms: 0,
+            },
+        );
         pool.drop_empty_gone();
         reconcile(
             &mut pool,
@@ -563,7 +587,7 @@ mod tests {
         assert_eq!((x.eni(), x.primary()), ("eni-2", true));
         assert_eq!(x.v6(), dual.then(|| v6(22)), "dual={dual}");
         assert_eq!(pool.state_of(x).name(), "idle", "dual={dual}");
-        assert_eq!(pick(&pool, &anyone, None), Some(ip(2)), "dual={dual}");
+        assert_eq!(pick(&pool, &anyone, None, None), Some(ip(2)), "dual={dual}");
     }
 
     #[test]

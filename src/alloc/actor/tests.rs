@@ -170,26 +170,13 @@ fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
     // Every address taken, so the next alloc needs a new ENI.
     for last in 1..=4 {
         let (tx, _rx) = crossbeam_channel::bounded(1);
-        a.clients().alloc(
-            Owner::parse(&format!("o/{last}")).unwrap(),
-            None,
-            None,
-            false,
-            Instant::now(),
-            tx,
-        );
+        a.clients()
+            .alloc(Ask::plain(&format!("o/{last}"), tx), None);
     }
     // A sweep holds the only operation slot.
     let sweep = ops.try_acquire().unwrap();
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.clients().alloc(
-        Owner::parse("o/new").unwrap(),
-        None,
-        None,
-        false,
-        Instant::now(),
-        tx,
-    );
+    a.clients().alloc(Ask::plain("o/new", tx), None);
     let later = Instant::now() + a.opts.aggregation_window + Duration::from_millis(1);
     a.step(later);
     assert_eq!(a.demand.waiting(), 1);
@@ -205,14 +192,7 @@ fn a_waiter_blocked_on_an_operation_slot_is_planned_again_soon() {
 fn an_eni_detached_behind_our_back_is_withdrawn_and_readopted_when_back() {
     let mut a = actor();
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.clients().alloc(
-        Owner::parse("o/1").unwrap(),
-        None,
-        None,
-        false,
-        Instant::now(),
-        tx,
-    );
+    a.clients().alloc(Ask::plain("o/1", tx), None);
     let held = a.pool.owner_ip(&Owner::parse("o/1").unwrap()).unwrap().v4();
     // The cloud no longer lists the ENI as attached (it still exists).
     a.on_event(Event::Reconcile {
@@ -231,7 +211,7 @@ fn an_eni_detached_behind_our_back_is_withdrawn_and_readopted_when_back() {
     );
     let other = Owner::parse("o/2").unwrap();
     assert_eq!(
-        pick(&a.pool, &other, None),
+        pick(&a.pool, &other, None, None),
         None,
         "nothing from a vanished ENI"
     );
@@ -244,7 +224,7 @@ fn an_eni_detached_behind_our_back_is_withdrawn_and_readopted_when_back() {
     assert!(!a.pool.eni(ENI).unwrap().at_limit());
     assert_eq!(a.pool.ips().len(), 4);
     assert!(!a.pool.ip(held).unwrap().lost());
-    assert!(pick(&a.pool, &other, None).is_some());
+    assert!(pick(&a.pool, &other, None, None).is_some());
 }
 
 #[test]
@@ -252,8 +232,7 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
     let mut a = actor();
     let o1 = Owner::parse("o/1").unwrap();
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.clients()
-        .alloc(o1.clone(), None, None, false, Instant::now(), tx);
+    a.clients().alloc(Ask::plain(o1.as_str(), tx), None);
     let held = a.pool.owner_ip(&o1).unwrap().v4();
     let slots = a.inflight.eni_slots();
     // Neither attached nor detached: the ENI is gone from the cloud.
@@ -283,7 +262,8 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
         pick(
             &a.pool,
             &Owner::parse("o/2").unwrap(),
-            Some(IpAddr::V4(held))
+            Some(IpAddr::V4(held)),
+            None
         ) != Some(held)
     );
     // Released: the deleted ENI is forgotten, and the next pass adopts
@@ -335,7 +315,7 @@ fn a_prefix_whose_assign_answer_was_lost_is_adopted_and_one_the_cloud_lost_dropp
     // out again.
     a.pool.add_prefix(ENI, p2);
     let o = Owner::parse("o/p2").unwrap();
-    a.pool.take(p2.base(), &o, None, 1);
+    a.pool.take(p2.base(), &o, None, 1, &Default::default());
     std::thread::sleep(Duration::from_millis(2));
     a.on_event(Event::Reconcile {
         started: Instant::now(),
@@ -379,7 +359,7 @@ fn no_free_slash_28_turns_the_next_demand_into_single_addresses() {
     assert_eq!(a.planning().eni_room(ENI, now_ms), 11 * 16);
     let (tx, rx) = crossbeam_channel::bounded(1);
     let w = a.demand.push(Ask::plain("o/w", tx), Instant::now());
-    let t = a.demand.new_ticket(Some(w));
+    let t = a.demand.new_ticket(Some(w), "vsw-a");
     for _ in 0..16 {
         a.pool.enis_mut().asked(ENI, true);
     }
@@ -424,7 +404,7 @@ fn a_create_refused_for_a_limit_fails_its_waiters_instead_of_asking_again() {
     let mut a = actor();
     let (tx, rx) = crossbeam_channel::bounded(1);
     let w = a.demand.push(Ask::plain("o/limit", tx), Instant::now());
-    let t = a.demand.new_ticket(Some(w));
+    let t = a.demand.new_ticket(Some(w), "vsw-a");
     let slots = a.inflight.create_slots().unwrap();
     let (op, _op_permit) = a.inflight.begin_create(slots, "vsw-a".into(), 1, vec![t]);
     // No ENI exists to mark at its limit: planning the waiter again would
