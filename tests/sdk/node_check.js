@@ -19,7 +19,7 @@
  * (Ipv6PrefixSets.Ipv6PrefixSet[].Ipv6Prefix), AssignPrivateIpAddresses,
  * DeleteNetworkInterface, then a delete of an unknown ENI that must surface
  * the emulator's InvalidEniId.NotFound. Prints `passed` at the end; exits
- * non-zero on any failure. The secret is never printed.
+ * non-zero on any failure (or after 120 s). The secret is never printed.
  */
 'use strict';
 
@@ -30,7 +30,7 @@ const OpenApi = require('@alicloud/openapi-client');
 
 const UNKNOWN_ENI = 'eni-bp1nosuchthing00000';
 
-/** The /80s of `eni` as DescribeNetworkInterfaces answers them. */
+/** The /80s of one ENI (a NetworkInterfaceSet, or a create answer). */
 function prefixesOf(set) {
   return ((set.Ipv6PrefixSets || {}).Ipv6PrefixSet || []).map((p) => p.Ipv6Prefix);
 }
@@ -200,6 +200,12 @@ async function main() {
     console.error('usage: node_check.js ECS_URL REGION ACCESS_KEY_ID ACCESS_KEY_SECRET INSTANCE_ID');
     process.exit(2);
   }
+  // Every wait here has a deadline (the SDKs' own request timeouts, the
+  // delete polls'); this one bounds the whole run whatever hangs.
+  setTimeout(() => {
+    console.error('FAILED: no verdict within 120 s');
+    process.exit(1);
+  }, 120000).unref();
   await popCore(...args);
   await ecs20140526(...args);
   console.log('passed');
