@@ -56,6 +56,7 @@ mod readme_socat;
 mod server;
 mod sim_actions;
 mod sim_fleet;
+mod sim_node_sdk;
 mod sim_prefixes;
 mod sim_protocol;
 mod sim_python_sdk;
