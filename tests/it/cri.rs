@@ -530,8 +530,30 @@ impl Drop for Containerd {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
+        // A sandbox containerd no longer lists (one it forgot across a
+        // restart, one a test left to the reaper) keeps its shm and rootfs
+        // mounted under the state directory: they go too, always.
+        unmount_below(&self.dir);
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Detaches every mount at or below `dir`, deepest first.
+fn unmount_below(dir: &Path) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<String> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| p.replace("\\040", " "))
+        .filter(|p| Path::new(p).starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let out = Command::new("umount").args(["-l", &p]).output();
+        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+            eprintln!("containerd cleanup: cannot unmount {p}: {out:?}");
         }
     }
 }
