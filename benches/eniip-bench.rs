@@ -16,8 +16,9 @@
 //!   metadata lag) against its critical path from those settings;
 //! - restart recovery time with the largest built-in instance type full;
 //! - footprint: idle RSS, threads, CPU time while idle, binary size; the
-//!   RSS as long again after 16 clients at once, and after a hostile run
-//!   (200 misbehaving connections held open through 16 000 requests).
+//!   RSS as long again after 16 clients at once, after 240 connections at
+//!   once (20 `status` each, held 2 s), and after a hostile run (200
+//!   misbehaving connections held open through 16 000 requests).
 //!
 //! Run: `cargo bench --bench eniip-bench [-- --json] [--idle-secs N]`.
 //! It drives the eniipd and eniip-sim binaries cargo built for it (the
@@ -45,6 +46,18 @@ struct Opts {
     json: bool,
     idle_secs: u64,
     warm_iters: usize,
+    /// `--only`: the parts to run (all when empty): floors and warm are
+    /// `warm`, the cold bursts `cold`, then `first`, `restart`, `footprint`.
+    only: Vec<String>,
+    /// `--eniipd PATH`: another eniipd to measure (an older build, to
+    /// compare in the same conditions).
+    eniipd: Option<PathBuf>,
+}
+
+impl Opts {
+    fn runs(&self, part: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| p == part)
+    }
 }
 
 fn main() {
@@ -52,6 +65,8 @@ fn main() {
         json: false,
         idle_secs: 60,
         warm_iters: 1000,
+        only: Vec::new(),
+        eniipd: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -71,14 +86,35 @@ fn main() {
                     .and_then(|s| s.parse().ok())
                     .unwrap_or_else(|| usage(NAME, "--warm-iters needs a count"))
             }
+            "--only" => {
+                o.only = args
+                    .next()
+                    .map(|s| s.split(',').map(str::to_string).collect())
+                    .unwrap_or_else(|| {
+                        usage(
+                            NAME,
+                            "--only needs parts: warm,cold,first,restart,footprint",
+                        )
+                    })
+            }
+            "--eniipd" => {
+                o.eniipd = Some(
+                    args.next()
+                        .map(PathBuf::from)
+                        .unwrap_or_else(|| usage(NAME, "--eniipd needs a path")),
+                )
+            }
             "--help" | "-h" => {
-                println!("cargo bench --bench eniip-bench -- [--json] [--idle-secs N (60)] [--warm-iters N (1000)]");
+                println!("cargo bench --bench eniip-bench -- [--json] [--idle-secs N (60)] [--warm-iters N (1000)] [--only warm,cold,first,restart,footprint] [--eniipd PATH]");
                 return;
             }
             other => usage(NAME, &format!("unknown option {other}")),
         }
     }
-    let bins = binaries();
+    let mut bins = binaries();
+    if let Some(p) = &o.eniipd {
+        bins.eniipd = p.clone();
+    }
     support::run_and_print(NAME, o.json, |work| run(&o, &bins, work), print_table);
 }
 
@@ -175,7 +211,18 @@ impl Conn {
 
 // ---- measurements ------------------------------------------------------------
 
-fn floors(work: &Path) -> (f64, f64, usize) {
+/// The floors, p50 in ms: a line round trip on a Unix socket, an atomic
+/// write of a state-sized file (its size in bytes), and one log frame of
+/// an allocation appended and `fdatasync`ed, as the committer makes one
+/// commit.
+struct Floors {
+    rtt: f64,
+    atomic_write: f64,
+    state_bytes: usize,
+    append_sync: f64,
+}
+
+fn floors(work: &Path) -> Floors {
     let path = work.join("rtt.sock");
     let l = UnixListener::bind(&path).expect("bind");
     let t = std::thread::spawn(move || {
@@ -224,7 +271,30 @@ fn floors(work: &Path) -> (f64, f64, usize) {
             fs.push(ms(d));
         }
     }
-    (pct(&mut rtt, 0.5), pct(&mut fs, 0.5), size)
+    // One commit of the warm run: an allocation's record in one frame.
+    let record = eniipd::store::Record::Alloc(eniipd::store::Allocation {
+        owner: "bench/one-100".into(),
+        sandbox: None,
+        ipv4: std::net::Ipv4Addr::new(192, 168, 0, 100),
+        ipv6: None,
+        ipv6_prefix: None,
+        eni: "eni-bp1abcdefghijklmnopq".into(),
+        at_ms: 1_700_000_000_000,
+        attach: None,
+        asked: Default::default(),
+    });
+    let mut append: Vec<f64> = eniipd::store::measure_append_sync(work, &[record], 1000)
+        .expect("append floor")
+        .into_iter()
+        .skip(100)
+        .map(ms)
+        .collect();
+    Floors {
+        rtt: pct(&mut rtt, 0.5),
+        atomic_write: pct(&mut fs, 0.5),
+        state_bytes: size,
+        append_sync: pct(&mut append, 0.5),
+    }
 }
 
 fn warm(o: &Opts, bins: &Bins, work: &Path) -> Value {
@@ -495,6 +565,23 @@ fn hostile_run(d: &Daemon) {
     drop(hostile);
 }
 
+/// The wide burst (issue 37): 240 connections at once, 20 `status` each,
+/// every one held open 2 s from the start, then all closed.
+fn wide_burst(d: &Daemon) {
+    const WIDE: usize = 240;
+    let all_open = std::sync::Barrier::new(WIDE);
+    let held_until = Instant::now() + Duration::from_secs(2);
+    common::at_once(WIDE, |_| {
+        let mut c = Conn::open(&d.socket);
+        all_open.wait();
+        for _ in 0..20 {
+            let r = c.ask("status");
+            assert!(r.starts_with("OK "), "{r}");
+        }
+        std::thread::sleep(held_until.saturating_duration_since(Instant::now()));
+    });
+}
+
 fn footprint(o: &Opts, bins: &Bins, work: &Path) -> Value {
     let dir = work.join("idle");
     std::fs::create_dir_all(&dir).expect("dir");
@@ -518,6 +605,9 @@ fn footprint(o: &Opts, bins: &Bins, work: &Path) -> Value {
     clients_at_once(&d, "burst", 16, 10);
     std::thread::sleep(Duration::from_secs(o.idle_secs));
     let (burst, burst_anon) = rss(d.pid());
+    wide_burst(&d);
+    std::thread::sleep(Duration::from_secs(o.idle_secs));
+    let (wide, wide_anon) = rss(d.pid());
     hostile_run(&d);
     std::thread::sleep(Duration::from_secs(o.idle_secs));
     let (hostile, hostile_anon) = rss(d.pid());
@@ -526,23 +616,39 @@ fn footprint(o: &Opts, bins: &Bins, work: &Path) -> Value {
         .map(|m| m.len())
         .unwrap_or(0);
     json!({"idle_rss_kib": rss0.max(rss1), "idle_anon_kib": anon, "threads": threads, "idle_secs": o.idle_secs, "cpu_ms_per_minute": per_minute,
-           "burst_rss_kib": burst, "burst_anon_kib": burst_anon, "hostile_rss_kib": hostile, "hostile_anon_kib": hostile_anon,
+           "burst_rss_kib": burst, "burst_anon_kib": burst_anon, "wide_rss_kib": wide, "wide_anon_kib": wide_anon, "hostile_rss_kib": hostile, "hostile_anon_kib": hostile_anon,
            "binary_bytes": size, "binary": bins.eniipd.display().to_string()})
 }
 
 fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
-    eprintln!("floors...");
-    let (rtt, fsync, state_bytes) = floors(work);
-    let floor = rtt + fsync;
-    eprintln!("warm alloc/release...");
-    let w = warm(o, bins, work);
-    eprintln!("cold burst of 100 (50 ms emulator latency)...");
-    let c = cold(bins, work, false, false);
-    eprintln!("cold burst of 100 in prefix mode (same emulator settings)...");
-    let cp = cold(bins, work, true, false);
-    eprintln!("cold burst of 100 in dual stack, without and with IPv6 /80 prefixes...");
-    let cd = cold(bins, work, false, true);
-    let cdp = cold(bins, work, true, true);
+    let (fl, w) = if o.runs("warm") {
+        eprintln!("floors...");
+        let fl = floors(work);
+        eprintln!("warm alloc/release...");
+        (fl, warm(o, bins, work))
+    } else {
+        let nan = f64::NAN;
+        let fl = Floors {
+            rtt: nan,
+            atomic_write: nan,
+            state_bytes: 0,
+            append_sync: nan,
+        };
+        (fl, Value::Null)
+    };
+    let floor = fl.rtt + fl.append_sync;
+    let (c, cp, cd, cdp) = if o.runs("cold") {
+        eprintln!("cold burst of 100 (50 ms emulator latency)...");
+        let c = cold(bins, work, false, false);
+        eprintln!("cold burst of 100 in prefix mode (same emulator settings)...");
+        let cp = cold(bins, work, true, false);
+        eprintln!("cold burst of 100 in dual stack, without and with IPv6 /80 prefixes...");
+        let cd = cold(bins, work, false, true);
+        let cdp = cold(bins, work, true, true);
+        (c, cp, cd, cdp)
+    } else {
+        (Value::Null, Value::Null, Value::Null, Value::Null)
+    };
     let ratios = |a: &Value, b: &Value| {
         let ratio = |k: &str| {
             a[k].as_f64().unwrap_or(f64::NAN) / b[k].as_f64().unwrap_or(f64::NAN).max(1e-9)
@@ -555,18 +661,33 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
     };
     let prefix_vs_single = ratios(&cp, &c);
     let dual_prefix_vs_single = ratios(&cdp, &cd);
-    eprintln!("the first address on a cold node (3 runs)...");
-    let first = first_address(bins, work);
-    eprintln!("restart recovery, ecs.g7.8xlarge full...");
-    let r = restart(bins, work);
-    eprintln!("footprint ({} s idle)...", o.idle_secs);
-    let f = footprint(o, bins, work);
+    let first = if o.runs("first") {
+        eprintln!("the first address on a cold node (3 runs)...");
+        first_address(bins, work)
+    } else {
+        Value::Null
+    };
+    let r = if o.runs("restart") {
+        eprintln!("restart recovery, ecs.g7.8xlarge full...");
+        restart(bins, work)
+    } else {
+        Value::Null
+    };
+    let f = if o.runs("footprint") {
+        eprintln!("footprint ({} s idle)...", o.idle_secs);
+        footprint(o, bins, work)
+    } else {
+        Value::Null
+    };
     let p50 = w["p50_ms"].as_f64().unwrap_or(0.0);
     let burst_over_idle = (f["burst_rss_kib"].as_f64().unwrap_or(1e9)
         - f["idle_rss_kib"].as_f64().unwrap_or(0.0))
         / 1024.0;
+    let wide_over_idle = (f["wide_rss_kib"].as_f64().unwrap_or(1e9)
+        - f["idle_rss_kib"].as_f64().unwrap_or(0.0))
+        / 1024.0;
     let targets = json!({
-        "warm_p50_over_floor": {"value": p50 / floor, "target": "<= 1.5", "met": p50 / floor <= 1.5},
+        "warm_p50_over_floor": {"value": p50 / floor, "target": "<= 1.2", "met": p50 / floor <= 1.2},
         "scaling_16_over_1": {"value": w["scaling_16_over_1"], "target": ">= 4", "met": w["scaling_16_over_1"].as_f64().unwrap_or(0.0) >= 4.0},
         "cold_calls_over_lower_bound": {"value": c["ratio_total_to_lower_bound"], "target": "<= 1.2", "met": c["ratio_total_to_lower_bound"].as_f64().unwrap_or(9.0) <= 1.2},
         "prefix_cold_assign_or_create_over_secondary": {"value": prefix_vs_single["assign_or_create_ratio"], "target": "<= 0.2", "met": prefix_vs_single["assign_or_create_ratio"].as_f64().unwrap_or(9.0) <= 0.2},
@@ -574,12 +695,14 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
         "first_address_over_critical_path": {"value": first["ratio"], "target": "<= 1.1", "met": first["ratio"].as_f64().unwrap_or(9.0) <= 1.1},
         "idle_rss_mib": {"value": f["idle_rss_kib"].as_f64().unwrap_or(0.0) / 1024.0, "target": "<= 5", "met": f["idle_rss_kib"].as_f64().unwrap_or(1e9) <= 5.0 * 1024.0},
         "burst_rss_over_idle_mib": {"value": burst_over_idle, "target": "<= 1", "met": burst_over_idle <= 1.0},
+        "wide_rss_over_idle_mib": {"value": wide_over_idle, "target": "<= 1", "met": wide_over_idle <= 1.0},
         "idle_cpu_ms_per_minute": {"value": f["cpu_ms_per_minute"], "target": "<= 60", "met": f["cpu_ms_per_minute"].as_f64().unwrap_or(1e9) <= 60.0},
         "binary_mib": {"value": f["binary_bytes"].as_f64().unwrap_or(0.0) / 1048576.0, "target": "<= 8", "met": f["binary_bytes"].as_u64().unwrap_or(u64::MAX) <= 8 << 20},
     });
     json!({
         "machine": {"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "when": eniipd::util::time::now_utc()},
-        "floors": {"socket_rtt_p50_ms": rtt, "atomic_write_fsync_p50_ms": fsync, "state_bytes": state_bytes, "floor_ms": floor},
+        "floors": {"socket_rtt_p50_ms": fl.rtt, "atomic_write_fsync_p50_ms": fl.atomic_write, "state_bytes": fl.state_bytes,
+                   "append_fdatasync_p50_ms": fl.append_sync, "floor_ms": floor},
         "warm": w, "cold_burst": c, "cold_burst_prefix": cp, "prefix_vs_secondary": prefix_vs_single,
         "cold_burst_dual": cd, "cold_burst_dual_prefix": cdp, "dual_prefix_vs_secondary": dual_prefix_vs_single, "first_address": first, "restart": r, "footprint": f, "targets": targets,
     })
@@ -598,7 +721,12 @@ const ROWS: &[(&str, &str, &str)] = &[
         "atomic_write_fsync_p50_ms",
     ),
     ("floor: state-sized file (bytes)", "floors", "state_bytes"),
-    ("floor: RTT + fsync (ms)", "floors", "floor_ms"),
+    (
+        "floor: one log frame appended + fdatasync, p50 (ms)",
+        "floors",
+        "append_fdatasync_p50_ms",
+    ),
+    ("floor: RTT + append + fdatasync (ms)", "floors", "floor_ms"),
     ("warm: request p50, one client (ms)", "warm", "p50_ms"),
     ("warm: request p99, one client (ms)", "warm", "p99_ms"),
     ("warm: alloc p50 (ms)", "warm", "alloc_p50_ms"),
@@ -707,6 +835,16 @@ const ROWS: &[(&str, &str, &str)] = &[
         "footprint: RSS after 16 clients, anonymous (KiB)",
         "footprint",
         "burst_anon_kib",
+    ),
+    (
+        "footprint: RSS after 240 connections at once (KiB)",
+        "footprint",
+        "wide_rss_kib",
+    ),
+    (
+        "footprint: RSS after 240 connections, anonymous (KiB)",
+        "footprint",
+        "wide_anon_kib",
     ),
     (
         "footprint: RSS after the hostile run (KiB)",

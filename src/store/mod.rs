@@ -317,5 +317,33 @@ pub fn measure_atomic_write(dir: &Path, bytes: usize) -> io::Result<Duration> {
     Ok(took)
 }
 
+/// Times `n` commits as the committer makes them, minus everything around
+/// them: one log frame of `records` appended to a fresh log in `dir`, then
+/// `fdatasync`, each. The physical floor of a durable reply (benchmarks);
+/// the file is removed after.
+pub fn measure_append_sync(dir: &Path, records: &[Record], n: usize) -> io::Result<Vec<Duration>> {
+    use std::io::Write as _;
+    let path = dir.join("bench-floor.wal");
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(&path)?;
+    drop(f);
+    f = OpenOptions::new().append(true).open(&path)?;
+    f.write_all(&wal::header(1, 0))?;
+    f.sync_all()?;
+    let mut took = Vec::with_capacity(n);
+    for seq in 1..=n as u64 {
+        let started = Instant::now();
+        let frame = wal::frame(seq, records);
+        f.write_all(&frame)?;
+        f.sync_data()?;
+        took.push(started.elapsed());
+    }
+    fs::remove_file(&path)?;
+    Ok(took)
+}
+
 #[cfg(test)]
 mod tests;
