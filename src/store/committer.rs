@@ -29,6 +29,7 @@ use log::{error, info, warn};
 use super::record::Record;
 use super::snapshot::LogRef;
 use super::{rewrite, Store, StoreError};
+use crate::metrics::Stage;
 
 /// How long [`Committer::close`] waits for the disk.
 pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,12 +39,22 @@ pub(crate) const DROP_TIMEOUT: Duration = Duration::from_secs(2);
 type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
 enum Msg {
-    Submit(Vec<Record>, Done),
+    /// Records, what to call once they are durable, and when they came.
+    Submit(Vec<Record>, Done, Instant),
     /// Make everything before it durable, write a final snapshot, stop.
     Close(Sender<Result<(), StoreError>>),
     /// Make everything before it durable and stop, without a snapshot.
     Stop,
+    /// Records are likely within microseconds: wait for them awake.
+    Expect,
 }
+
+/// How long the store's thread waits awake for records it was told to
+/// expect ([`Committer::expect`]) before it sleeps again. Waking a
+/// sleeping thread costs 15 to 25 us on the machines measured
+/// (BENCHMARKS.md, the warm stages), about what the allocator takes to
+/// answer a warm `alloc`; this bounds what a wrong guess costs.
+const EXPECT_SPIN: Duration = Duration::from_micros(150);
 
 /// The store thread and how to tell when it has finished.
 struct Worker {
@@ -123,12 +134,20 @@ impl Committer {
     ) {
         let n = records.len();
         self.submitted.fetch_add(n, Ordering::Relaxed);
-        if let Err(e) = self.tx.send(Msg::Submit(records, done)) {
+        if let Err(e) = self.tx.send(Msg::Submit(records, done, Instant::now())) {
             self.submitted.fetch_sub(n, Ordering::Relaxed);
-            if let Msg::Submit(_, done) = e.into_inner() {
+            if let Msg::Submit(_, done, _) = e.into_inner() {
                 done(Err(StoreError::Closed));
             }
         }
+    }
+
+    /// Tells the store's thread that records are likely to come within
+    /// microseconds: it wakes now and waits for them awake (at most
+    /// [`EXPECT_SPIN`]), so that their commit starts without its wake-up
+    /// delay. Never blocks.
+    pub(crate) fn expect(&self) {
+        let _ = self.tx.send(Msg::Expect);
     }
 
     /// Submits and waits for the outcome.
@@ -231,7 +250,13 @@ fn run(
     failures: &Sender<String>,
 ) {
     let mut failed: Option<StoreError> = None;
-    while let Ok(first) = rx.recv() {
+    while let Ok(mut first) = rx.recv() {
+        if matches!(first, Msg::Expect) {
+            match await_expected(rx) {
+                Some(m) => first = m,
+                None => continue,
+            }
+        }
         let mut batch = vec![first];
         while let Ok(m) = rx.try_recv() {
             let last = matches!(m, Msg::Close(_) | Msg::Stop);
@@ -244,14 +269,18 @@ fn run(
         let mut dones = Vec::new();
         let mut close = None;
         let mut stop = false;
+        let taken = Instant::now();
         for m in batch {
             match m {
-                Msg::Submit(r, d) => {
+                Msg::Submit(r, d, submitted) => {
+                    let waited = taken.saturating_duration_since(submitted);
+                    crate::metrics::record_stage(Stage::ToCommitter, waited.as_secs_f64());
                     records.extend(r);
                     dones.push(d);
                 }
                 Msg::Close(reply) => close = Some(reply),
                 Msg::Stop => stop = true,
+                Msg::Expect => {}
             }
         }
         let result = match &failed {
@@ -271,6 +300,7 @@ fn run(
                 }
             }
         }
+        crate::metrics::mark_committed();
         for d in dones {
             d(result.clone());
         }
@@ -295,6 +325,32 @@ fn run(
     }
 }
 
+/// Waits awake, for at most [`EXPECT_SPIN`], for the next message other
+/// than [`Msg::Expect`]; `None` if none came.
+fn await_expected(rx: &Receiver<Msg>) -> Option<Msg> {
+    let until = Instant::now() + EXPECT_SPIN;
+    let mut spins: u32 = 0;
+    loop {
+        match rx.try_recv() {
+            Ok(Msg::Expect) => {}
+            Ok(m) => return Some(m),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                if Instant::now() >= until {
+                    return None;
+                }
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(64) {
+                    // Let a thread waiting for this CPU have it.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+}
+
 fn append(store: &mut Store, records: &[Record], syncs: &AtomicU64) -> Result<(), StoreError> {
     let started = Instant::now();
     let frame = super::wal::frame(store.frames + 1, records);
@@ -303,13 +359,15 @@ fn append(store: &mut Store, records: &[Record], syncs: &AtomicU64) -> Result<()
         .write_all(&frame)
         .and_then(|()| store.wal.sync_data())
         .map_err(|e| StoreError::io("cannot write the state log", e))?;
+    let took = started.elapsed().as_secs_f64();
+    crate::metrics::record_stage(Stage::Commit, took);
     syncs.fetch_add(1, Ordering::Relaxed);
     store.frames += 1;
     store.wal_len += frame.len() as u64;
     for r in records {
         store.state.apply(r);
     }
-    crate::metrics::record_commit(started.elapsed().as_secs_f64());
+    crate::metrics::record_commit(took);
     Ok(())
 }
 

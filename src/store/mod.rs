@@ -317,32 +317,52 @@ pub fn measure_atomic_write(dir: &Path, bytes: usize) -> io::Result<Duration> {
     Ok(took)
 }
 
-/// Times `n` commits as the committer makes them, minus everything around
-/// them: one log frame of `records` appended to a fresh log in `dir`, then
-/// `fdatasync`, each. The physical floor of a durable reply (benchmarks);
-/// the file is removed after.
-pub fn measure_append_sync(dir: &Path, records: &[Record], n: usize) -> io::Result<Vec<Duration>> {
-    use std::io::Write as _;
-    let path = dir.join("bench-floor.wal");
-    let mut f = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .open(&path)?;
-    drop(f);
-    f = OpenOptions::new().append(true).open(&path)?;
-    f.write_all(&wal::header(1, 0))?;
-    f.sync_all()?;
-    let mut took = Vec::with_capacity(n);
-    for seq in 1..=n as u64 {
-        let started = Instant::now();
-        let frame = wal::frame(seq, records);
-        f.write_all(&frame)?;
-        f.sync_data()?;
-        took.push(started.elapsed());
+/// A scratch log in which each [`commit`](FloorLog::commit) is one
+/// commit as the committer makes it, minus everything around it: one log
+/// frame of the same records appended, then `fdatasync`. The physical
+/// floor of a durable reply, for benchmarks; the file is removed when it
+/// is dropped.
+#[derive(Debug)]
+pub struct FloorLog {
+    file: File,
+    path: PathBuf,
+    seq: u64,
+    records: Vec<Record>,
+}
+
+impl FloorLog {
+    /// A fresh log in `dir` whose commits carry `records`.
+    pub fn create(dir: &Path, records: Vec<Record>) -> io::Result<FloorLog> {
+        use std::io::Write as _;
+        let path = dir.join("bench-floor.wal");
+        drop(File::create(&path)?);
+        let mut file = OpenOptions::new().append(true).open(&path)?;
+        file.write_all(&wal::header(1, 0))?;
+        file.sync_all()?;
+        Ok(FloorLog {
+            file,
+            path,
+            seq: 0,
+            records,
+        })
     }
-    fs::remove_file(&path)?;
-    Ok(took)
+
+    /// One commit; how long it took.
+    pub fn commit(&mut self) -> io::Result<Duration> {
+        use std::io::Write as _;
+        let started = Instant::now();
+        self.seq += 1;
+        let frame = wal::frame(self.seq, &self.records);
+        self.file.write_all(&frame)?;
+        self.file.sync_data()?;
+        Ok(started.elapsed())
+    }
+}
+
+impl Drop for FloorLog {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
 }
 
 #[cfg(test)]
