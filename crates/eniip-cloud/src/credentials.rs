@@ -10,20 +10,20 @@ use parking_lot::Mutex;
 
 use super::error::{CloudError, CloudErrorKind};
 use super::metadata::MetadataClient;
-use crate::util::time::{parse_rfc3339, unix_secs};
-use crate::util::Secret;
+use eniip_util::time::{parse_rfc3339, unix_secs};
+use eniip_util::Secret;
 
 /// One set of credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Credentials {
     /// AccessKeyId (`STS.…` for role credentials).
-    pub(crate) access_key_id: String,
+    pub access_key_id: String,
     /// AccessKeySecret.
-    pub(crate) access_key_secret: Secret,
+    pub access_key_secret: Secret,
     /// SecurityToken, for STS credentials.
-    pub(crate) security_token: Option<Secret>,
+    pub security_token: Option<Secret>,
     /// Expiry (Unix seconds), for STS credentials.
-    pub(crate) expires_at: Option<u64>,
+    pub expires_at: Option<u64>,
 }
 
 /// Where credentials come from.
@@ -44,7 +44,7 @@ pub enum CredentialSource {
 
 impl CredentialSource {
     /// The environment pair if set (read once, here), else the RAM role.
-    pub(crate) fn from_env_or_role(role: Option<String>) -> CredentialSource {
+    pub fn from_env_or_role(role: Option<String>) -> CredentialSource {
         let id = std::env::var("ALIBABA_CLOUD_ACCESS_KEY_ID")
             .ok()
             .filter(|s| !s.is_empty());
@@ -83,11 +83,11 @@ impl CredentialSource {
     }
 
     /// A short description for the start-up log (no secret).
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match self {
             CredentialSource::Static { id, token, .. } => format!(
                 "access key {}{}",
-                crate::util::mask(id),
+                eniip_util::mask(id),
                 if token.is_some() {
                     " with a security token"
                 } else {
@@ -199,7 +199,7 @@ impl CredentialProvider {
                 };
                 info!(
                     "RAM role credentials refreshed (valid until {})",
-                    crate::util::time::format_utc(c.expires_at.unwrap_or(0))
+                    eniip_util::time::format_utc(c.expires_at.unwrap_or(0))
                 );
                 *self.cached.lock() = Some((c.clone(), unix_secs()));
                 Ok(c)

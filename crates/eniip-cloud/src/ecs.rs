@@ -182,7 +182,7 @@ pub(crate) fn eni_from_json(action: &str, v: &Value) -> Result<Eni, CloudError> 
         ipv6_prefixes,
         security_group_ids: jv::strings(v, &["SecurityGroupIds", "SecurityGroupId"]),
         tags,
-        created_at: crate::util::time::parse_rfc3339(&created),
+        created_at: eniip_util::time::parse_rfc3339(&created),
     })
 }
 

@@ -1,7 +1,7 @@
 //! IPv4 prefixes (/28, 16 addresses) on ENIs: the ECS calls that assign,
 //! unassign and create with them (the type is the domain's,
-//! [`crate::core::Ipv4Prefix`]); and the IPv6 /80 an ENI holds in dual
-//! stack ([`crate::core::Ipv6Prefix`]), assigned with AssignIpv6Addresses
+//! [`eniip_protocol::core::Ipv4Prefix`]); and the IPv6 /80 an ENI holds in dual
+//! stack ([`eniip_protocol::core::Ipv6Prefix`]), assigned with AssignIpv6Addresses
 //! (it goes back only with its ENI, so it is never unassigned here).
 //!
 //! Prefixes and single addresses never travel in one call (the API refuses
@@ -118,7 +118,7 @@ pub(crate) fn create_network_interface_with_prefixes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloud::json as jv;
+    use crate::json as jv;
     use std::net::Ipv4Addr;
 
     #[test]

@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The action name of a metadata call's errors (not an OpenAPI action).
-pub(crate) const METADATA_ACTION: &str = "metadata";
+pub const METADATA_ACTION: &str = "metadata";
 
 /// The class of a failure, as the allocator needs to see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,7 +82,7 @@ pub struct Detail {
     /// What failed.
     pub kind: CloudErrorKind,
     /// The OpenAPI action (`AssignPrivateIpAddresses`) or `metadata`.
-    pub(crate) action: String,
+    pub action: String,
     /// The service's error `Code`, if it answered with one.
     pub code: Option<String>,
     /// The service's `Message`, or our description of the failure.
@@ -106,7 +106,7 @@ impl std::ops::Deref for CloudError {
 
 impl CloudError {
     /// An error of `kind` for `action` with a description.
-    pub(crate) fn new(
+    pub fn new(
         kind: CloudErrorKind,
         action: impl Into<String>,
         message: impl Into<String>,
@@ -124,7 +124,7 @@ impl CloudError {
     }
 
     /// An error answer of the service, classified by its code and status.
-    pub(crate) fn api(
+    pub fn api(
         action: impl Into<String>,
         status: u16,
         code: impl Into<String>,

@@ -12,13 +12,14 @@ pub mod aliyun;
 pub mod credentials;
 pub(crate) mod ecs;
 pub(crate) mod ecs_prefix;
-pub(crate) mod error;
+pub mod error;
 mod json;
 pub mod metadata;
 pub(crate) mod ratelimit;
 pub mod retry;
 pub mod rpc;
 pub mod sign;
+pub mod telemetry;
 pub(crate) mod vpc;
 pub mod wait;
 
@@ -26,13 +27,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-pub use crate::core::{Ipv4Prefix, Ipv6Prefix};
+pub use eniip_protocol::core::{Ipv4Prefix, Ipv6Prefix};
 pub use error::{CloudError, CloudErrorKind};
 
 /// The ECS OpenAPI version.
 pub(crate) const ECS_VERSION: &str = "2014-05-26";
 /// The VPC OpenAPI version.
-pub(crate) const VPC_VERSION: &str = "2016-04-28";
+pub const VPC_VERSION: &str = "2016-04-28";
 
 /// The HTTP clients' read and write buffers, and the largest response
 /// header they accept. ureq's default is 128 KiB each way, zero-filled
@@ -50,7 +51,9 @@ pub(crate) fn http_config() -> ureq::config::ConfigBuilder<ureq::typestate::Agen
         .user_agent(concat!("eniipd/", env!("CARGO_PKG_VERSION")))
 }
 
-pub(crate) use crate::core::{TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY};
+pub use eniip_protocol::core::{
+    TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY,
+};
 
 /// Facts about this instance, from the metadata service.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -58,24 +61,24 @@ pub struct InstanceIdentity {
     /// `i-...`
     pub instance_id: String,
     /// `cn-hangzhou`
-    pub(crate) region_id: String,
+    pub region_id: String,
     /// `cn-hangzhou-i`
-    pub(crate) zone_id: String,
+    pub zone_id: String,
     /// `ecs.g7.xlarge`
     pub instance_type: String,
     /// MAC of the primary ENI (eth0).
-    pub(crate) primary_mac: String,
+    pub primary_mac: String,
     /// The vswitch of the primary ENI.
-    pub(crate) vswitch_id: String,
+    pub vswitch_id: String,
     /// The VPC of the instance.
-    pub(crate) vpc_id: String,
+    pub vpc_id: String,
 }
 
 /// Per-instance-type ENI limits (DescribeInstanceTypes).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct InstanceTypeLimits {
     /// `ecs.g7.xlarge`
-    pub(crate) instance_type: String,
+    pub instance_type: String,
     /// `EniQuantity`: ENIs the instance can hold, the primary included.
     pub eni_quantity: u32,
     /// `EniPrivateIpAddressQuantity`: IPv4 addresses per ENI, primary included.
@@ -88,13 +91,13 @@ pub struct InstanceTypeLimits {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct VSwitch {
     /// `vsw-...`
-    pub(crate) id: String,
+    pub id: String,
     /// Its zone.
-    pub(crate) zone_id: String,
+    pub zone_id: String,
     /// IPv4 CIDR, e.g. `192.168.0.0/22`.
-    pub(crate) cidr: String,
+    pub cidr: String,
     /// IPv6 CIDR when IPv6 is enabled.
-    pub(crate) ipv6_cidr: Option<String>,
+    pub ipv6_cidr: Option<String>,
     /// `AvailableIpAddressCount`.
     pub available_ips: u64,
 }
@@ -118,7 +121,7 @@ pub enum EniStatus {
 
 impl EniStatus {
     /// Parses the OpenAPI status string.
-    pub(crate) fn parse(s: &str) -> EniStatus {
+    pub fn parse(s: &str) -> EniStatus {
         match s {
             "Available" => EniStatus::Available,
             "Attaching" => EniStatus::Attaching,
@@ -130,7 +133,7 @@ impl EniStatus {
     }
 
     /// The OpenAPI status string.
-    pub(crate) fn as_str(&self) -> &str {
+    pub fn as_str(&self) -> &str {
         match self {
             EniStatus::Available => "Available",
             EniStatus::Attaching => "Attaching",
@@ -158,13 +161,13 @@ pub struct Eni {
     /// Lifecycle status.
     pub status: EniStatus,
     /// `Primary`, `Secondary`, `Trunk`, `Member` (empty if not given).
-    pub(crate) eni_type: String,
+    pub eni_type: String,
     /// The instance it is attached to (falls back to `Attachment.InstanceId`).
-    pub(crate) instance_id: Option<String>,
+    pub instance_id: Option<String>,
     /// Its vswitch.
-    pub(crate) vswitch_id: String,
+    pub vswitch_id: String,
     /// Its zone.
-    pub(crate) zone_id: String,
+    pub zone_id: String,
     /// The primary private IPv4.
     pub primary_ip: Option<Ipv4Addr>,
     /// Every private IPv4, the primary included.
@@ -178,11 +181,11 @@ pub struct Eni {
     /// `ipv6s`.
     pub ipv6_prefixes: Vec<Ipv6Prefix>,
     /// Security groups.
-    pub(crate) security_group_ids: Vec<String>,
+    pub security_group_ids: Vec<String>,
     /// Tags (`TagKey` -> `TagValue`).
     pub tags: BTreeMap<String, String>,
     /// `CreationTime`, Unix seconds, if given.
-    pub(crate) created_at: Option<u64>,
+    pub created_at: Option<u64>,
 }
 
 impl Eni {
@@ -190,7 +193,7 @@ impl Eni {
     /// and no other live eniipd on this host created it: its node id is
     /// this node's, absent (from before node ids) or that of a daemon that
     /// no longer runs (whose ENIs this one adopts).
-    pub(crate) fn is_managed_by(&self, instance_id: &str, node_id: &str) -> bool {
+    pub fn is_managed_by(&self, instance_id: &str, node_id: &str) -> bool {
         self.is_for_instance(instance_id) && self.live_peer(instance_id, node_id).is_none()
     }
 
@@ -198,12 +201,12 @@ impl Eni {
     /// runs now, if it is one of those.
     pub(crate) fn live_peer(&self, instance_id: &str, node_id: &str) -> Option<&str> {
         self.foreign_node(instance_id, node_id)
-            .filter(|n| crate::util::node_liveness::alive(n))
+            .filter(|n| eniip_util::node_liveness::alive(n))
     }
 
     /// The node id of another eniipd on this instance that created it,
     /// running or not.
-    pub(crate) fn foreign_node(&self, instance_id: &str, node_id: &str) -> Option<&str> {
+    pub fn foreign_node(&self, instance_id: &str, node_id: &str) -> Option<&str> {
         self.tags
             .get(TAG_NODE_KEY)
             .map(String::as_str)
@@ -254,25 +257,25 @@ pub struct EniQuery {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MetadataEni {
     /// The MAC (the directory name).
-    pub(crate) mac: String,
+    pub mac: String,
     /// `network-interface-id`
     pub eni_id: String,
     /// `primary-ip-address`
-    pub(crate) primary_ip: Option<Ipv4Addr>,
+    pub primary_ip: Option<Ipv4Addr>,
     /// `gateway`
     pub gateway: Option<Ipv4Addr>,
     /// `vswitch-id`
-    pub(crate) vswitch_id: String,
+    pub vswitch_id: String,
     /// `vswitch-cidr-block`
     pub vswitch_cidr: String,
     /// `private-ipv4s` (primary included)
     pub ipv4s: Vec<Ipv4Addr>,
     /// `ipv6s` (404 = empty)
-    pub(crate) ipv6s: Vec<Ipv6Addr>,
+    pub ipv6s: Vec<Ipv6Addr>,
     /// `ipv6-gateway` (dual stack only)
-    pub(crate) ipv6_gateway: Option<Ipv6Addr>,
+    pub ipv6_gateway: Option<Ipv6Addr>,
     /// `vswitch-ipv6-cidr-block` (dual stack only)
-    pub(crate) vswitch_ipv6_cidr: Option<String>,
+    pub vswitch_ipv6_cidr: Option<String>,
 }
 
 /// The instance metadata service, as the allocator reads it.

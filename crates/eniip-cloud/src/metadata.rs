@@ -28,16 +28,16 @@ const TOKEN_TTL_SECS: u64 = 21_600;
 #[serde(rename_all = "PascalCase")]
 pub(crate) struct RamCredentials {
     /// `STS.…`
-    pub(crate) access_key_id: String,
+    pub access_key_id: String,
     /// The secret.
-    pub(crate) access_key_secret: String,
+    pub access_key_secret: String,
     /// The STS token.
-    pub(crate) security_token: String,
+    pub security_token: String,
     /// `yyyy-MM-ddTHH:mm:ssZ`
-    pub(crate) expiration: String,
+    pub expiration: String,
     /// Must be `Success`.
     #[serde(default)]
-    pub(crate) code: String,
+    pub code: String,
 }
 
 impl std::fmt::Debug for RamCredentials {
@@ -213,7 +213,7 @@ impl MetadataClient {
                             .read_to_string()
                         {
                             Ok(body) => {
-                                crate::metrics::record_metadata("ok");
+                                crate::telemetry::record_metadata("ok");
                                 return Ok(Some(body));
                             }
                             Err(e) => CloudError::new(
@@ -224,7 +224,7 @@ impl MetadataClient {
                             .with_source(e),
                         },
                         404 => {
-                            crate::metrics::record_metadata("not-found");
+                            crate::telemetry::record_metadata("not-found");
                             return Ok(None);
                         }
                         401 if !refreshed => {
@@ -245,7 +245,7 @@ impl MetadataClient {
                             self.failed(path, &format!("answered HTTP {status}")),
                         ),
                         _ => {
-                            crate::metrics::record_metadata("error");
+                            crate::telemetry::record_metadata("error");
                             let e = CloudError::new(
                                 CloudErrorKind::Api,
                                 ACTION,
@@ -267,7 +267,7 @@ impl MetadataClient {
                 )
                 .with_source(e),
             };
-            crate::metrics::record_metadata("error");
+            crate::telemetry::record_metadata("error");
             if attempt >= 4 {
                 return Err(e.with_attempts(attempt));
             }

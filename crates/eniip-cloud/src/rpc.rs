@@ -23,19 +23,19 @@ use super::error::{CloudError, CloudErrorKind};
 use super::ratelimit::RateLimiter;
 use super::retry::{backoff, retry_after_ms, retryable, RetryPolicy};
 use super::sign::{self, v3, SignatureVersion};
-use crate::util::encoding::percent_encode;
+use eniip_util::encoding::percent_encode;
 
 /// Per-call timeouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// TCP/TLS connect.
-    pub(crate) connect: Duration,
+    pub connect: Duration,
     /// Assign/Unassign calls (the Go SDK's 10 s).
-    pub(crate) short: Duration,
+    pub short: Duration,
     /// ENI create/attach/detach/delete/describe (16 s).
-    pub(crate) long: Duration,
+    pub long: Duration,
     /// DescribeInstanceTypes (17 s).
-    pub(crate) types: Duration,
+    pub types: Duration,
 }
 
 impl Default for Timeouts {
@@ -75,10 +75,10 @@ impl Timeouts {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CallOpts {
     /// Send a ClientToken (same on every retry).
-    pub(crate) client_token: bool,
+    pub client_token: bool,
     /// Error codes that mean the goal is already reached ("already gone"
     /// on release paths): answered as success with a null body.
-    pub(crate) success_codes: &'static [&'static str],
+    pub success_codes: &'static [&'static str],
 }
 
 impl CallOpts {
@@ -139,7 +139,7 @@ fn redact(message: &str, creds: &Credentials) -> String {
     let id = &creds.access_key_id;
     if id.len() > 4 {
         for f in forms(id) {
-            out = out.replace(&f, &crate::util::mask(id));
+            out = out.replace(&f, &eniip_util::mask(id));
         }
     }
     out
@@ -195,7 +195,7 @@ impl RpcClient {
         params: &[(String, String)],
         opts: CallOpts,
     ) -> Result<Value, CloudError> {
-        let token = opts.client_token.then(crate::util::rand::uuid);
+        let token = opts.client_token.then(eniip_util::rand::uuid);
         let started = Instant::now();
         let budget_end = started + self.policy.max_elapsed;
         let mut attempt = 0;
@@ -227,7 +227,7 @@ impl RpcClient {
                 &e,
                 time_left,
                 // The whole [0.5, 1.5): a fleet's throttled retries spread.
-                crate::util::rand::jitter(0.5),
+                eniip_util::rand::jitter(0.5),
             );
             if !retryable(&e)
                 || attempt >= self.policy.max_attempts
@@ -257,7 +257,7 @@ impl RpcClient {
             Ok(c) => c,
             Err(e) => return (Err(e), None),
         };
-        let timestamp = crate::util::time::now_utc();
+        let timestamp = eniip_util::time::now_utc();
         let mut query: Vec<(String, String)> = Vec::with_capacity(params.len() + 12);
         if !params.iter().any(|(k, _)| k == "RegionId") && !self.region.is_empty() {
             query.push(("RegionId".into(), self.region.clone()));
@@ -309,7 +309,7 @@ impl RpcClient {
             ("AccessKeyId".into(), creds.access_key_id.clone()),
             ("SignatureMethod".into(), "HMAC-SHA1".into()),
             ("SignatureVersion".into(), "1.0".into()),
-            ("SignatureNonce".into(), crate::util::rand::uuid()),
+            ("SignatureNonce".into(), eniip_util::rand::uuid()),
             ("Timestamp".into(), timestamp.to_string()),
         ]);
         if let Some(t) = &creds.security_token {
@@ -336,7 +336,7 @@ impl RpcClient {
         headers.extend([
             ("host", self.host.clone()),
             ("x-acs-date", timestamp.to_string()),
-            ("x-acs-signature-nonce", crate::util::rand::uuid()),
+            ("x-acs-signature-nonce", eniip_util::rand::uuid()),
             ("x-acs-content-sha256", v3::content_sha256(b"")),
         ]);
         if let Some(t) = &creds.security_token {
@@ -390,7 +390,7 @@ impl RpcClient {
             } else {
                 "transport"
             };
-            crate::metrics::record_openapi(action, code, t0.elapsed().as_secs_f64());
+            crate::telemetry::record_openapi(action, code, t0.elapsed().as_secs_f64());
             CloudError::new(kind, action, msg)
         };
         let mut resp = match resp {
@@ -475,7 +475,7 @@ fn read_answer(
     } = a;
     let json: Option<Value> = serde_json::from_str(&body).ok();
     if (200..300).contains(&status) {
-        crate::metrics::record_openapi(action, "OK", secs);
+        crate::telemetry::record_openapi(action, "OK", secs);
         return match json {
             Some(v) => (Ok(v), None),
             None => (
@@ -506,7 +506,7 @@ fn read_answer(
     };
     let e = match code {
         Some(code) => {
-            crate::metrics::record_openapi(action, &code, secs);
+            crate::telemetry::record_openapi(action, &code, secs);
             // A refused signature's message echoes the string to sign,
             // which for 1.0 holds the key id and any STS token.
             let mut message = redact(&message, creds);
@@ -516,7 +516,7 @@ fn read_answer(
             CloudError::api(action, status, code, message, rid)
         }
         None => {
-            crate::metrics::record_openapi(action, &format!("HTTP{status}"), secs);
+            crate::telemetry::record_openapi(action, &format!("HTTP{status}"), secs);
             let kind = super::error::classify(status, "");
             CloudError::new(kind, action, message)
                 .with_status(status)

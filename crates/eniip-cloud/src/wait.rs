@@ -66,7 +66,7 @@ pub(crate) fn poll_openapi<T>(
 
 /// Asks metadata through `probe` (every [`METADATA_STEP`]) until it has an
 /// answer or `deadline` passes.
-pub(crate) fn poll_metadata<T>(
+pub fn poll_metadata<T>(
     what: &str,
     deadline: Instant,
     probe: impl FnMut() -> Result<Option<T>, CloudError>,
@@ -162,7 +162,7 @@ pub fn wait_eni_status(
 
 /// [`wait_eni_status`], the ENI read by `describe` (a batched describe,
 /// say): `None` when the OpenAPI does not list it.
-pub(crate) fn wait_eni_status_by(
+pub fn wait_eni_status_by(
     eni_id: &str,
     want: EniStatus,
     deadline: Instant,

@@ -19,8 +19,8 @@
 use serde_json::Value;
 
 use super::spec::{code, CniError, POD_ANNOTATIONS as CAPABILITY};
-use crate::core::{AllocError, Intent, ARG_STACK, ARG_STICK, ARG_VSWITCH};
-use crate::protocol::{parse_stack, parse_stick, parse_vswitch};
+use eniip_protocol::core::{AllocError, Intent, ARG_STACK, ARG_STICK, ARG_VSWITCH};
+use eniip_protocol::protocol::{parse_stack, parse_stick, parse_vswitch};
 
 /// `eniipd/vswitch`: the vswitch the pod's address must be on.
 pub(crate) const VSWITCH: &str = "eniipd/vswitch";

@@ -11,7 +11,7 @@
 //! eniipd that cannot be asked up to `daemonWait` (then CNI error 11, and
 //! the runtime's retry finds everything as it was); DEL never fails for
 //! it: the node's side goes and the release is queued for eniipd
-//! ([`crate::releases`]); the container's netns is checked before
+//! ([`eniip_protocol::releases`]); the container's netns is checked before
 //! anything is asked or built (CNI error 4).
 
 use std::net::{IpAddr, Ipv6Addr};
@@ -19,17 +19,19 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use super::container_netns::open_container;
 use super::eniipd_client::{self, Client};
 use super::identity::{owner_of, sandbox_of};
-use super::netns::open_container;
 use super::spec::{
     code, CniError, CniResult, Env, Interface, IpConfig, NetConf, ResultRoute, POD_GATEWAY,
     POD_GATEWAY6,
 };
 use super::{annotations, datapath, datapath_error, lock, netlink, LINK_TIMEOUT};
-use crate::core::EniInfo;
-use crate::protocol::intent_args;
-use crate::protocol::reply::{parse_allocation, parse_eni, parse_released, AllocReply, Reply};
+use eniip_protocol::core::EniInfo;
+use eniip_protocol::protocol::intent_args;
+use eniip_protocol::protocol::reply::{
+    parse_allocation, parse_eni, parse_released, AllocReply, Reply,
+};
 
 /// A reply of `verb` this plugin cannot read (error 100, the reply in the
 /// details).
@@ -258,7 +260,7 @@ pub(crate) fn del(conf: &NetConf, env: &Env) -> Result<(), CniError> {
     }
 }
 
-/// Queues `owner`'s release for eniipd ([`crate::releases`]); an error 11
+/// Queues `owner`'s release for eniipd ([`eniip_protocol::releases`]); an error 11
 /// naming the queue if even that fails (the runtime retries the DEL).
 fn queue_release(
     conf: &NetConf,
@@ -266,7 +268,7 @@ fn queue_release(
     sandbox: &str,
     away: &CniError,
 ) -> Result<(), CniError> {
-    crate::releases::queue(&conf.socket, owner, sandbox)
+    eniip_protocol::releases::queue(&conf.socket, owner, sandbox)
         .map(drop)
         .map_err(|io| {
             CniError::new(
@@ -274,7 +276,7 @@ fn queue_release(
                 format!(
                     "{}, and the release of {owner} cannot be queued in {}: {io}",
                     away.msg,
-                    crate::releases::dir_for(&conf.socket).display()
+                    eniip_protocol::releases::dir_for(&conf.socket).display()
                 ),
             )
         })
@@ -338,8 +340,8 @@ pub(crate) fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cni::spec::Command;
-    use crate::cni::test_support::{
+    use crate::spec::Command;
+    use crate::test_support::{
         conf_on, fake_eniipd, test_dir, OtherNetns, ALLOC_V6, ALLOC_V6_LATER, ENI_V4_ONLY,
     };
 

@@ -1,11 +1,11 @@
 //! eniipd's line protocol from the plugin's side: the protocol's client
-//! ([`crate::protocol::client`], which keeps the deadlines) with its
+//! ([`eniip_protocol::protocol::client`], which keeps the deadlines) with its
 //! failures as CNI errors. One connection per invocation, checked with a
 //! `ping` first.
 //!
 //! An eniipd that cannot be asked (away: its socket missing or refusing,
 //! stopped, restarting, replaced by a rollout; or not answering `ping`
-//! within [`PING_TIMEOUT`](crate::protocol::client::PING_TIMEOUT), hung;
+//! within [`PING_TIMEOUT`](eniip_protocol::protocol::client::PING_TIMEOUT), hung;
 //! or going: the connection broke, it answered `shutting-down`) is marked
 //! so ([`went_away`]): ADD waits for it, up to the conflist's `daemonWait`
 //! ([`Client::connect_waiting`]), DEL queues its release. Past that, and
@@ -17,10 +17,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::core::ErrCode;
-use crate::protocol::client::{self as protocol, verb, ClientError};
-pub(crate) use crate::protocol::client::{ALLOC_DEADLINE, REPLY_DEADLINE};
-use crate::protocol::reply::{ErrReply, Reply};
+use eniip_protocol::core::ErrCode;
+use eniip_protocol::protocol::client::{self as protocol, verb, ClientError};
+pub(crate) use eniip_protocol::protocol::client::{ALLOC_DEADLINE, REPLY_DEADLINE};
+use eniip_protocol::protocol::reply::{ErrReply, Reply};
 
 use super::spec::{code, CniError};
 use super::wording;
@@ -47,7 +47,7 @@ pub(crate) struct Client(protocol::Client);
 
 impl Client {
     /// Connects to eniipd's socket and checks that it answers `ping`
-    /// within [`crate::protocol::client::PING_TIMEOUT`].
+    /// within [`eniip_protocol::protocol::client::PING_TIMEOUT`].
     pub(crate) fn connect(socket: &Path) -> Result<Client, CniError> {
         protocol::Client::connect_answering(socket)
             .map(Client)
@@ -185,8 +185,8 @@ fn daemon_error(verb: &str, err: &ErrReply) -> CniError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cni::test_support::{fake_eniipd, test_dir, ALLOC_V6};
-    use crate::protocol::client::PING_TIMEOUT;
+    use crate::test_support::{fake_eniipd, test_dir, ALLOC_V6};
+    use eniip_protocol::protocol::client::PING_TIMEOUT;
 
     fn err(line: &str) -> ErrReply {
         ErrReply::parse(line).unwrap()
@@ -200,7 +200,7 @@ mod tests {
         assert!(!went_away(&daemon_error("alloc", &err("ERR busy"))));
         let starting = format!(
             "ERR busy {} (for 6 s): not ready yet",
-            crate::protocol::STARTING
+            eniip_protocol::protocol::STARTING
         );
         let e = daemon_error("ping", &err(&starting));
         assert_eq!(e.code, code::TRY_AGAIN);

@@ -13,7 +13,7 @@
 use sha1::{Digest, Sha1};
 
 use super::spec::Env;
-use crate::core::Owner;
+use eniip_protocol::core::Owner;
 
 fn hex_sha1(s: &str) -> String {
     Sha1::digest(s.as_bytes())

@@ -115,7 +115,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!(
             "eniip-install-{}-{}",
             std::process::id(),
-            crate::util::rand::uuid()
+            eniip_util::rand::uuid()
         ));
         std::fs::create_dir_all(&d).unwrap();
         d

@@ -1,4 +1,4 @@
-//! eniip-cni, the CNI plugin (spec 0.4.0, 1.0.0 and 1.1.0): gets a
+//! eniip-cni's logic, the CNI plugin (spec 0.4.0, 1.0.0 and 1.1.0): gets a
 //! container's address from eniipd over its socket ([`eniipd_client`]) and
 //! builds the container's network ([`datapath`]) over netlink,
 //! synchronously.
@@ -16,24 +16,26 @@
 //! by a rollout, hung) is waited for by ADD up to `daemonWait` and
 //! [`eniipd_client::ADD_BUDGET`] (then CNI error 11, before anything changes),
 //! and never fails a DEL: the node's side is torn down and the release
-//! queued for eniipd ([`crate::releases`]); the environment is checked
+//! queued for eniipd ([`eniip_protocol::releases`]); the environment is checked
 //! before anything is asked or built (CNI error 4); the rest is kept by
 //! the verbs (see [`container`]).
 
 pub(crate) mod annotations;
 pub(crate) mod container;
-pub mod datapath;
+mod container_netns;
 pub(crate) mod eniipd_client;
 pub(crate) mod identity;
 pub mod install;
 pub(crate) mod lock;
-pub(crate) mod netlink;
-pub(crate) mod netns;
 pub(crate) mod network;
 pub mod spec;
 #[cfg(test)]
 pub(crate) mod test_support;
 pub mod version;
+
+// The datapath is its own crate (shared with eniipd's reaper and the
+// emulator's host links); the plugin names it as its own parts.
+pub use eniip_datapath::{datapath, netlink, netns};
 pub(crate) mod wording;
 
 use std::time::Duration;

@@ -9,7 +9,7 @@ use super::eniipd_client::{self, Client};
 use super::identity::sandbox_of;
 use super::spec::{code, CniError, NetConf};
 use super::{datapath, datapath_error, lock};
-use crate::protocol::reply::{parse_collected_line, parse_status};
+use eniip_protocol::protocol::reply::{parse_collected_line, parse_status};
 
 /// The interface name runtimes give a pod's network (kubelet through
 /// containerd and CRI-O, podman's first network): the host end of an
@@ -83,7 +83,7 @@ pub(crate) fn gc(conf: &NetConf) -> Result<(), CniError> {
 /// capacity).
 pub(crate) fn status(conf: &NetConf) -> Result<(), CniError> {
     let not_available = |e: CniError| {
-        let queued = match crate::releases::count(&conf.socket) {
+        let queued = match eniip_protocol::releases::count(&conf.socket) {
             0 => String::new(),
             n => format!(" ({n} release(s) queued for it)"),
         };
@@ -115,7 +115,7 @@ pub(crate) fn status(conf: &NetConf) -> Result<(), CniError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cni::test_support::{conf_on, fake_eniipd};
+    use crate::test_support::{conf_on, fake_eniipd};
 
     #[test]
     fn status_says_a_full_pool_in_one_plain_sentence() {

@@ -438,12 +438,8 @@ impl NetConf {
     }
 }
 
-/// The link-local address the pod uses as its gateway (answered by a
-/// static neighbour entry pointing at the host end of the veth).
-pub(crate) const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
-
-/// The pod's IPv6 gateway: link-local, answered the same way.
-pub(crate) const POD_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
+// The pods' link-local gateways are the datapath's (it answers them).
+pub(crate) use eniip_datapath::datapath::{POD_GATEWAY, POD_GATEWAY6};
 
 /// An interface of the result.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]

@@ -136,7 +136,7 @@ pub(crate) struct OtherNetns {
 }
 
 impl OtherNetns {
-    /// `None`, after [`crate::util::testing::skip`] for `test`, without
+    /// `None`, after [`eniip_util::testing::skip`] for `test`, without
     /// the right to make one.
     pub(crate) fn new(test: &str) -> Option<OtherNetns> {
         let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
@@ -161,7 +161,7 @@ impl OtherNetns {
                 thread: Some(thread),
             }),
             Err(e) => {
-                crate::util::testing::skip(&format!("{test}: needs a network namespace ({e})"));
+                eniip_util::testing::skip(&format!("{test}: needs a network namespace ({e})"));
                 None
             }
         }

@@ -7,7 +7,7 @@
 //! error's `details`.
 
 use super::annotations::{annotation_of, VSWITCH};
-use crate::protocol::reply::ErrReply;
+use eniip_protocol::protocol::reply::ErrReply;
 
 /// The words for `err` answered to `verb`.
 pub(crate) fn explain(verb: &str, err: &ErrReply) -> String {

@@ -47,26 +47,32 @@ use sha1::{Digest, Sha1};
 
 use super::netlink::{format_mac, Family, Link, Netlink, Route, Rule, MAIN_TABLE};
 use super::netns;
-use super::spec::{POD_GATEWAY, POD_GATEWAY6};
+
+/// The link-local address the pod uses as its gateway (answered by a
+/// static neighbour entry pointing at the host end of the veth).
+pub const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+
+/// The pod's IPv6 gateway: link-local, answered the same way.
+pub const POD_GATEWAY6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
 
 /// Host ends of our veth pairs start with this.
-pub(crate) const HOST_PREFIX: &str = "enip";
+pub const HOST_PREFIX: &str = "enip";
 /// Priority of the per-pod policy rules.
-pub(crate) const RULE_PRIORITY: u32 = 2048;
+pub const RULE_PRIORITY: u32 = 2048;
 /// Priority of the `to <pod> lookup main` rules: ahead of [`RULE_PRIORITY`].
-pub(crate) const TO_POD_PRIORITY: u32 = 512;
+pub const TO_POD_PRIORITY: u32 = 512;
 /// Per-ENI routing tables are `TABLE_BASE + ifindex`.
-pub(crate) const TABLE_BASE: u32 = 1000;
+pub const TABLE_BASE: u32 = 1000;
 /// Poll period while waiting for an ENI link.
 const LINK_POLL: Duration = Duration::from_millis(50);
 
 /// A datapath step that failed, with the kernel's answer.
 #[derive(Debug)]
-pub(crate) struct DatapathError {
+pub struct DatapathError {
     /// What was being done.
-    pub(crate) what: String,
+    pub what: String,
     /// Why it failed.
-    pub(crate) source: io::Error,
+    pub source: io::Error,
 }
 
 impl fmt::Display for DatapathError {
@@ -112,31 +118,31 @@ pub fn host_veth_name(container_id: &str, ifname: &str) -> String {
 
 /// A pod's IPv6 half (dual stack).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Pod6 {
+pub struct Pod6 {
     /// The pod's IPv6 address.
-    pub(crate) ip: Ipv6Addr,
+    pub ip: Ipv6Addr,
     /// The vswitch's IPv6 gateway.
-    pub(crate) gateway: Ipv6Addr,
+    pub gateway: Ipv6Addr,
 }
 
 /// What an attachment needs: the pod's side, and how the link is made.
 #[derive(Debug)]
-pub(crate) struct Attach<'a> {
+pub struct Attach<'a> {
     /// What the pod gets (and CHECK later expects).
-    pub(crate) pod: Pod<'a>,
+    pub pod: Pod<'a>,
     /// veth MTU.
-    pub(crate) mtu: u32,
+    pub mtu: u32,
     /// How long to wait for the ENI link.
-    pub(crate) link_timeout: Duration,
+    pub link_timeout: Duration,
 }
 
 /// What an attachment made.
 #[derive(Debug, Clone)]
-pub(crate) struct Attached {
+pub struct Attached {
     /// Host end's MAC.
-    pub(crate) host_mac: String,
+    pub host_mac: String,
     /// Container end's MAC.
-    pub(crate) container_mac: String,
+    pub container_mac: String,
 }
 
 fn write_sysctl(path: &str, value: &str) -> Result<(), DatapathError> {
@@ -226,7 +232,7 @@ fn prepare_eni(
 
 /// Builds the attachment. On error, what was built is left for
 /// [`teardown`] (the caller's rollback).
-pub(crate) fn setup(a: &Attach) -> Result<Attached, DatapathError> {
+pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     let pod = &a.pod;
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     let gw6 = pod.v6.map(|p| p.gateway);
@@ -358,7 +364,7 @@ fn routes_pod(r: &Rule, ip: IpAddr) -> bool {
 /// Removes one attachment's host end (its peer, routes and neighbour
 /// entries go with it) and its rules, IPv4 and IPv6. Whatever is already
 /// gone is fine.
-pub(crate) fn teardown(host_veth: &str) -> Result<(), DatapathError> {
+pub fn teardown(host_veth: &str) -> Result<(), DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     // The pod's addresses, from the host end's routes (read before the
     // link goes, taking them along) and from its rules: either may be all
@@ -420,7 +426,7 @@ fn no_family(e: &io::Error) -> bool {
 /// anyone (DEL, GC): found by its `from` rule, and by its host route (ADD
 /// adds that route before the rule: an ADD killed between them leaves the
 /// route alone). Returns the host ends removed.
-pub(crate) fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
+pub fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     let mut ends: Vec<String> = host
         .rules(Family::V4)
@@ -459,7 +465,7 @@ pub(crate) fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
 /// host end GC knows only by the name ADD gives it (an ADD killed before
 /// its route leaves a host end that routes nothing). Whether it was
 /// removed.
-pub(crate) fn teardown_unless_routing_another(
+pub fn teardown_unless_routing_another(
     host_veth: &str,
     ip: Ipv4Addr,
 ) -> Result<bool, DatapathError> {
@@ -487,21 +493,21 @@ pub(crate) fn teardown_unless_routing_another(
 
 /// A pod's attachment: what ADD builds and CHECK expects.
 #[derive(Debug)]
-pub(crate) struct Pod<'a> {
+pub struct Pod<'a> {
     /// The pod address.
-    pub(crate) ip: Ipv4Addr,
+    pub ip: Ipv4Addr,
     /// The ENI's MAC.
-    pub(crate) eni_mac: &'a [u8],
+    pub eni_mac: &'a [u8],
     /// The vswitch gateway.
-    pub(crate) gateway: Ipv4Addr,
+    pub gateway: Ipv4Addr,
     /// The IPv6 half, in dual stack.
-    pub(crate) v6: Option<Pod6>,
+    pub v6: Option<Pod6>,
     /// Interface name in the container.
-    pub(crate) ifname: &'a str,
+    pub ifname: &'a str,
     /// Host end's name.
-    pub(crate) host_veth: &'a str,
+    pub host_veth: &'a str,
     /// The container's netns.
-    pub(crate) netns: &'a File,
+    pub netns: &'a File,
 }
 
 /// One family's expectations, for [`check`].
@@ -513,7 +519,7 @@ struct Want {
 }
 
 /// CHECK: the addresses, the routes and the rules are as ADD left them.
-pub(crate) fn check(e: &Pod) -> Result<(), DatapathError> {
+pub fn check(e: &Pod) -> Result<(), DatapathError> {
     let mut wants = vec![Want {
         pod: v4(e.ip),
         prefix: 32,

@@ -17,26 +17,26 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::util::accept::accept_until_woken;
+use eniip_util::accept::accept_until_woken;
 
 mod request;
-pub(crate) use request::HttpRequest;
+pub use request::HttpRequest;
 use request::{read_request, ReadError};
 
 /// A response.
 #[derive(Debug, Clone)]
-pub(crate) struct HttpResponse {
+pub struct HttpResponse {
     /// Status code.
-    pub(crate) status: u16,
+    pub status: u16,
     /// Extra headers (Content-Length is added).
-    pub(crate) headers: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
     /// The body.
-    pub(crate) body: Vec<u8>,
+    pub body: Vec<u8>,
 }
 
 impl HttpResponse {
     /// A `text/plain` response.
-    pub(crate) fn text(status: u16, body: impl Into<String>) -> HttpResponse {
+    pub fn text(status: u16, body: impl Into<String>) -> HttpResponse {
         HttpResponse {
             status,
             headers: vec![("Content-Type".into(), "text/plain; charset=utf-8".into())],
@@ -45,7 +45,7 @@ impl HttpResponse {
     }
 
     /// An `application/json` response.
-    pub(crate) fn json(status: u16, v: &serde_json::Value) -> HttpResponse {
+    pub fn json(status: u16, v: &serde_json::Value) -> HttpResponse {
         HttpResponse {
             status,
             headers: vec![(
@@ -57,7 +57,7 @@ impl HttpResponse {
     }
 
     /// Adds (or replaces) a header.
-    pub(crate) fn with_header(mut self, name: &str, value: impl Into<String>) -> HttpResponse {
+    pub fn with_header(mut self, name: &str, value: impl Into<String>) -> HttpResponse {
         self.headers.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
         self.headers.push((name.to_string(), value.into()));
         self
@@ -66,16 +66,16 @@ impl HttpResponse {
 
 /// Limits.
 #[derive(Debug, Clone)]
-pub(crate) struct HttpOptions {
+pub struct HttpOptions {
     /// Open connections at most; more are answered 503 and closed.
-    pub(crate) max_connections: usize,
+    pub max_connections: usize,
     /// An idle keep-alive connection (or a slow request) is closed after this.
-    pub(crate) read_timeout: Duration,
+    pub read_timeout: Duration,
     /// Largest request body.
-    pub(crate) max_body: usize,
+    pub max_body: usize,
     /// Largest request line plus headers (with any blank lines before
     /// them), and largest trailer section of a chunked body.
-    pub(crate) max_head: usize,
+    pub max_head: usize,
 }
 
 impl Default for HttpOptions {
@@ -93,7 +93,7 @@ impl Default for HttpOptions {
 type ConnEntry = (TcpStream, Option<JoinHandle<()>>);
 
 /// The handler type.
-pub(crate) type Handler = Arc<dyn Fn(&HttpRequest) -> HttpResponse + Send + Sync>;
+pub type Handler = Arc<dyn Fn(&HttpRequest) -> HttpResponse + Send + Sync>;
 
 struct Shared {
     handler: Handler,
@@ -105,7 +105,7 @@ struct Shared {
 }
 
 /// A running server.
-pub(crate) struct HttpServer {
+pub struct HttpServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
     wake: Option<OwnedFd>,
@@ -122,7 +122,7 @@ impl std::fmt::Debug for HttpServer {
 
 impl HttpServer {
     /// Binds `addr` and serves with `handler`; threads are named after `name`.
-    pub(crate) fn bind(
+    pub fn bind(
         addr: SocketAddr,
         name: &str,
         handler: Handler,
@@ -133,7 +133,7 @@ impl HttpServer {
 
     /// Serves an already bound listener (bound early, so that a busy port
     /// is found before anything else happens).
-    pub(crate) fn serve(
+    pub fn serve(
         listener: TcpListener,
         name: &str,
         handler: Handler,
@@ -163,18 +163,18 @@ impl HttpServer {
     }
 
     /// The bound address.
-    pub(crate) fn local_addr(&self) -> SocketAddr {
+    pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// Stops accepting, closes every connection and joins the threads
     /// (within a couple of seconds; stragglers are abandoned).
-    pub(crate) fn shutdown(mut self) {
+    pub fn shutdown(mut self) {
         self.stop(Instant::now() + Duration::from_secs(3));
     }
 
     /// [`HttpServer::shutdown`] against the caller's deadline.
-    pub(crate) fn shutdown_until(mut self, until: Instant) {
+    pub fn shutdown_until(mut self, until: Instant) {
         self.stop(until);
     }
 
@@ -184,7 +184,7 @@ impl HttpServer {
             let _ = nix::unistd::write(&w, b"x");
         }
         if let Some(h) = self.accept.take() {
-            let _ = crate::util::thread::join_until(h, until);
+            let _ = eniip_util::thread::join_until(h, until);
         }
         let threads: Vec<JoinHandle<()>> = {
             let mut conns = self.shared.conns.lock();
@@ -194,7 +194,7 @@ impl HttpServer {
             conns.values_mut().filter_map(|(_, t)| t.take()).collect()
         };
         for t in threads {
-            let _ = crate::util::thread::join_until(t, until);
+            let _ = eniip_util::thread::join_until(t, until);
         }
     }
 }

@@ -22,22 +22,22 @@ const MAX_CHUNK_LINE: usize = 4096;
 
 /// A request.
 #[derive(Debug, Clone)]
-pub(crate) struct HttpRequest {
+pub struct HttpRequest {
     /// `GET`, `POST`, ...
-    pub(crate) method: String,
+    pub method: String,
     /// The path, without the query.
-    pub(crate) path: String,
+    pub path: String,
     /// The raw query string (after `?`), possibly empty.
-    pub(crate) query: String,
+    pub query: String,
     /// Headers in order (names as sent).
-    pub(crate) headers: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
     /// The body.
-    pub(crate) body: Vec<u8>,
+    pub body: Vec<u8>,
 }
 
 impl HttpRequest {
     /// A header value by case-insensitive name.
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+    pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))

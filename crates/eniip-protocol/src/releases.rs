@@ -102,7 +102,7 @@ pub fn queue(socket: &Path, owner: &str, sandbox: &str) -> io::Result<PathBuf> {
     let tmp = dir.join(format!(
         ".tmp-{}-{}",
         std::process::id(),
-        crate::util::rand::with_thread_rng(|r| r.hex(4))
+        eniip_util::rand::with_thread_rng(|r| r.hex(4))
     ));
     let written = (|| {
         let mut f = OpenOptions::new()
@@ -234,7 +234,7 @@ mod tests {
     use super::*;
 
     fn tempdir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("eniip-releases-{}", crate::util::rand::uuid()));
+        let d = std::env::temp_dir().join(format!("eniip-releases-{}", eniip_util::rand::uuid()));
         std::fs::create_dir_all(&d).unwrap();
         d
     }

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use super::world::{err, ApiError, Params};
 use super::{KeySecret, RoleToken, Shared};
-use crate::cloud::sign::{self, v3};
-use crate::httpd::HttpRequest;
-use crate::util::time::{parse_rfc3339, unix_secs};
+use eniip_cloud::sign::{self, v3};
+use eniip_httpd::HttpRequest;
+use eniip_util::time::{parse_rfc3339, unix_secs};
 
 /// Timestamps further than this from the emulator's clock are refused.
 pub(crate) const TIMESTAMP_WINDOW_SECS: u64 = 15 * 60;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::world::{err, message_of, status_of, ApiError};
-use crate::util::rand::Rng;
+use eniip_util::rand::Rng;
 
 /// A fault rule (`POST /__sim/faults`).
 #[derive(Debug, Clone, PartialEq)]

@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use crate::httpd::{HttpOptions, HttpServer};
-use crate::util::rand::Rng;
+use eniip_httpd::{HttpOptions, HttpServer};
+use eniip_util::rand::Rng;
 use net::{Net4, Net6};
 use world::{World, WorldConfig};
 
@@ -186,7 +186,7 @@ impl Shared {
                 token: None,
             });
         }
-        let now = crate::util::time::unix_secs();
+        let now = eniip_util::time::unix_secs();
         self.sts
             .lock()
             .iter()
@@ -203,7 +203,7 @@ impl Shared {
 
     /// Current role credentials, rotated when half their life is gone.
     pub(crate) fn sts_credentials(&self) -> StsCredentials {
-        let now = crate::util::time::unix_secs();
+        let now = eniip_util::time::unix_secs();
         let mut sts = self.sts.lock();
         if let Some(c) = sts.last() {
             if now < c.issued_unix + (c.expires_unix - c.issued_unix) / 2 {
@@ -527,16 +527,16 @@ impl Simulator {
 
     /// Options for eniipd's OpenAPI client against this emulator: its
     /// endpoints and key pair, default timeouts, retries and signature.
-    pub fn client_options(&self) -> crate::cloud::aliyun::AliyunCloudOptions {
-        crate::cloud::aliyun::AliyunCloudOptions {
+    pub fn client_options(&self) -> eniip_cloud::aliyun::AliyunCloudOptions {
+        eniip_cloud::aliyun::AliyunCloudOptions {
             ecs_endpoint: self.ecs_url(),
             vpc_endpoint: self.vpc_url(),
-            ..crate::cloud::aliyun::AliyunCloudOptions::new(
+            ..eniip_cloud::aliyun::AliyunCloudOptions::new(
                 &self.region_id(),
                 &self.metadata_url(),
-                crate::cloud::credentials::CredentialSource::Static {
+                eniip_cloud::credentials::CredentialSource::Static {
                     id: self.access_key_id().into(),
-                    secret: crate::util::Secret::new(self.access_key_secret()),
+                    secret: eniip_util::Secret::new(self.access_key_secret()),
                     token: None,
                 },
             )
@@ -547,7 +547,7 @@ impl Simulator {
     /// `$NOTIFY_SOCKET`, when it runs as a `Type=notify` unit, as the
     /// packaged `eniip-sim.service` does).
     pub fn notify_ready(&self) {
-        if let Err(e) = crate::systemd::Notifier::from_env().ready() {
+        if let Err(e) = eniip_util::systemd::Notifier::from_env().ready() {
             log::warn!("cannot tell systemd the emulator is ready: {e}");
         }
     }

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::world::MdEni;
 use super::Shared;
-use crate::httpd::{HttpRequest, HttpResponse};
+use eniip_httpd::{HttpRequest, HttpResponse};
 
 const TOKEN_TTL_HEADER: &str = "X-aliyun-ecs-metadata-token-ttl-seconds";
 const TOKEN_HEADER: &str = "X-aliyun-ecs-metadata-token";
@@ -187,8 +187,8 @@ fn serve(sh: &Shared, path: &str, instance: usize) -> HttpResponse {
                     HttpResponse::json(
                         200,
                         &json!({"AccessKeyId": c.id, "AccessKeySecret": c.secret, "SecurityToken": c.token,
-                                "Expiration": crate::util::time::format_utc(c.expires_unix),
-                                "LastUpdated": crate::util::time::format_utc(c.issued_unix), "Code": "Success"}),
+                                "Expiration": eniip_util::time::format_utc(c.expires_unix),
+                                "LastUpdated": eniip_util::time::format_utc(c.issued_unix), "Code": "Success"}),
                     )
                 }
                 _ => not_found(),

@@ -12,9 +12,9 @@ use serde_json::{json, Value};
 use super::faults::{self, Fault, FaultRule};
 use super::world::{err, message_of, status_of, ApiError, Params};
 use super::{auth, Shared};
-use crate::httpd::{HttpRequest, HttpResponse};
-use crate::util::encoding::parse_form;
-use crate::util::time::unix_secs;
+use eniip_httpd::{HttpRequest, HttpResponse};
+use eniip_util::encoding::parse_form;
+use eniip_util::time::unix_secs;
 
 /// Replay cache entry: parameter fingerprint and the answer.
 type Replay = (String, Result<Value, ApiError>);
@@ -52,7 +52,7 @@ fn error_response(
     e: &ApiError,
     request_id: String,
 ) -> HttpResponse {
-    let (host, product) = if version == crate::cloud::VPC_VERSION || action == "DescribeVSwitches" {
+    let (host, product) = if version == eniip_cloud::VPC_VERSION || action == "DescribeVSwitches" {
         (format!("vpc.{}.aliyuncs.com", sh.region), "Vpc")
     } else {
         (format!("ecs.{}.aliyuncs.com", sh.region), "Ecs")

@@ -19,7 +19,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// What failed, for the caller's log.
 #[derive(Debug)]
-pub(crate) enum AcceptFailure<'a> {
+pub enum AcceptFailure<'a> {
     /// `poll` on the listener and the wake pipe.
     Poll(Errno),
     /// `accept`.
@@ -28,7 +28,7 @@ pub(crate) enum AcceptFailure<'a> {
 
 /// Accepts (`accept`, on a non-blocking listener) and hands each
 /// connection to `admit` until woken or stopping.
-pub(crate) fn accept_until_woken<C>(
+pub fn accept_until_woken<C>(
     listener: BorrowedFd<'_>,
     wake: BorrowedFd<'_>,
     stopping: &AtomicBool,

@@ -29,7 +29,7 @@ fn hex_val(c: u8) -> Option<u8> {
 
 /// Decodes one `application/x-www-form-urlencoded` component (`+` is a
 /// space). `None` on a bad escape or bytes that are not UTF-8.
-pub(crate) fn form_decode(s: &str) -> Option<String> {
+pub fn form_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -51,7 +51,7 @@ pub(crate) fn form_decode(s: &str) -> Option<String> {
 
 /// Splits and decodes a query string or form body into (name, value) pairs,
 /// in order. `None` if any component is malformed.
-pub(crate) fn parse_form(s: &str) -> Option<Vec<(String, String)>> {
+pub fn parse_form(s: &str) -> Option<Vec<(String, String)>> {
     s.split('&')
         .filter(|p| !p.is_empty())
         .map(|p| {
@@ -64,7 +64,7 @@ pub(crate) fn parse_form(s: &str) -> Option<Vec<(String, String)>> {
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /// Standard base64 with padding.
-pub(crate) fn base64_encode(data: &[u8]) -> String {
+pub fn base64_encode(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
         let n = match chunk.len() {
@@ -104,7 +104,7 @@ const fn crc_table() -> [u32; 256] {
 static CRC_TABLE: [u32; 256] = crc_table();
 
 /// CRC-32 (IEEE 802.3, as zlib and PNG use).
-pub(crate) fn crc32(data: &[u8]) -> u32 {
+pub fn crc32(data: &[u8]) -> u32 {
     let mut c = 0xFFFF_FFFFu32;
     for &b in data {
         c = CRC_TABLE[((c ^ u32::from(b)) & 0xFF) as usize] ^ (c >> 8);

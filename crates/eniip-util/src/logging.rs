@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 const QUIET: &[&str] = &["ureq", "ureq_proto", "rustls"];
 
 /// The syslog priority journald reads from a `<N>` prefix.
-pub(crate) fn journal_priority(level: Level) -> u8 {
+pub fn journal_priority(level: Level) -> u8 {
     match level {
         Level::Error => 3,
         Level::Warn => 4,
@@ -29,7 +29,7 @@ pub(crate) fn journal_priority(level: Level) -> u8 {
 }
 
 /// Checks a level or directive string (`info`, `info,eniipd::cloud=debug`).
-pub(crate) fn validate_level(spec: &str) -> Result<(), String> {
+pub fn validate_level(spec: &str) -> Result<(), String> {
     if spec.is_empty() {
         return Err("empty log level".into());
     }
@@ -51,7 +51,7 @@ pub(crate) fn validate_level(spec: &str) -> Result<(), String> {
 }
 
 /// Installs the logger. `ENIIPD_LOG`, if set, replaces `level`.
-pub(crate) fn init(level: &str) -> Result<(), String> {
+pub fn init(level: &str) -> Result<(), String> {
     let spec = std::env::var("ENIIPD_LOG")
         .ok()
         .filter(|s| !s.is_empty())
@@ -83,7 +83,7 @@ pub(crate) fn init(level: &str) -> Result<(), String> {
             writeln!(
                 buf,
                 "{} {:<5} {}: {}",
-                crate::util::time::format_utc_ms(crate::util::time::unix_ms()),
+                crate::time::format_utc_ms(crate::time::unix_ms()),
                 r.level(),
                 r.target(),
                 r.args()
@@ -96,7 +96,7 @@ pub(crate) fn init(level: &str) -> Result<(), String> {
 /// A token bucket for log lines: at most `burst` lines per `interval`;
 /// the rest are counted and reported with the next line that passes.
 #[derive(Debug)]
-pub(crate) struct RateLimit {
+pub struct RateLimit {
     burst: u32,
     interval: Duration,
     state: Mutex<(Instant, u32)>,
@@ -105,7 +105,7 @@ pub(crate) struct RateLimit {
 
 impl RateLimit {
     /// `burst` lines per `interval`.
-    pub(crate) fn new(burst: u32, interval: Duration) -> RateLimit {
+    pub fn new(burst: u32, interval: Duration) -> RateLimit {
         RateLimit {
             burst,
             interval,
@@ -116,7 +116,7 @@ impl RateLimit {
 
     /// `Some(n)` if a line may be logged now (`n` lines were suppressed
     /// since the last one), `None` if it must be dropped.
-    pub(crate) fn check(&self) -> Option<u64> {
+    pub fn check(&self) -> Option<u64> {
         let mut st = self.state.lock();
         let now = Instant::now();
         if now.duration_since(st.0) >= self.interval {

@@ -15,12 +15,12 @@ const NS_GET_NSTYPE: nix::libc::c_ulong = 0xb703;
 /// kind `NotFound` when nothing is there, `InvalidInput` when what is
 /// there is not a network namespace (a regular file, a directory,
 /// `/dev/null`, another kind of namespace).
-pub(crate) fn identity(path: &Path) -> io::Result<(u64, u64)> {
+pub fn identity(path: &Path) -> io::Result<(u64, u64)> {
     identity_of(&File::open(path)?, path)
 }
 
 /// [`identity`] of a file already open (`path` only names it in errors).
-pub(crate) fn identity_of(f: &File, path: &Path) -> io::Result<(u64, u64)> {
+pub fn identity_of(f: &File, path: &Path) -> io::Result<(u64, u64)> {
     let not_netns = || {
         io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -44,7 +44,7 @@ pub(crate) fn identity_of(f: &File, path: &Path) -> io::Result<(u64, u64)> {
 }
 
 /// The identity of the caller's own network namespace.
-pub(crate) fn own() -> io::Result<(u64, u64)> {
+pub fn own() -> io::Result<(u64, u64)> {
     identity(Path::new("/proc/thread-self/ns/net"))
 }
 

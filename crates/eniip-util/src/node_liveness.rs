@@ -24,7 +24,7 @@ fn name(node_id: &str) -> Vec<u8> {
 
 /// Who listens on a node's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Holder {
+pub enum Holder {
     /// Nobody: the node does not run here.
     None,
     /// Root or this process's uid: an eniipd.
@@ -36,7 +36,7 @@ pub(crate) enum Holder {
 }
 
 /// Who listens on `node_id`'s name now.
-pub(crate) fn holder(node_id: &str) -> io::Result<Holder> {
+pub fn holder(node_id: &str) -> io::Result<Holder> {
     let addr = SocketAddr::from_abstract_name(name(node_id))?;
     match UnixStream::connect_addr(&addr) {
         Ok(s) => {
@@ -56,7 +56,7 @@ pub(crate) fn holder(node_id: &str) -> io::Result<Holder> {
 
 /// The beacon of a running daemon; dropping it says the node is gone.
 #[derive(Debug)]
-pub(crate) struct Beacon {
+pub struct Beacon {
     /// Bound for as long as the beacon lives: the name is ours while it is.
     _listener: Option<UnixListener>,
     squatter: Option<Peer>,
@@ -67,7 +67,7 @@ impl Beacon {
     /// (root's or this uid's listener, or one that cannot be asked) runs
     /// with this node id. When another user holds the name, the daemon runs
     /// without a beacon and [`Beacon::squatter`] names that process.
-    pub(crate) fn hold(node_id: &str) -> io::Result<Beacon> {
+    pub fn hold(node_id: &str) -> io::Result<Beacon> {
         let addr = SocketAddr::from_abstract_name(name(node_id))?;
         let busy = match UnixListener::bind_addr(&addr) {
             Ok(l) => {
@@ -110,13 +110,13 @@ impl Beacon {
 
     /// Another user's process holding this node's name: this daemon runs,
     /// but other eniipd on the host cannot see it running.
-    pub(crate) fn squatter(&self) -> Option<&Peer> {
+    pub fn squatter(&self) -> Option<&Peer> {
         self.squatter.as_ref()
     }
 
     /// True when the name is this process's own listener.
     #[cfg(test)]
-    pub(crate) fn held(&self) -> bool {
+    pub fn held(&self) -> bool {
         self._listener.is_some()
     }
 }
@@ -125,7 +125,7 @@ impl Beacon {
 /// namespace): a listener of root or of this uid holds its name. A full
 /// backlog is a listener that exists, taken as alive (never adopt the ENIs
 /// of a daemon that may run).
-pub(crate) fn alive(node_id: &str) -> bool {
+pub fn alive(node_id: &str) -> bool {
     match holder(node_id) {
         Ok(Holder::Trusted(_) | Holder::Unknown) => true,
         Ok(Holder::None) | Err(_) => false,

@@ -8,18 +8,18 @@ use std::os::unix::net::UnixStream;
 
 /// Credentials of a connected peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Peer {
+pub struct Peer {
     /// Process id (0 if unknown).
-    pub(crate) pid: i32,
+    pub pid: i32,
     /// User id.
-    pub(crate) uid: u32,
+    pub uid: u32,
     /// Primary group id.
-    pub(crate) gid: u32,
+    pub gid: u32,
 }
 
 impl Peer {
     /// SO_PEERCRED of a connected stream.
-    pub(crate) fn of(stream: &UnixStream) -> std::io::Result<Peer> {
+    pub fn of(stream: &UnixStream) -> std::io::Result<Peer> {
         let c = nix::sys::socket::getsockopt(
             &stream.as_fd(),
             nix::sys::socket::sockopt::PeerCredentials,
@@ -34,7 +34,7 @@ impl Peer {
 
 /// The peer's supplementary groups: SO_PEERGROUPS, else the `Groups:` line
 /// of `/proc/<pid>/status`, else none.
-pub(crate) fn supplementary_groups(stream: &UnixStream, pid: i32) -> Vec<u32> {
+pub fn supplementary_groups(stream: &UnixStream, pid: i32) -> Vec<u32> {
     peer_groups(stream).unwrap_or_else(|| proc_groups(pid))
 }
 
@@ -72,7 +72,7 @@ fn proc_groups(pid: i32) -> Vec<u32> {
 }
 
 /// Parses the `Groups:` line of `/proc/<pid>/status`.
-pub(crate) fn parse_status_groups(status: &str) -> Option<Vec<u32>> {
+pub fn parse_status_groups(status: &str) -> Option<Vec<u32>> {
     let line = status.lines().find(|l| l.starts_with("Groups:"))?;
     Some(
         line["Groups:".len()..]

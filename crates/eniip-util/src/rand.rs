@@ -74,7 +74,7 @@ impl Rng {
     }
 
     /// Uniform in `[0, 1)`.
-    pub(crate) fn unit(&mut self) -> f64 {
+    pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
@@ -90,7 +90,7 @@ impl Rng {
     }
 
     /// A random (version 4) UUID in the canonical lowercase form.
-    pub(crate) fn uuid(&mut self) -> String {
+    pub fn uuid(&mut self) -> String {
         let a = self.next_u64();
         let b = self.next_u64();
         let a = (a & 0xFFFF_FFFF_FFFF_0FFF) | 0x0000_0000_0000_4000;
@@ -106,7 +106,7 @@ impl Rng {
     }
 
     /// Shuffles a slice in place (Fisher-Yates).
-    pub(crate) fn shuffle<T>(&mut self, v: &mut [T]) {
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
         for i in (1..v.len()).rev() {
             let j = self.below(i as u64 + 1) as usize;
             v.swap(i, j);
@@ -129,7 +129,7 @@ pub fn uuid() -> String {
 }
 
 /// A factor in `[1 - spread, 1 + spread]` for jittering delays.
-pub(crate) fn jitter(spread: f64) -> f64 {
+pub fn jitter(spread: f64) -> f64 {
     with_thread_rng(|r| 1.0 - spread + 2.0 * spread * r.unit())
 }
 

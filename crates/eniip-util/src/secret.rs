@@ -15,13 +15,12 @@ impl Secret {
     }
 
     /// The value itself, for signing. Never log the result.
-    pub(crate) fn expose(&self) -> &str {
+    pub fn expose(&self) -> &str {
         &self.0
     }
 
     /// True when the value is empty.
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 /// A fixed-size pool of permits.
 #[derive(Debug, Clone)]
-pub(crate) struct Semaphore {
+pub struct Semaphore {
     inner: Arc<Inner>,
 }
 
@@ -22,13 +22,13 @@ struct Inner {
 
 /// One unit of a [`Semaphore`], returned when dropped.
 #[derive(Debug)]
-pub(crate) struct Permit {
+pub struct Permit {
     inner: Arc<Inner>,
 }
 
 impl Semaphore {
     /// A semaphore with `limit` permits.
-    pub(crate) fn new(limit: usize) -> Semaphore {
+    pub fn new(limit: usize) -> Semaphore {
         Semaphore {
             inner: Arc::new(Inner {
                 limit: AtomicUsize::new(limit),
@@ -38,7 +38,7 @@ impl Semaphore {
     }
 
     /// A permit if one is free, else `None`.
-    pub(crate) fn try_acquire(&self) -> Option<Permit> {
+    pub fn try_acquire(&self) -> Option<Permit> {
         let limit = self.inner.limit.load(Ordering::Acquire);
         self.inner
             .used
@@ -54,7 +54,7 @@ impl Semaphore {
     /// A permit even when all are taken (for ENIs found already attached at
     /// start, which exist whatever the limit says). `available` then reads 0
     /// until enough are returned.
-    pub(crate) fn acquire_over_limit(&self) -> Permit {
+    pub fn acquire_over_limit(&self) -> Permit {
         self.inner.used.fetch_add(1, Ordering::AcqRel);
         Permit {
             inner: Arc::clone(&self.inner),
@@ -62,17 +62,17 @@ impl Semaphore {
     }
 
     /// Permits currently held.
-    pub(crate) fn used(&self) -> usize {
+    pub fn used(&self) -> usize {
         self.inner.used.load(Ordering::Acquire)
     }
 
     /// Permits that `try_acquire` could still hand out.
-    pub(crate) fn available(&self) -> usize {
+    pub fn available(&self) -> usize {
         self.limit().saturating_sub(self.used())
     }
 
     /// The configured number of permits.
-    pub(crate) fn limit(&self) -> usize {
+    pub fn limit(&self) -> usize {
         self.inner.limit.load(Ordering::Acquire)
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Where notifications go, if anywhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum NotifyTarget {
+pub enum NotifyTarget {
     /// A filesystem socket.
     Path(String),
     /// An abstract-namespace socket (`@name`).
@@ -19,7 +19,7 @@ pub(crate) enum NotifyTarget {
 }
 
 /// Parses `$NOTIFY_SOCKET`.
-pub(crate) fn parse_notify_socket(v: Option<&str>) -> Option<NotifyTarget> {
+pub fn parse_notify_socket(v: Option<&str>) -> Option<NotifyTarget> {
     match v? {
         "" => None,
         s if s.starts_with('@') => Some(NotifyTarget::Abstract(s.as_bytes()[1..].to_vec())),
@@ -30,13 +30,13 @@ pub(crate) fn parse_notify_socket(v: Option<&str>) -> Option<NotifyTarget> {
 
 /// Sends sd_notify messages.
 #[derive(Debug, Clone)]
-pub(crate) struct Notifier {
+pub struct Notifier {
     target: Option<NotifyTarget>,
 }
 
 impl Notifier {
     /// From `$NOTIFY_SOCKET`.
-    pub(crate) fn from_env() -> Notifier {
+    pub fn from_env() -> Notifier {
         Notifier {
             target: parse_notify_socket(std::env::var("NOTIFY_SOCKET").ok().as_deref()),
         }
@@ -44,17 +44,17 @@ impl Notifier {
 
     /// A notifier for an explicit target (tests).
     #[cfg(test)]
-    pub(crate) fn to(target: Option<NotifyTarget>) -> Notifier {
+    pub fn to(target: Option<NotifyTarget>) -> Notifier {
         Notifier { target }
     }
 
     /// True when there is a `$NOTIFY_SOCKET` to send to.
-    pub(crate) fn is_active(&self) -> bool {
+    pub fn is_active(&self) -> bool {
         self.target.is_some()
     }
 
     /// Sends one datagram; `Ok(false)` when not under systemd.
-    pub(crate) fn notify(&self, msg: &str) -> io::Result<bool> {
+    pub fn notify(&self, msg: &str) -> io::Result<bool> {
         let Some(t) = &self.target else {
             return Ok(false);
         };
@@ -68,32 +68,28 @@ impl Notifier {
     }
 
     /// `READY=1`
-    pub(crate) fn ready(&self) -> io::Result<bool> {
+    pub fn ready(&self) -> io::Result<bool> {
         self.notify("READY=1\n")
     }
 
     /// `STATUS=...` (one line).
-    pub(crate) fn status(&self, s: &str) -> io::Result<bool> {
+    pub fn status(&self, s: &str) -> io::Result<bool> {
         self.notify(&format!("STATUS={}\n", s.replace('\n', " ")))
     }
 
     /// `STOPPING=1`
-    pub(crate) fn stopping(&self) -> io::Result<bool> {
+    pub fn stopping(&self) -> io::Result<bool> {
         self.notify("STOPPING=1\n")
     }
 
     /// `WATCHDOG=1`
-    pub(crate) fn watchdog(&self) -> io::Result<bool> {
+    pub fn watchdog(&self) -> io::Result<bool> {
         self.notify("WATCHDOG=1\n")
     }
 }
 
 /// The watchdog interval from `WATCHDOG_USEC` / `WATCHDOG_PID` values.
-pub(crate) fn parse_watchdog(
-    usec: Option<&str>,
-    pid: Option<&str>,
-    my_pid: u32,
-) -> Option<Duration> {
+pub fn parse_watchdog(usec: Option<&str>, pid: Option<&str>, my_pid: u32) -> Option<Duration> {
     if let Some(p) = pid {
         if p.trim().parse::<u32>().ok() != Some(my_pid) {
             return None;
@@ -104,7 +100,7 @@ pub(crate) fn parse_watchdog(
 }
 
 /// The watchdog interval systemd asked for, if any.
-pub(crate) fn watchdog_interval() -> Option<Duration> {
+pub fn watchdog_interval() -> Option<Duration> {
     parse_watchdog(
         std::env::var("WATCHDOG_USEC").ok().as_deref(),
         std::env::var("WATCHDOG_PID").ok().as_deref(),
@@ -113,7 +109,7 @@ pub(crate) fn watchdog_interval() -> Option<Duration> {
 }
 
 /// How many inherited fds `LISTEN_FDS`/`LISTEN_PID` grant this process.
-pub(crate) fn parse_listen_fds(fds: Option<&str>, pid: Option<&str>, my_pid: u32) -> usize {
+pub fn parse_listen_fds(fds: Option<&str>, pid: Option<&str>, my_pid: u32) -> usize {
     // An unset LISTEN_PID is accepted (some launchers do not set it).
     if let Some(p) = pid {
         if p.trim().parse::<u32>().ok() != Some(my_pid) {
@@ -125,7 +121,7 @@ pub(crate) fn parse_listen_fds(fds: Option<&str>, pid: Option<&str>, my_pid: u32
 
 /// The listening socket passed by socket activation (fd 3), if any. It
 /// must be a listening Unix stream socket.
-pub(crate) fn take_listener() -> io::Result<Option<UnixListener>> {
+pub fn take_listener() -> io::Result<Option<UnixListener>> {
     let n = parse_listen_fds(
         std::env::var("LISTEN_FDS").ok().as_deref(),
         std::env::var("LISTEN_PID").ok().as_deref(),

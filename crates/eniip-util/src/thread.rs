@@ -23,7 +23,7 @@ pub fn poll_until(deadline: Instant, step: Duration, mut done: impl FnMut() -> b
 /// `until` passes first (a thread stuck in a syscall that never returns,
 /// such as an fsync on a frozen filesystem, is then left behind rather
 /// than waited for).
-pub(crate) fn join_by<T>(
+pub fn join_by<T>(
     h: JoinHandle<T>,
     until: Instant,
 ) -> Result<std::thread::Result<T>, JoinHandle<T>> {
@@ -36,7 +36,7 @@ pub(crate) fn join_by<T>(
 
 /// Joins a thread unless `until` passes first (see [`join_by`]); whether
 /// it was joined.
-pub(crate) fn join_until<T>(h: JoinHandle<T>, until: Instant) -> bool {
+pub fn join_until<T>(h: JoinHandle<T>, until: Instant) -> bool {
     join_by(h, until).is_ok()
 }
 

@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the Unix epoch (0 if the clock is before 1970).
-pub(crate) fn unix_ms() -> u64 {
+pub fn unix_ms() -> u64 {
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or(Duration::ZERO);
@@ -58,7 +58,7 @@ pub fn format_utc(secs: u64) -> String {
 }
 
 /// Formats Unix milliseconds as `yyyy-MM-ddTHH:mm:ss.mmmZ` (UTC), for logs.
-pub(crate) fn format_utc_ms(ms: u64) -> String {
+pub fn format_utc_ms(ms: u64) -> String {
     let base = format_utc(ms / 1000);
     format!("{}.{:03}Z", &base[..base.len() - 1], ms % 1000)
 }
@@ -80,7 +80,7 @@ fn digits(s: &[u8]) -> Option<u32> {
 /// Parses an RFC 3339 / ISO 8601 timestamp (`2024-05-01T12:00:00Z`, optional
 /// fraction, `Z` or `+hh:mm`) into Unix seconds. `None` if malformed or
 /// before 1970.
-pub(crate) fn parse_rfc3339(s: &str) -> Option<u64> {
+pub fn parse_rfc3339(s: &str) -> Option<u64> {
     let b = s.as_bytes();
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
         return None;

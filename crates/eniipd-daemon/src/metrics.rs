@@ -150,6 +150,15 @@ pub(crate) fn record_metadata(result: &str) {
     bump(&mut REGISTRY.lock().metadata_total, result);
 }
 
+/// Makes the cloud client's calls counted here (its crate knows no
+/// metrics: it tells a recorder). Idempotent.
+pub(crate) fn count_cloud_calls() {
+    eniip_cloud::telemetry::set_recorder(eniip_cloud::telemetry::Recorder {
+        openapi: record_openapi,
+        metadata: record_metadata,
+    });
+}
+
 /// Records one state commit (one fsync, however many records it carried).
 pub(crate) fn record_commit(seconds: f64) {
     REGISTRY.lock().commit_duration.observe(seconds);

@@ -11,7 +11,7 @@
 use hmac::{Hmac, Mac};
 use sha1::Sha1;
 
-use crate::util::encoding::{base64_encode, percent_encode};
+use eniip_util::encoding::{base64_encode, percent_encode};
 
 pub mod v3;
 
@@ -27,7 +27,7 @@ pub enum SignatureVersion {
 
 impl SignatureVersion {
     /// The config spelling.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             SignatureVersion::V1 => "v1",
             SignatureVersion::V3 => "v3",

@@ -16,10 +16,10 @@
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use crate::util::encoding::percent_encode;
+use eniip_util::encoding::percent_encode;
 
 /// The algorithm name, first word of `Authorization` and of StringToSign.
-pub(crate) const ALGORITHM: &str = "ACS3-HMAC-SHA256";
+pub const ALGORITHM: &str = "ACS3-HMAC-SHA256";
 
 /// Lowercase hex.
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -128,20 +128,20 @@ pub fn authorization(access_key_id: &str, signed_names: &str, signature: &str) -
 
 /// An `Authorization` header taken apart.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Authorization {
+pub struct Authorization {
     /// The first word (`ACS3-HMAC-SHA256` unless a client sent another).
-    pub(crate) algorithm: String,
+    pub algorithm: String,
     /// The access key id.
-    pub(crate) credential: String,
+    pub credential: String,
     /// Lowercased signed header names, as listed.
-    pub(crate) signed_headers: Vec<String>,
+    pub signed_headers: Vec<String>,
     /// The hex signature.
-    pub(crate) signature: String,
+    pub signature: String,
 }
 
 /// Parses `ALGO Credential=..,SignedHeaders=a;b,Signature=..`; None when a
 /// part is missing or empty.
-pub(crate) fn parse_authorization(value: &str) -> Option<Authorization> {
+pub fn parse_authorization(value: &str) -> Option<Authorization> {
     let (algorithm, rest) = value.trim().split_once(' ')?;
     let (mut credential, mut signed, mut signature) = (None, None, None);
     for part in rest.split(',') {

@@ -32,24 +32,24 @@ const MAX_REPLY_MESSAGES: usize = 1_000_000;
 const RECV_BUF: usize = 256 * 1024;
 
 /// The main routing table.
-pub(crate) const MAIN_TABLE: u32 = 254;
+pub const MAIN_TABLE: u32 = 254;
 
 /// One link as a dump shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Link {
+pub struct Link {
     /// ifindex.
-    pub(crate) index: u32,
+    pub index: u32,
     /// Its name.
-    pub(crate) name: String,
+    pub name: String,
     /// Its hardware address (empty when it has none).
-    pub(crate) mac: Vec<u8>,
+    pub mac: Vec<u8>,
     /// IFF_UP.
-    pub(crate) up: bool,
+    pub up: bool,
 }
 
 /// An address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
+pub enum Family {
     /// IPv4
     V4,
     /// IPv6
@@ -58,7 +58,7 @@ pub(crate) enum Family {
 
 impl Family {
     /// The family of `ip`.
-    pub(crate) fn of(ip: &IpAddr) -> Family {
+    pub fn of(ip: &IpAddr) -> Family {
         match ip {
             IpAddr::V4(_) => Family::V4,
             IpAddr::V6(_) => Family::V6,
@@ -67,7 +67,7 @@ impl Family {
 
     /// The unspecified address (`0.0.0.0`, `::`): a default route's
     /// destination.
-    pub(crate) fn any(self) -> IpAddr {
+    pub fn any(self) -> IpAddr {
         match self {
             Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
@@ -77,44 +77,44 @@ impl Family {
 
 /// One route as a dump shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Route {
+pub struct Route {
     /// Table.
-    pub(crate) table: u32,
+    pub table: u32,
     /// Destination and prefix length (`0.0.0.0/0` or `::/0` for a default
     /// route).
-    pub(crate) dst: (IpAddr, u8),
+    pub dst: (IpAddr, u8),
     /// Gateway.
-    pub(crate) gateway: Option<IpAddr>,
+    pub gateway: Option<IpAddr>,
     /// Output link.
-    pub(crate) oif: Option<u32>,
+    pub oif: Option<u32>,
 }
 
 /// One policy rule as a dump shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Rule {
+pub struct Rule {
     /// Its family.
-    pub(crate) family: Family,
+    pub family: Family,
     /// Priority.
-    pub(crate) priority: u32,
+    pub priority: u32,
     /// `from` prefix.
-    pub(crate) src: Option<(IpAddr, u8)>,
+    pub src: Option<(IpAddr, u8)>,
     /// `to` prefix.
-    pub(crate) dst: Option<(IpAddr, u8)>,
+    pub dst: Option<(IpAddr, u8)>,
     /// `iif` name.
-    pub(crate) iif: Option<String>,
+    pub iif: Option<String>,
     /// Table looked up.
-    pub(crate) table: u32,
+    pub table: u32,
 }
 
 /// A netlink socket in one network namespace.
-pub(crate) struct Netlink {
+pub struct Netlink {
     sock: Socket,
     seq: u32,
     buf: Vec<u8>,
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
-pub(crate) fn parse_mac(s: &str) -> Option<Vec<u8>> {
+pub fn parse_mac(s: &str) -> Option<Vec<u8>> {
     let v: Vec<u8> = s
         .split(':')
         .map(|h| u8::from_str_radix(h, 16).ok().filter(|_| h.len() == 2))
@@ -123,7 +123,7 @@ pub(crate) fn parse_mac(s: &str) -> Option<Vec<u8>> {
 }
 
 /// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
-pub(crate) fn format_mac(mac: &[u8]) -> String {
+pub fn format_mac(mac: &[u8]) -> String {
     mac.iter()
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
@@ -135,12 +135,12 @@ fn is_errno(e: &io::Error, errno: i32) -> bool {
 }
 
 /// True for "already there" answers.
-pub(crate) fn is_exists(e: &io::Error) -> bool {
+pub fn is_exists(e: &io::Error) -> bool {
     is_errno(e, nix::libc::EEXIST)
 }
 
 /// True for "not there" answers.
-pub(crate) fn is_missing(e: &io::Error) -> bool {
+pub fn is_missing(e: &io::Error) -> bool {
     is_errno(e, nix::libc::ENOENT)
         || is_errno(e, nix::libc::ENODEV)
         || is_errno(e, nix::libc::ESRCH)
@@ -156,7 +156,7 @@ impl std::fmt::Debug for Netlink {
 
 impl Netlink {
     /// A socket in the calling thread's network namespace.
-    pub(crate) fn open() -> io::Result<Netlink> {
+    pub fn open() -> io::Result<Netlink> {
         let mut sock = Socket::new(NETLINK_ROUTE)?;
         sock.bind_auto()?;
         sock.connect(&SocketAddr::new(0, 0))?;
@@ -236,36 +236,30 @@ impl Netlink {
     }
 
     /// Every link.
-    pub(crate) fn links(&mut self) -> io::Result<Vec<Link>> {
+    pub fn links(&mut self) -> io::Result<Vec<Link>> {
         let msgs = self.request(msg::get_links(), NLM_F_DUMP)?;
         Ok(msgs.iter().filter_map(msg::link_of).collect())
     }
 
     /// The link named `name`, if any.
-    pub(crate) fn link_by_name(&mut self, name: &str) -> io::Result<Option<Link>> {
+    pub fn link_by_name(&mut self, name: &str) -> io::Result<Option<Link>> {
         Ok(self.links()?.into_iter().find(|l| l.name == name))
     }
 
     /// The links whose hardware address is `mac`.
-    pub(crate) fn links_by_mac(&mut self, mac: &[u8]) -> io::Result<Vec<Link>> {
+    pub fn links_by_mac(&mut self, mac: &[u8]) -> io::Result<Vec<Link>> {
         Ok(self.links()?.into_iter().filter(|l| l.mac == mac).collect())
     }
 
     /// Creates a veth pair: `name` here, `peer` in the namespace `peer_ns`.
-    pub(crate) fn add_veth(
-        &mut self,
-        name: &str,
-        peer: &str,
-        peer_ns: RawFd,
-        mtu: u32,
-    ) -> io::Result<()> {
+    pub fn add_veth(&mut self, name: &str, peer: &str, peer_ns: RawFd, mtu: u32) -> io::Result<()> {
         let msg = msg::new_veth(name, None, peer, peer_ns, mtu);
         self.request(msg, NLM_F_CREATE | NLM_F_EXCL).map(drop)
     }
 
     /// Same, `name` carrying the hardware address `mac` (an emulated
-    /// ENI: see [`crate::sim::hostlinks`]).
-    pub(crate) fn add_veth_with_mac(
+    /// ENI: see [`eniip_sim::hostlinks`]).
+    pub fn add_veth_with_mac(
         &mut self,
         name: &str,
         mac: &[u8],
@@ -278,18 +272,18 @@ impl Netlink {
     }
 
     /// Deletes a link (a veth takes its peer along).
-    pub(crate) fn del_link(&mut self, index: u32) -> io::Result<()> {
+    pub fn del_link(&mut self, index: u32) -> io::Result<()> {
         self.request(msg::del_link(index), 0).map(drop)
     }
 
     /// Sets a link up.
-    pub(crate) fn set_up(&mut self, index: u32) -> io::Result<()> {
+    pub fn set_up(&mut self, index: u32) -> io::Result<()> {
         self.request(msg::set_up(index), 0).map(drop)
     }
 
     /// Adds `ip/prefix` to a link (already there is fine). An IPv6 address
     /// skips duplicate address detection, so it is usable at once.
-    pub(crate) fn add_addr(&mut self, index: u32, ip: IpAddr, prefix: u8) -> io::Result<()> {
+    pub fn add_addr(&mut self, index: u32, ip: IpAddr, prefix: u8) -> io::Result<()> {
         match self.request(msg::new_addr(index, ip, prefix), NLM_F_CREATE | NLM_F_EXCL) {
             Err(e) if is_exists(&e) => Ok(()),
             r => r.map(drop),
@@ -297,7 +291,7 @@ impl Netlink {
     }
 
     /// Addresses of `family` on a link, with prefix lengths.
-    pub(crate) fn addrs(&mut self, index: u32, family: Family) -> io::Result<Vec<(IpAddr, u8)>> {
+    pub fn addrs(&mut self, index: u32, family: Family) -> io::Result<Vec<(IpAddr, u8)>> {
         let msgs = self.request(msg::get_addrs(family), NLM_F_DUMP)?;
         Ok(msgs
             .iter()
@@ -307,7 +301,7 @@ impl Netlink {
 
     /// Adds or replaces a route: `dst/prefix [via gw] dev oif table T`;
     /// with `onlink` the gateway need not be on a subnet of the link.
-    pub(crate) fn replace_route(
+    pub fn replace_route(
         &mut self,
         table: u32,
         dst: (IpAddr, u8),
@@ -321,7 +315,7 @@ impl Netlink {
 
     /// Adds or replaces the default route of `gateway`'s family in
     /// `table`: via `gateway`, out of `oif` (`onlink` as above).
-    pub(crate) fn replace_default_route(
+    pub fn replace_default_route(
         &mut self,
         table: u32,
         gateway: IpAddr,
@@ -336,7 +330,7 @@ impl Netlink {
     }
 
     /// Every route of `family` in `table`.
-    pub(crate) fn routes(&mut self, family: Family, table: u32) -> io::Result<Vec<Route>> {
+    pub fn routes(&mut self, family: Family, table: u32) -> io::Result<Vec<Route>> {
         let msgs = self.request(msg::get_routes(family), NLM_F_DUMP)?;
         Ok(msgs
             .iter()
@@ -346,7 +340,7 @@ impl Netlink {
     }
 
     /// Deletes a route (gone already is fine).
-    pub(crate) fn del_route(&mut self, r: &Route) -> io::Result<()> {
+    pub fn del_route(&mut self, r: &Route) -> io::Result<()> {
         match self.request(msg::del_route(r), 0) {
             Err(e) if is_missing(&e) => Ok(()),
             r => r.map(drop),
@@ -355,7 +349,7 @@ impl Netlink {
 
     /// Adds `[from src] [to dst] [iif IIF] lookup TABLE` at `priority`
     /// (already there is fine: one rule, never a duplicate).
-    pub(crate) fn add_rule(&mut self, rule: &Rule) -> io::Result<()> {
+    pub fn add_rule(&mut self, rule: &Rule) -> io::Result<()> {
         match self.request(msg::new_rule(rule), NLM_F_CREATE | NLM_F_EXCL) {
             Err(e) if is_exists(&e) => Ok(()),
             r => r.map(drop),
@@ -363,7 +357,7 @@ impl Netlink {
     }
 
     /// Deletes a rule (gone already is fine).
-    pub(crate) fn del_rule(&mut self, rule: &Rule) -> io::Result<()> {
+    pub fn del_rule(&mut self, rule: &Rule) -> io::Result<()> {
         match self.request(msg::del_rule(rule), 0) {
             Err(e) if is_missing(&e) => Ok(()),
             r => r.map(drop),
@@ -371,7 +365,7 @@ impl Netlink {
     }
 
     /// Every rule of `family`.
-    pub(crate) fn rules(&mut self, family: Family) -> io::Result<Vec<Rule>> {
+    pub fn rules(&mut self, family: Family) -> io::Result<Vec<Rule>> {
         let msgs = self.request(msg::get_rules(family), NLM_F_DUMP)?;
         Ok(msgs
             .iter()
@@ -380,7 +374,7 @@ impl Netlink {
     }
 
     /// A permanent neighbour entry `ip lladdr mac dev index`.
-    pub(crate) fn replace_neigh(&mut self, index: u32, ip: IpAddr, mac: &[u8]) -> io::Result<()> {
+    pub fn replace_neigh(&mut self, index: u32, ip: IpAddr, mac: &[u8]) -> io::Result<()> {
         self.request(msg::new_neigh(index, ip, mac), NLM_F_CREATE | NLM_F_REPLACE)
             .map(drop)
     }

@@ -16,34 +16,34 @@ const MAX_NETNS_PATH: usize = 1024;
 /// A namespace's identity: the device and inode of its nsfs file. A path
 /// reused by another namespace has another identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-pub(crate) struct NsId {
+pub struct NsId {
     /// `st_dev`.
-    pub(crate) dev: u64,
+    pub dev: u64,
     /// `st_ino`.
-    pub(crate) ino: u64,
+    pub ino: u64,
 }
 
 /// One allocation's sandbox network, recorded with the allocation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attachment {
     /// The sandbox's network namespace (`CNI_NETNS`).
-    pub(crate) netns: String,
+    pub netns: String,
     /// What `netns` was when the allocation was made (filled in by the
     /// server, never taken from the client).
     #[serde(default)]
-    pub(crate) netns_id: NsId,
+    pub netns_id: NsId,
     /// The host end of the pod's veth (`enip` + 11 hex digits).
-    pub(crate) veth: String,
+    pub veth: String,
     /// The network namespace the plugin built the host side in: the
     /// namespace of the process that asked (filled in by the server).
     #[serde(default)]
-    pub(crate) host_id: NsId,
+    pub host_id: NsId,
 }
 
 impl Attachment {
     /// Validates `netns=` and `veth=` as a client sends them; the
     /// identities are the server's to fill in.
-    pub(crate) fn parse(netns: &str, veth: &str) -> Result<Attachment, AllocError> {
+    pub fn parse(netns: &str, veth: &str) -> Result<Attachment, AllocError> {
         if !netns.starts_with('/')
             || netns.len() > MAX_NETNS_PATH
             || netns.split('/').any(|c| c == "..")

@@ -76,7 +76,7 @@ pub enum Command {
 
 impl Command {
     /// True for the commands that change allocations (access-checked).
-    pub(crate) fn is_mutating(&self) -> bool {
+    pub fn is_mutating(&self) -> bool {
         matches!(
             self,
             Command::Alloc { .. } | Command::Release { .. } | Command::Gc { .. }
@@ -84,7 +84,7 @@ impl Command {
     }
 
     /// The verb, for logs and metrics.
-    pub(crate) fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             Command::Alloc { .. } => "alloc",
             Command::Release { .. } => "release",
@@ -146,7 +146,7 @@ pub struct Envelope {
     /// What is asked.
     pub command: Command,
     /// When the client asked (deadlines and latency count from here).
-    pub(crate) started: Instant,
+    pub started: Instant,
     /// The answer; the sender side is dropped unanswered only if the
     /// allocator is gone.
     pub reply: Sender<Result<Answer, AllocError>>,
@@ -176,7 +176,7 @@ impl Commands {
     }
 
     /// Asks and waits for the answer, within the command's deadline.
-    pub(crate) fn ask(&self, command: Command) -> Result<Answer, AllocError> {
+    pub fn ask(&self, command: Command) -> Result<Answer, AllocError> {
         let started = Instant::now();
         let wait = match command {
             // The actor answers a waiter by alloc_timeout itself; the

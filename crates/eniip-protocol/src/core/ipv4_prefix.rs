@@ -13,9 +13,9 @@ pub struct Ipv4Prefix(Ipv4Addr);
 
 impl Ipv4Prefix {
     /// Addresses in a prefix.
-    pub(crate) const SIZE: u32 = 16;
+    pub const SIZE: u32 = 16;
     /// Its length.
-    pub(crate) const LEN: u8 = 28;
+    pub const LEN: u8 = 28;
 
     /// The prefix holding `a`.
     pub fn containing(a: Ipv4Addr) -> Ipv4Prefix {
@@ -23,8 +23,7 @@ impl Ipv4Prefix {
     }
 
     /// The network address.
-    #[cfg(test)]
-    pub(crate) fn base(self) -> Ipv4Addr {
+    pub fn base(self) -> Ipv4Addr {
         self.0
     }
 

@@ -14,11 +14,11 @@ pub struct Ipv6Prefix(Ipv6Addr);
 
 impl Ipv6Prefix {
     /// Its length.
-    pub(crate) const LEN: u8 = 80;
+    pub const LEN: u8 = 80;
     /// The host part's bits.
-    pub(crate) const HOST_BITS: u32 = 128 - Self::LEN as u32;
+    pub const HOST_BITS: u32 = 128 - Self::LEN as u32;
     /// The largest host part.
-    pub(crate) const HOST_MAX: u64 = (1 << Self::HOST_BITS) - 1;
+    pub const HOST_MAX: u64 = (1 << Self::HOST_BITS) - 1;
 
     /// The /80 holding `a`.
     pub fn containing(a: Ipv6Addr) -> Ipv6Prefix {
@@ -36,8 +36,7 @@ impl Ipv6Prefix {
     }
 
     /// The host part of `a` (which it contains).
-    #[cfg(test)]
-    pub(crate) fn host(a: Ipv6Addr) -> u64 {
+    pub fn host(a: Ipv6Addr) -> u64 {
         (u128::from(a) & u128::from(Self::HOST_MAX)) as u64
     }
 }

@@ -11,7 +11,7 @@
 //! `store` speak them without knowing there is a socket.
 
 mod attachment;
-pub(crate) mod command;
+pub mod command;
 mod ipv4_prefix;
 mod ipv6_prefix;
 
@@ -19,27 +19,27 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use attachment::Attachment;
-pub(crate) use attachment::NsId;
+pub use attachment::NsId;
 pub use command::{Answer, Collected, Command, Commands, Envelope};
 pub use ipv4_prefix::Ipv4Prefix;
 pub use ipv6_prefix::Ipv6Prefix;
 
 /// Longest owner or sandbox id.
-pub(crate) const MAX_ID: usize = 255;
+pub const MAX_ID: usize = 255;
 
 /// The longest stick time there is (s): a week, for the node's
 /// `ip_stick_time` and for the most an owner may ask for itself.
 pub const MAX_STICK_S: u64 = 7 * 86_400;
 
 /// Tag key marking an ENI as created by eniipd (value [`TAG_CREATOR_VALUE`]).
-pub(crate) const TAG_CREATOR_KEY: &str = "creator";
+pub const TAG_CREATOR_KEY: &str = "creator";
 /// See [`TAG_CREATOR_KEY`].
-pub(crate) const TAG_CREATOR_VALUE: &str = "eniipd";
+pub const TAG_CREATOR_VALUE: &str = "eniipd";
 /// Tag key holding the instance an ENI was created for.
-pub(crate) const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
+pub const TAG_INSTANCE_KEY: &str = "eniipd/instance-id";
 /// Tag key holding the node id of the eniipd (its state directory) that
 /// created an ENI: two daemons on one instance never take each other's.
-pub(crate) const TAG_NODE_KEY: &str = "eniipd/node-id";
+pub const TAG_NODE_KEY: &str = "eniipd/node-id";
 
 /// Stable error codes (the protocol's `ERR <code>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,12 +117,12 @@ impl fmt::Display for ErrCode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllocError {
     /// The stable code.
-    pub(crate) code: ErrCode,
+    pub code: ErrCode,
     /// The service's error code when the cloud refused
     /// (`InvalidVSwitchId.IpNotEnough`).
-    pub(crate) cloud_code: Option<String>,
+    pub cloud_code: Option<String>,
     /// Human text (may be empty).
-    pub(crate) message: String,
+    pub message: String,
 }
 
 impl AllocError {
@@ -141,12 +141,12 @@ impl AllocError {
     }
 
     /// A malformed request.
-    pub(crate) fn bad(message: impl Into<String>) -> AllocError {
+    pub fn bad(message: impl Into<String>) -> AllocError {
         AllocError::new(ErrCode::BadRequest, message)
     }
 
     /// A refusal by the cloud carrying its service code.
-    pub(crate) fn cloud(code: ErrCode, cloud_code: &str, message: impl Into<String>) -> AllocError {
+    pub fn cloud(code: ErrCode, cloud_code: &str, message: impl Into<String>) -> AllocError {
         AllocError {
             code,
             cloud_code: Some(cloud_code.to_string()),
@@ -155,7 +155,7 @@ impl AllocError {
     }
 
     /// The daemon is stopping.
-    pub(crate) fn shutting_down() -> AllocError {
+    pub fn shutting_down() -> AllocError {
         AllocError::new(ErrCode::ShuttingDown, "the daemon is stopping")
     }
 }
@@ -217,7 +217,7 @@ pub struct SandboxId(String);
 
 impl SandboxId {
     /// Validates a sandbox id.
-    pub(crate) fn parse(s: &str) -> Result<SandboxId, AllocError> {
+    pub fn parse(s: &str) -> Result<SandboxId, AllocError> {
         if valid_id(s) {
             Ok(SandboxId(s.to_string()))
         } else {
@@ -228,7 +228,7 @@ impl SandboxId {
     }
 
     /// The id text.
-    pub(crate) fn as_str(&self) -> &str {
+    pub fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -310,21 +310,21 @@ impl Allocation {
 /// `ip_stick_time`) and/or from other owners (until `cooling_until_ms`,
 /// `ip_cooldown`). No `last_owner` is a quarantine after a state rebuild.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Hold {
+pub struct Hold {
     /// The IPv4 address.
-    pub(crate) ip: Ipv4Addr,
+    pub ip: Ipv4Addr,
     /// Its IPv6 pair.
-    pub(crate) ipv6: Option<Ipv6Addr>,
+    pub ipv6: Option<Ipv6Addr>,
     /// The /80 `ipv6` was carved from, when it was.
-    pub(crate) ipv6_prefix: Option<Ipv6Prefix>,
+    pub ipv6_prefix: Option<Ipv6Prefix>,
     /// The ENI it is on.
-    pub(crate) eni: String,
+    pub eni: String,
     /// Who may take it back.
-    pub(crate) last_owner: Option<Owner>,
+    pub last_owner: Option<Owner>,
     /// End of the reservation (Unix ms, 0 = none).
-    pub(crate) reserved_until_ms: u64,
+    pub reserved_until_ms: u64,
     /// End of the cool-down (Unix ms, 0 = none).
-    pub(crate) cooling_until_ms: u64,
+    pub cooling_until_ms: u64,
 }
 
 /// What a consumer needs to route through one managed ENI: its link (by
@@ -409,19 +409,19 @@ pub struct EniEntry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrefixUse {
     /// Its /28 prefixes.
-    pub(crate) prefixes: usize,
+    pub prefixes: usize,
     /// Its single secondary addresses (a fallback when no /28 could be had).
-    pub(crate) singles: usize,
+    pub singles: usize,
     /// Prefixes are not asked for it now (no free /28 in its vswitch): the
     /// next demand gets single addresses.
-    pub(crate) fallback: bool,
+    pub fallback: bool,
 }
 
 impl PrefixUse {
     /// `prefix` (only prefixes beside the primary), `single` (only single
     /// addresses), `mixed` (both); an ENI holding neither shows what it
     /// asks for next.
-    pub(crate) fn mode(&self) -> &'static str {
+    pub fn mode(&self) -> &'static str {
         match (self.prefixes > 0, self.singles > 0) {
             (true, true) => "mixed",
             (true, false) => "prefix",

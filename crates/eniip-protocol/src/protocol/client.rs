@@ -215,7 +215,7 @@ fn connect_by(socket: &Path, deadline: Instant) -> io::Result<UnixStream> {
     )?;
     let addr = nix::sys::socket::UnixAddr::new(socket)?;
     let mut outcome = Err(Errno::EAGAIN);
-    crate::util::thread::poll_until(deadline, CONNECT_RETRY, || {
+    eniip_util::thread::poll_until(deadline, CONNECT_RETRY, || {
         outcome = loop {
             match connect(fd.as_raw_fd(), &addr) {
                 Err(Errno::EINTR) => continue,

@@ -9,7 +9,7 @@
 //! socket and what to do.
 //!
 //! Both sides of the socket own it: the daemon's listener
-//! ([`crate::server`]) parses requests and renders replies; the clients
+//! ([`eniipd_daemon::server`]) parses requests and renders replies; the clients
 //! write requests and read replies. The names say which side of the
 //! socket a type is on: a [`ClientRequest`] and a [`ClientReply`] travel
 //! on it; the allocator's own `Request` (the daemon's asks of its actor)
@@ -31,10 +31,10 @@ use crate::core::{
     AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, Intent,
     ListEntry, Owner, SandboxId, StatusCounts, MAX_STICK_S,
 };
-use crate::util::time::format_utc;
+use eniip_util::time::format_utc;
 
 /// Protocol version announced by `version`.
-pub(crate) const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 1;
 /// Longest request line, terminator excluded.
 pub const MAX_LINE: usize = 4096;
 /// The `alloc` arguments that carry what an owner asks beyond an address
@@ -71,7 +71,7 @@ pub enum ClientRequest {
 
 impl ClientRequest {
     /// True for the requests that change allocations (access-checked).
-    pub(crate) fn is_mutating(&self) -> bool {
+    pub fn is_mutating(&self) -> bool {
         match self {
             ClientRequest::Command(c) => c.is_mutating(),
             ClientRequest::Keep(_) => true,
@@ -80,7 +80,7 @@ impl ClientRequest {
     }
 
     /// The verb, for logs and metrics.
-    pub(crate) fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             ClientRequest::Ping => "ping",
             ClientRequest::Version => "version",
@@ -435,7 +435,7 @@ pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
 }
 
 /// The `OK` text of `status`.
-pub(crate) fn status_text(c: &StatusCounts) -> String {
+pub fn status_text(c: &StatusCounts) -> String {
     format!(
         "enis={} ips={} idle={} inuse={} reserved={} cooling={} pending={} capacity={}",
         c.enis, c.ips, c.idle, c.inuse, c.reserved, c.cooling, c.pending, c.capacity
@@ -481,7 +481,7 @@ pub(crate) fn eni_line(e: &EniEntry) -> String {
 }
 
 /// The reply to a command's outcome.
-pub(crate) fn answer_reply(outcome: Result<Answer, AllocError>) -> ClientReply {
+pub fn answer_reply(outcome: Result<Answer, AllocError>) -> ClientReply {
     let answer = match outcome {
         Ok(a) => a,
         Err(e) => return ClientReply::err(e),
@@ -547,7 +547,7 @@ pub struct ClientReply {
 
 impl ClientReply {
     /// `OK` or `OK <text>` with no data.
-    pub(crate) fn ok(text: impl Into<String>) -> ClientReply {
+    pub fn ok(text: impl Into<String>) -> ClientReply {
         ClientReply {
             data: Vec::new(),
             outcome: Ok(text.into()),
@@ -555,7 +555,7 @@ impl ClientReply {
     }
 
     /// Data lines then `OK <text>`.
-    pub(crate) fn with_data(data: Vec<String>, text: impl Into<String>) -> ClientReply {
+    pub fn with_data(data: Vec<String>, text: impl Into<String>) -> ClientReply {
         ClientReply {
             data,
             outcome: Ok(text.into()),

@@ -31,7 +31,7 @@
 //!
 //! Shape: one named thread owns the links. Each pass gathers (the state),
 //! decides ([`steps::plan`], pure) and acts (netlink, through
-//! [`crate::cni::netlink`]); what the kernel took is recorded in
+//! [`eniip_datapath::netlink`]); what the kernel took is recorded in
 //! [`steps::Plugged`], the rest is tried again next pass. Invariant: at
 //! stop, and on drop, every pair made is deleted, and the VPC namespace,
 //! when it is our own, is released; a thread that does not end before the
@@ -54,8 +54,8 @@ use log::{debug, info, warn};
 use nix::sched::{unshare, CloneFlags};
 use serde_json::Value;
 
-use crate::cni::netlink::{format_mac, is_missing, Netlink, Route, MAIN_TABLE};
-use crate::cni::netns;
+use eniip_datapath::netlink::{format_mac, is_missing, Netlink, Route, MAIN_TABLE};
+use eniip_datapath::netns;
 use steps::{addresses, next_hop, plan, Plugged, Slot, Step, Wanted};
 
 /// The links' MTU (an ENI's).
@@ -226,7 +226,7 @@ impl HostLinks {
 
     /// A path to the VPC namespace while this runs, for `nsenter --net=`
     /// (`/proc/PID/fd/N` when it is our own).
-    pub(crate) fn vpc_path(&self) -> &std::path::Path {
+    pub fn vpc_path(&self) -> &std::path::Path {
         &self.vpc_path
     }
 
@@ -240,14 +240,14 @@ impl HostLinks {
 
     /// Stops: every pair is deleted (by the thread, if it ends before
     /// `deadline`) and the VPC namespace released.
-    pub(crate) fn stop_until(mut self, deadline: Instant) {
+    pub fn stop_until(mut self, deadline: Instant) {
         self.finish(deadline);
     }
 
     fn finish(&mut self, deadline: Instant) {
         self.begin_stop();
         if let Some(t) = self.thread.take() {
-            if !crate::util::thread::join_until(t, deadline) {
+            if !eniip_util::thread::join_until(t, deadline) {
                 warn!("the simulated links' thread did not end in time; its links go when it does");
             }
         }
@@ -506,14 +506,8 @@ fn describe(step: &Step) -> String {
     }
 }
 
-/// The link tag `eniipd --simulate-links` uses: its pid, so two demos on
-/// one host do not meet.
-pub(crate) fn daemon_tag(pid: u32) -> String {
-    format!("s{pid:x}")
-}
-
 /// The IPv4 gateway of the emulator's first vswitch, from its state (for
 /// messages).
-pub(crate) fn first_gateway(state: &Value) -> Option<Ipv4Addr> {
+pub fn first_gateway(state: &Value) -> Option<Ipv4Addr> {
     state["vswitches"][0]["gateway"].as_str()?.parse().ok()
 }

@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde_json::Value;
 
-use crate::cni::netlink::parse_mac;
+use eniip_datapath::netlink::parse_mac;
 
 /// Most ENIs one instance can have plugged at once (the largest real
 /// instance types allow fewer); slots above are never used.

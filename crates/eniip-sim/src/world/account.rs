@@ -6,8 +6,8 @@
 //! an instance id is in it once.
 
 use super::params::{err, need, ApiError, Params};
-use crate::sim::types::InstanceType;
-use crate::util::rand::Rng;
+use crate::types::InstanceType;
+use eniip_util::rand::Rng;
 
 /// The account that owns everything (OwnerId, `owner-account-id`).
 pub(crate) const OWNER_ID: u64 = 1_234_567_890_123_456;
@@ -231,8 +231,8 @@ impl Account {
 #[cfg(test)]
 mod tests {
     use super::Account;
-    use crate::sim::types;
-    use crate::util::rand::Rng;
+    use crate::types;
+    use eniip_util::rand::Rng;
 
     #[test]
     fn ids_in_the_region_style_and_a_fleet_that_starts_with_the_first() {

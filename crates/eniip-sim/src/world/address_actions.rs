@@ -23,7 +23,7 @@ use super::params::{
     v6_prefix_request, ApiError, Asked, Params,
 };
 use super::vswitch::Vswitches;
-use crate::util::rand::Rng;
+use eniip_util::rand::Rng;
 
 /// The parts an address action touches.
 pub(super) struct AddressActions<'a> {

@@ -31,7 +31,7 @@ impl Catalog<'_> {
     /// DescribeInstanceTypes.
     pub(super) fn instance_types(&self, p: &Params) -> Result<Value, ApiError> {
         let wanted = list(p, "InstanceTypes", 10)?;
-        let items: Vec<Value> = crate::sim::types::TYPES
+        let items: Vec<Value> = crate::types::TYPES
             .iter()
             .filter(|t| wanted.is_empty() || wanted.iter().any(|w| w == t.id))
             .map(|t| {
@@ -205,6 +205,6 @@ impl Catalog<'_> {
 /// A creation time a day ago, as the OpenAPI writes it
 /// (`2024-05-01T12:00Z`).
 fn day_ago() -> String {
-    let created = crate::util::time::unix_secs().saturating_sub(86_400);
-    format!("{}Z", &crate::util::time::format_utc(created)[..16])
+    let created = eniip_util::time::unix_secs().saturating_sub(86_400);
+    format!("{}Z", &eniip_util::time::format_utc(created)[..16])
 }

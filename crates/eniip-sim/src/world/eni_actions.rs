@@ -17,8 +17,8 @@ use super::params::{
 };
 use super::sim_eni::{NewEni, SimEni};
 use super::vswitch::Vswitches;
-use crate::cloud::EniStatus;
-use crate::util::rand::Rng;
+use eniip_cloud::EniStatus;
+use eniip_util::rand::Rng;
 
 /// What a create took of its vswitch.
 struct Taken {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::params::{err, ApiError};
 use super::sim_eni::{Freed, SimEni};
-use crate::util::rand::Rng;
+use eniip_util::rand::Rng;
 
 /// Every ENI by id (deleted ones linger for the metadata lag), and every
 /// MAC handed out.
@@ -109,8 +109,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::SimEnis;
-    use crate::sim::world::sim_eni::tests::eni;
-    use crate::util::rand::Rng;
+    use crate::world::sim_eni::tests::eni;
+    use eniip_util::rand::Rng;
 
     #[test]
     fn a_deleted_eni_gives_its_addresses_back_once_and_lingers_for_the_lag() {

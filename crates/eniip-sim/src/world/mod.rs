@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 
 use super::net::{Net4, Net6};
 use super::types::InstanceType;
-use crate::util::rand::Rng;
+use eniip_util::rand::Rng;
 
 mod account;
 mod addr;
@@ -123,7 +123,7 @@ impl World {
             WorldConfig {
                 region: "cn-hangzhou".into(),
                 zone: "cn-hangzhou-i".into(),
-                itype: crate::sim::types::find("ecs.g7.xlarge").unwrap(),
+                itype: crate::types::find("ecs.g7.xlarge").unwrap(),
                 vswitches: vec![(
                     "vsw-1".into(),
                     Net4::parse("192.168.0.0/24").unwrap(),

@@ -16,7 +16,7 @@ use super::account::Account;
 use super::eni_table::SimEnis;
 use super::sim_eni::SimEni;
 use super::vswitch::Vswitches;
-use crate::sim::types::{self, InstanceType};
+use crate::types::{self, InstanceType};
 
 const VERSION: u64 = 1;
 

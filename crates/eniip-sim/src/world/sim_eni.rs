@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use super::addr::Addrs;
 use super::params::{err, ApiError};
-use crate::cloud::EniStatus;
+use eniip_cloud::EniStatus;
 
 /// What a deleted ENI gives back to its vswitch: (vswitch, addresses,
 /// IPv6 addresses, /28 prefixes, IPv6 /80 prefixes).
@@ -120,7 +120,7 @@ impl SimEni {
             v6p: Addrs::none(),
             tags: Vec::new(),
             sgs: vec![sg],
-            created: crate::util::time::unix_secs().saturating_sub(86_400),
+            created: eniip_util::time::unix_secs().saturating_sub(86_400),
             description: String::new(),
             name: "primary".into(),
             attached_since: Some(since),
@@ -146,7 +146,7 @@ impl SimEni {
             v6p: Addrs::added(&new.v6p, now, false),
             tags: new.tags,
             sgs: new.sgs,
-            created: crate::util::time::unix_secs(),
+            created: eniip_util::time::unix_secs(),
             description: new.description,
             name: new.name,
             attached_since: None,
@@ -486,7 +486,7 @@ impl SimEni {
             "VSwitchId": self.vswitch,
             "ZoneId": zone,
             "PrivateIpAddress": primary,
-            "CreationTime": crate::util::time::format_utc(self.created),
+            "CreationTime": eniip_util::time::format_utc(self.created),
             "Description": self.description,
             "NetworkInterfaceName": self.name,
             "NetworkInterfaceTrafficMode": "Standard",
@@ -646,7 +646,7 @@ pub(super) mod tests {
     use std::time::{Duration, Instant};
 
     use super::{NewEni, SimEni};
-    use crate::cloud::EniStatus;
+    use eniip_cloud::EniStatus;
 
     /// `eni-1` on vsw-a with .1 (primary) and .2, and 10.0.0.16/28.
     pub(crate) fn eni(now: Instant) -> SimEni {

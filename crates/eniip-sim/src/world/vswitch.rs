@@ -27,8 +27,8 @@ use std::collections::HashSet;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::params::{err, ApiError, Asked};
-use crate::sim::net::{Net4, Net6};
-use crate::util::rand::Rng;
+use crate::net::{Net4, Net6};
+use eniip_util::rand::Rng;
 
 /// Addresses in a prefix.
 pub(crate) const PREFIX_SIZE: u64 = 16;
@@ -705,7 +705,7 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::{Vswitches, PREFIX_SIZE};
-    use crate::sim::net::{Net4, Net6};
+    use crate::net::{Net4, Net6};
 
     fn one(free: Option<u64>) -> Vswitches {
         let v4 = Net4::parse("10.0.0.0/24").unwrap();

@@ -18,9 +18,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::cloud::{CloudApi, Eni, EniStatus, Ipv4Prefix};
-use crate::core::AllocError;
 use crate::pool::{PoolEni, PoolIp, PoolState};
+use eniip_cloud::{CloudApi, Eni, EniStatus, Ipv4Prefix};
+use eniip_protocol::core::AllocError;
 
 use super::ownership::{attached_managed, tagged_unattached};
 use super::Snapshot;
@@ -34,7 +34,7 @@ pub(crate) fn audit(
     snapshot: impl Fn() -> Result<Snapshot, AllocError>,
 ) -> Result<Vec<String>, AllocError> {
     let before = snapshot()?;
-    let cloud_err = |e: crate::cloud::CloudError| super::cloud_error(&e);
+    let cloud_err = |e: eniip_cloud::CloudError| super::cloud_error(&e);
     let attached = attached_managed(cloud, instance_id, node_id).map_err(cloud_err)?;
     let loose = tagged_unattached(cloud, instance_id, node_id).map_err(cloud_err)?;
     let macs: BTreeSet<String> = cloud

@@ -13,8 +13,8 @@
 //! longer caps the IPs per ENI; an ENI that falls back to single IPv6
 //! addresses is held within it by the planner instead.
 
-use crate::cloud::InstanceTypeLimits;
 use crate::config::{Config, IpStack};
+use eniip_cloud::InstanceTypeLimits;
 
 /// The numbers the allocator plans with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::cloud::{CloudApi, CloudError, CloudErrorKind, Eni, EniQuery, EniStatus};
+use eniip_cloud::{CloudApi, CloudError, CloudErrorKind, Eni, EniQuery, EniStatus};
 
 #[derive(Default)]
 struct Inner {
@@ -111,6 +111,6 @@ impl StatusBatcher {
         want: EniStatus,
         deadline: Instant,
     ) -> Result<Eni, CloudError> {
-        crate::cloud::wait::wait_eni_status_by(id, want, deadline, || self.describe(id, deadline))
+        eniip_cloud::wait::wait_eni_status_by(id, want, deadline, || self.describe(id, deadline))
     }
 }

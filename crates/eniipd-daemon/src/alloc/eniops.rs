@@ -23,12 +23,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use log::{debug, info, warn};
 
-use crate::cloud::{
+use eniip_cloud::{
     wait, CloudApi, CloudError, CloudErrorKind, CreateEni, Eni, EniStatus, TAG_CREATOR_KEY,
     TAG_CREATOR_VALUE, TAG_INSTANCE_KEY, TAG_NODE_KEY,
 };
-use crate::core::EniInfo;
-use crate::util::sem::Permit;
+use eniip_protocol::core::EniInfo;
+use eniip_util::sem::Permit;
 
 use super::describe::StatusBatcher;
 use super::mailbox::{Event, FreeFailure, OpId, ReadyEni};
@@ -317,7 +317,7 @@ pub(crate) fn rollback(
     instance_id: &str,
 ) -> Result<(), CloudError> {
     let deadline = Instant::now() + Duration::from_secs(120);
-    let q = crate::cloud::EniQuery {
+    let q = eniip_cloud::EniQuery {
         eni_ids: vec![eni_id.to_string()],
         ..Default::default()
     };

@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::cloud::{
+use crate::store::{PersistedState, Record, StoreError};
+use eniip_cloud::{
     CloudApi, CloudError, CloudErrorKind, CreateEni, Eni, EniQuery, EniStatus, InstanceIdentity,
     InstanceTypeLimits, MetadataApi, MetadataEni, VSwitch,
 };
-use crate::store::{PersistedState, Record, StoreError};
 
 use super::Journal;
 

@@ -1,6 +1,6 @@
 //! Messages to the allocator's actor thread.
 //!
-//! Three bounded channels feed it: [`crate::core::Envelope`]s from clients
+//! Three bounded channels feed it: [`eniip_protocol::core::Envelope`]s from clients
 //! (connection threads), [`Request`]s from the daemon and its own helpers,
 //! and [`Event`]s that its helpers report (per-ENI workers, ENI operation
 //! threads, the maintenance thread). Every request carries its own
@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
-use crate::cloud::{CloudError, Ipv4Prefix, Ipv6Prefix};
-use crate::core::EniInfo;
+use eniip_cloud::{CloudError, Ipv4Prefix, Ipv6Prefix};
+use eniip_protocol::core::EniInfo;
 
 use super::capacity::Capacity;
 use super::Snapshot;
@@ -34,7 +34,7 @@ pub(crate) struct Unit {
 pub(crate) type OpId = u64;
 
 /// What the daemon and the allocator's own helpers ask of the actor
-/// (clients speak [`crate::core::Command`], on a channel of their own).
+/// (clients speak [`eniip_protocol::core::Command`], on a channel of their own).
 #[derive(Debug)]
 pub(crate) enum Request {
     /// A copy of the state, for `audit`.
@@ -58,13 +58,13 @@ pub(crate) enum Request {
     /// owner's, in the same namespace.
     Reap {
         /// Whose.
-        owner: crate::core::Owner,
+        owner: eniip_protocol::core::Owner,
         /// The sandbox found gone.
-        sandbox: Option<crate::core::SandboxId>,
+        sandbox: Option<eniip_protocol::core::SandboxId>,
         /// Its namespace as recorded.
-        netns_id: crate::core::NsId,
+        netns_id: eniip_protocol::core::NsId,
         /// `Released(Some(ip))` when released.
-        reply: Sender<Result<crate::core::Answer, crate::core::AllocError>>,
+        reply: Sender<Result<eniip_protocol::core::Answer, eniip_protocol::core::AllocError>>,
     },
 }
 

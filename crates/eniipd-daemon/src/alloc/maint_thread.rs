@@ -23,11 +23,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use log::{debug, info, warn};
 
-use crate::cloud::{CloudApi, CloudErrorKind, Eni, EniStatus};
 use crate::config::VSwitchPolicy;
-use crate::core::EniInfo;
-use crate::util::sem::Semaphore;
-use crate::util::time::unix_secs;
+use eniip_cloud::{CloudApi, CloudErrorKind, Eni, EniStatus};
+use eniip_protocol::core::EniInfo;
+use eniip_util::sem::Semaphore;
+use eniip_util::time::unix_secs;
 
 use super::audit::drift;
 use super::eniops;
@@ -58,7 +58,7 @@ pub(super) fn spawn(
         .spawn(move || {
             let period = || {
                 opts.pool_check_interval
-                    .mul_f64(crate::util::rand::jitter(0.2))
+                    .mul_f64(eniip_util::rand::jitter(0.2))
             };
             // After a restart served from the state files the first pass
             // comes early (spread over the fleet by the daemon's jitter),
@@ -94,10 +94,10 @@ pub(super) fn spawn(
                 );
                 // What the pass and the cloud calls since the last one
                 // freed goes back to the kernel.
-                crate::util::memory::release_free();
+                eniip_util::memory::release_free();
                 if first && !reconciled {
                     retry = (retry * 2).min(opts.pool_check_interval);
-                    wait = retry.mul_f64(crate::util::rand::jitter(0.5));
+                    wait = retry.mul_f64(eniip_util::rand::jitter(0.5));
                     continue;
                 }
                 first = false;
@@ -263,10 +263,10 @@ fn sweep(
     cloud: &dyn CloudApi,
     requests: &Sender<Request>,
     op_sem: &Semaphore,
-    loose: Result<Vec<Eni>, crate::cloud::CloudError>,
+    loose: Result<Vec<Eni>, eniip_cloud::CloudError>,
     min_age: Duration,
     leftovers: &BTreeSet<String>,
-) -> Result<(), crate::cloud::CloudError> {
+) -> Result<(), eniip_cloud::CloudError> {
     let candidates: Vec<Eni> = loose?
         .into_iter()
         .filter(|e| e.status == EniStatus::Available)

@@ -40,13 +40,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use log::warn;
 
-use crate::cloud::{CloudApi, CloudError, CloudErrorKind};
 use crate::config::VSwitchPolicy;
-use crate::core::{AllocError, Answer, Commands, ErrCode};
 use crate::pool::{HoldTimes, PoolState};
 use crate::store::{Record, StoreError};
-use crate::util::sem::Semaphore;
-use crate::util::thread::join_until;
+use eniip_cloud::{CloudApi, CloudError, CloudErrorKind};
+use eniip_protocol::core::{AllocError, Answer, Commands, ErrCode};
+use eniip_util::sem::Semaphore;
+use eniip_util::thread::join_until;
 
 use capacity::Capacity;
 use mailbox::Request;
@@ -307,7 +307,7 @@ impl Allocator {
 
     /// Sends one command and waits for its answer (within its deadline).
     #[cfg(test)]
-    pub(crate) fn ask(&self, command: crate::core::Command) -> Result<Answer, AllocError> {
+    pub(crate) fn ask(&self, command: eniip_protocol::core::Command) -> Result<Answer, AllocError> {
         self.commands.ask(command)
     }
 
@@ -406,7 +406,7 @@ impl Allocator {
             threads.push(("eniipd-maint".into(), h));
         }
         if let Some(h) = self.actor.lock().take() {
-            match crate::util::thread::join_by(h, until) {
+            match eniip_util::thread::join_by(h, until) {
                 Ok(Ok(mut helpers)) => threads.append(&mut helpers),
                 Ok(Err(_)) => {}
                 Err(_) => warn!("thread eniipd-pool did not stop in time; abandoned"),

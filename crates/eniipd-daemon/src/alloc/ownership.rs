@@ -8,7 +8,7 @@
 
 use log::warn;
 
-use crate::cloud::{
+use eniip_cloud::{
     CloudApi, CloudError, Eni, EniQuery, TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY,
 };
 
@@ -29,7 +29,7 @@ pub(crate) fn live_peers(enis: &[Eni], instance_id: &str, node_id: &str) -> Vec<
     enis.iter()
         .filter_map(|e| {
             let peer = e.foreign_node(instance_id, node_id)?.to_string();
-            if crate::util::node_liveness::alive(&peer) {
+            if eniip_util::node_liveness::alive(&peer) {
                 Some((e.id.clone(), peer))
             } else {
                 warn!(
@@ -110,8 +110,8 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    use crate::cloud::{EniStatus, TAG_NODE_KEY};
-    use crate::util::node_liveness::Beacon;
+    use eniip_cloud::{EniStatus, TAG_NODE_KEY};
+    use eniip_util::node_liveness::Beacon;
 
     /// An ENI eniipd made for `i-1` (by `node`, or before node ids),
     /// attached to `on`.

@@ -11,8 +11,8 @@
 //! dual stack /28s are asked only for an ENI whose IPv6 come from a /80
 //! (16 single IPv6 addresses a /28 would overrun its IPv6 quota).
 
-use crate::cloud::Ipv4Prefix;
 use crate::pool::shrink::PrefixCandidate;
+use eniip_cloud::Ipv4Prefix;
 
 /// Addresses in a prefix.
 pub(crate) const PER_PREFIX: usize = Ipv4Prefix::SIZE as usize;

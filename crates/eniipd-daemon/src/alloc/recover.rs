@@ -32,13 +32,13 @@ use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
-use crate::cloud::{
-    wait, CloudApi, CloudError, Eni, EniStatus, Ipv6Prefix, MetadataApi, MetadataEni,
-};
-use crate::core::EniInfo;
 use crate::pool::{PoolIp, PoolState};
 use crate::store::{PersistedState, Record};
-use crate::util::time::unix_ms;
+use eniip_cloud::{
+    wait, CloudApi, CloudError, Eni, EniStatus, Ipv6Prefix, MetadataApi, MetadataEni,
+};
+use eniip_protocol::core::EniInfo;
+use eniip_util::time::unix_ms;
 
 use super::eniops;
 use super::ownership::{attached_managed, tagged_unattached};
@@ -101,7 +101,7 @@ pub(crate) fn recover(
     }
     if let Err(e) = pool.check() {
         return Err(CloudError::new(
-            crate::cloud::CloudErrorKind::Api,
+            eniip_cloud::CloudErrorKind::Api,
             "recovery",
             format!("inconsistent state after recovery: {e}"),
         ));
@@ -473,7 +473,7 @@ fn adopt(
     for p in &e.ipv4_prefixes {
         pool.add_prefix(&e.id, *p);
     }
-    let in_prefixes = e.ipv4_prefixes.len() * crate::cloud::Ipv4Prefix::SIZE as usize;
+    let in_prefixes = e.ipv4_prefixes.len() * eniip_cloud::Ipv4Prefix::SIZE as usize;
     Ok(if in_prefixes > 0 {
         format!(
             "adopted {} on {} with {} address(es) and {} /28 prefix(es) ({in_prefixes} addresses)",

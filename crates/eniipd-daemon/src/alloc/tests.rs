@@ -10,15 +10,15 @@ use super::capacity::{self, PoolSizes};
 use super::fake::{FakeCloud, FakeEni, MemJournal, INSTANCE};
 use super::recover::{provisional, recover, Provisional};
 use super::{Allocator, AllocatorOptions};
-use crate::cloud::{CloudApi, EniStatus, TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY};
 use crate::config::RawConfig;
-use crate::core::{
-    AllocError, Allocation, Answer, Command, EniEntry, ErrCode, Intent, Owner, SandboxId,
-    StatusCounts,
-};
 use crate::pool::choose::pick;
 use crate::pool::PoolState;
 use crate::store::{Allocation as Stored, PersistedState};
+use eniip_cloud::{CloudApi, EniStatus, TAG_CREATOR_KEY, TAG_CREATOR_VALUE, TAG_INSTANCE_KEY};
+use eniip_protocol::core::{
+    AllocError, Allocation, Answer, Command, EniEntry, ErrCode, Intent, Owner, SandboxId,
+    StatusCounts,
+};
 
 /// The verbs as typed calls, each one [`Command`] through the one path.
 trait Verbs {
@@ -167,7 +167,7 @@ fn owner(s: &str) -> Owner {
 
 /// Polls `f` until true or the deadline; returns its last answer.
 fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
-    crate::util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
+    eniip_util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
 }
 
 fn burst(a: &Allocator, n: usize, prefix: &str) -> Vec<Result<Ipv4Addr, ErrCode>> {
@@ -850,7 +850,7 @@ fn a_restart_from_the_state_files_knows_the_80s_its_owners_ipv6_were_carved_from
         "00:16:3e:aa:00:01",
         &["10.0.9.1", "10.0.9.2"],
     ));
-    let p: crate::cloud::Ipv6Prefix = "fd00:0:0:1:5::/80".parse().unwrap();
+    let p: eniip_cloud::Ipv6Prefix = "fd00:0:0:1:5::/80".parse().unwrap();
     let carved: std::net::Ipv6Addr = "fd00:0:0:1:5:1:2:3".parse().unwrap();
     let mut persisted = PersistedState::default();
     persisted.allocations.insert(
@@ -1101,7 +1101,7 @@ fn an_owners_own_stick_time_keeps_its_address_across_a_restart() {
     {
         let st = journal.state.lock();
         let hold = &st.holds[&web0];
-        assert!(hold.reserved_until_ms > crate::util::time::unix_ms() + 590_000);
+        assert!(hold.reserved_until_ms > eniip_util::time::unix_ms() + 590_000);
         assert!(!st.holds.contains_key(&plain), "the node keeps nothing");
         assert_eq!(st.allocations["sts/web-1"].asked.stick_s, Some(600));
     }

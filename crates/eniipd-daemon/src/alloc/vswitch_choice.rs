@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use crate::config::VSwitchPolicy;
-use crate::util::rand::Rng;
+use eniip_util::rand::Rng;
 
 use super::placement::VswChoice;
 

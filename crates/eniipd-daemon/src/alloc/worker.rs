@@ -37,7 +37,7 @@ use crossbeam_channel::{
 };
 use log::{debug, warn};
 
-use crate::cloud::{wait, CloudApi, CloudError, CloudErrorKind, Ipv4Prefix, Ipv6Prefix};
+use eniip_cloud::{wait, CloudApi, CloudError, CloudErrorKind, Ipv4Prefix, Ipv6Prefix};
 
 use super::mailbox::{Event, TicketId, Unit};
 use super::prefix_mode::{Kind, V6From, PER_PREFIX};

@@ -1,7 +1,7 @@
 //! The effective configuration as `key=value` lines, secrets masked.
 
 use super::*;
-use crate::util::mask;
+use eniip_util::mask;
 
 impl Config {
     /// The effective configuration as `key=value` lines, secrets masked,

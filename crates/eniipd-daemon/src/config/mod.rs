@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::cloud::sign::SignatureVersion;
-use crate::util::Secret;
+use eniip_cloud::sign::SignatureVersion;
+use eniip_util::Secret;
 
 mod cni;
 mod effective;

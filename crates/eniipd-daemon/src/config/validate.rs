@@ -2,7 +2,7 @@
 //! the value and what is allowed.
 
 use super::*;
-use crate::core::MAX_STICK_S;
+use eniip_protocol::core::MAX_STICK_S;
 
 fn invalid(key: &str, value: &Value, allowed: &str) -> ConfigError {
     ConfigError::Invalid {
@@ -282,7 +282,9 @@ impl RawConfig {
                     "keys of 1..128 characters not starting with aliyun or acs:",
                 ));
             }
-            if k == crate::core::TAG_CREATOR_KEY || k == crate::core::TAG_INSTANCE_KEY {
+            if k == eniip_protocol::core::TAG_CREATOR_KEY
+                || k == eniip_protocol::core::TAG_INSTANCE_KEY
+            {
                 return Err(invalid_str(
                     "eni_tags",
                     k,

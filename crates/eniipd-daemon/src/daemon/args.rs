@@ -1,10 +1,10 @@
-//! `eniipd`'s command line (SPEC section 2) on [`crate::cli`]: flags and
+//! `eniipd`'s command line (SPEC section 2) on [`eniip_protocol::cli`]: flags and
 //! their values, `--flag=value` accepted too, `-h`/`--help` and
 //! `-V`/`--version`. Usage errors name the flag and are exit 2.
 
 use std::path::PathBuf;
 
-use crate::cli::{self, Arg, Asked, UsageError};
+use eniip_protocol::cli::{self, Arg, Asked, UsageError};
 
 /// Flags of a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

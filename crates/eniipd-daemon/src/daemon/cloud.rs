@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use log::{info, warn};
 
-use crate::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-use crate::cloud::credentials::CredentialSource;
-use crate::cloud::error::METADATA_ACTION;
-use crate::cloud::{CloudError, CloudErrorKind, InstanceIdentity, MetadataApi};
 use crate::config::Config;
+use eniip_cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
+use eniip_cloud::credentials::CredentialSource;
+use eniip_cloud::error::METADATA_ACTION;
+use eniip_cloud::{CloudError, CloudErrorKind, InstanceIdentity, MetadataApi};
 
 use super::error::{chain, exit, DaemonError};
 
@@ -123,7 +123,7 @@ fn retry_at_start<T>(
                     && Instant::now() + delay < end.max(throttled_end) =>
             {
                 warn!("{what}: {e}; the account's quota is spent, waiting for the next window");
-                stopped_during_start(signals, delay.mul_f64(crate::util::rand::jitter(0.5)))?;
+                stopped_during_start(signals, delay.mul_f64(eniip_util::rand::jitter(0.5)))?;
                 delay = (delay * 2).min(Duration::from_secs(10));
             }
             Err(e) if Instant::now() + delay >= end => {

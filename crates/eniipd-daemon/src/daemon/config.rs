@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use log::{info, warn};
 
+use super::simulate::SimChild;
 use crate::config::{Config, RawConfig, DEFAULT_CONFIG_PATH};
-use crate::sim::Simulator;
 
 use super::args::Args;
 use super::error::{chain, exit, preflight_error, DaemonError};
@@ -19,7 +19,7 @@ use super::preflight;
 /// defaults).
 pub(crate) fn load_config(
     args: &Args,
-    sim: Option<&Simulator>,
+    sim: Option<&SimChild>,
     sim_dir: Option<&Path>,
 ) -> Result<(Config, Vec<String>), DaemonError> {
     let path: Option<PathBuf> = match (&args.config, args.simulate) {
@@ -41,11 +41,11 @@ pub(crate) fn load_config(
         warnings.push(w);
     }
     if let Some(sim) = sim {
-        raw.access_key = Some(sim.access_key_id().to_string());
-        raw.access_secret = Some(crate::util::Secret::new(sim.access_key_secret()));
-        raw.ecs_endpoint = Some(sim.ecs_url());
-        raw.vpc_endpoint = Some(sim.vpc_url());
-        raw.metadata_endpoint = Some(sim.metadata_url());
+        raw.access_key = Some(sim.access_key_id.clone());
+        raw.access_secret = Some(sim.access_key_secret.clone());
+        raw.ecs_endpoint = Some(sim.ecs_url.clone());
+        raw.vpc_endpoint = Some(sim.vpc_url.clone());
+        raw.metadata_endpoint = Some(sim.metadata_url.clone());
         raw.allowed_uids = Some(vec![serde_json::Value::from(
             nix::unistd::getuid().as_raw(),
         )]);

@@ -22,12 +22,12 @@ use log::{info, warn};
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::core::{Answer, Command, Commands};
+use eniip_protocol::core::{Answer, Command, Commands};
 
 use super::{exit, DaemonError};
 
 /// The conflist README installs, as shipped.
-const SHIPPED: &str = include_str!("../../cni/eniip.conflist");
+const SHIPPED: &str = include_str!("../../../../cni/eniip.conflist");
 /// How often the pool is looked at until it is warm.
 const POLL: Duration = Duration::from_millis(200);
 /// After this long below the minimum, say so (once).
@@ -115,7 +115,7 @@ impl Installer {
     /// deadline) and joins it until `until`.
     pub(super) fn stop_until(self, until: Instant) {
         let _ = self.stop.try_send(());
-        crate::util::thread::join_until(self.thread, until);
+        eniip_util::thread::join_until(self.thread, until);
     }
 }
 

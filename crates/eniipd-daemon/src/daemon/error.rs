@@ -13,8 +13,8 @@ pub mod exit {
     pub(crate) const OK: i32 = 0;
     /// Anything else.
     pub(crate) const FAILURE: i32 = 1;
-    /// Usage (every binary's: [`crate::cli::USAGE_EXIT`]).
-    pub(crate) const USAGE: i32 = crate::cli::USAGE_EXIT as i32;
+    /// Usage (every binary's: [`eniip_protocol::cli::USAGE_EXIT`]).
+    pub(crate) const USAGE: i32 = eniip_protocol::cli::USAGE_EXIT as i32;
     /// Cloud or metadata unreachable at start.
     pub(crate) const UNAVAILABLE: i32 = 69;
     /// State directory held, or socket served, by another instance.

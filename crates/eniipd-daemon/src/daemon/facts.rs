@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cloud::{InstanceIdentity, InstanceTypeLimits};
+use eniip_cloud::{InstanceIdentity, InstanceTypeLimits};
 
 use crate::store::write_atomic;
 

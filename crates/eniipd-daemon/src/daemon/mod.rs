@@ -39,17 +39,15 @@ use crossbeam_channel::Receiver;
 use log::{error, info, warn};
 
 use crate::alloc::Allocator;
-use crate::cloud::CloudApi;
 use crate::config::Config;
-use crate::core::{Answer, Command, Commands};
-use crate::protocol::status_text;
 use crate::server::listener::{bind_socket, Server, ServerConfig};
 use crate::server::socket::{check_socket_free, SocketFile};
 use crate::server::starting::Starting;
-use crate::sim::hostlinks::HostLinks;
-use crate::sim::Simulator;
 use crate::store::{Committer, PersistedState};
-use crate::systemd::Notifier;
+use eniip_cloud::CloudApi;
+use eniip_protocol::core::{Answer, Command, Commands};
+use eniip_protocol::protocol::status_text;
+use eniip_util::systemd::Notifier;
 
 use args::Args;
 
@@ -59,8 +57,8 @@ struct Running {
     alloc: Arc<Allocator>,
     committer: Arc<Committer>,
     socket: Option<SocketFile>,
-    metrics_http: Option<crate::httpd::HttpServer>,
-    sim: Option<Simulator>,
+    metrics_http: Option<eniip_httpd::HttpServer>,
+    sim: Option<simulate::SimChild>,
     notifier: Notifier,
     cfg: Config,
     /// The command line, and the directory `--simulate` put the socket
@@ -68,7 +66,7 @@ struct Running {
     /// file), so what a flag set is never taken for a change.
     args: Args,
     sock_dir: Option<PathBuf>,
-    limits: crate::cloud::InstanceTypeLimits,
+    limits: eniip_cloud::InstanceTypeLimits,
     sim_dir: Option<PathBuf>,
     /// Installs `cni_conflist` once the pool is warm (started last).
     conflist: Option<conflist::Installer>,
@@ -76,16 +74,15 @@ struct Running {
     reaper: Option<reaper::Reaper>,
     /// Applies the releases eniip-cni queues while eniipd is away.
     queued: queued::Watcher,
-    /// `--simulate-links`: the emulated ENIs as links on this host.
-    links: Option<HostLinks>,
     /// Dropped last: this node is alive until the process ends.
-    _beacon: crate::util::node_liveness::Beacon,
+    _beacon: eniip_util::node_liveness::Beacon,
 }
 
 /// Runs the daemon; returns the exit code.
 pub fn run(args: Args) -> i32 {
+    crate::metrics::count_cloud_calls();
     let level = args.log_level.clone().unwrap_or_else(|| "info".into());
-    if let Err(e) = crate::logging::init(&level) {
+    if let Err(e) = eniip_util::logging::init(&level) {
         eprintln!("eniipd: {e} (try --help)");
         return exit::USAGE;
     }
@@ -141,7 +138,7 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
     let pre = preflight::check(&cfg, false).map_err(preflight_error)?;
     // A socket systemd passed queues connections from now on: they are
     // answered (`ERR busy`, starting) until the pool is restored.
-    let starting = match crate::systemd::take_listener()
+    let starting = match eniip_util::systemd::take_listener()
         .map_err(|e| DaemonError::new(exit::FAILURE, format!("inherited socket: {e}")))?
     {
         Some(l) => Some(Starting::spawn(l, since).map_err(|e| {
@@ -157,17 +154,9 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         None => Vec::new(),
     };
     let held = hold_state(&cfg, args.recover_state)?;
-    // Once this instance holds its state and socket (a second demo on
-    // the same state would show the same MACs twice), and before the
-    // allocator attaches anything: each ENI then appears a moment after
-    // its attach, as on a real host.
-    let links = match (&sim, args.simulate_links) {
-        (Some(sim), true) => Some(simulate::simulate_links(sim)?),
-        _ => None,
-    };
     let (alloc, limits) = start_allocator(&cfg, &held, signals)?;
     // The DELs that came while eniipd was away, before any new request.
-    let queue = crate::releases::dir_for(&cfg.socket_path);
+    let queue = eniip_protocol::releases::dir_for(&cfg.socket_path);
     queued::apply_logged(&queue, &alloc.commands(), &mut None);
 
     let (server, socket) = listen(&cfg, pre.socket_gid, alloc.commands(), starting)?;
@@ -183,14 +172,14 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         cfg.socket_path.display()
     );
     if let Some(sim) = &sim {
-        simulate::simulate_banner(&cfg.socket_path, sim, links.as_ref());
+        simulate::simulate_banner(&cfg.socket_path, sim);
     }
     let _ = notifier.ready();
     let _ = notifier.status(&status);
     // What start-up parsed and dropped (the instance-type table, the
     // state's replay) goes back to the kernel rather than idling in the
     // heap.
-    crate::util::memory::release_free();
+    eniip_util::memory::release_free();
     let conflist = conflist::Installer::start(&cfg, conflist_bytes, alloc.commands())?;
     let reaper = match cfg.cni.sandbox_reap_interval {
         d if d.is_zero() => None,
@@ -227,7 +216,6 @@ fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, Daemon
         conflist,
         reaper,
         queued,
-        links,
         _beacon: held.beacon,
     }))
 }
@@ -239,7 +227,7 @@ struct Held {
     /// The quarantine for addresses with no known owner (after a rebuild).
     quarantine: Option<Duration>,
     node_id: String,
-    beacon: crate::util::node_liveness::Beacon,
+    beacon: eniip_util::node_liveness::Beacon,
 }
 
 /// The state lock first: nothing else may touch the directory or the
@@ -255,7 +243,7 @@ fn hold_state(cfg: &Config, recover_state: bool) -> Result<Held, DaemonError> {
     let node_id = store.node_id().map_err(|e| store_error(&e))?;
     // Held for the daemon's life: another eniipd on this host can tell
     // this node is alive.
-    let beacon = crate::util::node_liveness::Beacon::hold(&node_id).map_err(|e| {
+    let beacon = eniip_util::node_liveness::Beacon::hold(&node_id).map_err(|e| {
         DaemonError::new(
             exit::TEMPFAIL,
             format!("another process runs as eniipd node {node_id} (a copy of this state directory?): {e}"),
@@ -289,8 +277,8 @@ fn start_allocator(
     cfg: &Config,
     held: &Held,
     signals: &Receiver<i32>,
-) -> Result<(Arc<Allocator>, crate::cloud::InstanceTypeLimits), DaemonError> {
-    let md = crate::cloud::metadata::MetadataClient::new(&cfg.metadata_endpoint);
+) -> Result<(Arc<Allocator>, eniip_cloud::InstanceTypeLimits), DaemonError> {
+    let md = eniip_cloud::metadata::MetadataClient::new(&cfg.metadata_endpoint);
     let mut identity =
         cloud::identity_at_start(&cfg.metadata_endpoint, cfg.start_timeout, signals, &md)?;
     if let Some(id) = &cfg.instance_id {
@@ -382,9 +370,9 @@ fn status_line(commands: &Commands) -> String {
 fn metrics_server(
     listener: std::net::TcpListener,
     commands: Commands,
-) -> Result<crate::httpd::HttpServer, DaemonError> {
-    use crate::httpd::{HttpOptions, HttpResponse, HttpServer};
-    let handler = Arc::new(move |req: &crate::httpd::HttpRequest| {
+) -> Result<eniip_httpd::HttpServer, DaemonError> {
+    use eniip_httpd::{HttpOptions, HttpResponse, HttpServer};
+    let handler = Arc::new(move |req: &eniip_httpd::HttpRequest| {
         if req.method == "GET" && req.path == "/metrics" {
             match commands.ask(Command::Metrics) {
                 Ok(Answer::Metrics(text)) => HttpResponse::text(200, text)

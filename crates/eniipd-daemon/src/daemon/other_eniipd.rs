@@ -2,7 +2,7 @@
 //! that could take its addresses, and refused.
 
 use crate::alloc::ownership::{attached, live_peers, peer_refusal};
-use crate::cloud::{CloudApi, CloudError};
+use eniip_cloud::{CloudApi, CloudError};
 
 use super::{exit, DaemonError};
 

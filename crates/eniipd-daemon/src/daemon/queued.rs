@@ -1,5 +1,5 @@
 //! The releases eniip-cni queued while eniipd was away
-//! ([`crate::releases`]): all are applied before the socket accepts, then
+//! ([`eniip_protocol::releases`]): all are applied before the socket accepts, then
 //! every [`RESCAN`] by a thread of their own (a DEL that queued while this
 //! eniipd was starting). Each goes to the allocator as the `release` a
 //! client would send; its file is removed once the release is durable,
@@ -12,8 +12,8 @@ use std::time::Instant;
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use log::{debug, info, warn};
 
-use crate::core::{Answer, Commands};
-use crate::releases::{self, RESCAN};
+use eniip_protocol::core::{Answer, Commands};
+use eniip_protocol::releases::{self, RESCAN};
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +117,7 @@ impl Watcher {
     /// Stops it (a pass in progress finishes first, within `until`).
     pub(super) fn stop(self, until: Instant) {
         let _ = self.stop.try_send(());
-        if !crate::util::thread::join_until(self.handle, until) {
+        if !eniip_util::thread::join_until(self.handle, until) {
             warn!("the queued-release watcher did not stop in time; abandoned");
         }
     }

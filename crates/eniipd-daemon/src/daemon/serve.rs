@@ -38,7 +38,7 @@ impl SignalThread {
         let SignalThread { rx, handle, thread } = self;
         handle.close();
         drop(rx);
-        if !crate::util::thread::join_until(thread, deadline) {
+        if !eniip_util::thread::join_until(thread, deadline) {
             log::warn!("the signal thread did not end in time; not joined");
         }
     }
@@ -117,7 +117,7 @@ fn changed_needing_restart(old: &Config, new: &Config) -> Vec<String> {
 const STATUS_EVERY: Duration = Duration::from_secs(5);
 
 pub(super) fn serve(r: Running, sig_rx: &Receiver<i32>) -> i32 {
-    let watchdog = crate::systemd::watchdog_interval().map(|d| tick(d / 2));
+    let watchdog = eniip_util::systemd::watchdog_interval().map(|d| tick(d / 2));
     // `systemctl status` shows the pool counters, refreshed when they change.
     let status_tick = r.notifier.is_active().then(|| tick(STATUS_EVERY));
     let mut last_status = String::new();
@@ -175,13 +175,10 @@ pub(super) fn serve(r: Running, sig_rx: &Receiver<i32>) -> i32 {
 /// listener stops accepting), then each is joined, latest started first,
 /// until the same instant. What is left then (a thread in a cloud call, a
 /// disk that does not answer) is named in the log, not waited for.
-fn stop_all(mut r: Running, code: i32) -> i32 {
+fn stop_all(r: Running, code: i32) -> i32 {
     let started = Instant::now();
     let until = started + STOP_DEADLINE;
     r.alloc.begin_stop();
-    if let Some(l) = &mut r.links {
-        l.begin_stop();
-    }
     if let Some(c) = r.conflist {
         c.stop_until(until);
     }
@@ -221,13 +218,10 @@ fn stop_all(mut r: Running, code: i32) -> i32 {
     if let Some(s) = &r.socket {
         s.remove_if_ours();
     }
-    // Before the emulator it follows (started right after it); the
-    // links and the VPC namespace go whatever is left of the deadline.
-    if let Some(l) = r.links.take() {
-        l.stop_until(until);
-    }
+    // The emulator (and its links and VPC namespace) last: it was started
+    // first. It gets what is left of the deadline.
     if let Some(sim) = r.sim {
-        sim.shutdown();
+        sim.stop_until(until);
     }
     // The emulator's world is gone with it: its state directory is too.
     if let Some(d) = &r.sim_dir {

@@ -13,9 +13,9 @@ use log::{info, warn};
 use crate::alloc::capacity::{self, PoolSizes};
 use crate::alloc::recover::{provisional, recover, Provisional, Recovered};
 use crate::alloc::AllocatorOptions;
-use crate::cloud::{CloudApi, InstanceIdentity, MetadataApi};
 use crate::config::Config;
 use crate::store::{PersistedState, Store, StoreOptions};
+use eniip_cloud::{CloudApi, InstanceIdentity, MetadataApi};
 
 use super::cloud::at_start;
 use super::error::{exit, store_error, DaemonError};
@@ -217,7 +217,7 @@ fn ask_facts(
 /// so that the nodes of a fleet restarted at once spread their calls.
 fn first_reconcile_delay(pool_check_interval: Duration) -> Duration {
     let spread = pool_check_interval.min(Duration::from_secs(10));
-    spread.mul_f64(crate::util::rand::with_thread_rng(|r| r.unit()))
+    spread.mul_f64(eniip_util::rand::with_thread_rng(|r| r.unit()))
 }
 
 fn allocator_options(

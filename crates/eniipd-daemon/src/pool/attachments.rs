@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use super::Owners;
-use crate::core::{Attachment, Owner, SandboxId};
+use eniip_protocol::core::{Attachment, Owner, SandboxId};
 
 /// A held allocation with a recorded attachment (for the sandbox reaper).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +100,7 @@ mod tests {
 
     use super::super::tests::owner;
     use super::{Attachments, Owners};
-    use crate::core::{Attachment, NsId, SandboxId};
+    use eniip_protocol::core::{Attachment, NsId, SandboxId};
 
     fn attachment(veth: &str) -> Attachment {
         Attachment {

@@ -19,7 +19,7 @@ use std::net::Ipv6Addr;
 
 use sha2::{Digest, Sha256};
 
-use crate::core::Ipv6Prefix;
+use eniip_protocol::core::Ipv6Prefix;
 
 /// The host part where `owner`'s probe starts.
 fn start(owner: &str) -> u64 {

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::{IpState, PoolIp, PoolState};
-use crate::cloud::Ipv4Prefix;
-use crate::core::Owner;
+use eniip_cloud::Ipv4Prefix;
+use eniip_protocol::core::Owner;
 
 /// An address for `owner` (who holds none), on an ENI of `vswitch` when
 /// one is asked: its reservation or cool-down first, then `prefer` if

@@ -32,8 +32,8 @@
 use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
-use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
-use crate::core::EniInfo;
+use eniip_cloud::{Ipv4Prefix, Ipv6Prefix};
+use eniip_protocol::core::EniInfo;
 
 /// Where an ENI is in its life, once it exists locally.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,8 +388,8 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::{EniPhase, Enis};
-    use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
-    use crate::core::EniInfo;
+    use eniip_cloud::{Ipv4Prefix, Ipv6Prefix};
+    use eniip_protocol::core::EniInfo;
 
     fn link(id: &str) -> EniInfo {
         EniInfo {

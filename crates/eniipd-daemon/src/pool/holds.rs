@@ -13,7 +13,7 @@
 use std::collections::{btree_map, BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 
-use crate::core::Owner;
+use eniip_protocol::core::Owner;
 
 /// How long a released address is kept: reserved for its last owner for
 /// the node's `ip_stick_time`, or the owner's own stick time when its

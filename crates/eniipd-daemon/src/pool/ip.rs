@@ -30,7 +30,7 @@
 use std::collections::{btree_map, BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
+use eniip_cloud::{Ipv4Prefix, Ipv6Prefix};
 
 /// One pool address (an IPv4, with its IPv6 pair in dual stack).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -460,7 +460,7 @@ mod tests {
 
     use super::super::tests::ip10 as ip;
     use super::{Addresses, PoolIp};
-    use crate::cloud::Ipv4Prefix;
+    use eniip_cloud::Ipv4Prefix;
 
     fn v6(n: u16) -> Ipv6Addr {
         Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, n)

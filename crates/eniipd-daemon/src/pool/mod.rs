@@ -38,8 +38,8 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
-use crate::core::{Allocation, Attachment, EniInfo, Hold, Intent, Owner, SandboxId};
+use eniip_cloud::{Ipv4Prefix, Ipv6Prefix};
+use eniip_protocol::core::{Allocation, Attachment, EniInfo, Hold, Intent, Owner, SandboxId};
 
 mod attachments;
 mod carve;

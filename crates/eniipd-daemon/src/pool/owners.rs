@@ -10,7 +10,7 @@
 use std::collections::{btree_map, hash_map, BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::core::{Hold, Intent, Owner, SandboxId};
+use eniip_protocol::core::{Hold, Intent, Owner, SandboxId};
 
 /// What `release` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,7 +220,7 @@ impl Owners {
 mod tests {
     use super::super::tests::{ip10 as ip, owner};
     use super::{Held, Owners};
-    use crate::core::SandboxId;
+    use eniip_protocol::core::SandboxId;
 
     #[test]
     fn one_owner_one_address() {

@@ -12,7 +12,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::choose::not_idle_by_eni;
 use super::{EniPhase, IpState, PoolIp, PoolState};
-use crate::cloud::Ipv4Prefix;
+use eniip_cloud::Ipv4Prefix;
 
 /// Chooses up to `n` idle secondary addresses to give back to the cloud,
 /// from the ENIs with the fewest addresses in use first (so whole ENIs

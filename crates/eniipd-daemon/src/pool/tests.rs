@@ -4,8 +4,8 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use super::choose::pick;
 use super::{HoldTimes, PoolState, ReleaseOutcome};
-use crate::cloud::Ipv4Prefix;
-use crate::core::{Allocation, EniInfo, Intent, Owner, SandboxId};
+use eniip_cloud::Ipv4Prefix;
+use eniip_protocol::core::{Allocation, EniInfo, Intent, Owner, SandboxId};
 
 /// The node's stick time and cool-down (ms); an owner's own stick time
 /// may be up to an hour.
@@ -551,10 +551,10 @@ fn an_ipv4_only_owner_is_answered_no_ipv6_and_its_pair_stays_with_it() {
 
 /// A dual-stack pool whose ENI holds a /80 and three addresses without a
 /// single IPv6 of the cloud's.
-fn carving_pool() -> (PoolState, crate::cloud::Ipv6Prefix) {
+fn carving_pool() -> (PoolState, eniip_cloud::Ipv6Prefix) {
     let mut p = PoolState::new(true);
     add_eni(&mut p, "eni-01", "10.0.0.10");
-    let p80: crate::cloud::Ipv6Prefix = "fd00:0:0:1:7::/80".parse().unwrap();
+    let p80: eniip_cloud::Ipv6Prefix = "fd00:0:0:1:7::/80".parse().unwrap();
     p.add_v6_prefix("eni-01", p80);
     for a in ["10.0.0.10", "10.0.0.11", "10.0.0.12"] {
         p.add_ip("eni-01", ip(a), None);

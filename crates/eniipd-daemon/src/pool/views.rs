@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::{HoldOn, PoolEni, PoolState};
-use crate::core::{EniEntry, ListEntry, Owner, PrefixUse, StatusCounts};
+use eniip_protocol::core::{EniEntry, ListEntry, Owner, PrefixUse, StatusCounts};
 
 /// The state of one address, read from the parts (an owner holds it, a
 /// hold keeps it, it is invalid, or it is idle: in that order).

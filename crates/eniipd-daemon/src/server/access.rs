@@ -1,8 +1,8 @@
 //! Whether a peer may change allocations: its uid must be in
 //! `allowed_uids`, or the socket group must be its primary or a
-//! supplementary group. Who the peer is comes from [`crate::util::peercred`].
+//! supplementary group. Who the peer is comes from [`eniip_util::peercred`].
 
-use crate::util::peercred::Peer;
+use eniip_util::peercred::Peer;
 
 /// May this peer `alloc` and `release`? `groups` is asked for only when the
 /// uid and primary gid do not already decide it.

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use log::warn;
 
-use crate::core::{Attachment, NsId};
-use crate::util::netns_identity;
-use crate::util::peercred::Peer;
+use eniip_protocol::core::{Attachment, NsId};
+use eniip_util::netns_identity;
+use eniip_util::peercred::Peer;
 
 /// `a` with its identities, or `None` (and a warning) when the sandbox's
 /// namespace cannot be read: such an allocation is kept as if no

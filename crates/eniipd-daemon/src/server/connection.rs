@@ -1,7 +1,7 @@
 //! One client connection: the line protocol over it (SPEC section 4). It
 //! reads request lines under the line and idle timeouts, checks that the
 //! peer may change allocations, asks the allocator through
-//! [`crate::core::Commands`] and writes each reply within
+//! [`eniip_protocol::core::Commands`] and writes each reply within
 //! `write_timeout`.
 //!
 //! Invariants: never more than one line (4096 bytes) is buffered; every
@@ -21,10 +21,10 @@ use log::debug;
 
 use super::access::may_mutate;
 use super::{ServerConfig, CLIENT_LOG};
-use crate::core::{AllocError, Command, Commands, ErrCode};
-use crate::log_limited;
-use crate::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
-use crate::util::peercred::{supplementary_groups, Peer};
+use eniip_protocol::core::{AllocError, Command, Commands, ErrCode};
+use eniip_protocol::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
+use eniip_util::log_limited;
+use eniip_util::peercred::{supplementary_groups, Peer};
 
 /// Where a connection is in its request cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@
 //! The accept thread sleeps in `poll` on the listener and a wake-up pipe,
 //! so an idle daemon uses no CPU here. When the last connection closes,
 //! the heap's free pages go back to the kernel
-//! ([`crate::util::memory::release_free`]): a burst of clients leaves no
+//! ([`eniip_util::memory::release_free`]): a burst of clients leaves no
 //! lasting resident memory beyond the stacks glibc keeps for reuse.
 //!
 //! This file admits connections, evicts them at the limit and stops them;
@@ -41,10 +41,10 @@ use super::connection::{self, Context, Phase};
 pub use super::socket::{bind_socket, resolve_group};
 pub use super::ServerConfig;
 use super::CLIENT_LOG;
-use crate::core::{AllocError, Commands, ErrCode};
-use crate::log_limited;
-use crate::protocol::ClientReply;
-use crate::util::accept::{accept_until_woken, AcceptFailure};
+use eniip_protocol::core::{AllocError, Commands, ErrCode};
+use eniip_protocol::protocol::ClientReply;
+use eniip_util::accept::{accept_until_woken, AcceptFailure};
+use eniip_util::log_limited;
 
 struct Conn {
     stream: UnixStream,
@@ -146,7 +146,7 @@ impl Server {
             let _ = nix::unistd::write(&w, b"x");
         }
         if let Some(h) = self.accept.lock().take() {
-            if !crate::util::thread::join_until(h, until) {
+            if !eniip_util::thread::join_until(h, until) {
                 warn!("accept thread did not stop in time");
             }
         }
@@ -164,7 +164,7 @@ impl Server {
         };
         let mut abandoned = 0;
         for t in threads {
-            if !crate::util::thread::join_until(t, until) {
+            if !eniip_util::thread::join_until(t, until) {
                 abandoned += 1;
             }
         }
@@ -286,7 +286,7 @@ fn admit(sh: &Arc<Shared>, stream: UnixStream) {
             if last {
                 // The clients have gone: what their connections used
                 // goes back to the kernel.
-                crate::util::memory::release_free();
+                eniip_util::memory::release_free();
             }
         });
     match t {

@@ -1,11 +1,11 @@
 //! The daemon's side of the socket: the Unix-socket listener that serves
-//! the line protocol ([`crate::protocol`], which the clients speak too).
+//! the line protocol ([`eniip_protocol::protocol`], which the clients speak too).
 //!
 //! The [`listener`] admits, evicts and stops connections; each
 //! [`connection`] does framing, limits, peer credentials and access checks.
 //! Every command a connection parses goes to the allocator as one
-//! [`crate::core::Command`] through [`crate::core::Commands`], and the
-//! answer is rendered back by [`crate::protocol::answer_reply`].
+//! [`eniip_protocol::core::Command`] through [`eniip_protocol::core::Commands`], and the
+//! answer is rendered back by [`eniip_protocol::protocol::answer_reply`].
 
 pub(crate) mod access;
 mod attachment_ids;
@@ -16,7 +16,7 @@ pub(crate) mod starting;
 
 use std::time::Duration;
 
-use crate::logging::RateLimit;
+use eniip_util::logging::RateLimit;
 
 /// Listener settings: the admission limit, and each connection's
 /// timeouts and access rules.

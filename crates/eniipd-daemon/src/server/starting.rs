@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use log::debug;
 
-use crate::protocol::MAX_LINE;
+use eniip_protocol::protocol::MAX_LINE;
 
 /// How long a connection may wait in the queue for the start to end
 /// before it is answered `busy` (a restart from the state files is ready
@@ -95,7 +95,7 @@ fn wait(listener: &UnixListener) {
 fn starting_reply(since: Instant) -> String {
     format!(
         "ERR busy {} (for {} s) and answers once the pool is restored from state and cloud; `journalctl -u eniipd` says what it waits for",
-        crate::protocol::STARTING,
+        eniip_protocol::protocol::STARTING,
         since.elapsed().as_secs()
     )
 }
@@ -160,9 +160,9 @@ mod tests {
             let mut lines = BufReader::new(c).lines();
             let first = lines.next().unwrap().unwrap();
             assert!(first.starts_with("ERR busy eniipd is starting"), "{first}");
-            let err = crate::protocol::reply::ErrReply::parse(&first).unwrap();
+            let err = eniip_protocol::protocol::reply::ErrReply::parse(&first).unwrap();
             assert!(err.is_starting(), "{first}");
-            assert!(crate::protocol::is_final_line(&first));
+            assert!(eniip_protocol::protocol::is_final_line(&first));
             assert!(lines.next().is_none(), "closed after one answer");
         }
         // Ready: a connection made now waits for the real server.

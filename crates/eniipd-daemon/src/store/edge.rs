@@ -9,7 +9,7 @@
 //! eniipd accepts cannot become a core value, and is the caller's to drop
 //! (the store never makes such a record itself).
 
-use crate::core::{self, Owner, SandboxId};
+use eniip_protocol::core::{self, Owner, SandboxId};
 
 use super::record::{Allocation, Asked, Hold, Record};
 

@@ -259,7 +259,7 @@ pub(super) fn recover(dir: &Path) -> Result<(Loaded, RecoveryReport), StoreError
         quarantine_needed: true,
         ..RecoveryReport::default()
     };
-    let aside = dir.join(format!("corrupt-{}", crate::util::time::unix_secs()));
+    let aside = dir.join(format!("corrupt-{}", eniip_util::time::unix_secs()));
     let move_aside =
         |name: &str, why: String, report: &mut RecoveryReport| -> Result<(), StoreError> {
             fs::create_dir_all(&aside)

@@ -38,7 +38,7 @@ fn node_id(dir: &Path) -> Result<String, StoreError> {
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let id = crate::util::rand::with_thread_rng(|r| r.hex(8));
+            let id = eniip_util::rand::with_thread_rng(|r| r.hex(8));
             write_atomic(dir, NODE_ID_FILE, format!("{id}\n").as_bytes())
                 .map_err(|e| StoreError::io(format!("writing {}", path.display()), e))?;
             Ok(id)

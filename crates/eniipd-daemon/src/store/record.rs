@@ -31,7 +31,7 @@ pub struct Allocation {
     pub at_ms: u64,
     /// The sandbox's network, when eniip-cni named it (for the reaper).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attach: Option<crate::core::Attachment>,
+    pub attach: Option<eniip_protocol::core::Attachment>,
     /// What its `alloc` asked beyond an address (written only when it
     /// asked something: a file of an older eniipd reads as asking
     /// nothing, and one that asks nothing is written as before).

@@ -21,7 +21,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::util::encoding::crc32;
+use eniip_util::encoding::crc32;
 
 use super::record::PersistedState;
 
@@ -88,7 +88,7 @@ pub(crate) fn encode(
     fields.insert("format".into(), FORMAT.into());
     fields.insert("version".into(), VERSION.into());
     fields.insert("generation".into(), generation.into());
-    fields.insert("written_at".into(), crate::util::time::now_utc().into());
+    fields.insert("written_at".into(), eniip_util::time::now_utc().into());
     // Plain data always serializes.
     fields.insert(
         "supersedes".into(),

@@ -510,7 +510,7 @@ fn version_1_files_are_read_and_rewritten_in_version_2() {
     let mut base = PersistedState::default();
     base.apply(&alloc("a", 1));
     let body = serde_json::to_value(&base).unwrap();
-    let crc = crate::util::encoding::crc32(&serde_json::to_vec(&body).unwrap());
+    let crc = eniip_util::encoding::crc32(&serde_json::to_vec(&body).unwrap());
     let v1_snap = serde_json::json!({
         "format": "eniipd-state", "version": 1, "generation": 3,
         "written_at": "2026-01-01T00:00:00Z", "checksum": format!("{crc:08x}"), "state": body,

@@ -25,7 +25,7 @@
 //! its weaker checks, so an upgrade starts; the loader then rewrites the
 //! state in version 2 at once.
 
-use crate::util::encoding::crc32;
+use eniip_util::encoding::crc32;
 
 use super::record::Record;
 

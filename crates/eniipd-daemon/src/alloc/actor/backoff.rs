@@ -39,7 +39,7 @@ impl Backoff {
     }
 
     pub(super) fn fail(&mut self, now: Instant) {
-        let d = self.delay.mul_f64(crate::util::rand::jitter(0.2));
+        let d = self.delay.mul_f64(eniip_util::rand::jitter(0.2));
         self.until = Some(now + d);
         self.delay = (self.delay * 2).min(self.max);
     }

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use log::{debug, info};
 
-use crate::core::{
-    AllocError, Allocation, Answer, Attachment, Collected, EniInfo, ErrCode, NsId, Owner, SandboxId,
-};
 use crate::pool::choose::pick;
 use crate::pool::{PoolState, ReleaseOutcome};
 use crate::store::Record;
-use crate::util::time::unix_ms;
+use eniip_protocol::core::{
+    AllocError, Allocation, Answer, Attachment, Collected, EniInfo, ErrCode, NsId, Owner, SandboxId,
+};
+use eniip_util::time::unix_ms;
 
 use super::super::capacity::Capacity;
 use super::super::AllocatorOptions;

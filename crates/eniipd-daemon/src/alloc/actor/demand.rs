@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use log::info;
 
-use crate::core::{AllocError, ErrCode, Intent, Owner, SandboxId};
+use eniip_protocol::core::{AllocError, ErrCode, Intent, Owner, SandboxId};
 
 use super::super::mailbox::TicketId;
 use super::Reply;

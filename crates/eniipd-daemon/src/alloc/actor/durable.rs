@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use crossbeam_channel::Sender;
 
-use crate::core::{AllocError, Allocation, Answer, EniInfo, ErrCode};
 use crate::store::Record;
+use eniip_protocol::core::{AllocError, Allocation, Answer, EniInfo, ErrCode};
 
 use super::super::{Fatal, Journal};
 use super::Reply;
@@ -97,7 +97,7 @@ impl Durable {
 mod tests {
     use super::*;
     use crate::alloc::fake::MemJournal;
-    use crate::core::Owner;
+    use eniip_protocol::core::Owner;
     use std::sync::atomic::Ordering;
 
     fn allocation() -> Allocation {

@@ -16,9 +16,9 @@ use std::time::Instant;
 
 use log::info;
 
-use crate::cloud::Ipv4Prefix;
 use crate::pool::shrink::{self, PrefixCandidate};
 use crate::pool::PoolState;
+use eniip_cloud::Ipv4Prefix;
 
 use super::super::capacity::Capacity;
 use super::super::prefix_mode;

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use log::warn;
 
-use crate::util::sem::{Permit, Semaphore};
+use eniip_util::sem::{Permit, Semaphore};
 
 use super::super::mailbox::{OpId, TicketId};
 

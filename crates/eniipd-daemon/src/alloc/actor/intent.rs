@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use crate::core::{Allocation, Intent, ARG_STACK, ARG_STICK, ARG_VSWITCH};
+use eniip_protocol::core::{Allocation, Intent, ARG_STACK, ARG_STICK, ARG_VSWITCH};
 
 /// What the owner has while it asks.
 #[derive(Debug, Clone, Copy)]
@@ -89,7 +89,7 @@ pub(super) fn refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::Owner;
+    use eniip_protocol::core::Owner;
 
     fn node() -> Vec<String> {
         vec!["vsw-a".into(), "vsw-b".into()]

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 use log::debug;
 
-use crate::cloud::{CloudApi, CloudErrorKind};
-use crate::core::{AllocError, Answer, EniInfo, ErrCode};
 use crate::pool::PoolState;
+use eniip_cloud::{CloudApi, CloudErrorKind};
+use eniip_protocol::core::{AllocError, Answer, EniInfo, ErrCode};
 
 use super::super::cloud_error;
 use super::super::mailbox::Event;

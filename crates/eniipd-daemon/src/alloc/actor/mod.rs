@@ -37,12 +37,12 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 use log::{error, info};
 
-use crate::cloud::CloudApi;
-use crate::core::{AllocError, Answer, Command, Envelope, ErrCode};
 use crate::pool::PoolState;
 use crate::store::Record;
-use crate::util::sem::Semaphore;
-use crate::util::time::unix_ms;
+use eniip_cloud::CloudApi;
+use eniip_protocol::core::{AllocError, Answer, Command, Envelope, ErrCode};
+use eniip_util::sem::Semaphore;
+use eniip_util::time::unix_ms;
 
 use super::capacity::Capacity;
 use super::mailbox::{Event, Request};
@@ -332,7 +332,7 @@ impl Actor {
                 let done = self.maintenance().maintain(now);
                 self.or_fatal(done);
             }
-            let jitter = crate::util::rand::jitter(0.2);
+            let jitter = eniip_util::rand::jitter(0.2);
             self.next_maintenance = now + self.opts.pool_check_interval.mul_f64(jitter);
         }
         self.clients().serve_waiters();
@@ -541,7 +541,7 @@ impl Actor {
 
     // ---- views ---------------------------------------------------------
 
-    fn status_counts(&self) -> crate::core::StatusCounts {
+    fn status_counts(&self) -> eniip_protocol::core::StatusCounts {
         let mut c = crate::pool::views::counts(&self.pool);
         c.pending = self.demand.pending();
         c.capacity = self.cap.total_ips;

@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use log::info;
 
-use crate::core::{AllocError, ErrCode};
 use crate::pool::{PoolEni, PoolState};
-use crate::util::time::unix_ms;
+use eniip_protocol::core::{AllocError, ErrCode};
+use eniip_util::time::unix_ms;
 
 use super::super::capacity::Capacity;
 use super::super::eniops::CreateJob;

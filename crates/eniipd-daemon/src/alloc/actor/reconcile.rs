@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use log::{error, info, warn};
 
-use crate::cloud::{Ipv4Prefix, Ipv6Prefix};
 use crate::pool::{PoolIp, PoolState};
+use eniip_cloud::{Ipv4Prefix, Ipv6Prefix};
 
 use super::super::mailbox::{CloudEniView, ReadyEni};
 
@@ -323,15 +323,15 @@ fn withdraw_vanished(pool: &mut PoolState, changes: &Changes, pass: &Pass) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::Owner;
     use crate::pool::choose::pick;
+    use eniip_protocol::core::Owner;
 
     use super::super::tests::{ip, one_empty_eni, one_eni_pool as pool, ENI};
 
     fn view(id: &str, v4: &[Ipv4Addr]) -> CloudEniView {
         CloudEniView {
             eni: ReadyEni {
-                link: crate::core::EniInfo {
+                link: eniip_protocol::core::EniInfo {
                     eni: id.into(),
                     mac: format!("00:16:3e:00:00:0{}", &id[id.len() - 1..]),
                     vswitch: "vsw-a".into(),

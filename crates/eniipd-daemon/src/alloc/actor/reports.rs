@@ -13,9 +13,9 @@ use std::time::Instant;
 
 use log::{error, info, warn};
 
-use crate::cloud::{CloudError, CloudErrorKind, Ipv4Prefix};
 use crate::pool::{Gone, PoolState};
-use crate::util::time::{format_utc, unix_ms};
+use eniip_cloud::{CloudError, CloudErrorKind, Ipv4Prefix};
+use eniip_util::time::{format_utc, unix_ms};
 
 use super::super::mailbox::{CloudEniView, Event, FreeFailure, OpId, ReadyEni, TicketId};
 use super::super::{cloud_error, AllocatorOptions, Fatal};

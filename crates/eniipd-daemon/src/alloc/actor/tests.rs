@@ -8,13 +8,13 @@ use crate::alloc::capacity::{self, PoolSizes};
 use crate::alloc::fake::{FakeCloud, MemJournal, INSTANCE};
 use crate::alloc::mailbox::{CloudEniView, ReadyEni};
 use crate::alloc::prefix_mode::Kind;
-use crate::cloud::{CloudError, CloudErrorKind, Ipv4Prefix};
 use crate::config::RawConfig;
-use crate::core::EniInfo;
-use crate::core::Owner;
 use crate::pool::choose::pick;
 use crate::pool::PoolIp;
 use demand::Ask;
+use eniip_cloud::{CloudError, CloudErrorKind, Ipv4Prefix};
+use eniip_protocol::core::EniInfo;
+use eniip_protocol::core::Owner;
 
 pub(super) const ENI: &str = "eni-0001";
 
@@ -82,7 +82,7 @@ fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
     )
 }
 
-fn entries(a: &Actor) -> Vec<crate::core::EniEntry> {
+fn entries(a: &Actor) -> Vec<eniip_protocol::core::EniEntry> {
     views::eni_entries(&a.pool, &a.vsw, &a.inflight, a.cap.prefix_mode, unix_ms())
 }
 

@@ -17,8 +17,8 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use log::{debug, warn};
 
-use crate::cloud::CloudApi;
-use crate::util::sem::Permit;
+use eniip_cloud::CloudApi;
+use eniip_util::sem::Permit;
 
 use super::super::describe::StatusBatcher;
 use super::super::eniops::{self, CreateJob};
@@ -147,7 +147,7 @@ impl Threads {
                 &opts.security_groups,
                 || super::super::request(&requests, Request::Snapshot, Duration::from_secs(30)),
             );
-            let _ = reply.send(r.map(crate::core::Answer::Audit));
+            let _ = reply.send(r.map(eniip_protocol::core::Answer::Audit));
         });
         if let Err(e) = spawned {
             warn!("cannot start an audit thread: {e}");

@@ -2,9 +2,9 @@
 //! `alloc` is refused as exhausted. Pure functions of the parts, read at
 //! one instant (`now_ms`).
 
-use crate::core::{EniEntry, PrefixUse};
 use crate::pool::PoolState;
-use crate::util::time::format_utc;
+use eniip_protocol::core::{EniEntry, PrefixUse};
+use eniip_util::time::format_utc;
 
 use super::super::capacity::Capacity;
 use super::super::prefix_mode::Kind;
@@ -161,8 +161,8 @@ mod tests {
                 &pool,
                 &vsw,
                 &InFlight::new(
-                    crate::util::sem::Semaphore::new(2),
-                    crate::util::sem::Semaphore::new(3),
+                    eniip_util::sem::Semaphore::new(2),
+                    eniip_util::sem::Semaphore::new(3),
                     std::iter::empty(),
                 ),
                 false,

@@ -14,8 +14,8 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::Sender;
 
-use crate::cloud::{CloudApi, Ipv4Prefix};
 use crate::pool::PoolState;
+use eniip_cloud::{CloudApi, Ipv4Prefix};
 
 use super::super::mailbox::{Event, TicketId};
 use super::super::prefix_mode::{Kind, V6From};

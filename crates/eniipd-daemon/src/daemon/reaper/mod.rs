@@ -40,10 +40,10 @@ use crossbeam_channel::{bounded, RecvTimeoutError, Sender};
 use log::{debug, info, warn};
 
 use crate::alloc::Allocator;
-use crate::core::{NsId, Owner};
 use crate::pool::Attached;
-use crate::util::netns_identity;
-use crate::util::time::unix_ms;
+use eniip_protocol::core::{NsId, Owner};
+use eniip_util::netns_identity;
+use eniip_util::time::unix_ms;
 use procs::Processes;
 use sight::{Blind, Facts, Sight};
 use verdict::{verdict, Gone, Key, Suspects};
@@ -82,7 +82,7 @@ impl Reaper {
     /// Stops it (a look in progress finishes first, within `until`).
     pub(super) fn stop(self, until: Instant) {
         let _ = self.stop.try_send(());
-        if !crate::util::thread::join_until(self.handle, until) {
+        if !eniip_util::thread::join_until(self.handle, until) {
             warn!("the sandbox reaper did not stop in time; abandoned");
         }
     }
@@ -241,7 +241,7 @@ fn reap(
 /// built it in (eniipd's own, or one a thread is in).
 fn teardown(veth: &str, host: NsId, procs: &Processes) -> io::Result<()> {
     let own = netns_identity::own().map(|(dev, ino)| NsId { dev, ino })?;
-    let local = || crate::cni::datapath::teardown(veth).map_err(io::Error::other);
+    let local = || eniip_datapath::datapath::teardown(veth).map_err(io::Error::other);
     if host == NsId::default() || host == own {
         return local();
     }
@@ -252,7 +252,7 @@ fn teardown(veth: &str, host: NsId, procs: &Processes) -> io::Result<()> {
     };
     let ns = File::open(task.netns_path())?;
     let veth = veth.to_string();
-    crate::cni::netns::run_in(&ns, move || {
-        crate::cni::datapath::teardown(&veth).map_err(io::Error::other)
+    eniip_datapath::netns::run_in(&ns, move || {
+        eniip_datapath::datapath::teardown(&veth).map_err(io::Error::other)
     })
 }

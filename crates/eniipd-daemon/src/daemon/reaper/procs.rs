@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use super::sight::Blind;
-use crate::core::NsId;
+use eniip_protocol::core::NsId;
 
 /// One thread, by which its namespace can be entered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +143,7 @@ impl Processes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::util::netns_identity;
+    use eniip_util::netns_identity;
 
     fn own() -> NsId {
         let (dev, ino) = netns_identity::own().unwrap();
@@ -163,7 +163,7 @@ mod tests {
     fn a_namespace_held_by_a_non_leader_thread_is_seen() {
         use nix::sched::{unshare, CloneFlags};
         if !nix::unistd::geteuid().is_root() {
-            crate::util::testing::skip(
+            eniip_util::testing::skip(
                 "a namespace held by a non-leader thread: needs root to unshare a network namespace",
             );
             return;

@@ -14,7 +14,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use super::procs::Processes;
-use crate::core::{NsId, Owner};
+use eniip_protocol::core::{NsId, Owner};
 
 /// Why a sandbox is taken for gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
