@@ -232,13 +232,18 @@ impl Drop for SimChild {
     }
 }
 
-/// The emulator's program: beside this executable, else on `PATH`.
+/// The emulator's program: beside this executable, else on `PATH`; from
+/// `cargo run` (which builds only the binary it runs), built first.
 fn find_sim() -> Result<PathBuf, String> {
-    let beside = std::env::current_exe()
+    let dir = std::env::current_exe()
         .ok()
-        .and_then(|p| p.parent().map(|d| d.join(SIM_PROGRAM)))
-        .filter(|p| p.is_file());
-    if let Some(p) = beside {
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let beside = || {
+        dir.as_ref()
+            .map(|d| d.join(SIM_PROGRAM))
+            .filter(|p| p.is_file())
+    };
+    if let Some(p) = beside() {
         return Ok(p);
     }
     let on_path = std::env::var_os("PATH").and_then(|paths| {
@@ -246,11 +251,40 @@ fn find_sim() -> Result<PathBuf, String> {
             .map(|d| d.join(SIM_PROGRAM))
             .find(|p| p.is_file())
     });
-    on_path.ok_or_else(|| {
-        format!(
-            "--simulate runs the {SIM_PROGRAM} program, which is neither beside this eniipd nor on PATH (from a checkout: cargo build --release builds both)"
-        )
-    })
+    if let Some(p) = on_path {
+        return Ok(p);
+    }
+    let release = dir.as_ref().is_some_and(|d| d.ends_with("release"));
+    if build_with_cargo(release) {
+        if let Some(p) = beside() {
+            return Ok(p);
+        }
+    }
+    Err(format!(
+        "--simulate runs the {SIM_PROGRAM} program, which is neither beside this eniipd nor on PATH (from a checkout: cargo build --release builds both)"
+    ))
+}
+
+/// Under `cargo run` (cargo sets `CARGO` and `CARGO_MANIFEST_DIR` for
+/// what it runs, and has let go of its build directory by then): builds
+/// the emulator beside this eniipd, in the same profile. False when not
+/// under cargo or the build failed (cargo said why on standard error).
+fn build_with_cargo(release: bool) -> bool {
+    let (Some(cargo), Some(manifest)) = (
+        std::env::var_os("CARGO"),
+        std::env::var_os("CARGO_MANIFEST_DIR"),
+    ) else {
+        return false;
+    };
+    info!("{SIM_PROGRAM} is not built yet: building it (cargo build --bin {SIM_PROGRAM})");
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--quiet", "--bin", SIM_PROGRAM, "--manifest-path"])
+        .arg(Path::new(&manifest).join("Cargo.toml"))
+        .stdout(Stdio::null());
+    if release {
+        cmd.arg("--release");
+    }
+    cmd.status().is_ok_and(|s| s.success())
 }
 
 /// `--simulate`: the emulator, and the throwaway directory of a demo
