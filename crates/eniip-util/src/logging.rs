@@ -28,7 +28,7 @@ pub fn journal_priority(level: Level) -> u8 {
     }
 }
 
-/// Checks a level or directive string (`info`, `info,eniipd::cloud=debug`).
+/// Checks a level or directive string (`info`, `info,eniip_cloud=debug`).
 pub fn validate_level(spec: &str) -> Result<(), String> {
     if spec.is_empty() {
         return Err("empty log level".into());
@@ -161,7 +161,7 @@ mod tests {
     #[test]
     fn levels_are_checked() {
         assert!(validate_level("info").is_ok());
-        assert!(validate_level("info,eniipd::cloud=debug").is_ok());
+        assert!(validate_level("info,eniip_cloud=debug").is_ok());
         assert!(validate_level("loud").is_err());
         assert!(validate_level("=debug").is_err());
         assert!(validate_level("").is_err());

@@ -1,6 +1,6 @@
 //! The one skip policy of the tests, shared by the library's unit tests
 //! and the integration tests (which reach it as
-//! `eniipd::util::testing`): a test that cannot run here (no root, a tool
+//! `eniip_util::testing`): a test that cannot run here (no root, a tool
 //! missing) says SKIPPED loudly and passes, except under CI, where every
 //! test must run and a skip fails.
 

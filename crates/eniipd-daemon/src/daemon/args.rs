@@ -49,7 +49,7 @@ Options (a value follows its flag, or comes after `=`):
   --socket PATH            client socket (default /run/eniipd/eniipd.sock)
   --state-dir DIR          state directory (default /var/lib/eniipd)
   --log-level LEVEL        error, warn, info (default), debug, trace, or
-                           directives such as info,eniipd::cloud=debug
+                           directives such as info,eniip_cloud=debug
   --ecs-endpoint URL       ECS OpenAPI (default https://ecs-vpc.<region>.aliyuncs.com)
   --vpc-endpoint URL       VPC OpenAPI (default https://vpc-vpc.<region>.aliyuncs.com)
   --metadata-endpoint URL  metadata service (default http://100.100.100.200)
