@@ -36,7 +36,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{says_ready, Sim, DUAL_VSWITCH};
-use eniipd::protocol::client::Client;
+use eniip_protocol::protocol::client::Client;
 use serde_json::{json, Value};
 use support::{ms, pct, usage, write_config};
 
@@ -140,7 +140,7 @@ impl Daemon {
     fn start(bins: &Bins, dir: &Path, config: &Path) -> (Daemon, Duration) {
         let notify_path = dir.join(format!(
             "n{}.sock",
-            eniipd::util::rand::with_thread_rng(|r| r.hex(4))
+            eniip_util::rand::with_thread_rng(|r| r.hex(4))
         ));
         let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
         let t = Instant::now();
@@ -324,26 +324,28 @@ fn echo_server(path: &Path) -> std::thread::JoinHandle<()> {
 /// snapshot costs.
 fn atomic_write_floor(work: &Path) -> (f64, usize) {
     // State-sized: a snapshot of a full large node (210 allocations).
-    let mut state = eniipd::store::PersistedState::default();
+    let mut state = eniipd_daemon::store::PersistedState::default();
     for i in 0..210u32 {
-        state.apply(&eniipd::store::Record::Alloc(eniipd::store::Allocation {
-            owner: format!("namespace-{}/pod-name-{i}", i % 7),
-            sandbox: Some(format!("{:064x}", u128::from(i) * 7919)),
-            ipv4: std::net::Ipv4Addr::from(0x0a00_0000 + i),
-            ipv6: None,
-            ipv6_prefix: None,
-            eni: "eni-bp1abcdefghijklmnopq".into(),
-            at_ms: 1_700_000_000_000,
-            attach: None,
-            asked: Default::default(),
-        }));
+        state.apply(&eniipd_daemon::store::Record::Alloc(
+            eniipd_daemon::store::Allocation {
+                owner: format!("namespace-{}/pod-name-{i}", i % 7),
+                sandbox: Some(format!("{:064x}", u128::from(i) * 7919)),
+                ipv4: std::net::Ipv4Addr::from(0x0a00_0000 + i),
+                ipv6: None,
+                ipv6_prefix: None,
+                eni: "eni-bp1abcdefghijklmnopq".into(),
+                at_ms: 1_700_000_000_000,
+                attach: None,
+                asked: Default::default(),
+            },
+        ));
     }
     let size = serde_json::to_vec_pretty(&state)
         .map(|v| v.len())
         .unwrap_or(16 << 10);
     let mut fs = Vec::new();
     for _ in 0..60 {
-        if let Ok(d) = eniipd::store::measure_atomic_write(work, size) {
+        if let Ok(d) = eniipd_daemon::store::measure_atomic_write(work, size) {
             fs.push(ms(d));
         }
     }
@@ -356,7 +358,7 @@ fn atomic_write_floor(work: &Path) -> (f64, usize) {
 struct Floor {
     echo: Conn,
     echo_thread: std::thread::JoinHandle<()>,
-    log: eniipd::store::FloorLog,
+    log: eniipd_daemon::store::FloorLog,
     rtt: Vec<f64>,
     commit: Vec<f64>,
 }
@@ -369,7 +371,7 @@ impl Floor {
         for _ in 0..200 {
             echo.ask("ping");
         }
-        let record = eniipd::store::Record::Alloc(eniipd::store::Allocation {
+        let record = eniipd_daemon::store::Record::Alloc(eniipd_daemon::store::Allocation {
             owner: "bench/one-100".into(),
             sandbox: None,
             ipv4: std::net::Ipv4Addr::new(192, 168, 0, 100),
@@ -380,7 +382,7 @@ impl Floor {
             attach: None,
             asked: Default::default(),
         });
-        let log = eniipd::store::FloorLog::create(dir, vec![record]).expect("floor log");
+        let log = eniipd_daemon::store::FloorLog::create(dir, vec![record]).expect("floor log");
         Floor {
             echo,
             echo_thread,
@@ -812,7 +814,7 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
         "binary_mib": {"value": f["binary_bytes"].as_f64().unwrap_or(0.0) / 1048576.0, "target": "<= 8", "met": f["binary_bytes"].as_u64().unwrap_or(u64::MAX) <= 8 << 20},
     });
     json!({
-        "machine": {"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "when": eniipd::util::time::now_utc()},
+        "machine": {"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "when": eniip_util::time::now_utc()},
         "floors": {"socket_rtt_p50_ms": w["floor_rtt_p50_ms"], "atomic_write_fsync_p50_ms": atomic_write, "state_bytes": state_bytes,
                    "append_fdatasync_p50_ms": w["floor_append_fdatasync_p50_ms"], "floor_ms": w["floor_ms"]},
         "warm": w, "cold_burst": c, "cold_burst_prefix": cp, "prefix_vs_secondary": prefix_vs_single,

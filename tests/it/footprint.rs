@@ -20,7 +20,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use crate::common::{at_once, config, eventually, tempdir, Daemon, Sim, REPLY_WAIT};
-use eniipd::protocol::client::Client;
+use eniip_protocol::protocol::client::Client;
 use serde_json::json;
 
 /// How much more anonymous memory than idle may stay after the clients.
