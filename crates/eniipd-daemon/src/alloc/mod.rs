@@ -57,20 +57,11 @@ use mailbox::Request;
 pub(crate) trait Journal: Send + Sync {
     /// Queues records; never blocks on the disk.
     fn submit(&self, records: Vec<Record>, done: Box<dyn FnOnce(Result<(), StoreError>) + Send>);
-
-    /// Says that records are likely to come within microseconds (a
-    /// client's change has just been taken up), so that the journal can
-    /// be ready for them. Never blocks.
-    fn expect(&self) {}
 }
 
 impl Journal for crate::store::Committer {
     fn submit(&self, records: Vec<Record>, done: Box<dyn FnOnce(Result<(), StoreError>) + Send>) {
         crate::store::Committer::submit(self, records, done);
-    }
-
-    fn expect(&self) {
-        crate::store::Committer::expect(self);
     }
 }
 

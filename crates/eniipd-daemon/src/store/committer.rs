@@ -45,16 +45,7 @@ enum Msg {
     Close(Sender<Result<(), StoreError>>),
     /// Make everything before it durable and stop, without a snapshot.
     Stop,
-    /// Records are likely within microseconds: wait for them awake.
-    Expect,
 }
-
-/// How long the store's thread waits awake for records it was told to
-/// expect ([`Committer::expect`]) before it sleeps again. Waking a
-/// sleeping thread costs 15 to 25 us on the machines measured
-/// (BENCHMARKS.md, the warm stages), about what the allocator takes to
-/// answer a warm `alloc`; this bounds what a wrong guess costs.
-const EXPECT_SPIN: Duration = Duration::from_micros(150);
 
 /// The store thread and how to tell when it has finished.
 struct Worker {
@@ -140,14 +131,6 @@ impl Committer {
                 done(Err(StoreError::Closed));
             }
         }
-    }
-
-    /// Tells the store's thread that records are likely to come within
-    /// microseconds: it wakes now and waits for them awake (at most
-    /// [`EXPECT_SPIN`]), so that their commit starts without its wake-up
-    /// delay. Never blocks.
-    pub(crate) fn expect(&self) {
-        let _ = self.tx.send(Msg::Expect);
     }
 
     /// Submits and waits for the outcome.
@@ -250,13 +233,7 @@ fn run(
     failures: &Sender<String>,
 ) {
     let mut failed: Option<StoreError> = None;
-    while let Ok(mut first) = rx.recv() {
-        if matches!(first, Msg::Expect) {
-            match await_expected(rx) {
-                Some(m) => first = m,
-                None => continue,
-            }
-        }
+    while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while let Ok(m) = rx.try_recv() {
             let last = matches!(m, Msg::Close(_) | Msg::Stop);
@@ -280,7 +257,6 @@ fn run(
                 }
                 Msg::Close(reply) => close = Some(reply),
                 Msg::Stop => stop = true,
-                Msg::Expect => {}
             }
         }
         let result = match &failed {
@@ -321,32 +297,6 @@ fn run(
         }
         if stop {
             return;
-        }
-    }
-}
-
-/// Waits awake, for at most [`EXPECT_SPIN`], for the next message other
-/// than [`Msg::Expect`]; `None` if none came.
-fn await_expected(rx: &Receiver<Msg>) -> Option<Msg> {
-    let until = Instant::now() + EXPECT_SPIN;
-    let mut spins: u32 = 0;
-    loop {
-        match rx.try_recv() {
-            Ok(Msg::Expect) => {}
-            Ok(m) => return Some(m),
-            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
-            Err(crossbeam_channel::TryRecvError::Empty) => {
-                if Instant::now() >= until {
-                    return None;
-                }
-                spins = spins.wrapping_add(1);
-                if spins.is_multiple_of(64) {
-                    // Let a thread waiting for this CPU have it.
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
         }
     }
 }

@@ -371,27 +371,6 @@ fn concurrent_commits_share_fsyncs() {
     assert_eq!(state.allocations.len() as u64, commits);
 }
 
-/// A heads-up ([`Committer::expect`]) changes nothing of what is
-/// committed: records that follow it, records that come after its wait
-/// ended, and heads-ups with nothing after them, before a close.
-#[test]
-fn expected_records_commit_as_others_and_a_heads_up_alone_is_harmless() {
-    let d = TempDir::new("expect");
-    let (s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
-    let c = s.start();
-    c.expect();
-    c.commit(vec![alloc("a", 1)], T).unwrap();
-    c.expect();
-    // Well past the wait: the store's thread has gone back to sleep.
-    std::thread::sleep(Duration::from_millis(5));
-    c.commit(vec![alloc("b", 2)], T).unwrap();
-    c.expect();
-    c.expect();
-    c.close().unwrap();
-    let (_s, state) = Store::open(&d.0, StoreOptions::default()).unwrap();
-    assert_eq!(state.allocations.len(), 2);
-}
-
 #[test]
 fn the_floor_log_commits_and_leaves_nothing() {
     let d = TempDir::new("floor-log");

@@ -85,12 +85,6 @@ impl Durable {
         );
     }
 
-    /// Readies the journal for the records of the client's change just
-    /// taken up ([`Journal::expect`]).
-    pub(super) fn expect(&self) {
-        self.journal.expect();
-    }
-
     /// Writes `records` that answer nobody (holds that ended).
     pub(super) fn write(&self, records: Vec<Record>) {
         if !records.is_empty() {
