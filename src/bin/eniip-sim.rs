@@ -49,7 +49,9 @@ Defaults:
   `*=N/min` sets every Action without its own; `default` takes the
   defaults as they are. Calls over the quota: 400 Throttling.User.
   --state-file PATH keeps the emulated cloud (instances, ENIs, addresses,
-  tags, vswitch counts) in PATH: restored at start, saved as it changes.
+  tags, vswitch counts) in PATH: restored at start, saved as it changes;
+  one emulator per file (it locks PATH.lock; a second one exits naming
+  the first's pid).
 
 When ready it prints one line to stdout:
   ready ecs=http://127.0.0.1:P vpc=http://127.0.0.1:P metadata=http://127.0.0.1:Q instance=<id> region=<id>

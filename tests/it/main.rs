@@ -60,6 +60,7 @@ mod sim_node_sdk;
 mod sim_prefixes;
 mod sim_protocol;
 mod sim_python_sdk;
+mod sim_state_file;
 mod sim_v3;
 mod store_corruption;
 mod store_crash;
