@@ -35,6 +35,7 @@ mod cni_local;
 mod cni_netns;
 mod cni_podman;
 mod cni_reap;
+mod cni_reap_evidence;
 mod cni_versions;
 mod command_lines;
 mod config_check;
