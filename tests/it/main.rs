@@ -66,3 +66,4 @@ mod sim_v3;
 mod store_corruption;
 mod store_crash;
 mod storm;
+mod vswitch_unknown;
