@@ -239,6 +239,29 @@ impl PoolState {
         self.ips.set_v6_prefix(v4, &eni, next);
     }
 
+    /// Addresses of `eni` that nobody holds whose IPv6 the cloud does not
+    /// hold for it (`held` false: neither one of its addresses nor in one
+    /// of its /80s) lose that IPv6, and carve next from the ENI's /80 if it
+    /// has one. The pairs dropped.
+    pub(crate) fn drop_v6_not_held(
+        &mut self,
+        eni: &str,
+        held: impl Fn(Ipv6Addr) -> bool,
+    ) -> Vec<(Ipv4Addr, Ipv6Addr)> {
+        let stale: Vec<(Ipv4Addr, Ipv6Addr)> = self
+            .ips
+            .on(eni)
+            .filter(|ip| !ip.releasing() && !self.owners.holds(&ip.v4()))
+            .filter_map(|ip| ip.v6().filter(|b| !held(*b)).map(|b| (ip.v4(), b)))
+            .collect();
+        let next = self.enis.get(eni).and_then(PoolEni::carve_prefix);
+        for (a, _) in &stale {
+            self.ips.unpair(*a);
+            self.ips.set_v6_prefix(*a, eni, next);
+        }
+        stale
+    }
+
     /// Records an unpaired IPv6 address of a known ENI (dual stack;
     /// invalid).
     pub(crate) fn add_unpaired_v6(&mut self, eni: &str, v6: Ipv6Addr) {

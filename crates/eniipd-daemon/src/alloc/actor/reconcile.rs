@@ -143,6 +143,17 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) -> bool {
         .learn_vswitch(id, &r.link.cidr, r.link.gateway);
     prefixes(pool, r);
     let v6_gone = v6_prefixes(pool, r);
+    if pool.dual() {
+        // The cloud is the truth: an IPv6 it does not hold for the ENI
+        // (of a /80 taken back, also one restored from the state files)
+        // is never handed out again.
+        let stale = pool.drop_v6_not_held(id, |b| {
+            r.v6.contains(&b) || r.v6_prefixes.iter().any(|p| p.contains(b))
+        });
+        for (a, b) in stale {
+            warn!("{b}, the IPv6 of {a}, is no longer on {id} in the cloud: dropped");
+        }
+    }
     let cloud_v4 = r.all_v4();
     // Addresses withdrawn while the ENI was away that are back.
     let found: Vec<Ipv4Addr> = pool
