@@ -40,7 +40,8 @@ pub(crate) struct Keeper {
 
 impl Keeper {
     /// Takes `path` for this emulator: refused (naming the holder's pid)
-    /// while another emulator keeps it. A save a killed emulator left
+    /// while another emulator keeps it (after 2 s: one that is stopping
+    /// lets go before). A save a killed emulator left
     /// aside is removed.
     pub(crate) fn open(path: &Path) -> Result<Keeper, String> {
         let lock_path = beside(path, "", ".lock");
@@ -51,7 +52,23 @@ impl Keeper {
             .truncate(false)
             .open(&lock_path)
             .map_err(|e| format!("{}: {e}", lock_path.display()))?;
-        let mut lock = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+        // An emulator that is stopping (one `eniipd --simulate` restarted
+        // at once left, ending with its standard input) is waited for a
+        // moment; one that keeps running is not.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut f = f;
+        let taken = loop {
+            match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Err((back, nix::errno::Errno::EWOULDBLOCK))
+                    if std::time::Instant::now() < until =>
+                {
+                    f = back;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                other => break other,
+            }
+        };
+        let mut lock = match taken {
             Ok(l) => l,
             Err((mut f, nix::errno::Errno::EWOULDBLOCK)) => {
                 let mut pid = String::new();
