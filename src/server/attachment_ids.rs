@@ -5,31 +5,29 @@
 
 use std::path::Path;
 
-use log::warn;
-
-use crate::core::{Attachment, NsId};
+use crate::core::{AllocError, Attachment, NsId};
 use crate::util::netns_identity;
 use crate::util::peercred::Peer;
 
-/// `a` with its identities, or `None` (and a warning) when the sandbox's
-/// namespace cannot be read: such an allocation is kept as if no
-/// attachment had been named, so the reaper never touches it.
-pub(super) fn resolve(mut a: Attachment, peer: Option<&Peer>) -> Option<Attachment> {
-    match netns_identity::identity(Path::new(&a.netns)) {
+/// `a` with its identities. A `netns=` that is not a network namespace
+/// (nothing, a FIFO, a device, a link, a file) is refused at once, naming
+/// the key: it is never opened for real ([`netns_identity::named`]).
+pub(super) fn resolve(mut a: Attachment, peer: Option<&Peer>) -> Result<Attachment, AllocError> {
+    match netns_identity::named(Path::new(&a.netns)) {
         Ok((dev, ino)) => a.netns_id = NsId { dev, ino },
-        Err(e) => {
-            warn!(
-                "alloc netns={}: {e}; the allocation is kept without it (the sandbox reaper will not look at it)",
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(AllocError::bad(format!(
+                "netns={}: no such network namespace as eniipd sees it (it must see the runtimes' netns directory: eniipd(8))",
                 a.netns
-            );
-            return None;
+            )))
         }
+        Err(e) => return Err(AllocError::bad(format!("netns=: {e}"))),
     }
     // The asker's namespace; unknown (zero) is taken as eniipd's own.
     a.host_id = peer
         .filter(|p| p.pid > 0)
-        .and_then(|p| netns_identity::identity(Path::new(&format!("/proc/{}/ns/net", p.pid))).ok())
+        .and_then(|p| netns_identity::named(Path::new(&format!("/proc/{}/ns/net", p.pid))).ok())
         .map(|(dev, ino)| NsId { dev, ino })
         .unwrap_or_default();
-    Some(a)
+    Ok(a)
 }

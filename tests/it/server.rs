@@ -755,3 +755,68 @@ fn bind_socket_replaces_a_stale_socket_but_not_a_live_one_nor_a_file() {
     drop(live);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `netns=` that is not a network namespace (a FIFO, which a blocking
+/// open would wait on for ever; a device; a link) is refused at once,
+/// naming the key, and never holds a connection slot: after 300 of them
+/// `ping` still answers within a second.
+#[test]
+fn a_netns_that_is_not_a_namespace_is_refused_at_once() {
+    let _turn = common::one_flood_at_a_time();
+    let h = harness(me());
+    let dir = common::tempdir("netns-fifo");
+    let fifo = dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(format!("/proc/{}/ns/net", std::process::id()), &link).unwrap();
+    let veth = "enip0123456789a";
+    for other in [link.to_str().unwrap(), "/dev/null", "/nonexistent/netns"] {
+        let r = h.ask(&format!("alloc x/y sandbox=s netns={other} veth={veth}"));
+        assert!(r[0].starts_with("ERR bad-request netns="), "{other}: {r:?}");
+    }
+    let replies = common::at_once(30, |t| {
+        let mut c =
+            eniipd::protocol::client::Client::connect(&h.path, Duration::from_secs(5)).unwrap();
+        (0..10)
+            .map(|i| {
+                let line = format!(
+                    "alloc f/{t}-{i} sandbox=s{i} netns={} veth={veth}",
+                    fifo.display()
+                );
+                match c.ask_within(&line, Duration::from_secs(5)) {
+                    Ok(r) => r.into_lines().join("\n"),
+                    Err(e) => format!("no reply: {e}"),
+                }
+            })
+            .collect::<Vec<_>>()
+    });
+    let refused = replies
+        .iter()
+        .flatten()
+        .filter(|r| r.starts_with("ERR bad-request netns=") && r.contains("FIFO"))
+        .count();
+    assert_eq!(
+        refused,
+        300,
+        "{:?}",
+        replies
+            .iter()
+            .flatten()
+            .find(|r| !r.starts_with("ERR bad-request"))
+    );
+    let started = Instant::now();
+    assert_eq!(h.ask("ping"), vec!["OK pong"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // A real one is taken.
+    let ok = h.ask(&format!(
+        "alloc x/y sandbox=s netns=/proc/{}/ns/net veth={veth}",
+        std::process::id()
+    ));
+    assert!(ok[0].starts_with("OK ip="), "{ok:?}");
+    assert_eq!(h.backend.completed.load(Ordering::SeqCst), 1);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
