@@ -30,13 +30,17 @@ struct Fake {
     completed: AtomicU64,
     /// When non-zero, `metrics` answers this many bytes of data lines.
     metrics_bytes: AtomicUsize,
+    /// While true, an `alloc` of an owner under `hold/` waits (30 s at
+    /// most) until it is false again and `opened` is notified.
+    holding: Mutex<bool>,
+    opened: std::sync::Condvar,
 }
 
 fn allocation(owner: &Owner, n: usize) -> Allocation {
     Allocation {
         owner: owner.clone(),
         sandbox: None,
-        ip: format!("10.0.0.{}", 10 + n).parse().unwrap(),
+        ip: std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 0, 0, 10)) + n as u32),
         ipv6: None,
         ipv6_prefix: None,
         eni: "eni-test".into(),
@@ -63,6 +67,14 @@ impl Fake {
         std::thread::sleep(Duration::from_millis(
             self.alloc_delay_ms.load(Ordering::SeqCst),
         ));
+        if owner.as_str().starts_with("hold/") {
+            let end = Instant::now() + Duration::from_secs(30);
+            let mut holding = self.holding.lock().unwrap();
+            while *holding && Instant::now() < end {
+                let left = end.saturating_duration_since(Instant::now());
+                holding = self.opened.wait_timeout(holding, left).unwrap().0;
+            }
+        }
         if owner.as_str() == "exhaust/me" {
             return Err(AllocError::new(ErrCode::Exhausted, "capacity reached"));
         }
@@ -819,4 +831,69 @@ fn a_netns_that_is_not_a_namespace_is_refused_at_once() {
     assert!(ok[0].starts_with("OK ip="), "{ok:?}");
     assert_eq!(h.backend.completed.load(Ordering::SeqCst), 1);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// eniip-cni's ADD against an eniipd whose every connection slot is
+/// serving for 10 s (256 allocs waiting on the cloud), then freed: the
+/// ADD whose alloc already waits is not failed by its liveness probes
+/// being answered `ERR busy`, and an ADD that connects meanwhile waits
+/// for a slot; both succeed within their deadline. (eniip-cni's client
+/// is these two calls: `connect_answering_within`, `alloc_within`.)
+#[test]
+fn an_add_is_never_failed_by_every_connection_slot_being_busy() {
+    use eniipd::protocol::client::{Client, ALLOC_DEADLINE};
+    let _turn = common::one_flood_at_a_time();
+    let h = harness(me());
+    let slots = ServerConfig::default().max_connections;
+    assert_eq!(slots, 256);
+    *h.backend.holding.lock().unwrap() = true;
+    let server = || h.server.as_ref().unwrap();
+    let add = |owner: &str| {
+        let started = Instant::now();
+        let r = Client::connect_answering_within(&h.path, Duration::from_secs(60))
+            .and_then(|mut c| c.alloc_within(&format!("alloc {owner} sandbox=s"), ALLOC_DEADLINE));
+        (r.map(|r| r.into_lines().join("\n")), started.elapsed())
+    };
+    std::thread::scope(|s| {
+        // An ADD whose alloc waits (its own slot), then every other slot
+        // taken by an alloc that waits as long.
+        let first = s.spawn(|| add("hold/add-1"));
+        assert!(eventually(Duration::from_secs(10), || server()
+            .connections()
+            == 1));
+        let holders: Vec<_> = (1..slots)
+            .map(|i| {
+                let path = &h.path;
+                s.spawn(move || {
+                    let mut c = Client::connect(path, Duration::from_secs(10)).unwrap();
+                    c.ask_within(&format!("alloc hold/{i}"), Duration::from_secs(60))
+                        .map(|r| r.into_lines().join("\n"))
+                })
+            })
+            .collect();
+        assert!(
+            eventually(Duration::from_secs(20), || server().connections() == slots),
+            "{} connections",
+            server().connections()
+        );
+        let busy_since = Instant::now();
+        // Meanwhile a new ADD comes: no slot is free.
+        let second = s.spawn(|| add("hold/add-2"));
+        // The scenario: every slot serving for 10 s (the first ADD's
+        // probes are answered busy all along), then freed.
+        std::thread::sleep(Duration::from_secs(10));
+        assert_eq!(server().connections(), slots);
+        *h.backend.holding.lock().unwrap() = false;
+        h.backend.opened.notify_all();
+        for (name, t) in [("first", first), ("second", second)] {
+            let (r, took) = t.join().unwrap();
+            let r = r.unwrap_or_else(|e| panic!("{name} ADD failed after {took:?}: {e}"));
+            assert!(r.starts_with("OK ip="), "{name}: {r}");
+            assert!(took < ALLOC_DEADLINE, "{name}: {took:?}");
+        }
+        assert!(busy_since.elapsed() >= Duration::from_secs(10));
+        for t in holders {
+            assert!(t.join().unwrap().unwrap().starts_with("OK ip="));
+        }
+    });
 }
