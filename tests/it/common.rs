@@ -79,6 +79,20 @@ pub fn tempdir_in(base: &Path, tag: &str) -> PathBuf {
     d
 }
 
+/// A copy of the binary `bin` that any user can run: in a fresh mode-0755
+/// directory of /tmp (the checkout may be where only its owner can reach,
+/// as /root is), removed with that directory by the caller.
+pub fn runnable_by_anyone(bin: &str, tag: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir(tag);
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let name = Path::new(bin).file_name().unwrap();
+    let copy = dir.join(name);
+    fs::copy(bin, &copy).unwrap();
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
 /// Polls `f` every 20 ms until it returns true or `limit` passes.
 pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
     eniipd::util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)

@@ -712,7 +712,10 @@ fn eniipctl_that_cannot_connect_says_what_to_do() {
     let sock = dir.join("d.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o660)).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+    // As uid 65534, from where it can run it (the checkout may be under
+    // /root, mode 0700).
+    let ctl = common::runnable_by_anyone(env!("CARGO_BIN_EXE_eniipctl"), "ctl-anyone");
+    let out = Command::new(&ctl)
         .args(["--socket", &sock.display().to_string(), "status"])
         .uid(65534)
         .gid(65534)
@@ -727,6 +730,7 @@ fn eniipctl_that_cannot_connect_says_what_to_do() {
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(ctl.parent().unwrap());
 }
 
 #[test]
