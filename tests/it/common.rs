@@ -585,11 +585,28 @@ pub fn by_id(state: &Value, list: &str, id: &str) -> Value {
 /// The value of `key=` in a line of words: a reply (`OK ip=.. eni=..`),
 /// eniip-sim's `ready` line.
 pub fn field(reply: &str, key: &str) -> String {
-    reply
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+    eniipd::protocol::reply::field(reply.trim_end(), key)
         .unwrap_or_else(|| panic!("no {key} in {reply:?}"))
         .to_string()
+}
+
+/// The rows of a whole `list` reply, read by the protocol's own parser:
+/// a reply that is not `OK <count>` after as many well-formed rows fails.
+pub fn list_rows(reply: &[String]) -> Vec<eniipd::protocol::reply::ListLine> {
+    let (last, rows) = reply
+        .split_last()
+        .unwrap_or_else(|| panic!("an empty reply to list"));
+    let count: usize = last
+        .strip_prefix("OK ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("list answered {last:?}: {reply:?}"));
+    assert_eq!(count, rows.len(), "{reply:?}");
+    rows.iter()
+        .map(|l| {
+            eniipd::protocol::reply::parse_list_line(l)
+                .unwrap_or_else(|e| panic!("list row {l:?}: {e}"))
+        })
+        .collect()
 }
 
 /// Runs `cmd` to its end: the exit code (-1 when a signal ended it),
@@ -616,4 +633,13 @@ pub fn try_ask(socket: &Path, line: &str) -> Option<String> {
     let mut c = Client::connect(socket, REPLY_WAIT).ok()?;
     let r = c.ask_within(line, REPLY_WAIT).ok()?;
     Some(r.final_line().to_string())
+}
+
+/// The count of OpenAPI calls signed with `version` (`v1`, `v3`) in the
+/// emulator's `signatures` (which says both, zeros included): a renamed
+/// or missing key fails, never reads as 0.
+pub fn signed(sigs: &Value, version: &str) -> u64 {
+    sigs[version]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {version} count in the emulator's signatures: {sigs}"))
 }

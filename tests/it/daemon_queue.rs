@@ -24,12 +24,9 @@ fn names(dir: &Path) -> Vec<String> {
 
 /// Who holds an address, by owner, from `list`.
 fn holders(d: &Daemon) -> Vec<String> {
-    let mut v: Vec<String> = d
-        .ask("list")
-        .iter()
-        .filter(|l| !l.starts_with("OK"))
-        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
-        .filter(|o| o != "-")
+    let mut v: Vec<String> = crate::common::list_rows(&d.ask("list"))
+        .into_iter()
+        .filter_map(|l| l.owner)
         .collect();
     v.sort();
     v
