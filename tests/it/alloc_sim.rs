@@ -185,7 +185,7 @@ fn eni_gives_the_vswitch_gateways_in_dual_stack() {
     sim.clear_faults();
     assert_eq!(
         d.ask("eni eni-doesnotexist0000"),
-        vec!["ERR not-found".to_string()]
+        vec!["ERR not-found eni-doesnotexist0000 is no ENI eniipd manages".to_string()]
     );
     for bad in ["eni", "eni a b", "eni eni|x"] {
         let r = d.ask(bad);

@@ -81,9 +81,16 @@ fn every_command_through_the_real_daemon() {
         vec![format!("OK released={ip}")]
     );
     assert_eq!(d.ask("release default/web-1"), vec!["OK released=none"]);
-    assert_eq!(d.ask("show default/web-1"), vec!["ERR not-found"]);
+    assert_eq!(
+        d.ask("show default/web-1"),
+        vec!["ERR not-found default/web-1 holds no address"]
+    );
     assert!(d.ask("alloc bad|owner")[0].starts_with("ERR bad-request"));
     assert!(d.ask("teleport")[0].starts_with("ERR unknown-command"));
+    assert_eq!(
+        d.ask("stauts"),
+        vec!["ERR unknown-command stauts (did you mean status? try help)"]
+    );
     assert_eq!(d.ask("quit"), vec!["OK bye"]);
     // The emulator agrees: our ENI is tagged for this instance.
     let managed = sim.managed();

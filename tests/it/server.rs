@@ -725,8 +725,9 @@ fn eniipctl_that_cannot_connect_says_what_to_do() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("Permission denied"), "{err}");
     assert!(
-        err.contains("for the members of group root (mode 0660)")
-            && err.contains("usermod -aG root"),
+        err.contains("for root and the members of group root (mode 0660)")
+            && err.contains("socket_group")
+            && !err.contains("usermod -aG root"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
