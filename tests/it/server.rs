@@ -15,11 +15,11 @@ use crate::common;
 use crate::listener_harness::{self, me, read_reply};
 use common::eventually;
 use crossbeam_channel::bounded;
-use eniipd::core::{
+use eniip_protocol::core::{
     AllocError, Allocation, Answer, Collected, Command as Cmd, Commands, EniEntry, EniInfo,
     Envelope, ErrCode, ListEntry, Owner, StatusCounts,
 };
-use eniipd::server::listener::{bind_socket, ServerConfig};
+use eniipd_daemon::server::listener::{bind_socket, ServerConfig};
 
 /// A stand-in for the allocator: answers every command on a thread of its
 /// own, as the actor would (slow allocs included).
@@ -218,7 +218,7 @@ fn every_command_with_success_and_error_replies() {
         )]
     );
     let help = h.ask("help");
-    assert_eq!(help.len(), eniipd::protocol::HELP.len() + 1);
+    assert_eq!(help.len(), eniip_protocol::protocol::HELP.len() + 1);
     assert_eq!(last(&help), "OK");
     let a = h.ask("alloc default/web-1 sandbox=abc");
     assert!(a[0].starts_with("OK ip=10.0.0.10 eni=eni-test mac=00:16:3e:00:00:01 vswitch=vsw-test cidr=10.0.0.0/24 gateway=10.0.0.253"), "{a:?}");
@@ -704,7 +704,7 @@ fn eniipctl_that_cannot_connect_says_what_to_do() {
         "{err}"
     );
     if !nix::unistd::geteuid().is_root() {
-        eniipd::util::testing::skip("eniipctl as a non-member of the socket's group needs root");
+        eniip_util::testing::skip("eniipctl as a non-member of the socket's group needs root");
         return;
     }
     let dir = common::tempdir("ctl-denied");
@@ -757,7 +757,7 @@ fn bind_socket_replaces_a_stale_socket_but_not_a_live_one_nor_a_file() {
         text.contains(&format!("pid {}", std::process::id())),
         "{text}"
     );
-    assert!(eniipd::server::socket::check_socket_free(&p).is_err());
+    assert!(eniipd_daemon::server::socket::check_socket_free(&p).is_err());
     UnixStream::connect(&p).expect("the live socket is still there");
     // A file that is not a socket is never removed.
     let f = dir.join("plain");
@@ -793,7 +793,8 @@ fn a_netns_that_is_not_a_namespace_is_refused_at_once() {
     }
     let replies = common::at_once(30, |t| {
         let mut c =
-            eniipd::protocol::client::Client::connect(&h.path, Duration::from_secs(5)).unwrap();
+            eniip_protocol::protocol::client::Client::connect(&h.path, Duration::from_secs(5))
+                .unwrap();
         (0..10)
             .map(|i| {
                 let line = format!(
@@ -846,7 +847,7 @@ fn a_netns_that_is_not_a_namespace_is_refused_at_once() {
 /// is these two calls: `connect_answering_within`, `alloc_within`.)
 #[test]
 fn an_add_is_never_failed_by_every_connection_slot_being_busy() {
-    use eniipd::protocol::client::{Client, ALLOC_DEADLINE};
+    use eniip_protocol::protocol::client::{Client, ALLOC_DEADLINE};
     let _turn = common::one_flood_at_a_time();
     let h = harness(me());
     let slots = ServerConfig::default().max_connections;
