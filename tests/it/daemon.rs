@@ -165,6 +165,16 @@ fn sigterm_exits_0_in_time_and_a_restart_keeps_the_allocations() {
     }
     assert!(d.ok("status").contains(" inuse=3 "));
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+    // A clean restart warns of nothing: the idle addresses the state
+    // files do not hold are restored, not adopted as unknown.
+    d.wait_verified(Duration::from_secs(30));
+    let log = d.log_text();
+    let this_start = &log[log.rfind("eniipd_daemon::daemon: state: ").unwrap_or(0)..];
+    assert!(
+        this_start.contains("that the state files do not hold"),
+        "{this_start}"
+    );
+    assert!(!this_start.contains("unknown locally"), "{this_start}");
 }
 
 #[test]

@@ -381,6 +381,7 @@ impl Actor {
             shed_backoff: &mut self.shed_backoff,
             free_backoff: &mut self.free_backoff,
             stopping: self.stopping,
+            restoring: !self.verification.verified(),
         }
     }
 
