@@ -325,7 +325,7 @@ fn handle(
                 Command::Alloc { attach, .. } => {
                     if let Some(a) = attach.take() {
                         match super::attachment_ids::resolve(a, peer) {
-                            Ok(a) => *attach = Some(a),
+                            Ok(a) => *attach = a,
                             Err(e) => return ClientReply::err(e),
                         }
                     }
