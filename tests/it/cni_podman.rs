@@ -63,17 +63,11 @@ fn http_get_in(netns: &std::path::Path, addr: &str) -> Result<String, String> {
 
 /// eniipd's `list`: ip -> (state, owner, eni).
 fn pool(w: &World) -> BTreeMap<String, (String, String, String)> {
-    w.daemon()
-        .ask("list")
-        .iter()
-        .filter_map(|l| {
-            let v: Vec<&str> = l.split(' ').collect();
-            (v.len() == 4).then(|| {
-                (
-                    v[0].to_string(),
-                    (v[1].to_string(), v[2].to_string(), v[3].to_string()),
-                )
-            })
+    crate::common::list_rows(&w.daemon().ask("list"))
+        .into_iter()
+        .map(|l| {
+            let owner = l.owner.unwrap_or_else(|| "-".into());
+            (l.ip.to_string(), (l.state, owner, l.eni))
         })
         .collect()
 }
