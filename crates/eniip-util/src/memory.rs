@@ -145,11 +145,17 @@ mod tests {
         )));
     }
 
+    /// The tests that measure this process's memory run one at a time:
+    /// each one's [`release_free`] would hand back what another measures.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// What 240 threads that have ended leave (the stacks glibc keeps for
     /// reuse, 24 KiB resident each) is handed back.
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn the_stacks_of_ended_threads_go_back_to_the_kernel() {
+        let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
         let threads: Vec<_> = (0..240)
             .map(|_| {
                 std::thread::Builder::new()
@@ -189,6 +195,7 @@ mod tests {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[test]
     fn free_pages_go_back_to_the_kernel() {
+        let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
         fn rss_kib() -> u64 {
             status_kib("VmRSS:")
         }
