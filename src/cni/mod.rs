@@ -21,6 +21,7 @@
 //! the verbs (see [`container`]).
 
 pub(crate) mod annotations;
+pub(crate) mod built;
 pub(crate) mod container;
 pub mod datapath;
 pub(crate) mod eniipd_client;

@@ -41,6 +41,7 @@ fn allocation(owner: &Owner, n: usize) -> Allocation {
         ipv6_prefix: None,
         eni: "eni-test".into(),
         since_ms: 0,
+        gen: eniipd::core::Generation::NONE,
         attach: None,
         intent: Default::default(),
     }
@@ -95,6 +96,7 @@ impl Fake {
                         ip: IpAddr::V4(a.ip),
                         state: "inuse",
                         owner: Some(o.clone()),
+                        gen: None,
                         eni: a.eni.clone(),
                         carved: None,
                     })

@@ -475,6 +475,7 @@ mod tests {
         pool.release(
             &Owner::parse("pod-a").unwrap(),
             None,
+            None,
             2,
             &crate::pool::HoldTimes {
                 stick_ms: 0,
@@ -568,6 +569,7 @@ mod tests {
         }
         pool.release(
             &old,
+            None,
             None,
             2,
             &crate::pool::HoldTimes {
