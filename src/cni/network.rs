@@ -44,7 +44,15 @@ pub(crate) fn gc(conf: &NetConf) -> Result<(), CniError> {
     // ADD, one killed before its record): released by eniipd first, so
     // only the host end that allocation named is taken down after, never
     // any other end routing the address (by then it may be another
-    // pod's).
+    // pod's). The sandboxes recorded now are kept: what the pass above
+    // left is a newer ADD's.
+    ids.extend(
+        built::of_network(&conf.lock_dir, &conf.name)
+            .into_iter()
+            .map(|b| b.sandbox),
+    );
+    ids.sort();
+    ids.dedup();
     let r = c.gc(&format!("{}/", conf.name), &ids)?;
     for line in r.data() {
         let Ok(released) = parse_collected_line(line) else {

@@ -50,6 +50,7 @@ mod docs;
 mod footprint;
 mod frozen_disk;
 mod hygiene;
+mod identity;
 mod k8s_daemonset;
 mod layering;
 mod readme_socat;
