@@ -286,7 +286,7 @@ fn a_release_of_an_old_sandbox_never_answers_the_new_sandboxs_waiting_alloc() {
 /// The lock file eniip-cni takes for `owner` in `lock_dir` (eniip-cni(8),
 /// "One invocation per owner": one of 64 files chosen by a hash of the
 /// owner, as `cni::lock` chooses it).
-fn owner_lock(lock_dir: &Path, owner: &str) -> std::path::PathBuf {
+pub(crate) fn owner_lock(lock_dir: &Path, owner: &str) -> std::path::PathBuf {
     use sha1::{Digest, Sha1};
     let h = Sha1::digest(owner.as_bytes());
     let n = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) % 64;

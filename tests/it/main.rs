@@ -51,6 +51,7 @@ mod footprint;
 mod frozen_disk;
 mod hygiene;
 mod identity;
+mod identity_race;
 mod k8s_daemonset;
 mod layering;
 mod readme_socat;
