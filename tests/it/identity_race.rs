@@ -134,6 +134,209 @@ fn check(s: &Shared, socket: &std::path::Path, step: usize, stalled: &AtomicBool
     }
 }
 
+/// What the race's threads share.
+struct Race<'a> {
+    w: &'a World,
+    slots: Vec<Ctr>,
+    node: std::fs::File,
+    shared: Mutex<Shared>,
+    gc_done: std::sync::Condvar,
+    steps: AtomicUsize,
+    stalled: AtomicBool,
+    counts: Mutex<BTreeMap<&'static str, usize>>,
+    socket: PathBuf,
+    locks: PathBuf,
+    direct: Value,
+    held_back: Value,
+}
+
+impl Race<'_> {
+    fn count(&self, what: &'static str) {
+        *self.counts.lock().unwrap().entry(what).or_default() += 1;
+    }
+
+    /// One thread's steps on its two slots, in the node namespace.
+    fn worker(&self, t: usize) {
+        nix::sched::setns(&self.node, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let mut rng = eniipd::util::rand::Rng::seeded(0x1d3 + t as u64);
+        let mine = [2 * t, 2 * t + 1];
+        let mut last_id: BTreeMap<usize, String> = BTreeMap::new();
+        for n in 0.. {
+            let step = self.steps.fetch_add(1, Ordering::SeqCst);
+            if step >= STEPS {
+                break;
+            }
+            if n % 25 == 24 {
+                self.gc(step);
+                continue;
+            }
+            let slot = mine[rng.below(2) as usize];
+            let (live, forgotten) = {
+                let st = self.shared.lock().unwrap();
+                (
+                    st.live.get(&slot).cloned(),
+                    st.forgotten.contains_key(&slot),
+                )
+            };
+            match live {
+                _ if forgotten => {}
+                None => {
+                    // A third of the time the container id just deleted
+                    // again (podman's restart).
+                    let id = match last_id.get(&slot) {
+                        Some(id) if rng.below(3) == 0 => {
+                            self.count("same id");
+                            id.clone()
+                        }
+                        _ => format!("r{}t{t}s{slot}n{n}", self.w.tag),
+                    };
+                    if self.add(step, slot, &id) {
+                        last_id.insert(slot, id);
+                    }
+                }
+                Some(l) => self.remove(step, slot, l, rng.below(10) == 0),
+            }
+        }
+    }
+
+    /// GC, the runtime knowing every live sandbox and every one being
+    /// added; an owner's lock held a moment meanwhile.
+    fn gc(&self, step: usize) {
+        let (shared, gc_done, locks, held_back, socket, stalled) = (
+            &self.shared,
+            &self.gc_done,
+            &self.locks,
+            &self.held_back,
+            &self.socket,
+            &self.stalled,
+        );
+        let count = |what| self.count(what);
+        let (valid, busy) = {
+            let mut st = shared.lock().unwrap();
+            st.gc_running = true;
+            let mut v: Vec<Value> = st
+                .live
+                .values()
+                .map(|l| l.id.clone())
+                .chain(st.adding.iter().cloned())
+                .map(|id| json!({"containerID": id, "ifname": "eth0"}))
+                .collect();
+            v.sort_by_key(|v| v.to_string());
+            (v, st.live.values().next().map(|l| l.owner.clone()))
+        };
+        let holder = busy.map(|owner| {
+            std::thread::spawn({
+                let locks = locks.clone();
+                move || {
+                    let f = std::fs::OpenOptions::new()
+                        .create(true)
+                        .truncate(false)
+                        .write(true)
+                        .open(super::identity::owner_lock(&locks, &owner))
+                        .unwrap();
+                    let _held =
+                        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        });
+        let mut gc = held_back.clone();
+        gc["cni.dev/valid-attachments"] = Value::Array(valid);
+        let r = cni(Cni::Gc, None, &gc);
+        if let Some(h) = holder {
+            h.join().unwrap();
+        }
+        match r {
+            Ok(_) => count("gc"),
+            // eniipd stalled: GC has no daemonWait.
+            Err(_) if stalled.load(Ordering::SeqCst) => count("gc away"),
+            Err(e) => panic!("step {step}: GC: {e}"),
+        }
+        let mut st = shared.lock().unwrap();
+        st.gc_running = false;
+        gc_done.notify_all();
+        // What GC collected is gone, its slot free.
+        st.forgotten.retain(|_, l| ifindex(&l.veth).is_some());
+        check(&st, socket, step, stalled);
+    }
+
+    /// ADD of `id` in `slot`; whether it succeeded.
+    fn add(&self, step: usize, slot: usize, id: &str) -> bool {
+        let ns = self.slots[slot].ns.path();
+        {
+            let st = self.shared.lock().unwrap();
+            let mut st = self
+                .gc_done
+                .wait_timeout_while(st, Duration::from_secs(60), |st| st.gc_running)
+                .unwrap()
+                .0;
+            st.adding.insert(id.to_string());
+        }
+        let r = cni(Cni::Add, Some((id, &ns)), &self.direct);
+        let mut st = self.shared.lock().unwrap();
+        st.adding.remove(id);
+        let veth = eniipd::cni::datapath::host_veth_name(id, "eth0");
+        let added = match r {
+            Ok(out) => {
+                let res: Value = serde_json::from_str(&out).unwrap();
+                let ip = res["ips"][0]["address"]
+                    .as_str()
+                    .unwrap()
+                    .trim_end_matches("/32")
+                    .to_string();
+                let ifindex =
+                    ifindex(&veth).unwrap_or_else(|| panic!("step {step}: ADD made no {veth}"));
+                st.live.insert(
+                    slot,
+                    Live {
+                        owner: format!("{}/{id}", self.w.network),
+                        id: id.to_string(),
+                        ip,
+                        veth,
+                        ifindex,
+                    },
+                );
+                self.count("add");
+                true
+            }
+            Err(e) => {
+                // No address to be had, or eniipd stalled past daemonWait:
+                // nothing left behind.
+                assert_eq!(
+                    ifindex(&veth),
+                    None,
+                    "step {step}: failed ADD left {veth}: {e}"
+                );
+                self.count("add failed");
+                false
+            }
+        };
+        check(&st, &self.socket, step, &self.stalled);
+        added
+    }
+
+    /// DEL of the live `l` in `slot`, or (`forget`) the runtime loses it
+    /// and a GC collects it.
+    fn remove(&self, step: usize, slot: usize, l: Live, forget: bool) {
+        let mut st = self.shared.lock().unwrap();
+        st.live.remove(&slot);
+        if forget {
+            st.forgotten.insert(slot, l);
+            self.count("forgotten");
+            check(&st, &self.socket, step, &self.stalled);
+            return;
+        }
+        drop(st);
+        let queued = self.stalled.load(Ordering::SeqCst);
+        let ns = self.slots[slot].ns.path();
+        cni(Cni::Del, Some((&l.id, &ns)), &self.held_back)
+            .unwrap_or_else(|e| panic!("step {step}: DEL {}: {e}", l.id));
+        self.count(if queued { "del while stalled" } else { "del" });
+        let st = self.shared.lock().unwrap();
+        check(&st, &self.socket, step, &self.stalled);
+    }
+}
+
 #[test]
 fn no_address_is_held_by_two_live_sandboxes_and_none_loses_its_host_end() {
     if !can_run("the identity race", &[]) {
@@ -170,191 +373,42 @@ fn no_address_is_held_by_two_live_sandboxes_and_none_loses_its_host_end() {
     let direct = w.conf("1.1.0", extra.clone());
     let mut held_back = w.conf("1.1.0", extra);
     held_back["socket"] = json!(proxy.path.display().to_string());
-    let slots: Vec<Ctr> = (0..SLOTS).map(|n| Ctr::new(&w, n)).collect();
-    let node = std::fs::File::open(w.node.path()).unwrap();
-    let shared = Mutex::new(Shared::default());
-    let gc_done = std::sync::Condvar::new();
-    let steps = AtomicUsize::new(0);
-    let stalled = AtomicBool::new(false);
-    let counts: Mutex<BTreeMap<&str, usize>> = Mutex::new(BTreeMap::new());
-    let count = |what| *counts.lock().unwrap().entry(what).or_default() += 1;
+    let race = Race {
+        w: &w,
+        slots: (0..SLOTS).map(|n| Ctr::new(&w, n)).collect(),
+        node: std::fs::File::open(w.node.path()).unwrap(),
+        shared: Mutex::new(Shared::default()),
+        gc_done: std::sync::Condvar::new(),
+        steps: AtomicUsize::new(0),
+        stalled: AtomicBool::new(false),
+        counts: Mutex::new(BTreeMap::new()),
+        socket,
+        locks,
+        direct,
+        held_back,
+    };
     let pid = w.daemon().pid();
     std::thread::scope(|s| {
         // eniipd stalled twice, 2.5 s each, a third and two thirds in.
         let staller = s.spawn(|| {
             for at in [STEPS / 3, 2 * STEPS / 3] {
-                while steps.load(Ordering::SeqCst) < at
+                while race.steps.load(Ordering::SeqCst) < at
                     && started.elapsed() < Duration::from_secs(120)
                 {
                     std::thread::sleep(Duration::from_millis(5));
                 }
                 kill(Pid::from_raw(pid), Signal::SIGSTOP).unwrap();
-                stalled.store(true, Ordering::SeqCst);
+                race.stalled.store(true, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(2500));
-                stalled.store(false, Ordering::SeqCst);
+                race.stalled.store(false, Ordering::SeqCst);
                 kill(Pid::from_raw(pid), Signal::SIGCONT).unwrap();
             }
         });
         let workers: Vec<_> = (0..2)
             .map(|t| {
-                let (node, slots, shared, steps, count, stalled, gc_done) =
-                    (&node, &slots, &shared, &steps, &count, &stalled, &gc_done);
-                let (direct, held_back, socket, locks, w) =
-                    (&direct, &held_back, &socket, &locks, &w);
-                s.spawn(move || {
-                    nix::sched::setns(node, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-                    let mut rng = eniipd::util::rand::Rng::seeded(0x1d3 + t as u64);
-                    let mine = [2 * t, 2 * t + 1];
-                    let mut last_id: BTreeMap<usize, String> = BTreeMap::new();
-                    for n in 0.. {
-                        let step = steps.fetch_add(1, Ordering::SeqCst);
-                        if step >= STEPS {
-                            break;
-                        }
-                        if n % 25 == 24 {
-                            // GC, the runtime knowing every live sandbox
-                            // and every one being added; an owner's lock
-                            // held a moment meanwhile.
-                            let (valid, busy) = {
-                                let mut st = shared.lock().unwrap();
-                                st.gc_running = true;
-                                let mut v: Vec<Value> = st
-                                    .live
-                                    .values()
-                                    .map(|l| l.id.clone())
-                                    .chain(st.adding.iter().cloned())
-                                    .map(|id| json!({"containerID": id, "ifname": "eth0"}))
-                                    .collect();
-                                v.sort_by_key(|v| v.to_string());
-                                (v, st.live.values().next().map(|l| l.owner.clone()))
-                            };
-                            let holder = busy.map(|owner| {
-                                std::thread::spawn({
-                                    let locks = locks.clone();
-                                    move || {
-                                        let f = std::fs::OpenOptions::new()
-                                            .create(true)
-                                            .truncate(false)
-                                            .write(true)
-                                            .open(super::identity::owner_lock(&locks, &owner))
-                                            .unwrap();
-                                        let _held = nix::fcntl::Flock::lock(
-                                            f,
-                                            nix::fcntl::FlockArg::LockExclusive,
-                                        )
-                                        .unwrap();
-                                        std::thread::sleep(Duration::from_millis(20));
-                                    }
-                                })
-                            });
-                            let mut gc = held_back.clone();
-                            gc["cni.dev/valid-attachments"] = Value::Array(valid);
-                            let r = cni(Cni::Gc, None, &gc);
-                            if let Some(h) = holder {
-                                h.join().unwrap();
-                            }
-                            match r {
-                                Ok(_) => count("gc"),
-                                // eniipd stalled: GC has no daemonWait.
-                                Err(_) if stalled.load(Ordering::SeqCst) => count("gc away"),
-                                Err(e) => panic!("step {step}: GC: {e}"),
-                            }
-                            let mut st = shared.lock().unwrap();
-                            st.gc_running = false;
-                            gc_done.notify_all();
-                            // What GC collected is gone, its slot free.
-                            st.forgotten.retain(|_, l| ifindex(&l.veth).is_some());
-                            check(&st, socket, step, stalled);
-                            continue;
-                        }
-                        let slot = mine[rng.below(2) as usize];
-                        let ns = slots[slot].ns.path();
-                        let live = shared.lock().unwrap().live.get(&slot).cloned();
-                        let forgotten = shared.lock().unwrap().forgotten.contains_key(&slot);
-                        match live {
-                            _ if forgotten => {}
-                            None => {
-                                // A third of the time the container id just
-                                // deleted again (podman's restart).
-                                let id = match last_id.get(&slot) {
-                                    Some(id) if rng.below(3) == 0 => {
-                                        count("same id");
-                                        id.clone()
-                                    }
-                                    _ => format!("r{}t{t}s{slot}n{n}", w.tag),
-                                };
-                                {
-                                    let st = shared.lock().unwrap();
-                                    let mut st = gc_done
-                                        .wait_timeout_while(st, Duration::from_secs(60), |st| {
-                                            st.gc_running
-                                        })
-                                        .unwrap()
-                                        .0;
-                                    st.adding.insert(id.clone());
-                                }
-                                let r = cni(Cni::Add, Some((&id, &ns)), direct);
-                                let mut st = shared.lock().unwrap();
-                                st.adding.remove(&id);
-                                let veth = eniipd::cni::datapath::host_veth_name(&id, "eth0");
-                                match r {
-                                    Ok(out) => {
-                                        let res: Value = serde_json::from_str(&out).unwrap();
-                                        let ip = res["ips"][0]["address"]
-                                            .as_str()
-                                            .unwrap()
-                                            .trim_end_matches("/32")
-                                            .to_string();
-                                        let ifindex = ifindex(&veth).unwrap_or_else(|| {
-                                            panic!("step {step}: ADD made no {veth}")
-                                        });
-                                        st.live.insert(
-                                            slot,
-                                            Live {
-                                                owner: format!("{}/{id}", w.network),
-                                                id: id.clone(),
-                                                ip,
-                                                veth,
-                                                ifindex,
-                                            },
-                                        );
-                                        last_id.insert(slot, id);
-                                        count("add");
-                                    }
-                                    Err(e) => {
-                                        // No address to be had, or eniipd
-                                        // stalled past daemonWait: nothing
-                                        // left behind.
-                                        assert_eq!(
-                                            ifindex(&veth),
-                                            None,
-                                            "step {step}: failed ADD left {veth}: {e}"
-                                        );
-                                        count("add failed");
-                                    }
-                                }
-                                check(&st, socket, step, stalled);
-                            }
-                            Some(l) => {
-                                let mut st = shared.lock().unwrap();
-                                st.live.remove(&slot);
-                                if rng.below(10) == 0 {
-                                    // The runtime loses it: GC collects it.
-                                    st.forgotten.insert(slot, l);
-                                    count("forgotten");
-                                    check(&st, socket, step, stalled);
-                                    continue;
-                                }
-                                drop(st);
-                                let queued = stalled.load(Ordering::SeqCst);
-                                cni(Cni::Del, Some((&l.id, &ns)), held_back)
-                                    .unwrap_or_else(|e| panic!("step {step}: DEL {}: {e}", l.id));
-                                count(if queued { "del while stalled" } else { "del" });
-                                let st = shared.lock().unwrap();
-                                check(&st, socket, step, stalled);
-                            }
-                        }
-                    }
+                s.spawn({
+                    let race = &race;
+                    move || race.worker(t)
                 })
             })
             .collect();
@@ -363,6 +417,14 @@ fn no_address_is_held_by_two_live_sandboxes_and_none_loses_its_host_end() {
         }
         staller.join().unwrap();
     });
+    let Race {
+        shared,
+        node,
+        slots,
+        direct,
+        counts,
+        ..
+    } = race;
     // The end: every sandbox deleted, what was forgotten collected.
     std::thread::scope(|s| {
         s.spawn(|| {
