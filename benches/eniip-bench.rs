@@ -35,7 +35,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{says_ready, Sim, DUAL_VSWITCH};
-use eniipd::protocol::client::Client;
+use eniip_protocol::protocol::client::Client;
 use serde_json::{json, Value};
 use support::{ms, pct, usage, write_config};
 
@@ -104,7 +104,7 @@ impl Daemon {
     fn start(bins: &Bins, dir: &Path, config: &Path) -> (Daemon, Duration) {
         let notify_path = dir.join(format!(
             "n{}.sock",
-            eniipd::util::rand::with_thread_rng(|r| r.hex(4))
+            eniip_util::rand::with_thread_rng(|r| r.hex(4))
         ));
         let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
         let t = Instant::now();
@@ -201,27 +201,29 @@ fn floors(work: &Path) -> (f64, f64, usize) {
     drop(c);
     let _ = t.join();
     // State-sized: a snapshot of a full large node (210 allocations).
-    let mut state = eniipd::store::PersistedState::default();
+    let mut state = eniipd_daemon::store::PersistedState::default();
     for i in 0..210u32 {
-        state.apply(&eniipd::store::Record::Alloc(eniipd::store::Allocation {
-            owner: format!("namespace-{}/pod-name-{i}", i % 7),
-            sandbox: Some(format!("{:064x}", u128::from(i) * 7919)),
-            ipv4: std::net::Ipv4Addr::from(0x0a00_0000 + i),
-            ipv6: None,
-            ipv6_prefix: None,
-            eni: "eni-bp1abcdefghijklmnopq".into(),
-            at_ms: 1_700_000_000_000,
-            gen: u64::from(i) + 1,
-            attach: None,
-            asked: Default::default(),
-        }));
+        state.apply(&eniipd_daemon::store::Record::Alloc(
+            eniipd_daemon::store::Allocation {
+                owner: format!("namespace-{}/pod-name-{i}", i % 7),
+                sandbox: Some(format!("{:064x}", u128::from(i) * 7919)),
+                ipv4: std::net::Ipv4Addr::from(0x0a00_0000 + i),
+                ipv6: None,
+                ipv6_prefix: None,
+                eni: "eni-bp1abcdefghijklmnopq".into(),
+                at_ms: 1_700_000_000_000,
+                gen: u64::from(i) + 1,
+                attach: None,
+                asked: Default::default(),
+            },
+        ));
     }
     let size = serde_json::to_vec_pretty(&state)
         .map(|v| v.len())
         .unwrap_or(16 << 10);
     let mut fs = Vec::new();
     for _ in 0..60 {
-        if let Ok(d) = eniipd::store::measure_atomic_write(work, size) {
+        if let Ok(d) = eniipd_daemon::store::measure_atomic_write(work, size) {
             fs.push(ms(d));
         }
     }
@@ -579,7 +581,7 @@ fn run(o: &Opts, bins: &Bins, work: &Path) -> Value {
         "binary_mib": {"value": f["binary_bytes"].as_f64().unwrap_or(0.0) / 1048576.0, "target": "<= 8", "met": f["binary_bytes"].as_u64().unwrap_or(u64::MAX) <= 8 << 20},
     });
     json!({
-        "machine": {"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "when": eniipd::util::time::now_utc()},
+        "machine": {"cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "when": eniip_util::time::now_utc()},
         "floors": {"socket_rtt_p50_ms": rtt, "atomic_write_fsync_p50_ms": fsync, "state_bytes": state_bytes, "floor_ms": floor},
         "warm": w, "cold_burst": c, "cold_burst_prefix": cp, "prefix_vs_secondary": prefix_vs_single,
         "cold_burst_dual": cd, "cold_burst_dual_prefix": cdp, "dual_prefix_vs_secondary": dual_prefix_vs_single, "first_address": first, "restart": r, "footprint": f, "targets": targets,

@@ -2,7 +2,7 @@
 //! or an error, never a panic; rendered replies are framed.
 #![no_main]
 
-use eniipd::protocol::{is_final_line, parse_request, ClientReply};
+use eniip_protocol::protocol::{is_final_line, parse_request, ClientReply};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,13 +1,13 @@
 //! `eniip-cni`: the CNI plugin. Reads `CNI_*` from the environment and the
 //! network configuration from stdin, prints the result (or the CNI error
-//! object, exit 1) on stdout. The logic is `eniipd::cni`.
+//! object, exit 1) on stdout. The logic is `eniip_cni`.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
-use eniipd::cli::{self, Asked, UsageError};
-use eniipd::cni::spec::{code, CniError, Command, Env};
-use eniipd::cni::version;
+use eniip_cni::spec::{code, CniError, Command, Env};
+use eniip_cni::version;
+use eniip_protocol::cli::{self, Asked, UsageError};
 
 const HELP: &str = "\
 eniip-cni - CNI plugin (spec 0.4.0, 1.0.0, 1.1.0): container addresses from eniipd
@@ -26,11 +26,11 @@ Options (by hand, or an init container):
 /// `--install DIR`: exit 0 once DIR holds this binary, 1 naming what
 /// failed (a wrong command line is 2, as every usage error).
 fn install(dir: &str) -> ExitCode {
-    match eniipd::cni::install::install_self(std::path::Path::new(dir)) {
+    match eniip_cni::install::install_self(std::path::Path::new(dir)) {
         Ok((path, how)) => {
             let how = match how {
-                eniipd::cni::install::Installed::Written => "installed",
-                eniipd::cni::install::Installed::Unchanged => "already installed",
+                eniip_cni::install::Installed::Written => "installed",
+                eniip_cni::install::Installed::Unchanged => "already installed",
             };
             println!(
                 "eniip-cni {} {how} as {}",
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
     let outcome = read.and_then(|_| {
         let cmd = Command::parse(&std::env::var("CNI_COMMAND").unwrap_or_default())?;
         let env = Env::from_vars(cmd, |k| std::env::var(k).ok())?;
-        eniipd::cni::run(cmd, &env, &stdin)
+        eniip_cni::run(cmd, &env, &stdin)
     });
     let mut out = std::io::stdout().lock();
     match outcome {

@@ -6,10 +6,27 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use eniipd::cli::{self, Arg, Asked, UsageError};
-use eniipd::sim::{
+use eniip_protocol::cli::{self, Arg, Asked, UsageError};
+use eniip_sim::hostlinks::{self, HostLinks, HostLinksOptions};
+use eniip_sim::{
     flow, SimOptions, Simulator, VSwitchSpec, DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET,
 };
+
+/// The environment that sets the accepted access key pair (a parent such
+/// as `eniipd --simulate` passes its own pair here, never on the command
+/// line, where any user could read it).
+const ENV_KEY_ID: &str = "ENIIP_SIM_ACCESS_KEY_ID";
+const ENV_KEY_SECRET: &str = "ENIIP_SIM_ACCESS_KEY_SECRET";
+
+/// What the program does beside serving.
+#[derive(Debug, Default)]
+struct Extras {
+    /// `--host-links TAG`: the emulated ENIs as links on this host.
+    host_links: Option<String>,
+    /// `--exit-with-stdin`: stop when standard input reaches its end (the
+    /// parent that holds its other end is gone, however it died).
+    exit_with_stdin: bool,
+}
 
 fn help() -> String {
     format!(
@@ -25,7 +42,8 @@ Usage:
             [--metadata-hardened] [--seed N]
             [--instances N] [--instance-types TYPE,TYPE...]
             [--flow-control ACTION=N/min|default]... [--flow-control-model window|bucket]
-            [--state-file PATH] [-V|--version] [-h|--help]
+            [--state-file PATH] [--host-links TAG] [--exit-with-stdin]
+            [-V|--version] [-h|--help]
   A value follows its option, or comes after `=` (--vswitch=ID=CIDR).
 
 Defaults:
@@ -50,6 +68,12 @@ Defaults:
   defaults as they are. Calls over the quota: 400 Throttling.User.
   --state-file PATH keeps the emulated cloud (instances, ENIs, addresses,
   tags, vswitch counts) in PATH: restored at start, saved as it changes.
+  --host-links TAG (root) makes the instance's ENIs links on this host
+  (e<TAG>n<slot>) with a VPC namespace behind them, and prints after the
+  ready line:  links vpc=<namespace path> gateway=<first vswitch's gateway>
+  --exit-with-stdin stops the emulator when its standard input ends.
+  {ENV_KEY_ID} and {ENV_KEY_SECRET} in the environment set the
+  accepted pair as the two options do.
 
 When ready it prints one line to stdout:
   ready ecs=http://127.0.0.1:P vpc=http://127.0.0.1:P metadata=http://127.0.0.1:Q instance=<id> region=<id>
@@ -57,14 +81,17 @@ and logs to stderr only. Admin: GET /__sim/state, POST/DELETE /__sim/faults,
 POST /__sim/vswitch, POST /__sim/metadata on the OpenAPI listener.
 See eniip-sim(1).
 ",
-        eniipd::sim::types::DEFAULT,
-        eniipd::sim::types::known()
+        eniip_sim::types::DEFAULT,
+        eniip_sim::types::known()
     )
 }
 
 /// The options from the command line (after the program name).
-fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<SimOptions>, UsageError> {
+fn options(
+    args: impl IntoIterator<Item = String>,
+) -> Result<Asked<(SimOptions, Extras)>, UsageError> {
     let mut o = SimOptions::default();
+    let mut extras = Extras::default();
     let mut vswitches = Vec::new();
     let (mut key_id, mut key_secret) = (None, None);
     let mut flow_given: Option<std::collections::BTreeMap<String, u32>> = None;
@@ -101,6 +128,8 @@ fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<SimOptions>, 
             "--metadata-lag-ms" => o.metadata_lag = Duration::from_millis(num(&mut p)?),
             "--seed" => o.seed = Some(num(&mut p)?),
             "--metadata-hardened" => o.metadata_hardened = true,
+            "--host-links" => extras.host_links = Some(cli::value(&mut p, &flag)?),
+            "--exit-with-stdin" => extras.exit_with_stdin = true,
             "--state-file" => {
                 o.world_file = Some(std::path::PathBuf::from(cli::value(&mut p, &flag)?))
             }
@@ -135,6 +164,8 @@ fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<SimOptions>, 
             _ => return Err(UsageError::new(format!("unknown option {flag}"))),
         }
     }
+    let key_id = key_id.or_else(|| std::env::var(ENV_KEY_ID).ok());
+    let key_secret = key_secret.or_else(|| std::env::var(ENV_KEY_SECRET).ok());
     match (key_id, key_secret) {
         (Some(i), Some(s)) => {
             o.access_key_id = i;
@@ -143,7 +174,7 @@ fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<SimOptions>, 
         (None, None) => {}
         _ => {
             return Err(UsageError::new(
-                "--access-key-id and --access-key-secret go together",
+                "--access-key-id and --access-key-secret go together (so do ENIIP_SIM_ACCESS_KEY_ID and ENIIP_SIM_ACCESS_KEY_SECRET)",
             ))
         }
     }
@@ -154,11 +185,11 @@ fn options(args: impl IntoIterator<Item = String>) -> Result<Asked<SimOptions>, 
     if flow_given.is_some() || o.instances > 1 {
         o.flow.limits = flow::FlowOptions::with_defaults(&flow_given.unwrap_or_default());
     }
-    Ok(Asked::Run(o))
+    Ok(Asked::Run((o, extras)))
 }
 
 fn main() -> ExitCode {
-    let o = match cli::settle("eniip-sim", &help(), options(std::env::args().skip(1))) {
+    let (o, extras) = match cli::settle("eniip-sim", &help(), options(std::env::args().skip(1))) {
         Ok(o) => o,
         Err(code) => return code,
     };
@@ -184,7 +215,7 @@ fn main() -> ExitCode {
                 msg.push_str(&format!(": {src}"));
             }
             eprintln!("eniip-sim: {msg}");
-            return ExitCode::from(if matches!(e, eniipd::sim::SimError::Config(_)) {
+            return ExitCode::from(if matches!(e, eniip_sim::SimError::Config(_)) {
                 2
             } else {
                 1
@@ -199,12 +230,67 @@ fn main() -> ExitCode {
         }
         let _ = out.flush();
     }
+    let links = match extras.host_links.map(|tag| start_links(&sim, tag)) {
+        None => None,
+        Some(Ok(l)) => Some(l),
+        Some(Err(msg)) => {
+            eprintln!("eniip-sim: --host-links: {msg}");
+            sim.shutdown();
+            return ExitCode::FAILURE;
+        }
+    };
     log::info!("eniip-sim serving instance {}", sim.instance_id());
     sim.notify_ready();
+    if extras.exit_with_stdin {
+        if let Err(e) = watch_stdin(signals.handle()) {
+            eprintln!("eniip-sim: --exit-with-stdin: {e}");
+            sim.shutdown();
+            return ExitCode::FAILURE;
+        }
+    }
     let mut signals = signals;
     if let Some(s) = signals.forever().next() {
         log::info!("signal {s}: stopping");
     }
+    if let Some(l) = links {
+        l.stop_until(std::time::Instant::now() + Duration::from_secs(3));
+    }
     sim.shutdown();
     ExitCode::SUCCESS
+}
+
+/// `--host-links TAG`: starts the links and prints where they are.
+fn start_links(sim: &Simulator, tag: String) -> Result<HostLinks, String> {
+    let links = HostLinks::start(HostLinksOptions {
+        ecs_url: sim.ecs_url(),
+        instance_id: sim.instance_id(),
+        node_netns: None,
+        vpc_netns: None,
+        tag,
+        poll: Duration::from_millis(100),
+    })
+    .map_err(|e| match std::error::Error::source(&e) {
+        Some(src) => format!("{e}: {src}"),
+        None => e.to_string(),
+    })?;
+    let gateway = hostlinks::first_gateway(&sim.state())
+        .map(|g| format!(" gateway={g}"))
+        .unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "links vpc={}{gateway}", links.vpc_path().display());
+    let _ = out.flush();
+    Ok(links)
+}
+
+/// `--exit-with-stdin`: a named thread reads standard input to its end,
+/// then stops the program as SIGTERM would.
+fn watch_stdin(stop: signal_hook::iterator::Handle) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("sim-stdin".into())
+        .spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
+            log::info!("standard input closed: stopping");
+            stop.close();
+        })
+        .map(|_| ())
 }

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use eniipd::cli::{self, Arg, Asked, UsageError, ValueExt};
-use eniipd::protocol::client::{keep_lines, verb, Client, ClientError, Deadline};
-use eniipd::protocol::reach::{unreachable_hint, SocketFrom};
-use eniipd::protocol::MAX_LINE;
+use eniip_protocol::cli::{self, Arg, Asked, UsageError, ValueExt};
+use eniip_protocol::protocol::client::{keep_lines, verb, Client, ClientError, Deadline};
+use eniip_protocol::protocol::reach::{unreachable_hint, SocketFrom};
+use eniip_protocol::protocol::MAX_LINE;
 
 const HELP: &str = "\
 eniipctl - send one request to eniipd and print the reply
@@ -75,7 +75,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Asked<Request>, Usage
     let (mut socket, mut socket_from) = match std::env::var("ENIIPD_SOCKET") {
         Ok(s) if !s.is_empty() => (s, SocketFrom::Env),
         _ => (
-            eniipd::config::DEFAULT_SOCKET_PATH.to_string(),
+            eniipd_daemon::config::DEFAULT_SOCKET_PATH.to_string(),
             SocketFrom::Default,
         ),
     };

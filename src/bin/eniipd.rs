@@ -2,13 +2,13 @@
 
 use std::process::ExitCode;
 
-use eniipd::daemon::args;
+use eniipd_daemon::daemon::args;
 
 fn main() -> ExitCode {
     // Before any thread starts: one malloc arena for every thread.
-    eniipd::util::memory::one_arena();
-    match eniipd::cli::settle("eniipd", args::HELP, args::parse(std::env::args().skip(1))) {
-        Ok(a) => ExitCode::from(u8::try_from(eniipd::daemon::run(a)).unwrap_or(1)),
+    eniip_util::memory::one_arena();
+    match eniip_protocol::cli::settle("eniipd", args::HELP, args::parse(std::env::args().skip(1))) {
+        Ok(a) => ExitCode::from(u8::try_from(eniipd_daemon::daemon::run(a)).unwrap_or(1)),
         Err(code) => code,
     }
 }

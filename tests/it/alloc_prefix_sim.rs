@@ -12,8 +12,8 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use common::{at_once, config, eventually, field, first_vswitch, tempdir, Daemon, Sim};
-use eniipd::protocol::client::Client;
-use eniipd::protocol::reply::{parse_eni_line, EniLine};
+use eniip_protocol::protocol::client::Client;
+use eniip_protocol::protocol::reply::{parse_eni_line, EniLine};
 use serde_json::{json, Value};
 
 fn sim(instance_type: &str) -> Sim {
@@ -37,7 +37,7 @@ fn cloud(sim: &Sim) -> (BTreeMap<Ipv4Addr, String>, BTreeSet<String>) {
             assert!(ips.insert(a.parse().unwrap(), id.clone()).is_none());
         }
         for p in strings(&e["ipv4_prefixes"]) {
-            let p: eniipd::cloud::Ipv4Prefix = p.parse().unwrap();
+            let p: eniip_cloud::Ipv4Prefix = p.parse().unwrap();
             for a in p.addresses() {
                 assert!(ips.insert(a, id.clone()).is_none(), "{a} twice");
             }
@@ -118,7 +118,7 @@ fn a_g7_large_secondary_eni_hands_out_80_distinct_addresses() {
             Some(eni),
             "{ip} is not on {eni} in the cloud"
         );
-        let p = eniipd::cloud::Ipv4Prefix::containing(*ip).to_string();
+        let p = eniip_cloud::Ipv4Prefix::containing(*ip).to_string();
         assert!(prefixes.contains(&p), "{ip} is outside every prefix");
     }
     println!(

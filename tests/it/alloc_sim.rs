@@ -312,9 +312,9 @@ fn kill_9_mid_burst_loses_no_acknowledged_allocation_and_leaks_nothing() {
 
 #[test]
 fn an_eni_deleted_behind_the_daemons_back_is_let_go() {
-    use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-    use eniipd::cloud::credentials::CredentialSource;
-    use eniipd::cloud::{wait, CloudApi, EniStatus};
+    use eniip_cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
+    use eniip_cloud::credentials::CredentialSource;
+    use eniip_cloud::{wait, CloudApi, EniStatus};
 
     // ecs.g7.large: 2 usable ENIs of 6 addresses, capacity 12.
     let sim = Sim::quick(&["--instance-type", "ecs.g7.large"]);
@@ -337,8 +337,8 @@ fn an_eni_deleted_behind_the_daemons_back_is_let_go() {
         &sim.region,
         &sim.metadata,
         CredentialSource::Static {
-            id: eniipd::sim::DEFAULT_ACCESS_KEY_ID.into(),
-            secret: eniipd::util::Secret::new(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET),
+            id: eniip_sim::DEFAULT_ACCESS_KEY_ID.into(),
+            secret: eniip_util::Secret::new(eniip_sim::DEFAULT_ACCESS_KEY_SECRET),
             token: None,
         },
     );
@@ -471,7 +471,7 @@ fn a_failing_metadata_service_reaches_clients_named_as_such() {
 #[test]
 fn a_wrong_secret_exits_77_without_the_whole_key_id_in_the_log() {
     let sim = Sim::start(&[]);
-    let key_id = eniipd::sim::DEFAULT_ACCESS_KEY_ID;
+    let key_id = eniip_sim::DEFAULT_ACCESS_KEY_ID;
     for version in ["v1", "v3"] {
         let dir = tempdir(&format!("wrongkey-{version}"));
         let cfg = config(

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::alloc_prefix_sim::burst;
 use common::{config, field, tempdir, Daemon, Sim, DUAL_VSWITCH};
-use eniipd::cloud::{Ipv4Prefix, Ipv6Prefix};
+use eniip_cloud::{Ipv4Prefix, Ipv6Prefix};
 use serde_json::{json, Value};
 
 fn sim() -> Sim {

@@ -30,7 +30,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{config, eventually, field, tempdir, Daemon, Sim};
-use eniipd::util::rand::Rng;
+use eniip_util::rand::Rng;
 use serde_json::json;
 
 /// What the test knows about one owner.
@@ -327,7 +327,7 @@ fn check_restart(
                     mode == Mode::Prefix,
                     "round {round}: a prefix outside prefix mode: {p}"
                 );
-                let p: eniipd::cloud::Ipv4Prefix = p.as_str().unwrap().parse().unwrap();
+                let p: eniip_cloud::Ipv4Prefix = p.as_str().unwrap().parse().unwrap();
                 for a in p.addresses() {
                     cloud.insert(a.to_string(), e["id"].as_str().unwrap().to_string());
                 }

@@ -8,9 +8,9 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use crate::common::{by_id, first_vswitch};
-use eniipd::cloud::aliyun::AliyunCloud;
-use eniipd::cloud::{CloudApi, CloudErrorKind, CreateEni, EniQuery, Ipv4Prefix};
-use eniipd::sim::{FaultRule, SimOptions, Simulator};
+use eniip_cloud::aliyun::AliyunCloud;
+use eniip_cloud::{CloudApi, CloudErrorKind, CreateEni, EniQuery, Ipv4Prefix};
+use eniip_sim::{FaultRule, SimOptions, Simulator};
 
 fn cloud(sim: &Simulator) -> AliyunCloud {
     AliyunCloud::new(sim.client_options())

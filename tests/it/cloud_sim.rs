@@ -5,14 +5,14 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use crate::common::first_vswitch;
-use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-use eniipd::cloud::credentials::CredentialSource;
-use eniipd::cloud::retry::RetryPolicy;
-use eniipd::cloud::rpc::Timeouts;
-use eniipd::cloud::sign::SignatureVersion;
-use eniipd::cloud::{wait, CloudApi, CloudErrorKind, CreateEni, EniQuery, EniStatus};
-use eniipd::sim::{FaultRule, SimOptions, Simulator, VSwitchSpec};
-use eniipd::util::Secret;
+use eniip_cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
+use eniip_cloud::credentials::CredentialSource;
+use eniip_cloud::retry::RetryPolicy;
+use eniip_cloud::rpc::Timeouts;
+use eniip_cloud::sign::SignatureVersion;
+use eniip_cloud::{wait, CloudApi, CloudErrorKind, CreateEni, EniQuery, EniStatus};
+use eniip_sim::{FaultRule, SimOptions, Simulator, VSwitchSpec};
+use eniip_util::Secret;
 
 fn cloud(sim: &Simulator) -> AliyunCloud {
     cloud_with(sim, Timeouts::default(), RetryPolicy::default())
@@ -375,7 +375,7 @@ fn a_wrong_secret_is_an_auth_error_without_retries() {
         );
         if signature_version == SignatureVersion::V1 {
             assert!(
-                text.contains(&eniipd::util::mask(sim.access_key_id())),
+                text.contains(&eniip_util::mask(sim.access_key_id())),
                 "{text}"
             );
         }

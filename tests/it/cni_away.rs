@@ -18,7 +18,7 @@ const LARGE: &str = "ecs.g7.large";
 
 /// The releases queued beside the test eniipd's socket.
 fn queued(w: &World) -> Vec<String> {
-    let dir = eniipd::releases::dir_for(&w.socket());
+    let dir = eniip_protocol::releases::dir_for(&w.socket());
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
@@ -121,7 +121,7 @@ fn a_late_queued_release_never_takes_a_newer_sandboxs_address() {
     // The old sandbox's release arrives late, through the queue, while
     // eniipd runs: it is applied (its file goes) and changes nothing.
     let owner = format!("{}/default/db-0", w.network);
-    eniipd::releases::queue(&w.socket(), &owner, &old.id, None).unwrap();
+    eniip_protocol::releases::queue(&w.socket(), &owner, &old.id, None).unwrap();
     assert!(
         eventually(Duration::from_secs(30), || queued(&w).is_empty()),
         "the queued release was not applied: {:?}",
@@ -130,7 +130,7 @@ fn a_late_queued_release_never_takes_a_newer_sandboxs_address() {
     assert_eq!(w.inuse().get(&r_new.ip()), Some(&owner), "{:?}", w.inuse());
     assert!(new.ping(GATEWAY), "{}", w.diag());
     // A file that is no release is put aside, never applied.
-    let dir = eniipd::releases::dir_for(&w.socket());
+    let dir = eniip_protocol::releases::dir_for(&w.socket());
     std::fs::write(dir.join("junk.release"), format!("release {owner}\n")).unwrap();
     assert!(
         eventually(Duration::from_secs(30), || dir

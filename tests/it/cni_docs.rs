@@ -3,7 +3,7 @@
 //! the options its `--help` lists.
 
 use crate::man::{section, source};
-use eniipd::cni::spec::code;
+use eniip_cni::spec::code;
 
 #[test]
 fn the_page_names_every_command_code_key_and_option() {

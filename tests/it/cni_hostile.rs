@@ -235,7 +235,7 @@ fn gc_removes_the_host_end_of_an_add_killed_before_its_rules() {
     // leaves: the allocation (with the host end it named) and a veth with
     // no address, route or rule.
     let dead = Ctr::new(&w, 1);
-    let veth = eniipd::cni::datapath::host_veth_name(&dead.id, "eth0");
+    let veth = eniip_datapath::datapath::host_veth_name(&dead.id, "eth0");
     let owner = format!("{}/{}", w.network, dead.id);
     w.daemon().ok(&format!(
         "alloc {owner} sandbox={} netns={} veth={veth}",
@@ -289,7 +289,7 @@ fn gc_removes_the_host_end_of_an_allocation_that_named_none() {
         (&bare, None),
         (&other, Some(Some("10.255.0.7".to_string()))),
     ] {
-        let veth = eniipd::cni::datapath::host_veth_name(&c.id, "eth0");
+        let veth = eniip_datapath::datapath::host_veth_name(&c.id, "eth0");
         let owner = format!("{}/{}", w.network, c.id);
         let got = w.daemon().ok(&format!("alloc {owner} sandbox={}", c.id));
         let ip = crate::common::field(&got, "ip");
@@ -330,7 +330,7 @@ fn a_hung_eniipd_fails_add_check_and_gc_within_seconds_and_a_del_queues_its_rele
     let conf = w.conf("1.1.0", json!({"daemonWait": 0}));
     let c = Ctr::new(&w, 0);
     let added = w.cni("ADD", Some(&c), &conf).expect_ok("ADD");
-    let veth = eniipd::cni::datapath::host_veth_name(&c.id, "eth0");
+    let veth = eniip_datapath::datapath::host_veth_name(&c.id, "eth0");
     let pid = nix::unistd::Pid::from_raw(w.daemon().pid());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
     let mut check = conf.clone();
@@ -356,7 +356,7 @@ fn a_hung_eniipd_fails_add_check_and_gc_within_seconds_and_a_del_queues_its_rele
     .collect();
     // DEL never fails for it: the node side goes, the release is queued.
     let (del, del_took) = timed("DEL", Some(&c), &conf);
-    let queue = eniipd::releases::dir_for(&w.socket());
+    let queue = eniip_protocol::releases::dir_for(&w.socket());
     let queued = std::fs::read_dir(&queue).map(|d| d.count()).unwrap_or(0);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     for (cmd, out, took) in &outcomes {

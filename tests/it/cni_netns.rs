@@ -514,7 +514,7 @@ fn an_ipv6_carved_from_an_enis_80_works_through_the_datapath() {
             .split_whitespace()
             .find_map(|x| x.strip_prefix("ipv6prefix="))
             .unwrap_or_else(|| panic!("no ipv6prefix= (not carved from a /80): {show}"));
-        let p: eniipd::core::Ipv6Prefix = prefix.parse().unwrap();
+        let p: eniip_protocol::core::Ipv6Prefix = prefix.parse().unwrap();
         assert!(p.contains(ip6.parse().unwrap()), "{ip6} outside {prefix}");
         assert!(
             eventually(Duration::from_secs(10), || c.ping6(GATEWAY6)),

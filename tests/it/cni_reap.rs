@@ -46,7 +46,7 @@ impl Drop for Holder {
 
 /// The host end eniip-cni made for a container (ifname eth0).
 fn host_end(c: &Ctr) -> String {
-    eniipd::cni::datapath::host_veth_name(&c.id, "eth0")
+    eniip_datapath::datapath::host_veth_name(&c.id, "eth0")
 }
 
 fn has_link(w: &World, name: &str) -> bool {
@@ -283,7 +283,7 @@ fn a_sandbox_containerd_forgot_across_its_restart_is_reaped_and_a_live_one_kept(
         w.diag()
     );
     // (Its ADD named the netns containerd mounted: the reaper looked.)
-    let gone_end = eniipd::cni::datapath::host_veth_name(&gone_id, "eth0");
+    let gone_end = eniip_datapath::datapath::host_veth_name(&gone_id, "eth0");
     assert!(!has_link(&w, &gone_end), "{gone_end} left\n{}", w.diag());
     assert!(
         rules_of(&w, &gone.ip).is_empty(),

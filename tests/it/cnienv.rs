@@ -4,7 +4,7 @@
 //! - `node`: the node the plugin runs in (`ip netns exec node eniip-cni`);
 //!   each managed ENI appears there as one end of a veth pair carrying the
 //!   ENI's MAC, a moment after its attach, made by the product's own
-//!   emulation ([`eniipd::sim::hostlinks`], what `eniipd --simulate
+//!   emulation ([`eniip_sim::hostlinks`], what `eniipd --simulate
 //!   --simulate-links` runs on the host), which follows `/__sim/state`;
 //! - `vpc`: set up by that emulation: the vswitch gateway (on `lo`) and
 //!   the other end of every ENI; its routes and permanent
@@ -34,8 +34,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use eniipd::protocol::reply::{parse_list_line, ListLine};
-use eniipd::sim::hostlinks::{HostLinks, HostLinksOptions};
+use eniip_protocol::protocol::reply::{parse_list_line, ListLine};
+use eniip_sim::hostlinks::{HostLinks, HostLinksOptions};
 
 use serde_json::{json, Value};
 
@@ -335,14 +335,14 @@ impl World {
 
     /// The ENI eniipd hands `ip` out on (its `list` line's, as `eni`
     /// answers it).
-    pub fn eni_of(&self, ip: &str) -> eniipd::core::EniInfo {
+    pub fn eni_of(&self, ip: &str) -> eniip_protocol::core::EniInfo {
         let line = self
             .in_use()
             .find(|l| l.ip.to_string() == ip)
             .unwrap_or_else(|| panic!("{ip} is not in use: {:?}", self.inuse()));
         let reply = self.ask(&format!("eni {}", line.eni)).join("\n");
         let text = reply.strip_prefix("OK ").unwrap_or(&reply);
-        eniipd::protocol::reply::parse_eni(text).unwrap_or_else(|e| panic!("{reply}: {e}"))
+        eniip_protocol::protocol::reply::parse_eni(text).unwrap_or_else(|e| panic!("{reply}: {e}"))
     }
 
     /// The in-use lines of eniipd's `list`.
@@ -661,7 +661,8 @@ impl ReplyRewriter {
                 let shut = s.try_clone().unwrap();
                 let serve = move || {
                     let wait = Duration::from_secs(120);
-                    let Ok(mut up) = eniipd::protocol::client::Client::connect(&upstream, wait)
+                    let Ok(mut up) =
+                        eniip_protocol::protocol::client::Client::connect(&upstream, wait)
                     else {
                         return;
                     };

@@ -20,7 +20,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use eniipd::protocol::client::Client;
+use eniip_protocol::protocol::client::Client;
 use serde_json::Value;
 
 /// Tests that flood a server take turns: side by side on a small machine
@@ -34,7 +34,7 @@ pub fn one_flood_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// The one skip policy: a test that cannot run here (`why`: the test and
 /// what it needs) says SKIPPED loudly and passes; under CI
 /// (`ENIIPD_CI=1`) it fails instead.
-pub use eniipd::util::testing::skip;
+pub use eniip_util::testing::skip;
 
 /// The first of `paths` (one tool's usual places) that exists; else
 /// `None`, after [`skip`] for `test`.
@@ -81,7 +81,7 @@ pub fn tempdir_in(base: &Path, tag: &str) -> PathBuf {
 
 /// Polls `f` every 20 ms until it returns true or `limit` passes.
 pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
-    eniipd::util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
+    eniip_util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
 }
 
 /// A dual-stack vswitch for eniip-sim's `--vswitch`: the emulator's
@@ -184,17 +184,17 @@ impl Sim {
 
     /// Options for eniipd's OpenAPI client against this emulator: its
     /// endpoints and key pair (`crate::openapi_client::client` makes the client).
-    pub fn openapi_options(&self) -> eniipd::cloud::aliyun::AliyunCloudOptions {
-        use eniipd::cloud::aliyun::AliyunCloudOptions;
+    pub fn openapi_options(&self) -> eniip_cloud::aliyun::AliyunCloudOptions {
+        use eniip_cloud::aliyun::AliyunCloudOptions;
         AliyunCloudOptions {
             ecs_endpoint: self.ecs.clone(),
             vpc_endpoint: self.ecs.clone(),
             ..AliyunCloudOptions::new(
                 &self.region,
                 &self.metadata,
-                eniipd::cloud::credentials::CredentialSource::Static {
-                    id: eniipd::sim::DEFAULT_ACCESS_KEY_ID.into(),
-                    secret: eniipd::util::Secret::new(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET),
+                eniip_cloud::credentials::CredentialSource::Static {
+                    id: eniip_sim::DEFAULT_ACCESS_KEY_ID.into(),
+                    secret: eniip_util::Secret::new(eniip_sim::DEFAULT_ACCESS_KEY_SECRET),
                     token: None,
                 },
             )
@@ -270,8 +270,8 @@ pub fn config(sim: &Sim, dir: &Path, extra: Value) -> Value {
 /// allowed; nothing else (the benches measure the defaults).
 pub fn base_config(ecs: &str, metadata: &str, dir: &Path) -> Value {
     serde_json::json!({
-        "access_key": eniipd::sim::DEFAULT_ACCESS_KEY_ID,
-        "access_secret": eniipd::sim::DEFAULT_ACCESS_KEY_SECRET,
+        "access_key": eniip_sim::DEFAULT_ACCESS_KEY_ID,
+        "access_secret": eniip_sim::DEFAULT_ACCESS_KEY_SECRET,
         "ecs_endpoint": ecs,
         "vpc_endpoint": ecs,
         "metadata_endpoint": metadata,
@@ -353,7 +353,8 @@ impl Daemon {
     pub fn wait_verified(&self, limit: Duration) {
         // The log is appended across restarts: this start's part begins
         // at its last "state: ..." line.
-        let this_start = |l: &str| l[l.rfind("eniipd::daemon: state: ").unwrap_or(0)..].to_string();
+        let this_start =
+            |l: &str| l[l.rfind("eniipd_daemon::daemon: state: ").unwrap_or(0)..].to_string();
         if !this_start(&self.log_text()).contains("restarted from the state files") {
             return;
         }
@@ -532,7 +533,7 @@ pub fn says_ready(datagram: &[u8]) -> bool {
 }
 
 fn rand_suffix() -> String {
-    eniipd::util::rand::with_thread_rng(|r| r.hex(4))
+    eniip_util::rand::with_thread_rng(|r| r.hex(4))
 }
 
 /// How long a test waits for one reply (an `audit` or a cold `alloc` on

@@ -70,7 +70,7 @@ fn every_command_through_the_real_daemon() {
     assert!(cfg.contains(&"access_secret=***".to_string()));
     assert!(!cfg
         .iter()
-        .any(|l| l.contains(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET)));
+        .any(|l| l.contains(eniip_sim::DEFAULT_ACCESS_KEY_SECRET)));
     assert_eq!(
         d.ask("release default/web-1 sandbox=other"),
         vec!["OK released=none"],
@@ -233,8 +233,8 @@ fn bad_config_exits_78_naming_the_key_and_check_config_masks_secrets() {
         "{stdout}"
     );
     assert!(
-        !stdout.contains(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET)
-            && !stderr.contains(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET)
+        !stdout.contains(eniip_sim::DEFAULT_ACCESS_KEY_SECRET)
+            && !stderr.contains(eniip_sim::DEFAULT_ACCESS_KEY_SECRET)
     );
     assert!(
         stderr.contains("frobnicate") && stderr.contains("service_cidr"),
@@ -603,7 +603,7 @@ fn watchdog_pings_and_journald_prefixes() {
     assert!(
         lines
             .iter()
-            .any(|l| l.starts_with("<6>eniipd::daemon: eniipd") && l.contains("ready")),
+            .any(|l| l.starts_with("<6>eniipd_daemon::daemon: eniipd") && l.contains("ready")),
         "{err}"
     );
 }
@@ -713,7 +713,7 @@ fn refused_credentials_at_start_are_exit_77_naming_the_code() {
     );
     let mut cfg = cfg;
     cfg["access_key"] = json!("LTAInosuchkey00000000");
-    cfg["access_secret"] = json!(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET);
+    cfg["access_secret"] = json!(eniip_sim::DEFAULT_ACCESS_KEY_SECRET);
     let mut d = Daemon::spawn(&dir, &cfg, &[]);
     let status = d.wait_exit(Duration::from_secs(30));
     assert_eq!(status.code(), Some(77), "{}", d.log_text());

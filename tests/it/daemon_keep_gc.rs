@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{config, field, tempdir, Daemon, Sim};
-use eniipd::protocol::client::Client;
+use eniip_protocol::protocol::client::Client;
 use serde_json::json;
 
 /// One connection, many requests: every reply's lines, in order.

@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use crate::man::{section, words};
-use eniipd::config::RawConfig;
-use eniipd::core::ErrCode;
-use eniipd::metrics::{render, Gauges};
-use eniipd::protocol::HELP;
+use eniip_protocol::core::ErrCode;
+use eniip_protocol::protocol::HELP;
+use eniipd_daemon::config::RawConfig;
+use eniipd_daemon::metrics::{render, Gauges};
 
 /// The long options a program's `--help` lists.
 fn flags(bin: &str) -> BTreeSet<String> {

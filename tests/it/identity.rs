@@ -27,7 +27,7 @@ const LARGE: &str = "ecs.g7.large";
 
 /// The queued releases eniipd has not applied yet.
 fn queued(socket: &Path) -> Vec<String> {
-    std::fs::read_dir(eniipd::releases::dir_for(socket))
+    std::fs::read_dir(eniip_protocol::releases::dir_for(socket))
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -74,7 +74,7 @@ fn a_release_queued_before_the_same_sandbox_was_added_again_keeps_its_address() 
     // The DEL while eniipd is stalled for 3 s (the plugin gives up on its
     // `ping` after 2 s): the node's side goes, the release is queued.
     let started = Instant::now();
-    let q = eniipd::releases::dir_for(&w.socket());
+    let q = eniip_protocol::releases::dir_for(&w.socket());
     let aside = w.dir.join("queued-aside");
     {
         let _stalled = Stalled::new(w.daemon().pid());
@@ -124,7 +124,7 @@ fn a_release_queued_before_the_same_sandbox_was_added_again_keeps_its_address() 
 fn held(socket: &Path) -> BTreeMap<String, String> {
     ask(socket, "list")
         .iter()
-        .filter_map(|l| eniipd::protocol::reply::parse_list_line(l).ok())
+        .filter_map(|l| eniip_protocol::protocol::reply::parse_list_line(l).ok())
         .filter(|l| l.state == "inuse")
         .filter_map(|l| Some((l.ip.to_string(), l.owner?)))
         .collect()
@@ -198,7 +198,7 @@ fn a_del_whose_address_went_to_another_pod_before_it_returned_leaves_that_pod_al
         assert_eq!(got, ip, "B gets the address A gave back");
         go.send(()).unwrap();
         del.join().unwrap().expect_ok("A's DEL");
-        let b_end = eniipd::cni::datapath::host_veth_name(&b.id, "eth0");
+        let b_end = eniip_cni::datapath::host_veth_name(&b.id, "eth0");
         assert!(
             has_link(&w, &b_end),
             "B's host end was removed: {}",
@@ -228,7 +228,7 @@ fn send(socket: &Path, line: &str) -> String {
             return String::new();
         }
         let l = l.trim_end().to_string();
-        if eniipd::protocol::is_final_line(&l) {
+        if eniip_protocol::protocol::is_final_line(&l) {
             return l;
         }
     }
@@ -261,7 +261,7 @@ fn a_release_of_an_old_sandbox_never_answers_the_new_sandboxs_waiting_alloc() {
         // pass, without eniip-cni's owner lock).
         let r = send(&socket, "release ns/web sandbox=old1");
         assert_eq!(r, "OK released=none");
-        let q = eniipd::releases::dir_for(&socket);
+        let q = eniip_protocol::releases::dir_for(&socket);
         std::fs::create_dir_all(&q).unwrap();
         std::fs::set_permissions(&q, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
         std::fs::write(q.join("old2.release"), "release ns/db sandbox=old2\n").unwrap();
@@ -281,16 +281,6 @@ fn a_release_of_an_old_sandbox_never_answers_the_new_sandboxs_waiting_alloc() {
     let held = held(&socket);
     assert_eq!(held.len(), 2, "{held:?}");
     drop(d);
-}
-
-/// The lock file eniip-cni takes for `owner` in `lock_dir` (eniip-cni(8),
-/// "One invocation per owner": one of 64 files chosen by a hash of the
-/// owner, as `cni::lock` chooses it).
-pub(crate) fn owner_lock(lock_dir: &Path, owner: &str) -> std::path::PathBuf {
-    use sha1::{Digest, Sha1};
-    let h = Sha1::digest(owner.as_bytes());
-    let n = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) % 64;
-    lock_dir.join(format!("owner.{n}"))
 }
 
 #[test]
@@ -317,7 +307,8 @@ fn a_gc_whose_address_went_to_another_pod_while_it_waited_leaves_that_pod_alone(
     let b = (1..64)
         .map(|n| Ctr::new(&w, n))
         .find(|b| {
-            owner_lock(&locks, &format!("{}/{}", w.network, b.id)) != owner_lock(&locks, &owner_a)
+            eniip_cni::lock::path_of(&locks, &format!("{}/{}", w.network, b.id))
+                != eniip_cni::lock::path_of(&locks, &owner_a)
         })
         .unwrap();
     // A's owner lock is held (as a concurrent DEL or CHECK of A holds it)
@@ -326,7 +317,7 @@ fn a_gc_whose_address_went_to_another_pod_while_it_waited_leaves_that_pod_alone(
         .create(true)
         .truncate(false)
         .write(true)
-        .open(owner_lock(&locks, &owner_a))
+        .open(eniip_cni::lock::path_of(&locks, &owner_a))
         .unwrap();
     let held = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive).unwrap();
     let mut gc = conf.clone();
@@ -347,14 +338,14 @@ fn a_gc_whose_address_went_to_another_pod_while_it_waited_leaves_that_pod_alone(
             Some(&format!("{}/{}", w.network, b.id))
         );
     });
-    let b_end = eniipd::cni::datapath::host_veth_name(&b.id, "eth0");
+    let b_end = eniip_cni::datapath::host_veth_name(&b.id, "eth0");
     assert!(
         has_link(&w, &b_end),
         "B's host end was removed: {}",
         w.diag()
     );
     assert!(b.ping(GATEWAY), "B lost its network: {}", w.diag());
-    let a_end = eniipd::cni::datapath::host_veth_name(&a.id, "eth0");
+    let a_end = eniip_cni::datapath::host_veth_name(&a.id, "eth0");
     assert!(!has_link(&w, &a_end), "A's host end is left: {}", w.diag());
     assert!(
         !w.inuse().values().any(|o| o == &owner_a),

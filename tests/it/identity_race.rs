@@ -10,7 +10,7 @@
 //! sandboxes, every live sandbox held its address by eniipd and its host
 //! end the one its ADD made (same ifindex).
 //!
-//! eniip-cni runs in this process (`eniipd::cni::run`, what the binary
+//! eniip-cni runs in this process (`eniip_cni::run`, what the binary
 //! runs), on threads in the test's node namespace, with real veths into
 //! real container namespaces: 1 000 steps through the binary and `ip
 //! netns exec` would take minutes.
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use eniipd::cni::spec::Command as Cni;
+use eniip_cni::spec::Command as Cni;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
@@ -69,9 +69,9 @@ fn cni(cmd: Cni, id: Option<(&str, &PathBuf)>, conf: &Value) -> Result<String, S
         .into(),
         None => BTreeMap::new(),
     };
-    let env = eniipd::cni::spec::Env::from_vars(cmd, |k| vars.get(k).cloned())
+    let env = eniip_cni::spec::Env::from_vars(cmd, |k| vars.get(k).cloned())
         .map_err(|e| e.to_string())?;
-    eniipd::cni::run(cmd, &env, conf.to_string().as_bytes()).map_err(|e| e.to_string())
+    eniip_cni::run(cmd, &env, conf.to_string().as_bytes()).map_err(|e| e.to_string())
 }
 
 /// The node's links: name -> ifindex (`ip -o link`, in this thread's
@@ -107,7 +107,7 @@ fn check(s: &Shared, socket: &std::path::Path, step: usize, stalled: &AtomicBool
     let inuse: Option<BTreeMap<String, String>> = (!stalled.load(Ordering::SeqCst)).then(|| {
         ask(socket, "list")
             .iter()
-            .filter_map(|l| eniipd::protocol::reply::parse_list_line(l).ok())
+            .filter_map(|l| eniip_protocol::protocol::reply::parse_list_line(l).ok())
             .filter(|l| l.state == "inuse")
             .filter_map(|l| Some((l.ip.to_string(), l.owner?)))
             .collect()
@@ -158,7 +158,7 @@ impl Race<'_> {
     /// One thread's steps on its two slots, in the node namespace.
     fn worker(&self, t: usize) {
         nix::sched::setns(&self.node, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        let mut rng = eniipd::util::rand::Rng::seeded(0x1d3 + t as u64);
+        let mut rng = eniip_util::rand::Rng::seeded(0x1d3 + t as u64);
         let mine = [2 * t, 2 * t + 1];
         let mut last_id: BTreeMap<usize, String> = BTreeMap::new();
         for n in 0.. {
@@ -232,7 +232,7 @@ impl Race<'_> {
                         .create(true)
                         .truncate(false)
                         .write(true)
-                        .open(super::identity::owner_lock(&locks, &owner))
+                        .open(eniip_cni::lock::path_of(&locks, &owner))
                         .unwrap();
                     let _held =
                         nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
@@ -275,7 +275,7 @@ impl Race<'_> {
         let r = cni(Cni::Add, Some((id, &ns)), &self.direct);
         let mut st = self.shared.lock().unwrap();
         st.adding.remove(id);
-        let veth = eniipd::cni::datapath::host_veth_name(id, "eth0");
+        let veth = eniip_cni::datapath::host_veth_name(id, "eth0");
         let added = match r {
             Ok(out) => {
                 let res: Value = serde_json::from_str(&out).unwrap();
@@ -363,7 +363,7 @@ fn no_address_is_held_by_two_live_sandboxes_and_none_loses_its_host_end() {
         if req.starts_with("release ") {
             // eniipd has given the address back; the DEL learns it later
             // (a fault's length, not a wait for anything).
-            let ms = eniipd::util::rand::with_thread_rng(|r| r.below(4));
+            let ms = eniip_util::rand::with_thread_rng(|r| r.below(4));
             std::thread::sleep(Duration::from_millis(ms));
         }
         last.to_string()

@@ -248,8 +248,8 @@ impl Node {
             "hostpaths": {"/var/lib/eniipd": cnienv::s(&root.join("state"))},
             "configmaps": {"eniipd-config": {"eni.json": eni.to_string()}},
             "secrets": {"eniipd-credentials": {
-                "access_key_id": eniipd::sim::DEFAULT_ACCESS_KEY_ID,
-                "access_key_secret": eniipd::sim::DEFAULT_ACCESS_KEY_SECRET,
+                "access_key_id": eniip_sim::DEFAULT_ACCESS_KEY_ID,
+                "access_key_secret": eniip_sim::DEFAULT_ACCESS_KEY_SECRET,
             }},
         });
         Node {

@@ -1,5 +1,5 @@
-//! The source tree has no module circles (issue 17): among the modules
-//! of one parent, no file reaches a sibling that reaches back, directly or
+//! Each crate's source tree has no module circles (issue 17): among the
+//! modules of one parent, no file reaches a sibling that reaches back, directly or
 //! around a longer loop. A module's subtree counts as the module (a file
 //! under `cloud/` reaching `alloc` is `cloud` reaching `alloc`); a parent
 //! and its own children may use each other (that is what `mod.rs` is for).
@@ -7,6 +7,10 @@
 //! References are read from the text: `crate::`, `super::` and `self::`
 //! paths and the names inside a `use ...::{...}` list, outside comments
 //! and test modules. A new circle fails here with the loop it makes.
+//!
+//! Which crate may use which is what their Cargo.toml files say
+//! ([`the_crates_depend_as_the_architecture_says`]): the daemon never
+//! depends on the emulator, the shared crates on no program's.
 //!
 //! And one meaning per file name: a name two source files share is in
 //! [`SHARED_NAMES`], with what it means in each place.
@@ -172,11 +176,21 @@ fn loop_from(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option<
     None
 }
 
-#[test]
-fn no_module_reaches_a_sibling_that_reaches_back() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mods = modules(&src);
-    assert!(mods.len() > 50, "read only {} modules", mods.len());
+/// The workspace's crates: their folders under `crates/`.
+fn crate_dirs() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// The module circles inside one crate's `src`.
+fn circles_in(src: &Path) -> (usize, Vec<String>) {
+    let mods = modules(src);
     let refs = references(&mods);
     let parents: BTreeSet<String> = mods
         .keys()
@@ -202,16 +216,111 @@ fn no_module_reaches_a_sibling_that_reaches_back() {
             if let Some(l) = loop_from(&graph, start) {
                 // One report per loop, from its smallest member.
                 if l.iter().all(|m| m >= start) {
-                    circles.push(l.join(" -> "));
+                    circles.push(format!("{}: {}", src.display(), l.join(" -> ")));
                 }
             }
         }
     }
+    (mods.len(), circles)
+}
+
+#[test]
+fn no_module_reaches_a_sibling_that_reaches_back() {
+    let mut read = 0;
+    let mut circles = Vec::new();
+    for dir in crate_dirs() {
+        let (n, c) = circles_in(&dir.join("src"));
+        read += n;
+        circles.extend(c);
+    }
+    assert!(read > 50, "read only {read} modules");
     assert!(
         circles.is_empty(),
         "module circles:\n{}",
         circles.join("\n")
     );
+}
+
+/// The workspace crates a crate's Cargo.toml names, in any dependency
+/// table (normal, dev, build).
+fn workspace_deps(manifest: &Path) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).unwrap();
+    text.lines()
+        .filter_map(|l| {
+            let name = l.split(['.', ' ', '=']).next()?.trim();
+            (name.starts_with("eniip-") || name.starts_with("eniipd-")).then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// Which crate may use which: the architecture, as Cargo.toml must say it.
+/// A crate missing from a list may not be used by that crate, directly or
+/// through another.
+const MAY_USE: [(&str, &[&str]); 8] = [
+    ("eniip-util", &[]),
+    ("eniip-httpd", &["eniip-util"]),
+    ("eniip-protocol", &["eniip-util"]),
+    ("eniip-datapath", &["eniip-util"]),
+    ("eniip-cloud", &["eniip-util", "eniip-protocol"]),
+    (
+        "eniip-cni",
+        &["eniip-util", "eniip-protocol", "eniip-datapath"],
+    ),
+    (
+        "eniip-sim",
+        &[
+            "eniip-util",
+            "eniip-httpd",
+            "eniip-protocol",
+            "eniip-datapath",
+            "eniip-cloud",
+        ],
+    ),
+    (
+        "eniipd-daemon",
+        &[
+            "eniip-util",
+            "eniip-httpd",
+            "eniip-protocol",
+            "eniip-datapath",
+            "eniip-cloud",
+        ],
+    ),
+];
+
+#[test]
+fn the_crates_depend_as_the_architecture_says() {
+    let deps: BTreeMap<String, BTreeSet<String>> = crate_dirs()
+        .iter()
+        .map(|d| {
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            (name, workspace_deps(&d.join("Cargo.toml")))
+        })
+        .collect();
+    let listed: BTreeSet<String> = MAY_USE.iter().map(|(c, _)| c.to_string()).collect();
+    let present: BTreeSet<String> = deps.keys().cloned().collect();
+    assert_eq!(listed, present, "MAY_USE lists the crates under crates/");
+    let mut wrong = Vec::new();
+    for (krate, allowed) in MAY_USE {
+        // Everything it reaches, through any path of dependencies.
+        let mut reach = BTreeSet::new();
+        let mut todo: Vec<&String> = deps[krate].iter().collect();
+        while let Some(d) = todo.pop() {
+            if reach.insert(d.clone()) {
+                todo.extend(deps.get(d).into_iter().flatten());
+            }
+        }
+        for r in reach.iter().filter(|r| !allowed.contains(&r.as_str())) {
+            wrong.push(format!("{krate} reaches {r}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "crates used against the architecture:\n{}",
+        wrong.join("\n")
+    );
+    // The checker reads the tables it must: the daemon's names the cloud.
+    assert!(deps["eniipd-daemon"].contains("eniip-cloud"));
 }
 
 #[test]
@@ -243,8 +352,9 @@ fn the_checker_sees_a_circle() {
 
 /// File names shared by more than one source file, each with what it
 /// means in every place it stands: the same thing in parallel places.
-const SHARED_NAMES: [(&str, &str); 5] = [
+const SHARED_NAMES: [(&str, &str); 6] = [
     ("mod.rs", "a folder's module: what it owns, its parts"),
+    ("lib.rs", "a crate's root: its job, its parts"),
     ("tests.rs", "the unit tests of the folder's module"),
     (
         "error.rs",
@@ -279,7 +389,7 @@ fn rust_files(root: &Path, dir: &Path, out: &mut BTreeMap<String, BTreeSet<Strin
 fn a_file_name_means_one_thing() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = BTreeMap::new();
-    for dir in ["src", "tests", "benches"] {
+    for dir in ["src", "tests", "benches", "crates"] {
         rust_files(root, Path::new(dir), &mut files);
     }
     let shared: Vec<String> = files

@@ -1,4 +1,4 @@
-//! The socket server ([`eniipd::server::listener::Server`]) in-process, on
+//! The socket server ([`eniipd_daemon::server::listener::Server`]) in-process, on
 //! a socket of its own in a fresh directory, its commands answered by what
 //! the test puts behind it ([`Harness::backend`]). On drop the server is
 //! stopped (a 2 s deadline) and the directory removed.
@@ -11,10 +11,10 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use eniipd::core::Commands;
-use eniipd::protocol::client::Client;
-use eniipd::protocol::reply::Framer;
-use eniipd::server::listener::{bind_socket, Server, ServerConfig};
+use eniip_protocol::core::Commands;
+use eniip_protocol::protocol::client::Client;
+use eniip_protocol::protocol::reply::Framer;
+use eniipd_daemon::server::listener::{bind_socket, Server, ServerConfig};
 
 pub struct Harness<B> {
     pub path: PathBuf,

@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use eniipd::cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
-use eniipd::cloud::retry::RetryPolicy;
-use eniipd::cloud::rpc::{CallOpts, Timeouts};
-use eniipd::cloud::CloudError;
+use eniip_cloud::aliyun::{AliyunCloud, AliyunCloudOptions};
+use eniip_cloud::retry::RetryPolicy;
+use eniip_cloud::rpc::{CallOpts, Timeouts};
+use eniip_cloud::CloudError;
 use serde_json::Value;
 
 /// The client on `opts`, one attempt and 5 s per call.

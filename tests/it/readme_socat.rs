@@ -108,7 +108,7 @@ fn readmes_one_shot_and_interactive_socat_forms_return_when_answered() {
     assert!(status.success(), "{piped}: {status}\n{shown}");
     let finals: Vec<&str> = shown
         .lines()
-        .filter(|l| eniipd::protocol::is_final_line(l))
+        .filter(|l| eniip_protocol::protocol::is_final_line(l))
         .collect();
     assert_eq!(finals.len(), 2, "`{piped}` printed:\n{shown}");
     assert!(finals[0].starts_with("OK enis="), "{shown}");

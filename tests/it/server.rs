@@ -15,11 +15,11 @@ use crate::common;
 use crate::listener_harness::{self, me, read_reply};
 use common::eventually;
 use crossbeam_channel::bounded;
-use eniipd::core::{
+use eniip_protocol::core::{
     AllocError, Allocation, Answer, Collected, Command as Cmd, Commands, EniEntry, EniInfo,
     Envelope, ErrCode, ListEntry, Owner, StatusCounts,
 };
-use eniipd::server::listener::{bind_socket, ServerConfig};
+use eniipd_daemon::server::listener::{bind_socket, ServerConfig};
 
 /// A stand-in for the allocator: answers every command on a thread of its
 /// own, as the actor would (slow allocs included).
@@ -41,7 +41,7 @@ fn allocation(owner: &Owner, n: usize) -> Allocation {
         ipv6_prefix: None,
         eni: "eni-test".into(),
         since_ms: 0,
-        gen: eniipd::core::Generation::NONE,
+        gen: eniip_protocol::core::Generation::NONE,
         attach: None,
         intent: Default::default(),
     }
@@ -208,7 +208,7 @@ fn every_command_with_success_and_error_replies() {
         )]
     );
     let help = h.ask("help");
-    assert_eq!(help.len(), eniipd::protocol::HELP.len() + 1);
+    assert_eq!(help.len(), eniip_protocol::protocol::HELP.len() + 1);
     assert_eq!(last(&help), "OK");
     let a = h.ask("alloc default/web-1 sandbox=abc");
     assert!(a[0].starts_with("OK ip=10.0.0.10 eni=eni-test mac=00:16:3e:00:00:01 vswitch=vsw-test cidr=10.0.0.0/24 gateway=10.0.0.253"), "{a:?}");
@@ -694,7 +694,7 @@ fn eniipctl_that_cannot_connect_says_what_to_do() {
         "{err}"
     );
     if !nix::unistd::geteuid().is_root() {
-        eniipd::util::testing::skip("eniipctl as a non-member of the socket's group needs root");
+        eniip_util::testing::skip("eniipctl as a non-member of the socket's group needs root");
         return;
     }
     let dir = common::tempdir("ctl-denied");
@@ -742,7 +742,7 @@ fn bind_socket_replaces_a_stale_socket_but_not_a_live_one_nor_a_file() {
         text.contains(&format!("pid {}", std::process::id())),
         "{text}"
     );
-    assert!(eniipd::server::socket::check_socket_free(&p).is_err());
+    assert!(eniipd_daemon::server::socket::check_socket_free(&p).is_err());
     UnixStream::connect(&p).expect("the live socket is still there");
     // A file that is not a socket is never removed.
     let f = dir.join("plain");

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use crate::common::{by_id, http_agent};
 use crate::openapi_client::{call, client, code, params};
-use eniipd::cloud::aliyun::AliyunCloud;
-use eniipd::cloud::metadata::MetadataClient;
-use eniipd::cloud::rpc::CallOpts;
-use eniipd::cloud::sign;
-use eniipd::cloud::CloudErrorKind;
-use eniipd::sim::{FaultRule, SimOptions, Simulator, VSwitchSpec};
-use eniipd::util::encoding::percent_encode;
+use eniip_cloud::aliyun::AliyunCloud;
+use eniip_cloud::metadata::MetadataClient;
+use eniip_cloud::rpc::CallOpts;
+use eniip_cloud::sign;
+use eniip_cloud::CloudErrorKind;
+use eniip_sim::{FaultRule, SimOptions, Simulator, VSwitchSpec};
+use eniip_util::encoding::percent_encode;
 use serde_json::Value;
 
 fn dual_sim() -> Simulator {
@@ -373,8 +373,8 @@ fn raw_v1(
         ("AccessKeyId", sim.access_key_id()),
         ("SignatureMethod", "HMAC-SHA1"),
         ("SignatureVersion", "1.0"),
-        ("SignatureNonce", &eniipd::util::rand::uuid()),
-        ("Timestamp", &eniipd::util::time::now_utc()),
+        ("SignatureNonce", &eniip_util::rand::uuid()),
+        ("Timestamp", &eniip_util::time::now_utc()),
     ]);
     query.extend(params(extra));
     let sig = sign::signature(

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use eniipd::cloud::aliyun::AliyunCloud;
-use eniipd::cloud::CloudError;
+use eniip_cloud::aliyun::AliyunCloud;
+use eniip_cloud::CloudError;
 use serde_json::Value;
 
 use crate::common::{eventually, Sim};

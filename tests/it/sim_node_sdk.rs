@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use eniipd::sim::{SimOptions, Simulator, VSwitchSpec};
+use eniip_sim::{SimOptions, Simulator, VSwitchSpec};
 
 const MODULES: [&str; 3] = [
     "@alicloud/pop-core",

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use crate::common::{by_id, http};
 use crate::openapi_client::{call, client, code};
-use eniipd::cloud::aliyun::AliyunCloud;
-use eniipd::cloud::CloudError;
-use eniipd::sim::{SimOptions, Simulator, VSwitchSpec};
+use eniip_cloud::aliyun::AliyunCloud;
+use eniip_cloud::CloudError;
+use eniip_sim::{SimOptions, Simulator, VSwitchSpec};
 use serde_json::Value;
 
 const VSW: &str = "vsw-pfx";

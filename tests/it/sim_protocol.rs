@@ -6,9 +6,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{first_vswitch, http, http_agent};
-use eniipd::cloud::sign;
-use eniipd::sim::{SimOptions, Simulator};
-use eniipd::util::encoding::percent_encode;
+use eniip_cloud::sign;
+use eniip_sim::{SimOptions, Simulator};
+use eniip_util::encoding::percent_encode;
 use serde_json::Value;
 
 struct Raw<'a> {
@@ -71,8 +71,8 @@ impl Raw<'_> {
         let p = self.params(
             action,
             extra,
-            &eniipd::util::rand::uuid(),
-            &eniipd::util::time::now_utc(),
+            &eniip_util::rand::uuid(),
+            &eniip_util::time::now_utc(),
         );
         self.send("POST", p)
     }
@@ -94,7 +94,7 @@ fn a_wrong_secret_gets_the_exact_message_the_sdks_parse() {
         "DescribeInstanceTypes",
         &[],
         "n-1",
-        &eniipd::util::time::now_utc(),
+        &eniip_util::time::now_utc(),
     );
     let expected_sts = sign::string_to_sign("GET", &p);
     let (status, v) = r.send("GET", p);
@@ -113,7 +113,7 @@ fn a_wrong_secret_gets_the_exact_message_the_sdks_parse() {
         "DescribeInstanceTypes",
         &[],
         "n-2",
-        &eniipd::util::time::now_utc(),
+        &eniip_util::time::now_utc(),
     );
     p.retain(|(k, _)| k != "AccessKeyId");
     p.push(("AccessKeyId".into(), "LTAIunknown".into()));
@@ -129,7 +129,7 @@ fn a_wrong_secret_gets_the_exact_message_the_sdks_parse() {
 fn nonce_reuse_and_stale_timestamps_are_refused() {
     let sim = Simulator::start(SimOptions::default()).unwrap();
     let r = raw(&sim);
-    let now = eniipd::util::time::now_utc();
+    let now = eniip_util::time::now_utc();
     let (s, _) = r.send(
         "GET",
         r.params("DescribeInstanceTypes", &[], "same-nonce", &now),
@@ -140,7 +140,7 @@ fn nonce_reuse_and_stale_timestamps_are_refused() {
         r.params("DescribeInstanceTypes", &[], "same-nonce", &now),
     );
     assert_eq!((s, v["Code"].as_str()), (400, Some("SignatureNonceUsed")));
-    let old = eniipd::util::time::format_utc(eniipd::util::time::unix_secs() - 3600);
+    let old = eniip_util::time::format_utc(eniip_util::time::unix_secs() - 3600);
     let (s, v) = r.send("GET", r.params("DescribeInstanceTypes", &[], "n-old", &old));
     assert_eq!(
         (s, v["Code"].as_str()),
@@ -206,7 +206,7 @@ fn eni_state_machine_and_limits() {
     let sim = Simulator::start(SimOptions {
         attach_delay: Duration::from_secs(2),
         instance_type: "ecs.g7.large".into(),
-        vswitches: vec![eniipd::sim::VSwitchSpec::parse("vsw-x=10.9.0.0/24,free=4").unwrap()],
+        vswitches: vec![eniip_sim::VSwitchSpec::parse("vsw-x=10.9.0.0/24,free=4").unwrap()],
         ..SimOptions::default()
     })
     .unwrap();
@@ -591,7 +591,7 @@ fn the_binary_prints_the_ready_line_with_no_flags_and_stops_on_sigterm() {
         .arg("--help")
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains(eniipd::sim::DEFAULT_ACCESS_KEY_SECRET));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(eniip_sim::DEFAULT_ACCESS_KEY_SECRET));
 }
 
 #[test]

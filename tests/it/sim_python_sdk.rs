@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use eniipd::sim::{SimOptions, Simulator, VSwitchSpec};
+use eniip_sim::{SimOptions, Simulator, VSwitchSpec};
 
 /// A Python that imports `modules`, or None (a skip, unless required).
 fn python_with(modules: &str) -> Option<PathBuf> {

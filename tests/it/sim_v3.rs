@@ -6,9 +6,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use eniipd::cloud::sign::v3;
-use eniipd::sim::{SimOptions, Simulator};
-use eniipd::util::encoding::percent_encode;
+use eniip_cloud::sign::v3;
+use eniip_sim::{SimOptions, Simulator};
+use eniip_util::encoding::percent_encode;
 use serde_json::{json, Value};
 
 /// One V3 request, built field by field.
@@ -47,8 +47,8 @@ impl Req {
             body: Vec::new(),
             content_type: None,
             host: sim.ecs_url().trim_start_matches("http://").to_string(),
-            date: eniipd::util::time::now_utc(),
-            nonce: eniipd::util::rand::uuid(),
+            date: eniip_util::time::now_utc(),
+            nonce: eniip_util::rand::uuid(),
             key_id: sim.access_key_id().into(),
             secret: sim.access_key_secret().into(),
             token: None,
@@ -243,7 +243,7 @@ fn the_body_must_match_its_content_hash() {
     // The server hashed what it received, so its string to sign differs.
     assert!(!v["Message"].as_str().unwrap().ends_with(&client_sts));
     r.content_sha = None;
-    r.nonce = eniipd::util::rand::uuid();
+    r.nonce = eniip_util::rand::uuid();
     assert_eq!(r.send(&sim).0, 200);
 }
 
@@ -298,7 +298,7 @@ fn signed_headers_are_taken_as_sent_and_must_cover_x_acs() {
 fn dates_nonces_and_keys() {
     let sim = sim();
     let mut r = Req::new(&sim, "POST", "DescribeInstanceTypes");
-    r.date = eniipd::util::time::format_utc(eniipd::util::time::unix_secs() - 3600);
+    r.date = eniip_util::time::format_utc(eniip_util::time::unix_secs() - 3600);
     let (st, v, _) = r.send(&sim);
     assert_eq!((st, code(&v)), (400, "InvalidTimeStamp.Expired"));
     r.date = "yesterday".into();
@@ -338,7 +338,7 @@ fn role_credentials_need_their_security_token() {
     r.token = Some(c["SecurityToken"].as_str().unwrap().into());
     assert_eq!(r.send(&sim).0, 200);
     let mut r2 = r.clone();
-    r2.nonce = eniipd::util::rand::uuid();
+    r2.nonce = eniip_util::rand::uuid();
     r2.token = Some("CAES-not-the-token".into());
     let (st, v, _) = r2.send(&sim);
     assert_eq!(

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::common::tempdir_in;
-use eniipd::store::{Allocation, Hold, PersistedState, Record, Store, StoreError, StoreOptions};
+use eniipd_daemon::store::{
+    Allocation, Hold, PersistedState, Record, Store, StoreError, StoreOptions,
+};
 
 const T: Duration = Duration::from_secs(5);
 

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use eniipd::store::{Allocation, Record, Store, StoreOptions};
+use eniipd_daemon::store::{Allocation, Record, Store, StoreOptions};
 
 const CHILD_ENV: &str = "ENIIPD_STORE_CRASH_CHILD";
 
@@ -63,7 +63,7 @@ fn kill_9_loses_no_acknowledged_record() {
     let dir = std::env::temp_dir().join(format!("eniipd-store-crash-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let exe = std::env::current_exe().unwrap();
-    let mut rng = eniipd::util::rand::Rng::from_entropy();
+    let mut rng = eniip_util::rand::Rng::from_entropy();
     let mut acked_total = std::collections::BTreeSet::new();
     for round in 0..10 {
         let mut child = Command::new(&exe)

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use crate::common;
 use crate::listener_harness::Harness;
 
-use eniipd::core::Commands;
-use eniipd::server::listener::{bind_socket, ServerConfig};
+use eniip_protocol::core::Commands;
+use eniipd_daemon::server::listener::{bind_socket, ServerConfig};
 use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
 
 /// A server whose commands are never answered: these tests need `ping`
 /// (answered by the listener itself) and nothing else.
-fn harness() -> Harness<crossbeam_channel::Receiver<Box<eniipd::core::Envelope>>> {
+fn harness() -> Harness<crossbeam_channel::Receiver<Box<eniip_protocol::core::Envelope>>> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     Harness::start(
         ServerConfig::default(),

@@ -1,0 +1,56 @@
+//! Network namespaces without moving the caller: a netlink socket for a
+//! namespace is opened (or a sysctl of it written) on a short-lived, named
+//! thread that `setns`es into it; the socket stays bound to that namespace
+//! after the thread ends, so the main thread never changes namespace.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::Duration;
+
+use nix::sched::{setns, CloneFlags};
+
+use crate::netlink::Netlink;
+
+/// How long the work of a namespace thread may take.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Opens a namespace file (`/run/netns/x`, `/proc/PID/ns/net`). `Ok(None)`
+/// when it does not exist.
+pub fn open(path: &Path) -> io::Result<Option<File>> {
+    match File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs `f` on a short-lived thread inside the namespace `ns` and returns
+/// what it returns (a socket it opens stays in that namespace; a
+/// `/proc/sys/net` path it opens is that namespace's).
+pub fn run_in<T: Send + 'static>(
+    ns: &File,
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    let ns = ns.try_clone()?;
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let handle = std::thread::Builder::new()
+        .name("cni-netns".into())
+        .spawn(move || {
+            let r = setns(ns.as_fd(), CloneFlags::CLONE_NEWNET)
+                .map_err(|e| io::Error::other(format!("setns: {e}")))
+                .and_then(|()| f());
+            let _ = tx.send(r);
+        })?;
+    let r = rx
+        .recv_timeout(OPEN_TIMEOUT)
+        .map_err(|_| io::Error::other("no answer from the namespace thread in time"))?;
+    let _ = handle.join();
+    r
+}
+
+/// A netlink socket inside the namespace `ns`.
+pub fn netlink_in(ns: &File) -> io::Result<Netlink> {
+    run_in(ns, Netlink::open)
+}

@@ -1,0 +1,366 @@
+//! Planning: where the demand waiting goes. Three steps: [`Planning::gather`]
+//! the input from the parts, let the pure [`placement`] decide, dispatch
+//! what it decided (tickets on workers' backlogs: [`Planning::submit`];
+//! new ENIs: [`Planning::create`]); client demand no source can serve
+//! fails at once as exhausted.
+//!
+//! [`Planning`] borrows only the parts planning touches: it asks the cloud
+//! for addresses (through workers and ENI creations) and fails waiters it
+//! cannot place; it never hands out or takes back an address.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use log::info;
+
+use crate::pool::{PoolEni, PoolState};
+use eniip_protocol::core::{AllocError, ErrCode};
+use eniip_util::time::unix_ms;
+
+use super::super::capacity::Capacity;
+use super::super::eniops::CreateJob;
+use super::super::mailbox::TicketId;
+use super::super::placement::{self, EniRoom, PlanInput};
+use super::super::prefix_mode::{self, Kind, V6From};
+use super::super::vswitch_choice::VSwitches;
+use super::super::{AllocatorOptions, Fatal};
+use super::backoff::Backoff;
+use super::demand::Demand;
+use super::inflight::{self, InFlight};
+use super::surge::Surge;
+use super::threads::Threads;
+use super::views;
+use super::vswstate::VswState;
+use super::workers::Workers;
+use super::CREATE_QUIET;
+
+/// The parts planning touches.
+pub(super) struct Planning<'a> {
+    pub(super) opts: &'a AllocatorOptions,
+    pub(super) cap: &'a Capacity,
+    pub(super) pool: &'a mut PoolState,
+    pub(super) demand: &'a mut Demand,
+    pub(super) vsw: &'a mut VswState,
+    pub(super) inflight: &'a mut InFlight,
+    pub(super) workers: &'a Workers,
+    pub(super) threads: &'a mut Threads,
+    pub(super) surge: &'a mut Surge,
+    pub(super) pool_backoff: &'a Backoff,
+}
+
+impl Planning<'_> {
+    /// Gathers the input, lets the pure planner decide, then dispatches
+    /// what it decided: for the waiters that asked a vswitch first, each
+    /// vswitch on its own (only its ENIs, new ones only there), then for
+    /// the others and the pool's top-up.
+    pub(super) fn plan(&mut self, now: Instant) -> Result<(), Fatal> {
+        // Waiters without a ticket adopt pool tickets first.
+        self.demand.bind_spare();
+        for vswitch in self.demand.unplanned_vswitches() {
+            self.plan_on(now, Some(&vswitch))?;
+        }
+        self.plan_on(now, None)
+    }
+
+    /// Plans the waiters that asked `vswitch` (`None`: that asked none,
+    /// and the pool's top-up).
+    fn plan_on(&mut self, now: Instant, vswitch: Option<&str>) -> Result<(), Fatal> {
+        let Some((input, mut units)) = self.gather(now, vswitch) else {
+            return Ok(());
+        };
+        let now_ms = unix_ms();
+        let plan = placement::plan(&input);
+        // The surplus rides after every unit of demand.
+        units.extend(std::iter::repeat_n(None, plan.surplus));
+        let spare_before = self.demand.spare_tickets();
+        self.submit(plan.submits, &mut units, now_ms);
+        self.create(plan.creates, &mut units, now, now_ms)?;
+        if self.surge.surging() {
+            // Pool tickets made in a surge (the surplus and any /28's
+            // rounding) are what a shrink-back may give back.
+            let grown = self.demand.spare_tickets().saturating_sub(spare_before);
+            self.surge.grew(grown);
+        }
+        if plan.unplaceable > 0 {
+            // Client units no source can serve now fail at once, newest
+            // first.
+            let reason = views::exhaustion_reason(
+                self.pool,
+                self.vsw,
+                self.cap,
+                self.demand.pending(),
+                now_ms,
+                vswitch,
+            );
+            let err = AllocError::new(ErrCode::Exhausted, reason);
+            for id in self.demand.newest_unplanned_on(vswitch, plan.unplaceable) {
+                self.demand.fail(id, &err);
+            }
+        }
+        Ok(())
+    }
+
+    /// The planner's input for the waiters that asked `vswitch` (`None`:
+    /// that asked none, with the pool's top-up), and the units its demand
+    /// stands for in order (those waiters, oldest first, then pool top-up
+    /// as `None`); `None` when nothing is to be planned.
+    fn gather(
+        &mut self,
+        now: Instant,
+        vswitch: Option<&str>,
+    ) -> Option<(PlanInput, VecDeque<Option<u64>>)> {
+        let clients = self.demand.unplanned_on(vswitch);
+        let idle_and_asked = self.pool.idle_count() + self.demand.spare_tickets();
+        let pool_units =
+            if vswitch.is_some() || self.pool_backoff.active(now) || self.demand.waiting() > 0 {
+                0
+            } else {
+                self.cap.min_idle.saturating_sub(idle_and_asked)
+            };
+        if clients.is_empty() && pool_units == 0 {
+            return None;
+        }
+        // A surge: what the calls for the clients may carry beside them,
+        // up to max_pool_size idle.
+        let surplus = if vswitch.is_none() && self.surge.surging() && !clients.is_empty() {
+            self.cap.max_idle.saturating_sub(idle_and_asked)
+        } else {
+            0
+        };
+        let now_ms = unix_ms();
+        let mut order = self.vsw.order(now_ms);
+        if let Some(v) = vswitch {
+            order.retain(|c| c.id == v);
+        }
+        let input = PlanInput {
+            demand: clients.len() + pool_units,
+            client_demand: clients.len(),
+            enis: self.usable_enis(&order, vswitch, now_ms),
+            creating_room: self.inflight.creating_room(vswitch, self.cap.ips_per_eni),
+            vswitches: order,
+            eni_slots: self.inflight.eni_slots(),
+            op_slots: self.inflight.op_slots(),
+            max_per_call: self.per_call(),
+            ips_per_eni: self.cap.ips_per_eni,
+            surplus,
+        };
+        let mut units: VecDeque<Option<u64>> = clients.into_iter().map(Some).collect();
+        units.extend(std::iter::repeat_n(None, pool_units));
+        Some((input, units))
+    }
+
+    /// ENIs that can take addresses now (on `vswitch`, when given), in
+    /// preference order: vswitch rank, then fewest addresses held or
+    /// pending.
+    fn usable_enis(
+        &self,
+        order: &[placement::VswChoice],
+        vswitch: Option<&str>,
+        now_ms: u64,
+    ) -> Vec<EniRoom> {
+        let switches = self.vsw.switches();
+        let mut enis: Vec<(usize, usize, EniRoom)> = self
+            .pool
+            .enis()
+            .iter()
+            .filter(|e| e.takes_asks())
+            .filter(|e| vswitch.is_none_or(|v| e.vswitch() == v))
+            .filter(|e| switches.inhibited_until(e.vswitch(), now_ms).is_none())
+            .filter_map(|e| {
+                let room = self.eni_room(e.id(), now_ms);
+                let backlog_free = self.workers.backlog_free(e.id())?;
+                let call = match self.ask_of(e, now_ms).0 {
+                    Kind::Prefix => self.per_call(),
+                    Kind::Single => self.vsw.call_size(e.vswitch()),
+                };
+                (room > 0).then(|| {
+                    let held = self.pool.ips().count_on(e.id()) + e.pending();
+                    let rank = VSwitches::rank(order, e.vswitch());
+                    let id = e.id().to_string();
+                    let room = EniRoom {
+                        id,
+                        room,
+                        backlog_free,
+                        call,
+                    };
+                    (rank, held, room)
+                })
+            })
+            .collect();
+        enis.sort_by(|a, b| (a.0, a.1, &a.2.id).cmp(&(b.0, b.1, &b.2.id)));
+        enis.into_iter().map(|(_, _, e)| e).collect()
+    }
+
+    /// How the next addresses of `e` are asked: their IPv4 kind and where
+    /// their IPv6 come from (see `VswState::ask_on`).
+    fn ask_of(&self, e: &PoolEni, now_ms: u64) -> (Kind, Option<V6From>) {
+        self.vsw.ask_on(
+            e.vswitch(),
+            (e.carve_prefix().is_some(), e.v6_refused()),
+            now_ms,
+        )
+    }
+
+    /// Addresses an ENI can still be asked for (its free IPv4 slots, as
+    /// /28s or single addresses; in prefix mode, an ENI whose IPv6 are
+    /// single addresses also within its free IPv6 slots).
+    pub(super) fn eni_room(&self, eni: &str, now_ms: u64) -> usize {
+        let Some(e) = self.pool.eni(eni) else {
+            return 0;
+        };
+        let pending = prefix_mode::pending_slots(e.pending(), e.pending_in_prefixes());
+        let free = self
+            .cap
+            .slots_per_eni
+            .saturating_sub(self.pool.slots_used(eni) + pending);
+        let (kind, v6) = self.ask_of(e, now_ms);
+        let room = prefix_mode::room(kind, free);
+        if self.cap.prefix_mode && v6 == Some(V6From::Single) {
+            let used6 = self.pool.v6_slots_used(eni);
+            room.min(prefix_mode::v6_room(
+                self.cap.ipv6_per_eni,
+                used6,
+                e.pending(),
+                e.pending_in_prefixes(),
+            ))
+        } else {
+            room
+        }
+    }
+
+    /// Addresses one Assign or Create call brings at most: a call's worth
+    /// of /28s in prefix mode.
+    fn per_call(&self) -> usize {
+        if self.cap.prefix_mode {
+            self.opts.max_ips_per_call * prefix_mode::PER_PREFIX
+        } else {
+            self.opts.max_ips_per_call
+        }
+    }
+
+    /// Queues the planned units on their ENIs' workers, each as a ticket.
+    fn submit(
+        &mut self,
+        submits: Vec<(String, usize)>,
+        units: &mut VecDeque<Option<u64>>,
+        now_ms: u64,
+    ) {
+        for (eni, n) in submits {
+            let Some((vswitch, (kind, v6))) = self
+                .pool
+                .eni(&eni)
+                .map(|e| (e.vswitch().to_string(), self.ask_of(e, now_ms)))
+            else {
+                continue;
+            };
+            // A /28 brings 16 addresses whatever the demand: ask for whole
+            // ones, and count the surplus as pool tickets so that the
+            // addresses in flight are counted once.
+            let limit = self
+                .eni_room(&eni, now_ms)
+                .min(self.workers.backlog_free(&eni).unwrap_or(0));
+            let total = prefix_mode::round_units(kind, n, limit).max(n);
+            for i in 0..total {
+                // The planner's `n` units first, then the surplus.
+                let unit = if i < n {
+                    match units.front() {
+                        Some(&u) => u,
+                        None => break,
+                    }
+                } else {
+                    None
+                };
+                let t = self.demand.new_ticket(unit, &vswitch);
+                if !self.workers.submit(&eni, t, (kind, v6)) {
+                    self.demand.end_ticket(t);
+                    break;
+                }
+                if i < n {
+                    units.pop_front();
+                }
+                self.pool.enis_mut().asked(&eni, kind == Kind::Prefix);
+            }
+        }
+    }
+
+    /// Starts the planned ENI creations; a thread that could not be
+    /// started is fatal.
+    fn create(
+        &mut self,
+        creates: Vec<(String, usize)>,
+        units: &mut VecDeque<Option<u64>>,
+        now: Instant,
+        now_ms: u64,
+    ) -> Result<(), Fatal> {
+        // New ENIs aggregate like the workers do: a create waits until the
+        // oldest waiting client has waited the aggregation window, unless
+        // it is already full, so a burst is sized as a whole; or until
+        // no request has arrived for CREATE_QUIET: the burst is over, and
+        // the node's first pod does not wait the whole window for
+        // requests that are not coming.
+        let oldest = self.demand.oldest_unplanned();
+        let quiet = self
+            .demand
+            .last_unplanned_arrival()
+            .is_none_or(|t| now.duration_since(t) >= CREATE_QUIET);
+        let gathered =
+            quiet || oldest.is_none_or(|t| now.duration_since(t) >= self.opts.aggregation_window);
+        for (vswitch, init) in creates {
+            if !gathered && init < self.per_call().min(self.cap.ips_per_eni) {
+                continue;
+            }
+            let Some(slots) = self.inflight.create_slots() else {
+                break;
+            };
+            self.create_one(slots, vswitch, init, units, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// One ENI creation on `vswitch` for `init` units of demand.
+    fn create_one(
+        &mut self,
+        slots: inflight::CreateSlots,
+        vswitch: String,
+        init: usize,
+        units: &mut VecDeque<Option<u64>>,
+        now_ms: u64,
+    ) -> Result<(), Fatal> {
+        let (kind, v6) = self.vsw.ask_on(&vswitch, (false, false), now_ms);
+        let shape = prefix_mode::create_shape(
+            kind,
+            init,
+            self.opts.max_ips_per_call,
+            self.cap.slots_per_eni,
+            self.vsw.call_size(&vswitch),
+        );
+        let tickets: Vec<TicketId> = (0..shape.tickets)
+            .map(|i| {
+                let unit = if i < shape.demand {
+                    units.pop_front().flatten()
+                } else {
+                    None
+                };
+                self.demand.new_ticket(unit, &vswitch)
+            })
+            .collect();
+        if shape.prefixes > 0 {
+            info!(
+                "creating an ENI on {vswitch} with {} /28 prefix(es)",
+                shape.prefixes
+            );
+        } else {
+            info!(
+                "creating an ENI on {vswitch} with {} address(es)",
+                shape.demand
+            );
+        }
+        let (op, op_permit) =
+            self.inflight
+                .begin_create(slots, vswitch.clone(), shape.tickets, tickets);
+        let job = CreateJob::new(self.opts, (op, vswitch), shape.singles, shape.prefixes, v6);
+        self.threads
+            .create(job, op_permit)
+            .map_err(|e| format!("cannot start an ENI operation thread: {e}").into())
+    }
+}
