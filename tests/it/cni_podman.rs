@@ -66,14 +66,10 @@ fn pool(w: &World) -> BTreeMap<String, (String, String, String)> {
     w.daemon()
         .ask("list")
         .iter()
-        .filter_map(|l| {
-            let v: Vec<&str> = l.split(' ').collect();
-            (v.len() == 4).then(|| {
-                (
-                    v[0].to_string(),
-                    (v[1].to_string(), v[2].to_string(), v[3].to_string()),
-                )
-            })
+        .filter_map(|l| eniip_protocol::protocol::reply::parse_list_line(l).ok())
+        .map(|l| {
+            let owner = l.owner.unwrap_or_else(|| "-".into());
+            (l.ip.to_string(), (l.state, owner, l.eni))
         })
         .collect()
 }
