@@ -67,7 +67,9 @@ Defaults:
   `*=N/min` sets every Action without its own; `default` takes the
   defaults as they are. Calls over the quota: 400 Throttling.User.
   --state-file PATH keeps the emulated cloud (instances, ENIs, addresses,
-  tags, vswitch counts) in PATH: restored at start, saved as it changes.
+  tags, vswitch counts) in PATH: restored at start, saved as it changes;
+  one emulator per file (it locks PATH.lock; a second one exits naming
+  the first's pid).
   --host-links TAG (root) makes the instance's ENIs links on this host
   (e<TAG>n<slot>) with a VPC namespace behind them, and prints after the
   ready line:  links vpc=<namespace path> gateway=<first vswitch's gateway>

@@ -13,7 +13,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use crate::alloc_prefix_sim::burst;
-use common::{config, field, tempdir, Daemon, Sim, DUAL_VSWITCH};
+use common::{config, eventually, field, tempdir, Daemon, Sim, DUAL_VSWITCH};
 use eniip_cloud::{Ipv4Prefix, Ipv6Prefix};
 use serde_json::{json, Value};
 
@@ -257,4 +257,121 @@ fn a_vswitch_with_no_80_to_give_serves_single_ipv6_addresses() {
     }
     assert!(cloud_prefixes(&sim).values().all(|(_, p6)| p6.is_empty()));
     d.audits_consistent_within(Duration::from_secs(10));
+}
+
+/// Whether `b`, handed out on `eni`, is an IPv6 the cloud holds for that
+/// ENI now: in one of its /80s or one of its single addresses.
+fn held_by_cloud(sim: &Sim, eni: &str, b: Ipv6Addr) -> bool {
+    sim.managed().iter().any(|e| {
+        e["id"] == eni
+            && (strings(&e["ipv6s"]).contains(&b.to_string())
+                || strings(&e["ipv6_prefixes"])
+                    .iter()
+                    .any(|p| p.parse::<Ipv6Prefix>().unwrap().contains(b)))
+    })
+}
+
+/// An ENI's /80 removed out of band (an operator's UnassignIpv6Addresses):
+/// no IPv6 of it is handed out again, eniipd stops assigning /28s that
+/// could never be paired, a new /80 is asked for, and all of it holds
+/// across a kill -9.
+#[test]
+fn an_80_removed_out_of_band_is_never_handed_out_again() {
+    let sim = sim();
+    let dir = tempdir("v6pfxgone");
+    let mut d = Daemon::start(&dir, &cfg(&sim, &dir, true));
+    let mut pairs = BTreeMap::new();
+    for i in 0..4 {
+        let o = format!("gone/pod-{i}");
+        pairs.insert(o.clone(), pair(&d.ok(&format!("alloc {o}"))));
+    }
+    let (eni, (_, lost)) = cloud_prefixes(&sim)
+        .into_iter()
+        .find_map(|(e, (_, p6))| p6.first().map(|p| (e.clone(), (e, *p))))
+        .expect("an ENI with a /80");
+    let c = crate::openapi_client::client(sim.openapi_options());
+    let lost_s = lost.to_string();
+    crate::openapi_client::call(
+        &c,
+        "UnassignIpv6Addresses",
+        &[
+            ("RegionId", &sim.region),
+            ("NetworkInterfaceId", &eni),
+            ("Ipv6Prefix.1", &lost_s),
+        ],
+    )
+    .expect("the /80 removed");
+    // Owners give their carved IPv6 back; eniipd learns of the removal at
+    // its next reconcile.
+    for i in 0..2 {
+        d.ok(&format!("release gone/pod-{i}"));
+        pairs.remove(&format!("gone/pod-{i}"));
+    }
+    assert!(
+        d.ask("enis").join("\n").contains(&lost_s),
+        "{:?}",
+        d.ask("enis")
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || !d
+            .ask("enis")
+            .join("\n")
+            .contains(&lost_s)),
+        "eniipd still shows {lost_s} on {eni}: {:?}",
+        d.ask("enis")
+    );
+    let check = |d: &Daemon, tag: &str, n: usize| {
+        for i in 0..n {
+            let o = format!("gone/{tag}-{i}");
+            let (a, b, e) = pair(&d.ok(&format!("alloc {o}")));
+            assert!(
+                !lost.contains(b),
+                "{o} got {b} of the removed {lost} on {e}"
+            );
+            assert!(
+                held_by_cloud(&sim, &e, b),
+                "{o}: {b} is not {e}'s in the cloud"
+            );
+            let _ = a;
+        }
+        // No /28 is assigned that no IPv6 could pair: every ENI's /28s
+        // are at most what its owners and one spare /28 need.
+        for (e, (p4, p6)) in cloud_prefixes(&sim) {
+            assert!(
+                p4.len() <= 3,
+                "{e} holds {} /28s ({p6:?} /80s): {p4:?}",
+                p4.len()
+            );
+        }
+    };
+    check(&d, "after", 20);
+    assert!(
+        cloud_prefixes(&sim)[&eni].1.iter().any(|p| *p != lost)
+            || sim
+                .managed()
+                .iter()
+                .any(|e| e["id"] == eni.as_str() && !strings(&e["ipv6s"]).is_empty()),
+        "{eni} got no new /80 (nor single IPv6): {:?}",
+        cloud_prefixes(&sim)
+    );
+    d.kill9();
+    let d = Daemon::start(&dir, &cfg(&sim, &dir, true));
+    check(&d, "restarted", 10);
+    // The owners that held a carved IPv6 of it keep it (a running pod's
+    // address is not taken from it), and audit names each: the ENI no
+    // longer has it. Released, it is gone for good.
+    let kept: Vec<Ipv6Addr> = pairs.values().map(|p| p.1).collect();
+    assert!(kept.iter().all(|b| lost.contains(*b)), "{pairs:?}");
+    let audit = d.ask("audit");
+    for b in &kept {
+        assert!(
+            audit.iter().any(|l| l.contains(&b.to_string())),
+            "audit does not name {b}: {audit:?}"
+        );
+    }
+    for o in pairs.keys() {
+        d.ok(&format!("release {o}"));
+    }
+    d.audits_consistent_within(Duration::from_secs(20));
+    check(&d, "released", 4);
 }

@@ -22,10 +22,10 @@ use serde_json::json;
 
 /// A process kept running inside a namespace (a pod's pause, or the
 /// node's processes the reaper enters to remove a host end).
-struct Holder(Child);
+pub(crate) struct Holder(pub(crate) Child);
 
 impl Holder {
-    fn in_ns(ns: &str) -> Holder {
+    pub(crate) fn in_ns(ns: &str) -> Holder {
         Holder(
             Command::new("ip")
                 .args(["netns", "exec", ns, "sleep", "600"])
@@ -45,11 +45,11 @@ impl Drop for Holder {
 }
 
 /// The host end eniip-cni made for a container (ifname eth0).
-fn host_end(c: &Ctr) -> String {
+pub(crate) fn host_end(c: &Ctr) -> String {
     eniip_datapath::datapath::host_veth_name(&c.id, "eth0")
 }
 
-fn has_link(w: &World, name: &str) -> bool {
+pub(crate) fn has_link(w: &World, name: &str) -> bool {
     w.node_ip(&["-o", "link"])
         .lines()
         .any(|l| l.contains(&format!(": {name}@")) || l.contains(&format!(": {name}:")))
@@ -63,7 +63,7 @@ fn rules_of(w: &World, ip: &str) -> Vec<String> {
         .collect()
 }
 
-fn metric(w: &World, line_start: &str) -> Option<String> {
+pub(crate) fn metric(w: &World, line_start: &str) -> Option<String> {
     w.daemon()
         .ask("metrics")
         .into_iter()

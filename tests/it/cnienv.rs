@@ -369,6 +369,13 @@ impl World {
         self.daemon = Some(Daemon::start(&self.dir, &self.cfg));
     }
 
+    /// Starts eniipd again on the same state, its command line prefixed
+    /// by `wrap` and with the environment variables `env`.
+    pub fn start_daemon_as(&mut self, wrap: &[&str], env: &[(&str, &str)]) {
+        assert!(self.daemon.is_none());
+        self.daemon = Some(Daemon::start_wrapped_with(wrap, env, &self.dir, &self.cfg));
+    }
+
     /// A rule/route/link listing of the node (for assertions and messages).
     pub fn node_ip(&self, args: &[&str]) -> String {
         let mut a = vec!["ip", "-n", self.node.name.as_str()];

@@ -305,12 +305,33 @@ impl Daemon {
     /// [`Daemon::start`] with the command line prefixed by `wrap` (as
     /// `unshare --pid --fork`: the process is then the wrapper's).
     pub fn start_wrapped(wrap: &[&str], dir: &Path, cfg: &Value) -> Daemon {
-        let d = Daemon::spawn_wrapped(wrap, dir, cfg, &[]);
+        Daemon::start_wrapped_with(wrap, &[], dir, cfg)
+    }
+
+    /// [`Daemon::start_wrapped`] with the environment variables `env` set
+    /// (the knobs debug builds read for tests).
+    pub fn start_wrapped_with(
+        wrap: &[&str],
+        env: &[(&str, &str)],
+        dir: &Path,
+        cfg: &Value,
+    ) -> Daemon {
+        let d = Daemon::spawn_wrapped_with(wrap, env, dir, cfg, &[]);
         d.wait_ready(Duration::from_secs(60));
         d
     }
 
     fn spawn_wrapped(wrap: &[&str], dir: &Path, cfg: &Value, extra_args: &[&str]) -> Daemon {
+        Daemon::spawn_wrapped_with(wrap, &[], dir, cfg, extra_args)
+    }
+
+    fn spawn_wrapped_with(
+        wrap: &[&str],
+        env: &[(&str, &str)],
+        dir: &Path,
+        cfg: &Value,
+        extra_args: &[&str],
+    ) -> Daemon {
         let config = dir.join("eni.json");
         fs::write(&config, serde_json::to_vec_pretty(cfg).unwrap()).unwrap();
         let notify_path = dir.join(format!("n{}.sock", rand_suffix()));
@@ -332,6 +353,7 @@ impl Daemon {
             .env_remove("JOURNAL_STREAM")
             .env_remove("LISTEN_FDS")
             .env_remove("ENIIPD_LOG")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(logf)
             .spawn()

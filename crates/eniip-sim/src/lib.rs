@@ -348,7 +348,12 @@ impl Simulator {
             rng,
         )
         .map_err(SimError::Config)?;
-        let keeper = opts.world_file.as_deref().map(keeper::Keeper::new);
+        let keeper = opts
+            .world_file
+            .as_deref()
+            .map(keeper::Keeper::open)
+            .transpose()
+            .map_err(SimError::Config)?;
         let restored = match &keeper {
             Some(k) => k.restore(&mut world).map_err(SimError::Config)?,
             None => false,

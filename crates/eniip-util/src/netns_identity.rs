@@ -43,6 +43,25 @@ pub fn identity_of(f: &File, path: &Path) -> io::Result<(u64, u64)> {
     Ok((m.dev(), m.ino()))
 }
 
+/// The boot id of the running kernel (`/proc/sys/kernel/random/boot_id`,
+/// read once), which tells identities of this boot from those of an
+/// earlier one; `None` when it cannot be read. Debug builds take
+/// `ENIIPD_TEST_BOOT_ID` instead when it is set (the tests' "reboot").
+pub fn this_boot() -> Option<&'static str> {
+    static BOOT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| {
+        #[cfg(debug_assertions)]
+        if let Ok(b) = std::env::var("ENIIPD_TEST_BOOT_ID") {
+            return Some(b);
+        }
+        std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .map(|b| b.trim().to_string())
+            .filter(|b| !b.is_empty())
+    })
+    .as_deref()
+}
+
 /// The identity of the caller's own network namespace.
 pub fn own() -> io::Result<(u64, u64)> {
     identity(Path::new("/proc/thread-self/ns/net"))

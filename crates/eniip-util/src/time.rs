@@ -4,6 +4,14 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Nanoseconds since the Unix epoch (0 before it).
+pub fn unix_ns() -> u64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO);
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// Milliseconds since the Unix epoch (0 if the clock is before 1970).
 pub fn unix_ms() -> u64 {
     let d = SystemTime::now()

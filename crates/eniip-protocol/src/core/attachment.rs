@@ -38,6 +38,27 @@ pub struct Attachment {
     /// namespace of the process that asked (filled in by the server).
     #[serde(default)]
     pub host_id: NsId,
+    /// The boot of the node the identities were taken in
+    /// (`/proc/sys/kernel/random/boot_id`; filled in by the server): nsfs
+    /// inodes are handed out again after a reboot, so an identity of
+    /// another boot never names a namespace of this one. `None` in
+    /// records older than it, and when the kernel does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<String>,
+    /// When the server recorded it (Unix ns): a new ADD makes a new
+    /// attachment even when its namespace has the identity of the old
+    /// one (a freed nsfs inode is handed out again at once), so "still
+    /// the attachment the reaper looked at" is an exact question.
+    #[serde(default)]
+    pub noted_ns: u64,
+}
+
+impl Attachment {
+    /// Whether its identities were taken in another boot of the node than
+    /// `this_boot` (unknown either side: not known to be).
+    pub fn of_another_boot(&self, this_boot: Option<&str>) -> bool {
+        matches!((self.boot.as_deref(), this_boot), (Some(b), Some(t)) if b != t)
+    }
 }
 
 impl Attachment {
@@ -63,6 +84,8 @@ impl Attachment {
             netns_id: NsId::default(),
             veth: veth.to_string(),
             host_id: NsId::default(),
+            boot: None,
+            noted_ns: 0,
         })
     }
 }

@@ -17,6 +17,16 @@ use eniip_protocol::core::EniInfo;
 use super::capacity::Capacity;
 use super::Snapshot;
 
+/// The removal of a sandbox's datapath, run by the actor once it knows
+/// the allocation is still that sandbox's.
+pub(crate) struct Teardown(pub(crate) Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for Teardown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Teardown")
+    }
+}
+
 /// One unit of demand sent to the cloud: an address asked of an ENI.
 pub(crate) type TicketId = u64;
 
@@ -54,15 +64,18 @@ pub(crate) enum Request {
     Ping(Sender<()>),
     /// Held allocations with a sandbox network (the sandbox reaper).
     Attached(Sender<Vec<crate::pool::Attached>>),
-    /// The reaper found this sandbox gone: release it if it is still the
-    /// owner's, in the same namespace.
+    /// The reaper found this sandbox gone: if the owner's allocation is
+    /// still for that sandbox and that very attachment, `teardown` runs
+    /// and then the address is released, with nothing in between.
     Reap {
         /// Whose.
         owner: eniip_protocol::core::Owner,
         /// The sandbox found gone.
         sandbox: Option<eniip_protocol::core::SandboxId>,
-        /// Its namespace as recorded.
-        netns_id: eniip_protocol::core::NsId,
+        /// Its attachment as the reaper saw it.
+        seen: eniip_protocol::core::Attachment,
+        /// What removes the attachment's datapath (none: nothing to remove).
+        teardown: Option<Teardown>,
         /// `Released(Some(ip))` when released.
         reply: Sender<Result<eniip_protocol::core::Answer, eniip_protocol::core::AllocError>>,
     },

@@ -330,17 +330,20 @@ impl Allocator {
         self.request(Request::Attached, REPLY_TIMEOUT)
     }
 
-    /// Releases `a` if it is still held for the same sandbox and
-    /// namespace; the address released, if any.
+    /// If `a` is still held for the same sandbox and attachment: runs
+    /// `teardown`, then releases it, atomically (see
+    /// [`Request::Reap`]); the address released, if any.
     pub(crate) fn reap(
         &self,
         a: &crate::pool::Attached,
+        teardown: Option<Box<dyn FnOnce() + Send>>,
     ) -> Result<Option<std::net::IpAddr>, AllocError> {
         let answer = self.request(
             |reply| Request::Reap {
                 owner: a.owner.clone(),
                 sandbox: a.sandbox.clone(),
-                netns_id: a.attach.netns_id,
+                seen: a.attach.clone(),
+                teardown: teardown.map(mailbox::Teardown),
                 reply,
             },
             REPLY_TIMEOUT,

@@ -27,7 +27,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -78,6 +78,9 @@ pub(crate) struct WorkerHandle {
     /// Addresses one call may ask when fewer than `max_per_call` (0: no
     /// cap), set by the actor for a vswitch near exhaustion.
     call_cap: Arc<AtomicUsize>,
+    /// Set by the actor when the cloud no longer shows the ENI's /80 (and
+    /// it has no other): read by the worker before its next call.
+    v6_gone: Arc<AtomicBool>,
     control: Sender<Control>,
     join: Option<JoinHandle<()>>,
 }
@@ -92,6 +95,14 @@ impl WorkerHandle {
     /// Caps the addresses one call asks (`None`: `max_per_call`).
     pub(crate) fn set_call_cap(&self, cap: Option<usize>) {
         self.call_cap.store(cap.unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The cloud no longer shows the ENI's /80 (and it has no other): the
+    /// worker forgets it holds one before any unit submitted after this,
+    /// so it asks a new one (or single IPv6) instead of /28s that could
+    /// never be paired.
+    pub(crate) fn v6_prefix_gone(&self) {
+        self.v6_gone.store(true, Ordering::SeqCst);
     }
 
     /// Free places in the backlog.
@@ -143,10 +154,12 @@ pub(crate) fn spawn(
     let (control_tx, control_rx) = unbounded();
     let call_cap = Arc::new(AtomicUsize::new(0));
     let cap = Arc::clone(&call_cap);
+    let v6_gone = Arc::new(AtomicBool::new(false));
     let inbox = Inbox {
         backlog: backlog_rx,
         control: control_rx,
         call_cap: cap,
+        v6_gone: Arc::clone(&v6_gone),
     };
     let join = std::thread::Builder::new()
         .name(format!("eni-{}", eni.trim_start_matches("eni-")))
@@ -163,6 +176,7 @@ pub(crate) fn spawn(
         backlog: backlog_tx,
         capacity,
         call_cap,
+        v6_gone,
         control: control_tx,
         join: Some(join),
     })
@@ -173,6 +187,7 @@ struct Inbox {
     backlog: Receiver<Unit>,
     control: Receiver<Control>,
     call_cap: Arc<AtomicUsize>,
+    v6_gone: Arc<AtomicBool>,
 }
 
 /// The ENI a worker serves, and what it knows of it.
@@ -213,6 +228,9 @@ fn run(
             },
             recv(backlog) -> first => match first {
                 Ok(u) => {
+                    if inbox.v6_gone.swap(false, Ordering::SeqCst) {
+                        on.has_v6_prefix = false;
+                    }
                     let (prefix, single) = gather(u, backlog, cfg);
                     for units in prefix.chunks(cfg.max_per_call * PER_PREFIX) {
                         let event = assign_prefixes(cloud, on, cfg, units);

@@ -105,7 +105,40 @@ pub(super) fn check_config(args: &Args) -> Result<(), DaemonError> {
         let _ = writeln!(out, "{k}={v}");
     }
     preflight::check(&cfg, true).map_err(preflight_error)?;
+    check_vswitches_in_cloud(&cfg);
     Ok(())
+}
+
+/// `--check-config`, when `vswitches` names some and the cloud can be
+/// asked (metadata answers within 2 s, one DescribeVSwitches each): warns
+/// of every configured vswitch the cloud does not know, which eniipd
+/// skips. Says so when it cannot ask; never fails the check.
+fn check_vswitches_in_cloud(cfg: &Config) {
+    use eniip_cloud::{CloudApi, MetadataApi};
+    let configured: Vec<String> = cfg.vswitches.values().flatten().cloned().collect();
+    if configured.is_empty() {
+        return;
+    }
+    let md = eniip_cloud::metadata::MetadataClient::new(&cfg.metadata_endpoint);
+    let identity = match md.identity() {
+        Ok(i) => i,
+        Err(e) => {
+            info!("vswitches not checked against the cloud: {e}");
+            return;
+        }
+    };
+    let cloud = super::cloud::build_cloud(cfg, &identity);
+    match cloud.describe_vswitches(&configured) {
+        Ok(known) => {
+            for v in configured
+                .iter()
+                .filter(|v| !known.iter().any(|k| &k.id == *v))
+            {
+                warn!("vswitch {v} is configured but the cloud does not know it (DescribeVSwitches): eniipd skips it");
+            }
+        }
+        Err(e) => info!("vswitches not checked against the cloud: {e}"),
+    }
 }
 
 /// `--check-config`: a typo of a known key is an error (78), not the

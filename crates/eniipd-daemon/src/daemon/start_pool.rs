@@ -130,11 +130,20 @@ fn from_openapi(
     signals: &Receiver<i32>,
 ) -> Result<Recovered, DaemonError> {
     let budget = cfg.start_timeout;
-    if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
-        match cloud.describe_vswitches(&opts.vswitches) {
-            Ok(v) => opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect(),
-            Err(e) => warn!("DescribeVSwitches failed ({e}); vswitches start unordered"),
+    match cloud.describe_vswitches(&opts.vswitches) {
+        Ok(v) => {
+            let known: Vec<String> = v.iter().map(|s| s.id.clone()).collect();
+            opts.vswitches = usable_vswitches(std::mem::take(&mut opts.vswitches), &known);
+            opts.vswitch_free = v.into_iter().map(|s| (s.id, s.available_ips)).collect();
         }
+        Err(e) => warn!(
+            "DescribeVSwitches failed ({e}); the configured vswitches are used unchecked{}",
+            if cfg.vswitch_selection_policy == crate::config::VSwitchPolicy::Ordered {
+                " and start unordered"
+            } else {
+                ""
+            }
+        ),
     }
     at_start("looking for another eniipd's ENIs", budget, signals, || {
         foreign_enis(cloud, &identity.instance_id, &opts.node_id)
@@ -162,6 +171,33 @@ fn from_openapi(
         );
     }
     Ok(r)
+}
+
+/// The configured vswitches of this zone the cloud knows (`known`, from
+/// DescribeVSwitches), in their order: one it does not know (a typo, one
+/// deleted) is skipped with a warning naming it, rather than failing the
+/// ENI creations that would pick it. When it knows none, all are kept
+/// (the cloud's error then names them at the first creation).
+fn usable_vswitches(configured: Vec<String>, known: &[String]) -> Vec<String> {
+    let (usable, unknown): (Vec<String>, Vec<String>) =
+        configured.iter().cloned().partition(|v| known.contains(v));
+    if unknown.is_empty() {
+        return configured;
+    }
+    if usable.is_empty() {
+        warn!(
+            "the cloud knows none of the configured vswitches ({}): ENIs cannot be created until `vswitches` names one of this zone",
+            unknown.join(", ")
+        );
+        return configured;
+    }
+    for v in &unknown {
+        warn!(
+            "vswitch {v} is configured but the cloud does not know it (DescribeVSwitches): skipped; new ENIs use {}",
+            usable.join(", ")
+        );
+    }
+    usable
 }
 
 /// The instance's facts kept at the last cold start, if they describe
@@ -263,4 +299,27 @@ fn allocator_options(
         AllocatorOptions::new(cfg, &identity.instance_id, vswitches, security_groups, cap);
     opts.config_view = capacity::effective_view(cfg, &cap);
     Ok(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usable_vswitches;
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn an_unknown_vswitch_is_skipped_unless_none_is_known() {
+        let conf = ids(&["vsw-typo", "vsw-a", "vsw-b"]);
+        assert_eq!(
+            usable_vswitches(conf.clone(), &ids(&["vsw-b", "vsw-a"])),
+            ids(&["vsw-a", "vsw-b"])
+        );
+        assert_eq!(usable_vswitches(conf.clone(), &ids(&[])), conf);
+        assert_eq!(
+            usable_vswitches(ids(&["vsw-a"]), &ids(&["vsw-a"])),
+            ids(&["vsw-a"])
+        );
+    }
 }

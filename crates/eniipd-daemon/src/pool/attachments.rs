@@ -111,6 +111,8 @@ mod tests {
             },
             veth: veth.into(),
             host_id: NsId::default(),
+            boot: None,
+            noted_ns: 0,
         }
     }
 

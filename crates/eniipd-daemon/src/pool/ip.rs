@@ -389,6 +389,17 @@ impl Addresses {
         }
     }
 
+    /// `v4` loses its IPv6 pair, fixed or carved (its ENI no longer has
+    /// it); invalid in dual stack until it carves from a /80.
+    pub(super) fn unpair(&mut self, v4: Ipv4Addr) {
+        if let Some(ip) = self.by_v4.get_mut(&v4) {
+            if let Some(b) = ip.v6.take() {
+                self.by_v6.remove(&b);
+            }
+            ip.invalid = self.dual && ip.v6_prefix.is_none();
+        }
+    }
+
     /// `v4` is idle again: a carved IPv6 it held is dropped (a fixed pair
     /// stays).
     pub(super) fn uncarve(&mut self, v4: Ipv4Addr) {

@@ -201,22 +201,67 @@ impl PoolState {
         }
     }
 
-    /// Forgets a /80 of an ENI (the cloud no longer shows it): its
-    /// addresses carve from the ENI's next /80, if it has one; a carved
-    /// IPv6 an owner holds stays the owner's (as a lost address does),
-    /// and one left without any pair is invalid.
+    /// Forgets a /80 of an ENI (the cloud no longer shows it): no IPv6
+    /// of it is handed out again. An address not in use drops the IPv6 it
+    /// carved from it and carves from the ENI's next /80, if it has one
+    /// (else it is invalid until one comes); a carved IPv6 an owner holds
+    /// stays the owner's until it is released (as a lost address does:
+    /// the pod's address cannot be taken from it, `audit` names it), and
+    /// the address then does the same.
     pub(crate) fn remove_v6_prefix(&mut self, eni: &str, p: Ipv6Prefix) {
         self.enis.remove_v6_prefix(eni, p);
-        let next = self.enis.get(eni).and_then(PoolEni::carve_prefix);
         let on_it: Vec<Ipv4Addr> = self
             .ips
             .on(eni)
             .filter(|ip| ip.v6_prefix() == Some(p))
             .map(PoolIp::v4)
+            .filter(|a| !self.owners.holds(a))
             .collect();
         for a in on_it {
-            self.ips.set_v6_prefix(a, eni, next);
+            self.uncarve(a);
         }
+    }
+
+    /// `v4` is in use no more: a carved IPv6 it held leaves, and it
+    /// carves next only from a /80 its ENI holds now.
+    fn uncarve(&mut self, v4: Ipv4Addr) {
+        self.ips.uncarve(v4);
+        let Some((eni, p)) = self
+            .ips
+            .get(&v4)
+            .and_then(|ip| Some((ip.eni().to_string(), ip.v6_prefix()?)))
+        else {
+            return;
+        };
+        let e = self.enis.get(&eni);
+        if e.is_some_and(|e| e.v6_prefixes().contains(&p)) {
+            return;
+        }
+        let next = e.and_then(PoolEni::carve_prefix);
+        self.ips.set_v6_prefix(v4, &eni, next);
+    }
+
+    /// Addresses of `eni` that nobody holds whose IPv6 the cloud does not
+    /// hold for it (`held` false: neither one of its addresses nor in one
+    /// of its /80s) lose that IPv6, and carve next from the ENI's /80 if it
+    /// has one. The pairs dropped.
+    pub(crate) fn drop_v6_not_held(
+        &mut self,
+        eni: &str,
+        held: impl Fn(Ipv6Addr) -> bool,
+    ) -> Vec<(Ipv4Addr, Ipv6Addr)> {
+        let stale: Vec<(Ipv4Addr, Ipv6Addr)> = self
+            .ips
+            .on(eni)
+            .filter(|ip| !ip.releasing() && !self.owners.holds(&ip.v4()))
+            .filter_map(|ip| ip.v6().filter(|b| !held(*b)).map(|b| (ip.v4(), b)))
+            .collect();
+        let next = self.enis.get(eni).and_then(PoolEni::carve_prefix);
+        for (a, _) in &stale {
+            self.ips.unpair(*a);
+            self.ips.set_v6_prefix(*a, eni, next);
+        }
+        stale
     }
 
     /// Records an unpaired IPv6 address of a known ENI (dual stack;
@@ -564,13 +609,13 @@ impl PoolState {
             });
         if hold.is_none() {
             // Idle: a carved IPv6 leaves with its owner.
-            self.ips.uncarve(v4);
+            self.uncarve(v4);
         }
         // A new hold for the owner ends its older one: idle now, its
         // carved IPv6 leaves too.
         let superseded = older.filter(|o| hold.is_some() && !self.holds.holds(o));
         if let Some(o) = superseded {
-            self.ips.uncarve(o);
+            self.uncarve(o);
         }
         ReleaseOutcome::Released {
             v4,
@@ -675,7 +720,7 @@ impl PoolState {
     pub(crate) fn settle(&mut self, now_ms: u64) -> Vec<Ipv4Addr> {
         let idle = self.holds.settle(now_ms);
         for a in &idle {
-            self.ips.uncarve(*a);
+            self.uncarve(*a);
         }
         idle
     }

@@ -1,7 +1,7 @@
 //! The identities of an `alloc`'s attachment (`netns=`, `veth=`), found
 //! by the server, never taken from the client: the sandbox's namespace as
 //! it is now, and the namespace of the process that asked (where eniip-cni
-//! built the host end).
+//! built the host end), with the boot they were taken in and when.
 
 use std::path::Path;
 
@@ -31,5 +31,7 @@ pub(super) fn resolve(mut a: Attachment, peer: Option<&Peer>) -> Option<Attachme
         .and_then(|p| netns_identity::identity(Path::new(&format!("/proc/{}/ns/net", p.pid))).ok())
         .map(|(dev, ino)| NsId { dev, ino })
         .unwrap_or_default();
+    a.boot = netns_identity::this_boot().map(str::to_string);
+    a.noted_ns = eniip_util::time::unix_ns();
     Some(a)
 }

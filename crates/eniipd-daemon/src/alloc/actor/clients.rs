@@ -17,12 +17,13 @@ use crate::pool::choose::pick;
 use crate::pool::{PoolState, ReleaseOutcome};
 use crate::store::Record;
 use eniip_protocol::core::{
-    AllocError, Allocation, Answer, Attachment, Collected, EniInfo, ErrCode, Generation, NsId,
-    Owner, SandboxId,
+    AllocError, Allocation, Answer, Attachment, Collected, EniInfo, ErrCode, Generation, Owner,
+    SandboxId,
 };
 use eniip_util::time::unix_ms;
 
 use super::super::capacity::Capacity;
+use super::super::mailbox::Teardown;
 use super::super::AllocatorOptions;
 use super::demand::{Ask, Demand, Pick};
 use super::durable::Durable;
@@ -242,27 +243,36 @@ impl Clients<'_> {
         });
     }
 
-    /// The sandbox reaper found `owner`'s sandbox gone: its address is
-    /// released if it is still held for that sandbox and that namespace
-    /// (a new ADD in the meantime keeps it).
+    /// The sandbox reaper found `owner`'s sandbox gone: if the address is
+    /// still held for that sandbox and the very attachment the reaper
+    /// `seen` (a new ADD in the meantime, even into a namespace of the
+    /// same identity, makes a new one and keeps everything), `teardown`
+    /// removes its datapath and the address is released. Both happen
+    /// here, between this check and the next message, so no ADD can come
+    /// in between and lose a host end of the same name.
     pub(super) fn reap(
         &mut self,
         owner: &Owner,
         sandbox: Option<SandboxId>,
-        netns_id: NsId,
+        seen: &Attachment,
+        teardown: Option<Teardown>,
         reply: Reply,
     ) {
         if self.stopping {
             let _ = reply.send(Err(AllocError::shutting_down()));
             return;
         }
-        let same =
-            self.pool.attached().iter().any(|a| {
-                &a.owner == owner && a.sandbox == sandbox && a.attach.netns_id == netns_id
-            });
+        let same = self
+            .pool
+            .attached()
+            .iter()
+            .any(|a| &a.owner == owner && a.sandbox == sandbox && &a.attach == seen);
         if !same {
             let _ = reply.send(Ok(Answer::Released(None)));
             return;
+        }
+        if let Some(Teardown(t)) = teardown {
+            t();
         }
         let (records, released) = self.release_one(owner, sandbox.as_ref(), None);
         self.durable.then(records, reply, move || {

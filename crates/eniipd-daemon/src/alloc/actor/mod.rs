@@ -513,9 +513,10 @@ impl Actor {
             Request::Reap {
                 owner,
                 sandbox,
-                netns_id,
+                seen,
+                teardown,
                 reply,
-            } => self.clients().reap(&owner, sandbox, netns_id, reply),
+            } => self.clients().reap(&owner, sandbox, &seen, teardown, reply),
         }
     }
 

@@ -78,6 +78,9 @@ pub(super) struct Reconciled {
     pub(super) adopted: Vec<(String, String)>,
     /// ENIs the cloud no longer has: their workers stop.
     pub(super) deleted: Vec<String>,
+    /// ENIs whose /80 the cloud no longer shows, with none left: their
+    /// workers forget it.
+    pub(super) v6_gone: Vec<String>,
 }
 
 /// Applies one pass to the pool.
@@ -97,7 +100,9 @@ pub(super) fn reconcile(pool: &mut PoolState, changes: &mut Changes, pass: &Pass
             }
             continue;
         }
-        settled(pool, r);
+        if settled(pool, r) {
+            out.v6_gone.push(id.to_string());
+        }
     }
     out.deleted = withdraw_vanished(pool, changes, pass);
     out
@@ -125,18 +130,30 @@ fn adopt(pool: &mut PoolState, r: &ReadyEni) {
 }
 
 /// A known ENI with nothing in flight: its addresses against the cloud's.
-fn settled(pool: &mut PoolState, r: &ReadyEni) {
+/// True when it lost its last /80.
+fn settled(pool: &mut PoolState, r: &ReadyEni) -> bool {
     let id = r.id();
     // A per-ENI limit the cloud reported is retried once a pass.
     if !pool.enis_mut().retry_limit(id) {
-        return;
+        return false;
     }
     // Kept detached over a restart with its vswitch's facts unknown:
     // metadata has them now.
     pool.enis_mut()
         .learn_vswitch(id, &r.link.cidr, r.link.gateway);
     prefixes(pool, r);
-    v6_prefixes(pool, r);
+    let v6_gone = v6_prefixes(pool, r);
+    if pool.dual() {
+        // The cloud is the truth: an IPv6 it does not hold for the ENI
+        // (of a /80 taken back, also one restored from the state files)
+        // is never handed out again.
+        let stale = pool.drop_v6_not_held(id, |b| {
+            r.v6.contains(&b) || r.v6_prefixes.iter().any(|p| p.contains(b))
+        });
+        for (a, b) in stale {
+            warn!("{b}, the IPv6 of {a}, is no longer on {id} in the cloud: dropped");
+        }
+    }
     let cloud_v4 = r.all_v4();
     // Addresses withdrawn while the ENI was away that are back.
     let found: Vec<Ipv4Addr> = pool
@@ -223,6 +240,7 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) {
         }
         pool.withdraw(a);
     }
+    v6_gone
 }
 
 /// Prefixes of a settled ENI against the cloud's: one the cloud has and we
@@ -263,12 +281,13 @@ fn prefixes(pool: &mut PoolState, r: &ReadyEni) {
 /// The /80s of a settled ENI against the cloud's (dual stack): one the
 /// cloud has and we do not (an AssignIpv6Addresses whose answer was lost)
 /// is adopted, so its addresses carve from it; one we have and the cloud
-/// does not is forgotten: the carved IPv6 owners hold stay theirs until
-/// released, and idle addresses carve from the ENI's next /80 or take
-/// single IPv6 addresses again.
-fn v6_prefixes(pool: &mut PoolState, r: &ReadyEni) {
+/// does not is forgotten: no IPv6 of it is handed out again (the carved
+/// IPv6 owners hold stay theirs until released), and idle addresses carve
+/// from the ENI's next /80 or wait for a new one. True when the ENI lost
+/// its last /80.
+fn v6_prefixes(pool: &mut PoolState, r: &ReadyEni) -> bool {
     if !pool.dual() {
-        return;
+        return false;
     }
     let id = r.id();
     let local: Vec<Ipv6Prefix> = pool
@@ -279,10 +298,13 @@ fn v6_prefixes(pool: &mut PoolState, r: &ReadyEni) {
         warn!("adopting the IPv6 prefix {p} found on {id} but unknown locally");
         pool.add_v6_prefix(id, *p);
     }
+    let mut removed = false;
     for p in local.iter().filter(|p| !r.v6_prefixes.contains(p)) {
-        warn!("the IPv6 prefix {p} is no longer on {id} in the cloud");
+        warn!("the IPv6 prefix {p} is no longer on {id} in the cloud: none of its addresses is handed out again");
         pool.remove_v6_prefix(id, *p);
+        removed = true;
     }
+    removed && pool.eni(id).is_some_and(|e| e.carve_prefix().is_none())
 }
 
 /// Managed ENIs the cloud no longer shows attached (an operator detached

@@ -416,6 +416,9 @@ impl Reports<'_> {
             self.stop_worker(&id);
             self.inflight.forget(&id);
         }
+        for id in done.v6_gone {
+            self.workers.v6_prefix_gone(&id);
+        }
         for (id, mac) in done.adopted {
             self.inflight.adopt(&id);
             self.start_worker(&id, &mac)?;

@@ -96,6 +96,14 @@ impl Workers {
             .is_some_and(|w| w.try_submit(ticket, kind, v6))
     }
 
+    /// Tells `eni`'s worker its /80 is gone (see
+    /// [`WorkerHandle::v6_prefix_gone`]).
+    pub(super) fn v6_prefix_gone(&self, eni: &str) {
+        if let Some(w) = self.by_eni.get(eni) {
+            w.v6_prefix_gone();
+        }
+    }
+
     /// Asks `eni`'s worker to give addresses back; false if it has none.
     pub(super) fn unassign(&self, eni: &str, v4: Vec<Ipv4Addr>, v6: Vec<Ipv6Addr>) -> bool {
         self.by_eni.get(eni).is_some_and(|w| w.unassign(v4, v6))

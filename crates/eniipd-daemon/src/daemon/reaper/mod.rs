@@ -171,6 +171,9 @@ impl Looks {
             due.len(),
             started.elapsed()
         );
+        if !due.is_empty() {
+            hold_for_tests();
+        }
         for ((owner, ns), why, for_) in due {
             if let Some(a) = attached
                 .iter()
@@ -191,14 +194,18 @@ impl Looks {
             .filter(|a| now_ms.saturating_sub(a.since_ms) >= young)
             .filter_map(|a| {
                 let now = netns_identity::identity(Path::new(&a.attach.netns));
-                verdict(&a.attach.netns, a.attach.netns_id, now, procs)
+                let rebooted = a.attach.of_another_boot(netns_identity::this_boot());
+                verdict(&a.attach.netns, a.attach.netns_id, rebooted, now, procs)
                     .map(|g| ((a.owner.clone(), a.attach.netns_id), g))
             })
             .collect()
     }
 }
 
-/// Removes `a`'s host end and rules, then releases its address.
+/// Asks eniipd to remove `a`'s host end and rules and release its
+/// address, in one step, if the allocation is still that sandbox's and
+/// that attachment's (an ADD since the look, even of the same container
+/// id into a namespace of the same identity, keeps everything).
 fn reap(
     alloc: &Allocator,
     a: &Attached,
@@ -207,22 +214,36 @@ fn reap(
     all: &[Attached],
     procs: &Processes,
 ) {
-    let sandbox = a.sandbox.as_ref().map_or("-", |s| s.as_str());
-    // A host end another allocation names is not this one's to remove.
+    let sandbox = a.sandbox.as_ref().map_or("-", |s| s.as_str()).to_string();
+    // A host end another allocation names is not this one's to remove; one
+    // of another boot is gone with it (a link of its name now is another's).
     let claimed: HashSet<&Owner> = all
         .iter()
         .filter(|o| o.attach.veth == a.attach.veth)
         .map(|o| &o.owner)
         .collect();
-    if claimed.len() == 1 {
-        if let Err(e) = teardown(&a.attach.veth, a.attach.host_id, procs) {
+    let ours = claimed.len() == 1 && !a.attach.of_another_boot(netns_identity::this_boot());
+    let teardown: Option<Box<dyn FnOnce() + Send>> = match ours.then(|| host_ns(a, procs)) {
+        None => None,
+        Some(Err(e)) => {
             warn!(
                 "sandbox reaper: removing {} of {} (sandbox {sandbox}): {e}; its rules may be left",
                 a.attach.veth, a.owner
             );
+            None
         }
-    }
-    match alloc.reap(a) {
+        Some(Ok(ns)) => {
+            let (veth, owner, sandbox) = (a.attach.veth.clone(), a.owner.clone(), sandbox.clone());
+            Some(Box::new(move || {
+                if let Err(e) = teardown(&veth, ns) {
+                    warn!(
+                        "sandbox reaper: removing {veth} of {owner} (sandbox {sandbox}): {e}; its rules may be left"
+                    );
+                }
+            }))
+        }
+    };
+    match alloc.reap(a, teardown) {
         Ok(Some(ip)) => {
             info!(
                 "sandbox reaper: released {ip} of {} (sandbox {sandbox}): {}, at every look for {} s",
@@ -232,27 +253,63 @@ fn reap(
             );
             crate::metrics::record_reaped(gone.label());
         }
-        Ok(None) => debug!("sandbox reaper: {} moved on meanwhile: kept", a.owner),
+        Ok(None) => debug!(
+            "sandbox reaper: {} moved on meanwhile (a new ADD): kept, nothing removed",
+            a.owner
+        ),
         Err(e) => warn!("sandbox reaper: releasing {}: {e}", a.owner),
     }
 }
 
-/// The datapath of one attachment, removed in the namespace the plugin
-/// built it in (eniipd's own, or one a thread is in).
-fn teardown(veth: &str, host: NsId, procs: &Processes) -> io::Result<()> {
+/// The namespace `a`'s host end was built in: `None` for eniipd's own,
+/// else a file of it (a thread in it holds it open meanwhile).
+fn host_ns(a: &Attached, procs: &Processes) -> io::Result<Option<File>> {
     let own = netns_identity::own().map(|(dev, ino)| NsId { dev, ino })?;
-    let local = || eniip_datapath::datapath::teardown(veth).map_err(io::Error::other);
+    let host = a.attach.host_id;
     if host == NsId::default() || host == own {
-        return local();
+        return Ok(None);
     }
     let Some(task) = procs.holder(host) else {
         return Err(io::Error::other(
             "it is in a namespace no process is in any more",
         ));
     };
-    let ns = File::open(task.netns_path())?;
+    File::open(task.netns_path()).map(Some)
+}
+
+/// Removes the datapath of one attachment in the namespace the plugin
+/// built it in (`None`: eniipd's own).
+fn teardown(veth: &str, ns: Option<File>) -> io::Result<()> {
+    let Some(ns) = ns else {
+        return eniip_datapath::datapath::teardown(veth).map_err(io::Error::other);
+    };
     let veth = veth.to_string();
     eniip_datapath::netns::run_in(&ns, move || {
         eniip_datapath::datapath::teardown(&veth).map_err(io::Error::other)
     })
 }
+
+/// Debug builds only, for the tests that open the window between a look
+/// and what it does: with `ENIIPD_TEST_REAPER_HOLD=DIR`, a look that
+/// found sandboxes due creates `DIR/held` and waits (30 s at most) for
+/// `DIR/go`, then removes both and goes on.
+#[cfg(debug_assertions)]
+fn hold_for_tests() {
+    let Some(dir) = std::env::var_os("ENIIPD_TEST_REAPER_HOLD") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let (held, go) = (dir.join("held"), dir.join("go"));
+    if std::fs::write(&held, b"").is_err() {
+        return;
+    }
+    let until = Instant::now() + Duration::from_secs(30);
+    while !go.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_file(&go);
+    let _ = std::fs::remove_file(&held);
+}
+
+#[cfg(not(debug_assertions))]
+fn hold_for_tests() {}

@@ -6,7 +6,11 @@
 //!
 //! Invariant: a scan that could not read some thread's namespace says so
 //! ([`Processes::unreadable`]); a namespace it names no thread in is then
-//! not known to be empty.
+//! not known to be empty. What it could not read is: an entry of a
+//! listing that failed, any error but "not there", and "not there"
+//! itself unless the process (or thread) is gone or a zombie: a
+//! `/proc/PID` that is missing for a process that runs is masked
+//! (something mounted over it), not exited.
 
 use std::collections::HashMap;
 use std::io;
@@ -57,7 +61,17 @@ impl Processes {
                 return p;
             }
         };
-        for entry in dir.flatten() {
+        for entry in dir {
+            let entry = match entry {
+                Ok(e) => e,
+                Err(e) => {
+                    p.unreadable.get_or_insert_with(|| Blind::Process {
+                        path: "/proc".into(),
+                        error: e.to_string(),
+                    });
+                    continue;
+                }
+            };
             let Some(pid) = entry
                 .file_name()
                 .to_str()
@@ -68,13 +82,20 @@ impl Processes {
             let tasks = entry.path().join("task");
             match std::fs::read_dir(&tasks) {
                 Ok(threads) => {
-                    for t in threads.flatten() {
-                        if let Some(tid) = t.file_name().to_str().and_then(|n| n.parse().ok()) {
-                            p.add(Task { pid, tid });
+                    for t in threads {
+                        match t {
+                            Ok(t) => {
+                                if let Some(tid) =
+                                    t.file_name().to_str().and_then(|n| n.parse().ok())
+                                {
+                                    p.add(Task { pid, tid });
+                                }
+                            }
+                            Err(e) => p.failed(pid, None, &tasks, &e),
                         }
                     }
                 }
-                Err(e) => p.failed(pid, &tasks, &e),
+                Err(e) => p.failed(pid, None, &tasks, &e),
             }
         }
         p
@@ -92,13 +113,17 @@ impl Processes {
                     })
                     .or_insert(task);
             }
-            Err(e) => self.failed(task.pid, Path::new(&path), &e),
+            Err(e) => self.failed(task.pid, Some(task.tid), Path::new(&path), &e),
         }
     }
 
-    fn failed(&mut self, pid: u32, path: &Path, e: &io::Error) {
-        // Exited meanwhile (a zombie has no namespaces either).
-        if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(nix::libc::ESRCH) {
+    /// `path` of `pid` (its thread `tid`) could not be read.
+    fn failed(&mut self, pid: u32, tid: Option<u32>, path: &Path, e: &io::Error) {
+        // Exited meanwhile (a zombie has no namespaces either): said only
+        // by the process being gone, never by the missing file alone.
+        let missing =
+            e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(nix::libc::ESRCH);
+        if missing && ended(pid, tid) {
             return;
         }
         // The init of eniipd's PID namespace (systemd on a host) is never
@@ -108,9 +133,13 @@ impl Processes {
         if pid == 1 {
             return;
         }
-        self.unreadable.get_or_insert_with(|| Blind::Process {
-            path: path.display().to_string(),
-            error: e.to_string(),
+        let path = path.display().to_string();
+        self.unreadable.get_or_insert_with(|| match missing {
+            true => Blind::Masked { path, pid },
+            false => Blind::Process {
+                path,
+                error: e.to_string(),
+            },
         });
     }
 
@@ -140,6 +169,30 @@ impl Processes {
     }
 }
 
+/// Whether process `pid` (its thread `tid`) has ended: gone (signal 0
+/// says `ESRCH`), or a zombie (`/proc/PID/task/TID/stat` says `Z` or
+/// `X`). Not known to be: false.
+fn ended(pid: u32, tid: Option<u32>) -> bool {
+    let (Ok(p), Ok(t)) = (
+        nix::libc::pid_t::try_from(pid),
+        nix::libc::pid_t::try_from(tid.unwrap_or(pid)),
+    ) else {
+        return false;
+    };
+    // SAFETY: tgkill with signal 0 sends nothing; it only checks that the
+    // thread exists.
+    #[allow(unsafe_code)]
+    let r = unsafe { nix::libc::syscall(nix::libc::SYS_tgkill, p, t, 0) };
+    if r == -1 && nix::errno::Errno::last() == nix::errno::Errno::ESRCH {
+        return true;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat")).unwrap_or_default();
+    // The state follows the command name's closing parenthesis.
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_some_and(|state| state == "Z" || state == "X")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +208,37 @@ mod tests {
         let p = Processes::scan();
         assert!(p.holder(own()).is_some());
         assert!(p.tasks() >= 1);
+    }
+
+    /// A missing file of a process that has ended is explained; of one
+    /// that runs (this one) it is not: the scan is then blind.
+    #[test]
+    fn not_found_is_explained_only_by_an_ended_process() {
+        let mut p = Processes::default();
+        let gone = io::Error::from(io::ErrorKind::NotFound);
+        // A child that has exited and been waited for: gone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        p.failed(pid, None, Path::new("/proc/x/task"), &gone);
+        assert!(p.unreadable().is_none(), "{:?}", p.unreadable());
+        // A zombie (exited, not yet waited for).
+        let mut zombie = std::process::Command::new("true").spawn().unwrap();
+        let zpid = zombie.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !ended(zpid, None) && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        p.failed(zpid, None, Path::new("/proc/x/task"), &gone);
+        assert!(p.unreadable().is_none(), "{:?}", p.unreadable());
+        zombie.wait().unwrap();
+        // This process runs: its /proc entry cannot be missing.
+        p.failed(std::process::id(), None, Path::new("/proc/x/task"), &gone);
+        assert!(
+            matches!(p.unreadable(), Some(Blind::Masked { .. })),
+            "{:?}",
+            p.unreadable()
+        );
     }
 
     /// A namespace held only by a thread that is not its process's leader

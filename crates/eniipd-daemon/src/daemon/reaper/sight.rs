@@ -41,6 +41,9 @@ pub(super) enum Blind {
     Unreadable { what: &'static str, error: String },
     /// A process's network namespace could not be read.
     Process { path: String, error: String },
+    /// A file of a process that runs is missing: something is mounted
+    /// over its `/proc/PID` (or over a part of it).
+    Masked { path: String, pid: u32 },
 }
 
 impl Blind {
@@ -52,6 +55,7 @@ impl Blind {
             Blind::HidePid => "hidepid",
             Blind::Unreadable { .. } => "unreadable",
             Blind::Process { .. } => "process",
+            Blind::Masked { .. } => "masked",
         }
     }
 }
@@ -75,6 +79,10 @@ impl fmt::Display for Blind {
             Blind::Process { path, error } => write!(
                 f,
                 "cannot read {path} ({error}): eniipd needs CAP_SYS_PTRACE (and no LSM rule that denies it reading other processes)"
+            ),
+            Blind::Masked { path, pid } => write!(
+                f,
+                "{path} is missing while process {pid} runs: something is mounted over /proc/{pid} in eniipd's mount namespace (see /proc/self/mountinfo); unmount it"
             ),
         }
     }
@@ -135,8 +143,22 @@ pub(super) fn judge(facts: &Facts) -> Sight {
     match &facts.mountinfo {
         Err(e) => unreadable("/proc/self/mountinfo", e),
         Ok(m) if proc_hides(m) => Sight::Blind(Blind::HidePid),
-        Ok(_) => Sight::All,
+        Ok(m) => match masked_process(m) {
+            Some((path, pid)) => Sight::Blind(Blind::Masked { path, pid }),
+            None => Sight::All,
+        },
     }
+}
+
+/// A mount over a process's `/proc/PID` (or inside it), from
+/// `/proc/self/mountinfo`: its mount point and the pid.
+fn masked_process(mountinfo: &str) -> Option<(String, u32)> {
+    mountinfo.lines().find_map(|l| {
+        let mount_point = l.split(' ').nth(4)?;
+        let rest = mount_point.strip_prefix("/proc/")?;
+        let pid = rest.split('/').next()?.parse::<u32>().ok()?;
+        Some((mount_point.to_string(), pid))
+    })
 }
 
 /// Whether `/proc` hides other users' processes (`hidepid`), from
@@ -215,6 +237,28 @@ mod tests {
             error: "Permission denied".into(),
         };
         assert!(b.to_string().contains("CAP_SYS_PTRACE"), "{b}");
+    }
+
+    #[test]
+    fn a_mount_over_a_process_is_found_in_mountinfo() {
+        let over = |mp: &str| format!("{PROC}\n41 22 0:44 / {mp} rw,relatime - tmpfs tmpfs rw");
+        assert_eq!(masked_process(PROC), None);
+        assert_eq!(
+            masked_process(&over("/proc/4242")),
+            Some(("/proc/4242".to_string(), 4242))
+        );
+        assert_eq!(
+            masked_process(&over("/proc/4242/task")),
+            Some(("/proc/4242/task".to_string(), 4242))
+        );
+        // What runtimes mask in /proc is no process.
+        for mp in ["/proc/kcore", "/proc/sys", "/proc/acpi", "/run/x/proc/1"] {
+            assert_eq!(masked_process(&over(mp)), None, "{mp}");
+        }
+        assert!(matches!(
+            judge(&facts(PROC_PID_INIT_INO, "42", 42, &over("/proc/7"))),
+            Sight::Blind(Blind::Masked { pid: 7, .. })
+        ));
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! A sandbox looks gone only when every signal says so: no thread of any
 //! process is in the namespace recorded at ADD (its identity, whatever
 //! its path shows now), and its path no longer holds that namespace or
-//! holds it with nobody in it. A scan that could not see every thread
-//! says nothing. It is reaped only when it looked gone at every look for
+//! holds it with nobody in it; or its identity was recorded in another
+//! boot of the node. A scan that could not see every thread says
+//! nothing. It is reaped only when it looked gone at every look for
 //! `sandbox_reap_grace`, and at two looks at least.
 
 use std::collections::HashMap;
@@ -45,21 +46,30 @@ impl Gone {
 }
 
 /// What one look says of a sandbox whose namespace was `recorded` at ADD
-/// and whose path `path` shows `now`. `None`: alive, or not known.
+/// (in another boot of the node: `rebooted`) and whose path `path` shows
+/// `now`. `None`: alive, or not known.
 pub(super) fn verdict(
     path: &str,
     recorded: NsId,
+    rebooted: bool,
     now: io::Result<(u64, u64)>,
     procs: &Processes,
 ) -> Option<Gone> {
-    // Not every thread seen, or no identity to look for: nothing can be
-    // said. A thread in the namespace: alive, whatever the path shows (a
-    // mount that vanished, a remount, eniipd in a mount namespace that
-    // missed it).
-    if procs.unreadable().is_some()
-        || recorded == NsId::default()
-        || procs.holder(recorded).is_some()
-    {
+    // Not every thread seen: nothing can be said.
+    if procs.unreadable().is_some() {
+        return None;
+    }
+    // No namespace outlives a reboot: whatever namespace of this boot has
+    // the identity (nsfs inodes are handed out again), it is another.
+    if rebooted {
+        return Some(Gone::Netns(format!(
+            "its network namespace {path} was recorded in another boot of the node"
+        )));
+    }
+    // No identity to look for: nothing can be said. A thread in the
+    // namespace: alive, whatever the path shows (a mount that vanished, a
+    // remount, eniipd in a mount namespace that missed it).
+    if recorded == NsId::default() || procs.holder(recorded).is_some() {
         return None;
     }
     match now {
@@ -157,7 +167,10 @@ mod tests {
             }),
         );
         // Mounted, nobody in it: empty.
-        assert_eq!(verdict(p, REC, Ok((4, 100)), &nobody), Some(Gone::Empty));
+        assert_eq!(
+            verdict(p, REC, false, Ok((4, 100)), &nobody),
+            Some(Gone::Empty)
+        );
         // Gone, not a namespace, another namespace: gone, when nobody is in
         // the one recorded.
         for now in [
@@ -166,7 +179,7 @@ mod tests {
             Ok((4, 101)),
         ] {
             assert_eq!(
-                verdict(p, REC, now, &nobody).map(|g| g.label()),
+                verdict(p, REC, false, now, &nobody).map(|g| g.label()),
                 Some("netns-gone")
             );
         }
@@ -177,18 +190,36 @@ mod tests {
             err(io::ErrorKind::InvalidInput),
             Ok((4, 101)),
         ] {
-            assert_eq!(verdict(p, REC, now, &inside), None);
+            assert_eq!(verdict(p, REC, false, now, &inside), None);
         }
+        // Recorded in another boot: gone, though a thread of this boot is
+        // in a namespace of the same identity; unless the scan is blind.
+        for procs in [&nobody, &inside] {
+            assert_eq!(
+                verdict(p, REC, true, Ok((4, 100)), procs).map(|g| g.label()),
+                Some("netns-gone")
+            );
+        }
+        assert_eq!(verdict(p, REC, true, Ok((4, 100)), &blind), None);
         // A scan that did not see every thread says nothing.
-        assert_eq!(verdict(p, REC, Ok((4, 100)), &blind), None);
-        assert_eq!(verdict(p, REC, err(io::ErrorKind::NotFound), &blind), None);
+        assert_eq!(verdict(p, REC, false, Ok((4, 100)), &blind), None);
+        assert_eq!(
+            verdict(p, REC, false, err(io::ErrorKind::NotFound), &blind),
+            None
+        );
         // Nor does a path that cannot be read, or an unknown identity.
         assert_eq!(
-            verdict(p, REC, err(io::ErrorKind::PermissionDenied), &nobody),
+            verdict(p, REC, false, err(io::ErrorKind::PermissionDenied), &nobody),
             None
         );
         assert_eq!(
-            verdict(p, NsId::default(), err(io::ErrorKind::NotFound), &nobody),
+            verdict(
+                p,
+                NsId::default(),
+                false,
+                err(io::ErrorKind::NotFound),
+                &nobody
+            ),
             None
         );
     }
