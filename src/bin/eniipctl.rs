@@ -114,6 +114,10 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Asked<Request>, Usage
     }))
 }
 
+/// What to look at when eniipd went away in the middle of a reply (it
+/// failed to start, or stopped).
+const GONE_HINT: &str = "eniipd went away without answering: did it fail to start? `systemctl status eniipd` and `journalctl -u eniipd` say why; once fixed: `systemctl reset-failed eniipd.socket eniipd.service && systemctl restart eniipd`";
+
 /// Says why no reply came (the words eniipctl(1) users know); exit 1.
 fn failed(e: &ClientError, socket: &str, timeout: Duration) -> ExitCode {
     match e {
@@ -124,9 +128,13 @@ fn failed(e: &ClientError, socket: &str, timeout: Duration) -> ExitCode {
         ClientError::Send { source, .. } => {
             eprintln!("eniipctl: cannot send to {socket}: {source}")
         }
-        ClientError::Receive { source, .. } => eprintln!("eniipctl: reading the reply: {source}"),
+        ClientError::Receive { source, .. } => {
+            eprintln!("eniipctl: reading the reply: {source}");
+            eprintln!("eniipctl: {GONE_HINT}");
+        }
         ClientError::Closed { .. } => {
-            eprintln!("eniipctl: the daemon closed the connection before its final line")
+            eprintln!("eniipctl: the daemon closed the connection before its final line");
+            eprintln!("eniipctl: {GONE_HINT}");
         }
         e => eprintln!("eniipctl: {e}"),
     }

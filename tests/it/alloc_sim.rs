@@ -42,17 +42,11 @@ fn cloud_ips(sim: &Sim) -> BTreeMap<String, String> {
 }
 
 fn list(d: &Daemon) -> Vec<(String, String, String, String)> {
-    let r = d.ask("list");
-    r[..r.len() - 1]
-        .iter()
+    common::list_rows(&d.ask("list"))
+        .into_iter()
         .map(|l| {
-            let w: Vec<&str> = l.split(' ').collect();
-            (
-                w[0].to_string(),
-                w[1].to_string(),
-                w[2].to_string(),
-                w[3].to_string(),
-            )
+            let owner = l.owner.unwrap_or_else(|| "-".into());
+            (l.ip.to_string(), l.state, owner, l.eni)
         })
         .collect()
 }
@@ -191,7 +185,7 @@ fn eni_gives_the_vswitch_gateways_in_dual_stack() {
     sim.clear_faults();
     assert_eq!(
         d.ask("eni eni-doesnotexist0000"),
-        vec!["ERR not-found".to_string()]
+        vec!["ERR not-found eni-doesnotexist0000 is no ENI eniipd manages".to_string()]
     );
     for bad in ["eni", "eni a b", "eni eni|x"] {
         let r = d.ask(bad);
@@ -249,27 +243,44 @@ fn kill_9_mid_burst_loses_no_acknowledged_allocation_and_leaks_nothing() {
     let cfg = config(&sim, &dir, json!({"max_pool_size": 0}));
     let mut d = Daemon::start(&dir, &cfg);
     let acked: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+    const BURST: usize = 8 * 10;
     std::thread::scope(|s| {
         for t in 0..8 {
             let (sock, acked) = (d.socket.clone(), &acked);
             s.spawn(move || {
+                use eniip_protocol::protocol::client::Client;
                 for i in 0..10 {
                     let owner = format!("crash/{t}-{i}");
-                    let r = common::ask(&sock, &format!("alloc {owner}"));
-                    match r.last().map(String::as_str) {
-                        Some(l) if l.starts_with("OK ip=") => {
-                            acked.lock().unwrap().insert(owner, field(l, "ip"));
+                    // After the kill a connect or a reply fails: this
+                    // client's burst ends there.
+                    let r = Client::connect(&sock, Duration::from_secs(10)).and_then(|mut c| {
+                        c.ask_within(&format!("alloc {owner}"), Duration::from_secs(30))
+                    });
+                    match r {
+                        Ok(r) if r.is_ok() => {
+                            let ip = field(&r.into_lines().pop().unwrap(), "ip");
+                            acked.lock().unwrap().insert(owner, ip);
                         }
                         _ => return,
                     }
                 }
             });
         }
-        std::thread::sleep(Duration::from_millis(700));
+        // Mid-burst: once some allocations are acknowledged.
+        assert!(
+            eventually(Duration::from_secs(30), || acked.lock().unwrap().len()
+                >= 10),
+            "no allocation acknowledged"
+        );
         d.kill9();
     });
     let acked = acked.into_inner().unwrap();
     println!("{} allocations acknowledged before kill -9", acked.len());
+    // The kill fell mid-burst: some were acknowledged, not all.
+    assert!(
+        acked.len() < BURST,
+        "the burst ended before the kill: all {BURST} acknowledged"
+    );
     drop(d);
     let d = Daemon::start(&dir, &cfg);
     d.wait_verified(Duration::from_secs(30));
@@ -408,15 +419,15 @@ fn alloc_release_signed_with(version: Option<&str>) -> Value {
 #[test]
 fn the_daemon_signs_with_v3_by_default() {
     let sigs = alloc_release_signed_with(None);
-    assert!(sigs["v3"].as_u64().unwrap_or(0) >= 3, "{sigs}");
-    assert_eq!(sigs["v1"].as_u64().unwrap_or(0), 0, "{sigs}");
+    assert!(common::signed(&sigs, "v3") >= 3, "{sigs}");
+    assert_eq!(common::signed(&sigs, "v1"), 0, "{sigs}");
 }
 
 #[test]
 fn signature_version_v1_still_allocates_and_releases() {
     let sigs = alloc_release_signed_with(Some("v1"));
-    assert!(sigs["v1"].as_u64().unwrap_or(0) >= 3, "{sigs}");
-    assert_eq!(sigs["v3"].as_u64().unwrap_or(0), 0, "{sigs}");
+    assert!(common::signed(&sigs, "v1") >= 3, "{sigs}");
+    assert_eq!(common::signed(&sigs, "v3"), 0, "{sigs}");
 }
 
 #[test]

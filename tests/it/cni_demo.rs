@@ -190,11 +190,10 @@ fn holders(ns: &str) -> Vec<String> {
 
 /// eniipd's `list` row of `ip`: (state, owner).
 fn row(socket: &Path, ip: &str) -> Option<(String, String)> {
-    ask(socket, "list").iter().find_map(|l| {
-        // Later fields (gen=, ipv6=) may follow the four.
-        let w: Vec<&str> = l.split(' ').collect();
-        (w.len() >= 4 && w[0] == ip).then(|| (w[1].to_string(), w[2].to_string()))
-    })
+    crate::common::list_rows(&ask(socket, "list"))
+        .into_iter()
+        .find(|l| l.ip.to_string() == ip)
+        .map(|l| (l.state, l.owner.unwrap_or_else(|| "-".into())))
 }
 
 #[test]

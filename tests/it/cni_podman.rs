@@ -63,10 +63,8 @@ fn http_get_in(netns: &std::path::Path, addr: &str) -> Result<String, String> {
 
 /// eniipd's `list`: ip -> (state, owner, eni).
 fn pool(w: &World) -> BTreeMap<String, (String, String, String)> {
-    w.daemon()
-        .ask("list")
-        .iter()
-        .filter_map(|l| eniip_protocol::protocol::reply::parse_list_line(l).ok())
+    crate::common::list_rows(&w.daemon().ask("list"))
+        .into_iter()
         .map(|l| {
             let owner = l.owner.unwrap_or_else(|| "-".into());
             (l.ip.to_string(), (l.state, owner, l.eni))

@@ -70,6 +70,26 @@ pub(crate) fn metric(w: &World, line_start: &str) -> Option<String> {
         .find(|l| l.starts_with(line_start))
 }
 
+/// The reaper's looks so far (`eniipd_sandbox_reaper_looks_total`).
+fn looks(w: &World) -> u64 {
+    metric(w, "eniipd_sandbox_reaper_looks_total ")
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Returns once the reaper has made `n` more looks (within `limit`): what
+/// is found alive after it was judged by them, not merely by a slow
+/// reaper that had not looked yet.
+fn after_looks(w: &World, n: u64, limit: Duration) {
+    let from = looks(w);
+    assert!(
+        eventually(limit, || looks(w) >= from + n),
+        "the reaper made {} of {n} looks within {limit:?}\n{}",
+        looks(w) - from,
+        w.daemon().log_text()
+    );
+}
+
 #[test]
 fn lost_dels_are_reaped_and_live_sandboxes_kept() {
     if !can_run("cni sandbox reaper", &["busybox", "sleep"]) {
@@ -126,7 +146,7 @@ fn lost_dels_are_reaped_and_live_sandboxes_kept() {
 
     // Several looks later the live pod and the allocation made by hand
     // still hold theirs, and the live pod still works.
-    std::thread::sleep(Duration::from_secs(4));
+    after_looks(&w, 4, Duration::from_secs(30));
     let inuse = w.inuse();
     assert!(inuse.contains_key(&r_live.ip()), "{inuse:?}");
     assert_eq!(
@@ -195,7 +215,7 @@ fn after_a_node_restart_pods_that_come_back_keep_their_address_and_the_rest_are_
             .any(|l| l.starts_with(&format!("{ip_lost} reserved"))),
         "{list:?}"
     );
-    std::thread::sleep(Duration::from_secs(3));
+    after_looks(&w, 3, Duration::from_secs(30));
     assert_eq!(
         w.inuse().get(&ip_back).map(String::as_str),
         Some(format!("{}/default/web-0", w.network).as_str())
@@ -296,7 +316,7 @@ fn a_sandbox_containerd_forgot_across_its_restart_is_reaped_and_a_live_one_kept(
     );
     // The live pod, forgotten by containerd too but with its pause still
     // running, keeps its address and its path out, several looks later.
-    std::thread::sleep(Duration::from_secs(4));
+    after_looks(&w, 4, Duration::from_secs(30));
     assert_eq!(
         w.inuse().get(&live.ip).map(String::as_str),
         Some("eniip/default/live-0"),
@@ -432,7 +452,8 @@ fn a_sandbox_is_reaped_only_when_every_signal_agrees_for_its_grace() {
         &mount.display().to_string(),
     ]);
     // More than a grace of looks later, every live one keeps its own.
-    std::thread::sleep(grace + 2 * interval);
+    let n = ((grace + 2 * interval).as_secs() / interval.as_secs()).max(1);
+    after_looks(&w, n, grace + 2 * interval + Duration::from_secs(30));
     let inuse = w.inuse();
     for (c, ip) in &kept {
         assert!(inuse.contains_key(ip), "{} lost {ip}: {inuse:?}", c.id);
@@ -523,7 +544,8 @@ fn a_reaper_that_cannot_see_every_process_takes_nothing_and_says_so_once() {
     let gone_ip = w.cni("ADD", Some(&gone), &conf).expect_ok("ADD gone").ip();
     gone.ns.delete();
 
-    std::thread::sleep(Duration::from_secs(30));
+    // Looks enough to have reaped the gone one, were the reaper not blind.
+    after_looks(&w, 15, Duration::from_secs(60));
     let inuse = w.inuse();
     for (c, ip) in pods.iter().zip(&ips) {
         assert!(inuse.contains_key(ip), "{} lost {ip}: {inuse:?}", c.id);

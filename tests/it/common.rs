@@ -79,6 +79,20 @@ pub fn tempdir_in(base: &Path, tag: &str) -> PathBuf {
     d
 }
 
+/// A copy of the binary `bin` that any user can run: in a fresh mode-0755
+/// directory of /tmp (the checkout may be where only its owner can reach,
+/// as /root is), removed with that directory by the caller.
+pub fn runnable_by_anyone(bin: &str, tag: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir(tag);
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let name = Path::new(bin).file_name().unwrap();
+    let copy = dir.join(name);
+    fs::copy(bin, &copy).unwrap();
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
 /// Polls `f` every 20 ms until it returns true or `limit` passes.
 pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
     eniip_util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
@@ -604,11 +618,28 @@ pub fn sans_gen(reply: &str) -> String {
 }
 
 pub fn field(reply: &str, key: &str) -> String {
-    reply
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+    eniip_protocol::protocol::reply::field(reply.trim_end(), key)
         .unwrap_or_else(|| panic!("no {key} in {reply:?}"))
         .to_string()
+}
+
+/// The rows of a whole `list` reply, read by the protocol's own parser:
+/// a reply that is not `OK <count>` after as many well-formed rows fails.
+pub fn list_rows(reply: &[String]) -> Vec<eniip_protocol::protocol::reply::ListLine> {
+    let (last, rows) = reply
+        .split_last()
+        .unwrap_or_else(|| panic!("an empty reply to list"));
+    let count: usize = last
+        .strip_prefix("OK ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("list answered {last:?}: {reply:?}"));
+    assert_eq!(count, rows.len(), "{reply:?}");
+    rows.iter()
+        .map(|l| {
+            eniip_protocol::protocol::reply::parse_list_line(l)
+                .unwrap_or_else(|e| panic!("list row {l:?}: {e}"))
+        })
+        .collect()
 }
 
 /// Runs `cmd` to its end: the exit code (-1 when a signal ended it),
@@ -635,4 +666,13 @@ pub fn try_ask(socket: &Path, line: &str) -> Option<String> {
     let mut c = Client::connect(socket, REPLY_WAIT).ok()?;
     let r = c.ask_within(line, REPLY_WAIT).ok()?;
     Some(r.final_line().to_string())
+}
+
+/// The count of OpenAPI calls signed with `version` (`v1`, `v3`) in the
+/// emulator's `signatures` (which says both, zeros included): a renamed
+/// or missing key fails, never reads as 0.
+pub fn signed(sigs: &Value, version: &str) -> u64 {
+    sigs[version]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {version} count in the emulator's signatures: {sigs}"))
 }

@@ -69,6 +69,9 @@ fn pool_bounds_that_contradict_each_other_are_reported_by_check_config() {
         "{}",
         stderr(&o)
     );
+    // The listing shows what will be used, as the warning says.
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.lines().any(|l| l == "max_pool_size=30"), "{out}");
 }
 
 #[test]
@@ -81,6 +84,12 @@ fn a_numeric_gid_with_no_group_and_an_empty_group_are_refused() {
         .unwrap();
     let o = check(&dir, &local(&dir, &format!(r#""socket_group": {gid}"#)));
     assert_eq!(o.status.code(), Some(78), "{}", stderr(&o));
+    // The error is what is read: no listing of 40 keys before it.
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     assert!(
         stderr(&o).contains(&format!("no group has gid {gid}")),
         "{}",

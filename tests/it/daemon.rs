@@ -86,9 +86,16 @@ fn every_command_through_the_real_daemon() {
         vec![format!("OK released={ip}")]
     );
     assert_eq!(d.ask("release default/web-1"), vec!["OK released=none"]);
-    assert_eq!(d.ask("show default/web-1"), vec!["ERR not-found"]);
+    assert_eq!(
+        d.ask("show default/web-1"),
+        vec!["ERR not-found default/web-1 holds no address"]
+    );
     assert!(d.ask("alloc bad|owner")[0].starts_with("ERR bad-request"));
     assert!(d.ask("teleport")[0].starts_with("ERR unknown-command"));
+    assert_eq!(
+        d.ask("stauts"),
+        vec!["ERR unknown-command stauts (did you mean status? try help)"]
+    );
     assert_eq!(d.ask("quit"), vec!["OK bye"]);
     // The emulator agrees: our ENI is tagged for this instance.
     let managed = sim.managed();
@@ -163,6 +170,16 @@ fn sigterm_exits_0_in_time_and_a_restart_keeps_the_allocations() {
     }
     assert!(d.ok("status").contains(" inuse=3 "));
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);
+    // A clean restart warns of nothing: the idle addresses the state
+    // files do not hold are restored, not adopted as unknown.
+    d.wait_verified(Duration::from_secs(30));
+    let log = d.log_text();
+    let this_start = &log[log.rfind("eniipd_daemon::daemon: state: ").unwrap_or(0)..];
+    assert!(
+        this_start.contains("that the state files do not hold"),
+        "{this_start}"
+    );
+    assert!(!this_start.contains("unknown locally"), "{this_start}");
 }
 
 #[test]

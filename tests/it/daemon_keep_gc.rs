@@ -26,11 +26,10 @@ fn session(socket: &Path, lines: &[&str]) -> Vec<Vec<String>> {
 }
 
 fn inuse_owners(d: &Daemon) -> Vec<String> {
-    let mut v: Vec<String> = d
-        .ask("list")
-        .iter()
-        .filter(|l| l.split(' ').nth(1) == Some("inuse"))
-        .map(|l| l.split(' ').nth(2).unwrap().to_string())
+    let mut v: Vec<String> = crate::common::list_rows(&d.ask("list"))
+        .into_iter()
+        .filter(|l| l.state == "inuse")
+        .map(|l| l.owner.expect("an address in use has an owner"))
         .collect();
     v.sort();
     v

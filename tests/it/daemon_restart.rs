@@ -27,10 +27,9 @@ fn idle(d: &Daemon) -> u64 {
 
 /// The addresses `list` shows.
 fn listed(d: &Daemon) -> BTreeSet<String> {
-    d.ask("list")
-        .iter()
-        .filter(|l| !l.starts_with("OK"))
-        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+    common::list_rows(&d.ask("list"))
+        .into_iter()
+        .map(|l| l.ip.to_string())
         .collect()
 }
 

@@ -44,24 +44,24 @@ fn simulate_links_needs_root_and_simulate() {
 
     // As an unprivileged user (uid 65534, through setpriv when the test
     // runs as root; the test's own uid otherwise).
+    // (A copy it can reach: the checkout may be under /root, mode 0700.)
     let root = nix::unistd::geteuid().is_root();
-    let mut cmd = match root {
-        true => {
+    let anyone = root.then(|| crate::common::runnable_by_anyone(eniipd, "sim-anyone"));
+    let mut cmd = match &anyone {
+        Some(copy) => {
             let mut c = Command::new("setpriv");
-            c.args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--",
-                eniipd,
-            ]);
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(copy);
             c
         }
-        false => Command::new(eniipd),
+        None => Command::new(eniipd),
     };
     cmd.args(["--simulate", "--simulate-links"])
         .env("XDG_RUNTIME_DIR", "/nonexistent");
     let (code, err) = run(&mut cmd);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--simulate-links needs root"), "{err}");
+    if let Some(copy) = anyone {
+        let _ = std::fs::remove_dir_all(copy.parent().unwrap());
+    }
 }

@@ -117,3 +117,55 @@ fn a_socket_activated_daemon_that_is_still_starting_answers_busy() {
     assert_eq!(exit.map(|e| e.0), Some(69), "{log}");
     assert!(log.contains("metadata service unreachable at"), "{log}");
 }
+
+/// A typo in eni.json under socket activation: the client that started
+/// eniipd reads why it cannot start and what to run, at once, and its
+/// queued connection is answered (closed), so it does not start eniipd
+/// again (each start spends the unit's start limit).
+#[test]
+fn a_socket_activated_daemon_with_a_bad_config_tells_its_client_what_to_run() {
+    let Some(tool) = common::installed("socket activation", &["/usr/bin/systemd-socket-activate"])
+    else {
+        return;
+    };
+    let dir = tempdir("activated-typo");
+    let sock = dir.join("act.sock");
+    let config = dir.join("eni.json");
+    std::fs::write(&config, r#"{"min_pool_size": "ten"}"#).unwrap();
+    let mut child = Command::new(tool)
+        .arg("-l")
+        .arg(&sock)
+        .arg(env!("CARGO_BIN_EXE_eniipd"))
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(10), || sock.exists()));
+    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+        .arg("--socket")
+        .arg(&sock)
+        .arg("status")
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.starts_with("ERR internal eniipd cannot start: its configuration is refused (exit 78"),
+        "{said}"
+    );
+    assert!(
+        said.contains("journalctl -u eniipd") && said.contains("systemctl reset-failed"),
+        "{said}"
+    );
+    let exit = exit_within(&mut child, Duration::from_secs(30));
+    let log = stderr_of(&mut child);
+    assert_eq!(exit.map(|e| e.0), Some(78), "{log}");
+    assert!(log.contains("min_pool_size"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

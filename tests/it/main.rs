@@ -44,6 +44,7 @@ mod daemon;
 mod daemon_conflist;
 mod daemon_keep_gc;
 mod daemon_peer;
+mod daemon_queue;
 mod daemon_restart;
 mod daemon_simulate;
 mod daemon_start;

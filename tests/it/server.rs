@@ -30,13 +30,17 @@ struct Fake {
     completed: AtomicU64,
     /// When non-zero, `metrics` answers this many bytes of data lines.
     metrics_bytes: AtomicUsize,
+    /// While true, an `alloc` of an owner under `hold/` waits (30 s at
+    /// most) until it is false again and `opened` is notified.
+    holding: Mutex<bool>,
+    opened: std::sync::Condvar,
 }
 
 fn allocation(owner: &Owner, n: usize) -> Allocation {
     Allocation {
         owner: owner.clone(),
         sandbox: None,
-        ip: format!("10.0.0.{}", 10 + n).parse().unwrap(),
+        ip: std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 0, 0, 10)) + n as u32),
         ipv6: None,
         ipv6_prefix: None,
         eni: "eni-test".into(),
@@ -64,6 +68,14 @@ impl Fake {
         std::thread::sleep(Duration::from_millis(
             self.alloc_delay_ms.load(Ordering::SeqCst),
         ));
+        if owner.as_str().starts_with("hold/") {
+            let end = Instant::now() + Duration::from_secs(30);
+            let mut holding = self.holding.lock().unwrap();
+            while *holding && Instant::now() < end {
+                let left = end.saturating_duration_since(Instant::now());
+                holding = self.opened.wait_timeout(holding, left).unwrap().0;
+            }
+        }
         if owner.as_str() == "exhaust/me" {
             return Err(AllocError::new(ErrCode::Exhausted, "capacity reached"));
         }
@@ -702,7 +714,10 @@ fn eniipctl_that_cannot_connect_says_what_to_do() {
     let sock = dir.join("d.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o660)).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_eniipctl"))
+    // As uid 65534, from where it can run it (the checkout may be under
+    // /root, mode 0700).
+    let ctl = common::runnable_by_anyone(env!("CARGO_BIN_EXE_eniipctl"), "ctl-anyone");
+    let out = Command::new(&ctl)
         .args(["--socket", &sock.display().to_string(), "status"])
         .uid(65534)
         .gid(65534)
@@ -712,11 +727,13 @@ fn eniipctl_that_cannot_connect_says_what_to_do() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("Permission denied"), "{err}");
     assert!(
-        err.contains("for the members of group root (mode 0660)")
-            && err.contains("usermod -aG root"),
+        err.contains("for root and the members of group root (mode 0660)")
+            && err.contains("socket_group")
+            && !err.contains("usermod -aG root"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(ctl.parent().unwrap());
 }
 
 #[test]
@@ -756,4 +773,149 @@ fn bind_socket_replaces_a_stale_socket_but_not_a_live_one_nor_a_file() {
     UnixStream::connect(&p).expect("another's socket is left in place");
     drop(live);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `netns=` that is not a network namespace (a FIFO, which a blocking
+/// open would wait on for ever; a device; a link) is refused at once,
+/// naming the key, and never holds a connection slot: after 300 of them
+/// `ping` still answers within a second. What a namespace eniipd cannot
+/// see looks like (nothing, or the empty file of a mount it missed) is
+/// served without the attachment.
+#[test]
+fn a_netns_that_is_not_a_namespace_is_refused_at_once() {
+    let _turn = common::one_flood_at_a_time();
+    let h = harness(me());
+    let dir = common::tempdir("netns-fifo");
+    let fifo = dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(format!("/proc/{}/ns/net", std::process::id()), &link).unwrap();
+    let veth = "enip0123456789a";
+    for other in [link.to_str().unwrap(), "/dev/null", "/", "/dev/log"] {
+        if !std::path::Path::new(other).exists() {
+            continue;
+        }
+        let r = h.ask(&format!("alloc x/y sandbox=s netns={other} veth={veth}"));
+        assert!(r[0].starts_with("ERR bad-request netns="), "{other}: {r:?}");
+    }
+    let unseen = dir.join("unseen");
+    std::fs::write(&unseen, "").unwrap();
+    for missed in [unseen.to_str().unwrap(), "/nonexistent/netns"] {
+        let r = h.ask(&format!(
+            "alloc m/{} sandbox=s netns={missed} veth={veth}",
+            missed.len()
+        ));
+        assert!(r[0].starts_with("OK ip="), "{missed}: {r:?}");
+    }
+    let replies = common::at_once(30, |t| {
+        let mut c =
+            eniip_protocol::protocol::client::Client::connect(&h.path, Duration::from_secs(5))
+                .unwrap();
+        (0..10)
+            .map(|i| {
+                let line = format!(
+                    "alloc f/{t}-{i} sandbox=s{i} netns={} veth={veth}",
+                    fifo.display()
+                );
+                match c.ask_within(&line, Duration::from_secs(5)) {
+                    Ok(r) => r.into_lines().join("\n"),
+                    Err(e) => format!("no reply: {e}"),
+                }
+            })
+            .collect::<Vec<_>>()
+    });
+    let refused = replies
+        .iter()
+        .flatten()
+        .filter(|r| r.starts_with("ERR bad-request netns=") && r.contains("FIFO"))
+        .count();
+    assert_eq!(
+        refused,
+        300,
+        "{:?}",
+        replies
+            .iter()
+            .flatten()
+            .find(|r| !r.starts_with("ERR bad-request"))
+    );
+    let started = Instant::now();
+    assert_eq!(h.ask("ping"), vec!["OK pong"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    // A real one is taken.
+    let ok = h.ask(&format!(
+        "alloc x/y sandbox=s netns=/proc/{}/ns/net veth={veth}",
+        std::process::id()
+    ));
+    assert!(ok[0].starts_with("OK ip="), "{ok:?}");
+    assert_eq!(h.backend.completed.load(Ordering::SeqCst), 3);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// eniip-cni's ADD against an eniipd whose every connection slot is
+/// serving for 10 s (256 allocs waiting on the cloud), then freed: the
+/// ADD whose alloc already waits is not failed by its liveness probes
+/// being answered `ERR busy`, and an ADD that connects meanwhile waits
+/// for a slot; both succeed within their deadline. (eniip-cni's client
+/// is these two calls: `connect_answering_within`, `alloc_within`.)
+#[test]
+fn an_add_is_never_failed_by_every_connection_slot_being_busy() {
+    use eniip_protocol::protocol::client::{Client, ALLOC_DEADLINE};
+    let _turn = common::one_flood_at_a_time();
+    let h = harness(me());
+    let slots = ServerConfig::default().max_connections;
+    assert_eq!(slots, 256);
+    *h.backend.holding.lock().unwrap() = true;
+    let server = || h.server.as_ref().unwrap();
+    let add = |owner: &str| {
+        let started = Instant::now();
+        let r = Client::connect_answering_within(&h.path, Duration::from_secs(60))
+            .and_then(|mut c| c.alloc_within(&format!("alloc {owner} sandbox=s"), ALLOC_DEADLINE));
+        (r.map(|r| r.into_lines().join("\n")), started.elapsed())
+    };
+    std::thread::scope(|s| {
+        // An ADD whose alloc waits (its own slot), then every other slot
+        // taken by an alloc that waits as long.
+        let first = s.spawn(|| add("hold/add-1"));
+        assert!(eventually(Duration::from_secs(10), || server()
+            .connections()
+            == 1));
+        let holders: Vec<_> = (1..slots)
+            .map(|i| {
+                let path = &h.path;
+                s.spawn(move || {
+                    let mut c = Client::connect(path, Duration::from_secs(10)).unwrap();
+                    c.ask_within(&format!("alloc hold/{i}"), Duration::from_secs(60))
+                        .map(|r| r.into_lines().join("\n"))
+                })
+            })
+            .collect();
+        assert!(
+            eventually(Duration::from_secs(20), || server().connections() == slots),
+            "{} connections",
+            server().connections()
+        );
+        let busy_since = Instant::now();
+        // Meanwhile a new ADD comes: no slot is free.
+        let second = s.spawn(|| add("hold/add-2"));
+        // The scenario: every slot serving for 10 s (the first ADD's
+        // probes are answered busy all along), then freed.
+        std::thread::sleep(Duration::from_secs(10));
+        assert_eq!(server().connections(), slots);
+        *h.backend.holding.lock().unwrap() = false;
+        h.backend.opened.notify_all();
+        for (name, t) in [("first", first), ("second", second)] {
+            let (r, took) = t.join().unwrap();
+            let r = r.unwrap_or_else(|e| panic!("{name} ADD failed after {took:?}: {e}"));
+            assert!(r.starts_with("OK ip="), "{name}: {r}");
+            assert!(took < ALLOC_DEADLINE, "{name}: {took:?}");
+        }
+        assert!(busy_since.elapsed() >= Duration::from_secs(10));
+        for t in holders {
+            assert!(t.join().unwrap().unwrap().starts_with("OK ip="));
+        }
+    });
 }

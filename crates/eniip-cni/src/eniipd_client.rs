@@ -56,10 +56,16 @@ impl Client {
 
     /// [`Client::connect`], waiting up to `wait` for an eniipd that
     /// cannot be asked ([`went_away`]: not listening, not answering).
+    /// An eniipd that answers `ERR busy` (every connection slot serving)
+    /// is there: it is asked again within the same `wait`.
     pub(crate) fn connect_waiting(socket: &Path, wait: Duration) -> Result<Client, CniError> {
         let end = Instant::now() + wait;
         loop {
-            match Client::connect(socket) {
+            let left = end.saturating_duration_since(Instant::now());
+            match protocol::Client::connect_answering_within(socket, left)
+                .map(Client)
+                .map_err(cni_error)
+            {
                 Ok(c) => return Ok(c),
                 Err(e) if went_away(&e) && Instant::now() < end => {
                     let left = end.saturating_duration_since(Instant::now());

@@ -24,8 +24,12 @@
 //! its ADD was answered, and every `alloc` answered since has a newer
 //! one. So a crash between the release and the removal loses
 //! nothing and takes nothing from anyone. A file that does not hold
-//! such a line is renamed `*.refused` (kept for the operator, never read
-//! again).
+//! such a line, or that eniipd cannot trust (not a regular file, a link,
+//! owned by another user than root or eniipd's, writable by group or
+//! others, larger than [`MAX_BYTES`]), is renamed `*.refused` (kept for
+//! the operator, never read again). A file is opened without following a
+//! link or blocking (`O_NOFOLLOW|O_NONBLOCK`: a FIFO there never stalls
+//! eniipd) and judged on that descriptor.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
@@ -44,10 +48,8 @@ pub const DIR: &str = "releases";
 const SUFFIX: &str = ".release";
 /// How often eniipd looks for releases queued after its start.
 pub const RESCAN: Duration = Duration::from_secs(5);
-/// Largest queue file read (one protocol line).
+/// Largest queue file taken (one protocol line).
 const MAX_BYTES: u64 = 4096;
-/// Most releases applied in one pass (the rest wait for the next).
-pub const MAX_PER_PASS: usize = 10_000;
 
 /// The queue folder for eniipd's socket `socket`: beside the socket, and
 /// where a symlink at `socket` points, beside its target (a conflist may
@@ -151,8 +153,8 @@ pub struct Queued {
     pub release: Result<Command, String>,
 }
 
-/// The releases queued in `dir`, at most [`MAX_PER_PASS`] (eniipd's
-/// side). A missing folder is an empty queue; one that someone other than
+/// Every release queued in `dir`, however many (eniipd's side: all are
+/// applied before it serves). A missing folder is an empty queue; one that someone other than
 /// root (or this process's user) owns, or that others may write to, is
 /// refused (`PermissionDenied`): a queued release is applied without the
 /// socket's access check, so only who may release may queue.
@@ -166,9 +168,6 @@ pub fn pending(dir: &Path) -> io::Result<Vec<Queued>> {
     let entries = std::fs::read_dir(dir)?;
     let mut out = Vec::new();
     for e in entries.flatten() {
-        if out.len() >= MAX_PER_PASS {
-            break;
-        }
         let name = e.file_name();
         if !name.to_string_lossy().ends_with(SUFFIX) {
             continue;
@@ -180,12 +179,16 @@ pub fn pending(dir: &Path) -> io::Result<Vec<Queued>> {
     Ok(out)
 }
 
+/// The folder's owner may queue: root, or the user eniipd runs as.
+fn may_queue(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+}
+
 fn trusted(meta: &std::fs::Metadata) -> io::Result<()> {
     use std::os::unix::fs::MetadataExt as _;
-    let me = nix::unistd::geteuid().as_raw();
     let why = if !meta.is_dir() {
         Some("it is not a directory".to_string())
-    } else if meta.uid() != 0 && meta.uid() != me {
+    } else if !may_queue(meta.uid()) {
         Some(format!("it is owned by uid {}", meta.uid()))
     } else if meta.mode() & 0o022 != 0 {
         Some(format!(
@@ -205,10 +208,7 @@ fn trusted(meta: &std::fs::Metadata) -> io::Result<()> {
 }
 
 fn read(path: &Path) -> Result<Command, String> {
-    let mut text = Vec::new();
-    File::open(path)
-        .and_then(|f| f.take(MAX_BYTES).read_to_end(&mut text))
-        .map_err(|e| format!("cannot read it: {e}"))?;
+    let text = read_trusted(path)?;
     let line = text.strip_suffix(b"\n").unwrap_or(&text);
     match crate::protocol::parse_request(line) {
         Ok(ClientRequest::Command(
@@ -221,13 +221,69 @@ fn read(path: &Path) -> Result<Command, String> {
     }
 }
 
-/// A queued release is applied (eniipd's side): its file goes.
-pub fn done(q: &Queued) -> io::Result<()> {
-    std::fs::remove_file(&q.path)?;
-    if let Some(dir) = q.path.parent() {
-        File::open(dir)?.sync_all()?;
+/// The bytes of the queue file at `path` if eniipd may trust it, else
+/// why not. Opened without following a link or blocking, and judged on
+/// that descriptor (the path may change under us, the descriptor not):
+/// a regular file, owned by root or eniipd's user, that neither group
+/// nor others may write, of at most [`MAX_BYTES`].
+fn read_trusted(path: &Path) -> Result<Vec<u8>, String> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(nix::libc::ELOOP) => "it is a symbolic link".to_string(),
+            _ => format!("cannot read it: {e}"),
+        })?;
+    let m = f.metadata().map_err(|e| format!("cannot read it: {e}"))?;
+    let t = m.file_type();
+    if !t.is_file() {
+        return Err(format!(
+            "it is not a regular file but {}",
+            if t.is_fifo() {
+                "a FIFO"
+            } else if t.is_dir() {
+                "a directory"
+            } else if t.is_socket() {
+                "a socket"
+            } else {
+                "a device"
+            }
+        ));
     }
-    Ok(())
+    if !may_queue(m.uid()) {
+        return Err(format!("it is owned by uid {}", m.uid()));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "its mode {:o} lets others write to it",
+            m.mode() & 0o777
+        ));
+    }
+    if m.len() > MAX_BYTES {
+        return Err(format!("it is {} bytes, more than {MAX_BYTES}", m.len()));
+    }
+    let mut text = Vec::new();
+    f.take(MAX_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if text.len() as u64 > MAX_BYTES {
+        return Err(format!("it grew past {MAX_BYTES} bytes while read"));
+    }
+    Ok(text)
+}
+
+/// A queued release is applied (eniipd's side): its file goes. The
+/// removal is made durable by [`settle`] once per pass (a removal lost
+/// to a crash only applies the release again, which changes nothing).
+pub fn done(q: &Queued) -> io::Result<()> {
+    std::fs::remove_file(&q.path)
+}
+
+/// Makes the removals of a pass in `dir` durable.
+pub fn settle(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 /// A file that is no queued release is put aside as `*.refused`.
@@ -303,6 +359,61 @@ mod tests {
             assert!(aside.to_string_lossy().ends_with(".release.refused"));
         }
         assert!(pending(&q).unwrap().is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_file_eniipd_cannot_trust_is_refused_without_being_opened_for_real() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let d = tempdir();
+        let q = d.join(DIR);
+        std::fs::create_dir_all(&q).unwrap();
+        let line = "release eniip/x sandbox=1\n";
+        let outside = d.join("outside");
+        std::fs::write(&outside, line).unwrap();
+        std::os::unix::fs::symlink(&outside, q.join("link.release")).unwrap();
+        // A FIFO with no writer: a blocking open would wait for ever.
+        nix::unistd::mkfifo(
+            &q.join("fifo.release"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        std::fs::create_dir(q.join("dir.release")).unwrap();
+        std::fs::write(q.join("open.release"), line).unwrap();
+        std::fs::set_permissions(
+            q.join("open.release"),
+            std::fs::Permissions::from_mode(0o620),
+        )
+        .unwrap();
+        // A valid line, then more than a line's worth.
+        let mut big = line.as_bytes().to_vec();
+        big.resize(MAX_BYTES as usize + 1, b' ');
+        std::fs::write(q.join("big.release"), big).unwrap();
+        let mut expect = vec![
+            ("link.release", "symbolic link"),
+            ("fifo.release", "FIFO"),
+            ("dir.release", "directory"),
+            ("open.release", "620"),
+            ("big.release", "4097 bytes"),
+        ];
+        if nix::unistd::geteuid().is_root() {
+            std::fs::write(q.join("nobody.release"), line).unwrap();
+            std::os::unix::fs::chown(q.join("nobody.release"), Some(65534), Some(65534)).unwrap();
+            expect.push(("nobody.release", "uid 65534"));
+        }
+        std::fs::write(q.join("good.release"), line).unwrap();
+        let found = pending(&q).unwrap();
+        assert_eq!(found.len(), expect.len() + 1, "{found:?}");
+        for (name, why) in expect {
+            let f = found.iter().find(|f| f.path.ends_with(name)).unwrap();
+            let e = f.release.as_ref().unwrap_err();
+            assert!(e.contains(why), "{name}: {e}");
+        }
+        let good = found
+            .iter()
+            .find(|f| f.path.ends_with("good.release"))
+            .unwrap();
+        assert!(good.release.is_ok(), "{good:?}");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

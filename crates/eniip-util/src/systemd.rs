@@ -122,6 +122,11 @@ pub fn parse_listen_fds(fds: Option<&str>, pid: Option<&str>, my_pid: u32) -> us
 /// The listening socket passed by socket activation (fd 3), if any. It
 /// must be a listening Unix stream socket.
 pub fn take_listener() -> io::Result<Option<UnixListener>> {
+    // fd 3 has one owner: a second call gets nothing.
+    static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if TAKEN.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return Ok(None);
+    }
     let n = parse_listen_fds(
         std::env::var("LISTEN_FDS").ok().as_deref(),
         std::env::var("LISTEN_PID").ok().as_deref(),

@@ -79,6 +79,8 @@ struct Registry {
     /// The sandbox reaper's last look, once it runs: whether it could not
     /// see every process, and how many sandboxes wait out their grace.
     sandbox_reaper: Option<(bool, u64)>,
+    /// The sandbox reaper's looks so far.
+    sandbox_reaper_looks: u64,
     openapi_total: BTreeMap<(String, String), u64>,
     openapi_duration: BTreeMap<String, Histogram>,
     metadata_total: BTreeMap<String, u64>,
@@ -93,6 +95,7 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
         release_total: BTreeMap::new(),
         sandbox_reaped_total: BTreeMap::new(),
         sandbox_reaper: None,
+        sandbox_reaper_looks: 0,
         openapi_total: BTreeMap::new(),
         openapi_duration: BTreeMap::new(),
         metadata_total: BTreeMap::new(),
@@ -128,8 +131,11 @@ pub(crate) fn record_reaped(reason: &str) {
 /// The sandbox reaper's last look: `blind` when it could not see every
 /// process (it then reaps nothing), `pending` sandboxes found gone that
 /// wait out `sandbox_reap_grace`.
+/// Each call ends one look, and is counted.
 pub(crate) fn set_sandbox_reaper(blind: bool, pending: usize) {
-    REGISTRY.lock().sandbox_reaper = Some((blind, pending as u64));
+    let mut r = REGISTRY.lock();
+    r.sandbox_reaper = Some((blind, pending as u64));
+    r.sandbox_reaper_looks += 1;
 }
 
 /// Records one OpenAPI attempt: `code` is `OK`, the service's error code,
@@ -289,6 +295,10 @@ const REAP_PENDING: Family = gauge(
     "eniipd_sandbox_reap_pending",
     "Sandboxes found gone that wait out sandbox_reap_grace.",
 );
+const REAPER_LOOKS: Family = counter(
+    "eniipd_sandbox_reaper_looks_total",
+    "Looks the sandbox reaper made (blind ones included).",
+);
 const OPENAPI: Family = counter(
     "eniipd_openapi_requests_total",
     "OpenAPI attempts by action and answer code.",
@@ -383,6 +393,7 @@ pub fn render(g: &Gauges) -> String {
     if let Some((blind, pending)) = r.sandbox_reaper {
         single(o, REAPER_BLIND, u64::from(blind));
         single(o, REAP_PENDING, pending);
+        single(o, REAPER_LOOKS, r.sandbox_reaper_looks);
     }
     header(o, OPENAPI);
     for ((a, c), v) in &r.openapi_total {

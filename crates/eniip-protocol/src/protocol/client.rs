@@ -9,11 +9,15 @@
 //! while an allocation waits on the cloud, so [`Client::connect_answering`]
 //! checks that a daemon is there within [`PING_TIMEOUT`]. [`Client::ask`]
 //! gives an `alloc` [`ALLOC_DEADLINE`] (a cold pool waits for the cloud up
-//! to eniipd's `alloc_timeout`, 60 s by default) and pings eniipd on a
-//! second connection every [`WATCH_EVERY`] while it waits, so a slow
-//! allocation goes on and a hung eniipd fails it within seconds; any
-//! other request gets [`REPLY_DEADLINE`]. Callers with deadlines of their
-//! own (eniipctl's `--timeout`) pass them.
+//! to eniipd's `alloc_timeout`, 60 s by default) and, while it waits in
+//! silence, probes eniipd with one `ping` on a second connection after
+//! [`WATCH_EVERY`], then at growing intervals up to [`WATCH_MOST`] (not a
+//! connection a second), each bounded by what is left of the caller's
+//! deadline, so a slow allocation goes on and a hung eniipd fails it
+//! within seconds. Any answer is a live eniipd: `ERR busy` (every
+//! connection slot serving) says it is alive and busy, and never fails
+//! the wait. Any other request gets [`REPLY_DEADLINE`]. Callers with
+//! deadlines of their own (eniipctl's `--timeout`) pass them.
 //!
 //! Invariant: a request either gets its own reply or an error, never the
 //! reply of another: a connection whose reply did not come whole in time
@@ -35,8 +39,14 @@ pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
 pub const ALLOC_DEADLINE: Duration = Duration::from_secs(90);
 /// How long any other answer may take.
 pub const REPLY_DEADLINE: Duration = Duration::from_secs(10);
-/// How often a waiting `alloc` checks that eniipd still answers.
+/// How long a waiting `alloc` waits in silence before its first check
+/// that eniipd still answers; each next wait is twice the last.
 pub const WATCH_EVERY: Duration = Duration::from_secs(1);
+/// The longest wait between two such checks.
+pub const WATCH_MOST: Duration = Duration::from_secs(4);
+/// How often a connect answered `ERR busy` (every slot serving) is tried
+/// again by [`Client::connect_answering_within`].
+const BUSY_RETRY: Duration = Duration::from_millis(200);
 /// Longest reply line read (a data line of `metrics` is under 1 KiB).
 const MAX_REPLY_LINE: usize = 1 << 20;
 /// How often a connect whose listener's backlog is full is tried again.
@@ -284,6 +294,44 @@ impl Client {
         }
     }
 
+    /// [`Client::connect_answering`], tried again for up to `wait` while
+    /// eniipd answers `ERR busy` because every connection slot is serving
+    /// (it is there, and a slot frees as soon as a request is answered).
+    /// Any other outcome is returned at once.
+    pub fn connect_answering_within(socket: &Path, wait: Duration) -> Result<Client, ClientError> {
+        let end = Instant::now() + wait;
+        loop {
+            match Client::connect_answering(socket) {
+                Err(ClientError::Refused(e))
+                    if e.code() == "busy" && !e.is_starting() && Instant::now() < end =>
+                {
+                    std::thread::sleep(
+                        end.saturating_duration_since(Instant::now())
+                            .min(BUSY_RETRY),
+                    );
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Whether eniipd answers at `socket` within `limit` (at most
+    /// [`PING_TIMEOUT`]): any answer, `ERR busy` included, is a live
+    /// eniipd.
+    fn probe(socket: &Path, limit: Duration) -> Result<(), ClientError> {
+        let limit = limit.min(PING_TIMEOUT);
+        let deadline = Deadline::after(limit);
+        let mut c = Client::connect(socket, limit)?;
+        match c.exchange("ping", &deadline, false) {
+            Ok(_) => Ok(()),
+            Err(ClientError::Late { .. }) => Err(ClientError::NotAnswering {
+                socket: socket.to_path_buf(),
+                limit,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
     /// One request and its reply, with the deadline of its verb (see the
     /// module doc).
     pub fn ask(&mut self, line: &str) -> Result<Reply, ClientError> {
@@ -371,8 +419,8 @@ impl Client {
     }
 
     /// Reads the next reply by `deadline`; `watch`: while waiting, check
-    /// every [`WATCH_EVERY`] on a second connection that eniipd still
-    /// answers `ping`.
+    /// on a second connection that eniipd still answers `ping` (see the
+    /// module doc for when).
     pub fn read_reply(
         &mut self,
         verb: &str,
@@ -380,8 +428,9 @@ impl Client {
         watch: bool,
     ) -> Result<Reply, ClientError> {
         let mut framer = Framer::default();
+        let mut silence = WATCH_EVERY;
         loop {
-            let line = self.read_line(verb, deadline, watch)?;
+            let line = self.read_line(verb, deadline, watch.then_some(&mut silence))?;
             match framer.push(&line) {
                 Ok(Some(reply)) => return Ok(reply),
                 Ok(None) => {}
@@ -390,18 +439,23 @@ impl Client {
         }
     }
 
+    /// One line by `deadline`; with `watch`, eniipd is probed after each
+    /// `watch` of silence, which then doubles up to [`WATCH_MOST`].
     fn read_line(
         &mut self,
         verb: &str,
         deadline: &Deadline,
-        watch: bool,
+        mut watch: Option<&mut Duration>,
     ) -> Result<String, ClientError> {
         loop {
             let left = deadline.left();
             if left.is_zero() {
                 return Err(self.late(verb, deadline));
             }
-            let wait = if watch { left.min(WATCH_EVERY) } else { left };
+            let wait = match &watch {
+                Some(silence) => left.min(**silence),
+                None => left,
+            };
             if let Err(source) = self.reader.get_ref().set_read_timeout(Some(wait)) {
                 return Err(self.abandon(ClientError::Receive {
                     verb: verb.into(),
@@ -424,11 +478,20 @@ impl Client {
                 // The end, maybe after a last line with no terminator.
                 Ok(_) => return Err(self.abandon(ClientError::Closed { verb: verb.into() })),
                 Err(e) if timed_out(&e) => {
-                    if watch {
-                        // Slow or hung? A hung eniipd fails the ping.
-                        if let Err(e) = Client::connect_answering(&self.socket) {
+                    if let Some(silence) = watch.as_deref_mut() {
+                        // Slow or hung? A hung eniipd fails the probe; a
+                        // busy one answers it.
+                        let left = deadline.left();
+                        if left.is_zero() {
+                            return Err(self.late(verb, deadline));
+                        }
+                        if let Err(e) = Client::probe(&self.socket, left) {
+                            if deadline.left().is_zero() {
+                                return Err(self.late(verb, deadline));
+                            }
                             return Err(self.abandon(e));
                         }
+                        *silence = (*silence * 2).min(WATCH_MOST);
                     }
                 }
                 Err(source) => {

@@ -266,9 +266,60 @@ pub fn parse_request(line: &[u8]) -> Result<ClientRequest, AllocError> {
         "alloc" | "release" | "show" => parse_owner_verb(&cmd, &args),
         _ => Err(AllocError::new(
             ErrCode::UnknownCommand,
-            format!("{} (try help)", clip(&cmd)),
+            match did_you_mean(&cmd) {
+                Some(verb) => format!("{} (did you mean {verb}? try help)", clip(&cmd)),
+                None => format!("{} (try help)", clip(&cmd)),
+            },
         )),
     }
+}
+
+/// The command a mistyped `cmd` (lowercase) most likely meant: the
+/// nearest within two edits (a swap of two neighbours counts one), if no
+/// other is as near.
+fn did_you_mean(cmd: &str) -> Option<&'static str> {
+    let mut near: Vec<(usize, &'static str)> = HELP
+        .iter()
+        .filter_map(|l| l.split(' ').next())
+        .map(|v| (edits(cmd, v), v))
+        .filter(|(d, _)| *d <= 2)
+        .collect();
+    near.sort_unstable();
+    match near[..] {
+        [(d, one), (d2, _), ..] if d2 > d => Some(one),
+        [(_, one)] => Some(one),
+        _ => None,
+    }
+}
+
+/// Optimal string alignment distance (insertions, deletions,
+/// substitutions, swaps of neighbours), on bytes; words of a line are
+/// short.
+fn edits(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() > 32 || b.len() > 32 {
+        return usize::MAX;
+    }
+    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for (j, cell) in d[0].iter_mut().enumerate() {
+        *cell = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut v = (d[i - 1][j] + 1)
+                .min(d[i][j - 1] + 1)
+                .min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                v = v.min(d[i - 2][j - 2] + 1);
+            }
+            d[i][j] = v;
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 /// `alloc`, `release` or `show` (`cmd`, lowercase) and its arguments:

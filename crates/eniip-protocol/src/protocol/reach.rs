@@ -31,7 +31,22 @@ impl SocketFrom {
 
 /// What to do about `err`, met connecting to `socket`.
 pub fn unreachable_hint(socket: &Path, from: SocketFrom, err: &io::Error) -> String {
+    use std::os::unix::fs::FileTypeExt;
     let path = socket.display();
+    // Something that is no socket: whatever connect said, that is why.
+    if let Ok(m) = std::fs::metadata(socket) {
+        if !m.file_type().is_socket() {
+            let what = if m.is_dir() {
+                "a directory"
+            } else {
+                "not a socket"
+            };
+            return format!(
+                "{path} ({}) is {what}: name eniipd's socket itself (its socket_path)",
+                from.said()
+            );
+        }
+    }
     match err.kind() {
         ErrorKind::NotFound => format!(
             "no socket at {path} ({}): eniipd is not running, or it listens elsewhere (systemctl status eniipd.socket eniipd)",
@@ -42,6 +57,14 @@ pub fn unreachable_hint(socket: &Path, from: SocketFrom, err: &io::Error) -> Str
             from.said()
         ),
         ErrorKind::PermissionDenied => match group_of(socket) {
+            // Its group may not reach it: joining the group changes nothing.
+            Some((_, mode)) if mode & 0o060 != 0o060 => format!(
+                "{path} is for its owner only (mode {mode:04o}): run as root (sudo), or let a group in with socket_mode \"0660\" and socket_group (eniipd.conf(5))"
+            ),
+            // Joining group root is no advice to give.
+            Some((group, mode)) if group == "root" || group == "0" => format!(
+                "{path} is for root and the members of group {group} (mode {mode:04o}): run as root (sudo), or give it a group of its own with socket_group (the packages use eniipd; eniipd.conf(5))"
+            ),
             Some((group, mode)) => format!(
                 "{path} is for the members of group {group} (mode {mode:04o}), and you are not one: `sudo usermod -aG {group} $USER`, then log in again (or run as root)"
             ),
@@ -93,14 +116,36 @@ mod tests {
             "{hint}"
         );
 
-        // Not allowed: the socket's own group is named, with its mode.
+        // Not allowed: the socket's own group is named, with its mode;
+        // joining it is advised unless it is root's.
         std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o660)).unwrap();
         let denied = io::Error::from(ErrorKind::PermissionDenied);
         let hint = unreachable_hint(&sock, SocketFrom::Flag, &denied);
         let (group, _) = group_of(&sock).unwrap();
         assert!(
-            hint.contains(&format!("group {group} (mode 0660)"))
-                && hint.contains(&format!("usermod -aG {group}")),
+            hint.contains(&format!("group {group} (mode 0660)")),
+            "{hint}"
+        );
+        if group == "root" {
+            assert!(
+                hint.contains("socket_group") && !hint.contains("usermod"),
+                "{hint}"
+            );
+        } else {
+            assert!(hint.contains(&format!("usermod -aG {group}")), "{hint}");
+        }
+        // Its owner's alone: no group to join.
+        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let hint = unreachable_hint(&sock, SocketFrom::Flag, &denied);
+        assert!(
+            hint.contains("owner only (mode 0600)") && !hint.contains("usermod"),
+            "{hint}"
+        );
+        // A directory named as the socket.
+        let e = UnixStream::connect(&dir).unwrap_err();
+        let hint = unreachable_hint(&dir, SocketFrom::Flag, &e);
+        assert!(
+            hint.contains("is a directory") && !hint.contains("not running"),
             "{hint}"
         );
         let hint = unreachable_hint(&dir.join("gone.sock"), SocketFrom::Flag, &denied);

@@ -322,3 +322,17 @@ fn an_ipv4_only_allocation_is_answered_without_its_ipv6_or_its_prefix() {
     let only4 = allocation_text(&a, &eni_abc());
     assert!(!only4.contains("ipv6"), "{only4}");
 }
+
+#[test]
+fn a_mistyped_command_is_told_the_one_it_likely_meant() {
+    for (typed, meant) in [
+        ("stauts", Some("status")),
+        ("lsit", Some("list")),
+        ("alloc", Some("alloc")),
+        ("frobnicate", None),
+    ] {
+        assert_eq!(super::did_you_mean(typed), meant, "{typed}");
+    }
+    let e = parse_request(b"STAUTS").unwrap_err();
+    assert!(e.to_string().contains("did you mean status?"), "{e}");
+}

@@ -310,7 +310,11 @@ impl World {
             }).collect::<Vec<_>>(),
             "enis": self.enis.live().map(SimEni::state_json).collect::<Vec<_>>(),
             "calls": self.calls.by_action,
-            "signatures": self.calls.signatures,
+            // Both versions always, so a count of 0 is said, not absent.
+            "signatures": {
+                "v1": self.calls.signatures.get("v1").copied().unwrap_or(0),
+                "v3": self.calls.signatures.get("v3").copied().unwrap_or(0),
+            },
             "prefix_calls": self.calls.with_prefixes,
         })
     }

@@ -68,6 +68,12 @@ pub(crate) enum IpStack {
     Dual,
 }
 
+/// The key pair's other names (the Kubernetes Secret's), read as the keys.
+const CREDENTIAL_ALIASES: [(&str, &str); 2] = [
+    ("access_key_id", "access_key"),
+    ("access_key_secret", "access_secret"),
+];
+
 /// The file as written. Every field is optional; unknown keys are kept in
 /// `other` so they can be named in a warning.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -314,12 +320,27 @@ impl RawConfig {
             path: PathBuf::new(),
             source,
         })?;
-        let Value::Object(map) = &value else {
+        let mut value = value;
+        let Value::Object(map) = &mut value else {
             return Err(ConfigError::Shape {
                 key: "(top level)".into(),
                 allowed: "a JSON object of keys and values, like {\"max_pool_size\": 5}".into(),
             });
         };
+        // The Kubernetes Secret's names for the key pair (README's
+        // `kubectl create secret`): the same keys, never dropped.
+        for (alias, key) in CREDENTIAL_ALIASES {
+            if let Some(v) = map.remove(alias) {
+                if map.contains_key(key) {
+                    return Err(ConfigError::Shape {
+                        key: alias.to_string(),
+                        allowed: format!("absent when `{key}` is given: it is `{key}` under the Kubernetes Secret's name (give one of the two)"),
+                    });
+                }
+                map.insert(key.to_string(), v);
+            }
+        }
+        let map = map.clone();
         match serde_json::from_value::<RawConfig>(value.clone()) {
             Ok(raw) => Ok(raw),
             Err(whole) => {
@@ -329,7 +350,7 @@ impl RawConfig {
                     if serde_json::from_value::<RawConfig>(one).is_err() {
                         return Err(ConfigError::Shape {
                             key: k.clone(),
-                            allowed: expected_shape(k).to_string(),
+                            allowed: expected_shape(k.as_str()).to_string(),
                         });
                     }
                 }
@@ -363,6 +384,17 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         RawConfig::parse(text).unwrap().validate()
+    }
+
+    #[test]
+    fn the_kubernetes_secrets_names_for_the_key_pair_are_read_as_the_keys() {
+        let c = parse(r#"{"access_key_id": "LTAIxxxx", "access_key_secret": "s3cr3t"}"#).unwrap();
+        assert_eq!(c.access_key.as_deref(), Some("LTAIxxxx"));
+        assert_eq!(c.access_secret.as_ref().map(|s| s.expose()), Some("s3cr3t"));
+        let e = RawConfig::parse(r#"{"access_key": "a", "access_key_id": "b"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("access_key_id") && !e.contains("\"b\""), "{e}");
     }
 
     #[test]

@@ -95,16 +95,23 @@ pub(crate) fn load_config(
 /// `--check-config`: the effective config and every local check, then
 /// exit.
 pub(super) fn check_config(args: &Args) -> Result<(), DaemonError> {
-    let (cfg, warnings) = load_config(args, None, None)?;
+    let (mut cfg, warnings) = load_config(args, None, None)?;
     for w in warnings.iter().chain(&cfg.local_warnings()) {
         warn!("{w}");
     }
     check_near_misses(args)?;
+    // Every local precondition (socket_group, metrics_listen, ...) before
+    // the listing, so its error is the first thing read.
+    preflight::check(&cfg, true).map_err(preflight_error)?;
+    // What the daemon will use: a max_pool_size under min_pool_size is
+    // raised to it (the warning above says so).
+    if cfg.min_eni == 0 && cfg.min_pool_size > cfg.max_pool_size {
+        cfg.max_pool_size = cfg.min_pool_size;
+    }
     let mut out = std::io::stdout().lock();
     for (k, v) in cfg.effective() {
         let _ = writeln!(out, "{k}={v}");
     }
-    preflight::check(&cfg, true).map_err(preflight_error)?;
     check_vswitches_in_cloud(&cfg);
     Ok(())
 }

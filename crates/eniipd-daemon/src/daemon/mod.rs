@@ -105,11 +105,39 @@ pub fn run(args: Args) -> i32 {
         }
         Err(e) => {
             error!("{e}");
+            refuse_activations(e.code);
             e.code
         }
     };
     sig.stop(Instant::now() + Duration::from_secs(1));
     code
+}
+
+/// A start that failed for a reason a restart does not fix (the codes
+/// `eniipd.service` keeps from restarting): the clients whose connections
+/// systemd queued on its socket are told why and what to run, and their
+/// connections are closed, so they do not start eniipd again at once and
+/// spend the unit's start limit (eniipd(8), "Under systemd").
+fn refuse_activations(code: i32) {
+    let what = match code {
+        exit::CONFIG => "its configuration is refused",
+        exit::NOPERM => "the cloud refused its credentials",
+        _ => return,
+    };
+    let Ok(Some(listener)) = eniip_util::systemd::take_listener() else {
+        return;
+    };
+    let reply = format!(
+        "ERR internal eniipd cannot start: {what} (exit {code}; `journalctl -u eniipd` says why); once fixed: `systemctl reset-failed eniipd.socket eniipd.service && systemctl restart eniipd`"
+    );
+    let n = crate::server::starting::refuse_queued(
+        &listener,
+        &reply,
+        Instant::now() + Duration::from_secs(1),
+    );
+    if n > 0 {
+        info!("told {n} waiting client(s) that eniipd cannot start");
+    }
 }
 
 fn start(args: &Args, signals: &Receiver<i32>) -> Result<Option<Running>, DaemonError> {

@@ -65,6 +65,11 @@ pub(super) fn apply(dir: &Path, commands: &Commands) -> std::io::Result<Pass> {
             }
         }
     }
+    if pass.released + pass.nothing > 0 {
+        if let Err(e) = releases::settle(dir) {
+            warn!("cannot make the removals in {} durable: {e}", dir.display());
+        }
+    }
     if pass != Pass::default() {
         info!(
             "applied the releases eniip-cni queued while eniipd was away: {} released, {} held nothing for their sandbox, {} kept for the next pass",

@@ -323,9 +323,12 @@ fn handle(
             match &mut command {
                 Command::Gc { keep: list, .. } => *list = std::mem::take(keep),
                 Command::Alloc { attach, .. } => {
-                    *attach = attach
-                        .take()
-                        .and_then(|a| super::attachment_ids::resolve(a, peer));
+                    if let Some(a) = attach.take() {
+                        match super::attachment_ids::resolve(a, peer) {
+                            Ok(a) => *attach = a,
+                            Err(e) => return ClientReply::err(e),
+                        }
+                    }
                 }
                 _ => {}
             }

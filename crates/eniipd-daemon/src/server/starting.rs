@@ -59,7 +59,7 @@ impl Starting {
                         continue;
                     }
                     match listener.accept() {
-                        Ok((conn, _)) => answer(conn, since),
+                        Ok((conn, _)) => answer(conn, &starting_reply(since)),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait(&listener),
                         Err(e) => {
                             debug!("accepting while starting: {e}");
@@ -100,9 +100,33 @@ fn starting_reply(since: Instant) -> String {
     )
 }
 
+/// Answers every connection already queued on `listener` with `reply`
+/// (one final line) and closes it, until none is left or `until`: what a
+/// daemon that cannot start does before it exits, so that the clients
+/// that started it through socket activation read why, and their queued
+/// connections do not start it again at once (each start spends the
+/// unit's start limit). Returns how many were answered.
+pub(crate) fn refuse_queued(listener: &UnixListener, reply: &str, until: Instant) -> usize {
+    if listener.set_nonblocking(true).is_err() {
+        return 0;
+    }
+    let mut n = 0;
+    while Instant::now() < until {
+        match listener.accept() {
+            Ok((conn, _)) => {
+                answer(conn, reply);
+                n += 1;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    n
+}
+
 /// Reads the client's first request (so closing does not reset the
 /// connection under the answer), answers, closes.
-fn answer(mut conn: UnixStream, since: Instant) {
+fn answer(mut conn: UnixStream, reply: &str) {
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_read_timeout(Some(CLIENT_WAIT));
     let _ = conn.set_write_timeout(Some(CLIENT_WAIT));
@@ -122,7 +146,7 @@ fn answer(mut conn: UnixStream, since: Instant) {
             Err(_) => break,
         }
     }
-    let _ = conn.write_all(format!("{}\n", starting_reply(since)).as_bytes());
+    let _ = conn.write_all(format!("{reply}\n").as_bytes());
     let _ = conn.shutdown(std::net::Shutdown::Write);
     // Whatever else the client sent is read (bounded), so the close does
     // not turn into a reset that loses the answer.

@@ -51,7 +51,10 @@ pub(super) fn local(
     v6_of: impl Fn(&str) -> Option<(String, Ipv6Addr)>,
 ) -> Local {
     let Some(info) = pool.eni(id).filter(|e| !e.gone()).map(|e| e.link().clone()) else {
-        return Local::Answer(Err(AllocError::bare(ErrCode::NotFound)));
+        return Local::Answer(Err(AllocError::new(
+            ErrCode::NotFound,
+            format!("{id} is no ENI eniipd manages"),
+        )));
     };
     let holds_v6 = pool.ips().on(id).any(|ip| ip.v6().is_some()) || pool.ips().unpaired_on(id) > 0;
     if !dual || !holds_v6 {

@@ -381,6 +381,7 @@ impl Actor {
             shed_backoff: &mut self.shed_backoff,
             free_backoff: &mut self.free_backoff,
             stopping: self.stopping,
+            restoring: !self.verification.verified(),
         }
     }
 
@@ -457,7 +458,9 @@ impl Actor {
                 .pool
                 .allocation_with_eni(&owner)
                 .map(|(a, eni)| Answer::Allocation(Box::new(a), eni))
-                .ok_or_else(|| AllocError::bare(ErrCode::NotFound)),
+                .ok_or_else(|| {
+                    AllocError::new(ErrCode::NotFound, format!("{owner} holds no address"))
+                }),
             Command::List => Ok(Answer::List(crate::pool::views::list(&self.pool))),
             Command::Status => Ok(Answer::Status(self.status_counts())),
             Command::Enis => Ok(Answer::Enis(views::eni_entries(

@@ -69,6 +69,9 @@ pub(super) struct Pass<'a> {
     pub(super) detached: Option<&'a [String]>,
     /// ENIs with an operation in flight.
     pub(super) busy: &'a [String],
+    /// The first pass after a restart from the state files: the addresses
+    /// they do not hold (the idle ones) are found now, as expected.
+    pub(super) restoring: bool,
 }
 
 /// What the actor does beyond the pool.
@@ -100,7 +103,7 @@ pub(super) fn reconcile(pool: &mut PoolState, changes: &mut Changes, pass: &Pass
             }
             continue;
         }
-        if settled(pool, r) {
+        if settled(pool, r, pass.restoring) {
             out.v6_gone.push(id.to_string());
         }
     }
@@ -131,7 +134,7 @@ fn adopt(pool: &mut PoolState, r: &ReadyEni) {
 
 /// A known ENI with nothing in flight: its addresses against the cloud's.
 /// True when it lost its last /80.
-fn settled(pool: &mut PoolState, r: &ReadyEni) -> bool {
+fn settled(pool: &mut PoolState, r: &ReadyEni, restoring: bool) -> bool {
     let id = r.id();
     // A per-ENI limit the cloud reported is retried once a pass.
     if !pool.enis_mut().retry_limit(id) {
@@ -200,10 +203,18 @@ fn settled(pool: &mut PoolState, r: &ReadyEni) -> bool {
         Vec::new()
     };
     if !unknown.is_empty() {
-        warn!(
-            "adopting {} address(es) found on {id} but unknown locally",
-            unknown.len()
-        );
+        if restoring {
+            // The state files hold what was handed out, not the idle rest.
+            info!(
+                "restored {} address(es) on {id} that the state files do not hold (idle before the restart)",
+                unknown.len()
+            );
+        } else {
+            warn!(
+                "adopting {} address(es) found on {id} but unknown locally",
+                unknown.len()
+            );
+        }
         // In dual stack each takes an unknown IPv6 of the ENI as its pair,
         // the primary first: an address without a pair is invalid and goes
         // back, but a primary cannot go back, so an unpaired primary would
@@ -383,6 +394,7 @@ mod tests {
             cloud,
             detached,
             busy: &[],
+            restoring: false,
         }
     }
 

@@ -41,6 +41,8 @@ pub(super) struct Reports<'a> {
     pub(super) shed_backoff: &'a mut Backoff,
     pub(super) free_backoff: &'a mut FreeBackoff,
     pub(super) stopping: bool,
+    /// The first reconcile after a restart is still to come.
+    pub(super) restoring: bool,
 }
 
 impl Reports<'_> {
@@ -409,6 +411,7 @@ impl Reports<'_> {
             cloud,
             detached,
             busy: &busy,
+            restoring: self.restoring,
         };
         let done = reconcile::reconcile(self.pool, self.changes, &pass);
         for id in done.deleted {

@@ -193,7 +193,7 @@ impl Looks {
             .iter()
             .filter(|a| now_ms.saturating_sub(a.since_ms) >= young)
             .filter_map(|a| {
-                let now = netns_identity::identity(Path::new(&a.attach.netns));
+                let now = netns_identity::stat(Path::new(&a.attach.netns));
                 let rebooted = a.attach.of_another_boot(netns_identity::this_boot());
                 verdict(&a.attach.netns, a.attach.netns_id, rebooted, now, procs)
                     .map(|g| ((a.owner.clone(), a.attach.netns_id), g))
