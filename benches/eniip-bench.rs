@@ -212,6 +212,7 @@ fn floors(work: &Path) -> (f64, f64, usize) {
                 ipv6_prefix: None,
                 eni: "eni-bp1abcdefghijklmnopq".into(),
                 at_ms: 1_700_000_000_000,
+                gen: u64::from(i) + 1,
                 attach: None,
                 asked: Default::default(),
             },
