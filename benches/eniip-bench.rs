@@ -335,6 +335,7 @@ fn atomic_write_floor(work: &Path) -> (f64, usize) {
                 ipv6_prefix: None,
                 eni: "eni-bp1abcdefghijklmnopq".into(),
                 at_ms: 1_700_000_000_000,
+                gen: u64::from(i) + 1,
                 attach: None,
                 asked: Default::default(),
             },

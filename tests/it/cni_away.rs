@@ -121,7 +121,7 @@ fn a_late_queued_release_never_takes_a_newer_sandboxs_address() {
     // The old sandbox's release arrives late, through the queue, while
     // eniipd runs: it is applied (its file goes) and changes nothing.
     let owner = format!("{}/default/db-0", w.network);
-    eniip_protocol::releases::queue(&w.socket(), &owner, &old.id).unwrap();
+    eniip_protocol::releases::queue(&w.socket(), &owner, &old.id, None).unwrap();
     assert!(
         eventually(Duration::from_secs(30), || queued(&w).is_empty()),
         "the queued release was not applied: {:?}",

@@ -627,8 +627,10 @@ pub fn s(p: &Path) -> String {
 /// A socket in front of eniipd's that passes every request through (on
 /// the protocol's own client) and gives back each reply with its final
 /// line rewritten by `rewrite(request, final line)`: eniipd as a later
-/// version may answer, seen by the plugin built now. Connections are
-/// served on named threads; all are shut and joined on drop.
+/// version may answer, seen by the plugin built now, or a reply held back
+/// (`rewrite` may block: the request is done in eniipd, its client does
+/// not know yet). Connections are served on named threads; all are shut
+/// and joined on drop.
 pub struct ReplyRewriter {
     pub path: PathBuf,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -639,12 +641,13 @@ impl ReplyRewriter {
     pub fn start(
         dir: &Path,
         upstream: PathBuf,
-        rewrite: fn(&str, &str) -> String,
+        rewrite: impl Fn(&str, &str) -> String + Send + Sync + 'static,
     ) -> ReplyRewriter {
         use std::io::{BufRead, BufReader};
         use std::os::unix::net::UnixListener;
         use std::sync::atomic::AtomicBool;
         use std::sync::{Arc, Mutex};
+        let rewrite = Arc::new(rewrite);
         let path = dir.join("later-eniipd.sock");
         let listener = UnixListener::bind(&path).unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -660,7 +663,7 @@ impl ReplyRewriter {
                     continue;
                 };
                 s.set_nonblocking(false).unwrap();
-                let (upstream, seen) = (upstream.clone(), seen.clone());
+                let (upstream, seen, rewrite) = (upstream.clone(), seen.clone(), rewrite.clone());
                 let mut w = s.try_clone().unwrap();
                 let shut = s.try_clone().unwrap();
                 let serve = move || {

@@ -607,6 +607,16 @@ pub fn by_id(state: &Value, list: &str, id: &str) -> Value {
 
 /// The value of `key=` in a line of words: a reply (`OK ip=.. eni=..`),
 /// eniip-sim's `ready` line.
+/// `reply` without its `gen=` field: what a repeated `alloc` answers the
+/// same (each answer names a new generation).
+pub fn sans_gen(reply: &str) -> String {
+    reply
+        .split(' ')
+        .filter(|w| !w.starts_with("gen="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub fn field(reply: &str, key: &str) -> String {
     eniip_protocol::protocol::reply::field(reply.trim_end(), key)
         .unwrap_or_else(|| panic!("no {key} in {reply:?}"))

@@ -50,8 +50,8 @@ fn a_fifo_a_foreign_file_and_a_link_are_refused_and_the_rest_applied_before_enii
     assert!(status.success(), "{}", d.log_text());
 
     // As eniip-cni queues them while eniipd is away.
-    eniip_protocol::releases::queue(&socket, "ns/a", "sa").unwrap();
-    eniip_protocol::releases::queue(&socket, "ns/e", "se").unwrap();
+    eniip_protocol::releases::queue(&socket, "ns/a", "sa", None).unwrap();
+    eniip_protocol::releases::queue(&socket, "ns/e", "se", None).unwrap();
     let q = eniip_protocol::releases::dir_for(&socket);
     let line = |o: &str| format!("release ns/{o} sandbox=s{o}\n");
     // A FIFO nobody writes to: a blocking open would wait for ever.
@@ -117,7 +117,7 @@ fn twenty_thousand_queued_releases_are_all_applied_before_the_first_reply() {
     // 19 999 releases of sandboxes that hold nothing, and one that does,
     // written as eniip-cni writes them (without the fsyncs).
     let q = eniip_protocol::releases::dir_for(&socket);
-    eniip_protocol::releases::queue(&socket, "ns/last", "s").unwrap();
+    eniip_protocol::releases::queue(&socket, "ns/last", "s", None).unwrap();
     for i in 0..19_999 {
         std::fs::write(
             q.join(format!("{i:05}.release")),

@@ -67,4 +67,6 @@ mod sim_v3;
 mod store_corruption;
 mod store_crash;
 mod storm;
+mod undo_names;
+mod undo_names_race;
 mod vswitch_unknown;

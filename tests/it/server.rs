@@ -45,6 +45,7 @@ fn allocation(owner: &Owner, n: usize) -> Allocation {
         ipv6_prefix: None,
         eni: "eni-test".into(),
         since_ms: 0,
+        gen: eniip_protocol::core::Generation::NONE,
         attach: None,
         intent: Default::default(),
     }
@@ -107,6 +108,7 @@ impl Fake {
                         ip: IpAddr::V4(a.ip),
                         state: "inuse",
                         owner: Some(o.clone()),
+                        gen: None,
                         eni: a.eni.clone(),
                         carved: None,
                     })

@@ -37,6 +37,7 @@ fn alloc(i: u8) -> Record {
         ipv6_prefix: None,
         eni: "eni-sweep".into(),
         at_ms: 1_700_000_000_000 + u64::from(i),
+        gen: 0,
         attach: None,
         asked: Default::default(),
     })

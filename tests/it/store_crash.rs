@@ -18,6 +18,7 @@ fn record(i: u32) -> Record {
         ipv6_prefix: None,
         eni: "eni-crash".into(),
         at_ms: u64::from(i),
+        gen: 0,
         attach: None,
         asked: Default::default(),
     })

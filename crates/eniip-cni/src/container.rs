@@ -7,18 +7,22 @@
 //! Invariants: one invocation per owner at a time ([`lock`]); an ADD that
 //! fails gives back only what it took itself (the address only when the
 //! owner held none before it, the host end only when it made it); DEL is
-//! idempotent; ADD reaches eniipd before anything changes, waiting for an
+//! idempotent and undoes only what its attachment's ADD built and was
+//! answered ([`built`]: that host end, by name and ifindex, taken down
+//! before the address is given back; the release naming that
+//! allocation's generation); ADD reaches eniipd before anything changes, waiting for an
 //! eniipd that cannot be asked up to `daemonWait` (then CNI error 11, and
 //! the runtime's retry finds everything as it was); DEL never fails for
 //! it: the node's side goes and the release is queued for eniipd
 //! ([`eniip_protocol::releases`]); the container's netns is checked before
 //! anything is asked or built (CNI error 4).
 
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::Ipv6Addr;
 use std::time::Instant;
 
 use serde_json::json;
 
+use super::built::{self, Built};
 use super::container_netns::open_container;
 use super::eniipd_client::{self, Client};
 use super::identity::{owner_of, sandbox_of};
@@ -29,9 +33,7 @@ use super::spec::{
 use super::{annotations, datapath, datapath_error, lock, netlink, LINK_TIMEOUT};
 use eniip_protocol::core::EniInfo;
 use eniip_protocol::protocol::intent_args;
-use eniip_protocol::protocol::reply::{
-    parse_allocation, parse_eni, parse_released, AllocReply, Reply,
-};
+use eniip_protocol::protocol::reply::{parse_allocation, parse_eni, AllocReply, Reply};
 
 /// A reply of `verb` this plugin cannot read (error 100, the reply in the
 /// details).
@@ -105,7 +107,8 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             attach_args(&netns_path, &host_veth)
         ),
     )?;
-    let AllocReply { ip, ipv6, eni } = allocation_of("alloc", &reply)?;
+    let AllocReply { ip, ipv6, eni, gen } = allocation_of("alloc", &reply)?;
+    let gen_arg = gen.map(|g| format!(" gen={g}")).unwrap_or_default();
     let built = (|| {
         let mac = netlink::parse_mac(&eni.mac)
             .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", eni.mac)))?;
@@ -113,7 +116,7 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             Some(ip6) => Some(pod6(&mut c, &eni, ip6)?),
             None => None,
         };
-        datapath::setup(&datapath::Attach {
+        let attached = datapath::setup(&datapath::Attach {
             pod: datapath::Pod {
                 ip,
                 eni_mac: &mac,
@@ -126,7 +129,29 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             mtu: conf.mtu,
             link_timeout: LINK_TIMEOUT,
         })
-        .map_err(datapath_error)
+        .map_err(datapath_error)?;
+        // What DEL and GC take down, and only that.
+        built::keep(
+            &conf.lock_dir,
+            &Built {
+                network: conf.name.clone(),
+                owner: owner.clone(),
+                sandbox: sandbox.clone(),
+                gen: gen.map(|g| g.get()),
+                veth: host_veth.clone(),
+                ifindex: attached.host_index,
+            },
+        )
+        .map_err(|e| {
+            CniError::new(
+                code::IO,
+                format!(
+                    "cannot keep the record of {host_veth} in {}: {e}",
+                    conf.lock_dir.display()
+                ),
+            )
+        })?;
+        Ok(attached)
     })();
     let attached = match built {
         Ok(a) => a,
@@ -135,8 +160,10 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             // (on a new connection if this one was given up: a reply that
             // came late ends it).
             let _ = datapath::teardown(&host_veth);
+            let _ = built::forget(&conf.lock_dir, &host_veth);
             if !held_before {
-                let release = format!("release {owner} sandbox={sandbox}");
+                // Only what this ADD was answered.
+                let release = format!("release {owner} sandbox={sandbox}{gen_arg}");
                 if c.ask(&release).is_err() {
                     let _ = Client::connect(&conf.socket).and_then(|mut c| c.ask(&release));
                 }
@@ -236,28 +263,43 @@ pub(crate) fn del(conf: &NetConf, env: &Env) -> Result<(), CniError> {
     let sandbox = sandbox_of(&env.container_id);
     let host_veth = datapath::host_veth_name(&env.container_id, &env.ifname);
     let _held = lock::lock(&conf.lock_dir, &owner, eniipd_client::ALLOC_DEADLINE)?;
-    let release = format!("release {owner} sandbox={sandbox}");
+    // What this attachment's ADD built and was answered, when it kept
+    // it: only that host end goes, and the release names only that
+    // allocation. Without it (an older plugin's ADD, one killed before
+    // it kept it) the host end by its name, the address by its sandbox.
+    let record = built::find(&conf.lock_dir, &host_veth)
+        .filter(|b| b.owner == owner && b.sandbox == sandbox);
+    let gen = record.as_ref().and_then(Built::generation);
+    let release = format!(
+        "release {owner} sandbox={sandbox}{}",
+        record.as_ref().map(Built::gen_arg).unwrap_or_default()
+    );
+    // The host end goes before the address is given back: once eniipd
+    // has it, it may be another pod's.
+    let take_down = || match &record {
+        Some(b) => datapath::teardown_built(&b.veth, b.ifindex).map(drop),
+        None => datapath::teardown(&host_veth),
+    };
     let released = Client::connect(&conf.socket).and_then(|mut c| {
-        datapath::teardown(&host_veth).map_err(datapath_error)?;
+        take_down().map_err(datapath_error)?;
         c.ask(&release)
     });
-    match released {
-        Ok(r) => {
-            if let Ok(Some(IpAddr::V4(ip))) = parse_released(r.text()) {
-                // The address was ours alone: any other host end still
-                // routing it is a leftover.
-                datapath::cleanup_ip(ip).map_err(datapath_error)?;
-            }
-            Ok(())
-        }
+    let done = match released {
+        // Given back, held by nobody any more, or already a newer
+        // allocation's (stale): this attachment's part is done.
+        Ok(_) => Ok(()),
         // eniipd cannot be asked: the node's side goes now, the release
         // waits for eniipd in its queue (it applies it before it serves).
         Err(e) if eniipd_client::went_away(&e) => {
-            datapath::teardown(&host_veth).map_err(datapath_error)?;
-            queue_release(conf, &owner, &sandbox, &e)
+            take_down().map_err(datapath_error)?;
+            queue_release(conf, &owner, &sandbox, gen, &e)
         }
         Err(e) => Err(e),
+    };
+    if done.is_ok() {
+        let _ = built::forget(&conf.lock_dir, &host_veth);
     }
+    done
 }
 
 /// Queues `owner`'s release for eniipd ([`eniip_protocol::releases`]); an error 11
@@ -266,9 +308,10 @@ fn queue_release(
     conf: &NetConf,
     owner: &str,
     sandbox: &str,
+    gen: Option<eniip_protocol::core::Generation>,
     away: &CniError,
 ) -> Result<(), CniError> {
-    eniip_protocol::releases::queue(&conf.socket, owner, sandbox)
+    eniip_protocol::releases::queue(&conf.socket, owner, sandbox, gen)
         .map(drop)
         .map_err(|io| {
             CniError::new(
@@ -301,7 +344,7 @@ pub(crate) fn check(conf: &NetConf, env: &Env) -> Result<(), CniError> {
     let _held = lock::lock(&conf.lock_dir, &owner, eniipd_client::ALLOC_DEADLINE)?;
     let mut c = Client::connect(&conf.socket)?;
     let r = c.ask(&format!("show {owner}"))?;
-    let AllocReply { ip, ipv6, eni } = allocation_of("show", &r)?;
+    let AllocReply { ip, ipv6, eni, .. } = allocation_of("show", &r)?;
     if ip != want_ip {
         return Err(CniError::new(
             code::DATAPATH,

@@ -21,12 +21,13 @@
 //! the verbs (see [`container`]).
 
 pub(crate) mod annotations;
+pub(crate) mod built;
 pub(crate) mod container;
 mod container_netns;
 pub(crate) mod eniipd_client;
 pub(crate) mod identity;
 pub mod install;
-pub(crate) mod lock;
+pub mod lock;
 pub(crate) mod network;
 pub mod spec;
 #[cfg(test)]

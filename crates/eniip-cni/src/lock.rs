@@ -31,7 +31,9 @@ pub(crate) struct OwnerLock {
     _held: Flock<File>,
 }
 
-fn path_of(dir: &Path, owner: &str) -> PathBuf {
+/// The lock file of `owner` in `dir` (also for tests that hold an
+/// owner's lock as a concurrent invocation would).
+pub fn path_of(dir: &Path, owner: &str) -> PathBuf {
     let h = Sha1::digest(owner.as_bytes());
     let n = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) % BUCKETS;
     dir.join(format!("owner.{n}"))

@@ -1,10 +1,13 @@
 //! The verbs on the whole network: GC releases every address of this
 //! network that no attachment the runtime still knows holds, and takes
-//! down what was built for it; STATUS says whether eniipd could give a
+//! down what was built for it (only that: the host ends those
+//! attachments' ADDs made, never an end that routes the same address for
+//! another pod); STATUS says whether eniipd could give a
 //! new container an address now.
 
 use std::net::IpAddr;
 
+use super::built::{self, Built};
 use super::eniipd_client::{self, Client};
 use super::identity::sandbox_of;
 use super::spec::{code, CniError, NetConf};
@@ -25,8 +28,32 @@ pub(crate) fn gc(conf: &NetConf) -> Result<(), CniError> {
     ids.sort();
     ids.dedup();
     let mut c = Client::connect(&conf.socket)?;
-    let r = c.gc(&format!("{}/", conf.name), &ids)?;
     let mut first_err = None;
+    // First what this plugin's ADDs recorded: each host end goes before
+    // its address is given back, and the release names the allocation
+    // the ADD was answered (a newer one of the same owner is kept).
+    for b in built::of_network(&conf.lock_dir, &conf.name) {
+        if ids.binary_search(&b.sandbox).is_ok() {
+            continue;
+        }
+        if let Err(e) = collect_built(conf, &mut c, &b) {
+            first_err.get_or_insert(e);
+        }
+    }
+    // Then what eniipd holds that no record names (an older plugin's
+    // ADD, one killed before its record): released by eniipd first, so
+    // only the host end that allocation named is taken down after, never
+    // any other end routing the address (by then it may be another
+    // pod's). The sandboxes recorded now are kept: what the pass above
+    // left is a newer ADD's.
+    ids.extend(
+        built::of_network(&conf.lock_dir, &conf.name)
+            .into_iter()
+            .map(|b| b.sandbox),
+    );
+    ids.sort();
+    ids.dedup();
+    let r = c.gc(&format!("{}/", conf.name), &ids)?;
     for line in r.data() {
         let Ok(released) = parse_collected_line(line) else {
             continue;
@@ -34,9 +61,6 @@ pub(crate) fn gc(conf: &NetConf) -> Result<(), CniError> {
         let IpAddr::V4(ip) = released.ip else {
             continue;
         };
-        // The host end eniipd recorded at ADD: found even when the ADD was
-        // killed before its rules existed (cleanup_ip finds ends by rule
-        // and by route).
         let veth = released
             .veth
             .as_deref()
@@ -68,14 +92,33 @@ pub(crate) fn gc(conf: &NetConf) -> Result<(), CniError> {
         if let Err(e) = removed {
             first_err.get_or_insert(datapath_error(e));
         }
-        if let Err(e) = datapath::cleanup_ip(ip) {
-            first_err.get_or_insert(datapath_error(e));
-        }
     }
     match first_err {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Takes down one recorded attachment whose sandbox the runtime no longer
+/// knows, under its owner's lock: its host end (if it is still the one
+/// its ADD made), then the release of the allocation its ADD was
+/// answered; its record goes once eniipd has answered.
+fn collect_built(conf: &NetConf, c: &mut Client, b: &Built) -> Result<(), CniError> {
+    let _held = lock::lock(&conf.lock_dir, &b.owner, eniipd_client::REPLY_DEADLINE)?;
+    // Read again under the lock: an ADD of the attachment may have
+    // replaced it since.
+    let Some(b) = built::find(&conf.lock_dir, &b.veth).filter(|now| now == b) else {
+        return Ok(());
+    };
+    datapath::teardown_built(&b.veth, b.ifindex).map_err(datapath_error)?;
+    c.ask(&format!(
+        "release {} sandbox={}{}",
+        b.owner,
+        b.sandbox,
+        b.gen_arg()
+    ))?;
+    let _ = built::forget(&conf.lock_dir, &b.veth);
+    Ok(())
 }
 
 /// STATUS: 50 when eniipd cannot be asked, 51 when it could not hand out

@@ -139,6 +139,10 @@ pub struct Attach<'a> {
 /// What an attachment made.
 #[derive(Debug, Clone)]
 pub struct Attached {
+    /// Host end's ifindex: with its name, the identity of the host end
+    /// this ADD made (a later ADD of the same container id makes another
+    /// by the same name).
+    pub host_index: u32,
     /// Host end's MAC.
     pub host_mac: String,
     /// Container end's MAC.
@@ -300,6 +304,7 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
         )?;
     }
     Ok(Attached {
+        host_index: hv.index,
         host_mac: format_mac(&hv.mac),
         container_mac: format_mac(&cl.mac),
     })
@@ -416,48 +421,25 @@ pub fn teardown(host_veth: &str) -> Result<(), DatapathError> {
     Ok(())
 }
 
+/// Removes the host end `host_veth` that has ifindex `index` (as
+/// [`teardown`]), and nothing if a link of that name is another one (a
+/// later ADD of the same container id made it): the host end one ADD
+/// built, never a newer one by the same name. Whether anything of it was
+/// there to remove (its rules outlive a link deleted by hand).
+pub fn teardown_built(host_veth: &str, index: u32) -> Result<bool, DatapathError> {
+    let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
+    match host.link_by_name(host_veth).ctx(|| "list links".into())? {
+        Some(l) if l.index != index => Ok(false),
+        _ => {
+            teardown(host_veth)?;
+            Ok(true)
+        }
+    }
+}
+
 /// True for the answer of a kernel without the address family.
 fn no_family(e: &io::Error) -> bool {
     e.raw_os_error() == Some(nix::libc::EAFNOSUPPORT)
-}
-
-/// Removes every attachment of ours that routes `ip` (its rules and host
-/// end, its IPv6 half included), for an address eniipd no longer gives to
-/// anyone (DEL, GC): found by its `from` rule, and by its host route (ADD
-/// adds that route before the rule: an ADD killed between them leaves the
-/// route alone). Returns the host ends removed.
-pub fn cleanup_ip(ip: Ipv4Addr) -> Result<Vec<String>, DatapathError> {
-    let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
-    let mut ends: Vec<String> = host
-        .rules(Family::V4)
-        .ctx(|| "list rules".into())?
-        .into_iter()
-        .filter(|r| r.src == Some((v4(ip), 32)))
-        .filter_map(|r| r.iif)
-        .filter(|iif| iif.starts_with(HOST_PREFIX))
-        .collect();
-    let routed: Vec<u32> = host
-        .routes(Family::V4, MAIN_TABLE)
-        .ctx(|| "list routes".into())?
-        .iter()
-        .filter(|r| r.dst == (v4(ip), 32))
-        .filter_map(|r| r.oif)
-        .collect();
-    if !routed.is_empty() {
-        ends.extend(
-            host.links()
-                .ctx(|| "list links".into())?
-                .into_iter()
-                .filter(|l| routed.contains(&l.index) && l.name.starts_with(HOST_PREFIX))
-                .map(|l| l.name),
-        );
-    }
-    ends.sort();
-    ends.dedup();
-    for end in &ends {
-        teardown(end)?;
-    }
-    Ok(ends)
 }
 
 /// Removes the host end `host_veth` (as [`teardown`]) unless it routes an

@@ -10,7 +10,7 @@
 //! their addresses back (`netns-gone`).
 //!
 //! What: one file per (owner, sandbox), `<sha1 of both>.release`, holding
-//! the protocol line `release OWNER sandbox=ID`, written whole (a
+//! the protocol line `release OWNER sandbox=ID [gen=N]`, written whole (a
 //! temporary file, fsynced, renamed, the folder fsynced). The same DEL
 //! again writes the same file.
 //!
@@ -19,7 +19,10 @@
 //! each once its release is durable. Applying one twice changes nothing
 //! and a late one never touches a newer sandbox of the same pod: a
 //! release names its sandbox, and eniipd releases only an address held by
-//! that sandbox. So a crash between the release and the removal loses
+//! that sandbox; nor a newer allocation of the same sandbox (a runtime
+//! that reuses container ids re-adds it): a release names the generation
+//! its ADD was answered, and every `alloc` answered since has a newer
+//! one. So a crash between the release and the removal loses
 //! nothing and takes nothing from anyone. A file that does not hold
 //! such a line, or that eniipd cannot trust (not a regular file, a link,
 //! owned by another user than root or eniipd's, writable by group or
@@ -36,7 +39,7 @@ use std::time::Duration;
 
 use sha1::{Digest, Sha1};
 
-use crate::core::{Command, Owner, SandboxId};
+use crate::core::{Command, Generation, Owner, SandboxId};
 use crate::protocol::ClientRequest;
 
 /// The folder's name, beside the socket.
@@ -75,18 +78,25 @@ fn file_name(owner: &Owner, sandbox: &SandboxId) -> String {
 }
 
 /// The line a queued release holds.
-fn line(owner: &Owner, sandbox: &SandboxId) -> String {
+fn line(owner: &Owner, sandbox: &SandboxId, gen: Option<Generation>) -> String {
     ClientRequest::Command(Command::Release {
         owner: owner.clone(),
         sandbox: Some(sandbox.clone()),
+        gen,
     })
     .to_line()
 }
 
 /// Queues the release of `owner`'s address held by `sandbox` for the
-/// eniipd whose socket is `socket` (the plugin's side). Returns the file;
-/// ids eniipd would refuse are `InvalidInput`.
-pub fn queue(socket: &Path, owner: &str, sandbox: &str) -> io::Result<PathBuf> {
+/// eniipd whose socket is `socket` (the plugin's side): with `gen`, only
+/// that allocation's (what an ADD of the sandbox answered since makes it
+/// stale). Returns the file; ids eniipd would refuse are `InvalidInput`.
+pub fn queue(
+    socket: &Path,
+    owner: &str,
+    sandbox: &str,
+    gen: Option<Generation>,
+) -> io::Result<PathBuf> {
     let invalid =
         |e: crate::core::AllocError| io::Error::new(io::ErrorKind::InvalidInput, e.to_string());
     let owner = Owner::parse(owner).map_err(invalid)?;
@@ -112,7 +122,7 @@ pub fn queue(socket: &Path, owner: &str, sandbox: &str) -> io::Result<PathBuf> {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        f.write_all(format!("{}\n", line(owner, sandbox)).as_bytes())?;
+        f.write_all(format!("{}\n", line(owner, sandbox, gen)).as_bytes())?;
         f.sync_all()?;
         std::fs::rename(&tmp, &path)?;
         File::open(&dir)?.sync_all()
@@ -300,11 +310,11 @@ mod tests {
         let d = tempdir();
         let sock = d.join("eniipd.sock");
         let o = "eniip/default/web-0";
-        let p = queue(&sock, o, "abc123").unwrap();
+        let p = queue(&sock, o, "abc123", None).unwrap();
         // The same DEL again: the same file.
-        assert_eq!(queue(&sock, o, "abc123").unwrap(), p);
-        queue(&sock, o, "def456").unwrap();
-        let bad = queue(&sock, o, "white space").unwrap_err();
+        assert_eq!(queue(&sock, o, "abc123", None).unwrap(), p);
+        queue(&sock, o, "def456", Some(Generation::from_u64(12))).unwrap();
+        let bad = queue(&sock, o, "white space", None).unwrap_err();
         assert_eq!(bad.kind(), io::ErrorKind::InvalidInput);
         assert_eq!(count(&sock), 2);
         let mut q = pending(&dir_for(&sock)).unwrap();
@@ -317,7 +327,7 @@ mod tests {
             got,
             [
                 "release eniip/default/web-0 sandbox=abc123",
-                "release eniip/default/web-0 sandbox=def456"
+                "release eniip/default/web-0 sandbox=def456 gen=12"
             ]
         );
         for x in &q {
@@ -430,7 +440,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         let d = tempdir();
         let sock = d.join("eniipd.sock");
-        queue(&sock, "eniip/x", "s1").unwrap();
+        queue(&sock, "eniip/x", "s1", None).unwrap();
         let q = dir_for(&sock);
         std::fs::set_permissions(&q, std::fs::Permissions::from_mode(0o733)).unwrap();
         let e = pending(&q).unwrap_err();

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, RecvTimeoutError, SendTimeoutError, Sender};
 
 use super::{
-    AllocError, Allocation, Attachment, EniEntry, EniInfo, ErrCode, Intent, ListEntry, Owner,
-    SandboxId, StatusCounts,
+    AllocError, Allocation, Attachment, EniEntry, EniInfo, ErrCode, Generation, Intent, ListEntry,
+    Owner, SandboxId, StatusCounts,
 };
 
 /// What a client asks of the allocator.
@@ -41,6 +41,11 @@ pub enum Command {
         owner: Owner,
         /// Only if held by this sandbox (or by none).
         sandbox: Option<SandboxId>,
+        /// Only if the allocation is still this one (see
+        /// eniipd-protocol(7) for what each form may touch): a release
+        /// naming an older generation is [`Answer::Stale`], and never
+        /// cancels a waiting `alloc`.
+        gen: Option<Generation>,
     },
     /// `owner`'s allocation.
     Show {
@@ -109,6 +114,9 @@ pub enum Answer {
     Allocation(Box<Allocation>, EniInfo),
     /// `Release`: the address given back, if one was held (durable).
     Released(Option<IpAddr>),
+    /// `Release` naming a generation the owner's allocation no longer has
+    /// (a newer `alloc` was answered since): nothing changed.
+    Stale,
     /// `List`.
     List(Vec<ListEntry>),
     /// `Status`.

@@ -12,6 +12,7 @@
 
 mod attachment;
 pub mod command;
+mod generation;
 mod ipv4_prefix;
 mod ipv6_prefix;
 
@@ -21,6 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub use attachment::Attachment;
 pub use attachment::NsId;
 pub use command::{Answer, Collected, Command, Commands, Envelope};
+pub use generation::Generation;
 pub use ipv4_prefix::Ipv4Prefix;
 pub use ipv6_prefix::Ipv6Prefix;
 
@@ -291,6 +293,9 @@ pub struct Allocation {
     pub eni: String,
     /// When it was handed out (Unix ms).
     pub since_ms: u64,
+    /// Its identity: the generation its latest `alloc` was answered
+    /// ([`Generation::NONE`] when an older eniipd recorded it).
+    pub gen: Generation,
     /// The sandbox's network, when eniip-cni named it (for the reaper).
     pub attach: Option<Attachment>,
     /// What its `alloc` asked beyond an address (its stick time applies
@@ -376,6 +381,8 @@ pub struct ListEntry {
     pub state: &'static str,
     /// The owner, if any.
     pub owner: Option<String>,
+    /// The owner's allocation's generation (in use only).
+    pub gen: Option<Generation>,
     /// The ENI.
     pub eni: String,
     /// Its IPv6, when carved from its ENI's /80 (dual stack, prefix mode),

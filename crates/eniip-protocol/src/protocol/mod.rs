@@ -28,8 +28,8 @@ pub mod reply;
 use std::net::IpAddr;
 
 use crate::core::{
-    AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, Intent,
-    ListEntry, Owner, SandboxId, StatusCounts, MAX_STICK_S,
+    AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, Generation,
+    Intent, ListEntry, Owner, SandboxId, StatusCounts, MAX_STICK_S,
 };
 use eniip_util::time::format_utc;
 
@@ -131,10 +131,17 @@ impl ClientRequest {
                     id("", &arg);
                 }
             }
-            ClientRequest::Command(Command::Release { owner, sandbox }) => {
+            ClientRequest::Command(Command::Release {
+                owner,
+                sandbox,
+                gen,
+            }) => {
                 id("", owner.as_str());
                 if let Some(sb) = sandbox {
                     id("sandbox=", sb.as_str());
+                }
+                if let Some(g) = gen {
+                    id("gen=", &g.to_string());
                 }
             }
             ClientRequest::Command(Command::Show { owner }) => id("", owner.as_str()),
@@ -154,7 +161,7 @@ pub const HELP: &[&str] = &[
     "version                                daemon and protocol version",
     "help                                   this list",
     "alloc OWNER [sandbox=ID] [prefer=IP] [vswitch=ID] [ip-stick-time=S] [ip-stack=ipv4]   get (or get again) OWNER's IP",
-    "release OWNER [sandbox=ID]             give OWNER's IP back",
+    "release OWNER [sandbox=ID] [gen=N]     give OWNER's IP back (only that allocation's, with gen=)",
     "show OWNER                             OWNER's allocation",
     "list                                   every pool IP: ip state owner eni",
     "status                                 pool counters",
@@ -324,6 +331,7 @@ fn parse_owner_verb(cmd: &str, args: &[&str]) -> Result<ClientRequest, AllocErro
         None => return Err(AllocError::bad(format!("{cmd} needs an OWNER"))),
     };
     let mut sandbox = None;
+    let mut gen = None;
     let mut prefer = None;
     let mut netns = None;
     let mut veth = None;
@@ -340,6 +348,7 @@ fn parse_owner_verb(cmd: &str, args: &[&str]) -> Result<ClientRequest, AllocErro
             ("alloc" | "release", "sandbox") if sandbox.is_none() => {
                 sandbox = Some(SandboxId::parse(v)?)
             }
+            ("release", "gen") if gen.is_none() => gen = Some(Generation::parse(v)?),
             ("alloc", "prefer") if prefer.is_none() => {
                 prefer = Some(v.parse::<IpAddr>().map_err(|_| {
                     AllocError::bad(format!("prefer={} is not an IP address", clip(v)))
@@ -381,7 +390,11 @@ fn parse_owner_verb(cmd: &str, args: &[&str]) -> Result<ClientRequest, AllocErro
             attach,
             intent,
         },
-        "release" => Command::Release { owner, sandbox },
+        "release" => Command::Release {
+            owner,
+            sandbox,
+            gen,
+        },
         _ => Command::Show { owner },
     }))
 }
@@ -468,9 +481,10 @@ pub(crate) fn eni_text(e: &EniInfo) -> String {
 }
 
 /// `ip=.. [ipv6=.. [ipv6prefix=..]] eni=.. mac=.. vswitch=.. cidr=..
-/// gateway=..`: the allocation's addresses (and the /80 its IPv6 was
-/// carved from) and the IPv4 half of its ENI (no IPv6 gateway: `eni`
-/// answers that).
+/// gateway=.. [gen=N]`: the allocation's addresses (and the /80 its IPv6
+/// was carved from), the IPv4 half of its ENI (no IPv6 gateway: `eni`
+/// answers that) and its generation (none for an allocation an older
+/// eniipd recorded, until its next `alloc`).
 pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     let mut s = format!("ip={}", a.ip);
     if let Some(v6) = a.owner_ipv6() {
@@ -485,6 +499,9 @@ pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
         " eni={} mac={} vswitch={} cidr={} gateway={}",
         eni.eni, eni.mac, eni.vswitch, eni.cidr, eni.gateway
     ));
+    if !a.gen.is_none() {
+        s.push_str(&format!(" gen={}", a.gen));
+    }
     s
 }
 
@@ -496,8 +513,9 @@ pub fn status_text(c: &StatusCounts) -> String {
     )
 }
 
-/// `<ip> <state> <owner or -> <eni> [ipv6=<v6> ipv6prefix=<p>]` (the
-/// last two for an IPv6 carved from the ENI's /80).
+/// `<ip> <state> <owner or -> <eni> [ipv6=<v6> ipv6prefix=<p>] [gen=N]`
+/// (the two for an IPv6 carved from the ENI's /80, `gen` for an address
+/// in use by an allocation that has one).
 pub(crate) fn list_line(e: &ListEntry) -> String {
     let mut line = format!(
         "{} {} {} {}",
@@ -508,6 +526,9 @@ pub(crate) fn list_line(e: &ListEntry) -> String {
     );
     if let Some((b, p)) = &e.carved {
         line.push_str(&format!(" ipv6={b} ipv6prefix={p}"));
+    }
+    if let Some(g) = e.gen.filter(|g| !g.is_none()) {
+        line.push_str(&format!(" gen={g}"));
     }
     line
 }
@@ -548,6 +569,8 @@ pub fn answer_reply(outcome: Result<Answer, AllocError>) -> ClientReply {
         Answer::Allocation(a, eni) => ClientReply::ok(allocation_text(&a, &eni)),
         Answer::Released(Some(ip)) => ClientReply::ok(format!("released={ip}")),
         Answer::Released(None) => ClientReply::ok("released=none"),
+        // Read as `released=none` by a client that knows no `stale`.
+        Answer::Stale => ClientReply::ok("released=none stale=yes"),
         Answer::List(l) => counted(l.iter().map(list_line).collect()),
         Answer::Status(s) => ClientReply::ok(status_text(&s)),
         Answer::Enis(l) => counted(l.iter().map(eni_line).collect()),

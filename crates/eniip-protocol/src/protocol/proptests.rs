@@ -42,12 +42,16 @@ fn request() -> impl Strategy<Value = ClientRequest> {
                 attach: None,
                 intent,
             })),
-        (id(), proptest::option::of(id())).prop_map(|(o, s)| ClientRequest::Command(
-            Command::Release {
+        (
+            id(),
+            proptest::option::of(id()),
+            proptest::option::of(1u64..)
+        )
+            .prop_map(|(o, s, g)| ClientRequest::Command(Command::Release {
                 owner: Owner::parse(&o).unwrap(),
                 sandbox: s.map(|s| SandboxId::parse(&s).unwrap()),
-            }
-        )),
+                gen: g.map(crate::core::Generation::from_u64),
+            })),
         id().prop_map(|o| ClientRequest::Command(Command::Show {
             owner: Owner::parse(&o).unwrap()
         })),

@@ -17,7 +17,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use super::is_final_line;
-use crate::core::{EniInfo, ErrCode, StatusCounts};
+use crate::core::{EniInfo, ErrCode, Generation, StatusCounts};
 
 /// Most data lines one reply may carry (a `gc` or `list` of a big node
 /// has a few hundred).
@@ -233,6 +233,9 @@ pub struct AllocReply {
     pub ipv6: Option<Ipv6Addr>,
     /// The ENI holding them.
     pub eni: EniInfo,
+    /// The allocation's generation (none from an eniipd older than
+    /// generations).
+    pub gen: Option<Generation>,
 }
 
 /// Reads the `OK` text of `alloc` or `show`.
@@ -242,6 +245,7 @@ pub fn parse_allocation(text: &str) -> Result<AllocReply, ReplyError> {
         ip: f.need_parsed("ip", "an IPv4 address")?,
         ipv6: f.parsed("ipv6", "an IPv6 address")?,
         eni: eni_of(&f, false)?,
+        gen: f.parsed("gen", "a generation")?,
     })
 }
 
@@ -431,6 +435,7 @@ mod tests {
             ipv6_prefix: None,
             eni: "eni-abc".into(),
             since_ms: 1,
+            gen: Generation::from_u64(5),
             attach: None,
             intent: crate::core::Intent::default(),
         };
@@ -438,6 +443,7 @@ mod tests {
             ip: a.ip,
             ipv6: a.ipv6,
             eni: eni(),
+            gen: Some(Generation::from_u64(5)),
         };
         let text = super::super::allocation_text(&a, &eni());
         assert!(text.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
@@ -506,6 +512,7 @@ mod tests {
             ip: "10.0.0.3".parse().unwrap(),
             state: "inuse",
             owner: Some("ns/pod".into()),
+            gen: None,
             eni: "eni-1".into(),
             carved: None,
         };

@@ -309,6 +309,7 @@ fn an_ipv4_only_allocation_is_answered_without_its_ipv6_or_its_prefix() {
         ipv6_prefix: Some("2408:4005:3ff:5100:1::/80".parse().unwrap()),
         eni: "eni-abc".into(),
         since_ms: 1,
+        gen: crate::core::Generation::NONE,
         attach: None,
         intent: Intent::default(),
     };

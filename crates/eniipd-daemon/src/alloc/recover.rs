@@ -496,6 +496,10 @@ fn adopt(
 /// their addresses; the rest is dropped, durably (the records returned).
 fn restore_owners(pool: &mut PoolState, persisted: &PersistedState, now_ms: u64) -> Vec<Record> {
     let mut records = Vec::new();
+    // Above every generation ever answered, the released ones' too.
+    pool.raise_next_gen(eniip_protocol::core::Generation::from_u64(
+        persisted.next_gen,
+    ));
     for a in persisted.allocations.values() {
         if !a.to_core().is_some_and(|a| pool.restore_allocation(&a)) {
             warn!(

@@ -70,6 +70,7 @@ impl Verbs for Allocator {
         match self.ask(Command::Release {
             owner: owner.clone(),
             sandbox: sandbox.cloned(),
+            gen: None,
         })? {
             Answer::Released(r) => Ok(r),
             other => panic!("release answered {other:?}"),
@@ -672,6 +673,7 @@ fn recovery_keeps_owners_adopts_the_rest_and_cleans_up() {
                 ipv6_prefix: None,
                 eni: "eni-kept".into(),
                 at_ms: 1,
+                gen: 0,
                 attach: None,
                 asked: Default::default(),
             },
@@ -743,6 +745,7 @@ fn recovery_keeps_a_detached_eni_the_state_files_name_and_its_owners() {
             ipv6_prefix: None,
             eni: "eni-away".into(),
             at_ms: 1,
+            gen: 0,
             attach: None,
             asked: Default::default(),
         },
@@ -787,6 +790,7 @@ fn a_restart_from_the_state_files_serves_owners_at_once_and_nothing_new_before_t
         ipv6_prefix: None,
         eni: eni.into(),
         at_ms: 1,
+        gen: 0,
         attach: None,
         asked: Default::default(),
     };
@@ -863,6 +867,7 @@ fn a_restart_from_the_state_files_knows_the_80s_its_owners_ipv6_were_carved_from
             ipv6_prefix: Some(p.to_string()),
             eni: "eni-kept".into(),
             at_ms: 1,
+            gen: 0,
             attach: None,
             asked: Default::default(),
         },
@@ -1178,11 +1183,54 @@ fn an_ipv4_only_owner_on_a_dual_node_gets_no_ipv6() {
     let both = a.alloc(&owner("ns/both"), None, None).unwrap();
     assert!(both.owner_ipv6().is_some());
     assert_ne!(both.ipv6, Some(pair));
-    // Asked again IPv4 only, or with nothing: the same; IPv4 only for the
-    // owner of a pair: refused.
-    assert_eq!(a.alloc(&owner("ns/v4"), None, None).unwrap(), got);
+    // Asked again IPv4 only, or with nothing: the same (under a new
+    // generation); IPv4 only for the owner of a pair: refused.
+    let again = a.alloc(&owner("ns/v4"), None, None).unwrap();
+    assert!(again.gen > got.gen);
+    assert_eq!(
+        Allocation {
+            gen: got.gen,
+            ..again
+        },
+        got
+    );
     let e = a.alloc_asking(&owner("ns/both"), None, only4).unwrap_err();
     assert!(e.message.starts_with("ip-stack=ipv4: ns/both holds"), "{e}");
     assert_eq!(journal.state.lock().allocations["ns/v4"].ipv6, Some(pair));
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+}
+
+#[test]
+fn a_release_naming_an_older_generation_changes_nothing() {
+    let fake = FakeCloud::new(4, 15, 1000);
+    let (a, journal) = start(&fake, options(&fake, "{}"));
+    let o = owner("ns/web-0");
+    let sb = SandboxId::parse("c1").unwrap();
+    let first = a.alloc(&o, Some(&sb), None).unwrap();
+    // The same sandbox added again (a runtime reusing container ids):
+    // the same address under a new generation, durable with it.
+    let again = a.alloc(&o, Some(&sb), None).unwrap();
+    assert_eq!(again.ip, first.ip);
+    assert!(again.gen > first.gen, "{first:?} {again:?}");
+    assert!(journal.state.lock().next_gen > again.gen.get());
+    let release = |gen| {
+        a.ask(Command::Release {
+            owner: o.clone(),
+            sandbox: Some(sb.clone()),
+            gen: Some(gen),
+        })
+    };
+    // The first ADD's DEL, late: stale, the address stays.
+    assert_eq!(release(first.gen), Ok(Answer::Stale));
+    assert_eq!(a.show(&o).unwrap().ip, again.ip);
+    // The second's: released.
+    assert_eq!(
+        release(again.gen),
+        Ok(Answer::Released(Some(std::net::IpAddr::V4(again.ip))))
+    );
+    assert!(a.show(&o).is_err());
+    // A new allocation never gets a generation answered before.
+    let third = a.alloc(&o, Some(&sb), None).unwrap();
+    assert!(third.gen > again.gen);
     a.shutdown(Instant::now() + Duration::from_secs(5));
 }

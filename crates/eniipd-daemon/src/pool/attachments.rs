@@ -134,7 +134,8 @@ mod tests {
             Ipv4Addr::new(10, 0, 0, 1),
             Some(x.clone()),
             7,
-            Default::default()
+            Default::default(),
+            None
         ));
         at.note(&a, Some(&x), Some(attachment("veth2")));
         assert_eq!(veth(&at, &owners).as_deref(), Some("veth2"), "the newest");

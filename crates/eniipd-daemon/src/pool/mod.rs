@@ -39,7 +39,9 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use eniip_cloud::{Ipv4Prefix, Ipv6Prefix};
-use eniip_protocol::core::{Allocation, Attachment, EniInfo, Hold, Intent, Owner, SandboxId};
+use eniip_protocol::core::{
+    Allocation, Attachment, EniInfo, Generation, Hold, Intent, Owner, SandboxId,
+};
 
 mod attachments;
 mod carve;
@@ -488,7 +490,7 @@ impl PoolState {
         if !self.ips.contains(&v4)
             || !self
                 .owners
-                .take(owner, v4, sandbox.cloned(), now_ms, intent.clone())
+                .take(owner, v4, sandbox.cloned(), now_ms, intent.clone(), None)
         {
             return None;
         }
@@ -527,6 +529,19 @@ impl PoolState {
         }
     }
 
+    /// `owner`, who holds an address, is answered an `alloc` again: a new
+    /// generation (what earlier answers' releases name no longer touches
+    /// it). The allocation to persist, or `None` if it holds none.
+    pub(crate) fn renew(&mut self, owner: &Owner) -> Option<Allocation> {
+        self.owners.renew(owner)?;
+        self.allocation(owner)
+    }
+
+    /// Never hands out a generation below `floor` (the store's, at start).
+    pub(crate) fn raise_next_gen(&mut self, floor: Generation) {
+        self.owners.raise_next_gen(floor);
+    }
+
     /// `owner`, who holds an address, asks its own stick time again (the
     /// newest ask is kept): the allocation to persist, or `None` if
     /// nothing changed.
@@ -539,7 +554,9 @@ impl PoolState {
     }
 
     /// Releases an owner's address. With `sandbox`, only if the allocation
-    /// belongs to that sandbox (or was made without one). A lost address
+    /// belongs to that sandbox (or was made without one); with `gen`, only
+    /// if it is still that generation's (else [`ReleaseOutcome::Stale`]).
+    /// A lost address
     /// leaves the pool; any other is reserved and/or cools down for its
     /// last owner (for as long as `times` says for the stick time it
     /// asked), or is idle at once.
@@ -547,6 +564,7 @@ impl PoolState {
         &mut self,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
+        gen: Option<Generation>,
         now_ms: u64,
         times: &HoldTimes,
     ) -> ReleaseOutcome {
@@ -556,6 +574,9 @@ impl PoolState {
         let have = self.owners.get(owner).and_then(Held::sandbox);
         if sandbox.zip(have).is_some_and(|(want, have)| want != have) {
             return ReleaseOutcome::SandboxMismatch;
+        }
+        if gen.is_some_and(|g| self.owners.get(owner).map(Held::gen) != Some(g)) {
+            return ReleaseOutcome::Stale;
         }
         let (v4, v6, eni, lost) = (ip.v4(), ip.v6(), ip.eni().to_string(), ip.lost());
         let ipv6_prefix = ip.v6_prefix().filter(|_| v6.is_some());
@@ -630,12 +651,14 @@ impl PoolState {
             Some(ip) if ip.eni() == a.eni || a.eni.is_empty() => {}
             _ => return false,
         }
+        let gen = Some(a.gen).filter(|g| !g.is_none());
         if !self.owners.take(
             &a.owner,
             a.ip,
             a.sandbox.clone(),
             a.since_ms,
             a.intent.clone(),
+            gen,
         ) {
             return false;
         }
@@ -731,6 +754,7 @@ impl PoolState {
             ipv6_prefix: ip.v6_prefix().filter(|_| ip.v6().is_some()),
             eni: ip.eni().to_string(),
             since_ms: held.since_ms(),
+            gen: held.gen(),
             attach: self.attachment(owner).cloned(),
             intent: held.intent().clone(),
         })

@@ -5,12 +5,14 @@
 //! Invariants, kept by the verbs and checked by [`Owners::check`]: one
 //! owner, one address, and one address, one owner (the two indexes mirror
 //! each other); an allocation's sandbox may move to the owner's new
-//! sandbox, its address never does.
+//! sandbox, its address never does; every generation handed out
+//! ([`Owners::take`], [`Owners::renew`]) is above every one handed out or
+//! restored before it (the next is above all held).
 
 use std::collections::{btree_map, hash_map, BTreeMap, BTreeSet, HashMap};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use eniip_protocol::core::{Hold, Intent, Owner, SandboxId};
+use eniip_protocol::core::{Generation, Hold, Intent, Owner, SandboxId};
 
 /// What `release` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +21,9 @@ pub(crate) enum ReleaseOutcome {
     NotHeld,
     /// Held by another sandbox than the one named: nothing changed.
     SandboxMismatch,
+    /// Held under another generation than the one named (a newer `alloc`
+    /// was answered since): nothing changed.
+    Stale,
     /// Released; `hold` is what to persist (reservation / cool-down).
     Released {
         /// The address.
@@ -42,9 +47,15 @@ pub(crate) struct Held {
     sandbox: Option<SandboxId>,
     since_ms: u64,
     intent: Intent,
+    gen: Generation,
 }
 
 impl Held {
+    /// Its identity: the generation its latest `alloc` was answered.
+    pub(crate) fn gen(&self) -> Generation {
+        self.gen
+    }
+
     /// The address.
     pub(crate) fn v4(&self) -> Ipv4Addr {
         self.v4
@@ -67,11 +78,23 @@ impl Held {
 }
 
 /// Every owner and its address, both ways.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Owners {
     by_owner: HashMap<Owner, Held>,
     /// In address order, so the pool can walk it beside its addresses.
     by_v4: BTreeMap<Ipv4Addr, Owner>,
+    /// The generation the next `alloc` answered gets.
+    next_gen: Generation,
+}
+
+impl Default for Owners {
+    fn default() -> Owners {
+        Owners {
+            by_owner: HashMap::new(),
+            by_v4: BTreeMap::new(),
+            next_gen: Generation::FIRST,
+        }
+    }
 }
 
 impl Owners {
@@ -144,15 +167,28 @@ impl Owners {
             if self.by_v4.get(&h.v4) != Some(owner) {
                 return Err(format!("owner index disagrees for {owner}"));
             }
+            if h.gen >= self.next_gen {
+                return Err(format!(
+                    "{owner} holds generation {} but the next is {}",
+                    h.gen, self.next_gen
+                ));
+            }
         }
         Ok(())
     }
 
     // ---- what only the pool does (it keeps addresses and holds in step) --
 
+    /// Never hands out a generation below `floor` (the store's, at start:
+    /// above every one ever recorded).
+    pub(super) fn raise_next_gen(&mut self, floor: Generation) {
+        self.next_gen = self.next_gen.max(floor);
+    }
+
     /// `owner` takes `v4` for `sandbox` at `since_ms`, having asked
-    /// `intent`. False (and nothing changed) if `owner` holds an address
-    /// already or `v4` is held.
+    /// `intent`, under generation `gen` (`None`: a new one). False (and
+    /// nothing changed) if `owner` holds an address already or `v4` is
+    /// held.
     pub(super) fn take(
         &mut self,
         owner: &Owner,
@@ -160,10 +196,18 @@ impl Owners {
         sandbox: Option<SandboxId>,
         since_ms: u64,
         intent: Intent,
+        gen: Option<Generation>,
     ) -> bool {
         if self.by_owner.contains_key(owner) || self.by_v4.contains_key(&v4) {
             return false;
         }
+        let gen = match gen {
+            Some(g) => {
+                self.raise_next_gen(g.next());
+                g
+            }
+            None => self.issue(),
+        };
         self.by_v4.insert(v4, owner.clone());
         self.by_owner.insert(
             owner.clone(),
@@ -172,9 +216,31 @@ impl Owners {
                 sandbox,
                 since_ms,
                 intent,
+                gen,
             },
         );
         true
+    }
+
+    fn issue(&mut self) -> Generation {
+        let g = self.next_gen;
+        self.next_gen = g.next();
+        g
+    }
+
+    /// `owner`, who holds an address, is answered an `alloc` again: its
+    /// allocation is now the newest answer's (what an earlier answer's
+    /// release names no longer touches it). Its new generation, or `None`
+    /// if it holds nothing.
+    pub(super) fn renew(&mut self, owner: &Owner) -> Option<Generation> {
+        if !self.by_owner.contains_key(owner) {
+            return None;
+        }
+        let g = self.issue();
+        if let Some(h) = self.by_owner.get_mut(owner) {
+            h.gen = g;
+        }
+        Some(g)
     }
 
     /// `owner`, who holds an address, asks its own stick time again: the
@@ -225,16 +291,16 @@ mod tests {
     #[test]
     fn one_owner_one_address() {
         let mut o = Owners::default();
-        assert!(o.take(&owner("a"), ip(1), None, 5, Default::default()));
+        assert!(o.take(&owner("a"), ip(1), None, 5, Default::default(), None));
         assert!(
-            !o.take(&owner("a"), ip(2), None, 6, Default::default()),
+            !o.take(&owner("a"), ip(2), None, 6, Default::default(), None),
             "a holds one already"
         );
         assert!(
-            !o.take(&owner("b"), ip(1), None, 6, Default::default()),
+            !o.take(&owner("b"), ip(1), None, 6, Default::default(), None),
             "1 is a's"
         );
-        assert!(o.take(&owner("b"), ip(2), None, 6, Default::default()));
+        assert!(o.take(&owner("b"), ip(2), None, 6, Default::default(), None));
         o.check().unwrap();
         assert_eq!(
             o.of(&ip(1)).map(|(w, h)| (w.as_str(), h.since_ms())),
@@ -250,13 +316,42 @@ mod tests {
     }
 
     #[test]
+    fn every_generation_handed_out_is_new() {
+        use eniip_protocol::core::Generation;
+        let mut o = Owners::default();
+        // Restored from the state: the next is above it.
+        let kept = Generation::from_u64(41);
+        assert!(o.take(&owner("a"), ip(1), None, 0, Default::default(), Some(kept)));
+        assert!(o.take(&owner("b"), ip(2), None, 0, Default::default(), None));
+        let b = o.get(&owner("b")).unwrap().gen();
+        assert_eq!(b.get(), 42);
+        let renewed = o.renew(&owner("b")).unwrap();
+        assert!(renewed > b);
+        assert_eq!(o.get(&owner("b")).unwrap().gen(), renewed);
+        o.release(&owner("b"));
+        assert!(o.take(&owner("b"), ip(2), None, 0, Default::default(), None));
+        assert!(o.get(&owner("b")).unwrap().gen() > renewed);
+        assert_eq!(o.renew(&owner("c")), None);
+        o.raise_next_gen(Generation::from_u64(7));
+        assert!(o.next_gen.get() > 43, "never lowered");
+        o.check().unwrap();
+    }
+
+    #[test]
     fn the_sandbox_moves_the_address_does_not() {
         let mut o = Owners::default();
         let (x, y) = (
             SandboxId::parse("x").unwrap(),
             SandboxId::parse("y").unwrap(),
         );
-        assert!(o.take(&owner("a"), ip(1), Some(x.clone()), 0, Default::default()));
+        assert!(o.take(
+            &owner("a"),
+            ip(1),
+            Some(x.clone()),
+            0,
+            Default::default(),
+            None
+        ));
         assert!(o.holds_for(&owner("a"), Some(&x)));
         assert!(
             !o.move_sandbox(&owner("a"), &x),
@@ -274,10 +369,24 @@ mod tests {
     fn gc_collects_by_prefix_keeping_named_owners_and_sandboxes() {
         let mut o = Owners::default();
         let sb = |s: &str| Some(SandboxId::parse(s).unwrap());
-        o.take(&owner("k8s/a"), ip(1), sb("sa"), 0, Default::default());
-        o.take(&owner("k8s/b"), ip(2), sb("sb"), 0, Default::default());
-        o.take(&owner("k8s/c"), ip(3), None, 0, Default::default());
-        o.take(&owner("other/d"), ip(4), None, 0, Default::default());
+        o.take(
+            &owner("k8s/a"),
+            ip(1),
+            sb("sa"),
+            0,
+            Default::default(),
+            None,
+        );
+        o.take(
+            &owner("k8s/b"),
+            ip(2),
+            sb("sb"),
+            0,
+            Default::default(),
+            None,
+        );
+        o.take(&owner("k8s/c"), ip(3), None, 0, Default::default(), None);
+        o.take(&owner("other/d"), ip(4), None, 0, Default::default(), None);
         let mut got = o.collectable("k8s/", &["k8s/a".into(), "sb".into()]);
         got.sort_by(|x, y| x.0.as_str().cmp(y.0.as_str()));
         assert_eq!(got, vec![(owner("k8s/c"), None)]);

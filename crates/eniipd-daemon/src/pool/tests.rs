@@ -84,7 +84,7 @@ fn prefer_and_reservation() {
     assert_eq!(v4, ip("10.0.0.12"));
     p.take(v4, &a, None, 0, &Default::default());
     // Reserved for `a` for 1000 ms, then cooling until 5000.
-    let out = p.release(&a, None, 100, &times(1000, 5000));
+    let out = p.release(&a, None, None, 100, &times(1000, 5000));
     let ReleaseOutcome::Released { hold: Some(h), .. } = out else {
         panic!("{out:?}")
     };
@@ -121,16 +121,16 @@ fn sandbox_rules() {
     assert!(p.move_sandbox(&a, Some(&sy)).is_none());
     // A late release from x changes nothing.
     assert_eq!(
-        p.release(&a, Some(&sx), 0, &times(0, 0)),
+        p.release(&a, Some(&sx), None, 0, &times(0, 0)),
         ReleaseOutcome::SandboxMismatch
     );
     assert!(p.owner_ip(&a).is_some());
     assert!(matches!(
-        p.release(&a, Some(&sy), 0, &times(0, 0)),
+        p.release(&a, Some(&sy), None, 0, &times(0, 0)),
         ReleaseOutcome::Released { hold: None, .. }
     ));
     assert_eq!(
-        p.release(&a, None, 0, &times(0, 0)),
+        p.release(&a, None, None, 0, &times(0, 0)),
         ReleaseOutcome::NotHeld
     );
     p.check().unwrap();
@@ -186,6 +186,7 @@ fn restore_and_quarantine() {
         ipv6_prefix: None,
         eni: "eni-01".into(),
         since_ms: 5,
+        gen: eniip_protocol::core::Generation::NONE,
         attach: None,
         intent: Default::default(),
     };
@@ -272,7 +273,7 @@ fn prefixes_go_back_whole_and_never_address_by_address() {
             .reclaimable
     };
     // Reserved (stick time) is not reclaimable either.
-    p.release(&o, None, 10, &times(1000, 0));
+    p.release(&o, None, None, 10, &times(1000, 0));
     assert!(!reclaimable(&p, held));
     p.settle(2000);
     assert!(prefix_candidates(&p).iter().all(|c| c.reclaimable));
@@ -302,8 +303,8 @@ fn the_walk_over_every_address_reads_each_state_as_a_lookup_does() {
         p.take(ip10(last), &owner(o), None, 1, &Default::default())
             .unwrap();
     }
-    p.release(&owner("b"), None, 1, &times(100, 200));
-    p.release(&owner("c"), None, 1, &times(0, 200));
+    p.release(&owner("b"), None, None, 1, &times(100, 200));
+    p.release(&owner("c"), None, None, 1, &times(0, 200));
     p.quarantine(ip10(13), 500).unwrap();
     let walked: Vec<(Ipv4Addr, &str)> = p.states().map(|(ip, s)| (ip.v4(), s.name())).collect();
     let looked: Vec<(Ipv4Addr, &str)> = p
@@ -347,6 +348,7 @@ fn a_take_that_would_give_an_owner_two_addresses_or_an_address_two_owners_change
         ipv6_prefix: None,
         eni: "eni-01".into(),
         since_ms: 3,
+        gen: eniip_protocol::core::Generation::NONE,
         attach: None,
         intent: Default::default(),
     };
@@ -371,7 +373,7 @@ fn addresses_come_only_on_known_enis_and_leave_with_their_holders() {
         .unwrap();
     p.take(ip("10.0.0.12"), &b, None, 1, &Default::default())
         .unwrap();
-    p.release(&b, None, 1, &times(1000, 0));
+    p.release(&b, None, None, 1, &times(1000, 0));
     p.remove_ips(&[ip("10.0.0.11"), ip("10.0.0.12")]);
     assert_eq!(p.allocation(&a), None);
     assert_eq!(p.next_expiry(), None, "no hold on an address that left");
@@ -405,7 +407,7 @@ fn an_owner_that_asks_a_vswitch_gets_an_address_there_or_none() {
     // A reservation on another vswitch is passed over (and stays).
     p.take(ip("10.0.0.12"), &a, None, 0, &Intent::default())
         .unwrap();
-    p.release(&a, None, 0, &times(60_000, 0));
+    p.release(&a, None, None, 0, &times(60_000, 0));
     assert_eq!(pick(&p, &a, None, None), Some(ip("10.0.0.12")));
     assert_eq!(pick(&p, &a, None, Some("vsw-2")), Some(ip("10.0.1.11")));
     assert_eq!(state(&p, "10.0.0.12"), "reserved");
@@ -429,7 +431,7 @@ fn an_owners_newer_hold_supersedes_its_older_one_and_says_so() {
     let keep = times(60_000, 0);
     p.take(ip("10.0.0.11"), &a, None, 0, &Intent::default())
         .unwrap();
-    let out = p.release(&a, None, 0, &keep);
+    let out = p.release(&a, None, None, 0, &keep);
     assert!(
         matches!(
             out,
@@ -445,7 +447,7 @@ fn an_owners_newer_hold_supersedes_its_older_one_and_says_so() {
     p.take(ip("10.0.1.11"), &a, None, 1, &Intent::default())
         .unwrap();
     assert_eq!(state(&p, "10.0.0.11"), "reserved");
-    let out = p.release(&a, None, 2, &keep);
+    let out = p.release(&a, None, None, 2, &keep);
     let ReleaseOutcome::Released {
         hold: Some(h),
         superseded,
@@ -460,7 +462,7 @@ fn an_owners_newer_hold_supersedes_its_older_one_and_says_so() {
     // Nothing kept (no stick time, no cool-down): nothing superseded.
     p.take(ip("10.0.0.12"), &a, None, 3, &Intent::default())
         .unwrap();
-    let out = p.release(&a, None, 4, &times(0, 0));
+    let out = p.release(&a, None, None, 4, &times(0, 0));
     assert!(
         matches!(
             out,
@@ -495,12 +497,15 @@ fn a_release_keeps_the_address_for_the_owners_own_stick_time() {
         other => panic!("{other:?}"),
     };
     assert_eq!(
-        until(p.release(&a, None, 1_000, &times(0, 0))),
+        until(p.release(&a, None, None, 1_000, &times(0, 0))),
         Some(601_000)
     );
-    assert_eq!(until(p.release(&b, None, 1_000, &times(60_000, 0))), None);
     assert_eq!(
-        until(p.release(&c, None, 1_000, &times(0, 0))),
+        until(p.release(&b, None, None, 1_000, &times(60_000, 0))),
+        None
+    );
+    assert_eq!(
+        until(p.release(&c, None, None, 1_000, &times(0, 0))),
         Some(3_601_000)
     );
     assert_eq!(pick(&p, &a, None, None), Some(ip("10.0.0.11")));
@@ -595,7 +600,7 @@ fn a_carved_ipv6_comes_with_the_take_leaves_with_the_owner_and_comes_back_for_it
     p.check().unwrap();
     // Released with no stick time: idle, its carved IPv6 gone with it.
     assert!(matches!(
-        p.release(&owner("ns/web-0"), None, 2, &times(0, 0)),
+        p.release(&owner("ns/web-0"), None, None, 2, &times(0, 0)),
         ReleaseOutcome::Released { .. }
     ));
     assert_eq!(p.ip(ip("10.0.0.11")).unwrap().v6(), None);
@@ -613,7 +618,7 @@ fn a_carved_ipv6_comes_with_the_take_leaves_with_the_owner_and_comes_back_for_it
     assert_eq!(again.ipv6, Some(b6), "a reused owner gets its IPv6 back");
     // Kept for its owner by a stick time: the IPv6 stays with the hold.
     let ReleaseOutcome::Released { hold, .. } =
-        p.release(&owner("ns/web-0"), None, 4, &times(100, 0))
+        p.release(&owner("ns/web-0"), None, None, 4, &times(100, 0))
     else {
         panic!("released");
     };
@@ -645,7 +650,8 @@ fn a_restart_restores_each_recorded_carved_pair_and_hold() {
         .unwrap();
     p.take(ip("10.0.0.12"), &owner("ns/b"), None, 1, &Intent::default())
         .unwrap();
-    let ReleaseOutcome::Released { hold, .. } = p.release(&owner("ns/b"), None, 2, &times(1000, 0))
+    let ReleaseOutcome::Released { hold, .. } =
+        p.release(&owner("ns/b"), None, None, 2, &times(1000, 0))
     else {
         panic!("released");
     };

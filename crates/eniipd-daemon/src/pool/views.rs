@@ -85,6 +85,10 @@ pub(crate) fn list(pool: &PoolState) -> Vec<ListEntry> {
             ip: IpAddr::V4(ip.v4()),
             state: state.name(),
             owner: state.owner().map(Owner::to_string),
+            gen: state
+                .owner()
+                .and_then(|o| pool.owners().get(o))
+                .map(|h| h.gen()),
             eni: ip.eni().to_string(),
             carved: ip.v6().zip(ip.v6_prefix()),
         })
@@ -93,6 +97,7 @@ pub(crate) fn list(pool: &PoolState) -> Vec<ListEntry> {
         ip: IpAddr::V6(v6),
         state: "invalid",
         owner: None,
+        gen: None,
         eni: eni.to_string(),
         carved: None,
     }));

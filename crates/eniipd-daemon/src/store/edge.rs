@@ -24,6 +24,7 @@ impl Record {
             ipv6_prefix: a.ipv6_prefix.map(|p| p.to_string()),
             eni: a.eni.clone(),
             at_ms: a.since_ms,
+            gen: a.gen.get(),
             attach: a.attach.clone(),
             asked: Asked {
                 vswitch: a.intent.vswitch.clone(),
@@ -75,6 +76,7 @@ impl Allocation {
             ipv6_prefix: carved_from(self.ipv6, self.ipv6_prefix.as_deref()),
             eni: self.eni.clone(),
             since_ms: self.at_ms,
+            gen: core::Generation::from_u64(self.gen),
             attach: self.attach.clone(),
             intent: core::Intent {
                 vswitch: self.asked.vswitch.clone(),
@@ -130,6 +132,7 @@ mod tests {
             ipv6_prefix: None,
             eni: "eni-1".into(),
             since_ms: 42,
+            gen: eniip_protocol::core::Generation::NONE,
             attach: None,
             intent: core::Intent::default(),
         }

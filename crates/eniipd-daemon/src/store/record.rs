@@ -29,6 +29,10 @@ pub struct Allocation {
     pub eni: String,
     /// When it was handed out (Unix ms).
     pub at_ms: u64,
+    /// Its generation (0, not written: recorded by an eniipd without
+    /// them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gen: u64,
     /// The sandbox's network, when eniip-cni named it (for the reaper).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attach: Option<eniip_protocol::core::Attachment>,
@@ -106,6 +110,10 @@ pub enum Record {
     },
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Everything stored.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PersistedState {
@@ -113,6 +121,11 @@ pub struct PersistedState {
     pub allocations: BTreeMap<String, Allocation>,
     /// By address.
     pub holds: BTreeMap<Ipv4Addr, Hold>,
+    /// Above every allocation generation ever recorded, the released
+    /// ones' too: where the next eniipd starts handing them out (0, not
+    /// written: no generation recorded yet).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_gen: u64,
 }
 
 impl PersistedState {
@@ -120,6 +133,7 @@ impl PersistedState {
     pub fn apply(&mut self, r: &Record) {
         match r {
             Record::Alloc(a) => {
+                self.next_gen = self.next_gen.max(a.gen.saturating_add(1));
                 self.holds.remove(&a.ipv4);
                 self.allocations.insert(a.owner.clone(), a.clone());
             }
@@ -204,6 +218,7 @@ mod tests {
             ipv6_prefix: None,
             eni: "eni-1".into(),
             at_ms: 1,
+            gen: 0,
             attach: None,
             asked: Asked::default(),
         }
@@ -238,6 +253,21 @@ mod tests {
             ipv4: "10.9.9.9".parse().unwrap(),
         });
         assert_eq!(s.allocations.keys().collect::<Vec<_>>(), vec!["c"]);
+        // A generation recorded stays above, the allocation gone or not.
+        s.apply(&Record::Alloc(Allocation {
+            gen: 9,
+            ..alloc("d", "10.0.0.4")
+        }));
+        s.apply(&Record::Release {
+            owner: "d".into(),
+            hold: None,
+        });
+        s.apply(&Record::Alloc(Allocation {
+            gen: 3,
+            ..alloc("e", "10.0.0.5")
+        }));
+        assert_eq!(s.next_gen, 10);
+        s.apply(&Record::Forget { owner: "e".into() });
         // A quarantine hold releases nobody.
         s.apply(&Record::Release {
             owner: String::new(),

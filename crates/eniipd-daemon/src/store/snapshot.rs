@@ -208,6 +208,7 @@ mod tests {
             ipv6_prefix: None,
             eni: "eni-1".into(),
             at_ms: 7,
+            gen: 0,
             attach: None,
             asked: Default::default(),
         }));

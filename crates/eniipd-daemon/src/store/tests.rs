@@ -37,6 +37,7 @@ fn alloc_at(owner: &str, third: u8, last: u8) -> Record {
         ipv6_prefix: None,
         eni: "eni-1".into(),
         at_ms: 1,
+        gen: 0,
         attach: None,
         asked: Default::default(),
     })

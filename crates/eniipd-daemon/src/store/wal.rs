@@ -394,6 +394,7 @@ mod tests {
             ipv6_prefix: None,
             eni: "eni-1".into(),
             at_ms: u64::from(i),
+            gen: 0,
             attach: None,
             asked: Default::default(),
         })

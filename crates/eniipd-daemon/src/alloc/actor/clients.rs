@@ -17,7 +17,8 @@ use crate::pool::choose::pick;
 use crate::pool::{PoolState, ReleaseOutcome};
 use crate::store::Record;
 use eniip_protocol::core::{
-    AllocError, Allocation, Answer, Attachment, Collected, EniInfo, ErrCode, Owner, SandboxId,
+    AllocError, Allocation, Answer, Attachment, Collected, EniInfo, ErrCode, Generation, Owner,
+    SandboxId,
 };
 use eniip_util::time::unix_ms;
 
@@ -32,6 +33,17 @@ use super::threads::Threads;
 use super::verify::Verification;
 use super::vswstate::VswState;
 use super::Reply;
+
+/// What one release did.
+#[derive(Debug, Clone, Copy)]
+enum Released {
+    /// Gave this address back.
+    Ip(IpAddr),
+    /// The owner held nothing for that sandbox.
+    Nothing,
+    /// The owner's allocation is a newer one than the generation named.
+    Stale,
+}
 
 /// The parts a client request touches.
 pub(super) struct Clients<'a> {
@@ -51,10 +63,9 @@ pub(super) struct Clients<'a> {
 
 impl Clients<'_> {
     /// An `alloc`: the owner's address again, else an idle one, else a
-    /// place in line. What it asks beyond an address is checked first
-    /// ([`intent::refusal`]): a refused `alloc` changes nothing. `attach`
-    /// is noted for the owner; when it changed for the allocation it
-    /// holds, its record is written again even if nothing else changed.
+    /// place in line; every answer under a new generation. What it asks
+    /// beyond an address is checked first ([`intent::refusal`]): a refused
+    /// `alloc` changes nothing. `attach` is noted for the owner.
     pub(super) fn alloc(&mut self, ask: Ask, attach: Option<Attachment>) {
         if self.stopping {
             let _ = ask.reply.send(Err(AllocError::shutting_down()));
@@ -66,20 +77,20 @@ impl Clients<'_> {
             let _ = ask.reply.send(Err(AllocError::bad(why)));
             return;
         }
-        let renew = self
-            .pool
+        self.pool
             .note_attachment(&ask.owner, ask.sandbox.as_ref(), attach);
-        if let Some(held) = self.pool.allocation(&ask.owner) {
-            // Idempotent: the same reply again (a new sandbox moves it, a
-            // stick time asked is the newest). The answer still goes
-            // through the journal so that it is only sent once the
-            // original allocation is durable.
-            let moved = self.pool.move_sandbox(&ask.owner, ask.sandbox.as_ref());
-            let resticked = ask
-                .intent
-                .stick_s
-                .and_then(|s| self.pool.restick(&ask.owner, s));
-            let renewed = resticked.or(moved).or_else(|| renew.then_some(held));
+        if self.pool.allocation(&ask.owner).is_some() {
+            // Idempotent: the same address again (a new sandbox moves it,
+            // a stick time asked is the newest), under a new generation:
+            // what the releases of earlier answers name (a DEL queued
+            // before this ADD of the same sandbox) no longer touches it.
+            // Its record is written again and the answer sent once it is
+            // durable (and with it the original allocation).
+            self.pool.move_sandbox(&ask.owner, ask.sandbox.as_ref());
+            if let Some(s) = ask.intent.stick_s {
+                self.pool.restick(&ask.owner, s);
+            }
+            let renewed = self.pool.renew(&ask.owner);
             let records: Vec<Record> = renewed.iter().map(Record::alloc).collect();
             let found = self.pool.allocation_with_eni(&ask.owner);
             self.answer_allocation(records, found, vec![(ask.reply, ask.started)]);
@@ -173,16 +184,31 @@ impl Clients<'_> {
     }
 
     /// A `release`: answered once it is durable (a release of an owner
-    /// still waiting cancels its alloc).
-    pub(super) fn release(&mut self, owner: Owner, sandbox: Option<SandboxId>, reply: Reply) {
+    /// still waiting for the same sandbox, naming no generation, cancels
+    /// its alloc).
+    pub(super) fn release(
+        &mut self,
+        owner: Owner,
+        sandbox: Option<SandboxId>,
+        gen: Option<Generation>,
+        reply: Reply,
+    ) {
         if self.stopping {
             let _ = reply.send(Err(AllocError::shutting_down()));
             return;
         }
-        let (records, released) = self.release_one(&owner, sandbox.as_ref());
+        let (records, released) = self.release_one(&owner, sandbox.as_ref(), gen);
         self.durable.then(records, reply, move || {
-            crate::metrics::record_release(if released.is_some() { "ok" } else { "none" });
-            Answer::Released(released)
+            crate::metrics::record_release(if matches!(released, Released::Ip(_)) {
+                "ok"
+            } else {
+                "none"
+            });
+            match released {
+                Released::Ip(ip) => Answer::Released(Some(ip)),
+                Released::Nothing => Answer::Released(None),
+                Released::Stale => Answer::Stale,
+            }
         });
     }
 
@@ -197,9 +223,9 @@ impl Clients<'_> {
         let mut collected = Vec::new();
         for (owner, sandbox) in self.pool.owners().collectable(prefix, keep) {
             let veth = self.pool.attachment(&owner).map(|a| a.veth.clone());
-            let (mut r, released) = self.release_one(&owner, sandbox.as_ref());
+            let (mut r, released) = self.release_one(&owner, sandbox.as_ref(), None);
             records.append(&mut r);
-            if let Some(ip) = released {
+            if let Released::Ip(ip) = released {
                 info!("gc: released {ip} of {owner}");
                 collected.push(Collected {
                     ip,
@@ -248,36 +274,47 @@ impl Clients<'_> {
         if let Some(Teardown(t)) = teardown {
             t();
         }
-        let (records, released) = self.release_one(owner, sandbox.as_ref());
-        self.durable
-            .then(records, reply, move || Answer::Released(released));
+        let (records, released) = self.release_one(owner, sandbox.as_ref(), None);
+        self.durable.then(records, reply, move || {
+            Answer::Released(match released {
+                Released::Ip(ip) => Some(ip),
+                Released::Nothing | Released::Stale => None,
+            })
+        });
     }
 
-    /// Releases in the pool; the records that make it durable and the
-    /// address given back, if one was held.
+    /// Releases in the pool; the records that make it durable and what
+    /// was given back.
     fn release_one(
         &mut self,
         owner: &Owner,
         sandbox: Option<&SandboxId>,
-    ) -> (Vec<Record>, Option<IpAddr>) {
+        gen: Option<Generation>,
+    ) -> (Vec<Record>, Released) {
         let outcome = self
             .pool
-            .release(owner, sandbox, unix_ms(), &self.opts.hold_times());
+            .release(owner, sandbox, gen, unix_ms(), &self.opts.hold_times());
         match outcome {
             ReleaseOutcome::NotHeld => {
                 // A release while the owner's alloc still waits: the client
                 // gave up, so the alloc is cancelled rather than completed
-                // for nobody.
-                if let Some(w) = self.demand.take_owner(owner) {
-                    let err = AllocError::new(
-                        ErrCode::Timeout,
-                        "cancelled by a release of the same owner",
-                    );
-                    w.fail(&err, false);
+                // for nobody. Only its own: a release naming a generation
+                // undoes an allocation that was answered, never one still
+                // waiting, and one naming another sandbox is an older
+                // sandbox's late release.
+                if gen.is_none() {
+                    if let Some(w) = self.demand.take_owner(owner, sandbox) {
+                        let err = AllocError::new(
+                            ErrCode::Timeout,
+                            "cancelled by a release of the same owner",
+                        );
+                        w.fail(&err, false);
+                    }
                 }
-                (Vec::new(), None)
+                (Vec::new(), Released::Nothing)
             }
-            ReleaseOutcome::SandboxMismatch => (Vec::new(), None),
+            ReleaseOutcome::SandboxMismatch => (Vec::new(), Released::Nothing),
+            ReleaseOutcome::Stale => (Vec::new(), Released::Stale),
             ReleaseOutcome::Released {
                 v4,
                 hold,
@@ -292,7 +329,7 @@ impl Clients<'_> {
                 }
                 let mut records = vec![Record::release(owner, hold.as_ref())];
                 records.extend(superseded.map(|ipv4| Record::ClearHold { ipv4 }));
-                (records, Some(IpAddr::V4(v4)))
+                (records, Released::Ip(IpAddr::V4(v4)))
             }
         }
     }

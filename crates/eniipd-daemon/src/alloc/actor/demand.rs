@@ -225,8 +225,14 @@ impl Demand {
     }
 
     /// Takes the waiter of `owner` out of line.
-    pub(super) fn take_owner(&mut self, owner: &Owner) -> Option<Waiter> {
-        let pos = self.waiters.iter().position(|w| &w.owner == owner)?;
+    pub(super) fn take_owner(
+        &mut self,
+        owner: &Owner,
+        sandbox: Option<&SandboxId>,
+    ) -> Option<Waiter> {
+        let pos = self.waiters.iter().position(|w| {
+            &w.owner == owner && sandbox.is_none_or(|s| w.sandbox.as_ref() == Some(s))
+        })?;
         self.remove_at(pos)
     }
 
@@ -504,7 +510,7 @@ mod tests {
         assert!(d.take(a).is_some());
         assert_eq!(d.ticket_of(b), Some(t), "b inherits a's ticket");
         assert_eq!(d.ticket_waiter(t), Some(Some(b)));
-        assert!(d.take_owner(&Owner::parse("o/b").unwrap()).is_some());
+        assert!(d.take_owner(&Owner::parse("o/b").unwrap(), None).is_some());
         assert!(d.take(c).is_some());
         assert_eq!(d.ticket_waiter(t), Some(None), "nobody left: the pool's");
         assert_eq!(d.ticket_waiter(tc), Some(None));

@@ -109,6 +109,7 @@ mod tests {
             ipv6_prefix: None,
             eni: "eni-1".into(),
             since_ms: 1,
+            gen: eniip_protocol::core::Generation::NONE,
             attach: None,
             intent: Default::default(),
         }

@@ -113,6 +113,7 @@ mod tests {
             ipv6_prefix: None,
             eni: "eni-1".into(),
             since_ms: 0,
+            gen: eniip_protocol::core::Generation::NONE,
             attach: None,
             intent: Intent {
                 ipv4_only,

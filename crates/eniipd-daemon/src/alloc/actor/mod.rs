@@ -458,9 +458,11 @@ impl Actor {
                 };
                 return self.clients().alloc(ask, attach);
             }
-            Command::Release { owner, sandbox } => {
-                return self.clients().release(owner, sandbox, reply)
-            }
+            Command::Release {
+                owner,
+                sandbox,
+                gen,
+            } => return self.clients().release(owner, sandbox, gen, reply),
             Command::Gc { owner_prefix, keep } => {
                 return self.clients().gc(&owner_prefix, &keep, reply)
             }

@@ -509,6 +509,7 @@ mod tests {
         pool.release(
             &Owner::parse("pod-a").unwrap(),
             None,
+            None,
             2,
             &crate::pool::HoldTimes {
                 stick_ms: 0,
@@ -602,6 +603,7 @@ mod tests {
         }
         pool.release(
             &old,
+            None,
             None,
             2,
             &crate::pool::HoldTimes {
