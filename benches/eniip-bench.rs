@@ -374,6 +374,7 @@ impl Floor {
         }
         let record = eniipd_daemon::store::Record::Alloc(eniipd_daemon::store::Allocation {
             owner: "bench/one-100".into(),
+            gen: 100,
             sandbox: None,
             ipv4: std::net::Ipv4Addr::new(192, 168, 0, 100),
             ipv6: None,
