@@ -8,7 +8,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
@@ -21,6 +23,89 @@ const FAST_BUCKETS: &[f64] = &[
 const CLOUD_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 60.0,
 ];
+
+/// Buckets (seconds) for the stages of a request: from 2 microseconds,
+/// fine enough below a millisecond to read a median from.
+const STAGE_BUCKETS: &[f64] = &[
+    0.000_002, 0.000_005, 0.000_01, 0.000_015, 0.000_02, 0.000_03, 0.000_04, 0.000_05, 0.000_075,
+    0.000_1, 0.000_15, 0.000_2, 0.000_3, 0.000_5, 0.001, 0.002_5, 0.01, 0.1, 1.0,
+];
+
+/// The stages of a request that changes the state, in the order it goes
+/// through them (`eniipd_request_stage_seconds{stage}`): where the time
+/// of a warm `alloc` goes, beside the disk's share (`commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stage {
+    /// The connection thread: from its request line read to the command
+    /// handed to the allocator (parsing, the peer's rights).
+    Connection,
+    /// The hand-off to the allocator's thread: until it takes the command.
+    ToActor,
+    /// The allocator's own work on it, its records handed to the store.
+    Actor,
+    /// The hand-off to the store's thread: until it starts the commit
+    /// that carries the records.
+    ToCommitter,
+    /// The commit: one log frame written and `fdatasync`ed.
+    Commit,
+    /// From the commit's end to the connection thread holding the answer.
+    ToConnection,
+    /// The reply rendered and written to the client.
+    Reply,
+}
+
+impl Stage {
+    const ALL: [Stage; 7] = [
+        Stage::Connection,
+        Stage::ToActor,
+        Stage::Actor,
+        Stage::ToCommitter,
+        Stage::Commit,
+        Stage::ToConnection,
+        Stage::Reply,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Stage::Connection => "connection",
+            Stage::ToActor => "to-actor",
+            Stage::Actor => "actor",
+            Stage::ToCommitter => "to-committer",
+            Stage::Commit => "commit",
+            Stage::ToConnection => "to-connection",
+            Stage::Reply => "reply",
+        }
+    }
+}
+
+/// When the last commit ended, in nanoseconds since [`CLOCK`]: what the
+/// connection thread measures [`Stage::ToConnection`] from (exact while
+/// one client asks at a time; with many, the latest commit's end).
+static COMMITTED_AT: AtomicU64 = AtomicU64::new(0);
+static CLOCK: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Notes that a commit ended now, just before its replies are sent.
+pub(crate) fn mark_committed() {
+    let ns = CLOCK.elapsed().as_nanos() as u64;
+    COMMITTED_AT.store(ns, Ordering::Relaxed);
+}
+
+/// The end of the latest commit so far, to give
+/// [`record_answer_received`].
+pub(crate) fn last_commit() -> u64 {
+    COMMITTED_AT.load(Ordering::Relaxed)
+}
+
+/// Records [`Stage::ToConnection`] for an answer just received: the time
+/// since the latest commit ended, if one ended since `last_commit` (read
+/// when the request was handed over; none did if it committed nothing).
+pub(crate) fn record_answer_received(last_commit: u64) {
+    let now = CLOCK.elapsed().as_nanos() as u64;
+    let at = COMMITTED_AT.load(Ordering::Relaxed);
+    if at > last_commit && now >= at {
+        record_stage(Stage::ToConnection, (now - at) as f64 / 1e9);
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Histogram {
@@ -86,6 +171,8 @@ struct Registry {
     metadata_total: BTreeMap<String, u64>,
     commit_duration: Histogram,
     connections_rejected: u64,
+    /// By [`Stage`], in its order.
+    stages: [Histogram; 7],
 }
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
@@ -101,6 +188,7 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {
         metadata_total: BTreeMap::new(),
         commit_duration: Histogram::new(FAST_BUCKETS),
         connections_rejected: 0,
+        stages: std::array::from_fn(|_| Histogram::new(STAGE_BUCKETS)),
     })
 });
 
@@ -168,6 +256,11 @@ pub(crate) fn count_cloud_calls() {
 /// Records one state commit (one fsync, however many records it carried).
 pub(crate) fn record_commit(seconds: f64) {
     REGISTRY.lock().commit_duration.observe(seconds);
+}
+
+/// Records how long a request that changes the state spent in `stage`.
+pub(crate) fn record_stage(stage: Stage, seconds: f64) {
+    REGISTRY.lock().stages[stage as usize].observe(seconds);
 }
 
 /// Records a connection closed to admit another (SPEC section 4).
@@ -315,6 +408,10 @@ const COMMIT_TIME: Family = histogram(
     "eniipd_state_commit_duration_seconds",
     "Time of one durable state commit.",
 );
+const STAGE_TIME: Family = histogram(
+    "eniipd_request_stage_seconds",
+    "Time requests that change the state spent in each stage.",
+);
 const EVICTED: Family = counter(
     "eniipd_connections_evicted_total",
     "Idle connections closed to admit new ones.",
@@ -407,6 +504,11 @@ pub fn render(g: &Gauges) -> String {
     counted(o, METADATA, "result", &r.metadata_total);
     one_histogram(o, COMMIT_TIME, &r.commit_duration);
     single(o, EVICTED, r.connections_rejected);
+    header(o, STAGE_TIME);
+    for stage in Stage::ALL {
+        let labels = format!("stage=\"{}\"", stage.name());
+        r.stages[stage as usize].render(o, STAGE_TIME.0, &labels);
+    }
     out
 }
 
@@ -421,6 +523,7 @@ mod tests {
         record_openapi("AssignPrivateIpAddresses", "OK", 0.05);
         record_metadata("ok");
         record_commit(0.001);
+        record_stage(Stage::Commit, 0.0001);
         set_sandbox_reaper(true, 2);
         let text = render(&Gauges {
             ips_by_state: vec![("idle", 3), ("inuse", 2)],
@@ -443,6 +546,8 @@ mod tests {
             "eniipd_state_commit_duration_seconds_count",
             "eniipd_sandbox_reaper_blind 1",
             "eniipd_sandbox_reap_pending 2",
+            "eniipd_request_stage_seconds_bucket{stage=\"commit\",le=\"0.0001\"}",
+            "eniipd_request_stage_seconds_count{stage=\"to-actor\"}",
         ] {
             assert!(text.contains(family), "missing {family} in\n{text}");
         }

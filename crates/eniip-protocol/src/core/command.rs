@@ -155,6 +155,8 @@ pub struct Envelope {
     pub command: Command,
     /// When the client asked (deadlines and latency count from here).
     pub started: Instant,
+    /// When it was handed to the allocator's thread.
+    pub sent: Instant,
     /// The answer; the sender side is dropped unanswered only if the
     /// allocator is gone.
     pub reply: Sender<Result<Answer, AllocError>>,
@@ -185,7 +187,12 @@ impl Commands {
 
     /// Asks and waits for the answer, within the command's deadline.
     pub fn ask(&self, command: Command) -> Result<Answer, AllocError> {
-        let started = Instant::now();
+        self.ask_since(command, Instant::now())
+    }
+
+    /// [`ask`](Self::ask) for a client who asked at `started` (its request
+    /// line read then): deadlines and latency count from there.
+    pub fn ask_since(&self, command: Command, started: Instant) -> Result<Answer, AllocError> {
         let wait = match command {
             // The actor answers a waiter by alloc_timeout itself; the
             // margin lets its own `timeout` (or the commit) arrive first.
@@ -199,6 +206,7 @@ impl Commands {
         let env = Box::new(Envelope {
             command,
             started,
+            sent: Instant::now(),
             reply,
         });
         match self.tx.send_timeout(env, ENQUEUE_TIMEOUT) {

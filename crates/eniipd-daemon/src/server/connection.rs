@@ -21,6 +21,7 @@ use log::debug;
 
 use super::access::may_mutate;
 use super::{ServerConfig, CLIENT_LOG};
+use crate::metrics::{self, Stage};
 use eniip_protocol::core::{AllocError, Command, Commands, ErrCode};
 use eniip_protocol::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
 use eniip_util::log_limited;
@@ -229,7 +230,9 @@ pub(super) fn serve(cx: &Context<'_>, mut stream: UnixStream) {
             }
             Next::Closed => return,
         };
+        let read_at = Instant::now();
         (cx.set_phase)(Phase::Serving);
+        let mut timed = false;
         let (reply, quit) = if cx.stopping.load(Ordering::SeqCst) {
             (
                 ClientReply::err(AllocError::new(
@@ -242,7 +245,9 @@ pub(super) fn serve(cx: &Context<'_>, mut stream: UnixStream) {
             match protocol::parse_request(&line) {
                 Ok(req) => {
                     let quit = req == ClientRequest::Quit;
-                    (handle(cx, &stream, peer.as_ref(), &mut keep, req), quit)
+                    timed = matches!(&req, ClientRequest::Command(c) if c.is_mutating());
+                    let reply = handle(cx, &stream, peer.as_ref(), &mut keep, req, read_at);
+                    (reply, quit)
                 }
                 Err(e) => {
                     debug!("bad request: {e}");
@@ -251,7 +256,11 @@ pub(super) fn serve(cx: &Context<'_>, mut stream: UnixStream) {
                 }
             }
         };
+        let answered = Instant::now();
         let written = write_reply(cx, &stream, reply.render().as_bytes());
+        if timed {
+            metrics::record_stage(Stage::Reply, answered.elapsed().as_secs_f64());
+        }
         (cx.set_phase)(Phase::Waiting);
         if let Err(e) = written {
             debug!("reply not delivered (client gone?): {e}");
@@ -266,12 +275,14 @@ pub(super) fn serve(cx: &Context<'_>, mut stream: UnixStream) {
     }
 }
 
+/// Answers `req`, whose line was read at `read_at`.
 fn handle(
     cx: &Context<'_>,
     stream: &UnixStream,
     peer: Option<&Peer>,
     keep: &mut Vec<String>,
     req: ClientRequest,
+    read_at: Instant,
 ) -> ClientReply {
     if req.is_mutating() {
         let allowed = peer.is_some_and(|p| {
@@ -333,7 +344,16 @@ fn handle(
                 _ => {}
             }
             let name = command.name();
-            let outcome = cx.commands.ask(command);
+            let timed = command.is_mutating();
+            let asking = Instant::now();
+            let last_commit = metrics::last_commit();
+            if timed {
+                metrics::record_stage(Stage::Connection, (asking - read_at).as_secs_f64());
+            }
+            let outcome = cx.commands.ask_since(command, read_at);
+            if timed {
+                metrics::record_answer_received(last_commit);
+            }
             if let Some(p) = peer {
                 debug!(
                     "{name} by uid {} pid {}: {}",

@@ -16,9 +16,10 @@
 //!
 //! The accept thread sleeps in `poll` on the listener and a wake-up pipe,
 //! so an idle daemon uses no CPU here. When the last connection closes,
-//! the heap's free pages go back to the kernel
-//! ([`eniip_util::memory::release_free`]): a burst of clients leaves no
-//! lasting resident memory beyond the stacks glibc keeps for reuse.
+//! the heap's free pages and the stacks glibc keeps of the connections'
+//! ended threads go back to the kernel
+//! ([`eniip_util::memory::release_free`]): a burst of clients, however
+//! wide, leaves no lasting resident memory.
 //!
 //! This file admits connections, evicts them at the limit and stops them;
 //! what one connection does for its client (framing, timeouts, access

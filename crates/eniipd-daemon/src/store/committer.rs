@@ -29,6 +29,7 @@ use log::{error, info, warn};
 use super::record::Record;
 use super::snapshot::LogRef;
 use super::{rewrite, Store, StoreError};
+use crate::metrics::Stage;
 
 /// How long [`Committer::close`] waits for the disk.
 pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -38,7 +39,8 @@ pub(crate) const DROP_TIMEOUT: Duration = Duration::from_secs(2);
 type Done = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
 enum Msg {
-    Submit(Vec<Record>, Done),
+    /// Records, what to call once they are durable, and when they came.
+    Submit(Vec<Record>, Done, Instant),
     /// Make everything before it durable, write a final snapshot, stop.
     Close(Sender<Result<(), StoreError>>),
     /// Make everything before it durable and stop, without a snapshot.
@@ -123,9 +125,9 @@ impl Committer {
     ) {
         let n = records.len();
         self.submitted.fetch_add(n, Ordering::Relaxed);
-        if let Err(e) = self.tx.send(Msg::Submit(records, done)) {
+        if let Err(e) = self.tx.send(Msg::Submit(records, done, Instant::now())) {
             self.submitted.fetch_sub(n, Ordering::Relaxed);
-            if let Msg::Submit(_, done) = e.into_inner() {
+            if let Msg::Submit(_, done, _) = e.into_inner() {
                 done(Err(StoreError::Closed));
             }
         }
@@ -244,9 +246,12 @@ fn run(
         let mut dones = Vec::new();
         let mut close = None;
         let mut stop = false;
+        let taken = Instant::now();
         for m in batch {
             match m {
-                Msg::Submit(r, d) => {
+                Msg::Submit(r, d, submitted) => {
+                    let waited = taken.saturating_duration_since(submitted);
+                    crate::metrics::record_stage(Stage::ToCommitter, waited.as_secs_f64());
                     records.extend(r);
                     dones.push(d);
                 }
@@ -271,6 +276,7 @@ fn run(
                 }
             }
         }
+        crate::metrics::mark_committed();
         for d in dones {
             d(result.clone());
         }
@@ -303,13 +309,15 @@ fn append(store: &mut Store, records: &[Record], syncs: &AtomicU64) -> Result<()
         .write_all(&frame)
         .and_then(|()| store.wal.sync_data())
         .map_err(|e| StoreError::io("cannot write the state log", e))?;
+    let took = started.elapsed().as_secs_f64();
+    crate::metrics::record_stage(Stage::Commit, took);
     syncs.fetch_add(1, Ordering::Relaxed);
     store.frames += 1;
     store.wal_len += frame.len() as u64;
     for r in records {
         store.state.apply(r);
     }
-    crate::metrics::record_commit(started.elapsed().as_secs_f64());
+    crate::metrics::record_commit(took);
     Ok(())
 }
 

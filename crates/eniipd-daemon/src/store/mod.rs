@@ -317,5 +317,53 @@ pub fn measure_atomic_write(dir: &Path, bytes: usize) -> io::Result<Duration> {
     Ok(took)
 }
 
+/// A scratch log in which each [`commit`](FloorLog::commit) is one
+/// commit as the committer makes it, minus everything around it: one log
+/// frame of the same records appended, then `fdatasync`. The physical
+/// floor of a durable reply, for benchmarks; the file is removed when it
+/// is dropped.
+#[derive(Debug)]
+pub struct FloorLog {
+    file: File,
+    path: PathBuf,
+    seq: u64,
+    records: Vec<Record>,
+}
+
+impl FloorLog {
+    /// A fresh log in `dir` whose commits carry `records`.
+    pub fn create(dir: &Path, records: Vec<Record>) -> io::Result<FloorLog> {
+        use std::io::Write as _;
+        let path = dir.join("bench-floor.wal");
+        drop(File::create(&path)?);
+        let mut file = OpenOptions::new().append(true).open(&path)?;
+        file.write_all(&wal::header(1, 0))?;
+        file.sync_all()?;
+        Ok(FloorLog {
+            file,
+            path,
+            seq: 0,
+            records,
+        })
+    }
+
+    /// One commit; how long it took.
+    pub fn commit(&mut self) -> io::Result<Duration> {
+        use std::io::Write as _;
+        let started = Instant::now();
+        self.seq += 1;
+        let frame = wal::frame(self.seq, &self.records);
+        self.file.write_all(&frame)?;
+        self.file.sync_data()?;
+        Ok(started.elapsed())
+    }
+}
+
+impl Drop for FloorLog {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
 #[cfg(test)]
 mod tests;

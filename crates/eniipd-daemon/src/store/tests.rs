@@ -373,6 +373,16 @@ fn concurrent_commits_share_fsyncs() {
 }
 
 #[test]
+fn the_floor_log_commits_and_leaves_nothing() {
+    let d = TempDir::new("floor-log");
+    fs::create_dir_all(&d.0).unwrap();
+    let mut log = FloorLog::create(&d.0, vec![alloc("a", 1)]).unwrap();
+    assert!(log.commit().unwrap() > Duration::ZERO);
+    drop(log);
+    assert_eq!(fs::read_dir(&d.0).unwrap().count(), 0);
+}
+
+#[test]
 fn measure_atomic_write_leaves_nothing() {
     let d = TempDir::new("floor");
     fs::create_dir_all(&d.0).unwrap();

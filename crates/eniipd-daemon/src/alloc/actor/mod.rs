@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{select, Receiver, Sender};
 use log::{error, info};
 
+use crate::metrics::{self, Stage};
 use crate::pool::PoolState;
 use crate::store::Record;
 use eniip_cloud::CloudApi;
@@ -222,7 +223,7 @@ impl Actor {
             select! {
                 recv(stop) -> _ => break,
                 recv(commands) -> c => match c {
-                    Ok(c) => self.on_command(*c),
+                    Ok(c) => self.on_timed_command(*c),
                     Err(_) => break,
                 },
                 recv(requests) -> r => if let Ok(r) = r {
@@ -418,12 +419,25 @@ impl Actor {
 
     // ---- messages ------------------------------------------------------
 
+    /// [`on_command`](Self::on_command), its stages measured when it
+    /// changes the state (`eniipd_request_stage_seconds`).
+    fn on_timed_command(&mut self, env: Envelope) {
+        if !env.command.is_mutating() {
+            return self.on_command(env);
+        }
+        let taken = Instant::now();
+        metrics::record_stage(Stage::ToActor, (taken - env.sent).as_secs_f64());
+        self.on_command(env);
+        metrics::record_stage(Stage::Actor, taken.elapsed().as_secs_f64());
+    }
+
     /// A client's command: the one place where each verb is answered.
     fn on_command(&mut self, env: Envelope) {
         let Envelope {
             command,
             started,
             reply,
+            ..
         } = env;
         let answer = match command {
             Command::Alloc {
