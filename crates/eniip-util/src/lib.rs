@@ -15,6 +15,7 @@ pub mod peercred;
 pub mod rand;
 pub mod secret;
 pub mod sem;
+pub mod spelling;
 pub mod systemd;
 pub mod testing;
 pub mod thread;

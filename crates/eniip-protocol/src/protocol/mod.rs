@@ -292,34 +292,13 @@ fn did_you_mean(cmd: &str) -> Option<&'static str> {
     }
 }
 
-/// Optimal string alignment distance (insertions, deletions,
-/// substitutions, swaps of neighbours), on bytes; words of a line are
-/// short.
+/// How far apart two words of a line are; a word longer than 32 is
+/// never near (a client's line is bounded, the work per word too).
 fn edits(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() > 32 || b.len() > 32 {
         return usize::MAX;
     }
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                v = v.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = v;
-        }
-    }
-    d[a.len()][b.len()]
+    eniip_util::spelling::edit_distance(a, b)
 }
 
 /// `alloc`, `release` or `show` (`cmd`, lowercase) and its arguments:

@@ -79,32 +79,6 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "cni_conflist_source",
 ];
 
-/// Edit distance (insert, delete, substitute, swap of neighbours).
-fn distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut d = vec![vec![0usize; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            let mut v = (d[i - 1][j] + 1)
-                .min(d[i][j - 1] + 1)
-                .min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                v = v.min(d[i - 2][j - 2] + 1);
-            }
-            d[i][j] = v;
-        }
-    }
-    d[a.len()][b.len()]
-}
-
 /// The known key an unknown `key` is a near miss of: the same but for
 /// case and `-`/`_`, or within 2 edits (1 for keys of up to 6 letters, so
 /// short Terway keys are not taken for typos). Terway's own keys are never
@@ -117,7 +91,7 @@ pub(super) fn near_miss(key: &str) -> Option<&'static str> {
     let limit = if key.len() <= 6 { 1 } else { 2 };
     KNOWN_KEYS
         .iter()
-        .map(|k| (distance(&folded, k), *k))
+        .map(|k| (eniip_util::spelling::edit_distance(&folded, k), *k))
         .filter(|(d, _)| *d <= limit)
         .min()
         .map(|(_, k)| k)
