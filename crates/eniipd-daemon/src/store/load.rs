@@ -246,6 +246,11 @@ pub(super) fn load(dir: &Path) -> Result<Loaded, StoreError> {
 
 /// Loads what can be trusted, moving damaged files aside, and writes it
 /// as a fresh snapshot and log.
+/// How far a recovery that lost something moves the next allocation
+/// generation: more than a state directory's log can ever have held
+/// between two snapshots.
+pub(super) const GENERATIONS_LOST_AT_MOST: u64 = 1 << 32;
+
 pub(super) fn recover(dir: &Path) -> Result<(Loaded, RecoveryReport), StoreError> {
     if let Ok(l) = load(dir) {
         let report = RecoveryReport {
@@ -340,6 +345,11 @@ pub(super) fn recover(dir: &Path) -> Result<(Loaded, RecoveryReport), StoreError
         warn!("the salvaged state does not add up ({why}); dropping what collides");
         report.problems.extend(state.drop_collisions());
     }
+    // Whatever was lost may have recorded allocation generations above
+    // every one kept; an owner still holding one of those must never
+    // see it handed out again (a `release ... gen=N` would then match a
+    // new allocation), so the count leaps past any that can have been.
+    state.next_gen = state.next_gen.saturating_add(GENERATIONS_LOST_AT_MOST);
     generation += 1;
     let wal = rewrite(dir, generation, supersedes, &state)?;
     report.allocations = state.allocations.len();

@@ -290,19 +290,32 @@ fn recovery_moves_damage_aside_and_keeps_the_valid_prefix() {
     let d = TempDir::new("recover");
     let (s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
     let c = s.start();
-    c.commit(vec![alloc("a", 1)], T).unwrap();
-    c.commit(vec![alloc("b", 2)], T).unwrap();
-    c.commit(vec![alloc("c", 3)], T).unwrap();
+    let generation = |mut r: Record, g: u64| {
+        if let Record::Alloc(a) = &mut r {
+            a.gen = g;
+        }
+        r
+    };
+    c.commit(vec![generation(alloc("a", 1), 1)], T).unwrap();
+    c.commit(vec![generation(alloc("b", 2), 2)], T).unwrap();
+    c.commit(vec![generation(alloc("c", 3), 3)], T).unwrap();
     drop(c);
     let wal = d.0.join("wal");
     let mut b = fs::read(&wal).unwrap();
-    let second = b.len() - 2 * wal::frame(2, &[alloc("c", 3)]).len();
+    let second = b.len() - 2 * wal::frame(2, &[generation(alloc("c", 3), 3)]).len();
     b[second + wal::FRAME_HEADER_LEN + 1] ^= 0x40;
     fs::write(&wal, &b).unwrap();
     assert!(Store::open(&d.0, StoreOptions::default()).is_err());
     let (s, state, report) = Store::open_recovering(&d.0, StoreOptions::default()).unwrap();
     assert!(report.quarantine_needed);
     assert_eq!(report.frames_salvaged, 1);
+    // "b" (generation 2) and "c" (3) were lost with the damaged frames:
+    // the owners still holding those must never meet them again.
+    assert!(
+        state.next_gen > 3,
+        "next generation {} could hand out a lost one again",
+        state.next_gen
+    );
     assert_eq!(state.allocations.keys().collect::<Vec<_>>(), vec!["a"]);
     assert_eq!(report.moved.len(), 1);
     assert!(
