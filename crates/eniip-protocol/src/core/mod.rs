@@ -15,6 +15,7 @@ pub mod command;
 mod generation;
 mod ipv4_prefix;
 mod ipv6_prefix;
+mod security_groups;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -25,6 +26,7 @@ pub use command::{Answer, Collected, Command, Commands, Envelope};
 pub use generation::Generation;
 pub use ipv4_prefix::Ipv4Prefix;
 pub use ipv6_prefix::Ipv6Prefix;
+pub use security_groups::{SecurityGroupSet, ARG_SECURITY_GROUPS, MAX_SECURITY_GROUPS};
 
 /// Longest owner or sandbox id.
 pub const MAX_ID: usize = 255;
@@ -254,6 +256,9 @@ pub struct Intent {
     /// IPv4 only on a dual-stack node: the owner is answered no IPv6 (its
     /// pair's IPv6 stays with the IPv4 in the pool, unused).
     pub ipv4_only: bool,
+    /// The security groups of the ENI the address must be on (each one in
+    /// `pod_security_groups`); none: the node's `security_groups`.
+    pub security_groups: Option<SecurityGroupSet>,
 }
 
 /// `vswitch=ID`: the name an [`Intent`]'s vswitch goes by, in an `alloc`
@@ -410,6 +415,12 @@ pub struct EniEntry {
     /// The IPv6 /80 its addresses' IPv6 are carved from (dual stack), if
     /// it holds one.
     pub v6_prefix: Option<Ipv6Prefix>,
+    /// The security groups eniipd gave it (`security-groups=`), when known.
+    pub security_groups: Option<SecurityGroupSet>,
+    /// The groups the cloud shows instead, when they were changed out of
+    /// band (`security-groups-cloud=`, `-` for none): it serves no new
+    /// owner until they are again `security_groups`.
+    pub security_groups_cloud: Option<Vec<String>>,
 }
 
 /// How an ENI holds its addresses in prefix mode.

@@ -29,7 +29,7 @@ use std::net::IpAddr;
 
 use crate::core::{
     AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, Generation,
-    Intent, ListEntry, Owner, SandboxId, StatusCounts, MAX_STICK_S,
+    Intent, ListEntry, Owner, SandboxId, SecurityGroupSet, StatusCounts, MAX_STICK_S,
 };
 use eniip_util::time::format_utc;
 
@@ -43,7 +43,7 @@ pub const MAX_LINE: usize = 4096;
 /// begins `<argument>=<value>`; one that does not know them (older than
 /// they are) answers `ERR bad-request unexpected argument
 /// <argument>=<value>`.
-pub use crate::core::{ARG_STACK, ARG_STICK, ARG_VSWITCH};
+pub use crate::core::{ARG_SECURITY_GROUPS, ARG_STACK, ARG_STICK, ARG_VSWITCH};
 
 /// How the message of the `ERR busy` a socket-activated eniipd answers
 /// while it starts begins (eniipd-protocol(7)): a client takes it for an
@@ -160,7 +160,7 @@ pub const HELP: &[&str] = &[
     "ping                                   check the daemon answers",
     "version                                daemon and protocol version",
     "help                                   this list",
-    "alloc OWNER [sandbox=ID] [prefer=IP] [vswitch=ID] [ip-stick-time=S] [ip-stack=ipv4]   get (or get again) OWNER's IP",
+    "alloc OWNER [sandbox=ID] [prefer=IP] [vswitch=ID] [ip-stick-time=S] [ip-stack=ipv4] [security-groups=SG,...]   get (or get again) OWNER's IP",
     "release OWNER [sandbox=ID] [gen=N]     give OWNER's IP back (only that allocation's, with gen=)",
     "show OWNER                             OWNER's allocation",
     "list                                   every pool IP: ip state owner eni",
@@ -341,6 +341,9 @@ fn parse_owner_verb(cmd: &str, args: &[&str]) -> Result<ClientRequest, AllocErro
             ("alloc", ARG_STICK) if intent.stick_s.is_none() => {
                 intent.stick_s = Some(parse_stick(v)?)
             }
+            ("alloc", ARG_SECURITY_GROUPS) if intent.security_groups.is_none() => {
+                intent.security_groups = Some(SecurityGroupSet::parse(v)?)
+            }
             ("alloc", ARG_STACK) if stack.is_none() => {
                 stack = Some(v);
                 intent.ipv4_only = parse_stack(v)?;
@@ -433,6 +436,9 @@ pub fn intent_args(intent: &Intent) -> Vec<String> {
     if intent.ipv4_only {
         args.push(format!("{ARG_STACK}=ipv4"));
     }
+    if let Some(s) = &intent.security_groups {
+        args.push(format!("{ARG_SECURITY_GROUPS}={s}"));
+    }
     args
 }
 
@@ -480,6 +486,9 @@ pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     ));
     if !a.gen.is_none() {
         s.push_str(&format!(" gen={}", a.gen));
+    }
+    if let Some(sgs) = &a.intent.security_groups {
+        s.push_str(&format!(" {ARG_SECURITY_GROUPS}={sgs}"));
     }
     s
 }
@@ -530,6 +539,17 @@ pub(crate) fn eni_line(e: &EniEntry) -> String {
     }
     if let Some(p) = &e.v6_prefix {
         line.push_str(&format!(" v6prefix={p}"));
+    }
+    if let Some(sgs) = &e.security_groups {
+        line.push_str(&format!(" {ARG_SECURITY_GROUPS}={sgs}"));
+    }
+    if let Some(cloud) = &e.security_groups_cloud {
+        let shown = if cloud.is_empty() {
+            "-".to_string()
+        } else {
+            cloud.join(",")
+        };
+        line.push_str(&format!(" {ARG_SECURITY_GROUPS}-cloud={shown}"));
     }
     line
 }

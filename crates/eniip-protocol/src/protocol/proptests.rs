@@ -10,11 +10,13 @@ fn intent() -> impl Strategy<Value = Intent> {
         proptest::option::of("vsw-[a-z0-9]{1,30}"),
         proptest::option::of(0..=MAX_STICK_S),
         any::<bool>(),
+        proptest::option::of(proptest::collection::vec("sg-[a-z0-9]{1,20}", 1..=5)),
     )
-        .prop_map(|(vswitch, stick_s, ipv4_only)| Intent {
+        .prop_map(|(vswitch, stick_s, ipv4_only, sgs)| Intent {
             vswitch,
             stick_s,
             ipv4_only,
+            security_groups: sgs.and_then(crate::core::SecurityGroupSet::new),
         })
 }
 

@@ -541,6 +541,8 @@ mod tests {
             inhibited_until: None,
             prefixes: None,
             v6_prefix: None,
+            security_groups: None,
+            security_groups_cloud: None,
         };
         let line = super::super::eni_line(&entry);
         let read = parse_eni_line(&line).unwrap();

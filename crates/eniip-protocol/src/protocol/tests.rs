@@ -66,9 +66,10 @@ fn alloc_arguments() {
 
 #[test]
 fn alloc_carries_what_a_pod_asks() {
-    let r =
-        parse("alloc eniip/ns/db-0 sandbox=abc vswitch=vsw-bp1x9 ip-stick-time=600 ip-stack=ipv4")
-            .unwrap();
+    let r = parse(
+        "alloc eniip/ns/db-0 sandbox=abc vswitch=vsw-bp1x9 ip-stick-time=600 ip-stack=ipv4 security-groups=sg-b,sg-a,sg-b",
+    )
+    .unwrap();
     let ClientRequest::Command(Command::Alloc { intent, .. }) = &r else {
         panic!("{r:?}");
     };
@@ -78,7 +79,13 @@ fn alloc_carries_what_a_pod_asks() {
             vswitch: Some("vsw-bp1x9".into()),
             stick_s: Some(600),
             ipv4_only: true,
+            security_groups: crate::core::SecurityGroupSet::new(["sg-a", "sg-b"]),
         }
+    );
+    assert!(
+        r.to_line().ends_with(" security-groups=sg-a,sg-b"),
+        "{}",
+        r.to_line()
     );
     assert_eq!(parse(&r.to_line()).unwrap(), r);
     // Asking nothing writes nothing: an older eniipd reads the line.
