@@ -62,6 +62,7 @@ mod sim_node_sdk;
 mod sim_prefixes;
 mod sim_protocol;
 mod sim_python_sdk;
+mod sim_security_groups;
 mod sim_state_file;
 mod sim_v3;
 mod store_corruption;
