@@ -56,6 +56,7 @@ mod k8s_daemonset;
 mod layering;
 mod readme_socat;
 mod server;
+mod sg_sets_sim;
 mod sim_actions;
 mod sim_fleet;
 mod sim_node_sdk;
