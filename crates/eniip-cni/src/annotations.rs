@@ -131,6 +131,7 @@ mod tests {
                 vswitch: Some("vsw-bp1x9".into()),
                 stick_s: Some(600),
                 ipv4_only: true,
+                security_groups: None,
             }
         );
         assert_eq!(

@@ -107,7 +107,9 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             attach_args(&netns_path, &host_veth)
         ),
     )?;
-    let AllocReply { ip, ipv6, eni, gen } = allocation_of("alloc", &reply)?;
+    let AllocReply {
+        ip, ipv6, eni, gen, ..
+    } = allocation_of("alloc", &reply)?;
     let gen_arg = gen.map(|g| format!(" gen={g}")).unwrap_or_default();
     let built = (|| {
         let mac = netlink::parse_mac(&eni.mac)

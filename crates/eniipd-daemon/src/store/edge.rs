@@ -82,6 +82,8 @@ impl Allocation {
                 vswitch: self.asked.vswitch.clone(),
                 stick_s: self.asked.stick_s,
                 ipv4_only: self.asked.ipv4_only,
+                // Not recorded: no allocation is made with its own groups.
+                security_groups: None,
             },
         })
     }
@@ -161,6 +163,7 @@ mod tests {
             vswitch: Some("vsw-b".into()),
             stick_s: Some(600),
             ipv4_only: true,
+            security_groups: None,
         };
         let text = serde_json::to_string(&Record::alloc(&a)).unwrap();
         assert!(

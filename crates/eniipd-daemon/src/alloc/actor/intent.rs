@@ -14,7 +14,9 @@
 
 use std::time::Duration;
 
-use eniip_protocol::core::{Allocation, Intent, ARG_STACK, ARG_STICK, ARG_VSWITCH};
+use eniip_protocol::core::{
+    Allocation, Intent, ARG_SECURITY_GROUPS, ARG_STACK, ARG_STICK, ARG_VSWITCH,
+};
 
 /// What the owner has while it asks.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +44,14 @@ pub(super) fn refusal(
                 vswitches.join(", ")
             ));
         }
+    }
+    if let Some(sgs) = &intent.security_groups {
+        // No ENIs by security-group set yet: a pod's own groups cannot be
+        // served, so the ask is refused rather than answered from an ENI
+        // of other groups.
+        return Some(format!(
+            "{ARG_SECURITY_GROUPS}={sgs}: this node serves no security groups per pod (pod_security_groups is not set in eni.json)"
+        ));
     }
     if let Some(s) = intent.stick_s.filter(|s| *s > max_stick.as_secs()) {
         return Some(format!(
@@ -190,5 +200,16 @@ mod tests {
         );
         assert!(refused(&only4, Has::Waiting(&Intent::default())).is_some());
         assert_eq!(refused(&only4, Has::Waiting(&only4)), None);
+    }
+
+    #[test]
+    fn security_groups_asked_are_refused_naming_the_key() {
+        let asks = Intent {
+            security_groups: Some(eniip_protocol::core::SecurityGroupSet::parse("sg-a").unwrap()),
+            ..Intent::default()
+        };
+        let why = refusal("o", &asks, &node(), HOUR, Has::Nothing).unwrap();
+        assert!(why.starts_with("security-groups=sg-a: "), "{why}");
+        assert!(why.contains("pod_security_groups"), "{why}");
     }
 }
