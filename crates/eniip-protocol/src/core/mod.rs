@@ -26,7 +26,9 @@ pub use command::{Answer, Collected, Command, Commands, Envelope};
 pub use generation::Generation;
 pub use ipv4_prefix::Ipv4Prefix;
 pub use ipv6_prefix::Ipv6Prefix;
-pub use security_groups::{SecurityGroupSet, ARG_SECURITY_GROUPS, MAX_SECURITY_GROUPS};
+pub use security_groups::{
+    valid_security_group_id, SecurityGroupSet, SecurityGroupSetError, MAX_SECURITY_GROUPS,
+};
 
 /// Longest owner or sandbox id.
 pub const MAX_ID: usize = 255;
@@ -256,8 +258,8 @@ pub struct Intent {
     /// IPv4 only on a dual-stack node: the owner is answered no IPv6 (its
     /// pair's IPv6 stays with the IPv4 in the pool, unused).
     pub ipv4_only: bool,
-    /// The security groups of the ENI the address must be on (each one in
-    /// `pod_security_groups`); none: the node's `security_groups`.
+    /// The security groups the address's ENI must be in, exactly (none:
+    /// the node's configured `security_groups`).
     pub security_groups: Option<SecurityGroupSet>,
 }
 
@@ -269,6 +271,9 @@ pub const ARG_VSWITCH: &str = "vswitch";
 pub const ARG_STICK: &str = "ip-stick-time";
 /// `ip-stack=ipv4`: an [`Intent`]'s IPv4 only.
 pub const ARG_STACK: &str = "ip-stack";
+/// `security-groups=SG,...`: an [`Intent`]'s security groups (a
+/// [`SecurityGroupSet`], canonical on the wire: sorted, each once).
+pub const ARG_SECURITY_GROUPS: &str = "security-groups";
 
 impl Intent {
     /// True when it asks nothing.

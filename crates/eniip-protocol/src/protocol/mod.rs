@@ -341,12 +341,12 @@ fn parse_owner_verb(cmd: &str, args: &[&str]) -> Result<ClientRequest, AllocErro
             ("alloc", ARG_STICK) if intent.stick_s.is_none() => {
                 intent.stick_s = Some(parse_stick(v)?)
             }
-            ("alloc", ARG_SECURITY_GROUPS) if intent.security_groups.is_none() => {
-                intent.security_groups = Some(SecurityGroupSet::parse(v)?)
-            }
             ("alloc", ARG_STACK) if stack.is_none() => {
                 stack = Some(v);
                 intent.ipv4_only = parse_stack(v)?;
+            }
+            ("alloc", ARG_SECURITY_GROUPS) if intent.security_groups.is_none() => {
+                intent.security_groups = Some(parse_security_groups(v)?)
             }
             _ => {
                 return Err(AllocError::bad(format!(
@@ -424,6 +424,13 @@ pub fn parse_stack(v: &str) -> Result<bool, AllocError> {
     }
 }
 
+/// `security-groups=SG,...`'s value: 1 to 5 security group ids, any
+/// order, repeats counted once (answered and kept canonical).
+pub fn parse_security_groups(v: &str) -> Result<SecurityGroupSet, AllocError> {
+    SecurityGroupSet::parse(v)
+        .map_err(|e| AllocError::bad(format!("{ARG_SECURITY_GROUPS}={}: {e}", clip(v))))
+}
+
 /// The `alloc` arguments that carry `intent` (none when it asks nothing).
 pub fn intent_args(intent: &Intent) -> Vec<String> {
     let mut args = Vec::new();
@@ -436,8 +443,8 @@ pub fn intent_args(intent: &Intent) -> Vec<String> {
     if intent.ipv4_only {
         args.push(format!("{ARG_STACK}=ipv4"));
     }
-    if let Some(s) = &intent.security_groups {
-        args.push(format!("{ARG_SECURITY_GROUPS}={s}"));
+    if let Some(sgs) = &intent.security_groups {
+        args.push(format!("{ARG_SECURITY_GROUPS}={sgs}"));
     }
     args
 }
@@ -466,10 +473,11 @@ pub(crate) fn eni_text(e: &EniInfo) -> String {
 }
 
 /// `ip=.. [ipv6=.. [ipv6prefix=..]] eni=.. mac=.. vswitch=.. cidr=..
-/// gateway=.. [gen=N]`: the allocation's addresses (and the /80 its IPv6
-/// was carved from), the IPv4 half of its ENI (no IPv6 gateway: `eni`
-/// answers that) and its generation (none for an allocation an older
-/// eniipd recorded, until its next `alloc`).
+/// gateway=.. [gen=N] [security-groups=SG,...]`: the allocation's
+/// addresses (and the /80 its IPv6 was carved from), the IPv4 half of its
+/// ENI (no IPv6 gateway: `eni` answers that), its generation (none for an
+/// allocation an older eniipd recorded, until its next `alloc`) and, for
+/// an owner that asked its own, its security groups.
 pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     let mut s = format!("ip={}", a.ip);
     if let Some(v6) = a.owner_ipv6() {

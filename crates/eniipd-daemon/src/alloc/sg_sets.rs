@@ -92,7 +92,7 @@ pub(crate) fn sets_in_use(pool: &PoolState) -> BTreeSet<SecurityGroupSet> {
 
 /// The node's own set (`security_groups`), when it has one.
 pub(crate) fn default_set(security_groups: &[String]) -> Option<SecurityGroupSet> {
-    SecurityGroupSet::new(security_groups.iter().cloned())
+    SecurityGroupSet::from_ids(security_groups.iter().map(String::as_str)).ok()
 }
 
 /// Why `intent`'s set is refused, if it is: the key is absent, a group
@@ -159,7 +159,7 @@ fn recorded(persisted: &PersistedState, eni: &str) -> Option<SecurityGroupSet> {
     persisted
         .eni_sets
         .get(eni)
-        .and_then(|g| SecurityGroupSet::new(g.iter().cloned()))
+        .and_then(|g| SecurityGroupSet::from_ids(g.iter().map(String::as_str)).ok())
 }
 
 /// At start from the OpenAPI: each ENI in `pool` gets the set the state
@@ -241,7 +241,7 @@ pub(crate) fn audit_lines(pool: &PoolState, enis: &[Eni], default: &[String]) ->
         .filter(|e| !pool.sg_sets().changing(&e.id))
         .filter_map(|e| {
             let want = pool.sg_sets().given(&e.id).or(own.as_ref())?;
-            let have = SecurityGroupSet::new(e.security_group_ids.iter().cloned());
+            let have = SecurityGroupSet::from_ids(e.security_group_ids.iter().map(String::as_str)).ok();
             (have.as_ref() != Some(want)).then(|| {
                 let mut have = e.security_group_ids.clone();
                 have.sort();

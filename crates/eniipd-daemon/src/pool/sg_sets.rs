@@ -74,7 +74,7 @@ impl SgSets {
     /// What the cloud shows for `eni`, checked against what eniipd gave
     /// it; an ENI with no set yet takes the cloud's (when it is one).
     pub(crate) fn observe(&mut self, eni: &str, cloud: &[String]) -> Observed {
-        let shown = SecurityGroupSet::new(cloud.iter().cloned());
+        let shown = SecurityGroupSet::from_ids(cloud.iter().map(String::as_str)).ok();
         let Some(e) = self.by_eni.get_mut(eni) else {
             return match shown {
                 Some(s) => {

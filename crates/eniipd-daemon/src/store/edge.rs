@@ -93,11 +93,9 @@ impl Allocation {
                 stick_s: self.asked.stick_s,
                 ipv4_only: self.asked.ipv4_only,
                 // A set this build cannot read is dropped (read liberally).
-                security_groups: self
-                    .asked
-                    .security_groups
-                    .as_ref()
-                    .and_then(|g| core::SecurityGroupSet::new(g.iter().cloned())),
+                security_groups: self.asked.security_groups.as_ref().and_then(|g| {
+                    core::SecurityGroupSet::from_ids(g.iter().map(String::as_str)).ok()
+                }),
             },
         })
     }
@@ -177,7 +175,7 @@ mod tests {
             vswitch: Some("vsw-b".into()),
             stick_s: Some(600),
             ipv4_only: true,
-            security_groups: core::SecurityGroupSet::new(["sg-b", "sg-a"]),
+            security_groups: core::SecurityGroupSet::from_ids(["sg-b", "sg-a"]).ok(),
         };
         let text = serde_json::to_string(&Record::alloc(&a)).unwrap();
         assert!(
