@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use log::{info, warn};
 
-use crate::pool::{choose::not_idle_by_eni, Observed, PoolState};
+use crate::pool::{choose::not_idle_by_eni, IpState, Observed, PoolState};
 use crate::store::{PersistedState, Record};
 use eniip_cloud::Eni;
 use eniip_protocol::core::{Intent, Owner, SecurityGroupSet, ARG_SECURITY_GROUPS};
@@ -88,6 +88,22 @@ pub(crate) fn sets_in_use(pool: &PoolState) -> BTreeSet<SecurityGroupSet> {
     busy.keys()
         .filter_map(|eni| pool.sg_sets().given(eni).cloned())
         .collect()
+}
+
+/// Whether some ENI has a set other than the node's own (`own`).
+pub(crate) fn other_sets(pool: &PoolState, own: Option<&SecurityGroupSet>) -> bool {
+    pool.enis()
+        .iter()
+        .any(|e| pool.sg_sets().given(e.id()).is_some_and(|g| Some(g) != own))
+}
+
+/// Idle addresses that an owner of `set` can be handed now.
+pub(crate) fn idle_in_set(pool: &PoolState, set: &SecurityGroupSet) -> usize {
+    pool.states()
+        .filter(|(ip, s)| {
+            *s == IpState::Idle && pool.allocatable(ip) && pool.sg_sets().serves(ip.eni(), set)
+        })
+        .count()
 }
 
 /// The node's own set (`security_groups`), when it has one.

@@ -165,6 +165,14 @@ impl Demand {
         self.tickets.values().filter(|t| t.waiter.is_none()).count()
     }
 
+    /// Tickets no waiter is bound to, asked on ENIs of the set `set`.
+    pub(super) fn spare_tickets_in(&self, set: &SecurityGroupSet) -> usize {
+        self.tickets
+            .values()
+            .filter(|t| t.waiter.is_none() && t.set.as_ref() == Some(set))
+            .count()
+    }
+
     /// Whether some ticket is asked for a client.
     pub(super) fn any_bound(&self) -> bool {
         self.tickets.values().any(|t| t.waiter.is_some())

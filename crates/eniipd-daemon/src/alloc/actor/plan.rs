@@ -66,6 +66,15 @@ impl Planning<'_> {
         for (vswitch, set) in self.demand.unplanned_sets() {
             self.plan_in(now, vswitch.as_deref(), Some(&set))?;
         }
+        // Then the warm pool of each set in use (when nobody waits).
+        if self.cap.min_idle > 0 && self.demand.waiting() == 0 {
+            let own = self.opts.default_set();
+            for set in sg_sets::sets_in_use(self.pool) {
+                if Some(&set) != own.as_ref() {
+                    self.plan_in(now, None, Some(&set))?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -143,14 +152,25 @@ impl Planning<'_> {
             Some(_) => self.demand.unplanned_in(vswitch, want),
         };
         let idle_and_asked = self.pool.idle_count() + self.demand.spare_tickets();
-        let pool_units = if set.is_some()
-            || vswitch.is_some()
+        let pool_units = if vswitch.is_some()
             || self.pool_backoff.active(now)
             || self.demand.waiting() > 0
+            || self.cap.min_idle == 0
         {
             0
         } else {
-            self.cap.min_idle.saturating_sub(idle_and_asked)
+            // Each set keeps its own warm pool, within max_pool_size idle
+            // in all (which the pool check gives back above).
+            let own = self.opts.default_set();
+            let (in_set, spare) = match want {
+                Some(w) if set.is_some() || sg_sets::other_sets(self.pool, own.as_ref()) => (
+                    sg_sets::idle_in_set(self.pool, w),
+                    self.demand.spare_tickets_in(w),
+                ),
+                _ => (self.pool.idle_count(), self.demand.spare_tickets()),
+            };
+            let room = self.cap.max_idle.saturating_sub(idle_and_asked);
+            self.cap.min_idle.saturating_sub(in_set + spare).min(room)
         };
         if clients.is_empty() && pool_units == 0 {
             return None;

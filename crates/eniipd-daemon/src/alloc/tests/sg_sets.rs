@@ -231,3 +231,36 @@ fn a_burst_over_three_sets_costs_one_create_per_set_and_full_batches() {
     assert_eq!(fake.calls("CreateNetworkInterface"), 3, "{:?}", fake.log());
     a.shutdown(Instant::now() + Duration::from_secs(5));
 }
+
+#[test]
+fn each_set_in_use_keeps_its_own_warm_pool() {
+    let fake = FakeCloud::new(8, 30, 1000);
+    let o = options(
+        &fake,
+        r#"{"pod_security_groups": ["sg-a", "sg-b"], "min_pool_size": 3, "max_pool_size": 30}"#,
+    );
+    let (a, _j) = start(&fake, o);
+    let first = a.alloc_asking(&owner("a-0"), None, asking("sg-a")).unwrap();
+    let idle_on = |eni: &str| {
+        fake.enis()
+            .into_iter()
+            .find(|e| e.id == eni)
+            .map_or(0, |e| e.v4.len())
+    };
+    // The set's own ENI holds its owner and 3 idle addresses beside it.
+    assert!(
+        eventually(Duration::from_secs(5), || idle_on(&first.eni) > 3),
+        "{:?}",
+        fake.enis()
+    );
+    let calls = fake.calls("AssignPrivateIpAddresses") + fake.calls("CreateNetworkInterface");
+    for i in 1..3 {
+        let got = a
+            .alloc_asking(&owner(&format!("a-{i}")), None, asking("sg-a"))
+            .unwrap();
+        assert_eq!(got.eni, first.eni, "warm, from its set's ENI");
+    }
+    let after = fake.calls("AssignPrivateIpAddresses") + fake.calls("CreateNetworkInterface");
+    assert!(after <= calls + 1, "served warm: {calls} -> {after} calls");
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+}
