@@ -264,3 +264,28 @@ fn each_set_in_use_keeps_its_own_warm_pool() {
     assert!(after <= calls + 1, "served warm: {calls} -> {after} calls");
     a.shutdown(Instant::now() + Duration::from_secs(5));
 }
+
+#[test]
+fn a_set_with_no_owner_for_sg_set_idle_s_gives_its_eni_back() {
+    let fake = FakeCloud::new(4, 10, 1000);
+    let mut o = options(
+        &fake,
+        r#"{"pod_security_groups": ["sg-a"], "min_pool_size": 0, "max_pool_size": 30, "sg_set_idle_s": 0}"#,
+    );
+    o.pool_check_interval = Duration::from_millis(100);
+    let (a, _j) = start(&fake, o);
+    let got = a.alloc_asking(&owner("a-0"), None, asking("sg-a")).unwrap();
+    let plain = a.alloc(&owner("plain"), None, None).unwrap();
+    let exists = |id: &str| fake.enis().iter().any(|e| e.id == id);
+    assert!(exists(&got.eni));
+    a.release(&owner("a-0"), None).unwrap();
+    a.release(&owner("plain"), None).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || !exists(&got.eni)),
+        "{:?}",
+        fake.log()
+    );
+    // The node's own set is not one that idles away.
+    assert!(exists(&plain.eni), "{:?}", fake.log());
+    a.shutdown(Instant::now() + Duration::from_secs(5));
+}
