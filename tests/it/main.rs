@@ -27,6 +27,7 @@ mod cloud_prefix_sim;
 mod cloud_sim;
 mod cni_away;
 mod cni_containerd;
+mod cni_containerd_sg;
 mod cni_demo;
 mod cni_docs;
 mod cni_errors;
