@@ -42,7 +42,8 @@ Usage:
             [--metadata-hardened] [--seed N]
             [--instances N] [--instance-types TYPE,TYPE...]
             [--flow-control ACTION=N/min|default]... [--flow-control-model window|bucket]
-            [--state-file PATH] [--host-links TAG] [--exit-with-stdin]
+            [--state-file PATH] [--security-group ID]...
+            [--host-links TAG] [--exit-with-stdin]
             [-V|--version] [-h|--help]
   A value follows its option, or comes after `=` (--vswitch=ID=CIDR).
 
@@ -70,6 +71,10 @@ Defaults:
   tags, vswitch counts) in PATH: restored at start, saved as it changes;
   one emulator per file (it locks PATH.lock; a second one exits naming
   the first's pid).
+  --security-group ID (repeatable) adds a security group to the emulated
+  VPC beside the instance's own: ENIs are created in any set of the VPC's
+  groups (SecurityGroupIds.N, at most 5) and changed to another with
+  ModifyNetworkInterfaceAttribute (SecurityGroupId.N).
   --host-links TAG (root) makes the instance's ENIs links on this host
   (e<TAG>n<slot>) with a VPC namespace behind them, and prints after the
   ready line:  links vpc=<namespace path> gateway=<first vswitch's gateway>
@@ -132,6 +137,10 @@ fn options(
             "--metadata-hardened" => o.metadata_hardened = true,
             "--host-links" => extras.host_links = Some(cli::value(&mut p, &flag)?),
             "--exit-with-stdin" => extras.exit_with_stdin = true,
+            "--security-group" => o.security_groups.push(
+                eniip_sim::parse_security_group(&cli::value(&mut p, &flag)?)
+                    .map_err(|e| bad(&flag, &e))?,
+            ),
             "--state-file" => {
                 o.world_file = Some(std::path::PathBuf::from(cli::value(&mut p, &flag)?))
             }

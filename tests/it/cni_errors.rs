@@ -1,6 +1,7 @@
 //! A failed ADD says why, in words a user can act on (runtimes show the
 //! CNI error's `msg` as the pod's event): eniipd down, the vswitch out of
-//! addresses (named), the instance's ENI quota reached, a timeout; STATUS
+//! addresses (named), the instance's ENI quota reached, a timeout, a
+//! pod's security groups malformed or not allowed; STATUS
 //! the same.
 //! Needs root and `ip`; says SKIPPED loudly otherwise (and fails under
 //! ENIIPD_CI=1).
@@ -84,4 +85,53 @@ fn an_add_that_times_out_says_so() {
     assert!(msg(&out).starts_with("timed out"), "{out:?}");
     assert!(msg(&out).contains("3 s"), "{out:?}");
     assert!(w.inuse().is_empty(), "{:?}", w.inuse());
+}
+
+#[test]
+fn a_pods_security_groups_are_checked_by_the_plugin_and_refused_by_an_eniipd_that_allows_none() {
+    if !can_run("cni error words", &[]) {
+        return;
+    }
+    // No pod_security_groups in eni.json: no pod may ask its own groups.
+    let w = World::start(LARGE, json!({}));
+    let conf = |annotations: serde_json::Value| {
+        w.conf(
+            "1.0.0",
+            json!({"runtimeConfig": {"io.kubernetes.cri.pod-annotations": annotations}}),
+        )
+    };
+    // Malformed: refused by the plugin, naming the annotation, before
+    // eniipd is asked.
+    let c = Ctr::new(&w, 0);
+    let out = w.cni(
+        "ADD",
+        Some(&c),
+        &conf(json!({"eniipd/security-groups": "sg-a,sg-b,sg-c,sg-d,sg-e,sg-f"})),
+    );
+    assert_eq!(out.code(), 7, "{out:?}");
+    assert!(
+        msg(&out).starts_with("invalid pod annotation eniipd/security-groups: "),
+        "{out:?}"
+    );
+    assert!(msg(&out).contains("at most 5"), "{out:?}");
+    // Well formed: eniipd's refusal, naming the annotation and the key
+    // that would allow it; nothing is held.
+    let out = w.cni(
+        "ADD",
+        Some(&c),
+        &conf(json!({"eniipd/security-groups": "sg-bp1b,sg-bp1a"})),
+    );
+    assert_eq!(out.code(), 100, "{out:?}");
+    assert!(
+        msg(&out).starts_with(
+            "eniipd refused the pod's annotation eniipd/security-groups: security-groups=sg-bp1a,sg-bp1b"
+        ),
+        "{out:?}"
+    );
+    assert!(msg(&out).contains("pod_security_groups"), "{out:?}");
+    assert!(w.inuse().is_empty(), "{:?}", w.inuse());
+    // A pod that asks nothing is served as before.
+    w.cni("ADD", Some(&c), &conf(json!({"app": "web"})))
+        .expect_ok("an ADD asking nothing");
+    assert_eq!(w.inuse().len(), 1, "{:?}", w.inuse());
 }

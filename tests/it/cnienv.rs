@@ -202,9 +202,26 @@ impl World {
         World::start_with(instance_type, vswitches, dual, extra, daemon)
     }
 
+    /// [`World::start`] with the security groups `groups` in the
+    /// emulated VPC besides the instance's own (`--security-group`).
+    pub fn start_with_groups(instance_type: &str, groups: &[&str], extra: Value) -> World {
+        World::start_full(instance_type, &[], groups, false, extra, true)
+    }
+
     fn start_with(
         instance_type: &str,
         vswitches: &[&str],
+        dual: bool,
+        extra: Value,
+        daemon: bool,
+    ) -> World {
+        World::start_full(instance_type, vswitches, &[], dual, extra, daemon)
+    }
+
+    fn start_full(
+        instance_type: &str,
+        vswitches: &[&str],
+        groups: &[&str],
         dual: bool,
         extra: Value,
         daemon: bool,
@@ -214,6 +231,9 @@ impl World {
         let mut sim_args = vec!["--instance-type", instance_type];
         for v in vswitches {
             sim_args.extend(["--vswitch", v]);
+        }
+        for g in groups {
+            sim_args.extend(["--security-group", g]);
         }
         let sim = Sim::quick(&sim_args);
         let vpc = Netns::new(&format!("eniip-vpc-{t}"));

@@ -136,6 +136,8 @@ impl Fake {
                 inhibited_until: None,
                 prefixes: None,
                 v6_prefix: None,
+                security_groups: None,
+                security_groups_cloud: None,
             }]),
             Cmd::Audit => Answer::Audit(if held().contains_key("drift") {
                 vec!["address 10.0.0.99 is on eni eni-test in the cloud but unknown locally".into()]

@@ -148,6 +148,10 @@ impl CloudApi for AliyunCloud {
         ecs::delete_network_interface(&self.ecs, eni_id)
     }
 
+    fn set_eni_security_groups(&self, eni_id: &str, ids: &[String]) -> Result<(), CloudError> {
+        ecs::modify_security_groups(&self.ecs, eni_id, ids)
+    }
+
     fn describe_enis(&self, query: &EniQuery) -> Result<Vec<Eni>, CloudError> {
         ecs::describe_network_interfaces(&self.ecs, query)
     }

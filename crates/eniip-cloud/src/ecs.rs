@@ -270,6 +270,19 @@ pub(crate) fn delete_network_interface(c: &RpcClient, eni: &str) -> Result<(), C
     .map(|_| ())
 }
 
+/// ModifyNetworkInterfaceAttribute with `SecurityGroupId.N`: the ENI's
+/// security groups become exactly `ids` (the service replaces the list).
+pub(crate) fn modify_security_groups(
+    c: &RpcClient,
+    eni: &str,
+    ids: &[String],
+) -> Result<(), CloudError> {
+    let mut p = vec![("NetworkInterfaceId".to_string(), eni.to_string())];
+    repeated(&mut p, "SecurityGroupId", ids);
+    c.call("ModifyNetworkInterfaceAttribute", &p, CallOpts::default())
+        .map(|_| ())
+}
+
 /// DescribeNetworkInterfaces, every page (MaxResults 500 + NextToken).
 pub(crate) fn describe_network_interfaces(
     c: &RpcClient,

@@ -316,6 +316,9 @@ pub trait CloudApi: Send + Sync {
     fn detach_eni(&self, eni_id: &str, instance_id: &str) -> Result<(), CloudError>;
     /// DeleteNetworkInterface (asynchronous); `Ok` if the ENI is gone.
     fn delete_eni(&self, eni_id: &str) -> Result<(), CloudError>;
+    /// ModifyNetworkInterfaceAttribute: the ENI's security groups become
+    /// exactly `ids` (1 to 5).
+    fn set_eni_security_groups(&self, eni_id: &str, ids: &[String]) -> Result<(), CloudError>;
     /// DescribeNetworkInterfaces, every page.
     fn describe_enis(&self, query: &EniQuery) -> Result<Vec<Eni>, CloudError>;
     /// AssignPrivateIpAddresses with a count; returns the new addresses.

@@ -4,10 +4,13 @@
 //! `runtimeConfig."io.kubernetes.cri.pod-annotations"` (containerd 1.5 and
 //! later, CRI-O), an object of strings, or `null` for a pod without
 //! annotations. Pure: that value in, the [`Intent`] an `alloc` carries
-//! (as its `vswitch=`, `ip-stick-time=`, `ip-stack=` arguments) out.
+//! (as its `vswitch=`, `ip-stick-time=`, `ip-stack=`, `security-groups=`
+//! arguments) out.
 //!
 //! The annotations read: `eniipd/vswitch` (a vswitch id), `eniipd/ip-
-//! stick-time` (whole seconds) and `eniipd/ip-stack` (`ipv4`). Every other
+//! stick-time` (whole seconds), `eniipd/ip-stack` (`ipv4`) and
+//! `eniipd/security-groups` (`sg-a,sg-b`: 1 to 5 security group ids, a
+//! set: order and repeats do not matter, sent sorted and once). Every other
 //! annotation is ignored, `eniipd/`-prefixed ones included (a later
 //! plugin's). A value of one of them that is not of its form fails the ADD
 //! (CNI error 7, naming the annotation) before eniipd is asked: a pod is
@@ -19,8 +22,10 @@
 use serde_json::Value;
 
 use super::spec::{code, CniError, POD_ANNOTATIONS as CAPABILITY};
-use eniip_protocol::core::{AllocError, Intent, ARG_STACK, ARG_STICK, ARG_VSWITCH};
-use eniip_protocol::protocol::{parse_stack, parse_stick, parse_vswitch};
+use eniip_protocol::core::{
+    AllocError, Intent, ARG_SECURITY_GROUPS, ARG_STACK, ARG_STICK, ARG_VSWITCH,
+};
+use eniip_protocol::protocol::{parse_security_groups, parse_stack, parse_stick, parse_vswitch};
 
 /// `eniipd/vswitch`: the vswitch the pod's address must be on.
 pub(crate) const VSWITCH: &str = "eniipd/vswitch";
@@ -28,12 +33,16 @@ pub(crate) const VSWITCH: &str = "eniipd/vswitch";
 pub(crate) const STICK: &str = "eniipd/ip-stick-time";
 /// `eniipd/ip-stack`: `ipv4`, IPv4 only on a dual-stack node.
 pub(crate) const STACK: &str = "eniipd/ip-stack";
+/// `eniipd/security-groups`: the security groups the pod's address's ENI
+/// must be in, exactly.
+pub(crate) const SECURITY_GROUPS: &str = "eniipd/security-groups";
 
 /// Each annotation read, with the `alloc` argument that carries it.
-const READ: [(&str, &str); 3] = [
+const READ: [(&str, &str); 4] = [
     (VSWITCH, ARG_VSWITCH),
     (STICK, ARG_STICK),
     (STACK, ARG_STACK),
+    (SECURITY_GROUPS, ARG_SECURITY_GROUPS),
 ];
 
 /// The annotation an `alloc` argument (`vswitch`, ...) carries, if it is
@@ -87,6 +96,9 @@ pub(crate) fn intent_of(annotations: Option<&Value>) -> Result<Intent, CniError>
         match arg {
             ARG_VSWITCH => intent.vswitch = Some(parse_vswitch(v).map_err(why)?),
             ARG_STICK => intent.stick_s = Some(parse_stick(v).map_err(why)?),
+            ARG_SECURITY_GROUPS => {
+                intent.security_groups = Some(parse_security_groups(v).map_err(why)?)
+            }
             _ => intent.ipv4_only = parse_stack(v).map_err(why)?,
         }
     }
@@ -122,6 +134,7 @@ mod tests {
             "eniipd/vswitch": "vsw-bp1x9",
             "eniipd/ip-stick-time": "600",
             "eniipd/ip-stack": "ipv4",
+            "eniipd/security-groups": "sg-bp1b, sg-bp1a,sg-bp1b",
             "other": "x",
         }))
         .unwrap();
@@ -131,7 +144,15 @@ mod tests {
                 vswitch: Some("vsw-bp1x9".into()),
                 stick_s: Some(600),
                 ipv4_only: true,
+                security_groups: Some(
+                    eniip_protocol::core::SecurityGroupSet::parse("sg-bp1a,sg-bp1b").unwrap()
+                ),
             }
+        );
+        // Sent canonical: sorted, each once, no blanks.
+        assert_eq!(
+            eniip_protocol::protocol::intent_args(&got).last().unwrap(),
+            "security-groups=sg-bp1a,sg-bp1b"
         );
         assert_eq!(
             read(json!({"eniipd/ip-stick-time": "0"})).unwrap().stick_s,
@@ -166,6 +187,26 @@ mod tests {
                 json!({"eniipd/ip-stick-time": 600}),
                 "invalid pod annotation eniipd/ip-stick-time: 600 is not a string",
             ),
+            (
+                json!({"eniipd/security-groups": "sg-a,web"}),
+                "invalid pod annotation eniipd/security-groups: \"sg-a,web\": \"web\" is not a security group id",
+            ),
+            (
+                json!({"eniipd/security-groups": "sg-1,sg-2,sg-3,sg-4,sg-5,sg-6"}),
+                "invalid pod annotation eniipd/security-groups: \"sg-1,sg-2,sg-3,sg-4,sg-5,sg-6\": 6 security groups: an ENI can be in at most 5",
+            ),
+            (
+                json!({"eniipd/security-groups": ""}),
+                "invalid pod annotation eniipd/security-groups: \"\": no security group given",
+            ),
+            (
+                json!({"eniipd/security-groups": "sg-a,,sg-b"}),
+                "invalid pod annotation eniipd/security-groups: \"sg-a,,sg-b\": an empty id",
+            ),
+            (
+                json!({"eniipd/security-groups": ["sg-a"]}),
+                "invalid pod annotation eniipd/security-groups: [\"sg-a\"] is not a string",
+            ),
         ] {
             let e = read(annotations.clone()).unwrap_err();
             assert_eq!(e.code, code::INVALID_CONFIG, "{annotations}");
@@ -181,6 +222,7 @@ mod tests {
         assert_eq!(annotation_of("vswitch"), Some(VSWITCH));
         assert_eq!(annotation_of("ip-stick-time"), Some(STICK));
         assert_eq!(annotation_of("ip-stack"), Some(STACK));
+        assert_eq!(annotation_of("security-groups"), Some(SECURITY_GROUPS));
         assert_eq!(annotation_of("prefer"), None);
     }
 }

@@ -107,9 +107,33 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             attach_args(&netns_path, &host_veth)
         ),
     )?;
-    let AllocReply { ip, ipv6, eni, gen } = allocation_of("alloc", &reply)?;
+    let AllocReply {
+        ip,
+        ipv6,
+        eni,
+        gen,
+        security_groups,
+    } = allocation_of("alloc", &reply)?;
     let gen_arg = gen.map(|g| format!(" gen={g}")).unwrap_or_default();
     let built = (|| {
+        // A pod with its own security groups is served only from an ENI
+        // in exactly them, as eniipd answers it.
+        if let Some(asked) = intent.security_groups.as_ref() {
+            if security_groups.as_ref() != Some(asked) {
+                return Err(CniError::new(
+                    code::DAEMON,
+                    format!(
+                        "eniipd answered {ip} on {} with security groups {}, not the pod's \
+                         {} ({})",
+                        eni.eni,
+                        security_groups.map_or("unsaid".to_string(), |s| s.to_string()),
+                        asked,
+                        annotations::SECURITY_GROUPS
+                    ),
+                )
+                .details(reply.text().to_string()));
+            }
+        }
         let mac = netlink::parse_mac(&eni.mac)
             .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", eni.mac)))?;
         let v6 = match ipv6 {
@@ -492,6 +516,67 @@ mod tests {
                 .starts_with("invalid pod annotation eniipd/ip-stack: \"ipv6\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_pods_security_groups_travel_as_a_set_and_are_held_to() {
+        let Some(ns) = OtherNetns::new("an ADD with security groups") else {
+            return;
+        };
+        let mut e = env("sg0001");
+        e.netns = Some(ns.path.clone());
+        let asking = |socket: &std::path::Path| {
+            let mut conf = conf_on(socket);
+            conf.pod_annotations =
+                Some(json!({"eniipd/security-groups": "sg-bp1b,sg-bp1a,sg-bp1b"}));
+            conf
+        };
+        // An eniipd older than per-pod security groups refuses the
+        // argument: the ADD fails saying so, and nothing was taken.
+        let (socket, server) = fake_eniipd(&[
+            ("show", "ERR not-found"),
+            (
+                "alloc",
+                "ERR bad-request unexpected argument security-groups=sg-bp1a,sg-bp1b",
+            ),
+        ]);
+        let err = add(&asking(&socket), &e).unwrap_err();
+        assert_eq!(err.code, code::DAEMON, "{err}");
+        assert!(
+            err.msg
+                .contains("this eniipd does not support per-pod security groups"),
+            "{err}"
+        );
+        let seen = server.join().unwrap();
+        assert!(
+            seen[1].ends_with(" security-groups=sg-bp1a,sg-bp1b"),
+            "canonical on the wire: {seen:?}"
+        );
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        // An answer on an ENI of other groups (or one that does not say
+        // them) is not the pod's: the ADD fails and gives the address back.
+        for answered in [
+            "OK ip=192.168.0.9 eni=eni-1 mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/24 gateway=192.168.0.253 gen=3 security-groups=sg-bp1a",
+            "OK ip=192.168.0.9 eni=eni-1 mac=00:16:3e:00:00:01 vswitch=vsw-1 cidr=192.168.0.0/24 gateway=192.168.0.253 gen=3",
+        ] {
+            let (socket, server) = fake_eniipd(&[
+                ("show", "ERR not-found"),
+                ("alloc", answered),
+                ("release", "OK released=192.168.0.9"),
+            ]);
+            let err = add(&asking(&socket), &e).unwrap_err();
+            assert_eq!(err.code, code::DAEMON, "{err}");
+            assert!(
+                err.msg.contains("not the pod's sg-bp1a,sg-bp1b (eniipd/security-groups)"),
+                "{err}"
+            );
+            let seen = server.join().unwrap();
+            assert_eq!(
+                seen.last().unwrap(),
+                "release eni/sg0001 sandbox=sg0001 gen=3",
+                "{seen:?}"
+            );
+        }
     }
 
     #[test]

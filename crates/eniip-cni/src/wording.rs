@@ -6,7 +6,7 @@
 //! code and text in, a sentence out; eniipd's own text stays in the
 //! error's `details`.
 
-use super::annotations::{annotation_of, VSWITCH};
+use super::annotations::{annotation_of, SECURITY_GROUPS, VSWITCH};
 use eniip_protocol::protocol::reply::ErrReply;
 
 /// The words for `err` answered to `verb`.
@@ -55,7 +55,12 @@ fn asked(text: &str) -> Option<String> {
     };
     let arg = said.split_once('=')?.0;
     let annotation = annotation_of(arg)?;
-    Some(if old {
+    Some(if old && annotation == SECURITY_GROUPS {
+        format!(
+            "the pod's annotation {annotation} cannot be honoured: this eniipd does not \
+             support per-pod security groups ({text}); upgrade eniipd, or remove the annotation"
+        )
+    } else if old {
         format!(
             "the pod's annotation {annotation} cannot be honoured: this eniipd is older than \
              pod annotations ({text}); upgrade eniipd, or remove the annotation"
@@ -155,6 +160,29 @@ mod tests {
         assert!(
             e.starts_with(
                 "the pod's annotation eniipd/ip-stack cannot be honoured: this eniipd is older"
+            ),
+            "{e}"
+        );
+        // An eniipd older than per-pod security groups, and one that
+        // refuses the set.
+        let e = explain(
+            "alloc",
+            "ERR bad-request unexpected argument security-groups=sg-a,sg-b",
+        );
+        assert!(
+            e.starts_with(
+                "the pod's annotation eniipd/security-groups cannot be honoured: this eniipd \
+                 does not support per-pod security groups"
+            ),
+            "{e}"
+        );
+        let e = explain(
+            "alloc",
+            "ERR bad-request security-groups=sg-x: sg-x is not in pod_security_groups",
+        );
+        assert!(
+            e.starts_with(
+                "eniipd refused the pod's annotation eniipd/security-groups: security-groups=sg-x"
             ),
             "{e}"
         );

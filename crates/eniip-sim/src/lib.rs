@@ -42,7 +42,9 @@ use net::{Net4, Net6};
 use world::{World, WorldConfig};
 
 pub use faults::FaultRule;
-pub use options::{SimOptions, VSwitchSpec, DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET};
+pub use options::{
+    parse_security_group, SimOptions, VSwitchSpec, DEFAULT_ACCESS_KEY_ID, DEFAULT_ACCESS_KEY_SECRET,
+};
 
 /// Why the emulator could not start.
 #[derive(Debug)]
@@ -344,6 +346,7 @@ impl Simulator {
                 vswitches: vsw,
                 attach_delay: opts.attach_delay,
                 metadata_lag: opts.metadata_lag,
+                security_groups: opts.security_groups.clone(),
             },
             rng,
         )

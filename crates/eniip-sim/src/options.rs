@@ -118,6 +118,10 @@ pub struct SimOptions {
     /// The types of the instances after the first, cycled (empty: every
     /// instance is of `instance_type`).
     pub instance_types: Vec<String>,
+    /// Security groups of the VPC beside the instances' own
+    /// (`--security-group`): ENIs can be created in, or changed to, any
+    /// set of the VPC's groups.
+    pub security_groups: Vec<String>,
 }
 
 impl Default for SimOptions {
@@ -147,6 +151,19 @@ impl Default for SimOptions {
             flow: flow::FlowOptions::default(),
             instances: 1,
             instance_types: Vec::new(),
+            security_groups: Vec::new(),
         }
     }
+}
+
+/// Checks a `--security-group` id: `sg-` then letters and digits (as the
+/// service writes them).
+pub fn parse_security_group(s: &str) -> Result<String, String> {
+    let rest = s
+        .strip_prefix("sg-")
+        .ok_or_else(|| format!("{s:?}: the id must look like sg-..."))?;
+    if rest.is_empty() || rest.len() > 60 || !rest.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(format!("{s:?}: after sg- only letters and digits"));
+    }
+    Ok(s.to_string())
 }

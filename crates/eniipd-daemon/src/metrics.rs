@@ -290,6 +290,9 @@ pub struct Gauges {
     pub(crate) ips_by_state: Vec<(&'static str, u64)>,
     /// Managed ENIs.
     pub(crate) enis: u64,
+    /// Managed ENIs by the security-group set eniipd gave them (`-`: one
+    /// with none known yet).
+    pub(crate) enis_by_set: Vec<(String, u64)>,
     /// Capacity in IPs.
     pub(crate) capacity: u64,
     /// IPs requested from the cloud and not yet answered.
@@ -344,6 +347,10 @@ const fn histogram(name: &'static str, help: &'static str) -> Family {
 // The families, in the order eniipd(8) lists them.
 const IPS: Family = gauge("eniipd_ips", "Pool IPs by state.");
 const ENIS: Family = gauge("eniipd_enis", "Managed ENIs.");
+const SET_ENIS: Family = gauge(
+    "eniipd_sg_set_enis",
+    "Managed ENIs by the security-group set eniipd gave them.",
+);
 const CAPACITY: Family = gauge(
     "eniipd_capacity_ips",
     "IPs the node can hold on managed ENIs.",
@@ -463,6 +470,10 @@ pub fn render(g: &Gauges) -> String {
     let o = &mut out;
     by_label(o, IPS, "state", g.ips_by_state.iter().copied());
     single(o, ENIS, g.enis);
+    if !g.enis_by_set.is_empty() {
+        let sets = g.enis_by_set.iter().map(|(k, v)| (k.as_str(), *v));
+        by_label(o, SET_ENIS, "security_groups", sets);
+    }
     single(o, CAPACITY, g.capacity);
     single(o, PENDING, g.pending);
     single(o, OPEN_CONNECTIONS, g.connections);

@@ -15,6 +15,7 @@ pub mod command;
 mod generation;
 mod ipv4_prefix;
 mod ipv6_prefix;
+mod security_groups;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -25,6 +26,9 @@ pub use command::{Answer, Collected, Command, Commands, Envelope};
 pub use generation::Generation;
 pub use ipv4_prefix::Ipv4Prefix;
 pub use ipv6_prefix::Ipv6Prefix;
+pub use security_groups::{
+    valid_security_group_id, SecurityGroupSet, SecurityGroupSetError, MAX_SECURITY_GROUPS,
+};
 
 /// Longest owner or sandbox id.
 pub const MAX_ID: usize = 255;
@@ -254,6 +258,9 @@ pub struct Intent {
     /// IPv4 only on a dual-stack node: the owner is answered no IPv6 (its
     /// pair's IPv6 stays with the IPv4 in the pool, unused).
     pub ipv4_only: bool,
+    /// The security groups the address's ENI must be in, exactly (none:
+    /// the node's configured `security_groups`).
+    pub security_groups: Option<SecurityGroupSet>,
 }
 
 /// `vswitch=ID`: the name an [`Intent`]'s vswitch goes by, in an `alloc`
@@ -264,6 +271,9 @@ pub const ARG_VSWITCH: &str = "vswitch";
 pub const ARG_STICK: &str = "ip-stick-time";
 /// `ip-stack=ipv4`: an [`Intent`]'s IPv4 only.
 pub const ARG_STACK: &str = "ip-stack";
+/// `security-groups=SG,...`: an [`Intent`]'s security groups (a
+/// [`SecurityGroupSet`], canonical on the wire: sorted, each once).
+pub const ARG_SECURITY_GROUPS: &str = "security-groups";
 
 impl Intent {
     /// True when it asks nothing.
@@ -410,6 +420,12 @@ pub struct EniEntry {
     /// The IPv6 /80 its addresses' IPv6 are carved from (dual stack), if
     /// it holds one.
     pub v6_prefix: Option<Ipv6Prefix>,
+    /// The security groups eniipd gave it (`security-groups=`), when known.
+    pub security_groups: Option<SecurityGroupSet>,
+    /// The groups the cloud shows instead, when they were changed out of
+    /// band (`security-groups-cloud=`, `-` for none): it serves no new
+    /// owner until they are again `security_groups`.
+    pub security_groups_cloud: Option<Vec<String>>,
 }
 
 /// How an ENI holds its addresses in prefix mode.

@@ -29,7 +29,7 @@ use std::net::IpAddr;
 
 use crate::core::{
     AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, Generation,
-    Intent, ListEntry, Owner, SandboxId, StatusCounts, MAX_STICK_S,
+    Intent, ListEntry, Owner, SandboxId, SecurityGroupSet, StatusCounts, MAX_STICK_S,
 };
 use eniip_util::time::format_utc;
 
@@ -43,7 +43,7 @@ pub const MAX_LINE: usize = 4096;
 /// begins `<argument>=<value>`; one that does not know them (older than
 /// they are) answers `ERR bad-request unexpected argument
 /// <argument>=<value>`.
-pub use crate::core::{ARG_STACK, ARG_STICK, ARG_VSWITCH};
+pub use crate::core::{ARG_SECURITY_GROUPS, ARG_STACK, ARG_STICK, ARG_VSWITCH};
 
 /// How the message of the `ERR busy` a socket-activated eniipd answers
 /// while it starts begins (eniipd-protocol(7)): a client takes it for an
@@ -160,7 +160,7 @@ pub const HELP: &[&str] = &[
     "ping                                   check the daemon answers",
     "version                                daemon and protocol version",
     "help                                   this list",
-    "alloc OWNER [sandbox=ID] [prefer=IP] [vswitch=ID] [ip-stick-time=S] [ip-stack=ipv4]   get (or get again) OWNER's IP",
+    "alloc OWNER [sandbox=ID] [prefer=IP] [vswitch=ID] [ip-stick-time=S] [ip-stack=ipv4] [security-groups=SG,...]   get (or get again) OWNER's IP",
     "release OWNER [sandbox=ID] [gen=N]     give OWNER's IP back (only that allocation's, with gen=)",
     "show OWNER                             OWNER's allocation",
     "list                                   every pool IP: ip state owner eni",
@@ -345,6 +345,9 @@ fn parse_owner_verb(cmd: &str, args: &[&str]) -> Result<ClientRequest, AllocErro
                 stack = Some(v);
                 intent.ipv4_only = parse_stack(v)?;
             }
+            ("alloc", ARG_SECURITY_GROUPS) if intent.security_groups.is_none() => {
+                intent.security_groups = Some(parse_security_groups(v)?)
+            }
             _ => {
                 return Err(AllocError::bad(format!(
                     "unexpected argument {}",
@@ -421,6 +424,13 @@ pub fn parse_stack(v: &str) -> Result<bool, AllocError> {
     }
 }
 
+/// `security-groups=SG,...`'s value: 1 to 5 security group ids, any
+/// order, repeats counted once (answered and kept canonical).
+pub fn parse_security_groups(v: &str) -> Result<SecurityGroupSet, AllocError> {
+    SecurityGroupSet::parse(v)
+        .map_err(|e| AllocError::bad(format!("{ARG_SECURITY_GROUPS}={}: {e}", clip(v))))
+}
+
 /// The `alloc` arguments that carry `intent` (none when it asks nothing).
 pub fn intent_args(intent: &Intent) -> Vec<String> {
     let mut args = Vec::new();
@@ -432,6 +442,9 @@ pub fn intent_args(intent: &Intent) -> Vec<String> {
     }
     if intent.ipv4_only {
         args.push(format!("{ARG_STACK}=ipv4"));
+    }
+    if let Some(sgs) = &intent.security_groups {
+        args.push(format!("{ARG_SECURITY_GROUPS}={sgs}"));
     }
     args
 }
@@ -460,10 +473,11 @@ pub(crate) fn eni_text(e: &EniInfo) -> String {
 }
 
 /// `ip=.. [ipv6=.. [ipv6prefix=..]] eni=.. mac=.. vswitch=.. cidr=..
-/// gateway=.. [gen=N]`: the allocation's addresses (and the /80 its IPv6
-/// was carved from), the IPv4 half of its ENI (no IPv6 gateway: `eni`
-/// answers that) and its generation (none for an allocation an older
-/// eniipd recorded, until its next `alloc`).
+/// gateway=.. [gen=N] [security-groups=SG,...]`: the allocation's
+/// addresses (and the /80 its IPv6 was carved from), the IPv4 half of its
+/// ENI (no IPv6 gateway: `eni` answers that), its generation (none for an
+/// allocation an older eniipd recorded, until its next `alloc`) and, for
+/// an owner that asked its own, its security groups.
 pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     let mut s = format!("ip={}", a.ip);
     if let Some(v6) = a.owner_ipv6() {
@@ -480,6 +494,9 @@ pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     ));
     if !a.gen.is_none() {
         s.push_str(&format!(" gen={}", a.gen));
+    }
+    if let Some(sgs) = &a.intent.security_groups {
+        s.push_str(&format!(" {ARG_SECURITY_GROUPS}={sgs}"));
     }
     s
 }
@@ -530,6 +547,17 @@ pub(crate) fn eni_line(e: &EniEntry) -> String {
     }
     if let Some(p) = &e.v6_prefix {
         line.push_str(&format!(" v6prefix={p}"));
+    }
+    if let Some(sgs) = &e.security_groups {
+        line.push_str(&format!(" {ARG_SECURITY_GROUPS}={sgs}"));
+    }
+    if let Some(cloud) = &e.security_groups_cloud {
+        let shown = if cloud.is_empty() {
+            "-".to_string()
+        } else {
+            cloud.join(",")
+        };
+        line.push_str(&format!(" {ARG_SECURITY_GROUPS}-cloud={shown}"));
     }
     line
 }

@@ -10,11 +10,19 @@ fn intent() -> impl Strategy<Value = Intent> {
         proptest::option::of("vsw-[a-z0-9]{1,30}"),
         proptest::option::of(0..=MAX_STICK_S),
         any::<bool>(),
+        proptest::option::of(proptest::collection::vec("sg-[a-z0-9]{1,20}", 1..8)),
     )
-        .prop_map(|(vswitch, stick_s, ipv4_only)| Intent {
+        .prop_map(|(vswitch, stick_s, ipv4_only, sgs)| Intent {
             vswitch,
             stick_s,
             ipv4_only,
+            // At most 5 distinct: a longer list keeps its first 5.
+            security_groups: sgs.map(|mut l| {
+                l.sort();
+                l.dedup();
+                l.truncate(crate::core::MAX_SECURITY_GROUPS);
+                crate::core::SecurityGroupSet::from_ids(l.iter().map(String::as_str)).unwrap()
+            }),
         })
 }
 

@@ -17,7 +17,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
 use super::is_final_line;
-use crate::core::{EniInfo, ErrCode, Generation, StatusCounts};
+use crate::core::{
+    EniInfo, ErrCode, Generation, SecurityGroupSet, StatusCounts, ARG_SECURITY_GROUPS,
+};
 
 /// Most data lines one reply may carry (a `gc` or `list` of a big node
 /// has a few hundred).
@@ -236,6 +238,9 @@ pub struct AllocReply {
     /// The allocation's generation (none from an eniipd older than
     /// generations).
     pub gen: Option<Generation>,
+    /// The security groups of its ENI, for an owner that asked its own
+    /// (`security-groups=`; none from an eniipd older than them).
+    pub security_groups: Option<SecurityGroupSet>,
 }
 
 /// Reads the `OK` text of `alloc` or `show`.
@@ -246,6 +251,7 @@ pub fn parse_allocation(text: &str) -> Result<AllocReply, ReplyError> {
         ipv6: f.parsed("ipv6", "an IPv6 address")?,
         eni: eni_of(&f, false)?,
         gen: f.parsed("gen", "a generation")?,
+        security_groups: f.parsed(ARG_SECURITY_GROUPS, "a set of security group ids")?,
     })
 }
 
@@ -444,6 +450,7 @@ mod tests {
             ipv6: a.ipv6,
             eni: eni(),
             gen: Some(Generation::from_u64(5)),
+            security_groups: None,
         };
         let text = super::super::allocation_text(&a, &eni());
         assert!(text.starts_with("ip=192.168.0.11 ipv6=2408:4005:300::11 eni=eni-abc mac="));
@@ -456,6 +463,42 @@ mod tests {
         assert_eq!(e.to_string(), "no ip=");
         let e = parse_allocation(&text.replace("gateway=192.168.3.253", "gateway=x")).unwrap_err();
         assert_eq!(e.to_string(), "gateway=x is not an IPv4 address");
+    }
+
+    #[test]
+    fn an_owner_with_its_own_security_groups_reads_them_back() {
+        let set = crate::core::SecurityGroupSet::parse("sg-b,sg-a").unwrap();
+        let a = crate::core::Allocation {
+            owner: crate::core::Owner::parse("ns/pod").unwrap(),
+            sandbox: None,
+            ip: "192.168.0.11".parse().unwrap(),
+            ipv6: None,
+            ipv6_prefix: None,
+            eni: "eni-abc".into(),
+            since_ms: 1,
+            gen: Generation::from_u64(5),
+            attach: None,
+            intent: crate::core::Intent {
+                security_groups: Some(set.clone()),
+                ..crate::core::Intent::default()
+            },
+        };
+        let text = super::super::allocation_text(&a, &eni());
+        assert!(text.ends_with(" gen=5 security-groups=sg-a,sg-b"), "{text}");
+        let got = parse_allocation(&text).unwrap();
+        assert_eq!(got.security_groups, Some(set));
+        for t in with_unknown(&text) {
+            assert_eq!(
+                parse_allocation(&t).unwrap().security_groups,
+                got.security_groups,
+                "{t}"
+            );
+        }
+        let e = parse_allocation(&text.replace("sg-a,sg-b", "sg-a,web")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("security-groups=sg-a,web is not"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -541,6 +584,8 @@ mod tests {
             inhibited_until: None,
             prefixes: None,
             v6_prefix: None,
+            security_groups: None,
+            security_groups_cloud: None,
         };
         let line = super::super::eni_line(&entry);
         let read = parse_eni_line(&line).unwrap();

@@ -78,6 +78,7 @@ fn alloc_carries_what_a_pod_asks() {
             vswitch: Some("vsw-bp1x9".into()),
             stick_s: Some(600),
             ipv4_only: true,
+            security_groups: None,
         }
     );
     assert_eq!(parse(&r.to_line()).unwrap(), r);
@@ -110,6 +111,16 @@ fn alloc_carries_what_a_pod_asks() {
         ("alloc a ip-stick-time=604801", "ip-stick-time=604801 "),
         ("alloc a ip-stack=dual", "ip-stack=dual:"),
         ("alloc a ip-stack=IPv4", "ip-stack=IPv4:"),
+        ("alloc a security-groups=", "security-groups=:"),
+        (
+            "alloc a security-groups=sg-a,,sg-b",
+            "security-groups=sg-a,,sg-b:",
+        ),
+        ("alloc a security-groups=web", "security-groups=web:"),
+        (
+            "alloc a security-groups=sg-1,sg-2,sg-3,sg-4,sg-5,sg-6",
+            "security-groups=sg-1,sg-2,sg-3,sg-4,sg-5,sg-6:",
+        ),
     ] {
         let e = parse(bad).unwrap_err();
         assert_eq!(e.code, ErrCode::BadRequest, "{bad}");
@@ -123,6 +134,8 @@ fn alloc_carries_what_a_pod_asks() {
         "alloc a ip-stack=ipv4 ip-stack=ipv4",
         "release a vswitch=vsw-a",
         "show a ip-stack=ipv4",
+        "alloc a security-groups=sg-a security-groups=sg-a",
+        "release a security-groups=sg-a",
     ] {
         let e = parse(bad).unwrap_err();
         assert!(e.message.starts_with("unexpected argument"), "{bad}: {e}");
@@ -335,4 +348,31 @@ fn a_mistyped_command_is_told_the_one_it_likely_meant() {
     }
     let e = parse_request(b"STAUTS").unwrap_err();
     assert!(e.to_string().contains("did you mean status?"), "{e}");
+}
+
+#[test]
+fn alloc_carries_a_security_group_set_canonical_on_the_wire() {
+    let r = parse("alloc ns/web-0 sandbox=s1 security-groups=sg-b,sg-a,sg-b").unwrap();
+    let ClientRequest::Command(Command::Alloc { intent, .. }) = &r else {
+        panic!("{r:?}");
+    };
+    let set = intent.security_groups.clone().unwrap();
+    assert_eq!(set.ids(), ["sg-a", "sg-b"]);
+    assert_eq!(
+        r.to_line(),
+        "alloc ns/web-0 sandbox=s1 security-groups=sg-a,sg-b"
+    );
+    assert_eq!(
+        intent_args(intent),
+        vec!["security-groups=sg-a,sg-b".to_string()]
+    );
+    assert_eq!(parse(&r.to_line()).unwrap(), r);
+    // An unknown argument is refused as before: what an older eniipd
+    // answers a pod that asks security groups.
+    let e = parse("alloc a security-group=sg-a").unwrap_err();
+    assert!(
+        e.message
+            .starts_with("unexpected argument security-group=sg-a"),
+        "{e}"
+    );
 }

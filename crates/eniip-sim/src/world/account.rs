@@ -1,9 +1,12 @@
 //! The account ([`Account`]): its region and zone, its instances (the
 //! fleet, the first one the instance of the `ready` line), its VPC and
-//! security group, and the ids it hands out in the region's style.
+//! its security groups (the instances' own, then the others of the VPC
+//! that `--security-group` names), and the ids it hands out in the
+//! region's style.
 //!
 //! Invariants: the fleet is never empty and starts with `instance_id`;
-//! an instance id is in it once.
+//! an instance id is in it once; the VPC's groups start with the
+//! instances' own and hold each id once.
 
 use super::params::{err, need, ApiError, Params};
 use crate::types::InstanceType;
@@ -44,6 +47,8 @@ pub(crate) struct Account {
     fleet: Vec<(String, &'static InstanceType)>,
     vpc_id: String,
     sg_id: String,
+    /// The VPC's other security groups, each once, none the instances'.
+    other_sgs: Vec<String>,
 }
 
 impl Account {
@@ -74,6 +79,7 @@ impl Account {
             fleet: Vec::new(),
             vpc_id: String::new(),
             sg_id: String::new(),
+            other_sgs: Vec::new(),
         };
         let instance = a.new_id("i", rng);
         a.fleet.push((instance, itype));
@@ -131,6 +137,26 @@ impl Account {
     /// The security group of the instances.
     pub(crate) fn sg_id(&self) -> &str {
         &self.sg_id
+    }
+
+    /// Adds `ids` to the VPC's security groups (an id it has already is
+    /// skipped).
+    pub(crate) fn add_sgs<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) {
+        for id in ids {
+            if !self.has_sg(id) {
+                self.other_sgs.push(id.to_string());
+            }
+        }
+    }
+
+    /// The VPC's security groups: the instances' own first.
+    pub(crate) fn vpc_sgs(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.sg_id.as_str()).chain(self.other_sgs.iter().map(String::as_str))
+    }
+
+    /// Whether `id` is a security group of the VPC.
+    pub(crate) fn has_sg(&self, id: &str) -> bool {
+        self.vpc_sgs().any(|s| s == id)
     }
 
     /// Whether `id` is one of the account's instances.
@@ -206,13 +232,15 @@ impl Account {
     }
 
     /// A saved world's instances (the first one first), VPC and security
-    /// group replace these; refused (nothing changed) unless the fleet is
-    /// as long as this one (each instance has its metadata listener).
+    /// groups replace these (the configured other groups stay: the saved
+    /// ones are added to them); refused (nothing changed) unless the
+    /// fleet is as long as this one (each instance has its metadata
+    /// listener).
     pub(crate) fn restore(
         &mut self,
         fleet: Vec<(String, &'static InstanceType)>,
         vpc_id: String,
-        sg_id: String,
+        (sg_id, other_sgs): (String, Vec<String>),
     ) -> Result<(), String> {
         if fleet.len() != self.fleet.len() {
             return Err(format!(
@@ -224,6 +252,8 @@ impl Account {
         self.fleet = fleet;
         self.vpc_id = vpc_id;
         self.sg_id = sg_id;
+        let configured = std::mem::take(&mut self.other_sgs);
+        self.add_sgs(other_sgs.iter().chain(&configured).map(String::as_str));
         Ok(())
     }
 }
@@ -248,10 +278,35 @@ mod tests {
         assert_eq!(a.itype_of(None).id, g7.id, "the configured one");
         assert_eq!(a.itype_of(Some("i-nope")).id, g7.id);
         assert!(a
-            .restore(Vec::new(), "vpc-x".into(), "sg-x".into())
+            .restore(Vec::new(), "vpc-x".into(), ("sg-x".into(), Vec::new()))
             .is_err());
         assert_eq!(a.fleet().len(), 2);
         let id = a.identity_of("i-bp1");
         assert_eq!(id.hostname, "iZbp1Z");
+    }
+
+    #[test]
+    fn the_vpc_has_the_instances_group_first_and_each_group_once() {
+        let g7 = types::find("ecs.g7.xlarge").unwrap();
+        let mut a = Account::new("cn-hangzhou", "cn-hangzhou-i", g7, &mut Rng::seeded(1));
+        let own = a.sg_id().to_string();
+        a.add_sgs(["sg-a", "sg-b", "sg-a", own.as_str()]);
+        assert_eq!(
+            a.vpc_sgs().collect::<Vec<_>>(),
+            [own.as_str(), "sg-a", "sg-b"]
+        );
+        assert!(a.has_sg("sg-b") && !a.has_sg("sg-c"));
+        // A saved world's groups come back beside the configured ones.
+        let fleet = a.fleet().to_vec();
+        a.restore(
+            fleet,
+            "vpc-x".into(),
+            ("sg-own".into(), vec!["sg-c".into(), "sg-a".into()]),
+        )
+        .unwrap();
+        assert_eq!(
+            a.vpc_sgs().collect::<Vec<_>>(),
+            ["sg-own", "sg-c", "sg-a", "sg-b"]
+        );
     }
 }

@@ -124,10 +124,12 @@ impl Catalog<'_> {
         Ok(merged(basics, network))
     }
 
-    /// DescribeSecurityGroups: the one group.
+    /// DescribeSecurityGroups: the VPC's groups (the instances' own
+    /// first), filtered by `SecurityGroupId`, `SecurityGroupIds` (a JSON
+    /// array) and `VpcId`.
     pub(super) fn security_groups(&self, p: &Params) -> Result<Value, ApiError> {
         self.account.check_region(p)?;
-        let (sg_id, vpc_id) = (self.account.sg_id(), self.account.vpc_id());
+        let vpc_id = self.account.vpc_id();
         let mut wanted: Vec<String> = match p.get("SecurityGroupIds").filter(|s| !s.is_empty()) {
             Some(j) => serde_json::from_str(j)
                 .map_err(|_| invalid("SecurityGroupIds", "expected a JSON array of ids"))?,
@@ -136,21 +138,33 @@ impl Catalog<'_> {
         if let Some(one) = p.get("SecurityGroupId").filter(|s| !s.is_empty()) {
             wanted.push(one.clone());
         }
-        let items: Vec<Value> = if wanted.is_empty() || wanted.iter().any(|w| w == sg_id) {
-            vec![
-                json!({"SecurityGroupId": sg_id, "SecurityGroupName": "default", "Description": "",
+        let vpc = p.get("VpcId").filter(|s| !s.is_empty());
+        let own = self.account.sg_id();
+        let items: Vec<Value> = self
+            .account
+            .vpc_sgs()
+            .filter(|sg| wanted.is_empty() || wanted.iter().any(|w| w == sg))
+            .filter(|_| vpc.is_none_or(|v| v == vpc_id))
+            .map(|sg| {
+                // ENIs count as they do in a group's EcsCount.
+                let members = self
+                    .enis
+                    .live()
+                    .filter(|e| !e.is_primary_eni() && e.sgs().iter().any(|s| s == sg))
+                    .count()
+                    + if sg == own { self.account.fleet().len() } else { 0 };
+                let name = if sg == own { "default".to_string() } else { sg.to_string() };
+                json!({"SecurityGroupId": sg, "SecurityGroupName": name, "Description": "",
                 "SecurityGroupType": "normal", "VpcId": vpc_id, "ServiceManaged": false, "Tags": {"Tag": []},
                 "CreationTime": day_ago(), "ResourceGroupId": "", "ServiceID": 0,
-                // The one instance; a normal group holds 2000.
-                "EcsCount": 1, "AvailableInstanceAmount": 1999,
-                "RuleCount": 0, "GroupToGroupRuleCount": 0}),
-            ]
-        } else {
-            Vec::new()
-        };
+                // A normal group holds 2000.
+                "EcsCount": members, "AvailableInstanceAmount": 2000usize.saturating_sub(members),
+                "RuleCount": 0, "GroupToGroupRuleCount": 0})
+            })
+            .collect();
         Ok(
-            json!({"RegionId": self.account.region(), "NextToken": "", "TotalCount": items.len(), "PageNumber": 1, "PageSize": 10,
-            "SecurityGroups": {"SecurityGroup": items}}),
+            json!({"RegionId": self.account.region(), "NextToken": "", "TotalCount": items.len(), "PageNumber": 1,
+            "PageSize": items.len().max(10), "SecurityGroups": {"SecurityGroup": items}}),
         )
     }
 

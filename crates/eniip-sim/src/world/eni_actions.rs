@@ -1,4 +1,5 @@
-//! The ENI actions: create, attach, detach, delete, describe.
+//! The ENI actions: create, attach, detach, delete, describe, modify
+//! (security groups, name, description).
 //!
 //! [`EniActions`] borrows the parts they touch: the account (region,
 //! instances, security group), the vswitches an ENI's addresses come from
@@ -46,9 +47,9 @@ pub(super) struct EniActions<'a> {
 
 impl EniActions<'_> {
     /// The security groups of a CreateNetworkInterface
-    /// (`SecurityGroupId` or `SecurityGroupIds.N`), each one that exists.
+    /// (`SecurityGroupId` or `SecurityGroupIds.N`, not both).
     fn create_sgs(&self, p: &Params) -> Result<Vec<String>, ApiError> {
-        let mut sgs = list(p, "SecurityGroupIds", 10)?;
+        let mut sgs = list(p, "SecurityGroupIds", MAX_SG_INDEX)?;
         if let Some(sg) = p.get("SecurityGroupId").filter(|s| !s.is_empty()) {
             if !sgs.is_empty() {
                 return Err(invalid(
@@ -61,7 +62,28 @@ impl EniActions<'_> {
         if sgs.is_empty() {
             return Err(missing("SecurityGroupId"));
         }
-        if let Some(bad) = sgs.iter().find(|s| *s != self.account.sg_id()) {
+        self.check_sgs("SecurityGroupIds", sgs)
+    }
+
+    /// A set of security groups an ENI may be in: each once, at most
+    /// [`MAX_SGS_PER_ENI`], every one a group of the VPC (the service's
+    /// codes: `InstanceSecurityGroupLimitExceeded` for too many,
+    /// `InvalidSecurityGroupId.NotFound` for one the VPC does not have).
+    fn check_sgs(&self, name: &str, sgs: Vec<String>) -> Result<Vec<String>, ApiError> {
+        if let Some(i) = (1..sgs.len()).find(|&i| sgs[..i].contains(&sgs[i])) {
+            return Err(invalid(
+                &format!("{name}.{}", i + 1),
+                &format!("security group {} is given twice", sgs[i]),
+            ));
+        }
+        if sgs.len() > MAX_SGS_PER_ENI {
+            return Err(err(
+                400,
+                "InstanceSecurityGroupLimitExceeded",
+                "Exceeding the allowed amount of security groups that an instance can be in.",
+            ));
+        }
+        if let Some(bad) = sgs.iter().find(|s| !self.account.has_sg(s)) {
             return Err(err(
                 404,
                 "InvalidSecurityGroupId.NotFound",
@@ -69,6 +91,34 @@ impl EniActions<'_> {
             ));
         }
         Ok(sgs)
+    }
+
+    /// ModifyNetworkInterfaceAttribute: an ENI's security groups
+    /// (`SecurityGroupId.N`: the whole new set), name and description;
+    /// all checked before anything changes.
+    pub(super) fn modify(&mut self, p: &Params) -> Result<Value, ApiError> {
+        self.account.check_region(p)?;
+        let id = need(p, "NetworkInterfaceId")?.to_string();
+        let given = list(p, "SecurityGroupId", MAX_SG_INDEX)?;
+        let sgs = match given.is_empty() {
+            true => None,
+            false => Some(self.check_sgs("SecurityGroupId", given)?),
+        };
+        let name = match p.get("NetworkInterfaceName").filter(|s| !s.is_empty()) {
+            Some(n) if !name_ok(n) => {
+                return Err(invalid(
+                    "NetworkInterfaceName",
+                    "2 to 128 characters, starting with a letter, not with http:// or https://",
+                ))
+            }
+            n => n.cloned(),
+        };
+        let description = match p.get("Description").filter(|s| !s.is_empty()) {
+            Some(_) => Some(create_description(p)?),
+            None => None,
+        };
+        self.enis.get_mut(&id)?.modify(sgs, name, description)?;
+        Ok(json!({}))
     }
 
     /// CreateNetworkInterface: the primary address, then the secondaries
@@ -289,6 +339,7 @@ impl EniActions<'_> {
             filter("PrimaryIpAddress"),
             filter("VpcId"),
         );
+        let sg = filter("SecurityGroupId");
         let vpc_id = self.account.vpc_id();
         let matched: Vec<&SimEni> = self
             .enis
@@ -300,6 +351,7 @@ impl EniActions<'_> {
             .filter(|e| instance.as_deref().is_none_or(|i| e.instance() == Some(i)))
             .filter(|e| vswitch.as_deref().is_none_or(|v| e.vswitch() == v))
             .filter(|_| vpc.as_deref().is_none_or(|v| v == vpc_id))
+            .filter(|e| sg.as_deref().is_none_or(|g| e.sgs().iter().any(|s| s == g)))
             .filter(|e| {
                 eni_type
                     .as_deref()
@@ -363,6 +415,25 @@ impl EniActions<'_> {
         let zone = self.vswitches.get(e.vswitch()).map_or("", |v| v.zone());
         e.describe(zone, self.account.vpc_id())
     }
+}
+
+/// The most security groups an ENI can be in (ModifyNetworkInterfaceAttribute:
+/// "Valid values of N: 1, 2, 3, 4, and 5").
+pub(crate) const MAX_SGS_PER_ENI: usize = 5;
+
+/// The highest index of a `SecurityGroupIds.N` the emulator reads: the
+/// quota an account can be raised to (16); beyond [`MAX_SGS_PER_ENI`]
+/// the answer is the service's limit error, beyond this one a malformed
+/// parameter.
+const MAX_SG_INDEX: usize = 16;
+
+/// A `NetworkInterfaceName` as the service takes it: 2 to 128
+/// characters, a letter first, not a URL.
+fn name_ok(n: &str) -> bool {
+    (2..=128).contains(&n.chars().count())
+        && n.chars().next().is_some_and(char::is_alphabetic)
+        && !n.starts_with("http://")
+        && !n.starts_with("https://")
 }
 
 /// The `Description` of a CreateNetworkInterface, as the real service
@@ -435,5 +506,259 @@ mod tests {
         let mut shown = |at: Instant| w.metadata_enis(at, &inst).iter().any(|e| e.id == id);
         assert!(!shown(t2 + Duration::from_secs(1)));
         assert!(shown(t2 + Duration::from_secs(6)));
+    }
+
+    fn params(kv: &[(&str, &str)]) -> Params {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Creates an ENI on vsw-1 with `sgs` as `SecurityGroupIds.N`.
+    fn create(w: &mut World, sgs: &[&str]) -> Result<String, String> {
+        let mut kv = vec![
+            ("RegionId".to_string(), "cn-hangzhou".to_string()),
+            ("VSwitchId".to_string(), "vsw-1".to_string()),
+        ];
+        for (i, sg) in sgs.iter().enumerate() {
+            kv.push((format!("SecurityGroupIds.{}", i + 1), sg.to_string()));
+        }
+        let p: Params = kv.into_iter().collect();
+        w.act("CreateNetworkInterface", "2014-05-26", &p, Instant::now())
+            .map(|v| v["NetworkInterfaceId"].as_str().unwrap().to_string())
+            .map_err(|e| e.code)
+    }
+
+    fn modify(w: &mut World, id: &str, sgs: &[&str]) -> Result<(), String> {
+        let mut kv = vec![
+            ("RegionId".to_string(), "cn-hangzhou".to_string()),
+            ("NetworkInterfaceId".to_string(), id.to_string()),
+        ];
+        for (i, sg) in sgs.iter().enumerate() {
+            kv.push((format!("SecurityGroupId.{}", i + 1), sg.to_string()));
+        }
+        let p: Params = kv.into_iter().collect();
+        w.act(
+            "ModifyNetworkInterfaceAttribute",
+            "2014-05-26",
+            &p,
+            Instant::now(),
+        )
+        .map(|_| ())
+        .map_err(|e| e.code)
+    }
+
+    fn described_sgs(w: &mut World, id: &str) -> Vec<String> {
+        let v = w
+            .act(
+                "DescribeNetworkInterfaces",
+                "2014-05-26",
+                &params(&[("RegionId", "cn-hangzhou"), ("NetworkInterfaceId.1", id)]),
+                Instant::now(),
+            )
+            .unwrap();
+        serde_json::from_value(
+            v["NetworkInterfaceSets"]["NetworkInterfaceSet"][0]["SecurityGroupIds"]
+                ["SecurityGroupId"]
+                .clone(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_eni_is_created_in_any_set_of_the_vpcs_groups_and_no_other() {
+        let mut w = World::for_tests(Duration::ZERO, 7);
+        let own = w.account().sg_id().to_string();
+        let id = create(&mut w, &["sg-b", "sg-a"]).unwrap();
+        assert_eq!(described_sgs(&mut w, &id), ["sg-b", "sg-a"], "as given");
+        let id2 = create(&mut w, &[&own, "sg-a", "sg-b", "sg-c"]).unwrap();
+        assert_eq!(described_sgs(&mut w, &id2).len(), 4);
+        assert_eq!(
+            create(&mut w, &["sg-a", "sg-nope"]).unwrap_err(),
+            "InvalidSecurityGroupId.NotFound"
+        );
+        let six = ["sg-a", "sg-b", "sg-c", &own, "sg-d", "sg-e"];
+        assert_eq!(
+            create(&mut w, &six).unwrap_err(),
+            "InstanceSecurityGroupLimitExceeded",
+            "at most 5, before whether each exists"
+        );
+        assert_eq!(
+            create(&mut w, &["sg-a", "sg-a"]).unwrap_err(),
+            "InvalidParameter"
+        );
+        // The older single SecurityGroupId, and not both forms at once.
+        let one = params(&[
+            ("RegionId", "cn-hangzhou"),
+            ("VSwitchId", "vsw-1"),
+            ("SecurityGroupId", "sg-c"),
+        ]);
+        let made = w
+            .act("CreateNetworkInterface", "2014-05-26", &one, Instant::now())
+            .unwrap();
+        assert_eq!(
+            made["SecurityGroupIds"]["SecurityGroupId"],
+            serde_json::json!(["sg-c"])
+        );
+        let mut both = one.clone();
+        both.insert("SecurityGroupIds.1".into(), "sg-a".into());
+        let e = w
+            .act(
+                "CreateNetworkInterface",
+                "2014-05-26",
+                &both,
+                Instant::now(),
+            )
+            .unwrap_err();
+        assert_eq!(e.code, "InvalidParameter");
+        // Refused creates took nothing.
+        let state = w.state_json(Instant::now());
+        assert_eq!(state["enis"].as_array().unwrap().len(), 4, "primary + 3");
+    }
+
+    #[test]
+    fn modify_replaces_the_whole_set_and_checks_it_as_create_does() {
+        let mut w = World::for_tests(Duration::ZERO, 7);
+        let id = create(&mut w, &["sg-a", "sg-b"]).unwrap();
+        modify(&mut w, &id, &["sg-c"]).unwrap();
+        assert_eq!(described_sgs(&mut w, &id), ["sg-c"]);
+        assert_eq!(
+            modify(&mut w, &id, &["sg-a", "sg-zzz"]).unwrap_err(),
+            "InvalidSecurityGroupId.NotFound"
+        );
+        assert_eq!(
+            modify(
+                &mut w,
+                &id,
+                &["sg-a", "sg-b", "sg-c", "sg-d", "sg-e", "sg-f"]
+            )
+            .unwrap_err(),
+            "InstanceSecurityGroupLimitExceeded"
+        );
+        assert_eq!(
+            described_sgs(&mut w, &id),
+            ["sg-c"],
+            "a refusal changes nothing"
+        );
+        assert_eq!(
+            modify(&mut w, "eni-nope", &["sg-a"]).unwrap_err(),
+            "InvalidEniId.NotFound"
+        );
+        let primary = w.state_json(Instant::now())["enis"][0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            modify(&mut w, &primary, &["sg-a"]).unwrap_err(),
+            "InvalidOperation.InvalidEniType"
+        );
+        // Name and description, without the groups.
+        let named = params(&[
+            ("RegionId", "cn-hangzhou"),
+            ("NetworkInterfaceId", &id),
+            ("NetworkInterfaceName", "pods-a"),
+            ("Description", "for pods"),
+        ]);
+        w.act(
+            "ModifyNetworkInterfaceAttribute",
+            "2014-05-26",
+            &named,
+            Instant::now(),
+        )
+        .unwrap();
+        let mut bad = named.clone();
+        bad.insert("NetworkInterfaceName".into(), "9lives".into());
+        let e = w
+            .act(
+                "ModifyNetworkInterfaceAttribute",
+                "2014-05-26",
+                &bad,
+                Instant::now(),
+            )
+            .unwrap_err();
+        assert_eq!(e.code, "InvalidParameter");
+        let v = w
+            .act(
+                "DescribeNetworkInterfaces",
+                "2014-05-26",
+                &params(&[("RegionId", "cn-hangzhou"), ("SecurityGroupId", "sg-c")]),
+                Instant::now(),
+            )
+            .unwrap();
+        let set = &v["NetworkInterfaceSets"]["NetworkInterfaceSet"];
+        assert_eq!(set.as_array().unwrap().len(), 1, "filtered by group");
+        assert_eq!(set[0]["NetworkInterfaceName"], "pods-a");
+        assert_eq!(set[0]["Description"], "for pods");
+        assert_eq!(
+            set[0]["SecurityGroupIds"]["SecurityGroupId"],
+            serde_json::json!(["sg-c"])
+        );
+    }
+
+    #[test]
+    fn groups_are_in_the_state_and_survive_a_saved_world() {
+        let mut w = World::for_tests(Duration::ZERO, 7);
+        let id = create(&mut w, &["sg-a", "sg-b"]).unwrap();
+        let state = w.state_json(Instant::now());
+        let eni = state["enis"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == id.as_str())
+            .unwrap();
+        assert_eq!(
+            eni["security_group_ids"],
+            serde_json::json!(["sg-a", "sg-b"])
+        );
+        let own = w.account().sg_id().to_string();
+        assert_eq!(
+            state["enis"][0]["security_group_ids"],
+            serde_json::json!([own])
+        );
+        let saved = w.saved();
+        let mut other = World::new(
+            super::super::WorldConfig {
+                security_groups: Vec::new(),
+                ..test_config()
+            },
+            eniip_util::rand::Rng::seeded(9),
+        )
+        .unwrap();
+        other.restore(&saved).unwrap();
+        assert_eq!(described_sgs(&mut other, &id), ["sg-a", "sg-b"]);
+        // The VPC's groups came back with it: a new ENI can use them.
+        create(&mut other, &["sg-c"]).unwrap();
+        let groups = other
+            .act(
+                "DescribeSecurityGroups",
+                "2014-05-26",
+                &params(&[("RegionId", "cn-hangzhou")]),
+                Instant::now(),
+            )
+            .unwrap();
+        let ids: Vec<&str> = groups["SecurityGroups"]["SecurityGroup"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["SecurityGroupId"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, [own.as_str(), "sg-a", "sg-b", "sg-c"]);
+    }
+
+    fn test_config() -> super::super::WorldConfig {
+        super::super::WorldConfig {
+            region: "cn-hangzhou".into(),
+            zone: "cn-hangzhou-i".into(),
+            itype: crate::types::find("ecs.g7.xlarge").unwrap(),
+            vswitches: vec![(
+                "vsw-1".into(),
+                crate::net::Net4::parse("192.168.0.0/24").unwrap(),
+                None,
+                None,
+            )],
+            attach_delay: Duration::ZERO,
+            metadata_lag: Duration::ZERO,
+            security_groups: Vec::new(),
+        }
     }
 }

@@ -67,6 +67,8 @@ pub(crate) struct WorldConfig {
     pub(crate) attach_delay: Duration,
     /// Metadata lag.
     pub(crate) metadata_lag: Duration,
+    /// The VPC's security groups beside the instances' own.
+    pub(crate) security_groups: Vec<String>,
 }
 
 /// Calls the OpenAPI side counted (`GET /__sim/state` shows them).
@@ -97,7 +99,8 @@ impl World {
     /// A world with its instance and primary ENI.
     pub(crate) fn new(cfg: WorldConfig, mut rng: Rng) -> Result<World, String> {
         let vswitches = Vswitches::new(&cfg.zone, &cfg.vswitches)?;
-        let account = Account::new(&cfg.region, &cfg.zone, cfg.itype, &mut rng);
+        let mut account = Account::new(&cfg.region, &cfg.zone, cfg.itype, &mut rng);
+        account.add_sgs(cfg.security_groups.iter().map(String::as_str));
         let now = Instant::now();
         let mut w = World {
             attach_delay: cfg.attach_delay,
@@ -115,8 +118,9 @@ impl World {
     }
 
     /// A world for unit tests: cn-hangzhou-i, one ecs.g7.xlarge, one
-    /// vswitch vsw-1 (192.168.0.0/24), instant transitions, `metadata_lag`,
-    /// a generator seeded with `seed`.
+    /// vswitch vsw-1 (192.168.0.0/24), security groups sg-a, sg-b and
+    /// sg-c beside the instance's own, instant transitions,
+    /// `metadata_lag`, a generator seeded with `seed`.
     #[cfg(test)]
     pub(crate) fn for_tests(metadata_lag: Duration, seed: u64) -> World {
         World::new(
@@ -132,6 +136,7 @@ impl World {
                 )],
                 attach_delay: Duration::ZERO,
                 metadata_lag,
+                security_groups: vec!["sg-a".into(), "sg-b".into(), "sg-c".into()],
             },
             Rng::seeded(seed),
         )
@@ -226,6 +231,7 @@ impl World {
             ("2014-05-26", "DetachNetworkInterface") => self.eni_actions().detach(p, now),
             ("2014-05-26", "DeleteNetworkInterface") => self.eni_actions().delete(p, now),
             ("2014-05-26", "DescribeNetworkInterfaces") => self.eni_actions().describe(p),
+            ("2014-05-26", "ModifyNetworkInterfaceAttribute") => self.eni_actions().modify(p),
             ("2014-05-26", "AssignPrivateIpAddresses") => self.address_actions().assign4(p, now),
             ("2014-05-26", "UnassignPrivateIpAddresses") => {
                 self.address_actions().unassign4(p, now)
@@ -401,8 +407,11 @@ impl World {
             self.account.itype(),
             self.metadata_lag,
         )?;
-        self.account
-            .restore(loaded.fleet, loaded.vpc_id, loaded.sg_id)?;
+        self.account.restore(
+            loaded.fleet,
+            loaded.vpc_id,
+            (loaded.sg_id, loaded.other_sgs),
+        )?;
         for id in self
             .vswitches
             .iter()

@@ -28,6 +28,7 @@ pub(super) fn save(account: &Account, vswitches: &Vswitches, enis: &SimEnis) -> 
         "fleet": account.fleet().iter().map(|(id, t)| json!([id, t.id])).collect::<Vec<_>>(),
         "vpc_id": account.vpc_id(),
         "sg_id": account.sg_id(),
+        "security_groups": account.vpc_sgs().skip(1).collect::<Vec<_>>(),
         "vswitches": vswitches.iter().map(|v| json!({
             "id": v.id(),
             "free": v.free(),
@@ -43,8 +44,11 @@ pub(super) struct Loaded {
     pub(super) fleet: Vec<(String, &'static InstanceType)>,
     /// The VPC.
     pub(super) vpc_id: String,
-    /// The security group.
+    /// The instances' security group.
     pub(super) sg_id: String,
+    /// The VPC's other security groups (none in a world saved before
+    /// they were kept).
+    pub(super) other_sgs: Vec<String>,
     /// The ENIs, each on a configured vswitch.
     pub(super) enis: Vec<SimEni>,
     /// Free counts of configured vswitches.
@@ -100,6 +104,14 @@ pub(super) fn load(
     }
     let instance_id = text(&saved["instance_id"], "instance_id")?;
     let fleet = saved_fleet(saved, &instance_id, itype)?;
+    let mut other_sgs = Vec::new();
+    for sg in saved["security_groups"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        other_sgs.push(text(&sg, "a security group id")?);
+    }
     let free = saved_vsw
         .iter()
         .filter_map(|v| Some((v["id"].as_str()?.to_string(), v["free"].as_u64()?)))
@@ -108,6 +120,7 @@ pub(super) fn load(
         fleet,
         vpc_id: text(&saved["vpc_id"], "vpc_id")?,
         sg_id: text(&saved["sg_id"], "sg_id")?,
+        other_sgs,
         enis,
         free,
     })

@@ -191,6 +191,42 @@ impl SimEni {
         &self.tags
     }
 
+    /// Its security groups.
+    pub(crate) fn sgs(&self) -> &[String] {
+        &self.sgs
+    }
+
+    /// ModifyNetworkInterfaceAttribute: new security groups (when given),
+    /// name and description. The primary ENI's groups are the
+    /// instance's: refused there as the service refuses it.
+    pub(crate) fn modify(
+        &mut self,
+        sgs: Option<Vec<String>>,
+        name: Option<String>,
+        description: Option<String>,
+    ) -> Result<(), ApiError> {
+        if self.status == EniStatus::Deleting {
+            return Err(state_error("Available or InUse", &self.status));
+        }
+        if let Some(sgs) = sgs {
+            if self.primary_eni {
+                return Err(err(
+                    403,
+                    "InvalidOperation.InvalidEniType",
+                    "The primary network interface's security groups are the instance's; change them with ModifyInstanceAttribute.",
+                ));
+            }
+            self.sgs = sgs;
+        }
+        if let Some(n) = name {
+            self.name = n;
+        }
+        if let Some(d) = description {
+            self.description = d;
+        }
+        Ok(())
+    }
+
     /// Deleted (kept only for the metadata lag).
     pub(crate) fn deleted(&self) -> bool {
         self.deleted_at.is_some()
@@ -529,6 +565,7 @@ impl SimEni {
             "ipv4_prefixes": self.v4p.live_ips().map(|a| format!("{a}/28")).collect::<Vec<_>>(),
             "ipv6_prefixes": self.v6p.live_ips().map(|a| format!("{a}/80")).collect::<Vec<_>>(),
             "tags": self.tags.iter().cloned().collect::<BTreeMap<String, String>>(),
+            "security_group_ids": self.sgs,
         })
     }
 

@@ -52,7 +52,11 @@ pub(crate) fn audit(
         .into_iter()
         .collect();
     let mut out: Vec<String> = a.intersection(&b).cloned().collect();
-    out.extend(drift(&attached, security_groups));
+    out.extend(super::sg_sets::audit_lines(
+        &after.pool,
+        &attached,
+        security_groups,
+    ));
     Ok(out)
 }
 
@@ -233,28 +237,4 @@ fn local_only(s: &Snapshot, cloud: &BTreeMap<&str, &Eni>, busy: &BTreeSet<&str>)
         }
     }
     out
-}
-
-/// One line per managed ENI whose security groups differ from `want`.
-pub(crate) fn drift(enis: &[Eni], want: &[String]) -> Vec<String> {
-    let mut want = want.to_vec();
-    want.sort();
-    enis.iter()
-        .filter_map(|e| {
-            let mut have = e.security_group_ids.clone();
-            have.sort();
-            (!want.is_empty() && have != want).then(|| {
-                format!(
-                    "eni {} security groups {} differ from the configured {}",
-                    e.id,
-                    if have.is_empty() {
-                        "-".into()
-                    } else {
-                        have.join(",")
-                    },
-                    want.join(",")
-                )
-            })
-        })
-        .collect()
 }

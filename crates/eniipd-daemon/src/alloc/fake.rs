@@ -406,6 +406,16 @@ impl CloudApi for FakeCloud {
         })
     }
 
+    fn set_eni_security_groups(&self, id: &str, ids: &[String]) -> Result<(), CloudError> {
+        self.op("ModifyNetworkInterfaceAttribute", |st| {
+            if let Some(e) = st.enis.get_mut(id) {
+                e.sgs = ids.to_vec();
+            }
+            st.log.push(format!("modify {id}"));
+            Ok(())
+        })
+    }
+
     fn describe_enis(&self, q: &EniQuery) -> Result<Vec<Eni>, CloudError> {
         self.enter("DescribeNetworkInterfaces")?;
         let st = self.state.lock();

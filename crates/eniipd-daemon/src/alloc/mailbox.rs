@@ -206,6 +206,24 @@ pub(crate) enum Event {
         /// Failure stage, if any.
         result: Result<(), FreeFailure>,
     },
+    /// A ModifyNetworkInterfaceAttribute of an ENI's security groups
+    /// ended (re-purposing it for another set).
+    SetChanged {
+        /// The ENI.
+        eni: String,
+        /// The set asked.
+        set: eniip_protocol::core::SecurityGroupSet,
+        /// Why it failed, if it did.
+        error: Option<CloudError>,
+    },
+    /// The security groups of the managed ENIs attached to this
+    /// instance, as DescribeNetworkInterfaces showed them.
+    SecurityGroups {
+        /// When the Describe call began.
+        started: Instant,
+        /// Each ENI with its groups.
+        enis: Vec<(String, Vec<String>)>,
+    },
     /// DescribeVSwitches free counts.
     VSwitchFree(Vec<(String, u64)>),
     /// A vswitch's IPv6 CIDR and gateway, as metadata lists them (read

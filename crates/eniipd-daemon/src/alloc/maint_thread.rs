@@ -29,7 +29,6 @@ use eniip_protocol::core::EniInfo;
 use eniip_util::sem::Semaphore;
 use eniip_util::time::unix_secs;
 
-use super::audit::drift;
 use super::eniops;
 use super::mailbox::{CloudEniView, Event, ReadyEni, Request};
 use super::ownership::{attached, live_peers, peer_refusal, tagged_for_instance, unattached};
@@ -165,10 +164,16 @@ fn cycle(
                 .into_iter()
                 .filter(|e| e.is_managed_by(&opts.instance_id, &opts.node_id))
                 .collect();
-            // Logged here; `audit` reads the drift from the cloud itself.
-            for l in drift(&enis, &opts.security_groups) {
-                warn!("security group drift: {l}");
-            }
+            // Each ENI's groups, checked by the actor against its set
+            // (it logs a change out of band; `audit` reads the cloud
+            // itself).
+            let _ = events.send(Event::SecurityGroups {
+                started,
+                enis: enis
+                    .iter()
+                    .map(|e| (e.id.clone(), e.security_group_ids.clone()))
+                    .collect(),
+            });
             let views: Vec<CloudEniView> = enis
                 .iter()
                 .filter(|e| e.status == EniStatus::InUse)

@@ -9,6 +9,7 @@
 //!   ENI sweeper, security-group drift, reconcile).
 //! - [`recover`]: start-up: state file + cloud -> the initial pool.
 //! - [`audit`]: local state against the OpenAPI.
+//! - [`sg_sets`]: security groups per pod (ENIs by security-group set).
 //!
 //! [`Allocator`] is the handle the daemon and tests use; every method
 //! returns within a deadline.
@@ -24,6 +25,7 @@ pub(crate) mod ownership;
 pub(crate) mod placement;
 pub(crate) mod prefix_mode;
 pub(crate) mod recover;
+pub(crate) mod sg_sets;
 pub(crate) mod vswitch_choice;
 pub(crate) mod worker;
 
@@ -82,6 +84,8 @@ pub(crate) struct AllocatorOptions {
     pub(crate) vswitch_policy: VSwitchPolicy,
     /// Security groups for new ENIs.
     pub(crate) security_groups: Vec<String>,
+    /// Security groups per pod: which a pod may ask, how long a set idles.
+    pub(crate) sg_policy: sg_sets::SetPolicy,
     /// Extra tags for new ENIs.
     pub(crate) eni_tags: Vec<(String, String)>,
     /// IPv4+IPv6 pairs.
@@ -140,6 +144,10 @@ impl AllocatorOptions {
             vswitch_free: Vec::new(),
             vswitch_policy: cfg.vswitch_selection_policy,
             security_groups,
+            sg_policy: sg_sets::SetPolicy {
+                allowed: cfg.sg.pod_security_groups.clone(),
+                idle: cfg.sg.sg_set_idle,
+            },
             eni_tags: cfg
                 .eni_tags
                 .iter()
@@ -163,6 +171,11 @@ impl AllocatorOptions {
             config_view: cfg.effective(),
             first_reconcile: None,
         }
+    }
+
+    /// The node's own security-group set (`security_groups`).
+    pub(crate) fn default_set(&self) -> Option<eniip_protocol::core::SecurityGroupSet> {
+        sg_sets::default_set(&self.security_groups)
     }
 
     /// How long a released address is kept (see [`HoldTimes`]).

@@ -93,6 +93,11 @@ pub(crate) fn recover(
     }
     let now_ms = unix_ms();
     let mut records = restore_owners(&mut pool, persisted, now_ms);
+    records.extend(super::sg_sets::recover(
+        &mut pool,
+        persisted,
+        adopted.iter().chain(detached.iter()),
+    ));
     for e in &detached {
         withdraw_detached(&mut pool, &e.id);
     }
@@ -223,6 +228,7 @@ pub(crate) fn provisional(
         });
     }
     let records = restore_owners(&mut pool, persisted, unix_ms());
+    super::sg_sets::restore(&mut pool, persisted);
     if let Err(e) = pool.check() {
         return Ok(Provisional::Cold(format!(
             "the recorded addresses do not make a consistent pool: {e}"

@@ -1,6 +1,6 @@
 //! Allocator tests against the in-process fake cloud.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -755,7 +755,14 @@ fn recovery_keeps_a_detached_eni_the_state_files_name_and_its_owners() {
         fake.enis().iter().any(|e| e.id == "eni-away"),
         "a detached ENI that owners hold addresses on is not deleted"
     );
-    assert!(r.records.is_empty(), "nothing forgotten: {:?}", r.records);
+    // Nothing forgotten (the sets the ENIs were found with are recorded).
+    assert!(
+        r.records
+            .iter()
+            .all(|r| matches!(r, crate::store::Record::EniSet { .. })),
+        "nothing forgotten: {:?}",
+        r.records
+    );
     let held = r.pool.owner_ip(&owner("ns/held")).unwrap();
     assert_eq!(held.v4(), "10.0.7.2".parse::<Ipv4Addr>().unwrap());
     assert!(held.lost(), "withdrawn: never handed out");
@@ -1234,3 +1241,5 @@ fn a_release_naming_an_older_generation_changes_nothing() {
     assert!(third.gen > again.gen);
     a.shutdown(Instant::now() + Duration::from_secs(5));
 }
+
+mod sg_sets;

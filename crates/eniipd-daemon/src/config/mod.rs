@@ -20,9 +20,11 @@ use eniip_util::Secret;
 mod cni;
 mod effective;
 mod keys;
+mod sg_sets;
 mod validate;
 
 pub(crate) use cni::CniSettings;
+pub(crate) use sg_sets::SgSettings;
 
 /// Default config file.
 pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/eniipd/eni.json";
@@ -123,6 +125,8 @@ pub struct RawConfig {
     pub(crate) sandbox_reap_grace: Option<Value>,
     pub(crate) cni_conflist: Option<String>,
     pub(crate) cni_conflist_source: Option<String>,
+    pub(crate) pod_security_groups: Option<Vec<String>>,
+    pub(crate) sg_set_idle_s: Option<Value>,
     #[serde(flatten)]
     pub(crate) other: BTreeMap<String, Value>,
 }
@@ -210,6 +214,8 @@ pub struct Config {
     pub(crate) ip_prefix: bool,
     /// What eniipd does for eniip-cni: the sandbox reaper, the conflist.
     pub(crate) cni: CniSettings,
+    /// Security groups per pod: which a pod may ask, how long a set idles.
+    pub(crate) sg: SgSettings,
 }
 
 /// Why a config could not be loaded.

@@ -157,6 +157,7 @@ impl RawConfig {
             signature_version: self.signature_version()?,
             ip_prefix: self.ip_prefix()?,
             cni: self.cni_settings()?,
+            sg: self.sg_settings()?,
         })
     }
 

@@ -7,18 +7,31 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use super::{IpState, PoolIp, PoolState};
 use eniip_cloud::Ipv4Prefix;
-use eniip_protocol::core::Owner;
+use eniip_protocol::core::{Owner, SecurityGroupSet};
 
 /// An address for `owner` (who holds none), on an ENI of `vswitch` when
 /// one is asked: its reservation or cool-down first, then `prefer` if
 /// free, then the best idle address. Call [`PoolState::settle`] first.
+#[cfg(test)]
 pub(crate) fn pick(
     pool: &PoolState,
     owner: &Owner,
     prefer: Option<IpAddr>,
     vswitch: Option<&str>,
 ) -> Option<Ipv4Addr> {
-    let on = |ip: &PoolIp| on_vswitch(pool, ip, vswitch);
+    pick_in_set(pool, owner, prefer, vswitch, None)
+}
+
+/// [`pick`], only on ENIs that serve the security-group set `sgs` when
+/// one is given (see [`SgSets::serves`](super::SgSets::serves)).
+pub(crate) fn pick_in_set(
+    pool: &PoolState,
+    owner: &Owner,
+    prefer: Option<IpAddr>,
+    vswitch: Option<&str>,
+    sgs: Option<&SecurityGroupSet>,
+) -> Option<Ipv4Addr> {
+    let on = |ip: &PoolIp| on_vswitch(pool, ip, vswitch) && in_set(pool, ip, sgs);
     if let Some(v4) = pool.holds().for_owner(owner) {
         if pool.ip(v4).is_some_and(|ip| pool.allocatable(ip) && on(ip)) {
             return Some(v4);
@@ -35,7 +48,12 @@ pub(crate) fn pick(
             }
         }
     }
-    best_idle(pool, vswitch)
+    best_idle(pool, vswitch, sgs)
+}
+
+/// Whether `ip` is on an ENI that serves `sgs` (any, when none is given).
+fn in_set(pool: &PoolState, ip: &PoolIp, sgs: Option<&SecurityGroupSet>) -> bool {
+    sgs.is_none_or(|s| pool.sg_sets().serves(ip.eni(), s))
 }
 
 /// Whether `ip` is on an ENI of `vswitch` (any, when none is asked).
@@ -49,7 +67,11 @@ fn on_vswitch(pool: &PoolState, ip: &PoolIp, vswitch: Option<&str>) -> bool {
 /// can go back; single addresses count as an empty prefix), then the
 /// lowest address; only on ENIs of `vswitch` when one is asked. One walk
 /// over the addresses (this runs on every allocation).
-fn best_idle(pool: &PoolState, vswitch: Option<&str>) -> Option<Ipv4Addr> {
+fn best_idle(
+    pool: &PoolState,
+    vswitch: Option<&str>,
+    sgs: Option<&SecurityGroupSet>,
+) -> Option<Ipv4Addr> {
     let mut inuse: HashMap<&str, usize> = HashMap::new();
     let mut taken: HashMap<Ipv4Prefix, usize> = HashMap::new();
     let mut idle: Vec<&PoolIp> = Vec::new();
@@ -61,7 +83,7 @@ fn best_idle(pool: &PoolState, vswitch: Option<&str>) -> Option<Ipv4Addr> {
         }
     }
     idle.into_iter()
-        .filter(|ip| pool.allocatable(ip) && on_vswitch(pool, ip, vswitch))
+        .filter(|ip| pool.allocatable(ip) && on_vswitch(pool, ip, vswitch) && in_set(pool, ip, sgs))
         .min_by_key(|ip| {
             (
                 ip.primary(),

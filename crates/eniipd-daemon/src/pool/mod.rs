@@ -20,6 +20,8 @@
 //! - [`Holds`] (`holds.rs`): reservations, cool-downs, quarantines; one
 //!   per owner, ended at their time;
 //! - [`Attachments`] (`attachments.rs`): the sandbox network of each owner.
+//! - [`SgSets`] (`sg_sets.rs`): the security-group set of each ENI, and
+//!   whether the cloud shows another (security groups per pod).
 //!
 //! An address's state is read from them ([`IpState`]). What ties the
 //! parts together is kept here, by the verbs that cross them (an address
@@ -50,6 +52,7 @@ mod eni;
 mod holds;
 mod ip;
 mod owners;
+mod sg_sets;
 pub(crate) mod shrink;
 pub(crate) mod views;
 
@@ -58,6 +61,7 @@ pub(crate) use eni::{EniPhase, Enis, PoolEni};
 pub(crate) use holds::{HoldOn, HoldTimes, Holds};
 pub(crate) use ip::{Addresses, Gone, PoolIp};
 pub(crate) use owners::{Held, Owners, ReleaseOutcome};
+pub(crate) use sg_sets::{Observed, SgSets};
 pub(crate) use views::IpState;
 
 /// All managed ENIs and addresses, and who holds them.
@@ -68,6 +72,8 @@ pub(crate) struct PoolState {
     owners: Owners,
     holds: Holds,
     attachments: Attachments,
+    /// The security-group set of each ENI (security groups per pod).
+    sg: SgSets,
 }
 
 impl PoolState {
@@ -99,6 +105,16 @@ impl PoolState {
     /// The ENIs.
     pub(crate) fn enis(&self) -> &Enis {
         &self.enis
+    }
+
+    /// The security-group sets of the ENIs.
+    pub(crate) fn sg_sets(&self) -> &SgSets {
+        &self.sg
+    }
+
+    /// The security-group sets of the ENIs, to give, observe and change.
+    pub(crate) fn sg_sets_mut(&mut self) -> &mut SgSets {
+        &mut self.sg
     }
 
     /// The ENIs, for the verbs that keep one ENI's own invariant (what is
@@ -311,6 +327,7 @@ impl PoolState {
         let on_it: Vec<Ipv4Addr> = self.ips.on(id).map(PoolIp::v4).collect();
         self.remove_ips(&on_it);
         self.ips.drop_unpaired_of(id);
+        self.sg.remove(id);
         self.enis.remove(id)
     }
 

@@ -124,6 +124,8 @@ pub(crate) fn eni_entries(
             inhibited_until: inhibited(e.vswitch()),
             prefixes: fallback.map(|f| prefix_use(pool, e, f(e.vswitch()))),
             v6_prefix: e.carve_prefix(),
+            security_groups: pool.sg_sets().given(e.id()).cloned(),
+            security_groups_cloud: pool.sg_sets().changed(e.id()).map(<[String]>::to_vec),
         })
         .collect()
 }

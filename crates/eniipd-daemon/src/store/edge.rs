@@ -30,8 +30,18 @@ impl Record {
                 vswitch: a.intent.vswitch.clone(),
                 stick_s: a.intent.stick_s,
                 ipv4_only: a.intent.ipv4_only,
+                security_groups: a.intent.security_groups.as_ref().map(|s| s.ids().to_vec()),
             },
         })
+    }
+
+    /// eniipd gave `eni` the security groups `set` (`None`: it is no
+    /// longer managed).
+    pub(crate) fn eni_set(eni: &str, set: Option<&core::SecurityGroupSet>) -> Record {
+        Record::EniSet {
+            eni: eni.to_string(),
+            security_groups: set.map(|s| s.ids().to_vec()),
+        }
     }
 
     /// `owner`'s allocation ends; `hold`, if any, starts on its address.
@@ -82,6 +92,10 @@ impl Allocation {
                 vswitch: self.asked.vswitch.clone(),
                 stick_s: self.asked.stick_s,
                 ipv4_only: self.asked.ipv4_only,
+                // A set this build cannot read is dropped (read liberally).
+                security_groups: self.asked.security_groups.as_ref().and_then(|g| {
+                    core::SecurityGroupSet::from_ids(g.iter().map(String::as_str)).ok()
+                }),
             },
         })
     }
@@ -154,17 +168,18 @@ mod tests {
     fn what_an_alloc_asked_round_trips_and_asking_nothing_writes_as_before() {
         let mut a = allocation();
         let plain = serde_json::to_string(&Record::alloc(&a)).unwrap();
-        for key in ["vswitch", "stick_s", "ipv4_only"] {
+        for key in ["vswitch", "stick_s", "ipv4_only", "security_groups"] {
             assert!(!plain.contains(key), "{plain}");
         }
         a.intent = core::Intent {
             vswitch: Some("vsw-b".into()),
             stick_s: Some(600),
             ipv4_only: true,
+            security_groups: core::SecurityGroupSet::from_ids(["sg-b", "sg-a"]).ok(),
         };
         let text = serde_json::to_string(&Record::alloc(&a)).unwrap();
         assert!(
-            text.contains(r#""vswitch":"vsw-b","stick_s":600,"ipv4_only":true"#),
+            text.contains(r#""vswitch":"vsw-b","stick_s":600,"ipv4_only":true,"security_groups":["sg-a","sg-b"]"#),
             "{text}"
         );
         let Record::Alloc(back) = serde_json::from_str::<Record>(&text).unwrap() else {

@@ -56,6 +56,9 @@ pub struct Asked {
     /// IPv4 only (its `ipv6` is its pair, which it is not answered).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ipv4_only: bool,
+    /// The security-group set asked (`eniipd/security-groups`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_groups: Option<Vec<String>>,
 }
 
 /// A released address kept for its last owner (`reserved_until_ms`) and/or
@@ -108,6 +111,15 @@ pub enum Record {
         /// Whose.
         owner: String,
     },
+    /// The security groups eniipd gave an ENI (`None`: it is no longer
+    /// managed). A file of an older eniipd has none: its ENIs take the
+    /// groups the cloud shows.
+    EniSet {
+        /// Which.
+        eni: String,
+        /// Its groups, sorted.
+        security_groups: Option<Vec<String>>,
+    },
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -126,6 +138,10 @@ pub struct PersistedState {
     /// written: no generation recorded yet).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub next_gen: u64,
+    /// The security groups eniipd gave each managed ENI, by ENI (none
+    /// written: no set recorded yet).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub eni_sets: BTreeMap<String, Vec<String>>,
 }
 
 impl PersistedState {
@@ -151,6 +167,17 @@ impl PersistedState {
             Record::Forget { owner } => {
                 self.allocations.remove(owner);
             }
+            Record::EniSet {
+                eni,
+                security_groups,
+            } => match security_groups {
+                Some(g) => {
+                    self.eni_sets.insert(eni.clone(), g.clone());
+                }
+                None => {
+                    self.eni_sets.remove(eni);
+                }
+            },
         }
     }
 
@@ -278,6 +305,27 @@ mod tests {
         });
         assert_eq!(s.allocations.len(), 1);
         assert!(s.check().is_err(), "10.0.0.1 is now allocated and held");
+    }
+
+    #[test]
+    fn eni_sets_are_kept_and_dropped_and_old_files_have_none() {
+        let mut s: PersistedState =
+            serde_json::from_str(r#"{"allocations":{},"holds":{}}"#).unwrap();
+        assert!(s.eni_sets.is_empty());
+        let set = Record::EniSet {
+            eni: "eni-1".into(),
+            security_groups: Some(vec!["sg-a".into()]),
+        };
+        let text = serde_json::to_string(&set).unwrap();
+        s.apply(&serde_json::from_str(&text).unwrap());
+        assert_eq!(s.eni_sets["eni-1"], ["sg-a"]);
+        assert!(serde_json::to_string(&s).unwrap().contains("eni_sets"));
+        s.apply(&Record::EniSet {
+            eni: "eni-1".into(),
+            security_groups: None,
+        });
+        assert!(s.eni_sets.is_empty());
+        assert!(!serde_json::to_string(&s).unwrap().contains("eni_sets"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use log::{debug, info};
 
-use crate::pool::choose::pick;
+use crate::pool::choose::pick_in_set;
 use crate::pool::{PoolState, ReleaseOutcome};
 use crate::store::Record;
 use eniip_protocol::core::{
@@ -24,6 +24,7 @@ use eniip_util::time::unix_ms;
 
 use super::super::capacity::Capacity;
 use super::super::mailbox::Teardown;
+use super::super::sg_sets;
 use super::super::AllocatorOptions;
 use super::demand::{Ask, Demand, Pick};
 use super::durable::Durable;
@@ -108,11 +109,14 @@ impl Clients<'_> {
             self.verification.hurry();
             return;
         }
-        match pick(
+        let own = self.opts.default_set();
+        let set = ask.intent.security_groups.as_ref().or(own.as_ref());
+        match pick_in_set(
             self.pool,
             &ask.owner,
             ask.prefer,
             ask.intent.vswitch.as_deref(),
+            set,
         ) {
             Some(v4) => {
                 let taken =
@@ -132,6 +136,21 @@ impl Clients<'_> {
             return None;
         }
         let held = self.pool.allocation_with_eni(&ask.owner);
+        let held_set = held
+            .as_ref()
+            .map(|(a, _)| a.intent.security_groups.as_ref());
+        let waiting_set = self
+            .demand
+            .intent_of(&ask.owner)
+            .map(|w| w.security_groups.as_ref());
+        if let Some(why) = sg_sets::refusal(
+            &ask.owner,
+            &ask.intent,
+            self.opts.sg_policy.allowed.as_deref(),
+            held_set.or(waiting_set),
+        ) {
+            return Some(why);
+        }
         let has = match (&held, self.demand.intent_of(&ask.owner)) {
             (Some((a, eni)), _) => Has::Held(a, &eni.vswitch),
             (None, Some(w)) => Has::Waiting(w),
@@ -378,7 +397,7 @@ impl Clients<'_> {
                 if pinned_only && w.vswitch().is_none() {
                     return Pick::Skip;
                 }
-                match pick(pool, &w.owner, w.prefer, w.vswitch()) {
+                match pick_in_set(pool, &w.owner, w.prefer, w.vswitch(), w.set()) {
                     Some(v4) => Pick::Served((
                         v4,
                         pool.take(v4, &w.owner, w.sandbox.as_ref(), now_ms, &w.intent),

@@ -13,7 +13,9 @@
 //!   without one (or to the pool), so demand is never asked twice;
 //! - a ticket is asked on one vswitch, and is bound only to a waiter that
 //!   takes an address there (one that asked that vswitch, or none): the
-//!   address it brings can serve the waiter it stands for.
+//!   address it brings can serve the waiter it stands for; likewise a
+//!   ticket is asked for one security-group set (an ENI of that set),
+//!   and is bound only to a waiter of that set.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use log::info;
 
-use eniip_protocol::core::{AllocError, ErrCode, Intent, Owner, SandboxId};
+use eniip_protocol::core::{AllocError, ErrCode, Intent, Owner, SandboxId, SecurityGroupSet};
 
 use super::super::mailbox::TicketId;
 use super::Reply;
@@ -40,17 +42,25 @@ pub(super) struct Waiter {
     pub(super) replies: Vec<(Reply, Instant)>,
     pub(super) deadline: Instant,
     ticket: Option<TicketId>,
+    /// The security-group set of the ENI its address must be on: what it
+    /// asked, else the node's own (`None`: the node has none to match).
+    set: Option<SecurityGroupSet>,
 }
 
 impl Waiter {
+    /// The security-group set its address must come from.
+    pub(super) fn set(&self) -> Option<&SecurityGroupSet> {
+        self.set.as_ref()
+    }
+
     /// The vswitch it must get its address on, if it asked one.
     pub(super) fn vswitch(&self) -> Option<&str> {
         self.intent.vswitch.as_deref()
     }
 
     /// Whether an address on `vswitch` can serve it.
-    fn fits(&self, vswitch: &str) -> bool {
-        self.vswitch().is_none_or(|v| v == vswitch)
+    fn fits(&self, vswitch: &str, set: Option<&SecurityGroupSet>) -> bool {
+        self.vswitch().is_none_or(|v| v == vswitch) && self.set.as_ref() == set
     }
 
     /// Answers every request of this owner with `err`; `measured` counts
@@ -110,6 +120,8 @@ struct Ticket {
     waiter: Option<u64>,
     /// The vswitch of the ENI it is asked of.
     vswitch: String,
+    /// The security-group set of that ENI.
+    set: Option<SecurityGroupSet>,
 }
 
 /// Waiters and tickets, with the invariants in the module's doc.
@@ -119,9 +131,20 @@ pub(super) struct Demand {
     /// Each ticket, with the waiter it is bound to, if any.
     tickets: HashMap<TicketId, Ticket>,
     next_id: u64,
+    /// The node's own security-group set: that of a waiter that asked
+    /// none, and of a ticket asked without one.
+    default_set: Option<SecurityGroupSet>,
 }
 
 impl Demand {
+    /// No demand; `default_set` is the node's own security-group set.
+    pub(super) fn with_default_set(default_set: Option<SecurityGroupSet>) -> Demand {
+        Demand {
+            default_set,
+            ..Demand::default()
+        }
+    }
+
     fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -140,6 +163,14 @@ impl Demand {
     /// Tickets no waiter is bound to (pool top-up).
     pub(super) fn spare_tickets(&self) -> usize {
         self.tickets.values().filter(|t| t.waiter.is_none()).count()
+    }
+
+    /// Tickets no waiter is bound to, asked on ENIs of the set `set`.
+    pub(super) fn spare_tickets_in(&self, set: &SecurityGroupSet) -> usize {
+        self.tickets
+            .values()
+            .filter(|t| t.waiter.is_none() && t.set.as_ref() == Some(set))
+            .count()
     }
 
     /// Whether some ticket is asked for a client.
@@ -184,10 +215,15 @@ impl Demand {
             owner: ask.owner,
             sandbox: ask.sandbox,
             prefer: ask.prefer,
-            intent: ask.intent,
             replies: vec![(ask.reply, ask.started)],
             deadline: ask.deadline,
             ticket: None,
+            set: ask
+                .intent
+                .security_groups
+                .clone()
+                .or_else(|| self.default_set.clone()),
+            intent: ask.intent,
         });
         id
     }
@@ -211,7 +247,7 @@ impl Demand {
         if let Some(w) = self
             .waiters
             .iter_mut()
-            .find(|w| w.ticket.is_none() && w.fits(vswitch))
+            .find(|w| w.ticket.is_none() && w.fits(vswitch, ticket.set.as_ref()))
         {
             w.ticket = Some(t);
             ticket.waiter = Some(w.id);
@@ -296,12 +332,25 @@ impl Demand {
 
     /// A new ticket asked on `vswitch`, bound to the waiter `waiter` if
     /// given and it takes an address there (a pool ticket otherwise).
+    #[cfg(test)]
     pub(super) fn new_ticket(&mut self, waiter: Option<u64>, vswitch: &str) -> TicketId {
+        let set = self.default_set.clone();
+        self.new_ticket_in(waiter, vswitch, set)
+    }
+
+    /// [`new_ticket`](Self::new_ticket) asked on an ENI of the
+    /// security-group set `set`.
+    pub(super) fn new_ticket_in(
+        &mut self,
+        waiter: Option<u64>,
+        vswitch: &str,
+        set: Option<SecurityGroupSet>,
+    ) -> TicketId {
         let t = self.id();
         let bound = waiter.and_then(|wid| {
             self.waiters
                 .iter_mut()
-                .find(|w| w.id == wid && w.fits(vswitch))
+                .find(|w| w.id == wid && w.fits(vswitch, set.as_ref()))
         });
         let slot = match bound {
             Some(w) => {
@@ -321,6 +370,7 @@ impl Demand {
             Ticket {
                 waiter: slot,
                 vswitch: vswitch.to_string(),
+                set,
             },
         );
         t
@@ -346,18 +396,18 @@ impl Demand {
     /// Waiters without a ticket adopt pool tickets that can serve them,
     /// oldest first.
     pub(super) fn bind_spare(&mut self) {
-        let mut spare: Vec<(TicketId, String)> = self
+        let mut spare: Vec<(TicketId, String, Option<SecurityGroupSet>)> = self
             .tickets
             .iter()
             .filter(|(_, t)| t.waiter.is_none())
-            .map(|(id, t)| (*id, t.vswitch.clone()))
+            .map(|(id, t)| (*id, t.vswitch.clone(), t.set.clone()))
             .collect();
         spare.sort();
-        for (t, vswitch) in spare {
+        for (t, vswitch, set) in spare {
             let Some(w) = self
                 .waiters
                 .iter_mut()
-                .find(|w| w.ticket.is_none() && w.fits(&vswitch))
+                .find(|w| w.ticket.is_none() && w.fits(&vswitch, set.as_ref()))
             else {
                 continue;
             };
@@ -376,7 +426,7 @@ impl Demand {
     /// (`None`: that asked none), oldest first.
     pub(super) fn unplanned_on(&self, vswitch: Option<&str>) -> Vec<u64> {
         self.unticketed()
-            .filter(|w| w.vswitch() == vswitch)
+            .filter(|w| w.vswitch() == vswitch && w.set == self.default_set)
             .map(|w| w.id)
             .collect()
     }
@@ -385,7 +435,8 @@ impl Demand {
     /// order of their oldest waiter.
     pub(super) fn unplanned_vswitches(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        for v in self.unticketed().filter_map(Waiter::vswitch) {
+        let own = self.unticketed().filter(|w| w.set == self.default_set);
+        for v in own.filter_map(Waiter::vswitch) {
             if !out.iter().any(|o| o == v) {
                 out.push(v.to_string());
             }
@@ -395,13 +446,58 @@ impl Demand {
 
     /// Ids of the newest `n` waiters nothing is asked for that asked
     /// `vswitch` (`None`: that asked none), newest first.
+    #[cfg(test)]
     pub(super) fn newest_unplanned_on(&self, vswitch: Option<&str>, n: usize) -> Vec<u64> {
+        self.newest_unplanned_in(vswitch, self.default_set.as_ref(), n)
+    }
+
+    /// [`newest_unplanned_on`](Self::newest_unplanned_on) of the waiters
+    /// of the security-group set `set`.
+    pub(super) fn newest_unplanned_in(
+        &self,
+        vswitch: Option<&str>,
+        set: Option<&SecurityGroupSet>,
+        n: usize,
+    ) -> Vec<u64> {
         self.unticketed()
             .rev()
-            .filter(|w| w.vswitch() == vswitch)
+            .filter(|w| w.vswitch() == vswitch && w.set.as_ref() == set)
             .take(n)
             .map(|w| w.id)
             .collect()
+    }
+
+    /// The security-group sets other than the node's own that waiters
+    /// nothing is asked for yet asked, each with the vswitch asked (if
+    /// any), in the order of their oldest waiter.
+    pub(super) fn unplanned_sets(&self) -> Vec<(Option<String>, SecurityGroupSet)> {
+        let mut out: Vec<(Option<String>, SecurityGroupSet)> = Vec::new();
+        for w in self.unticketed().filter(|w| w.set != self.default_set) {
+            let Some(set) = &w.set else { continue };
+            let key = (w.vswitch().map(String::from), set.clone());
+            if !out.contains(&key) {
+                out.push(key);
+            }
+        }
+        out
+    }
+
+    /// Ids of the waiters nothing is asked for yet that asked `vswitch`
+    /// (`None`: none) and the security-group set `set`, oldest first.
+    pub(super) fn unplanned_in(
+        &self,
+        vswitch: Option<&str>,
+        set: Option<&SecurityGroupSet>,
+    ) -> Vec<u64> {
+        self.unticketed()
+            .filter(|w| w.vswitch() == vswitch && w.set.as_ref() == set)
+            .map(|w| w.id)
+            .collect()
+    }
+
+    /// The security-group sets the waiters wait for.
+    pub(super) fn waiting_sets(&self) -> impl Iterator<Item = SecurityGroupSet> + '_ {
+        self.waiters.iter().filter_map(|w| w.set.clone())
     }
 
     /// When the newest waiter nothing is asked for arrived.
@@ -457,7 +553,7 @@ impl Demand {
                 if w.ticket != Some(*t) {
                     return Err(format!("ticket {t} bound to waiter {wid}, who has another"));
                 }
-                if !w.fits(&ticket.vswitch) {
+                if !w.fits(&ticket.vswitch, ticket.set.as_ref()) {
                     return Err(format!(
                         "ticket {t} on {} bound to waiter {wid}, who asked {:?}",
                         ticket.vswitch,

@@ -44,6 +44,7 @@ pub(super) struct Maintenance<'a> {
     pub(super) changes: &'a mut Changes,
     pub(super) shed_backoff: &'a Backoff,
     pub(super) free_backoff: &'a FreeBackoff,
+    pub(super) set_use: &'a mut super::super::sg_sets::SetUse,
 }
 
 impl Maintenance<'_> {
@@ -59,6 +60,7 @@ impl Maintenance<'_> {
                 self.workers.unassign(&eni, v4, v6);
             }
         }
+        self.give_back_idle_sets(now)?;
         if self.demand.waiting() > 0 || self.demand.any_bound() || self.shed_backoff.active(now) {
             return Ok(());
         }
@@ -90,6 +92,35 @@ impl Maintenance<'_> {
             if !self.free_eni(&eni)? {
                 break;
             }
+        }
+        Ok(())
+    }
+
+    /// The ENIs of security-group sets with no owner for `sg_set_idle_s`
+    /// go back (see [`SetUse`](super::super::sg_sets::SetUse)).
+    fn give_back_idle_sets(&mut self, now: Instant) -> Result<(), Fatal> {
+        let mut used = super::super::sg_sets::sets_in_use(self.pool);
+        used.extend(self.demand.waiting_sets());
+        let own = self.opts.default_set();
+        let idle = self.set_use.idle_enis(
+            self.pool,
+            &used,
+            own.as_ref(),
+            self.opts.sg_policy.idle,
+            now,
+        );
+        for eni in idle {
+            let Some((_, permit)) = self.inflight.begin_free(&eni) else {
+                break;
+            };
+            self.pool.enis_mut().begin_free(&eni);
+            info!(
+                "freeing {eni}: its security-group set has had no owner for {} s",
+                self.opts.sg_policy.idle.as_secs()
+            );
+            self.threads
+                .free(&eni, &self.opts.instance_id, permit)
+                .map_err(|e| Fatal::from(format!("cannot start an ENI operation thread: {e}")))?;
         }
         Ok(())
     }

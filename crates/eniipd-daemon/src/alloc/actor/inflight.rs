@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use log::warn;
 
+use eniip_protocol::core::SecurityGroupSet;
 use eniip_util::sem::{Permit, Semaphore};
 
 use super::super::mailbox::{OpId, TicketId};
@@ -30,6 +31,8 @@ enum Op {
         eni: Option<String>,
         tickets: Vec<TicketId>,
         permit: Permit,
+        /// The security groups it is created with.
+        set: Option<SecurityGroupSet>,
     },
     Free {
         eni: String,
@@ -43,6 +46,8 @@ pub(super) struct Ended {
     /// The ENI, if the cloud had made it before the end.
     pub(super) eni: Option<String>,
     pub(super) tickets: Vec<TicketId>,
+    /// The security groups it was created with.
+    pub(super) set: Option<SecurityGroupSet>,
 }
 
 /// Both slots a creation needs, taken together.
@@ -58,6 +63,7 @@ pub(super) struct Creating<'a> {
     pub(super) vswitch: &'a str,
     pub(super) eni: Option<&'a str>,
     pub(super) tickets: usize,
+    pub(super) set: Option<&'a SecurityGroupSet>,
 }
 
 /// ENI operations in flight and the slots of ENIs and operations.
@@ -149,12 +155,26 @@ impl InFlight {
 
     /// A creation starts on `vswitch` for `init` addresses, asked by
     /// `tickets`: its id, and the operation slot for its thread.
+    #[cfg(test)]
     pub(super) fn begin_create(
         &mut self,
         slots: CreateSlots,
         vswitch: String,
         init: usize,
         tickets: Vec<TicketId>,
+    ) -> (OpId, Permit) {
+        self.begin_create_in(slots, vswitch, init, tickets, None)
+    }
+
+    /// [`begin_create`](Self::begin_create) with the security groups
+    /// `set`.
+    pub(super) fn begin_create_in(
+        &mut self,
+        slots: CreateSlots,
+        vswitch: String,
+        init: usize,
+        tickets: Vec<TicketId>,
+        set: Option<SecurityGroupSet>,
     ) -> (OpId, Permit) {
         let op = self.id();
         let create = Op::Create {
@@ -163,6 +183,7 @@ impl InFlight {
             eni: None,
             tickets,
             permit: slots.eni,
+            set,
         };
         self.ops.insert(op, create);
         (op, slots.op)
@@ -208,12 +229,14 @@ impl InFlight {
                 eni,
                 tickets,
                 permit,
+                set,
                 ..
             } => Some((
                 Ended {
                     vswitch,
                     eni,
                     tickets,
+                    set,
                 },
                 permit,
             )),
@@ -263,11 +286,13 @@ impl InFlight {
                 vswitch,
                 eni,
                 tickets,
+                set,
                 ..
             } => Some(Creating {
                 vswitch,
                 eni: eni.as_deref(),
                 tickets: tickets.len(),
+                set: set.as_ref(),
             }),
             Op::Free { .. } => None,
         })
@@ -275,11 +300,27 @@ impl InFlight {
 
     /// Room the ENIs being created (on `on`, when given) add once ready,
     /// beyond their initial addresses (an ENI holds `ips_per_eni` at most).
+    #[cfg(test)]
     pub(super) fn creating_room(&self, on: Option<&str>, ips_per_eni: usize) -> usize {
+        self.creating_room_in(on, None, ips_per_eni)
+    }
+
+    /// [`creating_room`](Self::creating_room) of the ENIs being created
+    /// with the security groups `in_set`, when given.
+    pub(super) fn creating_room_in(
+        &self,
+        on: Option<&str>,
+        in_set: Option<&SecurityGroupSet>,
+        ips_per_eni: usize,
+    ) -> usize {
         self.ops
             .values()
             .map(|op| match op {
-                Op::Create { init, vswitch, .. } if on.is_none_or(|v| v == vswitch) => {
+                Op::Create {
+                    init, vswitch, set, ..
+                } if on.is_none_or(|v| v == vswitch)
+                    && in_set.is_none_or(|s| set.as_ref() == Some(s)) =>
+                {
                     ips_per_eni.saturating_sub(*init)
                 }
                 Op::Create { .. } | Op::Free { .. } => 0,

@@ -124,6 +124,7 @@ pub(super) struct Actor {
     pool_backoff: Backoff,
     shed_backoff: Backoff,
     free_backoff: FreeBackoff,
+    set_use: super::sg_sets::SetUse,
     fatal_tx: Sender<Fatal>,
     next_maintenance: Instant,
     config_view: Vec<(String, String)>,
@@ -149,6 +150,8 @@ impl Actor {
         let eni_sem = Semaphore::new(opts.capacity.usable_enis);
         let mut switches = VSwitches::new(opts.vswitches.clone(), opts.vswitch_policy);
         switches.set_free(opts.vswitch_free.iter().cloned(), u64::MAX);
+        let mut pool = pool;
+        pool.sg_sets_mut().set_default(opts.default_set());
         let now = Instant::now();
         let worker_config = WorkerConfig {
             window: opts.aggregation_window,
@@ -177,9 +180,10 @@ impl Actor {
             pool_backoff: Backoff::new(opts.pool_backoff_max),
             shed_backoff: Backoff::new(opts.pool_backoff_max),
             free_backoff: FreeBackoff::default(),
+            set_use: super::sg_sets::SetUse::default(),
             next_maintenance: now,
             pool,
-            demand: Demand::default(),
+            demand: Demand::with_default_set(opts.default_set()),
             surge: Surge::default(),
             opts,
             fatal_tx,
@@ -319,6 +323,10 @@ impl Actor {
         for id in self.pool.drop_empty_gone() {
             info!("{id} is forgotten: the last address held on it was released");
         }
+        // The sets given, changed or dropped, on disk before any owner
+        // served from them is answered (the journal keeps order).
+        let sets = super::sg_sets::unrecorded(&mut self.pool);
+        self.durable.write(sets);
         let freed = self.pool.settle(unix_ms());
         self.durable.write(
             freed
@@ -414,6 +422,7 @@ impl Actor {
             changes: &mut self.changes,
             shed_backoff: &self.shed_backoff,
             free_backoff: &self.free_backoff,
+            set_use: &mut self.set_use,
         }
     }
 
@@ -447,6 +456,8 @@ impl Actor {
                 attach,
                 intent,
             } => {
+                let mut intent = intent;
+                super::sg_sets::normalize(&mut intent, self.opts.default_set().as_ref());
                 let ask = Ask {
                     owner,
                     sandbox,
@@ -584,6 +595,7 @@ impl Actor {
         crate::metrics::Gauges {
             ips_by_state: crate::pool::views::counts_by_state(&self.pool),
             enis: self.pool.enis().len() as u64,
+            enis_by_set: super::sg_sets::enis_by_set(&self.pool),
             capacity: self.cap.total_ips as u64,
             pending: self.demand.pending() as u64,
             connections: crate::metrics::connections(),

@@ -14,7 +14,7 @@ use std::time::Instant;
 use log::info;
 
 use crate::pool::{PoolEni, PoolState};
-use eniip_protocol::core::{AllocError, ErrCode};
+use eniip_protocol::core::{AllocError, ErrCode, SecurityGroupSet};
 use eniip_util::time::unix_ms;
 
 use super::super::capacity::Capacity;
@@ -22,6 +22,7 @@ use super::super::eniops::CreateJob;
 use super::super::mailbox::TicketId;
 use super::super::placement::{self, EniRoom, PlanInput};
 use super::super::prefix_mode::{self, Kind, V6From};
+use super::super::sg_sets;
 use super::super::vswitch_choice::VSwitches;
 use super::super::{AllocatorOptions, Fatal};
 use super::backoff::Backoff;
@@ -59,13 +60,40 @@ impl Planning<'_> {
         for vswitch in self.demand.unplanned_vswitches() {
             self.plan_on(now, Some(&vswitch))?;
         }
-        self.plan_on(now, None)
+        self.plan_on(now, None)?;
+        // Then each security-group set other than the node's own, on its
+        // own ENIs (new ones made with its groups).
+        for (vswitch, set) in self.demand.unplanned_sets() {
+            self.plan_in(now, vswitch.as_deref(), Some(&set))?;
+        }
+        // Then the warm pool of each set in use (when nobody waits).
+        if self.cap.min_idle > 0 && self.demand.waiting() == 0 {
+            let own = self.opts.default_set();
+            for set in sg_sets::sets_in_use(self.pool) {
+                if Some(&set) != own.as_ref() {
+                    self.plan_in(now, None, Some(&set))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Plans the waiters that asked `vswitch` (`None`: that asked none,
     /// and the pool's top-up).
     fn plan_on(&mut self, now: Instant, vswitch: Option<&str>) -> Result<(), Fatal> {
-        let Some((input, mut units)) = self.gather(now, vswitch) else {
+        self.plan_in(now, vswitch, None)
+    }
+
+    /// [`plan_on`](Self::plan_on) for the waiters of the security-group
+    /// set `set` (`None`: the node's own, and the pool's top-up).
+    fn plan_in(
+        &mut self,
+        now: Instant,
+        vswitch: Option<&str>,
+        set: Option<&SecurityGroupSet>,
+    ) -> Result<(), Fatal> {
+        let want = set.cloned().or_else(|| self.opts.default_set());
+        let Some((input, mut units)) = self.gather(now, vswitch, set, want.as_ref()) else {
             return Ok(());
         };
         let now_ms = unix_ms();
@@ -73,27 +101,35 @@ impl Planning<'_> {
         // The surplus rides after every unit of demand.
         units.extend(std::iter::repeat_n(None, plan.surplus));
         let spare_before = self.demand.spare_tickets();
-        self.submit(plan.submits, &mut units, now_ms);
-        self.create(plan.creates, &mut units, now, now_ms)?;
+        self.submit(plan.submits, &mut units, now_ms, want.as_ref());
+        self.create(plan.creates, &mut units, now, now_ms, want.as_ref())?;
         if self.surge.surging() {
             // Pool tickets made in a surge (the surplus and any /28's
             // rounding) are what a shrink-back may give back.
             let grown = self.demand.spare_tickets().saturating_sub(spare_before);
             self.surge.grew(grown);
         }
-        if plan.unplaceable > 0 {
+        if plan.unplaceable > 0 && !self.repurpose(want.as_ref()) {
             // Client units no source can serve now fail at once, newest
             // first.
-            let reason = views::exhaustion_reason(
-                self.pool,
-                self.vsw,
-                self.cap,
-                self.demand.pending(),
-                now_ms,
-                vswitch,
-            );
+            let reason = want
+                .as_ref()
+                .and_then(|w| sg_sets::exhausted(self.pool, self.cap.usable_enis, w))
+                .unwrap_or_else(|| {
+                    views::exhaustion_reason(
+                        self.pool,
+                        self.vsw,
+                        self.cap,
+                        self.demand.pending(),
+                        now_ms,
+                        vswitch,
+                    )
+                });
             let err = AllocError::new(ErrCode::Exhausted, reason);
-            for id in self.demand.newest_unplanned_on(vswitch, plan.unplaceable) {
+            let ids = self
+                .demand
+                .newest_unplanned_in(vswitch, want.as_ref(), plan.unplaceable);
+            for id in ids {
                 self.demand.fail(id, &err);
             }
         }
@@ -108,25 +144,45 @@ impl Planning<'_> {
         &mut self,
         now: Instant,
         vswitch: Option<&str>,
+        set: Option<&SecurityGroupSet>,
+        want: Option<&SecurityGroupSet>,
     ) -> Option<(PlanInput, VecDeque<Option<u64>>)> {
-        let clients = self.demand.unplanned_on(vswitch);
+        let clients = match set {
+            None => self.demand.unplanned_on(vswitch),
+            Some(_) => self.demand.unplanned_in(vswitch, want),
+        };
         let idle_and_asked = self.pool.idle_count() + self.demand.spare_tickets();
-        let pool_units =
-            if vswitch.is_some() || self.pool_backoff.active(now) || self.demand.waiting() > 0 {
-                0
-            } else {
-                self.cap.min_idle.saturating_sub(idle_and_asked)
+        let pool_units = if vswitch.is_some()
+            || self.pool_backoff.active(now)
+            || self.demand.waiting() > 0
+            || self.cap.min_idle == 0
+        {
+            0
+        } else {
+            // Each set keeps its own warm pool, within max_pool_size idle
+            // in all (which the pool check gives back above).
+            let own = self.opts.default_set();
+            let (in_set, spare) = match want {
+                Some(w) if set.is_some() || sg_sets::other_sets(self.pool, own.as_ref()) => (
+                    sg_sets::idle_in_set(self.pool, w),
+                    self.demand.spare_tickets_in(w),
+                ),
+                _ => (self.pool.idle_count(), self.demand.spare_tickets()),
             };
+            let room = self.cap.max_idle.saturating_sub(idle_and_asked);
+            self.cap.min_idle.saturating_sub(in_set + spare).min(room)
+        };
         if clients.is_empty() && pool_units == 0 {
             return None;
         }
         // A surge: what the calls for the clients may carry beside them,
         // up to max_pool_size idle.
-        let surplus = if vswitch.is_none() && self.surge.surging() && !clients.is_empty() {
-            self.cap.max_idle.saturating_sub(idle_and_asked)
-        } else {
-            0
-        };
+        let surplus =
+            if vswitch.is_none() && set.is_none() && self.surge.surging() && !clients.is_empty() {
+                self.cap.max_idle.saturating_sub(idle_and_asked)
+            } else {
+                0
+            };
         let now_ms = unix_ms();
         let mut order = self.vsw.order(now_ms);
         if let Some(v) = vswitch {
@@ -135,8 +191,10 @@ impl Planning<'_> {
         let input = PlanInput {
             demand: clients.len() + pool_units,
             client_demand: clients.len(),
-            enis: self.usable_enis(&order, vswitch, now_ms),
-            creating_room: self.inflight.creating_room(vswitch, self.cap.ips_per_eni),
+            enis: self.usable_enis(&order, vswitch, now_ms, want),
+            creating_room: self
+                .inflight
+                .creating_room_in(vswitch, want, self.cap.ips_per_eni),
             vswitches: order,
             eni_slots: self.inflight.eni_slots(),
             op_slots: self.inflight.op_slots(),
@@ -157,6 +215,7 @@ impl Planning<'_> {
         order: &[placement::VswChoice],
         vswitch: Option<&str>,
         now_ms: u64,
+        want: Option<&SecurityGroupSet>,
     ) -> Vec<EniRoom> {
         let switches = self.vsw.switches();
         let mut enis: Vec<(usize, usize, EniRoom)> = self
@@ -165,6 +224,7 @@ impl Planning<'_> {
             .iter()
             .filter(|e| e.takes_asks())
             .filter(|e| vswitch.is_none_or(|v| e.vswitch() == v))
+            .filter(|e| want.is_none_or(|w| self.pool.sg_sets().serves(e.id(), w)))
             .filter(|e| switches.inhibited_until(e.vswitch(), now_ms).is_none())
             .filter_map(|e| {
                 let room = self.eni_room(e.id(), now_ms);
@@ -244,6 +304,7 @@ impl Planning<'_> {
         submits: Vec<(String, usize)>,
         units: &mut VecDeque<Option<u64>>,
         now_ms: u64,
+        want: Option<&SecurityGroupSet>,
     ) {
         for (eni, n) in submits {
             let Some((vswitch, (kind, v6))) = self
@@ -270,7 +331,7 @@ impl Planning<'_> {
                 } else {
                     None
                 };
-                let t = self.demand.new_ticket(unit, &vswitch);
+                let t = self.demand.new_ticket_in(unit, &vswitch, want.cloned());
                 if !self.workers.submit(&eni, t, (kind, v6)) {
                     self.demand.end_ticket(t);
                     break;
@@ -291,6 +352,7 @@ impl Planning<'_> {
         units: &mut VecDeque<Option<u64>>,
         now: Instant,
         now_ms: u64,
+        want: Option<&SecurityGroupSet>,
     ) -> Result<(), Fatal> {
         // New ENIs aggregate like the workers do: a create waits until the
         // oldest waiting client has waited the aggregation window, unless
@@ -312,7 +374,7 @@ impl Planning<'_> {
             let Some(slots) = self.inflight.create_slots() else {
                 break;
             };
-            self.create_one(slots, vswitch, init, units, now_ms)?;
+            self.create_one(slots, (vswitch, want), init, units, now_ms)?;
         }
         Ok(())
     }
@@ -321,7 +383,7 @@ impl Planning<'_> {
     fn create_one(
         &mut self,
         slots: inflight::CreateSlots,
-        vswitch: String,
+        (vswitch, want): (String, Option<&SecurityGroupSet>),
         init: usize,
         units: &mut VecDeque<Option<u64>>,
         now_ms: u64,
@@ -341,7 +403,7 @@ impl Planning<'_> {
                 } else {
                     None
                 };
-                self.demand.new_ticket(unit, &vswitch)
+                self.demand.new_ticket_in(unit, &vswitch, want.cloned())
             })
             .collect();
         if shape.prefixes > 0 {
@@ -355,12 +417,45 @@ impl Planning<'_> {
                 shape.demand
             );
         }
-        let (op, op_permit) =
-            self.inflight
-                .begin_create(slots, vswitch.clone(), shape.tickets, tickets);
-        let job = CreateJob::new(self.opts, (op, vswitch), shape.singles, shape.prefixes, v6);
+        let (op, op_permit) = self.inflight.begin_create_in(
+            slots,
+            vswitch.clone(),
+            shape.tickets,
+            tickets,
+            want.cloned(),
+        );
+        let mut job = CreateJob::new(self.opts, (op, vswitch), shape.singles, shape.prefixes, v6);
+        if let Some(w) = want {
+            job.security_groups = w.ids().to_vec();
+        }
         self.threads
             .create(job, op_permit)
             .map_err(|e| format!("cannot start an ENI operation thread: {e}").into())
+    }
+
+    /// A set whose clients no source can serve: an ENI of another set
+    /// that holds nothing is re-purposed for it (its groups changed, not
+    /// deleted and created again), or one already is. False when none
+    /// can be: the clients are refused.
+    fn repurpose(&mut self, want: Option<&SecurityGroupSet>) -> bool {
+        let Some(want) = want else {
+            return false;
+        };
+        if self.pool.sg_sets().changing_to(want) {
+            return true;
+        }
+        let Some(eni) = sg_sets::repurposable(self.pool, want) else {
+            return false;
+        };
+        if !self.pool.sg_sets_mut().begin_change(&eni, want.clone()) {
+            return false;
+        }
+        info!("re-purposing {eni} (no address of it in use) for the security groups {want}");
+        if self.threads.set_groups(&eni, want.clone()) {
+            true
+        } else {
+            self.pool.sg_sets_mut().end_change(&eni, None);
+            false
+        }
     }
 }

@@ -91,6 +91,29 @@ impl Reports<'_> {
             Event::EniReady { op, eni } => return self.on_eni_ready(op, &eni),
             Event::EniFailed { op, error, leaked } => self.on_eni_failed(op, &error, leaked),
             Event::EniFreed { eni, result } => self.on_eni_freed(eni, result),
+            Event::SecurityGroups { started, enis } => {
+                for (id, groups) in enis {
+                    // A set changed since the read began is not judged
+                    // by it.
+                    if !self.changes.since(&id, started) {
+                        super::super::sg_sets::observe(self.pool, &id, &groups);
+                    }
+                }
+            }
+            Event::SetChanged { eni, set, error } => {
+                self.changes.touch(&eni, Instant::now());
+                let to = match error {
+                    None => {
+                        info!("{eni} now has the security groups {set}");
+                        Some(set)
+                    }
+                    Some(e) => {
+                        warn!("changing the security groups of {eni} to {set} failed: {e}");
+                        None
+                    }
+                };
+                self.pool.sg_sets_mut().end_change(&eni, to);
+            }
             Event::VSwitchFree(counts) => {
                 for id in self.vsw.set_free(counts) {
                     info!("{id} has free addresses again: no longer inhibited");
@@ -283,7 +306,7 @@ impl Reports<'_> {
 
     fn on_eni_ready(&mut self, op: OpId, r: &ReadyEni) -> Result<(), Fatal> {
         let id = r.id();
-        let Some(inflight::Ended { tickets, .. }) = self.inflight.ready(op, id) else {
+        let Some(inflight::Ended { tickets, set, .. }) = self.inflight.ready(op, id) else {
             return Ok(());
         };
         info!(
@@ -292,6 +315,10 @@ impl Reports<'_> {
             r.v4.len()
         );
         self.pool.add_eni(r.link.clone(), r.primary_ip);
+        if let Some(set) = set {
+            // Recorded (the actor writes it) before any owner on it.
+            self.pool.sg_sets_mut().give(id, set);
+        }
         // Its /80 first: the addresses that follow carve from it.
         for p in &r.v6_prefixes {
             self.pool.add_v6_prefix(id, *p);
@@ -324,6 +351,7 @@ impl Reports<'_> {
             vswitch,
             tickets,
             eni: created,
+            ..
         }) = self.inflight.failed(op)
         else {
             return;

@@ -133,6 +133,29 @@ impl Threads {
         }
     }
 
+    /// Changes `eni`'s security groups to `set` (re-purposing it); the
+    /// outcome comes back as [`Event::SetChanged`]. False when no thread
+    /// could be started (nothing was asked).
+    pub(super) fn set_groups(
+        &mut self,
+        eni: &str,
+        set: eniip_protocol::core::SecurityGroupSet,
+    ) -> bool {
+        let (cloud, events) = self.cloud_and_events();
+        let eni = eni.to_string();
+        let spawned = self.spawn("ENI set change", "eniipd-eni-set", move || {
+            let error = cloud.set_eni_security_groups(&eni, set.ids()).err();
+            let _ = events.send(Event::SetChanged { eni, set, error });
+        });
+        match spawned {
+            Ok(()) => true,
+            Err(e) => {
+                warn!("cannot start an ENI security-group change: {e}");
+                false
+            }
+        }
+    }
+
     /// Compares the pool (a snapshot asked of the actor) with the OpenAPI
     /// and answers `reply` (see [`super::super::audit`]).
     pub(super) fn audit(&mut self, opts: &Arc<AllocatorOptions>, reply: Reply) {

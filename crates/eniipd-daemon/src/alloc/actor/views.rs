@@ -41,6 +41,8 @@ pub(super) fn eni_entries(
                 fallback: fallback(c.vswitch),
             }),
             v6_prefix: None,
+            security_groups: c.set.cloned(),
+            security_groups_cloud: None,
         });
     }
     out
