@@ -98,6 +98,24 @@ pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
     eniip_util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
 }
 
+/// Two security groups of the emulated VPC beside the instance's own,
+/// for the official SDKs' checks (tests/sdk: created in, then changed away
+/// from; issue 39).
+pub const SDK_POD_GROUPS: [&str; 2] = ["sg-bp1sdkpodsa000000000", "sg-bp1sdkpodsb000000000"];
+
+/// [`SDK_POD_GROUPS`] as the checks take them, `sg-a,sg-b`.
+pub fn sdk_pod_groups_arg() -> String {
+    SDK_POD_GROUPS.join(",")
+}
+
+/// Emulator options with [`SDK_POD_GROUPS`] in the VPC.
+pub fn with_sdk_pod_groups(o: eniip_sim::SimOptions) -> eniip_sim::SimOptions {
+    eniip_sim::SimOptions {
+        security_groups: SDK_POD_GROUPS.iter().map(|g| g.to_string()).collect(),
+        ..o
+    }
+}
+
 /// A dual-stack vswitch for eniip-sim's `--vswitch`: the emulator's
 /// default IPv4 block and an IPv6 /64.
 pub const DUAL_VSWITCH: &str =

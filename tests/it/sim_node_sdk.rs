@@ -57,13 +57,13 @@ fn official_node_sdks_work_unchanged() {
         return;
     };
     // The instance's vswitch is dual stack, so a /80 can be carved.
-    let sim = Simulator::start(SimOptions {
+    let sim = Simulator::start(crate::common::with_sdk_pod_groups(SimOptions {
         vswitches: vec![VSwitchSpec::parse(
             "vsw-bp1dual0000000000001=192.168.0.0/22,ipv6=2408:4005:300:ab00::/64",
         )
         .unwrap()],
         ..SimOptions::default()
-    })
+    }))
     .unwrap();
     let out = Command::new("node")
         .arg(format!(
@@ -76,6 +76,7 @@ fn official_node_sdks_work_unchanged() {
             sim.access_key_id().into(),
             sim.access_key_secret().into(),
             sim.instance_id(),
+            crate::common::sdk_pod_groups_arg(),
         ])
         .env("NODE_PATH", &modules)
         .output()
@@ -102,6 +103,7 @@ fn official_node_sdks_work_unchanged() {
         "DescribeNetworkInterfaces",
         "AssignPrivateIpAddresses",
         "DeleteNetworkInterface",
+        "ModifyNetworkInterfaceAttribute",
     ] {
         assert!(
             state["calls"][action].as_u64().unwrap_or(0) >= 2,

@@ -54,6 +54,7 @@ fn run_check(py: &Path, script: &str, mode: Option<&str>, sim: &Simulator, passe
             sim.access_key_id().into(),
             sim.access_key_secret().into(),
             sim.instance_id(),
+            crate::common::sdk_pod_groups_arg(),
         ])
         .output()
         .unwrap();
@@ -85,7 +86,7 @@ fn official_python_sdk_works_unchanged() {
     ) else {
         return;
     };
-    let sim = Simulator::start(SimOptions::default()).unwrap();
+    let sim = Simulator::start(crate::common::with_sdk_pod_groups(SimOptions::default())).unwrap();
     run_check(&py, "sdk_check.py", None, &sim, "SDK CHECK PASSED");
     assert_reached(
         &sim.state(),
@@ -95,6 +96,7 @@ fn official_python_sdk_works_unchanged() {
             "AttachNetworkInterface",
             "AssignPrivateIpAddresses",
             "DescribeNetworkInterfaces",
+            "ModifyNetworkInterfaceAttribute",
         ],
     );
     sim.shutdown();
@@ -108,14 +110,14 @@ fn tea_sdk(mode: &str) -> Option<serde_json::Value> {
         "alibabacloud_ecs20140526, alibabacloud_vpc20160428 and alibabacloud_tea_openapi",
     )?;
     // The instance's vswitch is dual stack so the IPv6 actions run too.
-    let sim = Simulator::start(SimOptions {
+    let sim = Simulator::start(crate::common::with_sdk_pod_groups(SimOptions {
         vswitches: vec![VSwitchSpec::parse(
             "vsw-bp1dual0000000000001=192.168.0.0/22,ipv6=2408:4005:300:ab00::/64",
         )
         .unwrap()],
         attach_delay: std::time::Duration::from_millis(50),
         ..SimOptions::default()
-    })
+    }))
     .unwrap();
     run_check(
         &py,
@@ -144,6 +146,7 @@ fn tea_sdk(mode: &str) -> Option<serde_json::Value> {
             "TagResources",
             "UntagResources",
             "ListTagResources",
+            "ModifyNetworkInterfaceAttribute",
         ],
     );
     sim.shutdown();

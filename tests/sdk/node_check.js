@@ -6,7 +6,7 @@
  * tests/sdk/node/package.json and installed by .ci/run into
  * target/node-sdk (NODE_PATH=target/node-sdk/node_modules).
  *
- * Usage: node_check.js ECS_URL REGION ACCESS_KEY_ID ACCESS_KEY_SECRET INSTANCE_ID
+ * Usage: node_check.js ECS_URL REGION ACCESS_KEY_ID ACCESS_KEY_SECRET INSTANCE_ID POD_GROUPS
  * The instance's vswitch must be dual stack (an IPv6 block), as
  * tests/it/sim_node_sdk.rs starts the emulator. Each SDK runs with its
  * defaults (pop-core: GET, signature 1.0 HMAC-SHA1; ecs20140526: signature
@@ -18,7 +18,11 @@
  * whose /80 DescribeNetworkInterfaces reads back
  * (Ipv6PrefixSets.Ipv6PrefixSet[].Ipv6Prefix), AssignPrivateIpAddresses,
  * DeleteNetworkInterface, then a delete of an unknown ENI that must surface
- * the emulator's InvalidEniId.NotFound. Prints `passed` at the end; exits
+ * the emulator's InvalidEniId.NotFound; and an ENI created in POD_GROUPS
+ * (`sg-a,sg-b`: two of the VPC's security groups beside the instance's),
+ * read back (SecurityGroupIds.SecurityGroupId[]), moved to the instance's
+ * group with ModifyNetworkInterfaceAttribute (SecurityGroupId.N) and read
+ * back again. Prints `passed` at the end; exits
  * non-zero on any failure (or after 120 s). The secret is never printed.
  */
 'use strict';
@@ -64,7 +68,7 @@ async function refused(call, accepted) {
   throw new assert.AssertionError({ message: accepted });
 }
 
-async function popCore(url, region, keyId, secret, instance) {
+async function popCore(url, region, keyId, secret, instance, podGroups) {
   const client = new RPCClient({
     accessKeyId: keyId,
     accessKeySecret: secret,
@@ -112,10 +116,22 @@ async function popCore(url, region, keyId, secret, instance) {
     'pop-core: deleting an unknown ENI was accepted',
   );
   assert.equal(e.code, 'InvalidEniId.NotFound', `${e.name}: ${e.code}`);
-  console.log(`pop-core ok: ${eni} /80 ${p80[0]}, ${ips.length} IPs, unknown ENI -> ${e.code}`);
+
+  const groups = podGroups.split(',');
+  const inGroups = (await call('CreateNetworkInterface', { VSwitchId: vsw, SecurityGroupIds: groups }))
+    .NetworkInterfaceId;
+  const groupsOf = async () =>
+    (await call('DescribeNetworkInterfaces', { NetworkInterfaceId: [inGroups] })).NetworkInterfaceSets
+      .NetworkInterfaceSet[0].SecurityGroupIds.SecurityGroupId.slice()
+      .sort();
+  assert.deepEqual(await groupsOf(), groups.slice().sort());
+  await call('ModifyNetworkInterfaceAttribute', { NetworkInterfaceId: inGroups, SecurityGroupId: [sg] });
+  assert.deepEqual(await groupsOf(), [sg]);
+  await call('DeleteNetworkInterface', { NetworkInterfaceId: inGroups });
+  console.log(`pop-core ok: ${eni} /80 ${p80[0]}, ${ips.length} IPs, unknown ENI -> ${e.code}, groups ${groups} -> ${sg}`);
 }
 
-async function ecs20140526(url, region, keyId, secret, instance) {
+async function ecs20140526(url, region, keyId, secret, instance, podGroups) {
   const client = new Ecs.default(
     new OpenApi.Config({
       accessKeyId: keyId,
@@ -189,15 +205,54 @@ async function ecs20140526(url, region, keyId, secret, instance) {
   );
   assert.equal(e.code, 'InvalidEniId.NotFound', `${e.name}: ${e.code}`);
   assert.equal(e.statusCode, 404, `${e.name}: ${e.code} ${e.statusCode}`);
+
+  const groups = podGroups.split(',');
+  const inGroups = (
+    await client.createNetworkInterface(
+      new Ecs.CreateNetworkInterfaceRequest({ regionId: region, vSwitchId: vsw, securityGroupIds: groups }),
+    )
+  ).body.networkInterfaceId;
+  const groupsOf = async () =>
+    (
+      await client.describeNetworkInterfaces(
+        new Ecs.DescribeNetworkInterfacesRequest({ regionId: region, networkInterfaceId: [inGroups] }),
+      )
+    ).body.networkInterfaceSets.networkInterfaceSet[0].securityGroupIds.securityGroupId
+      .slice()
+      .sort();
+  assert.deepEqual(await groupsOf(), groups.slice().sort());
+  await client.modifyNetworkInterfaceAttribute(
+    new Ecs.ModifyNetworkInterfaceAttributeRequest({
+      regionId: region,
+      networkInterfaceId: inGroups,
+      securityGroupId: [sg],
+    }),
+  );
+  assert.deepEqual(await groupsOf(), [sg]);
+  const unknown = await refused(
+    () =>
+      client.modifyNetworkInterfaceAttribute(
+        new Ecs.ModifyNetworkInterfaceAttributeRequest({
+          regionId: region,
+          networkInterfaceId: inGroups,
+          securityGroupId: ['sg-bp1nosuchgroup0000000'],
+        }),
+      ),
+    'ecs20140526: a group the VPC does not have was accepted',
+  );
+  assert.equal(unknown.code, 'InvalidSecurityGroupId.NotFound', `${unknown.name}: ${unknown.code}`);
+  await client.deleteNetworkInterface(
+    new Ecs.DeleteNetworkInterfaceRequest({ regionId: region, networkInterfaceId: inGroups }),
+  );
   console.log(
-    `ecs20140526 ok: ${eni} /80 ${p80[0]}, ${ips.length} IPs, unknown ENI -> ${e.name} ${e.code} ${e.statusCode}`,
+    `ecs20140526 ok: ${eni} /80 ${p80[0]}, ${ips.length} IPs, unknown ENI -> ${e.name} ${e.code} ${e.statusCode}, groups ${groups} -> ${sg}`,
   );
 }
 
 async function main() {
   const args = process.argv.slice(2);
-  if (args.length !== 5) {
-    console.error('usage: node_check.js ECS_URL REGION ACCESS_KEY_ID ACCESS_KEY_SECRET INSTANCE_ID');
+  if (args.length !== 6) {
+    console.error('usage: node_check.js ECS_URL REGION ACCESS_KEY_ID ACCESS_KEY_SECRET INSTANCE_ID POD_GROUPS');
     process.exit(2);
   }
   // Every wait here has a deadline (the SDKs' own request timeouts, the

@@ -2,8 +2,11 @@
 """The official Alibaba Cloud Python SDK (aliyun-python-sdk-core and
 aliyun-python-sdk-ecs from PyPI), unchanged, against eniip-sim.
 
-Usage: sdk_check.py ECS_URL REGION ACCESS_KEY_ID ACCESS_KEY_SECRET INSTANCE_ID
+Usage: sdk_check.py ECS_URL REGION ACCESS_KEY_ID ACCESS_KEY_SECRET INSTANCE_ID POD_GROUPS
 The only thing pointed anywhere is the endpoint (host:port, protocol http).
+POD_GROUPS (`sg-a,sg-b`): two of the VPC's security groups beside the
+instance's own; an ENI is created in both and moved to the instance's group
+with ModifyNetworkInterfaceAttribute, read back each time.
 Exits non-zero on any failure.
 """
 import json
@@ -18,12 +21,14 @@ from aliyunsdkecs.request.v20140526 import (
     CreateNetworkInterfaceRequest,
     DescribeInstanceAttributeRequest,
     DescribeInstanceTypesRequest,
+    DeleteNetworkInterfaceRequest,
     DescribeNetworkInterfacesRequest,
+    ModifyNetworkInterfaceAttributeRequest,
 )
 
 
 def main():
-    url, region, key_id, secret, instance = sys.argv[1:6]
+    url, region, key_id, secret, instance, pod_groups = sys.argv[1:7]
     endpoint = url.split("://", 1)[1]
     client = AcsClient(key_id, secret, region)
 
@@ -85,6 +90,29 @@ def main():
     r.set_MaxResults(10)
     enis = call(r)["NetworkInterfaceSets"]["NetworkInterfaceSet"]
     assert any(e["NetworkInterfaceId"] == eni and len(e["PrivateIpSets"]["PrivateIpSet"]) == 6 for e in enis), enis
+
+    groups = pod_groups.split(",")
+    r = CreateNetworkInterfaceRequest.CreateNetworkInterfaceRequest()
+    r.set_VSwitchId(vsw)
+    r.set_SecurityGroupIdss(groups)
+    in_groups = call(r)["NetworkInterfaceId"]
+
+    def groups_of(eni):
+        r = DescribeNetworkInterfacesRequest.DescribeNetworkInterfacesRequest()
+        r.set_NetworkInterfaceIds([eni])
+        got = call(r)["NetworkInterfaceSets"]["NetworkInterfaceSet"][0]
+        return sorted(got["SecurityGroupIds"]["SecurityGroupId"])
+
+    assert groups_of(in_groups) == sorted(groups), groups_of(in_groups)
+    r = ModifyNetworkInterfaceAttributeRequest.ModifyNetworkInterfaceAttributeRequest()
+    r.set_NetworkInterfaceId(in_groups)
+    r.set_SecurityGroupIds([sg])
+    call(r)
+    assert groups_of(in_groups) == [sg], groups_of(in_groups)
+    r = DeleteNetworkInterfaceRequest.DeleteNetworkInterfaceRequest()
+    r.set_NetworkInterfaceId(in_groups)
+    call(r)
+    print("security groups ok:", groups, "->", [sg])
 
     bad = AcsClient(key_id, secret + "-wrong", region)
     r = DescribeInstanceTypesRequest.DescribeInstanceTypesRequest()

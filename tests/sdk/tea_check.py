@@ -3,14 +3,18 @@
 alibabacloud_vpc20160428 on alibabacloud_tea_openapi, from PyPI),
 unchanged, against eniip-sim.
 
-Usage: tea_check.py MODE ECS_URL REGION ACCESS_KEY_ID ACCESS_KEY_SECRET INSTANCE_ID
+Usage: tea_check.py MODE ECS_URL REGION ACCESS_KEY_ID ACCESS_KEY_SECRET INSTANCE_ID POD_GROUPS
 MODE "default" leaves the SDK's Config at its defaults (signature V3,
 ACS3-HMAC-SHA256); "v2" sets signature_algorithm='v2' (the RPC signature
 1.0, HMAC-SHA1). The only things pointed anywhere are the endpoint
 (host:port) and protocol http. Every action eniipd uses runs with typed
 requests and typed responses, then the three tag actions; a wrong secret
 must come back as the SDK's signature error and an injected
-Throttling.User as its throttling error. Exits non-zero on any failure.
+Throttling.User as its throttling error. POD_GROUPS (`sg-a,sg-b`) are two
+security groups of the emulated VPC beside the instance's own: an ENI is
+created in both, read back, moved to the instance's group with
+ModifyNetworkInterfaceAttribute and read back again, all through the
+typed models (issue 39). Exits non-zero on any failure.
 """
 import json
 import sys
@@ -88,8 +92,57 @@ def wait_status(ecs, region, eni, want, deadline_s=15):
     raise AssertionError(f"{eni}: {status}, wanted {want}")
 
 
+def security_groups(ecs, region, vsw, sg, groups):
+    """An ENI in `groups` (two of the VPC's groups beside the instance's
+    `sg`), read back, moved to [sg] and read back: the typed models carry
+    SecurityGroupIds.N, SecurityGroupId.N and SecurityGroupIds.SecurityGroupId[]."""
+    r = ecs.describe_security_groups(
+        ecs_models.DescribeSecurityGroupsRequest(region_id=region)
+    )
+    listed = {g.security_group_id for g in r.body.security_groups.security_group}
+    assert set(groups) | {sg} <= listed, (sorted(listed), groups)
+
+    r = ecs.create_network_interface(
+        ecs_models.CreateNetworkInterfaceRequest(
+            region_id=region, v_switch_id=vsw, security_group_ids=groups,
+        )
+    )
+    eni = r.body.network_interface_id
+
+    def described():
+        r = ecs.describe_network_interfaces(
+            ecs_models.DescribeNetworkInterfacesRequest(
+                region_id=region, network_interface_id=[eni]
+            )
+        )
+        got = r.body.network_interface_sets.network_interface_set[0]
+        return sorted(got.security_group_ids.security_group_id)
+
+    assert described() == sorted(groups), described()
+    ecs.modify_network_interface_attribute(
+        ecs_models.ModifyNetworkInterfaceAttributeRequest(
+            region_id=region, network_interface_id=eni, security_group_id=[sg]
+        )
+    )
+    assert described() == [sg], described()
+    e = refused(
+        lambda: ecs.modify_network_interface_attribute(
+            ecs_models.ModifyNetworkInterfaceAttributeRequest(
+                region_id=region, network_interface_id=eni,
+                security_group_id=["sg-bp1nosuchgroup0000000"],
+            )
+        ),
+        "a group the VPC does not have was accepted",
+    )
+    assert getattr(e, "code", None) == "InvalidSecurityGroupId.NotFound", repr(e)
+    assert described() == [sg], "a refused change changed the set"
+    ecs.delete_network_interface(
+        ecs_models.DeleteNetworkInterfaceRequest(region_id=region, network_interface_id=eni)
+    )
+
+
 def main():
-    mode, url, region, key_id, secret, instance = sys.argv[1:7]
+    mode, url, region, key_id, secret, instance, pod_groups = sys.argv[1:8]
     endpoint = url.split("://", 1)[1]
     cfg = config(mode, endpoint, region, key_id, secret)
     ecs = EcsClient(cfg)
@@ -272,6 +325,9 @@ def main():
         ecs_models.DeleteNetworkInterfaceRequest(region_id=region, network_interface_id=eni80)
     )
     done.append("Ipv6Prefix")
+
+    security_groups(ecs, region, vsw, sg, pod_groups.split(","))
+    done.append("ModifyNetworkInterfaceAttribute")
 
     ecs.tag_resources(
         ecs_models.TagResourcesRequest(
