@@ -77,6 +77,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "sandbox_reap_grace",
     "cni_conflist",
     "cni_conflist_source",
+    "exhaustion_warn_s",
 ];
 
 /// The known key an unknown `key` is a near miss of: the same but for

@@ -123,6 +123,7 @@ pub struct RawConfig {
     pub(crate) sandbox_reap_grace: Option<Value>,
     pub(crate) cni_conflist: Option<String>,
     pub(crate) cni_conflist_source: Option<String>,
+    pub(crate) exhaustion_warn_s: Option<Value>,
     #[serde(flatten)]
     pub(crate) other: BTreeMap<String, Value>,
 }
@@ -210,6 +211,8 @@ pub struct Config {
     pub(crate) ip_prefix: bool,
     /// What eniipd does for eniip-cni: the sandbox reaper, the conflist.
     pub(crate) cni: CniSettings,
+    /// A forecast under this is logged once as a WARN (0: never).
+    pub(crate) exhaustion_warn: Duration,
 }
 
 /// Why a config could not be loaded.

@@ -157,6 +157,13 @@ impl RawConfig {
             signature_version: self.signature_version()?,
             ip_prefix: self.ip_prefix()?,
             cni: self.cni_settings()?,
+            exhaustion_warn: secs(
+                "exhaustion_warn_s",
+                &self.exhaustion_warn_s,
+                3600,
+                0,
+                7 * 86_400,
+            )?,
         })
     }
 

@@ -108,6 +108,12 @@ pub enum Record {
         /// Whose.
         owner: String,
     },
+    /// The node starts (`true`) or ends (`false`) draining (`drain`,
+    /// `undrain`).
+    Drain {
+        /// Draining from now on.
+        on: bool,
+    },
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -126,6 +132,9 @@ pub struct PersistedState {
     /// written: no generation recorded yet).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub next_gen: u64,
+    /// The node is draining (not written when it is not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
 }
 
 impl PersistedState {
@@ -151,6 +160,7 @@ impl PersistedState {
             Record::Forget { owner } => {
                 self.allocations.remove(owner);
             }
+            Record::Drain { on } => self.draining = *on,
         }
     }
 
@@ -278,6 +288,12 @@ mod tests {
         });
         assert_eq!(s.allocations.len(), 1);
         assert!(s.check().is_err(), "10.0.0.1 is now allocated and held");
+        // A drain is kept until an undrain.
+        s.apply(&Record::Drain { on: true });
+        s.apply(&Record::Forget { owner: "c".into() });
+        assert!(s.draining);
+        s.apply(&Record::Drain { on: false });
+        assert!(!s.draining);
     }
 
     #[test]

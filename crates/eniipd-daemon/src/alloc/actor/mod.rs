@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
-use log::{error, info};
+use log::{error, info, warn};
 
 use crate::metrics::{self, Stage};
 use crate::pool::PoolState;
@@ -46,7 +46,9 @@ use eniip_util::sem::Semaphore;
 use eniip_util::time::unix_ms;
 
 use super::capacity::Capacity;
-use super::mailbox::{Event, Request};
+use super::drain::{self, Drain, Held};
+use super::forecast::{self, Clock, Forecast, NodeUse};
+use super::mailbox::{Event, Request, VSwitchRead};
 use super::vswitch_choice::VSwitches;
 use super::worker::WorkerConfig;
 use super::{AllocatorOptions, Fatal, Joinable, Journal, Snapshot};
@@ -128,6 +130,11 @@ pub(super) struct Actor {
     next_maintenance: Instant,
     config_view: Vec<(String, String)>,
     stopping: bool,
+    /// The exhaustion forecast and its clock.
+    forecast: Forecast,
+    clock: Clock,
+    /// Whether the node drains (it owns the pool sizes set aside).
+    drain: Drain,
 }
 
 impl Actor {
@@ -181,10 +188,23 @@ impl Actor {
             pool,
             demand: Demand::default(),
             surge: Surge::default(),
+            forecast: Forecast::default(),
+            clock: Clock::new(),
+            drain: Drain::default(),
             opts,
             fatal_tx,
             stopping: false,
         }
+        .with_drain()
+    }
+
+    /// Draining from the start when the node was when it stopped.
+    fn with_drain(mut self) -> Actor {
+        if self.opts.draining {
+            self.drain.start(&mut self.cap);
+            info!("the node is draining (eniipctl drain before the restart): no new allocation; eniipctl undrain ends it");
+        }
+        self
     }
 
     /// After a restart served from the state files (`first_reconcile` in
@@ -336,6 +356,10 @@ impl Actor {
             let jitter = eniip_util::rand::jitter(0.2);
             self.next_maintenance = now + self.opts.pool_check_interval.mul_f64(jitter);
         }
+        if self.drain.on() && self.retire_ready() == Some(false) {
+            // Something is still to give back: check again soon.
+            self.next_maintenance = self.next_maintenance.min(now + drain::DRAIN_PASS);
+        }
         self.clients().serve_waiters();
         if self.surge.observe(now, self.demand.waiting() > 0) {
             info!(
@@ -440,6 +464,13 @@ impl Actor {
             ..
         } = env;
         let answer = match command {
+            Command::Alloc { owner, .. }
+                if self.drain.on() && self.pool.allocation(&owner).is_none() =>
+            {
+                crate::metrics::record_alloc("draining", started.elapsed().as_secs_f64());
+                log::debug!("alloc for {owner} refused: the node is draining");
+                Err(AllocError::draining())
+            }
             Command::Alloc {
                 owner,
                 sandbox,
@@ -484,6 +515,8 @@ impl Actor {
                 self.cap.prefix_mode,
                 unix_ms(),
             ))),
+            Command::Capacity => Ok(Answer::Capacity(self.ceilings())),
+            Command::Drain(on) => return self.set_drain(on, reply),
             Command::Metrics => Ok(Answer::Metrics(crate::metrics::render(&self.gauges()))),
             Command::Config => Ok(Answer::Config(self.config_view.clone())),
         };
@@ -515,8 +548,8 @@ impl Actor {
                     "pool sizes reloaded: min idle {} -> {}, max idle {} -> {}",
                     self.cap.min_idle, capacity.min_idle, self.cap.max_idle, capacity.max_idle
                 );
-                self.cap.min_idle = capacity.min_idle;
-                self.cap.max_idle = capacity.max_idle;
+                self.drain
+                    .reload(&mut self.cap, capacity.min_idle, capacity.max_idle);
                 self.config_view = view;
                 self.next_maintenance = Instant::now();
                 let _ = reply.send(self.cap);
@@ -540,6 +573,10 @@ impl Actor {
     /// A report of the cloud side; after the first reconcile of a
     /// restart, the pool is verified and the audits held for it start.
     fn on_event(&mut self, e: Event) {
+        let e = match e {
+            Event::ForecastTick { at, read } => return self.on_forecast_tick(at, read),
+            e => e,
+        };
         let reconcile = matches!(e, Event::Reconcile { .. });
         let done = self.reports().on_event(e);
         self.or_fatal(done);
@@ -561,11 +598,101 @@ impl Actor {
 
     // ---- views ---------------------------------------------------------
 
-    fn status_counts(&self) -> eniip_protocol::core::StatusCounts {
+    fn status_counts(&mut self) -> eniip_protocol::core::StatusCounts {
         let mut c = crate::pool::views::counts(&self.pool);
         c.pending = self.demand.pending();
         c.capacity = self.cap.total_ips;
+        self.forecast.now(self.node_use());
+        c.exhaustion = self.forecast.soonest();
+        c.draining = self.retire_ready();
         c
+    }
+
+    // ---- the forecast and the drain ------------------------------------
+
+    /// What the node uses of its own ceilings now.
+    fn node_use(&self) -> NodeUse {
+        let c = crate::pool::views::counts(&self.pool);
+        let slots = self.cap.prefix_mode.then(|| {
+            let used: usize = self
+                .pool
+                .enis()
+                .iter()
+                .filter(|e| !e.gone())
+                .map(|e| self.pool.slots_used(e.id()))
+                .sum();
+            (
+                used as u64,
+                (self.cap.usable_enis * self.cap.slots_per_eni) as u64,
+            )
+        });
+        NodeUse {
+            addresses: (c.inuse + c.reserved + c.cooling) as u64,
+            capacity: self.cap.total_ips as u64,
+            slots,
+        }
+    }
+
+    /// Every ceiling, its use as of now.
+    fn ceilings(&mut self) -> Vec<eniip_protocol::core::CeilingUse> {
+        self.forecast.now(self.node_use());
+        self.forecast.ceilings()
+    }
+
+    /// The forecast's tick: the vswitches read (their free counts also
+    /// go where every read of them goes) and the node's use sampled; a
+    /// forecast newly under `exhaustion_warn_s` is logged once.
+    fn on_forecast_tick(&mut self, at: Instant, read: Option<Vec<VSwitchRead>>) {
+        let t = self.clock.at(at);
+        if let Some(read) = read {
+            for v in &read {
+                self.forecast.observe_vswitch(t, &v.id, v.free, v.limit);
+            }
+            let counts = read.into_iter().map(|v| (v.id, v.free)).collect();
+            let done = self.reports().on_event(Event::VSwitchFree(counts));
+            self.or_fatal(done);
+        }
+        self.forecast.observe_node(t, self.node_use());
+        let warn_s = self.opts.exhaustion_warn.as_secs();
+        if warn_s > 0 {
+            for c in self.forecast.newly_under(warn_s) {
+                warn!("{}", forecast::warning(&c));
+            }
+        }
+    }
+
+    /// `Some(ready to retire)` while draining.
+    fn retire_ready(&self) -> Option<bool> {
+        if !self.drain.on() {
+            return None;
+        }
+        self.drain.retire_ready(Held {
+            not_in_use: drain::leftovers(&self.pool),
+            pending: self.demand.pending(),
+            eni_ops: self.inflight.len(),
+        })
+    }
+
+    /// `drain` / `undrain`: in force at once, answered once durable.
+    fn set_drain(&mut self, on: bool, reply: Reply) {
+        let changed = if on {
+            self.drain.start(&mut self.cap)
+        } else {
+            self.drain.end(&mut self.cap)
+        };
+        if changed && on {
+            info!("draining: no new allocation; idle addresses and ENIs that hold no owner go back to the cloud");
+        } else if changed {
+            info!(
+                "no longer draining: the pool refills to min_pool_size={}",
+                self.cap.min_idle
+            );
+        }
+        self.next_maintenance = Instant::now();
+        self.durable
+            .then(vec![Record::Drain { on }], reply, move || {
+                Answer::Draining(on)
+            });
     }
 
     /// A copy of what `audit` compares with the cloud.
@@ -589,6 +716,16 @@ impl Actor {
             connections: crate::metrics::connections(),
             eni_ops: self.inflight.op_slots_used() as u64,
             inhibited_vswitches: self.vsw.switches().inhibited_count(unix_ms()) as u64,
+            exhaustion: self
+                .forecast
+                .ceilings()
+                .into_iter()
+                .filter_map(|c| {
+                    let s = c.forecast_s?;
+                    let v = c.ceiling.vswitch().unwrap_or("").to_string();
+                    Some((c.ceiling.kind(), v, s))
+                })
+                .collect(),
             eni_modes: if self.cap.prefix_mode {
                 crate::pool::views::eni_modes(&self.pool)
             } else {

@@ -14,7 +14,7 @@ use std::time::Instant;
 use log::info;
 
 use crate::pool::{PoolEni, PoolState};
-use eniip_protocol::core::{AllocError, ErrCode};
+use eniip_protocol::core::AllocError;
 use eniip_util::time::unix_ms;
 
 use super::super::capacity::Capacity;
@@ -84,7 +84,7 @@ impl Planning<'_> {
         if plan.unplaceable > 0 {
             // Client units no source can serve now fail at once, newest
             // first.
-            let reason = views::exhaustion_reason(
+            let (ceiling, reason) = views::exhaustion_reason(
                 self.pool,
                 self.vsw,
                 self.cap,
@@ -92,7 +92,7 @@ impl Planning<'_> {
                 now_ms,
                 vswitch,
             );
-            let err = AllocError::new(ErrCode::Exhausted, reason);
+            let err = AllocError::exhausted(&ceiling, reason);
             for id in self.demand.newest_unplanned_on(vswitch, plan.unplaceable) {
                 self.demand.fail(id, &err);
             }
