@@ -425,6 +425,7 @@ mod tests {
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET_PATH));
         assert_eq!(c.metadata_endpoint, DEFAULT_METADATA_ENDPOINT);
         assert_eq!(c.max_ip_stick_time, Duration::from_secs(3600));
+        assert_eq!(c.exhaustion_warn, Duration::from_secs(3600));
         let c = parse(r#"{"max_ip_stick_time": 604800, "ip_stick_time": 0}"#).unwrap();
         assert_eq!(c.max_ip_stick_time, Duration::from_secs(604_800));
     }
@@ -525,6 +526,11 @@ mod tests {
                 "604801",
             ),
             (r#"{"max_ip_stick_time": -1}"#, "max_ip_stick_time", "-1"),
+            (
+                r#"{"exhaustion_warn_s": 604801}"#,
+                "exhaustion_warn_s",
+                "604801",
+            ),
             (
                 r#"{"vswitch_selection_policy": "best"}"#,
                 "vswitch_selection_policy",
