@@ -197,3 +197,33 @@ fn the_eni_slots_of_a_small_instance_filled_at_a_steady_rate_are_forecast() {
         "{status}"
     );
 }
+
+#[test]
+fn capacity_shows_each_ceiling_the_prefix_slots_included() {
+    let sim = Sim::quick(&[]);
+    let vsw = first_vswitch(&sim.state());
+    let dir = tempdir("forecast-prefix");
+    let cfg = config(&sim, &dir, json!({"ip_prefix": true}));
+    let d = Daemon::start_wrapped_with(&[], &TEST_ENV, &dir, &cfg);
+    assert!(d.ok("alloc pod/one").starts_with("ip="));
+    // Once the vswitches were read: eni_slots, prefix, the vswitch.
+    assert!(
+        common::eventually(Duration::from_secs(10), || d.ask("capacity").len() == 4),
+        "{:?}",
+        d.ask("capacity")
+    );
+    let c = d.ask("capacity");
+    let capacity = common::field(&d.ok("status"), "capacity");
+    assert!(
+        c[0].starts_with(&format!("eni_slots used=1 limit={capacity} rate_per_min=")),
+        "{c:?}"
+    );
+    // A medium instance: 3 usable ENIs of 14 slots beside the primary.
+    assert!(c[1].starts_with("prefix used="), "{c:?}");
+    assert!(c[1].contains(" limit=42 "), "{c:?}");
+    assert!(
+        c[2].starts_with(&format!("vswitch vswitch={vsw} used=")) && c[2].contains(" limit=1020 "),
+        "{c:?}"
+    );
+    assert_eq!(c[3], "OK 3");
+}

@@ -63,6 +63,10 @@ fn a_drained_node_gives_back_what_is_idle_and_ends_holding_nothing() {
     );
     assert!(!d.ok("status").contains("draining="));
 
+    // Before the drain the cloud holds the idle ones too.
+    let idle_in_cloud = secondaries(&sim).difference(&in_use(&d)).count();
+    assert!(idle_in_cloud >= 10, "{idle_in_cloud}");
+    let drained = std::time::Instant::now();
     assert_eq!(d.ok("drain"), "draining=yes");
     // The idle addresses go back to the cloud within 30 s: every
     // secondary address left there is in use (primaries go with their
@@ -75,6 +79,10 @@ fn a_drained_node_gives_back_what_is_idle_and_ends_holding_nothing() {
         "{:?} not in use\n{}",
         secondaries(&sim).difference(&used).collect::<Vec<_>>(),
         d.log_text()
+    );
+    eprintln!(
+        "drain: the idle addresses were back in the cloud {:.2} s after drain",
+        drained.elapsed().as_secs_f64()
     );
     let status = d.ok("status");
     assert!(status.contains(" draining=yes retire_ready="), "{status}");
