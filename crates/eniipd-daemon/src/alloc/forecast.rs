@@ -22,6 +22,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::capacity::Capacity;
+use crate::pool::PoolState;
 use eniip_protocol::core::{Ceiling, CeilingUse, Exhaustion};
 
 /// How far back the rate looks (s on the forecast clock).
@@ -123,37 +125,43 @@ impl Series {
     }
 }
 
-/// One ceiling's use now and its history.
+/// One ceiling's use at a time and its history.
 #[derive(Debug, Clone, Default)]
 struct Gauge {
     used: u64,
     limit: u64,
+    /// When `used` was seen (s on the clock).
+    at: f64,
     series: Series,
 }
 
 impl Gauge {
     fn observe(&mut self, t: f64, used: u64, limit: u64) {
-        self.set(used, limit);
+        self.set(t, used, limit);
         self.series.push(t, used as f64);
     }
 
-    /// The use now, between samples; a new limit starts a new history.
-    fn set(&mut self, used: u64, limit: u64) {
+    /// The use at `t`, between samples; a new limit starts a new history.
+    fn set(&mut self, t: f64, used: u64, limit: u64) {
         if limit != self.limit {
             self.series.clear();
         }
         self.used = used;
         self.limit = limit;
+        self.at = t;
     }
 
-    fn view(&self, ceiling: Ceiling) -> CeilingUse {
+    /// As of `now`: a forecast made from a use seen earlier counts down
+    /// the time since (a vswitch is read once a minute).
+    fn view(&self, ceiling: Ceiling, now: f64) -> CeilingUse {
         let rate = self.series.rate();
+        let since = (now - self.at).max(0.0).round() as u64;
         CeilingUse {
             ceiling,
             used: self.used,
             limit: self.limit,
             rate_milli_per_min: rate.map_or(0, |r| (r * 60_000.0).round() as i64),
-            forecast_s: forecast(self.used, self.limit, rate),
+            forecast_s: forecast(self.used, self.limit, rate).map(|s| s.saturating_sub(since)),
         }
     }
 }
@@ -175,6 +183,8 @@ pub(crate) struct Forecast {
     eni_slots: Gauge,
     prefix: Option<Gauge>,
     vswitches: BTreeMap<String, Gauge>,
+    /// The latest time it was told of (s on the clock).
+    now: f64,
     /// Ceilings whose forecast is under the warning threshold and was
     /// logged (logged again only once it was over it in between).
     warned: BTreeSet<Ceiling>,
@@ -195,6 +205,7 @@ pub(crate) struct NodeUse {
 impl Forecast {
     /// The node's use at `t`.
     pub(crate) fn observe_node(&mut self, t: f64, u: NodeUse) {
+        self.now = self.now.max(t);
         self.eni_slots.observe(t, u.addresses, u.capacity);
         match u.slots {
             Some((used, limit)) => self
@@ -207,13 +218,14 @@ impl Forecast {
 
     /// The node's use now, between ticks (no sample: the rate stays the
     /// ticks').
-    pub(crate) fn now(&mut self, u: NodeUse) {
-        self.eni_slots.set(u.addresses, u.capacity);
+    pub(crate) fn now(&mut self, t: f64, u: NodeUse) {
+        self.now = self.now.max(t);
+        self.eni_slots.set(t, u.addresses, u.capacity);
         match (u.slots, &mut self.prefix) {
-            (Some((used, limit)), Some(p)) => p.set(used, limit),
+            (Some((used, limit)), Some(p)) => p.set(t, used, limit),
             (Some((used, limit)), None) => {
                 let mut g = Gauge::default();
-                g.set(used, limit);
+                g.set(t, used, limit);
                 self.prefix = Some(g);
             }
             (None, _) => self.prefix = None,
@@ -223,6 +235,7 @@ impl Forecast {
     /// A vswitch's free count read at `t`, of `limit` addresses.
     pub(crate) fn observe_vswitch(&mut self, t: f64, id: &str, free: u64, limit: u64) {
         let limit = limit.max(free);
+        self.now = self.now.max(t);
         self.vswitches
             .entry(id.to_string())
             .or_default()
@@ -231,12 +244,13 @@ impl Forecast {
 
     /// Every ceiling: `eni_slots`, `prefix` in prefix mode, each vswitch read.
     pub(crate) fn ceilings(&self) -> Vec<CeilingUse> {
-        let mut out = vec![self.eni_slots.view(Ceiling::EniSlots)];
+        let now = self.now;
+        let mut out = vec![self.eni_slots.view(Ceiling::EniSlots, now)];
         if let Some(p) = &self.prefix {
-            out.push(p.view(Ceiling::Prefix));
+            out.push(p.view(Ceiling::Prefix, now));
         }
         for (id, g) in &self.vswitches {
-            out.push(g.view(Ceiling::VSwitch(id.clone())));
+            out.push(g.view(Ceiling::VSwitch(id.clone()), now));
         }
         out
     }
@@ -254,6 +268,19 @@ impl Forecast {
             .min_by_key(|e| e.seconds)
     }
 
+    /// `eniipd_exhaustion_seconds`: (ceiling, vswitch or "", seconds) of
+    /// each ceiling being used up.
+    pub(crate) fn gauges(&self) -> Vec<(&'static str, String, u64)> {
+        self.ceilings()
+            .into_iter()
+            .filter_map(|c| {
+                let s = c.forecast_s?;
+                let v = c.ceiling.vswitch().unwrap_or("").to_string();
+                Some((c.ceiling.kind(), v, s))
+            })
+            .collect()
+    }
+
     /// The forecasts newly under `warn_s` (each once until it is over it
     /// again), for the WARN log.
     pub(crate) fn newly_under(&mut self, warn_s: u64) -> Vec<CeilingUse> {
@@ -268,6 +295,28 @@ impl Forecast {
             .into_iter()
             .filter(|c| self.warned.insert(c.ceiling.clone()))
             .collect()
+    }
+}
+
+/// What `pool` uses of the node's own ceilings under `cap`: the
+/// addresses no new owner can have against the capacity, and in prefix
+/// mode the IPv4 slots taken (/28s and single addresses) against the
+/// slots of every usable ENI.
+pub(crate) fn node_use(pool: &PoolState, cap: &Capacity) -> NodeUse {
+    let c = crate::pool::views::counts(pool);
+    let slots = cap.prefix_mode.then(|| {
+        let used: usize = pool
+            .enis()
+            .iter()
+            .filter(|e| !e.gone())
+            .map(|e| pool.slots_used(e.id()))
+            .sum();
+        (used as u64, (cap.usable_enis * cap.slots_per_eni) as u64)
+    });
+    NodeUse {
+        addresses: (c.inuse + c.reserved + c.cooling) as u64,
+        capacity: cap.total_ips as u64,
+        slots,
     }
 }
 
@@ -421,6 +470,17 @@ mod tests {
         // Over the threshold, then under again: warned again.
         assert!(f.newly_under(10).is_empty());
         assert_eq!(f.newly_under(3600).len(), 2);
+        // Told of a later time, a vswitch read earlier counts down.
+        f.now(
+            60.0,
+            NodeUse {
+                addresses: 5,
+                capacity: 12,
+                slots: None,
+            },
+        );
+        assert_eq!(f.ceilings()[1].forecast_s, Some(440));
+        assert_eq!(f.ceilings()[0].forecast_s, Some(70), "seen now");
         // A new capacity (a reload of max_eni, say) starts a new history.
         f.observe_node(
             60.0,

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{select, Receiver, Sender};
-use log::{error, info, warn};
+use log::{error, info};
 
 use crate::metrics::{self, Stage};
 use crate::pool::PoolState;
@@ -46,9 +46,9 @@ use eniip_util::sem::Semaphore;
 use eniip_util::time::unix_ms;
 
 use super::capacity::Capacity;
-use super::drain::{self, Drain, Held};
-use super::forecast::{self, Clock, Forecast, NodeUse};
-use super::mailbox::{Event, Request, VSwitchRead};
+use super::drain::{self, Drain};
+use super::forecast::{Clock, Forecast};
+use super::mailbox::{Event, Request};
 use super::vswitch_choice::VSwitches;
 use super::worker::WorkerConfig;
 use super::{AllocatorOptions, Fatal, Joinable, Journal, Snapshot};
@@ -61,6 +61,7 @@ mod give_back;
 mod inflight;
 mod intent;
 mod lookups;
+mod outlook;
 mod plan;
 mod reconcile;
 mod reports;
@@ -78,6 +79,7 @@ use durable::Durable;
 use give_back::Maintenance;
 use inflight::InFlight;
 use lookups::Lookups;
+use outlook::Outlook;
 use plan::Planning;
 use reconcile::Changes;
 use reports::Reports;
@@ -356,7 +358,7 @@ impl Actor {
             let jitter = eniip_util::rand::jitter(0.2);
             self.next_maintenance = now + self.opts.pool_check_interval.mul_f64(jitter);
         }
-        if self.drain.on() && self.retire_ready() == Some(false) {
+        if self.outlook().retire_ready() == Some(false) {
             // Something is still to give back: check again soon.
             self.next_maintenance = self.next_maintenance.min(now + drain::DRAIN_PASS);
         }
@@ -422,6 +424,21 @@ impl Actor {
             threads: &mut self.threads,
             surge: &mut self.surge,
             pool_backoff: &self.pool_backoff,
+        }
+    }
+
+    fn outlook(&mut self) -> Outlook<'_> {
+        Outlook {
+            opts: &self.opts,
+            cap: &mut self.cap,
+            pool: &self.pool,
+            demand: &self.demand,
+            inflight: &self.inflight,
+            durable: &self.durable,
+            forecast: &mut self.forecast,
+            clock: &self.clock,
+            drain: &mut self.drain,
+            next_maintenance: &mut self.next_maintenance,
         }
     }
 
@@ -515,8 +532,8 @@ impl Actor {
                 self.cap.prefix_mode,
                 unix_ms(),
             ))),
-            Command::Capacity => Ok(Answer::Capacity(self.ceilings())),
-            Command::Drain(on) => return self.set_drain(on, reply),
+            Command::Capacity => Ok(Answer::Capacity(self.outlook().ceilings())),
+            Command::Drain(on) => return self.outlook().set_drain(on, reply),
             Command::Metrics => Ok(Answer::Metrics(crate::metrics::render(&self.gauges()))),
             Command::Config => Ok(Answer::Config(self.config_view.clone())),
         };
@@ -574,7 +591,13 @@ impl Actor {
     /// restart, the pool is verified and the audits held for it start.
     fn on_event(&mut self, e: Event) {
         let e = match e {
-            Event::ForecastTick { at, read } => return self.on_forecast_tick(at, read),
+            Event::ForecastTick { at, read } => {
+                // The free counts read go where every read of them goes.
+                match self.outlook().tick(at, read) {
+                    Some(counts) => Event::VSwitchFree(counts),
+                    None => return,
+                }
+            }
             e => e,
         };
         let reconcile = matches!(e, Event::Reconcile { .. });
@@ -602,97 +625,10 @@ impl Actor {
         let mut c = crate::pool::views::counts(&self.pool);
         c.pending = self.demand.pending();
         c.capacity = self.cap.total_ips;
-        self.forecast.now(self.node_use());
-        c.exhaustion = self.forecast.soonest();
-        c.draining = self.retire_ready();
+        let mut outlook = self.outlook();
+        c.exhaustion = outlook.soonest();
+        c.draining = outlook.retire_ready();
         c
-    }
-
-    // ---- the forecast and the drain ------------------------------------
-
-    /// What the node uses of its own ceilings now.
-    fn node_use(&self) -> NodeUse {
-        let c = crate::pool::views::counts(&self.pool);
-        let slots = self.cap.prefix_mode.then(|| {
-            let used: usize = self
-                .pool
-                .enis()
-                .iter()
-                .filter(|e| !e.gone())
-                .map(|e| self.pool.slots_used(e.id()))
-                .sum();
-            (
-                used as u64,
-                (self.cap.usable_enis * self.cap.slots_per_eni) as u64,
-            )
-        });
-        NodeUse {
-            addresses: (c.inuse + c.reserved + c.cooling) as u64,
-            capacity: self.cap.total_ips as u64,
-            slots,
-        }
-    }
-
-    /// Every ceiling, its use as of now.
-    fn ceilings(&mut self) -> Vec<eniip_protocol::core::CeilingUse> {
-        self.forecast.now(self.node_use());
-        self.forecast.ceilings()
-    }
-
-    /// The forecast's tick: the vswitches read (their free counts also
-    /// go where every read of them goes) and the node's use sampled; a
-    /// forecast newly under `exhaustion_warn_s` is logged once.
-    fn on_forecast_tick(&mut self, at: Instant, read: Option<Vec<VSwitchRead>>) {
-        let t = self.clock.at(at);
-        if let Some(read) = read {
-            for v in &read {
-                self.forecast.observe_vswitch(t, &v.id, v.free, v.limit);
-            }
-            let counts = read.into_iter().map(|v| (v.id, v.free)).collect();
-            let done = self.reports().on_event(Event::VSwitchFree(counts));
-            self.or_fatal(done);
-        }
-        self.forecast.observe_node(t, self.node_use());
-        let warn_s = self.opts.exhaustion_warn.as_secs();
-        if warn_s > 0 {
-            for c in self.forecast.newly_under(warn_s) {
-                warn!("{}", forecast::warning(&c));
-            }
-        }
-    }
-
-    /// `Some(ready to retire)` while draining.
-    fn retire_ready(&self) -> Option<bool> {
-        if !self.drain.on() {
-            return None;
-        }
-        self.drain.retire_ready(Held {
-            not_in_use: drain::leftovers(&self.pool),
-            pending: self.demand.pending(),
-            eni_ops: self.inflight.len(),
-        })
-    }
-
-    /// `drain` / `undrain`: in force at once, answered once durable.
-    fn set_drain(&mut self, on: bool, reply: Reply) {
-        let changed = if on {
-            self.drain.start(&mut self.cap)
-        } else {
-            self.drain.end(&mut self.cap)
-        };
-        if changed && on {
-            info!("draining: no new allocation; idle addresses and ENIs that hold no owner go back to the cloud");
-        } else if changed {
-            info!(
-                "no longer draining: the pool refills to min_pool_size={}",
-                self.cap.min_idle
-            );
-        }
-        self.next_maintenance = Instant::now();
-        self.durable
-            .then(vec![Record::Drain { on }], reply, move || {
-                Answer::Draining(on)
-            });
     }
 
     /// A copy of what `audit` compares with the cloud.
@@ -716,16 +652,7 @@ impl Actor {
             connections: crate::metrics::connections(),
             eni_ops: self.inflight.op_slots_used() as u64,
             inhibited_vswitches: self.vsw.switches().inhibited_count(unix_ms()) as u64,
-            exhaustion: self
-                .forecast
-                .ceilings()
-                .into_iter()
-                .filter_map(|c| {
-                    let s = c.forecast_s?;
-                    let v = c.ceiling.vswitch().unwrap_or("").to_string();
-                    Some((c.ceiling.kind(), v, s))
-                })
-                .collect(),
+            exhaustion: self.forecast.gauges(),
             eni_modes: if self.cap.prefix_mode {
                 crate::pool::views::eni_modes(&self.pool)
             } else {
