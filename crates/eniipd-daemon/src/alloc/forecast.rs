@@ -29,7 +29,7 @@ use eniip_protocol::core::{Ceiling, CeilingUse, Exhaustion};
 /// How far back the rate looks (s on the forecast clock).
 pub(crate) const WINDOW_S: f64 = 900.0;
 /// Samples a rate needs at least.
-pub(crate) const MIN_SAMPLES: usize = 5;
+pub(crate) const MIN_SAMPLES: usize = 8;
 /// Samples kept per ceiling at most.
 const MAX_SAMPLES: usize = 64;
 /// A forecast further out than this (a week) is no forecast: a node
@@ -428,26 +428,30 @@ mod tests {
     #[test]
     fn ceilings_and_the_soonest_and_one_warning_each() {
         let mut f = Forecast::default();
+        // Samples every 10 s, just enough of them; the last at `last`
+        // sees 7 addresses short of the capacity and 450 free.
+        let n = MIN_SAMPLES as u64;
+        let last = (n - 1) * 10;
         let node = |a| NodeUse {
             addresses: a,
-            capacity: 12,
+            capacity: n + 6,
             slots: None,
         };
-        for i in 0..6u64 {
+        for i in 0..n {
             let t = i as f64 * 10.0;
             f.observe_node(t, node(i));
             // 1 free address a second less; 1020 in a /22.
             f.observe_vswitch(
                 t,
                 "vsw-a",
-                500 - i * 10,
+                450 + last - i * 10,
                 vswitch_limit("10.0.0.0/22").unwrap(),
             );
             f.observe_vswitch(t, "vsw-b", 900, 1020);
         }
         let c = f.ceilings();
         assert_eq!(c.len(), 3);
-        assert_eq!((c[0].used, c[0].limit), (5, 12));
+        assert_eq!((c[0].used, c[0].limit), (n - 1, n + 6));
         // 7 left at 0.1 a second.
         assert_eq!(c[0].forecast_s, Some(70));
         assert_eq!(c[0].rate_milli_per_min, 6000);
@@ -471,19 +475,12 @@ mod tests {
         assert!(f.newly_under(10).is_empty());
         assert_eq!(f.newly_under(3600).len(), 2);
         // Told of a later time, a vswitch read earlier counts down.
-        f.now(
-            60.0,
-            NodeUse {
-                addresses: 5,
-                capacity: 12,
-                slots: None,
-            },
-        );
+        f.now((last + 10) as f64, node(n - 1));
         assert_eq!(f.ceilings()[1].forecast_s, Some(440));
         assert_eq!(f.ceilings()[0].forecast_s, Some(70), "seen now");
         // A new capacity (a reload of max_eni, say) starts a new history.
         f.observe_node(
-            60.0,
+            (last + 10) as f64,
             NodeUse {
                 addresses: 6,
                 capacity: 24,
