@@ -30,9 +30,10 @@ Options (before or after the command; `--` ends them):
 
 Commands: ping, version, help, alloc OWNER [sandbox=ID] [prefer=IP]
 [vswitch=ID] [ip-stick-time=S] [ip-stack=ipv4], release OWNER [sandbox=ID],
-show OWNER, list, status, enis, eni ID, audit, metrics, config, quit, and
-gc owner-prefix=P [KEEP-ID...]: eniipctl sends the keep-list in as many
-`keep` lines as it needs, then the `gc`. See eniipd-protocol(7).
+show OWNER, list, status, capacity, enis, eni ID, audit, metrics, config,
+drain, undrain, quit, and gc owner-prefix=P [KEEP-ID...]: eniipctl sends
+the keep-list in as many `keep` lines as it needs, then the `gc`. See
+eniipd-protocol(7).
 
 Exit status: 0 the reply ended with OK; 1 it ended with ERR, or no complete
 reply came in time; 2 the socket could not be reached, or usage error.

@@ -178,6 +178,8 @@ impl Fake {
                         .collect(),
                 )
             }
+            Cmd::Capacity => Answer::Capacity(Vec::new()),
+            Cmd::Drain(on) => Answer::Draining(on),
         })
     }
 

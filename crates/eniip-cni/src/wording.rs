@@ -30,6 +30,10 @@ pub(crate) fn explain(verb: &str, err: &ErrReply) -> String {
              the cloud may be slow or throttling eniipd's calls; the runtime's retry continues the wait"
         ),
         "shutting-down" => "eniipd is stopping: try again once it is back".to_string(),
+        "draining" => "this node is draining (eniipctl drain: it is being retired) and takes \
+                       no new pods; schedule the pod elsewhere (cordon the node), or end the \
+                       drain with eniipctl undrain"
+            .to_string(),
         "busy" if err.is_starting() => {
             "eniipd is starting and not ready yet: try again once it is".to_string()
         }
@@ -81,6 +85,20 @@ fn vswitches(text: &str) -> Vec<&str> {
 }
 
 fn exhausted(text: &str) -> String {
+    // eniipd names the ceiling first (`eni_slots: `, `vswitch <id>: `,
+    // `prefix: `); an older one does not.
+    let (ceiling, text) = match text.split_once(": ") {
+        Some((c, rest)) if c == "eni_slots" || c == "prefix" || c.starts_with("vswitch vsw-") => {
+            (c, rest)
+        }
+        _ => ("", text),
+    };
+    if ceiling == "prefix" {
+        return format!(
+            "no /28 prefix can be had on this node's ENIs or vswitches ({text}); \
+             pods on this node must give addresses back first"
+        );
+    }
     let vsw = vswitches(text);
     if text.contains("the vswitch asked") {
         return format!(
@@ -99,7 +117,7 @@ fn exhausted(text: &str) -> String {
     if text.contains("IpNotEnough") || text.contains("vswitch") {
         return format!("the vswitch is out of addresses ({text})");
     }
-    if text.starts_with("capacity reached") {
+    if ceiling == "eni_slots" || text.starts_with("capacity reached") {
         return format!(
             "no address left on this node: the instance's ENI quota is reached and every \
              ENI is full ({text}); pods on this node must give addresses back first"
@@ -201,6 +219,18 @@ mod tests {
                 "{e}"
             );
         }
+        // The ceiling named first reads the same.
+        let e = explain("alloc", "ERR exhausted eni_slots: capacity reached: 12 addresses on 2 of 2 ENIs (12 in use, 0 reserved, 0 cooling, 1 requested)");
+        assert!(
+            e.contains("ENI quota is reached") && e.contains("(capacity reached: 12"),
+            "{e}"
+        );
+        let e = explain("alloc", "ERR exhausted vswitch vsw-abc: no vswitch has free addresses (vsw-abc until 2026-12-04T03:00:00Z)");
+        assert!(e.contains("vswitch vsw-abc is out of addresses"), "{e}");
+        let e = explain("alloc", "ERR exhausted prefix: no /28");
+        assert!(e.starts_with("no /28 prefix can be had"), "{e}");
+        let e = explain("alloc", "ERR draining this node is draining");
+        assert!(e.starts_with("this node is draining"), "{e}");
         let starting = explain(
             "ping",
             "ERR busy eniipd is starting (for 6 s) and answers once",

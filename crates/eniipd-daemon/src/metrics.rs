@@ -306,6 +306,9 @@ pub struct Gauges {
     /// Prefix mode only: per ENI, its pool IPs in /28 prefixes and as
     /// single addresses (the primary included), and its prefix count.
     pub(crate) eni_modes: Vec<EniModeGauge>,
+    /// The exhaustion forecasts: (ceiling, vswitch or "", seconds), only
+    /// for what is being used up.
+    pub(crate) exhaustion: Vec<(&'static str, String, u64)>,
 }
 
 /// How one ENI holds its addresses (prefix mode).
@@ -367,6 +370,10 @@ const ENI_OPS: Family = gauge(
 const INHIBITED: Family = gauge(
     "eniipd_inhibited_vswitches",
     "Vswitches skipped after exhaustion.",
+);
+const EXHAUSTION: Family = gauge(
+    "eniipd_exhaustion_seconds",
+    "Seconds until an alloc would fail on this ceiling at the rate it is being used up (0: exhausted; absent: not being used up).",
 );
 const ENI_IPS: Family = gauge(
     "eniipd_eni_ips",
@@ -479,6 +486,17 @@ pub fn render(g: &Gauges) -> String {
     single(o, OPEN_CONNECTIONS, g.connections);
     single(o, ENI_OPS, g.eni_ops);
     single(o, INHIBITED, g.inhibited_vswitches);
+    if !g.exhaustion.is_empty() {
+        header(o, EXHAUSTION);
+        for (ceiling, vswitch, s) in &g.exhaustion {
+            let v = escape(vswitch);
+            let _ = writeln!(
+                o,
+                "{}{{ceiling=\"{ceiling}\",vswitch=\"{v}\"}} {s}",
+                EXHAUSTION.0
+            );
+        }
+    }
     if !g.eni_modes.is_empty() {
         header(o, ENI_IPS);
         for m in &g.eni_modes {
@@ -541,6 +559,7 @@ mod tests {
             enis: 1,
             capacity: 10,
             pending: 0,
+            exhaustion: vec![("vswitch", "vsw-a".into(), 1800)],
             ..Gauges::default()
         });
         for family in [
@@ -548,6 +567,7 @@ mod tests {
             "eniipd_enis 1",
             "eniipd_capacity_ips 10",
             "eniipd_pending_ips 0",
+            "eniipd_exhaustion_seconds{ceiling=\"vswitch\",vswitch=\"vsw-a\"} 1800",
             "eniipd_alloc_total{result=\"ok\"}",
             "eniipd_alloc_duration_seconds_bucket{le=\"+Inf\"}",
             "eniipd_release_total{result=\"ok\"}",
@@ -562,6 +582,8 @@ mod tests {
         ] {
             assert!(text.contains(family), "missing {family} in\n{text}");
         }
+        // Nothing being used up: no forecast at all.
+        assert!(!render(&Gauges::default()).contains("eniipd_exhaustion_seconds"));
         // No line may look like a protocol final line.
         assert!(text
             .lines()

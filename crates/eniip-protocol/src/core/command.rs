@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{bounded, RecvTimeoutError, SendTimeoutError, Sender};
 
 use super::{
-    AllocError, Allocation, Attachment, EniEntry, EniInfo, ErrCode, Generation, Intent, ListEntry,
-    Owner, SandboxId, StatusCounts,
+    AllocError, Allocation, Attachment, CeilingUse, EniEntry, EniInfo, ErrCode, Generation, Intent,
+    ListEntry, Owner, SandboxId, StatusCounts,
 };
 
 /// What a client asks of the allocator.
@@ -65,6 +65,10 @@ pub enum Command {
     },
     /// Local state against the cloud.
     Audit,
+    /// Every ceiling's use, limit, rate and forecast.
+    Capacity,
+    /// Start (`true`) or end (`false`) draining the node.
+    Drain(bool),
     /// Prometheus exposition.
     Metrics,
     /// The effective configuration.
@@ -84,7 +88,10 @@ impl Command {
     pub fn is_mutating(&self) -> bool {
         matches!(
             self,
-            Command::Alloc { .. } | Command::Release { .. } | Command::Gc { .. }
+            Command::Alloc { .. }
+                | Command::Release { .. }
+                | Command::Gc { .. }
+                | Command::Drain(_)
         )
     }
 
@@ -99,6 +106,9 @@ impl Command {
             Command::Enis => "enis",
             Command::Eni { .. } => "eni",
             Command::Audit => "audit",
+            Command::Capacity => "capacity",
+            Command::Drain(true) => "drain",
+            Command::Drain(false) => "undrain",
             Command::Metrics => "metrics",
             Command::Config => "config",
             Command::Gc { .. } => "gc",
@@ -127,6 +137,10 @@ pub enum Answer {
     Eni(EniInfo),
     /// `Audit`: the differences (empty: consistent).
     Audit(Vec<String>),
+    /// `Capacity`: one entry per ceiling.
+    Capacity(Vec<CeilingUse>),
+    /// `Drain`: draining now or not (durable).
+    Draining(bool),
     /// `Metrics`: exposition text.
     Metrics(String),
     /// `Config`: `key=value` pairs, secrets masked.
@@ -197,7 +211,7 @@ impl Commands {
             // The actor answers a waiter by alloc_timeout itself; the
             // margin lets its own `timeout` (or the commit) arrive first.
             Command::Alloc { .. } => self.alloc_timeout + Duration::from_secs(2),
-            Command::Release { .. } | Command::Gc { .. } => self.alloc_timeout,
+            Command::Release { .. } | Command::Gc { .. } | Command::Drain(_) => self.alloc_timeout,
             Command::Audit => AUDIT_TIMEOUT,
             _ => VIEW_TIMEOUT,
         };

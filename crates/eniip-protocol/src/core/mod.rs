@@ -70,6 +70,8 @@ pub enum ErrCode {
     Denied,
     /// The daemon is stopping.
     ShuttingDown,
+    /// The node is draining (`drain`): no new allocation.
+    Draining,
     /// `audit` found differences.
     Inconsistent,
     /// A bug or a local failure (disk).
@@ -90,13 +92,14 @@ impl ErrCode {
             ErrCode::Busy => "busy",
             ErrCode::Denied => "denied",
             ErrCode::ShuttingDown => "shutting-down",
+            ErrCode::Draining => "draining",
             ErrCode::Inconsistent => "inconsistent",
             ErrCode::Internal => "internal",
         }
     }
 
     /// Every code, for documentation checks.
-    pub const ALL: [ErrCode; 12] = [
+    pub const ALL: [ErrCode; 13] = [
         ErrCode::BadRequest,
         ErrCode::UnknownCommand,
         ErrCode::LineTooLong,
@@ -107,6 +110,7 @@ impl ErrCode {
         ErrCode::Busy,
         ErrCode::Denied,
         ErrCode::ShuttingDown,
+        ErrCode::Draining,
         ErrCode::Inconsistent,
         ErrCode::Internal,
     ];
@@ -163,6 +167,22 @@ impl AllocError {
     /// The daemon is stopping.
     pub fn shutting_down() -> AllocError {
         AllocError::new(ErrCode::ShuttingDown, "the daemon is stopping")
+    }
+
+    /// No address can be had because `ceiling` is reached: the message
+    /// begins with the ceiling (`eni_slots: `, `vswitch vsw-a: `,
+    /// `prefix: `), then `why`. Every `exhausted` refusal is made here, so
+    /// a client (eniip-cni, a script) reads the ceiling one way.
+    pub fn exhausted(ceiling: &Ceiling, why: impl fmt::Display) -> AllocError {
+        AllocError::new(ErrCode::Exhausted, format!("{ceiling}: {why}"))
+    }
+
+    /// The node is draining: no new allocation.
+    pub fn draining() -> AllocError {
+        AllocError::new(
+            ErrCode::Draining,
+            "this node is draining (eniipctl drain): it takes no new allocation; eniipctl undrain ends it",
+        )
     }
 }
 
@@ -380,6 +400,80 @@ pub struct StatusCounts {
     pub pending: usize,
     /// IPs the node can hold.
     pub capacity: usize,
+    /// The soonest exhaustion forecast, when something is being used up.
+    pub exhaustion: Option<Exhaustion>,
+    /// While draining: whether the node can be retired (nothing but
+    /// in-use addresses remains).
+    pub draining: Option<bool>,
+}
+
+/// A limit that can make an `alloc` fail (SPEC section 4, `capacity`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ceiling {
+    /// The instance's ENIs and the addresses each can hold.
+    EniSlots,
+    /// A vswitch's free addresses (several when every one is out).
+    VSwitch(String),
+    /// Prefix mode: the ENIs' slots for new /28s.
+    Prefix,
+}
+
+impl Ceiling {
+    /// Its kind as `capacity`, `status` and the metric name it:
+    /// `eni_slots`, `vswitch`, `prefix`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Ceiling::EniSlots => "eni_slots",
+            Ceiling::VSwitch(_) => "vswitch",
+            Ceiling::Prefix => "prefix",
+        }
+    }
+
+    /// The vswitch, for a vswitch's ceiling.
+    pub fn vswitch(&self) -> Option<&str> {
+        match self {
+            Ceiling::VSwitch(id) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+/// `eni_slots`, `vswitch <id>`, `prefix`: how an `exhausted` refusal
+/// names it.
+impl fmt::Display for Ceiling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ceiling::VSwitch(id) => write!(f, "vswitch {id}"),
+            other => f.write_str(other.kind()),
+        }
+    }
+}
+
+/// One ceiling as `capacity` shows it: how much of it is used, its limit,
+/// how fast it is being used up and when it would be reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CeilingUse {
+    /// Which.
+    pub ceiling: Ceiling,
+    /// Used now.
+    pub used: u64,
+    /// Its limit.
+    pub limit: u64,
+    /// How fast it is being used up, in thousandths per minute (negative:
+    /// it is being given back).
+    pub rate_milli_per_min: i64,
+    /// Seconds until it is reached at that rate (`None`: it is not being
+    /// used up).
+    pub forecast_s: Option<u64>,
+}
+
+/// The soonest forecast: `status`'s `exhaust_in` and `exhaust_by`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exhaustion {
+    /// Seconds until an `alloc` would fail.
+    pub seconds: u64,
+    /// The ceiling it would fail on.
+    pub ceiling: Ceiling,
 }
 
 /// One pool address.

@@ -28,8 +28,8 @@ pub mod reply;
 use std::net::IpAddr;
 
 use crate::core::{
-    AllocError, Allocation, Answer, Attachment, Command, EniEntry, EniInfo, ErrCode, Generation,
-    Intent, ListEntry, Owner, SandboxId, SecurityGroupSet, StatusCounts, MAX_STICK_S,
+    AllocError, Allocation, Answer, Attachment, CeilingUse, Command, EniEntry, EniInfo, ErrCode,
+    Generation, Intent, ListEntry, Owner, SandboxId, SecurityGroupSet, StatusCounts, MAX_STICK_S,
 };
 use eniip_util::time::format_utc;
 
@@ -168,6 +168,9 @@ pub const HELP: &[&str] = &[
     "enis                                   managed ENIs",
     "eni ID                                 one managed ENI: MAC, vswitch, gateways",
     "audit                                  compare local state with the cloud",
+    "capacity                               each ceiling: used, limit, rate per minute, forecast",
+    "drain                                  retire the node: no new allocation, give back what is idle",
+    "undrain                                end a drain",
     "metrics                                Prometheus metrics",
     "config                                 effective configuration",
     "keep ID [ID ...]                       add owners or sandboxes to this connection's keep-list",
@@ -212,6 +215,9 @@ pub fn parse_request(line: &[u8]) -> Result<ClientRequest, AllocError> {
         "audit" => command(Command::Audit),
         "metrics" => command(Command::Metrics),
         "config" => command(Command::Config),
+        "capacity" => command(Command::Capacity),
+        "drain" => command(Command::Drain(true)),
+        "undrain" => command(Command::Drain(false)),
         "keep" => {
             if args.is_empty() {
                 return Err(AllocError::bad("keep needs at least one ID"));
@@ -501,12 +507,56 @@ pub(crate) fn allocation_text(a: &Allocation, eni: &EniInfo) -> String {
     s
 }
 
-/// The `OK` text of `status`.
+/// The `OK` text of `status`: the counters, then the soonest forecast
+/// when something is being used up (`exhaust_in=<s> exhaust_by=<ceiling>`,
+/// and `exhaust_vswitch=<id>` for a vswitch's), then
+/// `draining=yes retire_ready=<yes|no>` while draining.
 pub fn status_text(c: &StatusCounts) -> String {
-    format!(
+    let mut s = format!(
         "enis={} ips={} idle={} inuse={} reserved={} cooling={} pending={} capacity={}",
         c.enis, c.ips, c.idle, c.inuse, c.reserved, c.cooling, c.pending, c.capacity
-    )
+    );
+    if let Some(x) = &c.exhaustion {
+        s.push_str(&format!(
+            " exhaust_in={} exhaust_by={}",
+            x.seconds,
+            x.ceiling.kind()
+        ));
+        if let Some(v) = x.ceiling.vswitch() {
+            s.push_str(&format!(" exhaust_vswitch={v}"));
+        }
+    }
+    if let Some(ready) = c.draining {
+        s.push_str(&format!(" draining=yes retire_ready={}", yes_no(ready)));
+    }
+    s
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// `<ceiling> [vswitch=<id>] used=N limit=N rate_per_min=<x>
+/// forecast_s=<n or none>`: one `capacity` data line.
+pub fn capacity_line(c: &CeilingUse) -> String {
+    let mut line = c.ceiling.kind().to_string();
+    if let Some(v) = c.ceiling.vswitch() {
+        line.push_str(&format!(" vswitch={v}"));
+    }
+    let rate = c.rate_milli_per_min as f64 / 1000.0;
+    line.push_str(&format!(
+        " used={} limit={} rate_per_min={rate:.2} forecast_s={}",
+        c.used,
+        c.limit,
+        c.forecast_s
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "none".into())
+    ));
+    line
 }
 
 /// `<ip> <state> <owner or -> <eni> [ipv6=<v6> ipv6prefix=<p>] [gen=N]`
@@ -590,6 +640,8 @@ pub fn answer_reply(outcome: Result<Answer, AllocError>) -> ClientReply {
                 outcome: Err(AllocError::new(ErrCode::Inconsistent, n.to_string())),
             }
         }
+        Answer::Capacity(l) => counted(l.iter().map(capacity_line).collect()),
+        Answer::Draining(on) => ClientReply::ok(format!("draining={}", yes_no(on))),
         Answer::Metrics(text) => {
             ClientReply::with_data(text.lines().map(str::to_string).collect(), "")
         }

@@ -18,7 +18,8 @@ use std::str::FromStr;
 
 use super::is_final_line;
 use crate::core::{
-    EniInfo, ErrCode, Generation, SecurityGroupSet, StatusCounts, ARG_SECURITY_GROUPS,
+    Ceiling, EniInfo, ErrCode, Exhaustion, Generation, SecurityGroupSet, StatusCounts,
+    ARG_SECURITY_GROUPS,
 };
 
 /// Most data lines one reply may carry (a `gc` or `list` of a big node
@@ -291,6 +292,23 @@ pub fn parse_status(text: &str) -> Result<StatusCounts, ReplyError> {
         cooling: n("cooling")?,
         pending: n("pending")?,
         capacity: n("capacity")?,
+        exhaustion: match (field(text, "exhaust_in"), field(text, "exhaust_by")) {
+            (Some(_), Some(by)) => Some(Exhaustion {
+                seconds: f.need_parsed("exhaust_in", "a number of seconds")?,
+                ceiling: match by {
+                    "vswitch" => Ceiling::VSwitch(
+                        field(text, "exhaust_vswitch")
+                            .unwrap_or_default()
+                            .to_string(),
+                    ),
+                    "prefix" => Ceiling::Prefix,
+                    _ => Ceiling::EniSlots,
+                },
+            }),
+            _ => None,
+        },
+        draining: (field(text, "draining") == Some("yes"))
+            .then(|| field(text, "retire_ready") == Some("yes")),
     })
 }
 
@@ -521,11 +539,38 @@ mod tests {
             cooling: 1,
             pending: 1,
             capacity: 30,
+            exhaustion: None,
+            draining: None,
         };
         let text = super::super::status_text(&c);
         assert_eq!(parse_status(&text), Ok(c.clone()));
         for t in with_unknown(&text) {
             assert_eq!(parse_status(&t), Ok(c.clone()), "{t}");
+        }
+        // A forecast and a drain read back too.
+        for (exhaustion, draining) in [
+            (
+                Some(Exhaustion {
+                    seconds: 95,
+                    ceiling: Ceiling::VSwitch("vsw-a".into()),
+                }),
+                Some(false),
+            ),
+            (
+                Some(Exhaustion {
+                    seconds: 7,
+                    ceiling: Ceiling::EniSlots,
+                }),
+                Some(true),
+            ),
+        ] {
+            let c = StatusCounts {
+                exhaustion,
+                draining,
+                ..c.clone()
+            };
+            let text = super::super::status_text(&c);
+            assert_eq!(parse_status(&text), Ok(c.clone()), "{text}");
         }
         let e = parse_status(&text.replace("idle=5", "idle=-1")).unwrap_err();
         assert_eq!(e.to_string(), "idle=-1 is not a count");

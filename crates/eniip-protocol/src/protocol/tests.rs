@@ -376,3 +376,60 @@ fn alloc_carries_a_security_group_set_canonical_on_the_wire() {
         "{e}"
     );
 }
+
+#[test]
+fn capacity_drain_and_undrain_parse_and_render() {
+    assert_eq!(
+        parse("capacity").unwrap(),
+        ClientRequest::Command(Command::Capacity)
+    );
+    let drain = parse("DRAIN").unwrap();
+    assert_eq!(drain, ClientRequest::Command(Command::Drain(true)));
+    assert!(drain.is_mutating(), "drain needs alloc's access");
+    let undrain = parse("undrain").unwrap();
+    assert_eq!(undrain.name(), "undrain");
+    assert!(undrain.is_mutating());
+    assert_eq!(parse(&undrain.to_line()).unwrap(), undrain);
+    assert!(!parse("capacity").unwrap().is_mutating());
+    assert!(parse("drain now").is_err());
+    assert_eq!(
+        answer_reply(Ok(Answer::Draining(true))).render(),
+        "OK draining=yes\n"
+    );
+    assert_eq!(
+        answer_reply(Ok(Answer::Draining(false))).render(),
+        "OK draining=no\n"
+    );
+    let lines = answer_reply(Ok(Answer::Capacity(vec![
+        crate::core::CeilingUse {
+            ceiling: crate::core::Ceiling::EniSlots,
+            used: 9,
+            limit: 12,
+            rate_milli_per_min: 3000,
+            forecast_s: Some(60),
+        },
+        crate::core::CeilingUse {
+            ceiling: crate::core::Ceiling::VSwitch("vsw-a".into()),
+            used: 5,
+            limit: 1020,
+            rate_milli_per_min: -250,
+            forecast_s: None,
+        },
+    ])))
+    .render();
+    assert_eq!(
+        lines,
+        "eni_slots used=9 limit=12 rate_per_min=3.00 forecast_s=60\n\
+         vswitch vswitch=vsw-a used=5 limit=1020 rate_per_min=-0.25 forecast_s=none\n\
+         OK 2\n"
+    );
+    // The refusals: the ceiling first, the one way every caller makes it.
+    let e = AllocError::exhausted(&crate::core::Ceiling::VSwitch("vsw-a".into()), "out");
+    assert_eq!(
+        ClientReply::err(e).render(),
+        "ERR exhausted vswitch vsw-a: out\n"
+    );
+    assert!(ClientReply::err(AllocError::draining())
+        .render()
+        .starts_with("ERR draining this node is draining"));
+}

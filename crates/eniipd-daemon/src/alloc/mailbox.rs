@@ -226,6 +226,14 @@ pub(crate) enum Event {
     },
     /// DescribeVSwitches free counts.
     VSwitchFree(Vec<(String, u64)>),
+    /// The forecast's tick: the vswitches read at `at` (`None`: the read
+    /// failed), see [`super::vswitch_reads`].
+    ForecastTick {
+        /// When the read answered.
+        at: Instant,
+        /// Each configured vswitch.
+        read: Option<Vec<VSwitchRead>>,
+    },
     /// A vswitch's IPv6 CIDR and gateway, as metadata lists them (read
     /// for `eni`; kept, since they do not change).
     VSwitchV6 {
@@ -248,6 +256,17 @@ pub(crate) enum Event {
         /// managed ENI in neither list was deleted.
         detached: Option<Vec<String>>,
     },
+}
+
+/// One vswitch as the forecast reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VSwitchRead {
+    /// `vsw-...`
+    pub(crate) id: String,
+    /// Its free addresses.
+    pub(crate) free: u64,
+    /// The addresses it holds for its users.
+    pub(crate) limit: u64,
 }
 
 /// A managed, attached ENI as the cloud shows it (for reconcile).

@@ -18,7 +18,9 @@ pub(crate) mod actor;
 pub(crate) mod audit;
 pub(crate) mod capacity;
 pub(crate) mod describe;
+pub(crate) mod drain;
 pub(crate) mod eniops;
+pub(crate) mod forecast;
 pub(crate) mod mailbox;
 pub(crate) mod maint_thread;
 pub(crate) mod ownership;
@@ -27,6 +29,7 @@ pub(crate) mod prefix_mode;
 pub(crate) mod recover;
 pub(crate) mod sg_sets;
 pub(crate) mod vswitch_choice;
+pub(crate) mod vswitch_reads;
 pub(crate) mod worker;
 
 #[cfg(test)]
@@ -126,6 +129,10 @@ pub(crate) struct AllocatorOptions {
     /// new is handed out and the peer check of a cold start is made there.
     /// `None`: the pool came from the OpenAPI.
     pub(crate) first_reconcile: Option<Duration>,
+    /// A forecast under this is logged once as a WARN (0: never).
+    pub(crate) exhaustion_warn: Duration,
+    /// The node was draining when it stopped (the store's record).
+    pub(crate) draining: bool,
 }
 
 impl AllocatorOptions {
@@ -170,6 +177,8 @@ impl AllocatorOptions {
             sweep_min_age: Duration::from_secs(300),
             config_view: cfg.effective(),
             first_reconcile: None,
+            exhaustion_warn: cfg.exhaustion_warn,
+            draining: false,
         }
     }
 
@@ -234,6 +243,8 @@ pub(crate) struct Allocator {
     stop: Sender<()>,
     maint_stop: Sender<()>,
     maint: parking_lot::Mutex<Option<JoinHandle<()>>>,
+    reads_stop: Sender<()>,
+    reads: parking_lot::Mutex<Option<JoinHandle<()>>>,
     actor: parking_lot::Mutex<Option<JoinHandle<Vec<Joinable>>>>,
     fatal: Receiver<Fatal>,
     opts: Arc<AllocatorOptions>,
@@ -268,6 +279,7 @@ impl Allocator {
         let (ev_tx, ev_rx) = bounded(256);
         let (stop_tx, stop_rx) = bounded(1);
         let (maint_stop_tx, maint_stop_rx) = bounded(1);
+        let (reads_stop_tx, reads_stop_rx) = bounded(1);
         let (fatal_tx, fatal_rx) = bounded(16);
         // The allocator asks for its first reconcile early (an `alloc`
         // waits on it); one pending ask is enough.
@@ -289,6 +301,12 @@ impl Allocator {
         let actor = std::thread::Builder::new()
             .name("eniipd-pool".into())
             .spawn(move || actor.run(cmd_rx, req_rx, ev_rx, stop_rx))?;
+        let reads = vswitch_reads::spawn(
+            Arc::clone(&cloud),
+            opts.vswitches.clone(),
+            ev_tx.clone(),
+            reads_stop_rx,
+        )?;
         let maint = maint_thread::spawn(
             Arc::clone(&opts),
             Arc::clone(&cloud),
@@ -307,6 +325,8 @@ impl Allocator {
             stop: stop_tx,
             maint_stop: maint_stop_tx,
             maint: parking_lot::Mutex::new(Some(maint)),
+            reads_stop: reads_stop_tx,
+            reads: parking_lot::Mutex::new(Some(reads)),
             actor: parking_lot::Mutex::new(Some(actor)),
             fatal: fatal_rx,
             opts,
@@ -400,6 +420,7 @@ impl Allocator {
     pub(crate) fn begin_stop(&self) {
         let _ = self.stop.try_send(());
         let _ = self.maint_stop.try_send(());
+        let _ = self.reads_stop.try_send(());
     }
 
     /// Stops the allocator: every waiting client is answered
@@ -420,6 +441,9 @@ impl Allocator {
         let mut threads: Vec<Joinable> = Vec::new();
         if let Some(h) = self.maint.lock().take() {
             threads.push(("eniipd-maint".into(), h));
+        }
+        if let Some(h) = self.reads.lock().take() {
+            threads.push(("eniipd-vsw-read".into(), h));
         }
         if let Some(h) = self.actor.lock().take() {
             match eniip_util::thread::join_by(h, until) {

@@ -304,8 +304,9 @@ pub(crate) fn repurposable(pool: &PoolState, want: &SecurityGroupSet) -> Option<
 }
 
 /// Why a pod of `want` is refused when its set has no ENI with room, no
-/// ENI slot is free and no ENI can be re-purposed: the ceiling, and
-/// which sets hold the ENIs. `None` when no ENI serves another set (the
+/// ENI slot is free and no ENI can be re-purposed: which sets hold the
+/// ENIs (the ceiling, `eni_slots`, is the caller's to name through
+/// `AllocError::exhausted`). `None` when no ENI serves another set (the
 /// usual reason applies).
 pub(crate) fn exhausted(
     pool: &PoolState,
@@ -327,7 +328,7 @@ pub(crate) fn exhausted(
     }
     let list: Vec<String> = by_set.iter().map(|(k, n)| format!("{k}: {n}")).collect();
     Some(format!(
-        "eni_slots: {others} of {usable_enis} ENIs serve other security-group sets ({}), and none of them is free to re-purpose for {want}",
+        "{others} of {usable_enis} ENIs serve other security-group sets ({}), and none of them is free to re-purpose for {want}",
         list.join("; ")
     ))
 }

@@ -1063,7 +1063,7 @@ fn a_vswitch_out_of_addresses_is_named_and_others_still_serve() {
     assert_eq!(e.code, ErrCode::Exhausted, "{e}");
     assert!(
         e.message
-            .starts_with("the vswitch asked, vsw-b, has no free addresses"),
+            .starts_with("vswitch vsw-b: the vswitch asked, vsw-b, has no free addresses"),
         "{e}"
     );
     let plain = a.alloc(&owner("ns/plain"), None, None).unwrap();
@@ -1084,7 +1084,7 @@ fn a_pod_asking_a_vswitch_where_no_eni_can_be_made_is_exhausted_naming_it() {
     assert_eq!(e.code, ErrCode::Exhausted, "{e}");
     assert!(
         e.message
-            .starts_with("capacity reached for the vswitch asked, vsw-b:"),
+            .starts_with("eni_slots: capacity reached for the vswitch asked, vsw-b:"),
         "{e}"
     );
     a.shutdown(Instant::now() + Duration::from_secs(5));

@@ -78,6 +78,7 @@ impl Config {
         for (k, val) in self.cni.effective() {
             push(k, val);
         }
+        push("exhaustion_warn_s", secs(self.exhaustion_warn));
         v
     }
 }

@@ -79,6 +79,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "cni_conflist_source",
     "pod_security_groups",
     "sg_set_idle_s",
+    "exhaustion_warn_s",
 ];
 
 /// The known key an unknown `key` is a near miss of: the same but for

@@ -127,6 +127,7 @@ pub struct RawConfig {
     pub(crate) cni_conflist_source: Option<String>,
     pub(crate) pod_security_groups: Option<Vec<String>>,
     pub(crate) sg_set_idle_s: Option<Value>,
+    pub(crate) exhaustion_warn_s: Option<Value>,
     #[serde(flatten)]
     pub(crate) other: BTreeMap<String, Value>,
 }
@@ -216,6 +217,8 @@ pub struct Config {
     pub(crate) cni: CniSettings,
     /// Security groups per pod: which a pod may ask, how long a set idles.
     pub(crate) sg: SgSettings,
+    /// A forecast under this is logged once as a WARN (0: never).
+    pub(crate) exhaustion_warn: Duration,
 }
 
 /// Why a config could not be loaded.
@@ -428,6 +431,7 @@ mod tests {
         assert_eq!(c.socket_path, PathBuf::from(DEFAULT_SOCKET_PATH));
         assert_eq!(c.metadata_endpoint, DEFAULT_METADATA_ENDPOINT);
         assert_eq!(c.max_ip_stick_time, Duration::from_secs(3600));
+        assert_eq!(c.exhaustion_warn, Duration::from_secs(3600));
         let c = parse(r#"{"max_ip_stick_time": 604800, "ip_stick_time": 0}"#).unwrap();
         assert_eq!(c.max_ip_stick_time, Duration::from_secs(604_800));
     }
@@ -528,6 +532,11 @@ mod tests {
                 "604801",
             ),
             (r#"{"max_ip_stick_time": -1}"#, "max_ip_stick_time", "-1"),
+            (
+                r#"{"exhaustion_warn_s": 604801}"#,
+                "exhaustion_warn_s",
+                "604801",
+            ),
             (
                 r#"{"vswitch_selection_policy": "best"}"#,
                 "vswitch_selection_policy",

@@ -158,6 +158,13 @@ impl RawConfig {
             ip_prefix: self.ip_prefix()?,
             cni: self.cni_settings()?,
             sg: self.sg_settings()?,
+            exhaustion_warn: secs(
+                "exhaustion_warn_s",
+                &self.exhaustion_warn_s,
+                3600,
+                0,
+                7 * 86_400,
+            )?,
         })
     }
 

@@ -96,6 +96,7 @@ pub(super) fn restore(
     };
     let mut opts = allocator_options(cfg, identity, &facts)?;
     opts.node_id = from.node_id.clone();
+    opts.draining = persisted.draining;
     let recovered = match warm {
         Some(mut r) => {
             for n in r.notes.drain(..) {

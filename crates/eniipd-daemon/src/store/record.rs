@@ -120,6 +120,12 @@ pub enum Record {
         /// Its groups, sorted.
         security_groups: Option<Vec<String>>,
     },
+    /// The node starts (`true`) or ends (`false`) draining (`drain`,
+    /// `undrain`).
+    Drain {
+        /// Draining from now on.
+        on: bool,
+    },
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -142,6 +148,9 @@ pub struct PersistedState {
     /// written: no set recorded yet).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub eni_sets: BTreeMap<String, Vec<String>>,
+    /// The node is draining (not written when it is not).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub draining: bool,
 }
 
 impl PersistedState {
@@ -178,6 +187,7 @@ impl PersistedState {
                     self.eni_sets.remove(eni);
                 }
             },
+            Record::Drain { on } => self.draining = *on,
         }
     }
 
@@ -305,6 +315,12 @@ mod tests {
         });
         assert_eq!(s.allocations.len(), 1);
         assert!(s.check().is_err(), "10.0.0.1 is now allocated and held");
+        // A drain is kept until an undrain.
+        s.apply(&Record::Drain { on: true });
+        s.apply(&Record::Forget { owner: "c".into() });
+        assert!(s.draining);
+        s.apply(&Record::Drain { on: false });
+        assert!(!s.draining);
     }
 
     #[test]

@@ -46,6 +46,8 @@ use eniip_util::sem::Semaphore;
 use eniip_util::time::unix_ms;
 
 use super::capacity::Capacity;
+use super::drain::{self, Drain};
+use super::forecast::{Clock, Forecast};
 use super::mailbox::{Event, Request};
 use super::vswitch_choice::VSwitches;
 use super::worker::WorkerConfig;
@@ -59,6 +61,7 @@ mod give_back;
 mod inflight;
 mod intent;
 mod lookups;
+mod outlook;
 mod plan;
 mod reconcile;
 mod reports;
@@ -76,6 +79,7 @@ use durable::Durable;
 use give_back::Maintenance;
 use inflight::InFlight;
 use lookups::Lookups;
+use outlook::Outlook;
 use plan::Planning;
 use reconcile::Changes;
 use reports::Reports;
@@ -129,6 +133,11 @@ pub(super) struct Actor {
     next_maintenance: Instant,
     config_view: Vec<(String, String)>,
     stopping: bool,
+    /// The exhaustion forecast and its clock.
+    forecast: Forecast,
+    clock: Clock,
+    /// Whether the node drains (it owns the pool sizes set aside).
+    drain: Drain,
 }
 
 impl Actor {
@@ -185,10 +194,23 @@ impl Actor {
             pool,
             demand: Demand::with_default_set(opts.default_set()),
             surge: Surge::default(),
+            forecast: Forecast::default(),
+            clock: Clock::new(),
+            drain: Drain::default(),
             opts,
             fatal_tx,
             stopping: false,
         }
+        .with_drain()
+    }
+
+    /// Draining from the start when the node was when it stopped.
+    fn with_drain(mut self) -> Actor {
+        if self.opts.draining {
+            self.drain.start(&mut self.cap);
+            info!("the node is draining (eniipctl drain before the restart): no new allocation; eniipctl undrain ends it");
+        }
+        self
     }
 
     /// After a restart served from the state files (`first_reconcile` in
@@ -344,6 +366,10 @@ impl Actor {
             let jitter = eniip_util::rand::jitter(0.2);
             self.next_maintenance = now + self.opts.pool_check_interval.mul_f64(jitter);
         }
+        if self.outlook().retire_ready() == Some(false) {
+            // Something is still to give back: check again soon.
+            self.next_maintenance = self.next_maintenance.min(now + drain::DRAIN_PASS);
+        }
         self.clients().serve_waiters();
         if self.surge.observe(now, self.demand.waiting() > 0) {
             info!(
@@ -409,6 +435,21 @@ impl Actor {
         }
     }
 
+    fn outlook(&mut self) -> Outlook<'_> {
+        Outlook {
+            opts: &self.opts,
+            cap: &mut self.cap,
+            pool: &self.pool,
+            demand: &self.demand,
+            inflight: &self.inflight,
+            durable: &self.durable,
+            forecast: &mut self.forecast,
+            clock: &self.clock,
+            drain: &mut self.drain,
+            next_maintenance: &mut self.next_maintenance,
+        }
+    }
+
     fn maintenance(&mut self) -> Maintenance<'_> {
         Maintenance {
             opts: &self.opts,
@@ -449,6 +490,13 @@ impl Actor {
             ..
         } = env;
         let answer = match command {
+            Command::Alloc { owner, .. }
+                if self.drain.on() && self.pool.allocation(&owner).is_none() =>
+            {
+                crate::metrics::record_alloc("draining", started.elapsed().as_secs_f64());
+                log::debug!("alloc for {owner} refused: the node is draining");
+                Err(AllocError::draining())
+            }
             Command::Alloc {
                 owner,
                 sandbox,
@@ -495,6 +543,8 @@ impl Actor {
                 self.cap.prefix_mode,
                 unix_ms(),
             ))),
+            Command::Capacity => Ok(Answer::Capacity(self.outlook().ceilings())),
+            Command::Drain(on) => return self.outlook().set_drain(on, reply),
             Command::Metrics => Ok(Answer::Metrics(crate::metrics::render(&self.gauges()))),
             Command::Config => Ok(Answer::Config(self.config_view.clone())),
         };
@@ -526,8 +576,8 @@ impl Actor {
                     "pool sizes reloaded: min idle {} -> {}, max idle {} -> {}",
                     self.cap.min_idle, capacity.min_idle, self.cap.max_idle, capacity.max_idle
                 );
-                self.cap.min_idle = capacity.min_idle;
-                self.cap.max_idle = capacity.max_idle;
+                self.drain
+                    .reload(&mut self.cap, capacity.min_idle, capacity.max_idle);
                 self.config_view = view;
                 self.next_maintenance = Instant::now();
                 let _ = reply.send(self.cap);
@@ -551,6 +601,16 @@ impl Actor {
     /// A report of the cloud side; after the first reconcile of a
     /// restart, the pool is verified and the audits held for it start.
     fn on_event(&mut self, e: Event) {
+        let e = match e {
+            Event::ForecastTick { at, read } => {
+                // The free counts read go where every read of them goes.
+                match self.outlook().tick(at, read) {
+                    Some(counts) => Event::VSwitchFree(counts),
+                    None => return,
+                }
+            }
+            e => e,
+        };
         let reconcile = matches!(e, Event::Reconcile { .. });
         let done = self.reports().on_event(e);
         self.or_fatal(done);
@@ -572,10 +632,13 @@ impl Actor {
 
     // ---- views ---------------------------------------------------------
 
-    fn status_counts(&self) -> eniip_protocol::core::StatusCounts {
+    fn status_counts(&mut self) -> eniip_protocol::core::StatusCounts {
         let mut c = crate::pool::views::counts(&self.pool);
         c.pending = self.demand.pending();
         c.capacity = self.cap.total_ips;
+        let mut outlook = self.outlook();
+        c.exhaustion = outlook.soonest();
+        c.draining = outlook.retire_ready();
         c
     }
 
@@ -601,6 +664,7 @@ impl Actor {
             connections: crate::metrics::connections(),
             eni_ops: self.inflight.op_slots_used() as u64,
             inhibited_vswitches: self.vsw.switches().inhibited_count(unix_ms()) as u64,
+            exhaustion: self.forecast.gauges(),
             eni_modes: if self.cap.prefix_mode {
                 crate::pool::views::eni_modes(&self.pool)
             } else {

@@ -14,7 +14,7 @@ use std::time::Instant;
 use log::info;
 
 use crate::pool::{PoolEni, PoolState};
-use eniip_protocol::core::{AllocError, ErrCode, SecurityGroupSet};
+use eniip_protocol::core::{AllocError, Ceiling, SecurityGroupSet};
 use eniip_util::time::unix_ms;
 
 use super::super::capacity::Capacity;
@@ -112,20 +112,21 @@ impl Planning<'_> {
         if plan.unplaceable > 0 && !self.repurpose(want.as_ref()) {
             // Client units no source can serve now fail at once, newest
             // first.
-            let reason = want
+            let (ceiling, reason) = match want
                 .as_ref()
                 .and_then(|w| sg_sets::exhausted(self.pool, self.cap.usable_enis, w))
-                .unwrap_or_else(|| {
-                    views::exhaustion_reason(
-                        self.pool,
-                        self.vsw,
-                        self.cap,
-                        self.demand.pending(),
-                        now_ms,
-                        vswitch,
-                    )
-                });
-            let err = AllocError::new(ErrCode::Exhausted, reason);
+            {
+                Some(why) => (Ceiling::EniSlots, why),
+                None => views::exhaustion_reason(
+                    self.pool,
+                    self.vsw,
+                    self.cap,
+                    self.demand.pending(),
+                    now_ms,
+                    vswitch,
+                ),
+            };
+            let err = AllocError::exhausted(&ceiling, reason);
             let ids = self
                 .demand
                 .newest_unplanned_in(vswitch, want.as_ref(), plan.unplaceable);

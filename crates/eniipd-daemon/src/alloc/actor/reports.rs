@@ -120,6 +120,8 @@ impl Reports<'_> {
                 }
                 self.apply_call_caps();
             }
+            // The actor's own (it samples the forecast).
+            Event::ForecastTick { .. } => {}
             Event::VSwitchV6 {
                 vswitch,
                 cidr6,

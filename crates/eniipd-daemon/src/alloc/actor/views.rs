@@ -3,7 +3,7 @@
 //! one instant (`now_ms`).
 
 use crate::pool::PoolState;
-use eniip_protocol::core::{EniEntry, PrefixUse};
+use eniip_protocol::core::{Ceiling, EniEntry, PrefixUse};
 use eniip_util::time::format_utc;
 
 use super::super::capacity::Capacity;
@@ -48,11 +48,12 @@ pub(super) fn eni_entries(
     out
 }
 
-/// Why no source can serve an `alloc` now: every vswitch is out of
-/// addresses (until when), or the node's capacity is reached (with the
-/// counts that fill it; `pending` addresses are asked of the cloud). For
-/// an `alloc` that `asked` a vswitch: that one is out of addresses, or
-/// no ENI on it has room and none can be created.
+/// Why no source can serve an `alloc` now, and the ceiling it hit: every
+/// vswitch is out of addresses (until when), or the node's capacity is
+/// reached (`eni_slots`, with the counts that fill it; `pending`
+/// addresses are asked of the cloud). For an `alloc` that `asked` a
+/// vswitch: that one is out of addresses, or no ENI on it has room and
+/// none can be created.
 pub(super) fn exhaustion_reason(
     pool: &PoolState,
     vsw: &VswState,
@@ -60,7 +61,7 @@ pub(super) fn exhaustion_reason(
     pending: usize,
     now_ms: u64,
     asked: Option<&str>,
-) -> String {
+) -> (Ceiling, String) {
     let switches = vsw.switches();
     let c = crate::pool::views::counts(pool);
     let counts = format!(
@@ -75,13 +76,19 @@ pub(super) fn exhaustion_reason(
     );
     if let Some(v) = asked {
         if let Some(u) = switches.inhibited_until(v, now_ms) {
-            return format!(
-                "the vswitch asked, {v}, has no free addresses (until {})",
-                format_utc(u / 1000)
+            return (
+                Ceiling::VSwitch(v.to_string()),
+                format!(
+                    "the vswitch asked, {v}, has no free addresses (until {})",
+                    format_utc(u / 1000)
+                ),
             );
         }
-        return format!(
-            "capacity reached for the vswitch asked, {v}: no ENI on it has room and no ENI can be created: {counts}"
+        return (
+            Ceiling::EniSlots,
+            format!(
+                "capacity reached for the vswitch asked, {v}: no ENI on it has room and no ENI can be created: {counts}"
+            ),
         );
     }
     let inhibited: Vec<String> = switches
@@ -94,9 +101,12 @@ pub(super) fn exhaustion_reason(
         })
         .collect();
     if !inhibited.is_empty() && inhibited.len() == switches.ids().len() {
-        return format!("no vswitch has free addresses ({})", inhibited.join(", "));
+        return (
+            Ceiling::VSwitch(switches.ids().join(",")),
+            format!("no vswitch has free addresses ({})", inhibited.join(", ")),
+        );
     }
-    format!("capacity reached: {counts}")
+    (Ceiling::EniSlots, format!("capacity reached: {counts}"))
 }
 
 #[cfg(test)]
@@ -126,34 +136,38 @@ mod tests {
             min_idle: 0,
             max_idle: 8,
         };
-        let why = exhaustion_reason(&pool, &vsw, &cap, 3, 1_000, None);
+        let (ceiling, why) = exhaustion_reason(&pool, &vsw, &cap, 3, 1_000, None);
+        assert_eq!(ceiling, Ceiling::EniSlots);
         assert_eq!(
             why,
             "capacity reached: 4 addresses on 1 of 2 ENIs (0 in use, 0 reserved, 0 cooling, 3 requested)"
         );
         // One of two inhibited: still the capacity's reason.
         vsw.inhibit("vsw-a", 61_000);
-        assert!(
-            exhaustion_reason(&pool, &vsw, &cap, 0, 1_000, None).starts_with("capacity reached")
-        );
+        assert!(exhaustion_reason(&pool, &vsw, &cap, 0, 1_000, None)
+            .1
+            .starts_with("capacity reached"));
         vsw.inhibit("vsw-b", 61_000);
-        let why = exhaustion_reason(&pool, &vsw, &cap, 0, 1_000, None);
+        let (ceiling, why) = exhaustion_reason(&pool, &vsw, &cap, 0, 1_000, None);
+        assert_eq!(ceiling, Ceiling::VSwitch("vsw-a,vsw-b".into()));
         assert!(
             why.starts_with("no vswitch has free addresses (vsw-a until 1970-01-01")
                 && why.contains("vsw-b until"),
             "{why}"
         );
         // Past the inhibition: the capacity again.
-        assert!(
-            exhaustion_reason(&pool, &vsw, &cap, 0, 61_001, None).starts_with("capacity reached")
-        );
+        assert!(exhaustion_reason(&pool, &vsw, &cap, 0, 61_001, None)
+            .1
+            .starts_with("capacity reached"));
         // A vswitch asked: that one is named, inhibited or full.
-        let why = exhaustion_reason(&pool, &vsw, &cap, 0, 1_000, Some("vsw-a"));
+        let (ceiling, why) = exhaustion_reason(&pool, &vsw, &cap, 0, 1_000, Some("vsw-a"));
+        assert_eq!(ceiling, Ceiling::VSwitch("vsw-a".into()));
         assert!(
             why.starts_with("the vswitch asked, vsw-a, has no free addresses (until 1970-01-01"),
             "{why}"
         );
-        let why = exhaustion_reason(&pool, &vsw, &cap, 0, 61_001, Some("vsw-b"));
+        let (ceiling, why) = exhaustion_reason(&pool, &vsw, &cap, 0, 61_001, Some("vsw-b"));
+        assert_eq!(ceiling, Ceiling::EniSlots);
         assert_eq!(
             why,
             "capacity reached for the vswitch asked, vsw-b: no ENI on it has room and no ENI can be created: 4 addresses on 1 of 2 ENIs (0 in use, 0 reserved, 0 cooling, 0 requested)"
