@@ -352,7 +352,7 @@ fn the_checker_sees_a_circle() {
 
 /// File names shared by more than one source file, each with what it
 /// means in every place it stands: the same thing in parallel places.
-const SHARED_NAMES: [(&str, &str); 6] = [
+const SHARED_NAMES: [(&str, &str); 7] = [
     ("mod.rs", "a folder's module: what it owns, its parts"),
     ("lib.rs", "a crate's root: its job, its parts"),
     ("tests.rs", "the unit tests of the folder's module"),
@@ -367,6 +367,11 @@ const SHARED_NAMES: [(&str, &str); 6] = [
     (
         "metadata.rs",
         "the instance metadata service: its client (cloud) and its emulation (sim)",
+    ),
+    (
+        "sg_sets.rs",
+        "security-group sets per pod: the groups pods may ask (config), each ENI's set (pool), \
+         the choices by set (alloc) and their tests (alloc/tests)",
     ),
 ];
 
