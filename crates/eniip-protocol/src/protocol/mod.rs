@@ -512,7 +512,8 @@ pub(crate) fn list_line(e: &ListEntry) -> String {
     line
 }
 
-/// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`
+/// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`, in
+/// prefix mode then `mode= prefixes= [v6prefix=] fallback=`.
 pub(crate) fn eni_line(e: &EniEntry) -> String {
     let mut line = format!(
         "{} {} {} ips={} pending={} inhibited={}",
@@ -530,6 +531,9 @@ pub(crate) fn eni_line(e: &EniEntry) -> String {
     }
     if let Some(p) = &e.v6_prefix {
         line.push_str(&format!(" v6prefix={p}"));
+    }
+    if let Some(p) = &e.prefixes {
+        line.push_str(&format!(" fallback={}", p.fallback_word()));
     }
     line
 }

@@ -74,7 +74,7 @@ impl Planning<'_> {
         units.extend(std::iter::repeat_n(None, plan.surplus));
         let spare_before = self.demand.spare_tickets();
         self.submit(plan.submits, &mut units, now_ms);
-        self.create(plan.creates, &mut units, now, now_ms)?;
+        self.create(plan.creates, &mut units, (now, now_ms), vswitch.is_none())?;
         if self.surge.surging() {
             // Pool tickets made in a surge (the surplus and any /28's
             // rounding) are what a shrink-back may give back.
@@ -132,6 +132,10 @@ impl Planning<'_> {
         if let Some(v) = vswitch {
             order.retain(|c| c.id == v);
         }
+        // Prefix mode: the vswitches with /28 room first (a stable sort
+        // keeps the policy's order among each), so a new ENI goes where
+        // it gets /28s before one falls back to single addresses.
+        order.sort_by_key(|c| self.vsw.kind_on(&c.id, now_ms) == Kind::Single);
         let input = PlanInput {
             demand: clients.len() + pool_units,
             client_demand: clients.len(),
@@ -159,13 +163,22 @@ impl Planning<'_> {
         now_ms: u64,
     ) -> Vec<EniRoom> {
         let switches = self.vsw.switches();
-        let mut enis: Vec<(usize, usize, EniRoom)> = self
+        // ENIs on a vswitch without /28 room get single addresses: not
+        // while a new ENI can go where /28s are (see `gather`'s order).
+        let slots_for_prefixes = self.inflight.eni_slots() > 0
+            && order
+                .first()
+                .is_some_and(|c| self.vsw.kind_on(&c.id, now_ms) == Kind::Prefix);
+        let mut enis: Vec<((usize, usize), usize, EniRoom)> = self
             .pool
             .enis()
             .iter()
             .filter(|e| e.takes_asks())
             .filter(|e| vswitch.is_none_or(|v| e.vswitch() == v))
             .filter(|e| switches.inhibited_until(e.vswitch(), now_ms).is_none())
+            .filter(|e| {
+                !(slots_for_prefixes && self.vsw.kind_on(e.vswitch(), now_ms) == Kind::Single)
+            })
             .filter_map(|e| {
                 let room = self.eni_room(e.id(), now_ms);
                 let backlog_free = self.workers.backlog_free(e.id())?;
@@ -175,7 +188,12 @@ impl Planning<'_> {
                 };
                 (room > 0).then(|| {
                     let held = self.pool.ips().count_on(e.id()) + e.pending();
-                    let rank = VSwitches::rank(order, e.vswitch());
+                    // ENIs falling back rank after every other.
+                    let fallback = usize::from(
+                        self.cap.prefix_mode
+                            && self.vsw.kind_on(e.vswitch(), now_ms) == Kind::Single,
+                    );
+                    let rank = (fallback, VSwitches::rank(order, e.vswitch()));
                     let id = e.id().to_string();
                     let room = EniRoom {
                         id,
@@ -283,14 +301,15 @@ impl Planning<'_> {
         }
     }
 
-    /// Starts the planned ENI creations; a thread that could not be
-    /// started is fatal.
+    /// Starts the planned ENI creations (`any_vswitch`: their demand may
+    /// go on any configured vswitch); a thread that could not be started
+    /// is fatal.
     fn create(
         &mut self,
         creates: Vec<(String, usize)>,
         units: &mut VecDeque<Option<u64>>,
-        now: Instant,
-        now_ms: u64,
+        (now, now_ms): (Instant, u64),
+        any_vswitch: bool,
     ) -> Result<(), Fatal> {
         // New ENIs aggregate like the workers do: a create waits until the
         // oldest waiting client has waited the aggregation window, unless
@@ -312,21 +331,43 @@ impl Planning<'_> {
             let Some(slots) = self.inflight.create_slots() else {
                 break;
             };
-            self.create_one(slots, vswitch, init, units, now_ms)?;
+            // Its /28s are refused rather than fallen back from while
+            // another vswitch has room (the demand is planned there).
+            let elsewhere = any_vswitch
+                && self.vsw.prefix_room_elsewhere(
+                    &vswitch,
+                    self.vsw
+                        .switches()
+                        .ids()
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|id| self.vsw.switches().inhibited_until(id, now_ms).is_none()),
+                    now_ms,
+                );
+            self.create_one(slots, (vswitch, elsewhere), init, units, now_ms)?;
         }
         Ok(())
     }
 
-    /// One ENI creation on `vswitch` for `init` units of demand.
+    /// One ENI creation on `vswitch` for `init` units of demand
+    /// (`elsewhere`: another vswitch has /28 room).
     fn create_one(
         &mut self,
         slots: inflight::CreateSlots,
-        vswitch: String,
+        (vswitch, elsewhere): (String, bool),
         init: usize,
         units: &mut VecDeque<Option<u64>>,
         now_ms: u64,
     ) -> Result<(), Fatal> {
         let (kind, v6) = self.vsw.ask_on(&vswitch, (false, false), now_ms);
+        // In prefix mode a new ENI always asks /28s first, even on a
+        // vswitch on fallback: the create falls back in the same call if
+        // there is still no room, and finds it if room returned.
+        let kind = if self.cap.prefix_mode {
+            prefix_mode::kind_with(Kind::Prefix, v6)
+        } else {
+            kind
+        };
         let shape = prefix_mode::create_shape(
             kind,
             init,
@@ -358,7 +399,8 @@ impl Planning<'_> {
         let (op, op_permit) =
             self.inflight
                 .begin_create(slots, vswitch.clone(), shape.tickets, tickets);
-        let job = CreateJob::new(self.opts, (op, vswitch), shape.singles, shape.prefixes, v6);
+        let job = CreateJob::new(self.opts, (op, vswitch), shape.singles, shape.prefixes, v6)
+            .prefixes_elsewhere(elsewhere);
         self.threads
             .create(job, op_permit)
             .map_err(|e| format!("cannot start an ENI operation thread: {e}").into())
