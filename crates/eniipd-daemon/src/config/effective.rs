@@ -72,6 +72,7 @@ impl Config {
         push("metrics_listen", or_dash(self.metrics_listen));
         push("signature_version", self.signature_version.as_str().into());
         push("ip_prefix", self.ip_prefix.to_string());
+        push("adaptive_pool", self.adaptive_pool.to_string());
         for (k, val) in self.cni.effective() {
             push(k, val);
         }

@@ -46,6 +46,8 @@ pub(super) struct Planning<'a> {
     pub(super) threads: &'a mut Threads,
     pub(super) surge: &'a mut Surge,
     pub(super) pool_backoff: &'a Backoff,
+    /// Idle addresses the warm-up keeps ready now (`idle_target`).
+    pub(super) idle_warm: usize,
 }
 
 impl Planning<'_> {
@@ -115,7 +117,7 @@ impl Planning<'_> {
             if vswitch.is_some() || self.pool_backoff.active(now) || self.demand.waiting() > 0 {
                 0
             } else {
-                self.cap.min_idle.saturating_sub(idle_and_asked)
+                self.idle_warm.saturating_sub(idle_and_asked)
             };
         if clients.is_empty() && pool_units == 0 {
             return None;
