@@ -60,7 +60,9 @@ fn every_command_through_the_real_daemon() {
     assert!(
         enis[0].starts_with(&format!("{eni} "))
             && enis[0].split(' ').any(|f| f == "inhibited=-")
-            && enis[0].split(' ').any(|f| f.starts_with("security-groups=sg-")),
+            && enis[0]
+                .split(' ')
+                .any(|f| f.starts_with("security-groups=sg-")),
         "{enis:?}"
     );
     assert_eq!(d.ask("audit"), vec!["OK consistent"]);

@@ -19,6 +19,7 @@ mod openapi_client;
 mod podman;
 mod shipped;
 
+mod alloc_prefix_frag;
 mod alloc_prefix_sim;
 mod alloc_sim;
 mod alloc_v6prefix_sim;

@@ -532,6 +532,12 @@ pub struct PrefixUse {
     /// Prefixes are not asked for it now (no free /28 in its vswitch): the
     /// next demand gets single addresses.
     pub fallback: bool,
+    /// Its vswitch had no /28 room when last asked: its new IPv4 capacity
+    /// comes as single addresses until room returns.
+    pub v4_fallback: bool,
+    /// Dual stack: it holds no /80 and gets single IPv6 addresses (its
+    /// vswitch had no /80 to give, or its IPv6 quota is full).
+    pub v6_fallback: bool,
 }
 
 impl PrefixUse {
@@ -545,6 +551,16 @@ impl PrefixUse {
             (false, true) => "single",
             (false, false) if self.fallback => "single",
             (false, false) => "prefix",
+        }
+    }
+
+    /// Which of its stacks are on fallback: `-`, `v4`, `v6` or `v4,v6`.
+    pub fn fallback_word(&self) -> &'static str {
+        match (self.v4_fallback, self.v6_fallback) {
+            (false, false) => "-",
+            (true, false) => "v4",
+            (false, true) => "v6",
+            (true, true) => "v4,v6",
         }
     }
 }

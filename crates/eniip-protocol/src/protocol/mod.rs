@@ -579,7 +579,8 @@ pub(crate) fn list_line(e: &ListEntry) -> String {
     line
 }
 
-/// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`
+/// `<eni> <mac> <vswitch> ips=N pending=N inhibited=<rfc3339 or ->`, in
+/// prefix mode then `mode= prefixes= [v6prefix=] fallback=`.
 pub(crate) fn eni_line(e: &EniEntry) -> String {
     let mut line = format!(
         "{} {} {} ips={} pending={} inhibited={}",
@@ -608,6 +609,9 @@ pub(crate) fn eni_line(e: &EniEntry) -> String {
             cloud.join(",")
         };
         line.push_str(&format!(" {ARG_SECURITY_GROUPS}-cloud={shown}"));
+    }
+    if let Some(p) = &e.prefixes {
+        line.push_str(&format!(" fallback={}", p.fallback_word()));
     }
     line
 }

@@ -365,7 +365,7 @@ pub fn parse_list_line(line: &str) -> Result<ListLine, ReplyError> {
 }
 
 /// A data line of `enis`: `<eni> <mac> <vswitch> ips=N pending=N
-/// inhibited=<rfc3339 or -> [mode=M prefixes=N]`.
+/// inhibited=<rfc3339 or -> [mode=M prefixes=N [v6prefix=P] fallback=F]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EniLine {
     /// `eni-...` (or `creating`).
@@ -386,6 +386,9 @@ pub struct EniLine {
     pub prefixes: Option<usize>,
     /// Dual stack: the IPv6 /80 its pods' IPv6 come from, if it holds one.
     pub v6_prefix: Option<String>,
+    /// Prefix mode only: which stacks are on fallback (`-`, `v4`, `v6`,
+    /// `v4,v6`).
+    pub fallback: Option<String>,
 }
 
 /// Reads a data line of `enis`.
@@ -402,6 +405,7 @@ pub fn parse_eni_line(line: &str) -> Result<EniLine, ReplyError> {
         mode: f.get("mode").map(String::from),
         prefixes: f.parsed("prefixes", "a count")?,
         v6_prefix: f.get("v6prefix").map(String::from),
+        fallback: f.get("fallback").map(String::from),
     })
 }
 
@@ -650,13 +654,34 @@ mod tests {
             prefixes: 3,
             singles: 0,
             fallback: false,
+            v4_fallback: false,
+            v6_fallback: false,
         });
         let read = parse_eni_line(&super::super::eni_line(&entry)).unwrap();
         assert_eq!(read.inhibited.as_deref(), Some("2027-01-15T08:00:00Z"));
         assert_eq!(
-            (read.mode.as_deref(), read.prefixes),
-            (Some("prefix"), Some(3))
+            (
+                read.mode.as_deref(),
+                read.prefixes,
+                read.fallback.as_deref()
+            ),
+            (Some("prefix"), Some(3), Some("-"))
         );
+        for (v4, v6, word) in [
+            (true, false, "v4"),
+            (false, true, "v6"),
+            (true, true, "v4,v6"),
+        ] {
+            entry.prefixes = Some(PrefixUse {
+                prefixes: 3,
+                singles: 2,
+                fallback: v4,
+                v4_fallback: v4,
+                v6_fallback: v6,
+            });
+            let read = parse_eni_line(&super::super::eni_line(&entry)).unwrap();
+            assert_eq!(read.fallback.as_deref(), Some(word));
+        }
 
         let c = parse_collected_line("10.0.0.14 batch/job-7 abc veth=enip0 later=1").unwrap();
         assert_eq!(

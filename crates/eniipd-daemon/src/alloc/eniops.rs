@@ -13,7 +13,10 @@
 //! /80 (`Ipv6PrefixCount=1`): one call for both stacks. No room for a
 //! prefix falls back a step at a time, the /28s first (a fragmented IPv4
 //! block is the common case): /28s and /80, then single IPv4 addresses
-//! and the /80, then single addresses of both stacks.
+//! and the /80, then single addresses of both stacks. A create whose
+//! job says another configured vswitch has /28 room does not fall back
+//! from its /28s: it fails with the refusal, and the actor plans its
+//! demand on that other vswitch.
 
 use std::io;
 use std::sync::Arc;
@@ -66,6 +69,9 @@ pub(crate) struct CreateJob {
     pub(crate) ready_timeout: Duration,
     /// How long to wait for metadata to list the initial addresses.
     pub(crate) metadata_wait: Duration,
+    /// With `prefixes`: fall back to single addresses if the vswitch has
+    /// no free /28 (false: another vswitch has room, fail instead).
+    pub(crate) fall_back: bool,
 }
 
 impl CreateJob {
@@ -90,7 +96,16 @@ impl CreateJob {
             v6,
             ready_timeout: opts.eni_ready_timeout,
             metadata_wait: opts.metadata_wait,
+            fall_back: true,
         }
+    }
+
+    /// The same, failing rather than falling back to single addresses
+    /// when the vswitch has no free /28 (`elsewhere`: another vswitch
+    /// has room).
+    pub(crate) fn prefixes_elsewhere(mut self, elsewhere: bool) -> CreateJob {
+        self.fall_back = !elsewhere;
+        self
     }
 }
 
@@ -173,6 +188,16 @@ fn create_call(job: &CreateJob, cloud: &dyn CloudApi) -> Result<(Eni, FellBack),
     loop {
         let req = create_request(job, prefixes, v6_prefix);
         match cloud.create_eni_with_prefixes(&req, prefixes) {
+            Err(e)
+                if e.kind == CloudErrorKind::PrefixExhausted && prefixes > 0 && !job.fall_back =>
+            {
+                warn!(
+                    "{} has no free /28 prefix ({}); another vswitch has room, the ENI goes there",
+                    job.vswitch,
+                    e.code_or_kind()
+                );
+                return Err(e);
+            }
             Err(e) if e.kind == CloudErrorKind::PrefixExhausted && prefixes > 0 => {
                 warn!(
                     "{} has no free /28 prefix ({}); creating the ENI with single addresses",

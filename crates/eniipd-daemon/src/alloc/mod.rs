@@ -21,6 +21,7 @@ pub(crate) mod describe;
 pub(crate) mod drain;
 pub(crate) mod eniops;
 pub(crate) mod forecast;
+pub(crate) mod idle_target;
 pub(crate) mod mailbox;
 pub(crate) mod maint_thread;
 pub(crate) mod ownership;
@@ -105,6 +106,8 @@ pub(crate) struct AllocatorOptions {
     pub(crate) alloc_timeout: Duration,
     /// Pool maintenance period.
     pub(crate) pool_check_interval: Duration,
+    /// The idle target follows the allocation rate (`idle_target`).
+    pub(crate) adaptive_pool: bool,
     /// Reservation for the last owner after release.
     pub(crate) ip_stick_time: Duration,
     /// The longest reservation an owner may ask for itself.
@@ -167,6 +170,7 @@ impl AllocatorOptions {
             max_concurrent_eni_ops: cfg.max_concurrent_eni_ops,
             alloc_timeout: cfg.alloc_timeout,
             pool_check_interval: cfg.pool_check_interval,
+            adaptive_pool: cfg.adaptive_pool,
             ip_stick_time: cfg.ip_stick_time,
             max_ip_stick_time: cfg.max_ip_stick_time,
             ip_cooldown: cfg.ip_cooldown,

@@ -75,6 +75,7 @@ impl Config {
         for (k, val) in self.sg.effective() {
             push(k, val);
         }
+        push("adaptive_pool", self.adaptive_pool.to_string());
         for (k, val) in self.cni.effective() {
             push(k, val);
         }

@@ -75,6 +75,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "enable_ip_prefix",
     "sandbox_reap_interval",
     "sandbox_reap_grace",
+    "adaptive_pool",
     "cni_conflist",
     "cni_conflist_source",
     "pod_security_groups",

@@ -123,6 +123,7 @@ pub struct RawConfig {
     pub(crate) enable_ip_prefix: Option<Value>,
     pub(crate) sandbox_reap_interval: Option<Value>,
     pub(crate) sandbox_reap_grace: Option<Value>,
+    pub(crate) adaptive_pool: Option<Value>,
     pub(crate) cni_conflist: Option<String>,
     pub(crate) cni_conflist_source: Option<String>,
     pub(crate) pod_security_groups: Option<Vec<String>>,
@@ -213,6 +214,10 @@ pub struct Config {
     /// (falling back to single addresses where no /28 can be had). IPv4
     /// only: refused with `ip_stack` "dual".
     pub(crate) ip_prefix: bool,
+    /// The idle target follows the allocation rate within
+    /// `min_pool_size`..`max_pool_size` (false: warm up to the min, shrink
+    /// to the max, as Terway).
+    pub(crate) adaptive_pool: bool,
     /// What eniipd does for eniip-cni: the sandbox reaper, the conflist.
     pub(crate) cni: CniSettings,
     /// Security groups per pod: which a pod may ask, how long a set idles.

@@ -156,6 +156,12 @@ impl RawConfig {
             metrics_listen: self.metrics_listen()?,
             signature_version: self.signature_version()?,
             ip_prefix: self.ip_prefix()?,
+            adaptive_pool: match &self.adaptive_pool {
+                None => true,
+                Some(v) => v
+                    .as_bool()
+                    .ok_or_else(|| invalid("adaptive_pool", v, "true or false"))?,
+            },
             cni: self.cni_settings()?,
             sg: self.sg_settings()?,
             exhaustion_warn: secs(

@@ -104,13 +104,18 @@ pub(crate) fn list(pool: &PoolState) -> Vec<ListEntry> {
     out
 }
 
+/// Of an ENI in prefix mode: (its next addresses are single ones, its
+/// IPv4 is on fallback, its IPv6 is on fallback).
+pub(crate) type FallbackOf<'a> = &'a dyn Fn(&PoolEni) -> (bool, bool, bool);
+
 /// `enis` data for the ENIs that exist (the caller adds ones being
-/// created). In prefix mode, `fallback` says whether a vswitch is out of
-/// /28s for now, and each entry shows how its ENI holds addresses.
+/// created). In prefix mode, `fallback` says of an ENI whether its next
+/// addresses are single ones, and whether its IPv4 and its IPv6 are on
+/// fallback; each entry shows how its ENI holds addresses.
 pub(crate) fn eni_entries(
     pool: &PoolState,
     inhibited: impl Fn(&str) -> Option<u64>,
-    fallback: Option<&dyn Fn(&str) -> bool>,
+    fallback: Option<FallbackOf<'_>>,
 ) -> Vec<EniEntry> {
     pool.enis()
         .iter()
@@ -122,7 +127,7 @@ pub(crate) fn eni_entries(
             ips: pool.ips().count_on(e.id()),
             pending: e.pending(),
             inhibited_until: inhibited(e.vswitch()),
-            prefixes: fallback.map(|f| prefix_use(pool, e, f(e.vswitch()))),
+            prefixes: fallback.map(|f| prefix_use(pool, e, f(e))),
             v6_prefix: e.carve_prefix(),
             security_groups: pool.sg_sets().given(e.id()).cloned(),
             security_groups_cloud: pool.sg_sets().changed(e.id()).map(<[String]>::to_vec),
@@ -131,11 +136,17 @@ pub(crate) fn eni_entries(
 }
 
 /// How an ENI holds its addresses (prefix mode).
-fn prefix_use(pool: &PoolState, e: &PoolEni, fallback: bool) -> PrefixUse {
+fn prefix_use(
+    pool: &PoolState,
+    e: &PoolEni,
+    (fallback, v4_fallback, v6_fallback): (bool, bool, bool),
+) -> PrefixUse {
     PrefixUse {
         prefixes: e.prefixes().len(),
         singles: pool.slots_used(e.id()) - e.prefixes().len(),
         fallback,
+        v4_fallback,
+        v6_fallback,
     }
 }
 

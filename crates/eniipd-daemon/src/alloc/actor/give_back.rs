@@ -41,6 +41,9 @@ pub(super) struct Maintenance<'a> {
     pub(super) workers: &'a Workers,
     pub(super) threads: &'a mut Threads,
     pub(super) surge: &'a mut Surge,
+    /// Idle addresses a shrink keeps at most now (`idle_target`; the
+    /// `max_pool_size` when static).
+    pub(super) idle_keep: usize,
     pub(super) changes: &'a mut Changes,
     pub(super) shed_backoff: &'a Backoff,
     pub(super) free_backoff: &'a FreeBackoff,
@@ -141,15 +144,16 @@ impl Maintenance<'_> {
         Ok(true)
     }
 
-    /// The idle addresses this pool check keeps at most: `max_pool_size`,
-    /// or after a surge what was idle before it (see `surge`).
+    /// The idle addresses this pool check keeps at most: what the idle
+    /// target keeps (`max_pool_size` when static), or after a surge what
+    /// was idle before it (see `surge`).
     fn idle_bound(&mut self, idle: usize, now: Instant) -> usize {
         let Some(grown) = self.surge.shrink_back(now) else {
-            return self.cap.max_idle;
+            return self.idle_keep;
         };
         self.surge.settle();
-        let keep = surge::keep_after(idle, grown, self.cap.min_idle, self.cap.max_idle);
-        if keep < idle.min(self.cap.max_idle) {
+        let keep = surge::keep_after(idle, grown, self.cap.min_idle, self.idle_keep);
+        if keep < idle.min(self.idle_keep) {
             info!(
                 "the surge is over: giving back what it added, down to {keep} idle (it asked {grown} beyond the shortfall)"
             );

@@ -48,6 +48,7 @@ use eniip_util::time::unix_ms;
 use super::capacity::Capacity;
 use super::drain::{self, Drain};
 use super::forecast::{Clock, Forecast};
+use super::idle_target::IdleTarget;
 use super::mailbox::{Event, Request};
 use super::vswitch_choice::VSwitches;
 use super::worker::WorkerConfig;
@@ -117,6 +118,7 @@ pub(super) struct Actor {
     pool: PoolState,
     demand: Demand,
     surge: Surge,
+    idle_target: IdleTarget,
     vsw: VswState,
     inflight: InFlight,
     workers: Workers,
@@ -197,6 +199,7 @@ impl Actor {
             forecast: Forecast::default(),
             clock: Clock::new(),
             drain: Drain::default(),
+            idle_target: IdleTarget::new(opts.adaptive_pool, opts.pool_check_interval, now),
             opts,
             fatal_tx,
             stopping: false,
@@ -370,7 +373,9 @@ impl Actor {
             // Something is still to give back: check again soon.
             self.next_maintenance = self.next_maintenance.min(now + drain::DRAIN_PASS);
         }
-        self.clients().serve_waiters();
+        for waited in self.clients().serve_waiters() {
+            self.idle_target.waited(waited);
+        }
         if self.surge.observe(now, self.demand.waiting() > 0) {
             info!(
                 "the pool ran dry again within {}s of its last refill: calls carry addresses beyond the shortfall, up to max_pool_size={} idle",
@@ -432,6 +437,9 @@ impl Actor {
             threads: &mut self.threads,
             surge: &mut self.surge,
             pool_backoff: &self.pool_backoff,
+            idle_warm: self
+                .idle_target
+                .warm(Instant::now(), self.cap.min_idle, self.cap.max_idle),
         }
     }
 
@@ -460,6 +468,9 @@ impl Actor {
             workers: &self.workers,
             threads: &mut self.threads,
             surge: &mut self.surge,
+            idle_keep: self
+                .idle_target
+                .keep(Instant::now(), self.cap.min_idle, self.cap.max_idle),
             changes: &mut self.changes,
             shed_backoff: &self.shed_backoff,
             free_backoff: &self.free_backoff,
@@ -506,6 +517,10 @@ impl Actor {
             } => {
                 let mut intent = intent;
                 super::sg_sets::normalize(&mut intent, self.opts.default_set().as_ref());
+                if self.pool.allocation(&owner).is_none() {
+                    // A new allocation: the rate the idle target follows.
+                    self.idle_target.allocated(Instant::now());
+                }
                 let ask = Ask {
                     owner,
                     sandbox,
@@ -521,7 +536,12 @@ impl Actor {
                 owner,
                 sandbox,
                 gen,
-            } => return self.clients().release(owner, sandbox, gen, reply),
+            } => {
+                if self.pool.allocation(&owner).is_some() {
+                    self.idle_target.released(Instant::now());
+                }
+                return self.clients().release(owner, sandbox, gen, reply);
+            }
             Command::Gc { owner_prefix, keep } => {
                 return self.clients().gc(&owner_prefix, &keep, reply)
             }

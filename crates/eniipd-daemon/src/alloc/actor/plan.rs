@@ -47,6 +47,8 @@ pub(super) struct Planning<'a> {
     pub(super) threads: &'a mut Threads,
     pub(super) surge: &'a mut Surge,
     pub(super) pool_backoff: &'a Backoff,
+    /// Idle addresses the warm-up keeps ready now (`idle_target`).
+    pub(super) idle_warm: usize,
 }
 
 impl Planning<'_> {
@@ -102,7 +104,13 @@ impl Planning<'_> {
         units.extend(std::iter::repeat_n(None, plan.surplus));
         let spare_before = self.demand.spare_tickets();
         self.submit(plan.submits, &mut units, now_ms, want.as_ref());
-        self.create(plan.creates, &mut units, now, now_ms, want.as_ref())?;
+        self.create(
+            plan.creates,
+            &mut units,
+            (now, now_ms),
+            vswitch.is_none(),
+            want.as_ref(),
+        )?;
         if self.surge.surging() {
             // Pool tickets made in a surge (the surplus and any /28's
             // rounding) are what a shrink-back may give back.
@@ -156,7 +164,7 @@ impl Planning<'_> {
         let pool_units = if vswitch.is_some()
             || self.pool_backoff.active(now)
             || self.demand.waiting() > 0
-            || self.cap.min_idle == 0
+            || self.idle_warm == 0
         {
             0
         } else {
@@ -171,7 +179,7 @@ impl Planning<'_> {
                 _ => (self.pool.idle_count(), self.demand.spare_tickets()),
             };
             let room = self.cap.max_idle.saturating_sub(idle_and_asked);
-            self.cap.min_idle.saturating_sub(in_set + spare).min(room)
+            self.idle_warm.saturating_sub(in_set + spare).min(room)
         };
         if clients.is_empty() && pool_units == 0 {
             return None;
@@ -189,6 +197,10 @@ impl Planning<'_> {
         if let Some(v) = vswitch {
             order.retain(|c| c.id == v);
         }
+        // Prefix mode: the vswitches with /28 room first (a stable sort
+        // keeps the policy's order among each), so a new ENI goes where
+        // it gets /28s before one falls back to single addresses.
+        order.sort_by_key(|c| self.vsw.kind_on(&c.id, now_ms) == Kind::Single);
         let input = PlanInput {
             demand: clients.len() + pool_units,
             client_demand: clients.len(),
@@ -219,7 +231,13 @@ impl Planning<'_> {
         want: Option<&SecurityGroupSet>,
     ) -> Vec<EniRoom> {
         let switches = self.vsw.switches();
-        let mut enis: Vec<(usize, usize, EniRoom)> = self
+        // ENIs on a vswitch without /28 room get single addresses: not
+        // while a new ENI can go where /28s are (see `gather`'s order).
+        let slots_for_prefixes = self.inflight.eni_slots() > 0
+            && order
+                .first()
+                .is_some_and(|c| self.vsw.kind_on(&c.id, now_ms) == Kind::Prefix);
+        let mut enis: Vec<((usize, usize), usize, EniRoom)> = self
             .pool
             .enis()
             .iter()
@@ -227,6 +245,9 @@ impl Planning<'_> {
             .filter(|e| vswitch.is_none_or(|v| e.vswitch() == v))
             .filter(|e| want.is_none_or(|w| self.pool.sg_sets().serves(e.id(), w)))
             .filter(|e| switches.inhibited_until(e.vswitch(), now_ms).is_none())
+            .filter(|e| {
+                !(slots_for_prefixes && self.vsw.kind_on(e.vswitch(), now_ms) == Kind::Single)
+            })
             .filter_map(|e| {
                 let room = self.eni_room(e.id(), now_ms);
                 let backlog_free = self.workers.backlog_free(e.id())?;
@@ -236,7 +257,12 @@ impl Planning<'_> {
                 };
                 (room > 0).then(|| {
                     let held = self.pool.ips().count_on(e.id()) + e.pending();
-                    let rank = VSwitches::rank(order, e.vswitch());
+                    // ENIs falling back rank after every other.
+                    let fallback = usize::from(
+                        self.cap.prefix_mode
+                            && self.vsw.kind_on(e.vswitch(), now_ms) == Kind::Single,
+                    );
+                    let rank = (fallback, VSwitches::rank(order, e.vswitch()));
                     let id = e.id().to_string();
                     let room = EniRoom {
                         id,
@@ -345,14 +371,15 @@ impl Planning<'_> {
         }
     }
 
-    /// Starts the planned ENI creations; a thread that could not be
-    /// started is fatal.
+    /// Starts the planned ENI creations (`any_vswitch`: their demand may
+    /// go on any configured vswitch); a thread that could not be started
+    /// is fatal.
     fn create(
         &mut self,
         creates: Vec<(String, usize)>,
         units: &mut VecDeque<Option<u64>>,
-        now: Instant,
-        now_ms: u64,
+        (now, now_ms): (Instant, u64),
+        any_vswitch: bool,
         want: Option<&SecurityGroupSet>,
     ) -> Result<(), Fatal> {
         // New ENIs aggregate like the workers do: a create waits until the
@@ -375,21 +402,43 @@ impl Planning<'_> {
             let Some(slots) = self.inflight.create_slots() else {
                 break;
             };
-            self.create_one(slots, (vswitch, want), init, units, now_ms)?;
+            // Its /28s are refused rather than fallen back from while
+            // another vswitch has room (the demand is planned there).
+            let elsewhere = any_vswitch
+                && self.vsw.prefix_room_elsewhere(
+                    &vswitch,
+                    self.vsw
+                        .switches()
+                        .ids()
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|id| self.vsw.switches().inhibited_until(id, now_ms).is_none()),
+                    now_ms,
+                );
+            self.create_one(slots, (vswitch, elsewhere, want), init, units, now_ms)?;
         }
         Ok(())
     }
 
-    /// One ENI creation on `vswitch` for `init` units of demand.
+    /// One ENI creation on `vswitch` for `init` units of demand
+    /// (`elsewhere`: another vswitch has /28 room).
     fn create_one(
         &mut self,
         slots: inflight::CreateSlots,
-        (vswitch, want): (String, Option<&SecurityGroupSet>),
+        (vswitch, elsewhere, want): (String, bool, Option<&SecurityGroupSet>),
         init: usize,
         units: &mut VecDeque<Option<u64>>,
         now_ms: u64,
     ) -> Result<(), Fatal> {
         let (kind, v6) = self.vsw.ask_on(&vswitch, (false, false), now_ms);
+        // In prefix mode a new ENI always asks /28s first, even on a
+        // vswitch on fallback: the create falls back in the same call if
+        // there is still no room, and finds it if room returned.
+        let kind = if self.cap.prefix_mode {
+            prefix_mode::kind_with(Kind::Prefix, v6)
+        } else {
+            kind
+        };
         let shape = prefix_mode::create_shape(
             kind,
             init,
@@ -425,7 +474,8 @@ impl Planning<'_> {
             tickets,
             want.cloned(),
         );
-        let mut job = CreateJob::new(self.opts, (op, vswitch), shape.singles, shape.prefixes, v6);
+        let mut job = CreateJob::new(self.opts, (op, vswitch), shape.singles, shape.prefixes, v6)
+            .prefixes_elsewhere(elsewhere);
         if let Some(w) = want {
             job.security_groups = w.ids().to_vec();
         }

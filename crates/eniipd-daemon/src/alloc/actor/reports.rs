@@ -60,6 +60,9 @@ impl Reports<'_> {
                 error,
             } => {
                 // A /80 granted stays, whatever became of the IPv4 call.
+                if !v6_prefixes.is_empty() {
+                    self.prefix_granted(&eni, false);
+                }
                 for p in v6_prefixes {
                     info!("{eni} got the IPv6 prefix {p}: its addresses' IPv6 come from it");
                     self.pool.add_v6_prefix(&eni, p);
@@ -140,6 +143,9 @@ impl Reports<'_> {
     /// (those beyond the tickets idle).
     fn on_prefixes_assigned(&mut self, eni: &str, tickets: Vec<TicketId>, prefixes: &[Ipv4Prefix]) {
         self.pool.enis_mut().answered(eni, tickets.len(), true);
+        if !prefixes.is_empty() {
+            self.prefix_granted(eni, true);
+        }
         for p in prefixes {
             self.pool.add_prefix(eni, *p);
         }
@@ -286,24 +292,45 @@ impl Reports<'_> {
     /// Prefix mode: no free /28 on `vswitch`; single addresses until the
     /// inhibit period ends, then prefixes again.
     fn inhibit_prefixes(&mut self, vswitch: &str, code: &str) {
-        let until = unix_ms() + self.opts.inhibit.as_millis() as u64;
+        let now_ms = unix_ms();
+        let until = now_ms + self.opts.inhibit.as_millis() as u64;
         warn!(
-            "{vswitch} has no free /28 prefix ({code}); single addresses until {}",
+            "{vswitch} has no free /28 prefix ({code}); single addresses until {} (or a /28 granted there)",
             format_utc(until / 1000)
         );
-        self.vsw.inhibit_prefixes(vswitch, until);
+        self.vsw.inhibit_prefixes(vswitch, now_ms, until);
     }
 
     /// Dual stack, prefix mode: no /80 to give on `vswitch`; its ENIs
     /// without one get single IPv6 addresses until the inhibit period
     /// ends, then /80s are asked again.
     fn inhibit_v6_prefixes(&mut self, vswitch: &str, code: &str) {
-        let until = unix_ms() + self.opts.inhibit.as_millis() as u64;
+        let now_ms = unix_ms();
+        let until = now_ms + self.opts.inhibit.as_millis() as u64;
         warn!(
-            "{vswitch} has no IPv6 /80 prefix to give ({code}); single IPv6 addresses until {}",
+            "{vswitch} has no IPv6 /80 prefix to give ({code}); single IPv6 addresses until {} (or a /80 granted there)",
             format_utc(until / 1000)
         );
-        self.vsw.inhibit_v6_prefixes(vswitch, until);
+        self.vsw.inhibit_v6_prefixes(vswitch, now_ms, until);
+    }
+
+    /// A prefix was granted on `eni`'s vswitch (a /28 when `v4`, else a
+    /// /80): the vswitch has room again, its fallback is over.
+    fn prefix_granted(&mut self, eni: &str, v4: bool) {
+        let Some(vswitch) = self.pool.eni(eni).map(|e| e.vswitch().to_string()) else {
+            return;
+        };
+        let lifted = if v4 {
+            self.vsw.lift_prefixes(&vswitch)
+        } else {
+            self.vsw.lift_v6_prefixes(&vswitch)
+        };
+        if lifted {
+            info!(
+                "{vswitch} granted a {} again: its ENIs are asked prefixes again",
+                if v4 { "/28" } else { "/80" }
+            );
+        }
     }
 
     fn on_eni_ready(&mut self, op: OpId, r: &ReadyEni) -> Result<(), Fatal> {
@@ -336,9 +363,13 @@ impl Reports<'_> {
         }
         if r.prefix_fallback {
             self.inhibit_prefixes(&r.link.vswitch, "at CreateNetworkInterface");
+        } else if !r.prefixes.is_empty() {
+            self.prefix_granted(id, true);
         }
         if r.v6_prefix_fallback {
             self.inhibit_v6_prefixes(&r.link.vswitch, "at CreateNetworkInterface");
+        } else if !r.v6_prefixes.is_empty() {
+            self.prefix_granted(id, false);
         }
         self.pool_backoff.succeed();
         self.end_tickets(tickets, valid, None);
@@ -367,6 +398,11 @@ impl Reports<'_> {
             error!("{eni} was left behind by a failed creation; the sweeper will delete it");
         }
         warn!("creating an ENI on {vswitch} failed: {err}");
+        if err.kind == CloudErrorKind::PrefixExhausted {
+            // Refused rather than fallen back: another vswitch had /28
+            // room (see `eniops::create_call`); its demand goes there.
+            self.inhibit_prefixes(&vswitch, err.code_or_kind());
+        }
         if err.kind == CloudErrorKind::Exhausted {
             // The ENI's primary address is one of what it asked. A create
             // carrying /28s has more tickets than a single-address create

@@ -63,7 +63,9 @@ fn actor_of(config: &str, op_sem: Semaphore) -> Actor {
     let fake = FakeCloud::new(4, 15, 1000);
     let cfg = RawConfig::parse(config).unwrap().validate().unwrap();
     let cap = capacity::compute(&fake.limits, &cfg, PoolSizes::of(&cfg), &mut Vec::new());
-    let opts = AllocatorOptions::new(&cfg, INSTANCE, vec!["vsw-a".into()], Vec::new(), cap);
+    let mut opts = AllocatorOptions::new(&cfg, INSTANCE, vec!["vsw-a".into()], Vec::new(), cap);
+    // Fixed pool sizes: these tests look at the parts, not the target.
+    opts.adaptive_pool = false;
     let pool = one_eni_pool();
     let (events_tx, _) = crossbeam_channel::bounded(16);
     let (fatal_tx, _) = crossbeam_channel::bounded(16);

@@ -2,7 +2,7 @@
 //! `alloc` is refused as exhausted. Pure functions of the parts, read at
 //! one instant (`now_ms`).
 
-use crate::pool::PoolState;
+use crate::pool::{PoolEni, PoolState};
 use eniip_protocol::core::{Ceiling, EniEntry, PrefixUse};
 use eniip_util::time::format_utc;
 
@@ -22,10 +22,17 @@ pub(super) fn eni_entries(
     let switches = vsw.switches();
     let inhibited = |v: &str| switches.inhibited_until(v, now_ms).map(|u| u / 1000);
     let fallback = |v: &str| vsw.kind_on(v, now_ms) == Kind::Single;
+    // An ENI is on an IPv6 fallback while it holds no /80 and its IPv6
+    // come as single addresses.
+    let on_fallback = |e: &PoolEni| {
+        let (v4, v6) = vsw.on_fallback(e.vswitch(), now_ms);
+        let single_v6 = e.carve_prefix().is_none() && (v6 || (vsw.dual() && e.v6_refused()));
+        (fallback(e.vswitch()), v4, single_v6)
+    };
     let mut out = crate::pool::views::eni_entries(
         pool,
         inhibited,
-        prefix_mode.then_some(&fallback as &dyn Fn(&str) -> bool),
+        prefix_mode.then_some(&on_fallback as crate::pool::views::FallbackOf<'_>),
     );
     for c in inflight.creating() {
         out.push(EniEntry {
@@ -39,6 +46,8 @@ pub(super) fn eni_entries(
                 prefixes: 0,
                 singles: 0,
                 fallback: fallback(c.vswitch),
+                v4_fallback: false,
+                v6_fallback: false,
             }),
             v6_prefix: None,
             security_groups: c.set.cloned(),

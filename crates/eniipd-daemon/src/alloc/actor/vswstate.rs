@@ -15,7 +15,11 @@
 //! Invariants: an inhibition or a prefix fallback (of /28s or /80s) ends
 //! on its own at its
 //! deadline (nothing has to remember to lift it), or earlier when a probe
-//! finds the vswitch with any free address; at most one probe is due per
+//! finds the vswitch with any free address (an inhibition) or a prefix is
+//! granted on the vswitch (a fallback: the cloud says nothing of a
+//! vswitch's /28 room but by granting or refusing one, so while a
+//! fallback is on, the next ask on its vswitch tries a prefix again
+//! every [`VswState::PREFIX_RETRY_MS`]); at most one probe is due per
 //! [`VswState::PROBE`], and none while nothing is inhibited; a cap is
 //! never 0 and never reaches `max_per_call` (it is removed there).
 
@@ -38,6 +42,9 @@ pub(super) struct VswState {
     /// Until when (Unix ms) a vswitch's ENIs without a /80 get single
     /// IPv6 addresses (dual stack, prefix mode).
     v6_prefix_inhibit: HashMap<String, u64>,
+    /// From when (Unix ms) a vswitch on a /28 (`.0`) or /80 (`.1`)
+    /// fallback is asked a prefix again (its room may have returned).
+    prefix_retry: HashMap<String, (u64, u64)>,
     v6: HashMap<String, (String, Ipv6Addr)>,
     next_probe: Instant,
     /// Addresses one call on a vswitch may ask, when fewer than a call's
@@ -73,6 +80,7 @@ impl VswState {
             dual: false,
             prefix_inhibit: HashMap::new(),
             v6_prefix_inhibit: HashMap::new(),
+            prefix_retry: HashMap::new(),
             v6: HashMap::new(),
             next_probe: now,
             call_cap: HashMap::new(),
@@ -84,6 +92,11 @@ impl VswState {
     pub(super) fn dual_stack(mut self, dual: bool) -> VswState {
         self.dual = dual;
         self
+    }
+
+    /// Whether every address is an IPv4+IPv6 pair.
+    pub(super) fn dual(&self) -> bool {
+        self.dual
     }
 
     /// Addresses one call on `vswitch` may ask (a call's worth unless
@@ -169,24 +182,83 @@ impl VswState {
         self.switches.gave_back(vswitch, n as u64)
     }
 
-    /// No free /28 on `vswitch`: single addresses until `until_ms`.
-    pub(super) fn inhibit_prefixes(&mut self, vswitch: &str, until_ms: u64) {
+    /// While a vswitch is on a prefix fallback, how often its next ask
+    /// tries a prefix again (a refused one costs one call).
+    pub(super) const PREFIX_RETRY_MS: u64 = 10_000;
+
+    /// No free /28 on `vswitch` (found at `now_ms`): single addresses
+    /// until `until_ms`, a /28 tried again every
+    /// [`Self::PREFIX_RETRY_MS`].
+    pub(super) fn inhibit_prefixes(&mut self, vswitch: &str, now_ms: u64, until_ms: u64) {
         self.prefix_inhibit.insert(vswitch.to_string(), until_ms);
+        self.prefix_retry.entry(vswitch.to_string()).or_default().0 =
+            now_ms + Self::PREFIX_RETRY_MS;
+    }
+
+    /// A /28 was granted on `vswitch`: its fallback (if any) is over.
+    /// Whether one was on.
+    pub(super) fn lift_prefixes(&mut self, vswitch: &str) -> bool {
+        if let Some(r) = self.prefix_retry.get_mut(vswitch) {
+            r.0 = 0;
+        }
+        self.prefix_inhibit.remove(vswitch).is_some()
+    }
+
+    /// A /80 was granted on `vswitch`: its IPv6 fallback (if any) is
+    /// over. Whether one was on.
+    pub(super) fn lift_v6_prefixes(&mut self, vswitch: &str) -> bool {
+        if let Some(r) = self.prefix_retry.get_mut(vswitch) {
+            r.1 = 0;
+        }
+        self.v6_prefix_inhibit.remove(vswitch).is_some()
+    }
+
+    /// Whether `vswitch` is on a fallback now: (no /28 room, no /80 to
+    /// give), as the last prefix asked there found.
+    pub(super) fn on_fallback(&self, vswitch: &str, now_ms: u64) -> (bool, bool) {
+        let on = |m: &HashMap<String, u64>| m.get(vswitch).is_some_and(|u| *u > now_ms);
+        (
+            self.prefix_mode && on(&self.prefix_inhibit),
+            self.prefix_mode && self.dual && on(&self.v6_prefix_inhibit),
+        )
+    }
+
+    /// The fallback deadlines that hold now: (/28, /80), none once a retry
+    /// is due.
+    fn holding(&self, vswitch: &str, now_ms: u64) -> (Option<u64>, Option<u64>) {
+        let (r4, r6) = self.prefix_retry.get(vswitch).copied().unwrap_or_default();
+        let held = |m: &HashMap<String, u64>, retry: u64| {
+            m.get(vswitch).copied().filter(|_| retry > now_ms)
+        };
+        (
+            held(&self.prefix_inhibit, r4),
+            held(&self.v6_prefix_inhibit, r6),
+        )
     }
 
     /// How the next addresses of an ENI on `vswitch` are asked.
     pub(super) fn kind_on(&self, vswitch: &str, now_ms: u64) -> Kind {
-        prefix_mode::next_kind(
-            self.prefix_mode,
-            self.prefix_inhibit.get(vswitch).copied(),
-            now_ms,
-        )
+        prefix_mode::next_kind(self.prefix_mode, self.holding(vswitch, now_ms).0, now_ms)
     }
 
-    /// No IPv6 /80 to give on `vswitch`: its ENIs without one get single
-    /// IPv6 addresses until `until_ms`.
-    pub(super) fn inhibit_v6_prefixes(&mut self, vswitch: &str, until_ms: u64) {
+    /// Prefix mode: whether a vswitch other than `vswitch` among `ids`
+    /// has /28 room, as far as eniipd knows (no fallback holds there).
+    pub(super) fn prefix_room_elsewhere<'a>(
+        &self,
+        vswitch: &str,
+        mut ids: impl Iterator<Item = &'a str>,
+        now_ms: u64,
+    ) -> bool {
+        self.prefix_mode && ids.any(|id| id != vswitch && self.kind_on(id, now_ms) == Kind::Prefix)
+    }
+
+    /// No IPv6 /80 to give on `vswitch` (found at `now_ms`): its ENIs
+    /// without one get single IPv6 addresses until `until_ms`, a /80
+    /// tried again every [`Self::PREFIX_RETRY_MS`].
+    pub(super) fn inhibit_v6_prefixes(&mut self, vswitch: &str, now_ms: u64, until_ms: u64) {
         self.v6_prefix_inhibit.insert(vswitch.to_string(), until_ms);
+        self.prefix_retry.entry(vswitch.to_string()).or_default().1 =
+            now_ms + Self::PREFIX_RETRY_MS;
     }
 
     /// How the next addresses of an ENI on `vswitch` are asked: the kind
@@ -203,7 +275,7 @@ impl VswState {
             self.dual,
             self.prefix_mode,
             v6_held,
-            self.v6_prefix_inhibit.get(vswitch).copied(),
+            self.holding(vswitch, now_ms).1,
             now_ms,
         );
         (
@@ -330,7 +402,7 @@ mod tests {
     fn the_prefix_fallback_ends_at_its_deadline() {
         let mut s = state(true, Instant::now());
         assert_eq!(s.kind_on("a", 0), Kind::Prefix);
-        s.inhibit_prefixes("a", 100);
+        s.inhibit_prefixes("a", 0, 100);
         assert_eq!(s.kind_on("a", 99), Kind::Single);
         assert_eq!(s.kind_on("b", 99), Kind::Prefix, "per vswitch");
         assert_eq!(s.kind_on("a", 100), Kind::Prefix);
@@ -351,7 +423,7 @@ mod tests {
             s.ask_on("a", (false, false), 0),
             (Kind::Prefix, Some(V6From::NewPrefix))
         );
-        s.inhibit_v6_prefixes("a", 100);
+        s.inhibit_v6_prefixes("a", 0, 100);
         assert_eq!(
             s.ask_on("a", (false, false), 99),
             (Kind::Single, Some(V6From::Single))
@@ -376,11 +448,43 @@ mod tests {
             (Kind::Prefix, Some(V6From::NewPrefix))
         );
         // No /28 either: singles of both, the /80 still asked.
-        s.inhibit_prefixes("a", 200);
+        s.inhibit_prefixes("a", 0, 200);
         assert_eq!(
             s.ask_on("a", (false, false), 150),
             (Kind::Single, Some(V6From::NewPrefix))
         );
+    }
+
+    #[test]
+    fn a_fallback_tries_a_prefix_again_and_a_grant_ends_it() {
+        let mut s = state(true, Instant::now()).dual_stack(true);
+        let retry = VswState::PREFIX_RETRY_MS;
+        s.inhibit_prefixes("a", 1000, 600_000);
+        assert_eq!(s.kind_on("a", 1001), Kind::Single);
+        assert_eq!(s.on_fallback("a", 1001), (true, false));
+        assert!(s.prefix_room_elsewhere("a", ["a", "b"].into_iter(), 1001));
+        assert!(!s.prefix_room_elsewhere("b", ["a", "b"].into_iter(), 1001));
+        // A retry is due: the next ask tries a /28, still on fallback.
+        assert_eq!(s.kind_on("a", 1000 + retry), Kind::Prefix);
+        assert_eq!(s.on_fallback("a", 1000 + retry), (true, false));
+        // Refused again: single addresses until the next retry.
+        s.inhibit_prefixes("a", 1000 + retry, 600_000);
+        assert_eq!(s.kind_on("a", 1001 + retry), Kind::Single);
+        // Granted: over.
+        assert!(s.lift_prefixes("a"));
+        assert_eq!(s.kind_on("a", 1002 + retry), Kind::Prefix);
+        assert_eq!(s.on_fallback("a", 1002 + retry), (false, false));
+        assert!(!s.lift_prefixes("a"));
+        // The same for /80s.
+        s.inhibit_v6_prefixes("b", 0, 600_000);
+        assert_eq!(s.on_fallback("b", 1), (false, true));
+        assert_eq!(s.ask_on("b", (false, false), 1).1, Some(V6From::Single));
+        assert_eq!(
+            s.ask_on("b", (false, false), retry).1,
+            Some(V6From::NewPrefix)
+        );
+        assert!(s.lift_v6_prefixes("b"));
+        assert_eq!(s.on_fallback("b", 1), (false, false));
     }
 
     #[test]
