@@ -23,6 +23,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 mod msg;
+pub mod stopwatch;
 
 /// How long one netlink answer may take.
 const RECV_TIMEOUT: Duration = Duration::from_secs(5);
@@ -179,7 +180,19 @@ impl Netlink {
 
     /// Sends one request and collects its answer: the messages of a dump,
     /// or nothing for an acknowledged change. A kernel error is the errno.
+    /// Timed by [`stopwatch`] when it counts.
     fn request(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+        let began = stopwatch::begin();
+        let r = self.exchange(msg, flags);
+        stopwatch::end(began);
+        r
+    }
+
+    fn exchange(
         &mut self,
         msg: RouteNetlinkMessage,
         flags: u16,
