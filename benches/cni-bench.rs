@@ -14,8 +14,11 @@
 //! by the CRI client), interleaved with eniip-cni's own ADD run straight,
 //! in the same world.
 //!
-//! Run: `cargo bench --bench cni-bench [-- --iters N] [--containerd]` as
-//! root (prints SKIPPED otherwise).
+//! With `--storm`: pods started at once under containerd, eniip-cni
+//! against the reference plugins (`storm`; `--sizes 50,100` to choose).
+//!
+//! Run: `cargo bench --bench cni-bench [-- --iters N] [--containerd]
+//! [--storm [--sizes N,...]]` as root (prints SKIPPED otherwise).
 
 #[path = "../tests/it/cnienv.rs"]
 mod cnienv;
@@ -25,6 +28,8 @@ mod common;
 mod cri;
 #[path = "../tests/it/shipped.rs"]
 mod shipped;
+#[path = "storm/mod.rs"]
+mod storm;
 #[path = "support/mod.rs"]
 mod support;
 
@@ -63,16 +68,32 @@ fn run(node: &File, plugin: &str, cmd: &str, id: &str, netns: &Path, conf: &Valu
 }
 
 fn main() {
+    if let Some(code) = storm::as_wrapper() {
+        std::process::exit(code);
+    }
     let mut iters = None;
     let mut under_containerd = false;
+    let mut storm_sizes = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--iters" => iters = Some(args.next().and_then(|s| s.parse().ok()).expect("--iters N")),
             "--containerd" => under_containerd = true,
+            "--storm" => storm_sizes = storm_sizes.or(Some(storm::SIZES.to_vec())),
+            "--sizes" => {
+                let v = args.next().unwrap_or_default();
+                let sizes = v
+                    .split(',')
+                    .map(|n| n.parse().ok().filter(|&n: &usize| n > 0));
+                storm_sizes = Some(sizes.collect::<Option<_>>().expect("--sizes N,N,..."));
+            }
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
+    }
+    if let Some(sizes) = storm_sizes {
+        storm::run(&sizes);
+        return;
     }
     if under_containerd {
         containerd(iters.unwrap_or(30));

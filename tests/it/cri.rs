@@ -308,6 +308,28 @@ impl Containerd {
         ])
     }
 
+    /// As [`Containerd::start`], with `conflist` as its one network
+    /// configuration and each binary of `instead` (a plugin's name and
+    /// the file to run for it: a benchmark's timing wrapper) linked into
+    /// its bin dir in place of the plugin of that name.
+    pub fn start_with_conflist(
+        w: &World,
+        conflist: &Value,
+        instead: &[(&str, PathBuf)],
+    ) -> Containerd {
+        let dir = crate::common::tempdir("containerd");
+        let (bin, netd) = (dir.join("bin"), dir.join("net.d"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&netd).unwrap();
+        link_reference_plugins(&bin);
+        for (name, file) in instead {
+            let _ = std::fs::remove_file(bin.join(name));
+            std::os::unix::fs::symlink(file, bin.join(name)).unwrap();
+        }
+        write(&netd.join("10-bench.conflist"), &conflist.to_string());
+        Containerd::start_in(w, dir, false)
+    }
+
     fn start_with(w: &World, host_mounts: bool) -> Containerd {
         let dir = crate::common::tempdir("containerd");
         let (bin, netd) = (dir.join("bin"), dir.join("net.d"));
@@ -325,6 +347,11 @@ impl Containerd {
             &cnienv::s(&netd.join("10-eniip.conflist")),
         ]);
         link_reference_plugins(&bin);
+        Containerd::start_in(w, dir, host_mounts)
+    }
+
+    /// containerd on `dir`, whose `bin` and `net.d` are filled.
+    fn start_in(w: &World, dir: PathBuf, host_mounts: bool) -> Containerd {
         let cfg = dir.join("config.toml");
         write(&cfg, &config(&dir));
         let (ship, link) = if host_mounts {

@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
+use super::add_profile::{Profile, Stage};
 use super::built::{self, Built};
 use super::container_netns::open_container;
 use super::eniipd_client::{self, Client};
@@ -81,6 +82,13 @@ fn attach_args(netns: &std::path::Path, host_veth: &str) -> String {
 }
 
 pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
+    let mut profile = Profile::start(env.profile.clone());
+    let r = add_profiled(conf, env, &mut profile);
+    profile.finish(&env.container_id, r.is_ok());
+    r
+}
+
+fn add_profiled(conf: &NetConf, env: &Env, profile: &mut Profile) -> Result<String, CniError> {
     let owner = owner_of(&conf.name, env);
     let sandbox = sandbox_of(&env.container_id);
     let host_veth = datapath::host_veth_name(&env.container_id, &env.ifname);
@@ -98,7 +106,9 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         .iter()
         .map(|a| format!(" {a}"))
         .collect();
+    profile.skip();
     let _held = lock::lock(&conf.lock_dir, &owner, eniipd_client::ALLOC_DEADLINE)?;
+    profile.mark(Stage::Lock);
     let (mut c, held_before, reply) = allocate(
         conf,
         &owner,
@@ -107,6 +117,7 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
             attach_args(&netns_path, &host_veth)
         ),
     )?;
+    profile.mark(Stage::Eniipd);
     let AllocReply {
         ip,
         ipv6,
@@ -177,6 +188,7 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
         })?;
         Ok(attached)
     })();
+    profile.mark(Stage::Datapath);
     let attached = match built {
         Ok(a) => a,
         Err(e) => {
@@ -417,6 +429,7 @@ mod tests {
             container_id: cid.into(),
             ifname: "eth0".into(),
             netns: None,
+            profile: None,
             args: Default::default(),
         }
     }

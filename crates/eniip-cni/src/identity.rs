@@ -84,6 +84,7 @@ mod tests {
             container_id: cid.into(),
             ifname: "eth0".into(),
             netns: None,
+            profile: None,
             args: args
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

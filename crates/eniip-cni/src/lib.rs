@@ -6,7 +6,8 @@
 //! The parts: the verbs on one container, ADD, DEL and CHECK
 //! ([`container`]); the verbs on the whole network, GC and STATUS
 //! ([`network`]); what a pod asks through its annotations
-//! ([`annotations`]); VERSION and the version a caller speaks ([`version`]);
+//! ([`annotations`]); where an ADD's time went, on request
+//! ([`add_profile`]); VERSION and the version a caller speaks ([`version`]);
 //! who an attachment is to eniipd, its owner and sandbox ([`identity`]);
 //! one invocation per owner at a time ([`lock`]); the container's netns
 //! ([`netns`]); the CNI contract's types ([`spec`]); eniipd's refusals in
@@ -20,6 +21,7 @@
 //! before anything is asked or built (CNI error 4); the rest is kept by
 //! the verbs (see [`container`]).
 
+pub mod add_profile;
 pub(crate) mod annotations;
 pub(crate) mod built;
 pub(crate) mod container;

@@ -184,6 +184,8 @@ pub struct Env {
     pub(crate) ifname: String,
     /// CNI_ARGS as key=value pairs.
     pub(crate) args: HashMap<String, String>,
+    /// Where ADD appends its profile ([`crate::add_profile`]), if asked.
+    pub(crate) profile: Option<PathBuf>,
 }
 
 impl Env {
@@ -214,6 +216,9 @@ impl Env {
             if cmd != Command::Del && env.netns.is_none() {
                 return Err(CniError::new(code::INVALID_ENV, "CNI_NETNS is not set"));
             }
+            env.profile = get(crate::add_profile::VAR)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from);
         }
         if let Some(args) = get("CNI_ARGS") {
             for kv in args.split(';').filter(|s| !s.is_empty()) {

@@ -245,7 +245,9 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     // A host end (and its rules) left by an earlier, failed ADD of this
     // attachment.
     teardown(pod.host_veth)?;
-    host.add_veth(pod.host_veth, pod.ifname, pod.netns.as_raw_fd(), a.mtu)
+    // The host end up as it is made: a request fewer, which would wait
+    // for the kernel's RTNL behind every other pod's.
+    host.add_veth_up(pod.host_veth, pod.ifname, pod.netns.as_raw_fd(), a.mtu)
         .ctx(|| format!("create veth {} / {}", pod.host_veth, pod.ifname))?;
     let hv = host
         .link_by_name(pod.host_veth)
@@ -285,8 +287,6 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     if pod.v6.is_some() {
         enable_ipv6(pod.host_veth)?;
     }
-    host.set_up(hv.index)
-        .ctx(|| format!("set {} up", pod.host_veth))?;
     route_to_pod(
         &mut host,
         (hv.index, pod.host_veth),

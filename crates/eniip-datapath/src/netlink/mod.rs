@@ -23,6 +23,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 mod msg;
+pub mod stopwatch;
 
 /// How long one netlink answer may take.
 const RECV_TIMEOUT: Duration = Duration::from_secs(5);
@@ -30,6 +31,9 @@ const RECV_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_REPLY_MESSAGES: usize = 1_000_000;
 /// Receive buffer; a kernel dump datagram is at most a few pages.
 const RECV_BUF: usize = 256 * 1024;
+
+/// A link name's room, its terminating NUL included.
+const IFNAMSIZ: usize = 16;
 
 /// The main routing table.
 pub const MAIN_TABLE: u32 = 254;
@@ -179,7 +183,19 @@ impl Netlink {
 
     /// Sends one request and collects its answer: the messages of a dump,
     /// or nothing for an acknowledged change. A kernel error is the errno.
+    /// Timed by [`stopwatch`] when it counts.
     fn request(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+        let began = stopwatch::begin();
+        let r = self.exchange(msg, flags);
+        stopwatch::end(began);
+        r
+    }
+
+    fn exchange(
         &mut self,
         msg: RouteNetlinkMessage,
         flags: u16,
@@ -241,9 +257,17 @@ impl Netlink {
         Ok(msgs.iter().filter_map(msg::link_of).collect())
     }
 
-    /// The link named `name`, if any.
+    /// The link named `name`, if any: one get, not a dump of every link
+    /// (a node's hundreds of host ends would be read for each lookup).
     pub fn link_by_name(&mut self, name: &str) -> io::Result<Option<Link>> {
-        Ok(self.links()?.into_iter().find(|l| l.name == name))
+        // No link has a name the kernel would refuse to look up.
+        if name.is_empty() || name.len() >= IFNAMSIZ {
+            return Ok(None);
+        }
+        match self.request(msg::get_link_named(name), 0) {
+            Err(e) if is_missing(&e) => Ok(None),
+            r => Ok(r?.iter().filter_map(msg::link_of).find(|l| l.name == name)),
+        }
     }
 
     /// The links whose hardware address is `mac`.
@@ -251,9 +275,16 @@ impl Netlink {
         Ok(self.links()?.into_iter().filter(|l| l.mac == mac).collect())
     }
 
-    /// Creates a veth pair: `name` here, `peer` in the namespace `peer_ns`.
-    pub fn add_veth(&mut self, name: &str, peer: &str, peer_ns: RawFd, mtu: u32) -> io::Result<()> {
-        let msg = msg::new_veth(name, None, peer, peer_ns, mtu);
+    /// Creates a veth pair, `name` up: `name` here, `peer` (down) in the
+    /// namespace `peer_ns`.
+    pub fn add_veth_up(
+        &mut self,
+        name: &str,
+        peer: &str,
+        peer_ns: RawFd,
+        mtu: u32,
+    ) -> io::Result<()> {
+        let msg = msg::new_veth(name, None, peer, peer_ns, mtu, true);
         self.request(msg, NLM_F_CREATE | NLM_F_EXCL).map(drop)
     }
 
@@ -267,7 +298,7 @@ impl Netlink {
         peer_ns: RawFd,
         mtu: u32,
     ) -> io::Result<()> {
-        let msg = msg::new_veth(name, Some(mac), peer, peer_ns, mtu);
+        let msg = msg::new_veth(name, Some(mac), peer, peer_ns, mtu, false);
         self.request(msg, NLM_F_CREATE | NLM_F_EXCL).map(drop)
     }
 
@@ -383,6 +414,40 @@ impl Netlink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// In a network namespace of its own (a thread that unshares one):
+    /// a link is found by its name, a name no link has (or none can have)
+    /// is none, not an error; a veth made up is up from the start.
+    #[test]
+    fn a_link_is_found_by_its_name_alone_and_a_veth_is_made_up() {
+        let t = std::thread::Builder::new()
+            .name("own-netns".into())
+            .spawn(|| {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+                let mut nl = Netlink::open()?;
+                let lo = nl.link_by_name("lo")?.expect("lo is in every namespace");
+                assert_eq!((lo.index, lo.name.as_str()), (1, "lo"));
+                assert_eq!(nl.link_by_name("enipnothere")?, None);
+                assert_eq!(nl.link_by_name("")?, None);
+                assert_eq!(nl.link_by_name("sixteen-letters!")?, None);
+                // A veth made up, its peer in the same namespace here.
+                let here = std::fs::File::open("/proc/thread-self/ns/net")?;
+                nl.add_veth_up("enipup", "peerup", here.as_raw_fd(), 1500)?;
+                let made = nl.link_by_name("enipup")?.expect("the veth was made");
+                let peer = nl.link_by_name("peerup")?.expect("its peer was made");
+                assert!(made.up && !peer.up, "{made:?} {peer:?}");
+                Ok::<(), io::Error>(())
+            })
+            .unwrap();
+        match t.join().unwrap() {
+            Err(e) if e.raw_os_error() == Some(nix::libc::EPERM) => {
+                eniip_util::testing::skip(&format!(
+                    "a_link_is_found_by_its_name_alone_and_a_veth_is_made_up: needs a network namespace ({e})"
+                ));
+            }
+            r => r.unwrap(),
+        }
+    }
 
     #[test]
     fn macs_parse_and_format() {

@@ -50,6 +50,13 @@ pub(super) fn get_links() -> RouteNetlinkMessage {
     RouteNetlinkMessage::GetLink(LinkMessage::default())
 }
 
+/// The one link named `name` (a get, not a dump).
+pub(super) fn get_link_named(name: &str) -> RouteNetlinkMessage {
+    let mut m = LinkMessage::default();
+    m.attributes.push(LinkAttribute::IfName(name.to_string()));
+    RouteNetlinkMessage::GetLink(m)
+}
+
 /// A link of a dump.
 pub(super) fn link_of(m: &RouteNetlinkMessage) -> Option<Link> {
     let RouteNetlinkMessage::NewLink(l) = m else {
@@ -72,13 +79,18 @@ pub(super) fn link_of(m: &RouteNetlinkMessage) -> Option<Link> {
 }
 
 /// A veth pair: `name` here (with hardware address `mac` if given),
-/// `peer` in the namespace `peer_ns`.
+/// `peer` in the namespace `peer_ns`; `name` up from the start when `up`
+/// (the kernel sets its flags once both ends are made, so no separate
+/// request sets it up later). The peer cannot be: the kernel sets its
+/// flags before the two ends know each other, and a veth without its
+/// peer refuses to go up (ENOTCONN).
 pub(super) fn new_veth(
     name: &str,
     mac: Option<&[u8]>,
     peer: &str,
     peer_ns: RawFd,
     mtu: u32,
+    up: bool,
 ) -> RouteNetlinkMessage {
     let mut peer_msg = LinkMessage::default();
     peer_msg.attributes = vec![
@@ -87,6 +99,10 @@ pub(super) fn new_veth(
         LinkAttribute::NetNsFd(peer_ns),
     ];
     let mut msg = LinkMessage::default();
+    if up {
+        msg.header.flags = LinkFlags::Up;
+        msg.header.change_mask = LinkFlags::Up;
+    }
     msg.attributes = vec![
         LinkAttribute::IfName(name.to_string()),
         LinkAttribute::Mtu(mtu),

@@ -1,0 +1,428 @@
+//! `cni-bench --storm`: 50, 100 and 150 pods started at once under
+//! containerd's CRI (one RunPodSandbox each, all released together from
+//! one client, as a kubelet starting a node's pods after a drain), on a
+//! warm node (eniipd's pool holds an address for every pod) and a cold
+//! one (its pool empty: addresses and ENIs come from the emulator while
+//! the pods wait), and the same storm with the reference `ptp` +
+//! `host-local` (same containerd, same chained `portmap` and `bandwidth`,
+//! same node) in the same run, right after the warm one.
+//!
+//! Figures, per storm: RunPodSandbox p50/p99/max (the CRI client's own
+//! time); the plugin's ADD p50/p99, timed by a wrapper containerd runs in
+//! the plugin's place (this bench's own binary by the plugin's name: it
+//! starts the real plugin, waits, and logs how long it took); OpenAPI
+//! calls per pod (eniip-sim's `/__sim/state` counts, from the storm's
+//! start to its last reply); and, for eniip-cni, what its ADD spent in
+//! netlink requests (its `ENIIP_CNI_PROFILE` report, which the wrapper
+//! asks for): the most it held the kernel's RTNL, with where the rest of
+//! its time went (the owner's lock, eniipd, the datapath).
+//!
+//! Before each storm the bench waits (at most two minutes) until the
+//! kernel answers a request that takes RTNL at once ([`settle`]): it
+//! dismantles the namespaces of the last storm's pods (and of the last
+//! world) later, holding RTNL for seconds, and the next storm, whichever
+//! plugin's, would pay for it.
+//!
+//! Everything is inside the tests' world (tests/it/cnienv: node and VPC
+//! namespaces, eniipd against eniip-sim on loopback) and containerd's own
+//! folders; after each storm every pod is stopped and removed, and each
+//! world goes with its containerd. Every CRI call has a deadline
+//! (tests/it/cri.py).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::cnienv::{self, World};
+use crate::cri::Containerd;
+use crate::support::pct;
+use crate::{common, shipped};
+
+/// How many pods each storm starts, by default.
+pub(crate) const SIZES: [usize; 3] = [50, 100, 150];
+/// An instance whose ENIs hold 203 pod addresses.
+const INSTANCE: &str = "ecs.g7.4xlarge";
+/// The wrapper's log, in containerd's folder: `PLUGIN COMMAND ID MICROS`.
+const TIMES: &str = "plugin-times.log";
+/// eniip-cni's profile, in containerd's folder.
+const PROFILE: &str = "eniip-profile.log";
+/// The longest wait for a warm pool.
+const WARM_WITHIN: Duration = Duration::from_secs(180);
+
+/// The plugins the storm times: the name containerd runs, the real one.
+fn timed_plugin(name: &str) -> Option<PathBuf> {
+    match name {
+        "eniip-cni" => Some(PathBuf::from(cnienv::plugin())),
+        "ptp" => Some(PathBuf::from("/usr/lib/cni/ptp")),
+        _ => None,
+    }
+}
+
+/// When this binary runs as a timed plugin (containerd ran it by a
+/// plugin's name from a storm's bin dir): runs the real plugin with the
+/// same stdin, stdout, stderr and environment, logs how long it took,
+/// and returns its exit code.
+pub(crate) fn as_wrapper() -> Option<i32> {
+    let argv0 = PathBuf::from(std::env::args_os().next()?);
+    let name = argv0.file_name()?.to_str()?.to_string();
+    let real = timed_plugin(&name)?;
+    std::env::var_os("CNI_COMMAND")?;
+    let dir = argv0.parent()?.parent()?.to_path_buf();
+    let mut c = Command::new(real);
+    if name == "eniip-cni" {
+        c.env(eniip_cni::add_profile::VAR, dir.join(PROFILE));
+    }
+    let t = Instant::now();
+    let status = c.status();
+    let us = t.elapsed().as_micros();
+    let line = format!(
+        "{name} {} {} {us}\n",
+        std::env::var("CNI_COMMAND").unwrap_or_default(),
+        std::env::var("CNI_CONTAINERID").unwrap_or_default()
+    );
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(TIMES))
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    Some(status.ok().and_then(|s| s.code()).unwrap_or(1))
+}
+
+/// One storm's figures (milliseconds).
+#[derive(Debug, Default)]
+struct Storm {
+    label: String,
+    pods: usize,
+    failed: Vec<String>,
+    run: Vec<f64>,
+    add: Vec<f64>,
+    calls: Option<u64>,
+    /// eniip-cni's profile, per ADD: (netlink, lock, eniipd, datapath)
+    /// in ms and the netlink requests.
+    profile: Vec<([f64; 4], u64)>,
+    load: String,
+    /// The wait for the kernel before it ([`settle`]).
+    settled: Duration,
+}
+
+/// The 1-minute load average.
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split(' ')
+        .next()
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// Every OpenAPI call the emulator has answered.
+fn calls(w: &World) -> u64 {
+    w.sim.state()["calls"]
+        .as_object()
+        .map(|m| m.values().filter_map(Value::as_u64).sum())
+        .unwrap_or(0)
+}
+
+/// The length of `path` now (where a storm's lines start).
+fn len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// The lines of `path` from `from` on.
+fn lines_from(path: &Path, from: u64) -> Vec<String> {
+    let text = std::fs::read(path).unwrap_or_default();
+    let from = usize::try_from(from).unwrap_or(0).min(text.len());
+    String::from_utf8_lossy(&text[from..])
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// `key=N` of a profile line.
+fn field(line: &str, key: &str) -> f64 {
+    line.split(' ')
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A request that takes the kernel's RTNL, this fast, three times in a
+/// row: the kernel is done with what the last storm or world left (it
+/// dismantles a removed namespace's links later, holding RTNL, for
+/// seconds after a storm's pods are gone).
+const SETTLED: Duration = Duration::from_millis(5);
+/// The longest wait for it.
+const SETTLE_WITHIN: Duration = Duration::from_secs(120);
+
+/// Waits until the kernel no longer holds RTNL for what came before
+/// (see [`SETTLED`]), so that a storm does not pay for the last one;
+/// how long that took.
+fn settle(w: &World) -> Duration {
+    let t = Instant::now();
+    let node = std::fs::File::open(w.node.path()).expect("the node namespace");
+    let mut nl = eniip_cni::netns::netlink_in(&node).expect("a netlink socket in the node");
+    let mut fast = 0;
+    while fast < 3 && t.elapsed() < SETTLE_WITHIN {
+        let probe = Instant::now();
+        // lo (ifindex 1) is up already: a change of nothing, under RTNL.
+        nl.set_up(1).expect("set lo up in the node");
+        fast = if probe.elapsed() < SETTLED {
+            fast + 1
+        } else {
+            0
+        };
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t.elapsed()
+}
+
+/// Starts `n` pods at once on `c`, then stops and removes every pod.
+fn storm(c: &Containerd, w: &World, n: usize, label: &str, prefix: &str) -> Storm {
+    let settled = settle(w);
+    let w = Some(w).filter(|_| !label.starts_with("ptp"));
+    let (times, profile) = (c.dir.join(TIMES), c.dir.join(PROFILE));
+    let (t0, p0) = (len(&times), len(&profile));
+    let calls0 = w.map(calls);
+    let load = load();
+    let out = c
+        .cri(&["storm", prefix, "bench", &n.to_string()])
+        .unwrap_or_else(|e| panic!("the storm of {n} ({label}): {e}\n{}", c.log()));
+    let calls = w.map(calls).zip(calls0).map(|(a, b)| a - b);
+    let mut s = Storm {
+        label: label.to_string(),
+        pods: n,
+        calls,
+        load,
+        settled,
+        ..Storm::default()
+    };
+    for p in out.as_array().into_iter().flatten() {
+        match p["seconds"].as_f64() {
+            Some(secs) => s.run.push(secs * 1000.0),
+            None => s.failed.push(format!("{}: {}", p["name"], p["error"])),
+        }
+    }
+    let cleaned = c
+        .cri(&["clean"])
+        .unwrap_or_else(|e| panic!("removing the storm's pods: {e}"));
+    assert!(
+        cleaned["errors"].as_array().is_some_and(Vec::is_empty),
+        "removing the storm's pods: {cleaned}"
+    );
+    for l in lines_from(&times, t0) {
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() == 4 && f[1] == "ADD" {
+            s.add.push(f[3].parse::<f64>().unwrap_or(0.0) / 1000.0);
+        }
+    }
+    for l in lines_from(&profile, p0) {
+        let ms = |k| field(&l, k) / 1000.0;
+        s.profile.push((
+            [
+                ms("netlink_us"),
+                ms("lock_us"),
+                ms("eniipd_us"),
+                ms("datapath_us"),
+            ],
+            field(&l, "netlink_requests") as u64,
+        ));
+    }
+    s
+}
+
+/// eniipd's idle addresses (its `status`).
+fn idle(w: &World) -> usize {
+    w.ask("status")
+        .first()
+        .and_then(|l| {
+            l.split(' ')
+                .find_map(|kv| kv.strip_prefix("idle="))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The reference network: `ptp` + `host-local`, then what the shipped
+/// conflist chains.
+fn reference_conflist(ipam: &Path) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "ptp-storm",
+        "plugins": [
+            {
+                "type": "ptp",
+                "mtu": 1500,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": "10.251.0.0/16"}]],
+                    "dataDir": ipam.display().to_string(),
+                }
+            },
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}},
+        ]
+    })
+}
+
+/// A world for `n` pods: warm (the pool filled with `n` addresses) or
+/// cold; eniipd at its defaults otherwise.
+fn world(n: usize, warm: bool) -> World {
+    let pool = if warm {
+        json!({"min_pool_size": n, "max_pool_size": n})
+    } else {
+        json!({"min_pool_size": 0})
+    };
+    let defaults = json!({"pool_check_interval": 120, "aggregation_window_ms": 300});
+    let w = World::start(INSTANCE, common::merged(defaults, pool));
+    if warm {
+        let full = common::eventually(WARM_WITHIN, || idle(&w) >= n);
+        assert!(full, "the pool did not fill with {n} in time: {}", w.diag());
+    }
+    w
+}
+
+/// containerd on the shipped conflist, eniip-cni timed.
+fn eniip_containerd(w: &World, me: &Path) -> Containerd {
+    Containerd::start_with_conflist(
+        w,
+        &shipped::shipped_conflist("eniip.conflist"),
+        &[("eniip-cni", me.to_path_buf())],
+    )
+}
+
+/// Runs the storms of `sizes` and prints the table.
+pub(crate) fn run(sizes: &[usize]) {
+    let tools = crate::cri::tools();
+    let mut tools: Vec<&str> = tools.iter().map(String::as_str).collect();
+    tools.extend(["/usr/lib/cni/ptp", "/usr/lib/cni/host-local"]);
+    if !cnienv::can_run("cni-bench --storm", &tools) {
+        return;
+    }
+    let me = std::env::current_exe().expect("this binary's path");
+    let started = Instant::now();
+    let mut storms = Vec::new();
+    for &n in sizes {
+        {
+            let w = world(n, true);
+            let ipam = common::tempdir("storm-ipam");
+            let ours = eniip_containerd(&w, &me);
+            let reference = Containerd::start_with_conflist(
+                &w,
+                &reference_conflist(&ipam),
+                &[("ptp", me.clone())],
+            );
+            storms.push(storm(&ours, &w, n, "eniip-cni, warm", "warm"));
+            storms.push(storm(&reference, &w, n, "ptp + host-local", "ref"));
+            drop((ours, reference));
+            let _ = std::fs::remove_dir_all(&ipam);
+        }
+        let w = world(n, false);
+        let ours = eniip_containerd(&w, &me);
+        storms.push(storm(&ours, &w, n, "eniip-cni, cold", "cold"));
+    }
+    print(&storms, started.elapsed());
+}
+
+fn print(storms: &[Storm], took: Duration) {
+    let nproc = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "pod storms under containerd 1.6's CRI, {nproc} cores, {:.0} s in all (ms)",
+        took.as_secs_f64()
+    );
+    println!(
+        "{:<5} {:<18} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>5}",
+        "pods",
+        "",
+        "ok",
+        "run p50",
+        "run p99",
+        "run max",
+        "ADD p50",
+        "ADD p99",
+        "calls",
+        "RTNL p50",
+        "RTNL p99",
+        "load"
+    );
+    for s in storms {
+        let (mut run, mut add) = (s.run.clone(), s.add.clone());
+        let mut nl: Vec<f64> = s.profile.iter().map(|p| p.0[0]).collect();
+        let calls = s.calls.map_or("-".to_string(), |c| {
+            format!("{:.2}", c as f64 / s.pods as f64)
+        });
+        let mut rtnl = |q| {
+            if nl.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.2}", pct(&mut nl, q))
+            }
+        };
+        let (r50, r99) = (rtnl(0.5), rtnl(0.99));
+        println!(
+            "{:<5} {:<18} {:>5} {:>8.1} {:>8.1} {:>8.1} {:>8.2} {:>8.2} {:>6} {:>8} {:>8} {:>5}",
+            s.pods,
+            s.label,
+            s.run.len(),
+            pct(&mut run, 0.5),
+            pct(&mut run, 0.99),
+            pct(&mut run, 1.0),
+            pct(&mut add, 0.5),
+            pct(&mut add, 0.99),
+            calls,
+            r50,
+            r99,
+            s.load
+        );
+        println!(
+            "      (the kernel settled {:.1} s before it)",
+            s.settled.as_secs_f64()
+        );
+        for f in s.failed.iter().take(3) {
+            println!("      failed: {f}");
+        }
+    }
+    println!();
+    println!("eniip-cni's ADD, where the time went (its ENIIP_CNI_PROFILE; ms, p50 / p99)");
+    println!(
+        "{:<5} {:<18} {:>13} {:>13} {:>13} {:>13} {:>9}",
+        "pods", "", "lock", "eniipd", "datapath", "netlink", "requests"
+    );
+    for s in storms.iter().filter(|s| !s.profile.is_empty()) {
+        let col = |i: usize| {
+            let mut v: Vec<f64> = s.profile.iter().map(|p| p.0[i]).collect();
+            format!("{:.2} / {:.2}", pct(&mut v, 0.5), pct(&mut v, 0.99))
+        };
+        let mut req: Vec<f64> = s.profile.iter().map(|p| p.1 as f64).collect();
+        println!(
+            "{:<5} {:<18} {:>13} {:>13} {:>13} {:>13} {:>9.0}",
+            s.pods,
+            s.label,
+            col(1),
+            col(2),
+            col(3),
+            col(0),
+            pct(&mut req, 0.5)
+        );
+    }
+    for n in storms
+        .iter()
+        .map(|s| s.pods)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let of = |label: &str| {
+            storms
+                .iter()
+                .find(|s| s.pods == n && s.label == label)
+                .map(|s| pct(&mut s.add.clone(), 0.99))
+        };
+        if let (Some(e), Some(r)) = (of("eniip-cni, warm"), of("ptp + host-local")) {
+            println!(
+                "{n} pods, warm: eniip-cni ADD p99 / ptp + host-local ADD p99 = {:.2}x (goal: at most 0.5x)",
+                e / r
+            );
+        }
+    }
+}
