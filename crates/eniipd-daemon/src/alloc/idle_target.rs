@@ -24,7 +24,10 @@
 //! `[min, max]`; a bucket counts only allocations of its own time slot
 //! (a slot reused after the window is emptied first).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+use eniip_protocol::core::SecurityGroupSet;
 
 /// Buckets of the rate window.
 pub(crate) const BUCKETS: usize = 10;
@@ -154,6 +157,76 @@ impl IdleTarget {
     }
 }
 
+/// One [`IdleTarget`] per security-group set (`None`: the node's own
+/// set): a set warms up for its own pods' rate, never for another set's
+/// (a busy set would otherwise make every other set hold idle addresses,
+/// and ENIs, it has no use for).
+#[derive(Debug, Clone)]
+pub(crate) struct IdleTargets {
+    adaptive: bool,
+    pool_check_interval: Duration,
+    by_set: BTreeMap<Option<SecurityGroupSet>, IdleTarget>,
+}
+
+impl IdleTargets {
+    /// The node's own set's tracker, started at `now`.
+    pub(crate) fn new(adaptive: bool, pool_check_interval: Duration, now: Instant) -> IdleTargets {
+        let own = IdleTarget::new(adaptive, pool_check_interval, now);
+        IdleTargets {
+            adaptive,
+            pool_check_interval,
+            by_set: BTreeMap::from([(None, own)]),
+        }
+    }
+
+    fn of(&mut self, set: Option<&SecurityGroupSet>, now: Instant) -> &mut IdleTarget {
+        let (adaptive, interval) = (self.adaptive, self.pool_check_interval);
+        self.by_set
+            .entry(set.cloned())
+            .or_insert_with(|| IdleTarget::new(adaptive, interval, now))
+    }
+
+    /// A new allocation of `set` was asked at `now`.
+    pub(crate) fn allocated(&mut self, set: Option<&SecurityGroupSet>, now: Instant) {
+        self.of(set, now).allocated(now);
+    }
+
+    /// An allocation of `set` was released at `now`.
+    pub(crate) fn released(&mut self, set: Option<&SecurityGroupSet>, now: Instant) {
+        self.of(set, now).released(now);
+    }
+
+    /// An `alloc` waited `waited`: the cloud's refill time, every set's.
+    pub(crate) fn waited(&mut self, waited: Duration) {
+        for t in self.by_set.values_mut() {
+            t.waited(waited);
+        }
+    }
+
+    /// Idle addresses of `set` the warm-up keeps ready, within `[min, max]`.
+    pub(crate) fn warm(
+        &self,
+        set: Option<&SecurityGroupSet>,
+        now: Instant,
+        min: usize,
+        max: usize,
+    ) -> usize {
+        self.by_set
+            .get(&set.cloned())
+            .map_or(min, |t| t.warm(now, min, max))
+    }
+
+    /// Idle addresses a shrink keeps at most, all sets together, within
+    /// `[min, max]`.
+    pub(crate) fn keep(&self, now: Instant, min: usize, max: usize) -> usize {
+        if !self.adaptive {
+            return max.max(min);
+        }
+        let each: usize = self.by_set.values().map(|t| t.keep(now, 0, max)).sum();
+        each.clamp(min, max.max(min))
+    }
+}
+
 /// Counts one event in `slot`'s bucket (emptied first if it held an
 /// older slot).
 fn count(counts: &mut [(u64, u32); BUCKETS], slot: u64) {
@@ -198,6 +271,28 @@ mod tests {
         assert_eq!(t.warm(at(t0, 5000), 0, 5), 5);
         assert_eq!(t.keep(at(t0, 5000), 0, 5), 5);
         assert_eq!(t.warm(at(t0, 5000), 80, 100), 80);
+    }
+
+    #[test]
+    fn a_set_warms_up_for_its_own_pods_only() {
+        let t0 = Instant::now();
+        let a = SecurityGroupSet::parse("sg-a").unwrap();
+        let mut t = IdleTargets::new(true, CHECK, t0);
+        for i in 0..40 {
+            t.allocated(Some(&a), at(t0, i * 50));
+        }
+        let now = at(t0, 2000);
+        assert!(t.warm(Some(&a), now, 0, 64) >= 10);
+        assert_eq!(
+            t.warm(None, now, 0, 64),
+            0,
+            "the node's own set has no pods"
+        );
+        let b = SecurityGroupSet::parse("sg-b").unwrap();
+        assert_eq!(t.warm(Some(&b), now, 2, 64), 2, "an unseen set: min");
+        // What a shrink keeps is every set's together.
+        assert!(t.keep(now, 0, 64) >= t.warm(Some(&a), now, 0, 64));
+        assert_eq!(IdleTargets::new(false, CHECK, t0).keep(now, 1, 5), 5);
     }
 
     #[test]

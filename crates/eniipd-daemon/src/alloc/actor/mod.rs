@@ -48,7 +48,7 @@ use eniip_util::time::unix_ms;
 use super::capacity::Capacity;
 use super::drain::{self, Drain};
 use super::forecast::{Clock, Forecast};
-use super::idle_target::IdleTarget;
+use super::idle_target::IdleTargets;
 use super::mailbox::{Event, Request};
 use super::vswitch_choice::VSwitches;
 use super::worker::WorkerConfig;
@@ -118,7 +118,7 @@ pub(super) struct Actor {
     pool: PoolState,
     demand: Demand,
     surge: Surge,
-    idle_target: IdleTarget,
+    idle_target: IdleTargets,
     vsw: VswState,
     inflight: InFlight,
     workers: Workers,
@@ -199,7 +199,7 @@ impl Actor {
             forecast: Forecast::default(),
             clock: Clock::new(),
             drain: Drain::default(),
-            idle_target: IdleTarget::new(opts.adaptive_pool, opts.pool_check_interval, now),
+            idle_target: IdleTargets::new(opts.adaptive_pool, opts.pool_check_interval, now),
             opts,
             fatal_tx,
             stopping: false,
@@ -437,9 +437,7 @@ impl Actor {
             threads: &mut self.threads,
             surge: &mut self.surge,
             pool_backoff: &self.pool_backoff,
-            idle_warm: self
-                .idle_target
-                .warm(Instant::now(), self.cap.min_idle, self.cap.max_idle),
+            idle_target: &self.idle_target,
         }
     }
 
@@ -519,7 +517,8 @@ impl Actor {
                 super::sg_sets::normalize(&mut intent, self.opts.default_set().as_ref());
                 if self.pool.allocation(&owner).is_none() {
                     // A new allocation: the rate the idle target follows.
-                    self.idle_target.allocated(Instant::now());
+                    self.idle_target
+                        .allocated(intent.security_groups.as_ref(), Instant::now());
                 }
                 let ask = Ask {
                     owner,
@@ -537,8 +536,9 @@ impl Actor {
                 sandbox,
                 gen,
             } => {
-                if self.pool.allocation(&owner).is_some() {
-                    self.idle_target.released(Instant::now());
+                if let Some(a) = self.pool.allocation(&owner) {
+                    let set = a.intent.security_groups.clone();
+                    self.idle_target.released(set.as_ref(), Instant::now());
                 }
                 return self.clients().release(owner, sandbox, gen, reply);
             }

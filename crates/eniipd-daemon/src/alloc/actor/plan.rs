@@ -19,6 +19,7 @@ use eniip_util::time::unix_ms;
 
 use super::super::capacity::Capacity;
 use super::super::eniops::CreateJob;
+use super::super::idle_target::IdleTargets;
 use super::super::mailbox::TicketId;
 use super::super::placement::{self, EniRoom, PlanInput};
 use super::super::prefix_mode::{self, Kind, V6From};
@@ -47,8 +48,8 @@ pub(super) struct Planning<'a> {
     pub(super) threads: &'a mut Threads,
     pub(super) surge: &'a mut Surge,
     pub(super) pool_backoff: &'a Backoff,
-    /// Idle addresses the warm-up keeps ready now (`idle_target`).
-    pub(super) idle_warm: usize,
+    /// The idle targets, one per security-group set (`idle_target`).
+    pub(super) idle_target: &'a IdleTargets,
 }
 
 impl Planning<'_> {
@@ -161,10 +162,14 @@ impl Planning<'_> {
             Some(_) => self.demand.unplanned_in(vswitch, want),
         };
         let idle_and_asked = self.pool.idle_count() + self.demand.spare_tickets();
+        // The warm-up of this set follows its own pods' rate.
+        let idle_warm = self
+            .idle_target
+            .warm(set, now, self.cap.min_idle, self.cap.max_idle);
         let pool_units = if vswitch.is_some()
             || self.pool_backoff.active(now)
             || self.demand.waiting() > 0
-            || self.idle_warm == 0
+            || idle_warm == 0
         {
             0
         } else {
@@ -179,7 +184,7 @@ impl Planning<'_> {
                 _ => (self.pool.idle_count(), self.demand.spare_tickets()),
             };
             let room = self.cap.max_idle.saturating_sub(idle_and_asked);
-            self.idle_warm.saturating_sub(in_set + spare).min(room)
+            idle_warm.saturating_sub(in_set + spare).min(room)
         };
         if clients.is_empty() && pool_units == 0 {
             return None;
