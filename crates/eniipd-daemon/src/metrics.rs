@@ -48,20 +48,19 @@ pub(crate) enum Stage {
     ToCommitter,
     /// The commit: one log frame written and `fdatasync`ed.
     Commit,
-    /// From the commit's end to the connection thread holding the answer.
-    ToConnection,
-    /// The reply rendered and written to the client.
+    /// From the commit's end to the reply written to the client's socket:
+    /// by the store's thread itself when the socket takes it at once
+    /// (`server::delivery`), else by the connection's thread once awake.
     Reply,
 }
 
 impl Stage {
-    const ALL: [Stage; 7] = [
+    const ALL: [Stage; 6] = [
         Stage::Connection,
         Stage::ToActor,
         Stage::Actor,
         Stage::ToCommitter,
         Stage::Commit,
-        Stage::ToConnection,
         Stage::Reply,
     ];
 
@@ -72,15 +71,14 @@ impl Stage {
             Stage::Actor => "actor",
             Stage::ToCommitter => "to-committer",
             Stage::Commit => "commit",
-            Stage::ToConnection => "to-connection",
             Stage::Reply => "reply",
         }
     }
 }
 
-/// When the last commit ended, in nanoseconds since [`CLOCK`]: what the
-/// connection thread measures [`Stage::ToConnection`] from (exact while
-/// one client asks at a time; with many, the latest commit's end).
+/// When the last commit ended, in nanoseconds since [`CLOCK`]: what
+/// [`Stage::Reply`] is measured from (exact while one client asks at a
+/// time; with many, the latest commit's end).
 static COMMITTED_AT: AtomicU64 = AtomicU64::new(0);
 static CLOCK: LazyLock<Instant> = LazyLock::new(Instant::now);
 
@@ -91,19 +89,19 @@ pub(crate) fn mark_committed() {
 }
 
 /// The end of the latest commit so far, to give
-/// [`record_answer_received`].
+/// [`record_reply_written`].
 pub(crate) fn last_commit() -> u64 {
     COMMITTED_AT.load(Ordering::Relaxed)
 }
 
-/// Records [`Stage::ToConnection`] for an answer just received: the time
-/// since the latest commit ended, if one ended since `last_commit` (read
-/// when the request was handed over; none did if it committed nothing).
-pub(crate) fn record_answer_received(last_commit: u64) {
+/// Records [`Stage::Reply`] for a reply just written: the time since the
+/// latest commit ended, if one ended since `last_commit` (read when the
+/// request was handed over; none did if it committed nothing).
+pub(crate) fn record_reply_written(last_commit: u64) {
     let now = CLOCK.elapsed().as_nanos() as u64;
     let at = COMMITTED_AT.load(Ordering::Relaxed);
     if at > last_commit && now >= at {
-        record_stage(Stage::ToConnection, (now - at) as f64 / 1e9);
+        record_stage(Stage::Reply, (now - at) as f64 / 1e9);
     }
 }
 
@@ -172,7 +170,7 @@ struct Registry {
     commit_duration: Histogram,
     connections_rejected: u64,
     /// By [`Stage`], in its order.
-    stages: [Histogram; 7],
+    stages: [Histogram; 6],
 }
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| {

@@ -8,8 +8,14 @@
 //!
 //! Every ask has a deadline: a client never waits for an answer that the
 //! cloud or the disk may never give.
+//!
+//! An asker may hand a [`Deliver`] with its command: whichever thread
+//! answers (the store's, after the commit that makes a change durable)
+//! then writes the reply to the client itself, before it wakes the
+//! asker, so the client does not wait for one more thread to wake.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, RecvTimeoutError, SendTimeoutError, Sender};
@@ -171,9 +177,62 @@ pub struct Envelope {
     pub started: Instant,
     /// When it was handed to the allocator's thread.
     pub sent: Instant,
-    /// The answer; the sender side is dropped unanswered only if the
-    /// allocator is gone.
-    pub reply: Sender<Result<Answer, AllocError>>,
+    /// The answer; dropped unanswered only if the allocator is gone.
+    pub reply: Reply,
+}
+
+/// Writes the reply to a command's outcome to its client, from the thread
+/// that answers (the asker's own thread is asleep; waking it first would
+/// put one more thread's wake-up on the client's path).
+///
+/// Contract: [`deliver`](Self::deliver) is called at most once per ask,
+/// before the outcome goes back to the asker, and never waits (what the
+/// client's socket does not take at once is left for the asker to write);
+/// after [`revoke`](Self::revoke) returned true it writes nothing.
+pub trait Deliver: Send + Sync {
+    /// Writes the reply to `outcome`, as far as it goes without waiting.
+    fn deliver(&self, outcome: &Result<Answer, AllocError>);
+    /// The asker gave up waiting and answers itself: true if nothing was
+    /// or will be written by [`deliver`](Self::deliver).
+    fn revoke(&self) -> bool;
+}
+
+/// Where an answer goes: back to the asker, and first to its client when
+/// the asker handed a [`Deliver`].
+#[derive(Clone)]
+pub struct Reply {
+    tx: Sender<Result<Answer, AllocError>>,
+    deliver: Option<Arc<dyn Deliver>>,
+}
+
+impl Reply {
+    /// Answers: the reply written through the [`Deliver`], if any, then
+    /// the outcome sent to the asker (an error if it is gone).
+    pub fn send(&self, outcome: Result<Answer, AllocError>) -> Result<(), AskerGone> {
+        if let Some(d) = &self.deliver {
+            d.deliver(&outcome);
+        }
+        self.tx.send(outcome).map_err(|_| AskerGone)
+    }
+}
+
+/// The asker of a [`Reply`] stopped waiting (its deadline passed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AskerGone;
+
+impl From<Sender<Result<Answer, AllocError>>> for Reply {
+    /// A reply that only goes back to the asker.
+    fn from(tx: Sender<Result<Answer, AllocError>>) -> Reply {
+        Reply { tx, deliver: None }
+    }
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reply")
+            .field("delivers", &self.deliver.is_some())
+            .finish()
+    }
 }
 
 /// How long a client waits to hand a command over before `busy`.
@@ -207,6 +266,20 @@ impl Commands {
     /// [`ask`](Self::ask) for a client who asked at `started` (its request
     /// line read then): deadlines and latency count from there.
     pub fn ask_since(&self, command: Command, started: Instant) -> Result<Answer, AllocError> {
+        self.ask_delivering(command, started, None)
+    }
+
+    /// [`ask_since`](Self::ask_since), the reply written to the client
+    /// through `deliver` by the thread that answers. Should the wait end
+    /// first, `deliver` is revoked before the timeout is returned; if it
+    /// could not be (a delivery had begun), the outcome it delivered is
+    /// awaited a little longer instead.
+    pub fn ask_delivering(
+        &self,
+        command: Command,
+        started: Instant,
+        deliver: Option<Arc<dyn Deliver>>,
+    ) -> Result<Answer, AllocError> {
         let wait = match command {
             // The actor answers a waiter by alloc_timeout itself; the
             // margin lets its own `timeout` (or the commit) arrive first.
@@ -216,12 +289,13 @@ impl Commands {
             _ => VIEW_TIMEOUT,
         };
         let mutating = command.is_mutating();
-        let (reply, rx) = bounded(1);
+        let (tx, rx) = bounded(1);
+        let late = deliver.clone();
         let env = Box::new(Envelope {
             command,
             started,
             sent: Instant::now(),
-            reply,
+            reply: Reply { tx, deliver },
         });
         match self.tx.send_timeout(env, ENQUEUE_TIMEOUT) {
             Ok(()) => {}
@@ -233,7 +307,12 @@ impl Commands {
             }
             Err(SendTimeoutError::Disconnected(_)) => return Err(AllocError::shutting_down()),
         }
-        match rx.recv_timeout(wait.saturating_sub(started.elapsed())) {
+        let mut got = rx.recv_timeout(wait.saturating_sub(started.elapsed()));
+        if matches!(got, Err(RecvTimeoutError::Timeout)) && late.is_some_and(|d| !d.revoke()) {
+            // Being delivered: the outcome follows at once.
+            got = rx.recv_timeout(ENQUEUE_TIMEOUT);
+        }
+        match got {
             Ok(r) => r,
             Err(RecvTimeoutError::Timeout) if mutating => Err(AllocError::new(
                 ErrCode::Timeout,
@@ -248,5 +327,95 @@ impl Commands {
             )),
             Err(RecvTimeoutError::Disconnected) => Err(AllocError::shutting_down()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// Records what it delivers; refuses to be revoked once `begun`.
+    #[derive(Default)]
+    struct Recorder {
+        delivered: Mutex<Vec<Result<Answer, AllocError>>>,
+        revoked: AtomicUsize,
+        begun: std::sync::atomic::AtomicBool,
+    }
+
+    impl Deliver for Recorder {
+        fn deliver(&self, outcome: &Result<Answer, AllocError>) {
+            self.delivered.lock().unwrap().push(outcome.clone());
+        }
+        fn revoke(&self) -> bool {
+            self.revoked.fetch_add(1, Ordering::SeqCst);
+            !self.begun.load(Ordering::SeqCst)
+        }
+    }
+
+    fn release() -> Command {
+        Command::Release {
+            owner: Owner::parse("pod-a").unwrap(),
+            sandbox: None,
+            gen: None,
+        }
+    }
+
+    #[test]
+    fn the_answer_is_delivered_before_the_asker_has_it() {
+        let (tx, rx) = bounded::<Box<Envelope>>(4);
+        let commands = Commands::new(tx, Duration::from_secs(5));
+        let recorder = Arc::new(Recorder::default());
+        let answering = std::thread::spawn(move || {
+            for _ in 0..2 {
+                let env = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+                let _ = env.reply.send(Ok(Answer::Released(None)));
+            }
+        });
+        let deliver = Arc::clone(&recorder) as Arc<dyn Deliver>;
+        let got = commands.ask_delivering(release(), Instant::now(), Some(deliver));
+        assert_eq!(got, Ok(Answer::Released(None)));
+        assert_eq!(
+            *recorder.delivered.lock().unwrap(),
+            vec![Ok(Answer::Released(None))],
+            "delivered once, before the asker woke"
+        );
+        // Without a delivery, the asker has the answer as before.
+        assert_eq!(commands.ask(release()), Ok(Answer::Released(None)));
+        assert_eq!(recorder.delivered.lock().unwrap().len(), 1);
+        answering.join().unwrap();
+    }
+
+    #[test]
+    fn a_timed_out_ask_revokes_its_delivery_or_waits_for_the_one_begun() {
+        // Nobody answers: revoked, and the asker answers `timeout` itself.
+        let (tx, _rx) = bounded::<Box<Envelope>>(4);
+        let commands = Commands::new(tx, Duration::from_millis(50));
+        let recorder = Arc::new(Recorder::default());
+        let deliver = Arc::clone(&recorder) as Arc<dyn Deliver>;
+        let got = commands.ask_delivering(release(), Instant::now(), Some(deliver));
+        assert_eq!(got.unwrap_err().code, ErrCode::Timeout);
+        assert_eq!(recorder.revoked.load(Ordering::SeqCst), 1);
+
+        // A delivery began just as the wait ended: its outcome is awaited.
+        let (tx, rx) = bounded::<Box<Envelope>>(4);
+        let commands = Commands::new(tx, Duration::from_millis(50));
+        let recorder = Arc::new(Recorder::default());
+        recorder.begun.store(true, Ordering::SeqCst);
+        let watched = Arc::clone(&recorder);
+        let late = std::thread::spawn(move || {
+            let env = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+            // Answers once the asker's wait has ended (it tried to revoke).
+            let until = Instant::now() + Duration::from_secs(5);
+            while watched.revoked.load(Ordering::SeqCst) == 0 && Instant::now() < until {
+                std::thread::yield_now();
+            }
+            let _ = env.reply.send(Ok(Answer::Released(None)));
+        });
+        let deliver = Arc::clone(&recorder) as Arc<dyn Deliver>;
+        let got = commands.ask_delivering(release(), Instant::now(), Some(deliver));
+        assert_eq!(got, Ok(Answer::Released(None)));
+        late.join().unwrap();
     }
 }

@@ -15,14 +15,16 @@ use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use log::debug;
 
 use super::access::may_mutate;
+use super::delivery::{Delivery, Left};
 use super::{ServerConfig, CLIENT_LOG};
 use crate::metrics::{self, Stage};
-use eniip_protocol::core::{AllocError, Command, Commands, ErrCode};
+use eniip_protocol::core::{AllocError, Command, Commands, Deliver, ErrCode};
 use eniip_protocol::protocol::{self, ClientReply, ClientRequest, MAX_LINE};
 use eniip_util::log_limited;
 use eniip_util::peercred::{supplementary_groups, Peer};
@@ -116,7 +118,7 @@ const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
 /// Ends the connection after a final error: the reply is followed by EOF at
 /// once, and what the client still sends is discarded (within the bounds
 /// above) until it closes its end, so it can read the reply.
-fn drain_and_close(stream: &mut UnixStream) {
+fn drain_and_close(mut stream: &UnixStream) {
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let until = Instant::now() + DRAIN_MAX_TIME;
     let mut dropped: u64 = 0;
@@ -144,7 +146,7 @@ enum Next {
 
 /// Reads one request line under the timeouts. `buf` keeps bytes read past
 /// the line for the next call.
-fn read_line(cx: &Context<'_>, stream: &mut UnixStream, buf: &mut Vec<u8>) -> Next {
+fn read_line(cx: &Context<'_>, mut stream: &UnixStream, buf: &mut Vec<u8>) -> Next {
     let mut line_started: Option<Instant> = if buf.is_empty() {
         None
     } else {
@@ -208,13 +210,16 @@ fn read_line(cx: &Context<'_>, stream: &mut UnixStream, buf: &mut Vec<u8>) -> Ne
 
 /// Serves one connection until its client leaves, a limit closes it, or
 /// the listener stops; the listener forgets it after.
-pub(super) fn serve(cx: &Context<'_>, mut stream: UnixStream) {
+pub(super) fn serve(cx: &Context<'_>, stream: UnixStream) {
+    // Shared with the thread that answers a change, which writes its
+    // reply (`delivery`).
+    let stream = Arc::new(stream);
     let peer = Peer::of(&stream).ok();
     let mut buf = Vec::with_capacity(256);
     // `keep` lines gather here until the `gc` that uses them.
     let mut keep: Vec<String> = Vec::new();
     loop {
-        let line = match read_line(cx, &mut stream, &mut buf) {
+        let line = match read_line(cx, &stream, &mut buf) {
             Next::Line(l) => l,
             Next::TooLong => {
                 let _ = write_reply(
@@ -225,42 +230,59 @@ pub(super) fn serve(cx: &Context<'_>, mut stream: UnixStream) {
                         .as_bytes(),
                 );
                 (cx.set_phase)(Phase::Stalled);
-                drain_and_close(&mut stream);
+                drain_and_close(&stream);
                 return;
             }
             Next::Closed => return,
         };
         let read_at = Instant::now();
         (cx.set_phase)(Phase::Serving);
-        let mut timed = false;
-        let (reply, quit) = if cx.stopping.load(Ordering::SeqCst) {
+        let (out, quit) = if cx.stopping.load(Ordering::SeqCst) {
             (
-                ClientReply::err(AllocError::new(
+                Out::Reply(ClientReply::err(AllocError::new(
                     ErrCode::ShuttingDown,
                     "the daemon is stopping",
-                )),
+                ))),
                 false,
             )
         } else {
             match protocol::parse_request(&line) {
                 Ok(req) => {
                     let quit = req == ClientRequest::Quit;
-                    timed = matches!(&req, ClientRequest::Command(c) if c.is_mutating());
-                    let reply = handle(cx, &stream, peer.as_ref(), &mut keep, req, read_at);
-                    (reply, quit)
+                    let out = handle(cx, &stream, peer.as_ref(), &mut keep, req, read_at);
+                    (out, quit)
                 }
                 Err(e) => {
                     debug!("bad request: {e}");
                     let close = e.code == ErrCode::LineTooLong;
-                    (ClientReply::err(e), close)
+                    (Out::Reply(ClientReply::err(e)), close)
                 }
             }
         };
-        let answered = Instant::now();
-        let written = write_reply(cx, &stream, reply.render().as_bytes());
-        if timed {
-            metrics::record_stage(Stage::Reply, answered.elapsed().as_secs_f64());
-        }
+        let (text, sent, timed) = match out {
+            Out::Reply(r) => (r.render(), 0, None),
+            Out::Change(r, last_commit) => (r.render(), 0, Some(last_commit)),
+            Out::Rest {
+                text,
+                sent,
+                last_commit,
+            } => (text, sent, Some(last_commit)),
+            Out::Lost => {
+                debug!("closing a connection: its reply was left half written");
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+        };
+        let rest = &text.as_bytes()[sent..];
+        let written = if rest.is_empty() {
+            Ok(())
+        } else {
+            let written = write_reply(cx, &stream, rest);
+            if let Some(last_commit) = timed {
+                metrics::record_reply_written(last_commit);
+            }
+            written
+        };
         (cx.set_phase)(Phase::Waiting);
         if let Err(e) = written {
             debug!("reply not delivered (client gone?): {e}");
@@ -275,15 +297,35 @@ pub(super) fn serve(cx: &Context<'_>, mut stream: UnixStream) {
     }
 }
 
+/// What a request leaves the connection to write.
+enum Out {
+    /// A reply to render and write.
+    Reply(ClientReply),
+    /// The reply to a change, none of it written yet; the latest commit's
+    /// end when it was handed over (its `reply` stage counts from the
+    /// commit that ended since).
+    Change(ClientReply, u64),
+    /// The reply to a change, its first `sent` bytes written by the
+    /// thread that answered it.
+    Rest {
+        text: String,
+        sent: usize,
+        last_commit: u64,
+    },
+    /// The reply to a change was left half written: the stream's framing
+    /// is lost, the connection is closed.
+    Lost,
+}
+
 /// Answers `req`, whose line was read at `read_at`.
 fn handle(
     cx: &Context<'_>,
-    stream: &UnixStream,
+    stream: &Arc<UnixStream>,
     peer: Option<&Peer>,
     keep: &mut Vec<String>,
     req: ClientRequest,
     read_at: Instant,
-) -> ClientReply {
+) -> Out {
     if req.is_mutating() {
         let allowed = peer.is_some_and(|p| {
             may_mutate(p, &cx.cfg.allowed_uids, cx.cfg.socket_gid, || {
@@ -299,13 +341,13 @@ fn handle(
                 peer.map(|p| p.uid),
                 peer.map(|p| p.pid)
             );
-            return ClientReply::err(AllocError::new(
+            return Out::Reply(ClientReply::err(AllocError::new(
                 ErrCode::Denied,
                 "this uid may not change allocations",
-            ));
+            )));
         }
     }
-    match req {
+    Out::Reply(match req {
         ClientRequest::Ping => ClientReply::ok("pong"),
         ClientRequest::Version => ClientReply::ok(format!(
             "eniipd {} protocol={}",
@@ -319,11 +361,11 @@ fn handle(
         ClientRequest::Keep(ids) => {
             // Bounded, so one connection cannot grow without end.
             if keep.len() + ids.len() > MAX_KEEP {
-                return ClientReply::err(AllocError::bad(format!(
+                return Out::Reply(ClientReply::err(AllocError::bad(format!(
                     "a keep-list holds at most {MAX_KEEP} ids: this one has {}, the line adds {}; the list is unchanged",
                     keep.len(),
                     ids.len()
-                )));
+                ))));
             }
             keep.extend(ids);
             keep.sort_unstable();
@@ -337,32 +379,52 @@ fn handle(
                     if let Some(a) = attach.take() {
                         match super::attachment_ids::resolve(a, peer) {
                             Ok(a) => *attach = a,
-                            Err(e) => return ClientReply::err(e),
+                            Err(e) => return Out::Reply(ClientReply::err(e)),
                         }
                     }
                 }
                 _ => {}
             }
-            let name = command.name();
-            let timed = command.is_mutating();
-            let asking = Instant::now();
-            let last_commit = metrics::last_commit();
-            if timed {
-                metrics::record_stage(Stage::Connection, (asking - read_at).as_secs_f64());
-            }
-            let outcome = cx.commands.ask_since(command, read_at);
-            if timed {
-                metrics::record_answer_received(last_commit);
-            }
-            if let Some(p) = peer {
-                debug!(
-                    "{name} by uid {} pid {}: {}",
-                    p.uid,
-                    p.pid,
-                    if outcome.is_ok() { "ok" } else { "error" }
-                );
-            }
-            protocol::answer_reply(outcome)
+            return ask(cx, stream, peer, command, read_at);
         }
+    })
+}
+
+/// Hands `command` to the allocator and waits for its answer. A change's
+/// reply is written by the thread that answers it (`delivery`), the
+/// stages of its way measured (`eniipd_request_stage_seconds`).
+fn ask(
+    cx: &Context<'_>,
+    stream: &Arc<UnixStream>,
+    peer: Option<&Peer>,
+    command: Command,
+    read_at: Instant,
+) -> Out {
+    let name = command.name();
+    let delivery = command.is_mutating().then(|| {
+        metrics::record_stage(Stage::Connection, read_at.elapsed().as_secs_f64());
+        Delivery::new(Arc::clone(stream))
+    });
+    let deliver = delivery.clone().map(|d| d as Arc<dyn Deliver>);
+    let outcome = cx.commands.ask_delivering(command, read_at, deliver);
+    if let Some(p) = peer {
+        debug!(
+            "{name} by uid {} pid {}: {}",
+            p.uid,
+            p.pid,
+            if outcome.is_ok() { "ok" } else { "error" }
+        );
+    }
+    let Some(delivery) = delivery else {
+        return Out::Reply(protocol::answer_reply(outcome));
+    };
+    match delivery.take() {
+        Left::Everything => Out::Change(protocol::answer_reply(outcome), delivery.last_commit()),
+        Left::Rest { text, sent } => Out::Rest {
+            text,
+            sent,
+            last_commit: delivery.last_commit(),
+        },
+        Left::Unknown => Out::Lost,
     }
 }

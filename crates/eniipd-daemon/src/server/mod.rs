@@ -10,6 +10,7 @@
 pub(crate) mod access;
 mod attachment_ids;
 mod connection;
+mod delivery;
 pub mod listener;
 pub mod socket;
 pub(crate) mod starting;

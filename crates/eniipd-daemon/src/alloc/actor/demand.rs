@@ -90,13 +90,13 @@ pub(super) struct Ask {
 #[cfg(test)]
 impl Ask {
     /// An alloc of `owner` asking nothing more, due in a minute.
-    pub(super) fn plain(owner: &str, reply: Reply) -> Ask {
+    pub(super) fn plain(owner: &str, reply: impl Into<Reply>) -> Ask {
         Ask {
             owner: Owner::parse(owner).unwrap(),
             sandbox: None,
             prefer: None,
             intent: Intent::default(),
-            reply,
+            reply: reply.into(),
             started: Instant::now(),
             deadline: Instant::now() + Duration::from_secs(60),
         }

@@ -138,7 +138,10 @@ mod tests {
             records.clone(),
             a.clone(),
             eni(),
-            vec![(tx.clone(), Instant::now()), (tx.clone(), Instant::now())],
+            vec![
+                (tx.clone().into(), Instant::now()),
+                (tx.clone().into(), Instant::now()),
+            ],
         );
         assert_eq!(journal.commits.load(Ordering::SeqCst), 1);
         for _ in 0..2 {
@@ -147,7 +150,7 @@ mod tests {
         assert!(fatal_rx.try_recv().is_err());
 
         journal.fail.store(true, Ordering::SeqCst);
-        d.then(records, tx, || Answer::Released(None));
+        d.then(records, tx.into(), || Answer::Released(None));
         let e = rx.try_recv().unwrap().unwrap_err();
         assert_eq!(e.code, ErrCode::Internal);
         assert!(

@@ -98,7 +98,7 @@ const REPLAN: Duration = Duration::from_millis(100);
 /// the whole window).
 const CREATE_QUIET: Duration = Duration::from_millis(50);
 
-type Reply = Sender<Result<Answer, AllocError>>;
+type Reply = eniip_protocol::core::Reply;
 
 /// Where the actor sends: its helpers' reports (to itself), fatal errors
 /// (to the daemon) and internal requests (its helpers' own, to itself).
@@ -614,7 +614,9 @@ impl Actor {
                 seen,
                 teardown,
                 reply,
-            } => self.clients().reap(&owner, sandbox, &seen, teardown, reply),
+            } => self
+                .clients()
+                .reap(&owner, sandbox, &seen, teardown, reply.into()),
         }
     }
 

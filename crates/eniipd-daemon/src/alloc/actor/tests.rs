@@ -271,7 +271,7 @@ fn an_eni_deleted_behind_our_back_frees_its_slot_and_is_forgotten_once_released(
     // Released: the deleted ENI is forgotten, and the next pass adopts
     // the address on its new ENI.
     let (tx, _rx) = crossbeam_channel::bounded(1);
-    a.clients().release(o1, None, None, tx);
+    a.clients().release(o1, None, None, tx.into());
     a.step(Instant::now());
     assert!(!a.pool.enis().contains(ENI), "forgotten");
     std::thread::sleep(Duration::from_millis(2));

@@ -70,8 +70,8 @@ mod tests {
         let mut v = Verification::until_first_reconcile(kick_tx);
         assert!(!v.verified());
         let (reply, _) = crossbeam_channel::bounded(1);
-        v.defer_audit(reply.clone());
-        v.defer_audit(reply);
+        v.defer_audit(reply.clone().into());
+        v.defer_audit(reply.into());
         assert!(kick_rx.try_recv().is_ok(), "the reconcile is asked for");
         assert_eq!(v.reconciled().map(|a| a.len()), Some(2));
         assert!(v.verified());
