@@ -32,7 +32,7 @@ use super::spec::{
     POD_GATEWAY6,
 };
 use super::{annotations, datapath, datapath_error, lock, netlink, LINK_TIMEOUT};
-use eniip_protocol::core::EniInfo;
+use eniip_protocol::core::{EniInfo, SecurityGroupSet};
 use eniip_protocol::protocol::intent_args;
 use eniip_protocol::protocol::reply::{parse_allocation, parse_eni, AllocReply, Reply};
 
@@ -88,6 +88,30 @@ pub(crate) fn add(conf: &NetConf, env: &Env) -> Result<String, CniError> {
     r
 }
 
+/// A pod with its own security groups is served only from an ENI in
+/// exactly them, as eniipd's `reply` says (`answered`).
+fn same_security_groups(
+    asked: Option<&SecurityGroupSet>,
+    answered: Option<SecurityGroupSet>,
+    reply: &Reply,
+) -> Result<(), CniError> {
+    let Some(asked) = asked else {
+        return Ok(());
+    };
+    if answered.as_ref() == Some(asked) {
+        return Ok(());
+    }
+    Err(CniError::new(
+        code::DAEMON,
+        format!(
+            "eniipd answered with security groups {}, not the pod's {asked} ({})",
+            answered.map_or("unsaid".to_string(), |s| s.to_string()),
+            annotations::SECURITY_GROUPS
+        ),
+    )
+    .details(reply.text().to_string()))
+}
+
 fn add_profiled(conf: &NetConf, env: &Env, profile: &mut Profile) -> Result<String, CniError> {
     let owner = owner_of(&conf.name, env);
     let sandbox = sandbox_of(&env.container_id);
@@ -127,24 +151,7 @@ fn add_profiled(conf: &NetConf, env: &Env, profile: &mut Profile) -> Result<Stri
     } = allocation_of("alloc", &reply)?;
     let gen_arg = gen.map(|g| format!(" gen={g}")).unwrap_or_default();
     let built = (|| {
-        // A pod with its own security groups is served only from an ENI
-        // in exactly them, as eniipd answers it.
-        if let Some(asked) = intent.security_groups.as_ref() {
-            if security_groups.as_ref() != Some(asked) {
-                return Err(CniError::new(
-                    code::DAEMON,
-                    format!(
-                        "eniipd answered {ip} on {} with security groups {}, not the pod's \
-                         {} ({})",
-                        eni.eni,
-                        security_groups.map_or("unsaid".to_string(), |s| s.to_string()),
-                        asked,
-                        annotations::SECURITY_GROUPS
-                    ),
-                )
-                .details(reply.text().to_string()));
-            }
-        }
+        same_security_groups(intent.security_groups.as_ref(), security_groups, &reply)?;
         let mac = netlink::parse_mac(&eni.mac)
             .ok_or_else(|| CniError::new(code::DAEMON, format!("bad ENI MAC {}", eni.mac)))?;
         let v6 = match ipv6 {
