@@ -11,7 +11,7 @@ use crate::cnienv::{can_run, World};
 use crate::cri::{self, Containerd};
 use crate::openapi_client::{call, client};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 const SG_A: &str = "sg-bp1podsa000000000001";
 const SG_B: &str = "sg-bp1podsb000000000002";
@@ -26,16 +26,9 @@ fn described(w: &World, eni: &str) -> Vec<String> {
         &[("NetworkInterfaceId.1", eni)],
     )
     .unwrap();
-    let ids: &Value =
-        &d["NetworkInterfaceSets"]["NetworkInterfaceSet"][0]["SecurityGroupIds"]["SecurityGroupId"];
-    let mut g: Vec<String> = ids
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap().to_string())
-        .collect();
-    g.sort();
-    g
+    crate::common::sorted_strings(
+        &d["NetworkInterfaceSets"]["NetworkInterfaceSet"][0]["SecurityGroupIds"]["SecurityGroupId"],
+    )
 }
 
 #[test]

@@ -98,6 +98,19 @@ pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
     eniip_util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
 }
 
+/// The strings of a JSON array (an ENI's security groups as the
+/// emulator's state or DescribeNetworkInterfaces gives them), sorted.
+pub fn sorted_strings(list: &Value) -> Vec<String> {
+    let mut v: Vec<String> = list
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
 /// Two security groups of the emulated VPC beside the instance's own,
 /// for the official SDKs' checks (tests/sdk: created in, then changed away
 /// from; issue 39).

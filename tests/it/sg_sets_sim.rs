@@ -52,15 +52,7 @@ fn cfg(sim: &Sim, dir: &std::path::Path, more: Value) -> Value {
 
 /// The groups the emulator shows for `eni`, sorted.
 fn cloud_groups(sim: &Sim, eni: &str) -> Vec<String> {
-    let e = common::by_id(&sim.state(), "enis", eni);
-    let mut g: Vec<String> = e["security_group_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap().to_string())
-        .collect();
-    g.sort();
-    g
+    common::sorted_strings(&common::by_id(&sim.state(), "enis", eni)["security_group_ids"])
 }
 
 #[test]
