@@ -204,17 +204,25 @@ fn a_restart_keeps_each_enis_set_and_checks_it_against_the_cloud() {
 #[test]
 fn a_burst_over_three_sets_costs_one_create_per_set_and_full_batches() {
     let fake = FakeCloud::new(8, 30, 1000);
-    let o = options(
+    let mut o = options(
         &fake,
         r#"{"pod_security_groups": ["sg-a", "sg-b", "sg-c"], "min_pool_size": 0, "max_pool_size": 60}"#,
     );
+    // The burst is one when its requests come within one aggregation
+    // window: the product's 300 ms (the tests' 50 ms is shorter than 60
+    // thread starts under qemu-user), the requests let go together.
+    o.aggregation_window = Duration::from_millis(300);
     let (a, journal) = start(&fake, o);
+    let go = std::sync::Barrier::new(60);
     let got: Vec<Result<Allocation, AllocError>> = std::thread::scope(|s| {
-        let a = &a;
+        let (a, go) = (&a, &go);
         let handles: Vec<_> = (0..60)
             .map(|i| {
                 let sg = ["sg-a", "sg-b", "sg-c"][i % 3];
-                s.spawn(move || a.alloc_asking(&owner(&format!("p-{i}")), None, asking(sg)))
+                s.spawn(move || {
+                    go.wait();
+                    a.alloc_asking(&owner(&format!("p-{i}")), None, asking(sg))
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
