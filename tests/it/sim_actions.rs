@@ -45,6 +45,23 @@ fn instance_vswitch_sg(c: &AliyunCloud, sim: &Simulator) -> (String, String) {
     )
 }
 
+/// Three consecutive addresses `net.N` from `from` on that no ENI of the
+/// emulator holds.
+fn three_free_v4(sim: &Simulator, net: &str, from: u8) -> [String; 3] {
+    let state = sim.state();
+    let taken: Vec<String> = state["enis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["private_ips"].as_array().unwrap().iter())
+        .map(|ip| ip.as_str().unwrap().to_string())
+        .collect();
+    (from..250)
+        .map(|n| [0, 1, 2].map(|k| format!("{net}.{}", n + k)))
+        .find(|run| run.iter().all(|ip| !taken.contains(ip)))
+        .expect("three free addresses")
+}
+
 fn free_of(sim: &Simulator, vsw: &str) -> u64 {
     by_id(&sim.state(), "vswitches", vsw)["free"]
         .as_u64()
@@ -252,20 +269,23 @@ fn create_and_assign_take_the_addresses_asked_for() {
     let c = client(sim.client_options());
     let (_, sg) = instance_vswitch_sg(&c, &sim);
     let free = free_of(&sim, "vsw-dual");
+    // The instance's primary ENI took a random address of the vswitch:
+    // ask for three it did not take.
+    let [a, b, c3] = three_free_v4(&sim, "10.2.0", 50);
     let created = call(
         &c,
         "CreateNetworkInterface",
         &[
             ("VSwitchId", "vsw-dual"),
             ("SecurityGroupIds.1", &sg),
-            ("PrimaryIpAddress", "10.2.0.50"),
-            ("PrivateIpAddress.1", "10.2.0.51"),
-            ("PrivateIpAddress.2", "10.2.0.52"),
+            ("PrimaryIpAddress", &a),
+            ("PrivateIpAddress.1", &b),
+            ("PrivateIpAddress.2", &c3),
             ("Ipv6Address.1", "2408:4005:300:ab00::aa"),
         ],
     )
     .unwrap();
-    assert_eq!(created["PrivateIpAddress"], "10.2.0.50");
+    assert_eq!(created["PrivateIpAddress"], a.as_str());
     let v4: Vec<(String, bool)> = created["PrivateIpSets"]["PrivateIpSet"]
         .as_array()
         .unwrap()
@@ -277,14 +297,7 @@ fn create_and_assign_take_the_addresses_asked_for() {
             )
         })
         .collect();
-    assert_eq!(
-        v4,
-        vec![
-            ("10.2.0.50".into(), true),
-            ("10.2.0.51".into(), false),
-            ("10.2.0.52".into(), false)
-        ]
-    );
+    assert_eq!(v4, vec![(a, true), (b.clone(), false), (c3, false)]);
     assert_eq!(
         created["Ipv6Sets"]["Ipv6Set"][0]["Ipv6Address"],
         "2408:4005:300:ab00::aa"
@@ -295,7 +308,7 @@ fn create_and_assign_take_the_addresses_asked_for() {
     // A taken address (or one outside the vswitch) fails the whole create
     // and leaks nothing.
     for (address, answer) in [
-        (("PrivateIpAddress.1", "10.2.0.51"), "InvalidIp.IpAssigned"),
+        (("PrivateIpAddress.1", b.as_str()), "InvalidIp.IpAssigned"),
         (
             ("PrimaryIpAddress", "10.9.9.9"),
             "InvalidVSwitchId.IpInvalid",
