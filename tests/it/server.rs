@@ -27,6 +27,8 @@ use eniipd_daemon::server::listener::{bind_socket, ServerConfig};
 struct Fake {
     held: Mutex<HashMap<String, Allocation>>,
     alloc_delay_ms: AtomicU64,
+    /// `alloc`s begun (before their delay).
+    allocs_begun: AtomicU64,
     completed: AtomicU64,
     /// When non-zero, `metrics` answers this many bytes of data lines.
     metrics_bytes: AtomicUsize,
@@ -65,6 +67,7 @@ fn eni_test() -> EniInfo {
 
 impl Fake {
     fn alloc(&self, owner: &Owner) -> Result<Answer, AllocError> {
+        self.allocs_begun.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(Duration::from_millis(
             self.alloc_delay_ms.load(Ordering::SeqCst),
         ));
@@ -531,7 +534,13 @@ fn shutdown_answers_in_flight_refuses_new_and_returns_in_time() {
     let _idle: Vec<UnixStream> = (0..5).map(|_| h.connect()).collect();
     let mut busy = h.connect();
     busy.write_all(b"alloc in/flight\nping\n").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // In flight: the allocator has it (a fixed pause was too short on a
+    // busy machine under qemu-user).
+    assert!(eniip_util::thread::poll_until(
+        Instant::now() + Duration::from_secs(10),
+        Duration::from_millis(5),
+        || h.backend.allocs_begun.load(Ordering::SeqCst) == 1
+    ));
     let server = h.server.take().unwrap();
     let started = Instant::now();
     let t = std::thread::spawn(move || {
