@@ -80,6 +80,10 @@ impl Combine for Combiner {
             held.actor.step(Instant::now());
         }
         held.actor.on_timed_command(*env);
+        // The step before the commit, not after the reply: what it writes
+        // (holds that ended) then rides in the change's own frame. Stepping
+        // after the reply cost a second frame and fdatasync per change and
+        // slowed the next commit (BENCHMARKS.md, issue 37).
         let now = Instant::now();
         held.actor.step(now);
         let nudge = held.actor.stopping || held.actor.next_wakeup(now) < held.actor.planned_wake;

@@ -1,10 +1,12 @@
-//! The actor: the one thread that owns the pool.
+//! The actor: the state that owns the pool, and its thread.
 //!
 //! Clients, workers, ENI operations and the maintenance thread talk to it by
-//! message; it never calls the cloud and never touches the disk itself (it
-//! hands records to the journal, whose thread answers the client once they
-//! are durable). So no lock is held across I/O, and a slow cloud can never
-//! stall an allocation that idle addresses can serve.
+//! message; a client's thread that finds it free runs its own command on it
+//! ([`combine`]: no thread to wake for a lone `alloc`). It never calls the
+//! cloud and never touches the disk itself (it queues records in the
+//! journal, which answers the client once they are durable, after the
+//! state is let go). So no lock is held across I/O, and a slow cloud can
+//! never stall an allocation that idle addresses can serve.
 //!
 //! The actor is made of parts, each a type with private fields, its
 //! invariant in its doc and its own tests:
@@ -18,6 +20,7 @@
 //! - [`intent`]: what an `alloc` may ask beyond an address (a pod's
 //!   annotations), checked before anything changes;
 //! - [`workers`] and [`threads`]: the threads it starts, every one joined;
+//! - [`combine`]: who runs it, its thread or a client's;
 //! - [`durable`]: answers sent only once their records are on disk;
 //! - [`reconcile`]: the cloud's view applied to the pool, never a stale
 //!   one; [`verify`]: the pool before the first reconcile of a restart;
