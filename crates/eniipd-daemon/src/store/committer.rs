@@ -31,7 +31,9 @@
 //! [`Committer::close_until`] and `Drop` wait for the thread only until a
 //! deadline, then leave it behind (detached, still holding the state lock
 //! until the process exits) and say how many submitted records were not
-//! made durable.
+//! made durable. A leader stuck so is a client's thread: its connection
+//! is left behind at stop like the store's thread, and every later
+//! change waits for the token and answers `timeout`, as before.
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
