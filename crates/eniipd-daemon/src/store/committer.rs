@@ -243,13 +243,18 @@ impl Committer {
             core.compaction_due()
         };
         let mut q = self.shared.queue.lock();
+        // The store's thread is woken only when it has something to do:
+        // the token, or its end. Waking it after every commit put one
+        // more runnable thread beside the client's (issue 37).
         if compact_due || !q.queued.is_empty() {
             q.token = Token::ForThread;
+            self.shared.wake.notify_one();
         } else {
             q.token = Token::Free;
+            if q.ending.is_some() {
+                self.shared.wake.notify_one();
+            }
         }
-        // The thread waits for the token, or for it to be free to end.
-        self.shared.wake.notify_one();
     }
 
     /// Whether no commit is in flight (tests).

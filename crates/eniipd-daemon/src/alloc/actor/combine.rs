@@ -89,10 +89,11 @@ impl Combine for Combiner {
         let nudge = held.actor.stopping || held.actor.next_wakeup(now) < held.actor.planned_wake;
         let journal = held.actor.durable.journal();
         drop(guard);
+        // The commit first: a nudged thread would wake beside it.
+        journal.lead();
         if nudge {
             let _ = self.nudge.try_send(());
         }
-        journal.lead();
         None
     }
 }
