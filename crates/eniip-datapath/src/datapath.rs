@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use sha1::{Digest, Sha1};
 
+use super::ifreq::Ioctls;
 use super::netlink::{format_mac, Change, Family, Link, Netlink, Route, Rule, MAIN_TABLE};
 use super::netns;
 
@@ -63,6 +64,8 @@ pub const RULE_PRIORITY: u32 = 2048;
 pub const TO_POD_PRIORITY: u32 = 512;
 /// Per-ENI routing tables are `TABLE_BASE + ifindex`.
 pub const TABLE_BASE: u32 = 1000;
+/// lo's ifindex, in every network namespace.
+const LOOPBACK_INDEX: u32 = 1;
 /// Poll period while waiting for an ENI link.
 const LINK_POLL: Duration = Duration::from_millis(50);
 
@@ -154,9 +157,11 @@ fn write_sysctl(path: &str, value: &str) -> Result<(), DatapathError> {
 }
 
 /// The one link with the ENI's `mac`, if there is one; more than one is an
-/// error naming them.
-fn eni_link(nl: &mut Netlink, mac: &[u8]) -> Result<Option<Link>, DatapathError> {
-    let mut found = nl.links_by_mac(mac).ctx(|| "list links".into())?;
+/// error naming them. Every link is asked by ioctl ([`ifreq`]), not
+/// dumped over netlink: a dump of a node's links (a host end per pod)
+/// takes RTNL for each part of its answer.
+fn eni_link(io: &Ioctls, mac: &[u8]) -> Result<Option<Link>, DatapathError> {
+    let mut found = io.links_by_mac(mac).ctx(|| "list links".into())?;
     if found.len() > 1 {
         // Never guess: a bond, VLAN or stray veth with the ENI's MAC would
         // take the pod's traffic where the VPC does not expect it.
@@ -173,10 +178,10 @@ fn eni_link(nl: &mut Netlink, mac: &[u8]) -> Result<Option<Link>, DatapathError>
 }
 
 /// Waits (up to `timeout`) for the link with `mac`.
-fn wait_link(nl: &mut Netlink, mac: &[u8], timeout: Duration) -> Result<Link, DatapathError> {
+fn wait_link(io: &Ioctls, mac: &[u8], timeout: Duration) -> Result<Link, DatapathError> {
     let end = Instant::now() + timeout;
     loop {
-        if let Some(l) = eni_link(nl, mac)? {
+        if let Some(l) = eni_link(io, mac)? {
             return Ok(l);
         }
         if Instant::now() >= end {
@@ -211,7 +216,8 @@ fn prepare_eni(
     gateway6: Option<Ipv6Addr>,
     timeout: Duration,
 ) -> Result<(Link, u32), DatapathError> {
-    let eni = wait_link(host, mac, timeout)?;
+    let io = Ioctls::open().ctx(|| "socket".into())?;
+    let eni = wait_link(&io, mac, timeout)?;
     if !eni.up {
         host.set_up(eni.index)
             .ctx(|| format!("set ENI link {} up", eni.name))?;
@@ -269,9 +275,11 @@ fn apply_all(nl: &mut Netlink, changes: Vec<(Change, String)>) -> Result<(), Dat
 /// [`teardown`] (the caller's rollback).
 ///
 /// In as few requests as the kernel allows, since under a storm of pods
-/// each one that takes RTNL waits behind every other pod's: the host end
-/// made up, and read back from the creating request's own answer; the
-/// container's links read in one dump of its few; then the container's
+/// each one that takes RTNL waits behind every other pod's: the ENI
+/// found without netlink ([`ifreq`]); its table's default route and the
+/// node's rules read by dumps that take no RTNL; the host end made up
+/// with its peer's MAC chosen here, and read back (its peer's ifindex
+/// too) from the creating request's own answer; then the container's
 /// changes in one send and the host's in two (the `to` rules only after
 /// the `from` rules were made, see [`route_to_pod`]).
 pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
@@ -285,8 +293,16 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     // already is that attempt's, taken down (with its rules) before it
     // is made again. The kernel's refusal says so: no lookup before.
     clear_rules_on(&mut host, pod.host_veth, Vec::new())?;
+    // The container end's MAC is chosen here, and its ifindex is in the
+    // create's answer: the container's links need not be read.
+    let pod_mac = container_mac(pod.host_veth);
     let create = |host: &mut Netlink| {
-        host.add_veth_up(pod.host_veth, pod.ifname, pod.netns.as_raw_fd(), a.mtu)
+        host.add_veth_up(
+            pod.host_veth,
+            (pod.ifname, &pod_mac),
+            pod.netns.as_raw_fd(),
+            a.mtu,
+        )
     };
     let made = match create(&mut host) {
         Err(e) if super::netlink::is_exists(&e) => {
@@ -296,30 +312,48 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
         r => r,
     }
     .ctx(|| format!("create veth {} / {}", pod.host_veth, pod.ifname))?;
-    let hv = match made {
-        Some(l) => l,
+    let (hv, peer_index) = match made {
+        Some(m) => m,
         // A kernel that does not echo a new link.
-        None => host
-            .link_by_name(pod.host_veth)
-            .ctx(|| "list links".into())?
-            .ok_or_else(|| fail(format!("{} vanished", pod.host_veth)))?,
+        None => (
+            host.link_by_name(pod.host_veth)
+                .ctx(|| "list links".into())?
+                .ok_or_else(|| fail(format!("{} vanished", pod.host_veth)))?,
+            None,
+        ),
     };
 
-    let mut ctr = netns::netlink_in(pod.netns).ctx(|| "netlink socket in the container".into())?;
-    let links = ctr.links().ctx(|| "list container links".into())?;
-    let cl = links
-        .iter()
-        .find(|l| l.name == pod.ifname)
-        .ok_or_else(|| fail(format!("{} is not in the container", pod.ifname)))?;
-    if pod.v6.is_some() {
-        let knob = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", pod.ifname);
-        netns::run_in(pod.netns, move || std::fs::write(&knob, "0"))
-            .ctx(|| format!("enable IPv6 on {} in the container", pod.ifname))?;
-    }
+    // The container's sockets, and IPv6 on for its end in dual stack
+    // (on the same short-lived thread in its namespace).
+    let knob = pod
+        .v6
+        .map(|_| format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", pod.ifname));
+    let (ctr, ctr_io) = netns::run_in(pod.netns, move || {
+        if let Some(knob) = knob {
+            std::fs::write(&knob, "0").map_err(|e| {
+                io::Error::new(e.kind(), format!("enable IPv6 in the container: {e}"))
+            })?;
+        }
+        Ok((Netlink::open()?, Ioctls::open()?))
+    })
+    .ctx(|| format!("sockets for {} in the container", pod.ifname))?;
+    let mut ctr = ctr.labelled("ctr.");
+    let cl = match peer_index {
+        Some(index) => Link {
+            index,
+            name: pod.ifname.to_string(),
+            mac: pod_mac.to_vec(),
+            up: false,
+        },
+        None => ctr_io
+            .link(pod.ifname)
+            .ctx(|| "list container links".into())?
+            .ok_or_else(|| fail(format!("{} is not in the container", pod.ifname)))?,
+    };
     let mut changes = Vec::new();
     // The runtime's loopback plugin has it up already, as a rule.
-    if let Some(lo) = links.iter().find(|l| l.name == "lo" && !l.up) {
-        changes.push((Change::set_up(lo.index), "set lo up".to_string()));
+    if ctr_io.is_up("lo").ctx(|| "lo in the container".into())? == Some(false) {
+        changes.push((Change::set_up(LOOPBACK_INDEX), "set lo up".to_string()));
     }
     changes.push((
         Change::add_addr(cl.index, v4(pod.ip), 32),
@@ -356,6 +390,20 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
         host_mac: format_mac(&hv.mac),
         container_mac: format_mac(&cl.mac),
     })
+}
+
+/// A MAC for the container end of `host_veth`: locally administered,
+/// unicast, and new for each attempt (a hash of the name, the process
+/// and the time).
+fn container_mac(host_veth: &str) -> [u8; 6] {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let h = Sha1::digest(format!("{host_veth}/{}/{now}", std::process::id()).as_bytes());
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&h[..6]);
+    mac[0] = (mac[0] & 0xfe) | 0x02;
+    mac
 }
 
 /// On the host: the pod's addresses `ips` behind its host end (`veth`:
@@ -595,7 +643,8 @@ pub fn check(e: &Pod) -> Result<(), DatapathError> {
         });
     }
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
-    let eni = eni_link(&mut host, e.eni_mac)?
+    let io = Ioctls::open().ctx(|| "socket".into())?;
+    let eni = eni_link(&io, e.eni_mac)?
         .ok_or_else(|| fail(format!("no ENI link with MAC {}", format_mac(e.eni_mac))))?;
     let table = TABLE_BASE + eni.index;
     let hv = up_link(&mut host, e.host_veth, "list links", |state| {
@@ -784,6 +833,13 @@ mod tests {
                 check(&pod(new)).map_err(io::Error::other)?;
                 let hv = nl.link_by_name(&veth)?.expect("the host end");
                 assert_eq!(hv.index, built.host_index);
+                // The container end is what ADD says it is (the host's
+                // neighbour entry for the pod carries its MAC).
+                let cl = netns::netlink_in(&ctr)?
+                    .link_by_name("eth0")?
+                    .expect("the container end");
+                assert!(cl.up, "{cl:?}");
+                assert_eq!(format_mac(&cl.mac), built.container_mac);
                 // Its rules alone: the host end deleted by hand.
                 nl.del_link(hv.index)?;
                 assert_eq!(rules_of(&mut nl, new).len(), 2, "rules outlive a link");

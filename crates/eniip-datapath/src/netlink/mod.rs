@@ -115,6 +115,8 @@ pub struct Netlink {
     sock: Socket,
     seq: u32,
     buf: Vec<u8>,
+    /// Put before the kind of each request it times ([`stopwatch`]).
+    label: &'static str,
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
@@ -182,7 +184,15 @@ impl Netlink {
             sock,
             seq: 0,
             buf: Vec::with_capacity(RECV_BUF),
+            label: "",
         })
+    }
+
+    /// The same socket, its requests timed under kinds that start with
+    /// `label` (`ctr.` for a container's: `ctr.dumplink`).
+    pub fn labelled(mut self, label: &'static str) -> Netlink {
+        self.label = label;
+        self
     }
 
     /// Sends one request and collects its answer: the messages of a dump,
@@ -197,7 +207,8 @@ impl Netlink {
         let began = stopwatch::begin();
         let kind = msg::kind(&msg, flags & NLM_F_DUMP == NLM_F_DUMP);
         let r = self.exchange(vec![(msg, flags)]);
-        stopwatch::end(began, || kind.to_string());
+        let label = self.label;
+        stopwatch::end(began, || format!("{label}{kind}"));
         r.and_then(|mut answers| answers.pop().unwrap_or_else(|| Ok(Vec::new())))
     }
 
@@ -283,7 +294,8 @@ impl Netlink {
         let kinds: Vec<&'static str> = changes.iter().map(|c| msg::kind(&c.msg, false)).collect();
         let tolerated: Vec<fn(&io::Error) -> bool> = changes.iter().map(|c| c.fine).collect();
         let r = self.exchange(changes.into_iter().map(|c| (c.msg, c.flags)).collect());
-        stopwatch::end(began, || kinds.join("+"));
+        let label = self.label;
+        stopwatch::end(began, || format!("{label}{}", kinds.join("+")));
         Ok(r?
             .into_iter()
             .zip(tolerated)
@@ -327,23 +339,25 @@ impl Netlink {
         Ok(self.links()?.into_iter().filter(|l| l.mac == mac).collect())
     }
 
-    /// Creates a veth pair, `name` up: `name` here, `peer` (down) in the
-    /// namespace `peer_ns`. Returns `name` as the kernel made it, from
-    /// the request's own answer (`NLM_F_ECHO`: no lookup after it), or
-    /// `None` from a kernel that does not echo a new link (before 6.3).
+    /// Creates a veth pair, `name` up: `name` here, `peer` (down, with
+    /// the hardware address `peer_mac`) in the namespace `peer_ns`.
+    /// Returns `name` as the kernel made it, from the request's own
+    /// answer (`NLM_F_ECHO`: no lookup after it), with its peer's ifindex
+    /// there when the answer says it; `None` from a kernel that does not
+    /// echo a new link (before 6.3).
     pub fn add_veth_up(
         &mut self,
         name: &str,
-        peer: &str,
+        (peer, peer_mac): (&str, &[u8]),
         peer_ns: RawFd,
         mtu: u32,
-    ) -> io::Result<Option<Link>> {
-        let msg = msg::new_veth(name, None, peer, peer_ns, mtu, true);
+    ) -> io::Result<Option<(Link, Option<u32>)>> {
+        let msg = msg::new_veth((name, None), (peer, Some(peer_mac)), peer_ns, mtu, true);
         let echoed = self.request(msg, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ECHO)?;
-        Ok(echoed
-            .iter()
-            .filter_map(msg::link_of)
-            .find(|l| l.name == name))
+        Ok(echoed.iter().find_map(|m| {
+            let link = msg::link_of(m).filter(|l| l.name == name)?;
+            Some((link, msg::link_of_link(m)))
+        }))
     }
 
     /// Same, `name` carrying the hardware address `mac` (an emulated
@@ -356,7 +370,7 @@ impl Netlink {
         peer_ns: RawFd,
         mtu: u32,
     ) -> io::Result<()> {
-        let msg = msg::new_veth(name, Some(mac), peer, peer_ns, mtu, false);
+        let msg = msg::new_veth((name, Some(mac)), (peer, None), peer_ns, mtu, false);
         self.request(msg, NLM_F_CREATE | NLM_F_EXCL).map(drop)
     }
 
@@ -596,15 +610,19 @@ mod tests {
                 // A veth made up, its peer in the same namespace here;
                 // the creating request answers it (a kernel since 6.3).
                 let here = std::fs::File::open("/proc/thread-self/ns/net")?;
-                let echoed = nl.add_veth_up("enipup", "peerup", here.as_raw_fd(), 1500)?;
+                let peer_mac = [0x02, 0, 0, 0, 0, 0x07];
+                let echoed =
+                    nl.add_veth_up("enipup", ("peerup", &peer_mac), here.as_raw_fd(), 1500)?;
                 let made = nl.link_by_name("enipup")?.expect("the veth was made");
                 let peer = nl.link_by_name("peerup")?.expect("its peer was made");
                 assert!(made.up && !peer.up, "{made:?} {peer:?}");
-                if let Some(e) = echoed {
+                assert_eq!(peer.mac, peer_mac);
+                if let Some((e, peer_index)) = echoed {
                     assert_eq!(
                         (e.index, &e.name, &e.mac),
                         (made.index, &made.name, &made.mac)
                     );
+                    assert_eq!(peer_index, Some(peer.index));
                 }
                 Ok::<(), io::Error>(())
             })
@@ -631,10 +649,13 @@ mod tests {
                 nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
                 let mut nl = Netlink::open()?;
                 let here = std::fs::File::open("/proc/thread-self/ns/net")?;
-                let a = nl
-                    .add_veth_up("enipa", "enipb", here.as_raw_fd(), 1500)?
-                    .map_or_else(|| nl.link_by_name("enipa"), |l| Ok(Some(l)))?
-                    .expect("the veth was made");
+                nl.add_veth_up(
+                    "enipa",
+                    ("enipb", &[2, 0, 0, 0, 0, 1]),
+                    here.as_raw_fd(),
+                    1500,
+                )?;
+                let a = nl.link_by_name("enipa")?.expect("the veth was made");
                 let b = nl.link_by_name("enipb")?.expect("its peer");
                 let ip: IpAddr = "10.77.0.9".parse().unwrap();
                 let gw: IpAddr = "10.77.0.1".parse().unwrap();

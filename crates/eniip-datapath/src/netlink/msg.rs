@@ -109,15 +109,15 @@ pub(super) fn link_of(m: &RouteNetlinkMessage) -> Option<Link> {
 }
 
 /// A veth pair: `name` here (with hardware address `mac` if given),
-/// `peer` in the namespace `peer_ns`; `name` up from the start when `up`
+/// `peer` in the namespace `peer_ns` (with `peer_mac` if given); `name`
+/// up from the start when `up`
 /// (the kernel sets its flags once both ends are made, so no separate
 /// request sets it up later). The peer cannot be: the kernel sets its
 /// flags before the two ends know each other, and a veth without its
 /// peer refuses to go up (ENOTCONN).
 pub(super) fn new_veth(
-    name: &str,
-    mac: Option<&[u8]>,
-    peer: &str,
+    (name, mac): (&str, Option<&[u8]>),
+    (peer, peer_mac): (&str, Option<&[u8]>),
     peer_ns: RawFd,
     mtu: u32,
     up: bool,
@@ -128,6 +128,11 @@ pub(super) fn new_veth(
         LinkAttribute::Mtu(mtu),
         LinkAttribute::NetNsFd(peer_ns),
     ];
+    if let Some(mac) = peer_mac {
+        peer_msg
+            .attributes
+            .push(LinkAttribute::Address(mac.to_vec()));
+    }
     let mut msg = LinkMessage::default();
     if up {
         msg.header.flags = LinkFlags::Up;
@@ -145,6 +150,18 @@ pub(super) fn new_veth(
         msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
     }
     RouteNetlinkMessage::NewLink(msg)
+}
+
+/// The ifindex of the link a link of a dump or echo names as its own
+/// (`IFLA_LINK`: a veth's peer, in the peer's namespace).
+pub(super) fn link_of_link(m: &RouteNetlinkMessage) -> Option<u32> {
+    let RouteNetlinkMessage::NewLink(l) = m else {
+        return None;
+    };
+    l.attributes.iter().find_map(|a| match a {
+        LinkAttribute::Link(i) => Some(*i),
+        _ => None,
+    })
 }
 
 /// Deleting link `index`.
