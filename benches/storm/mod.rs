@@ -15,7 +15,8 @@
 //! start to its last reply); and, for eniip-cni, what its ADD spent in
 //! netlink requests (its `ENIIP_CNI_PROFILE` report, which the wrapper
 //! asks for): the most it held the kernel's RTNL, with where the rest of
-//! its time went (the owner's lock, eniipd, the datapath).
+//! its time went (the owner's lock, eniipd, the datapath), and its
+//! netlink time by kind of request (which requests cost).
 //!
 //! Before each storm the bench waits (at most two minutes) until the
 //! kernel answers a request that takes RTNL at once ([`settle`]): it

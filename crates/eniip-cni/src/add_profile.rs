@@ -144,5 +144,6 @@ mod tests {
             .and_then(|v| v.parse().ok())
             .unwrap();
         assert!(lock >= 2000, "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
