@@ -219,6 +219,9 @@ impl Netlink {
         &mut self,
         requests: Vec<(RouteNetlinkMessage, u16)>,
     ) -> io::Result<Vec<io::Result<Vec<RouteNetlinkMessage>>>> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
         let first = self.seq.wrapping_add(1);
         let mut out = Vec::new();
         for (msg, flags) in requests {
