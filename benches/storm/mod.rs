@@ -15,7 +15,8 @@
 //! start to its last reply); and, for eniip-cni, what its ADD spent in
 //! netlink requests (its `ENIIP_CNI_PROFILE` report, which the wrapper
 //! asks for): the most it held the kernel's RTNL, with where the rest of
-//! its time went (the owner's lock, eniipd, the datapath).
+//! its time went (the owner's lock, eniipd, the datapath), and its
+//! netlink time by kind of request (which requests cost).
 //!
 //! Before each storm the bench waits (at most two minutes) until the
 //! kernel answers a request that takes RTNL at once ([`settle`]): it
@@ -103,6 +104,8 @@ struct Storm {
     /// eniip-cni's profile, per ADD: (netlink, lock, eniipd, datapath)
     /// in ms and the netlink requests.
     profile: Vec<([f64; 4], u64)>,
+    /// The same ADDs' netlink requests by kind: (kind, requests, ms).
+    kinds: Vec<Vec<(String, u64, f64)>>,
     load: String,
     /// The wait for the kernel before it ([`settle`]).
     settled: Duration,
@@ -147,6 +150,25 @@ fn field(line: &str, key: &str) -> f64 {
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
+}
+
+/// `netlink_kinds=KIND:N:US,...` of a profile line: (kind, requests,
+/// ms).
+fn kinds(line: &str) -> Vec<(String, u64, f64)> {
+    let Some(list) = line
+        .split(' ')
+        .find_map(|w| w.strip_prefix("netlink_kinds="))
+    else {
+        return Vec::new();
+    };
+    list.split(',')
+        .filter_map(|k| {
+            let mut f = k.rsplitn(3, ':');
+            let us: f64 = f.next()?.parse().ok()?;
+            let n: u64 = f.next()?.parse().ok()?;
+            Some((f.next()?.to_string(), n, us / 1000.0))
+        })
+        .collect()
 }
 
 /// A request that takes the kernel's RTNL, this fast, three times in a
@@ -229,6 +251,7 @@ fn storm(c: &Containerd, w: &World, n: usize, label: &str, prefix: &str) -> Stor
             ],
             field(&l, "netlink_requests") as u64,
         ));
+        s.kinds.push(kinds(&l));
     }
     s
 }
@@ -407,6 +430,14 @@ fn print(storms: &[Storm], took: Duration) {
             pct(&mut req, 0.5)
         );
     }
+    println!();
+    println!(
+        "eniip-cni's ADD, its netlink requests by kind (a batch's kinds joined by +): \
+         requests per ADD, ms per ADD p50 / p99, share of the netlink time"
+    );
+    for s in storms.iter().filter(|s| !s.kinds.is_empty()) {
+        print_kinds(s);
+    }
     for n in storms
         .iter()
         .map(|s| s.pods)
@@ -424,5 +455,40 @@ fn print(storms: &[Storm], took: Duration) {
                 e / r
             );
         }
+    }
+}
+
+/// One storm's netlink requests by kind (see [`kinds`]).
+fn print_kinds(s: &Storm) {
+    let mut names: Vec<&str> = Vec::new();
+    for k in s.kinds.iter().flatten() {
+        if !names.contains(&k.0.as_str()) {
+            names.push(&k.0);
+        }
+    }
+    let adds = s.kinds.len() as f64;
+    let total: f64 = s.kinds.iter().flatten().map(|k| k.2).sum();
+    println!("{:<5} {}", s.pods, s.label);
+    for name in names {
+        let of = |add: &Vec<(String, u64, f64)>| add.iter().find(|k| k.0 == name).cloned();
+        let count: u64 = s.kinds.iter().filter_map(of).map(|k| k.1).sum();
+        let mut ms: Vec<f64> = s
+            .kinds
+            .iter()
+            .map(|add| of(add).map_or(0.0, |k| k.2))
+            .collect();
+        let sum: f64 = ms.iter().sum();
+        println!(
+            "      {:<44} {:>5.2} {:>9.2} / {:>9.2} {:>5.1} %",
+            name,
+            count as f64 / adds,
+            pct(&mut ms, 0.5),
+            pct(&mut ms, 0.99),
+            if total > 0.0 {
+                100.0 * sum / total
+            } else {
+                0.0
+            }
+        );
     }
 }

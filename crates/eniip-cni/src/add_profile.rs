@@ -3,13 +3,17 @@
 //! well or not), for benchmarks of pod storms (`cni-bench --storm`):
 //!
 //! `add <container id> ok=<bool> total_us=N lock_us=N eniipd_us=N
-//! datapath_us=N netlink_us=N netlink_requests=N`
+//! datapath_us=N netlink_us=N netlink_requests=N
+//! netlink_kinds=KIND:N:US,...`
 //!
 //! `lock_us` is the wait for the owner's lock, `eniipd_us` the
 //! conversation with eniipd up to the `alloc` reply, `datapath_us` the
 //! attachment (and its record), `netlink_us` the part of the whole ADD
 //! spent inside netlink requests ([`crate::netlink::stopwatch`]: the most
-//! it held the kernel's RTNL). Without the variable nothing is timed.
+//! it held the kernel's RTNL), and `netlink_kinds` the same by kind of
+//! request (`newlink`, `dumprule`; a batch of changes sent together is
+//! one request, its kinds joined by `+`): how many, and the time in them.
+//! Without the variable nothing is timed.
 //! The line is one `write` on an `O_APPEND` file, so the lines of
 //! concurrent ADDs never mix. A file that cannot be written is let be:
 //! the profile never fails an ADD.
@@ -79,14 +83,19 @@ impl Profile {
     fn line(&self, container_id: &str, ok: bool) -> String {
         let us = |d: Duration| d.as_micros();
         let (netlink, requests) = stopwatch::spent();
+        let kinds: Vec<String> = stopwatch::by_kind()
+            .iter()
+            .map(|(kind, n, d)| format!("{kind}:{n}:{}", us(*d)))
+            .collect();
         format!(
             "add {container_id} ok={ok} total_us={} lock_us={} eniipd_us={} datapath_us={} \
-             netlink_us={} netlink_requests={requests}\n",
+             netlink_us={} netlink_requests={requests} netlink_kinds={}\n",
             us(self.started.elapsed()),
             us(self.spent[Stage::Lock as usize]),
             us(self.spent[Stage::Eniipd as usize]),
             us(self.spent[Stage::Datapath as usize]),
             us(netlink),
+            kinds.join(","),
         )
     }
 
@@ -125,11 +134,16 @@ mod tests {
         assert_eq!(lines.len(), 2, "{text}");
         assert!(lines[0].starts_with("add c1 ok=true total_us="), "{text}");
         assert!(lines[1].starts_with("add c2 ok=false "), "{text}");
+        assert!(
+            lines[0].contains(" netlink_requests=0 netlink_kinds="),
+            "{text}"
+        );
         let lock: u64 = lines[0]
             .split(' ')
             .find_map(|w| w.strip_prefix("lock_us="))
             .and_then(|v| v.parse().ok())
             .unwrap();
         assert!(lock >= 2000, "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -45,7 +45,8 @@ use std::time::{Duration, Instant};
 
 use sha1::{Digest, Sha1};
 
-use super::netlink::{format_mac, Family, Link, Netlink, Route, Rule, MAIN_TABLE};
+use super::ifreq::Ioctls;
+use super::netlink::{format_mac, Change, Family, Link, Netlink, Route, Rule, MAIN_TABLE};
 use super::netns;
 
 /// The link-local address the pod uses as its gateway (answered by a
@@ -63,6 +64,8 @@ pub const RULE_PRIORITY: u32 = 2048;
 pub const TO_POD_PRIORITY: u32 = 512;
 /// Per-ENI routing tables are `TABLE_BASE + ifindex`.
 pub const TABLE_BASE: u32 = 1000;
+/// lo's ifindex, in every network namespace.
+const LOOPBACK_INDEX: u32 = 1;
 /// Poll period while waiting for an ENI link.
 const LINK_POLL: Duration = Duration::from_millis(50);
 
@@ -154,9 +157,11 @@ fn write_sysctl(path: &str, value: &str) -> Result<(), DatapathError> {
 }
 
 /// The one link with the ENI's `mac`, if there is one; more than one is an
-/// error naming them.
-fn eni_link(nl: &mut Netlink, mac: &[u8]) -> Result<Option<Link>, DatapathError> {
-    let mut found = nl.links_by_mac(mac).ctx(|| "list links".into())?;
+/// error naming them. Every link is asked by ioctl ([`ifreq`]), not
+/// dumped over netlink: a dump of a node's links (a host end per pod)
+/// takes RTNL for each part of its answer.
+fn eni_link(io: &Ioctls, mac: &[u8]) -> Result<Option<Link>, DatapathError> {
+    let mut found = io.links_by_mac(mac).ctx(|| "list links".into())?;
     if found.len() > 1 {
         // Never guess: a bond, VLAN or stray veth with the ENI's MAC would
         // take the pod's traffic where the VPC does not expect it.
@@ -173,10 +178,10 @@ fn eni_link(nl: &mut Netlink, mac: &[u8]) -> Result<Option<Link>, DatapathError>
 }
 
 /// Waits (up to `timeout`) for the link with `mac`.
-fn wait_link(nl: &mut Netlink, mac: &[u8], timeout: Duration) -> Result<Link, DatapathError> {
+fn wait_link(io: &Ioctls, mac: &[u8], timeout: Duration) -> Result<Link, DatapathError> {
     let end = Instant::now() + timeout;
     loop {
-        if let Some(l) = eni_link(nl, mac)? {
+        if let Some(l) = eni_link(io, mac)? {
             return Ok(l);
         }
         if Instant::now() >= end {
@@ -211,7 +216,8 @@ fn prepare_eni(
     gateway6: Option<Ipv6Addr>,
     timeout: Duration,
 ) -> Result<(Link, u32), DatapathError> {
-    let eni = wait_link(host, mac, timeout)?;
+    let io = Ioctls::open().ctx(|| "socket".into())?;
+    let eni = wait_link(&io, mac, timeout)?;
     if !eni.up {
         host.set_up(eni.index)
             .ctx(|| format!("set ENI link {} up", eni.name))?;
@@ -221,88 +227,164 @@ fn prepare_eni(
     write_sysctl(&format!("net/ipv4/conf/{}/rp_filter", eni.name), "2")?;
     write_sysctl("net/ipv4/ip_forward", "1")?;
     let table = TABLE_BASE + eni.index;
-    host.replace_default_route(table, v4(gateway), eni.index, true)
-        .ctx(|| format!("default route via {gateway} dev {} table {table}", eni.name))?;
+    eni_default_route(host, &eni, table, v4(gateway))?;
     if let Some(gw6) = gateway6 {
         enable_ipv6(&eni.name)?;
         // The kernel forwards IPv6 only when `all` says so (a link's own
         // switch only makes it act as a router).
         write_sysctl("net/ipv6/conf/all/forwarding", "1")?;
-        host.replace_default_route(table, v6(gw6), eni.index, true)
-            .ctx(|| format!("default route via {gw6} dev {} table {table}", eni.name))?;
+        eni_default_route(host, &eni, table, v6(gw6))?;
     }
     Ok((eni, table))
 }
 
+/// The ENI `table`'s default route of `gateway`'s family, via it out of
+/// the ENI: read first (a dump of that table alone, which takes no RTNL
+/// on a recent kernel) and made only when it is not there, as on the
+/// first ADD on the ENI, so the pods of a storm do not each replace it
+/// (a change, under RTNL, behind every other pod's).
+fn eni_default_route(
+    host: &mut Netlink,
+    eni: &Link,
+    table: u32,
+    gateway: IpAddr,
+) -> Result<(), DatapathError> {
+    let family = Family::of(&gateway);
+    let there = host
+        .routes(family, table)
+        .ctx(|| format!("list routes of table {table}"))?;
+    if has_default_route(&there, gateway, eni.index) {
+        return Ok(());
+    }
+    host.replace_default_route(table, gateway, eni.index, true)
+        .ctx(|| format!("default route via {gateway} dev {} table {table}", eni.name))
+}
+
+/// Makes `changes` (each with what it does, for its error) in one send
+/// ([`Netlink::batch`]); the first that failed is the error.
+fn apply_all(nl: &mut Netlink, changes: Vec<(Change, String)>) -> Result<(), DatapathError> {
+    let (changes, whats): (Vec<Change>, Vec<String>) = changes.into_iter().unzip();
+    let done = nl.batch(changes).ctx(|| whats.join(", "))?;
+    for (r, what) in done.into_iter().zip(whats) {
+        r.ctx(|| what)?;
+    }
+    Ok(())
+}
+
 /// Builds the attachment. On error, what was built is left for
 /// [`teardown`] (the caller's rollback).
+///
+/// In as few requests as the kernel allows, since under a storm of pods
+/// each one that takes RTNL waits behind every other pod's: the ENI
+/// found without netlink ([`ifreq`]); its table's default route and the
+/// node's rules read by dumps that take no RTNL; the host end made up
+/// with its peer's MAC chosen here, and read back (its peer's ifindex
+/// too) from the creating request's own answer; then the container's
+/// changes in one send and the host's in two (the `to` rules only after
+/// the `from` rules were made, see [`route_to_pod`]).
 pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     let pod = &a.pod;
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
     let gw6 = pod.v6.map(|p| p.gateway);
     let (_eni, table) = prepare_eni(&mut host, pod.eni_mac, pod.gateway, gw6, a.link_timeout)?;
 
-    // A host end (and its rules) left by an earlier, failed ADD of this
-    // attachment.
-    teardown(pod.host_veth)?;
-    // The host end up as it is made: a request fewer, which would wait
-    // for the kernel's RTNL behind every other pod's.
-    host.add_veth_up(pod.host_veth, pod.ifname, pod.netns.as_raw_fd(), a.mtu)
-        .ctx(|| format!("create veth {} / {}", pod.host_veth, pod.ifname))?;
-    let hv = host
-        .link_by_name(pod.host_veth)
-        .ctx(|| "list links".into())?
-        .ok_or_else(|| fail(format!("{} vanished", pod.host_veth)))?;
+    // The rules an earlier, failed ADD of this attachment left (they
+    // outlive its host end), then the host end: one that is there
+    // already is that attempt's, taken down (with its rules) before it
+    // is made again. The kernel's refusal says so: no lookup before.
+    clear_rules_on(&mut host, pod.host_veth, Vec::new())?;
+    // The container end's MAC is chosen here, and its ifindex is in the
+    // create's answer: the container's links need not be read.
+    let pod_mac = container_mac(pod.host_veth);
+    let create = |host: &mut Netlink| {
+        host.add_veth_up(
+            pod.host_veth,
+            (pod.ifname, &pod_mac),
+            pod.netns.as_raw_fd(),
+            a.mtu,
+        )
+    };
+    let made = match create(&mut host) {
+        Err(e) if super::netlink::is_exists(&e) => {
+            teardown_on(&mut host, pod.host_veth)?;
+            create(&mut host)
+        }
+        r => r,
+    }
+    .ctx(|| format!("create veth {} / {}", pod.host_veth, pod.ifname))?;
+    let (hv, peer_index) = match made {
+        Some(m) => m,
+        // A kernel that does not echo a new link.
+        None => (
+            host.link_by_name(pod.host_veth)
+                .ctx(|| "list links".into())?
+                .ok_or_else(|| fail(format!("{} vanished", pod.host_veth)))?,
+            None,
+        ),
+    };
 
-    let mut ctr = netns::netlink_in(pod.netns).ctx(|| "netlink socket in the container".into())?;
-    let cl = ctr
-        .link_by_name(pod.ifname)
-        .ctx(|| "list container links".into())?
-        .ok_or_else(|| fail(format!("{} is not in the container", pod.ifname)))?;
-    if let Some(lo) = ctr
-        .link_by_name("lo")
-        .ctx(|| "list container links".into())?
-    {
-        ctr.set_up(lo.index).ctx(|| "set lo up".into())?;
+    // The container's sockets, and IPv6 on for its end in dual stack
+    // (on the same short-lived thread in its namespace).
+    let knob = pod
+        .v6
+        .map(|_| format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", pod.ifname));
+    let (ctr, ctr_io) = netns::run_in(pod.netns, move || {
+        if let Some(knob) = knob {
+            std::fs::write(&knob, "0").map_err(|e| {
+                io::Error::new(e.kind(), format!("enable IPv6 in the container: {e}"))
+            })?;
+        }
+        Ok((Netlink::open()?, Ioctls::open()?))
+    })
+    .ctx(|| format!("sockets for {} in the container", pod.ifname))?;
+    let mut ctr = ctr.labelled("ctr.");
+    let cl = match peer_index {
+        Some(index) => Link {
+            index,
+            name: pod.ifname.to_string(),
+            mac: pod_mac.to_vec(),
+            up: false,
+        },
+        None => ctr_io
+            .link(pod.ifname)
+            .ctx(|| "list container links".into())?
+            .ok_or_else(|| fail(format!("{} is not in the container", pod.ifname)))?,
+    };
+    let mut changes = Vec::new();
+    // The runtime's loopback plugin has it up already, as a rule.
+    if ctr_io.is_up("lo").ctx(|| "lo in the container".into())? == Some(false) {
+        changes.push((Change::set_up(LOOPBACK_INDEX), "set lo up".to_string()));
     }
-    ctr.add_addr(cl.index, v4(pod.ip), 32)
-        .ctx(|| format!("address {}/32 on {}", pod.ip, pod.ifname))?;
+    changes.push((
+        Change::add_addr(cl.index, v4(pod.ip), 32),
+        format!("address {}/32 on {}", pod.ip, pod.ifname),
+    ));
     if let Some(p) = pod.v6 {
-        let knob = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", pod.ifname);
-        netns::run_in(pod.netns, move || std::fs::write(&knob, "0"))
-            .ctx(|| format!("enable IPv6 on {} in the container", pod.ifname))?;
-        ctr.add_addr(cl.index, v6(p.ip), 128)
-            .ctx(|| format!("address {}/128 on {}", p.ip, pod.ifname))?;
+        changes.push((
+            Change::add_addr(cl.index, v6(p.ip), 128),
+            format!("address {}/128 on {}", p.ip, pod.ifname),
+        ));
     }
-    ctr.set_up(cl.index)
-        .ctx(|| format!("set {} up", pod.ifname))?;
-    ctr.replace_route(MAIN_TABLE, (v4(POD_GATEWAY), 32), None, cl.index, false)
-        .ctx(|| format!("route {POD_GATEWAY} dev {}", pod.ifname))?;
-    default_via(&mut ctr, cl.index, v4(POD_GATEWAY), &hv.mac)?;
+    // Up before its routes: the kernel refuses a route out of a link
+    // that is down.
+    changes.push((Change::set_up(cl.index), format!("set {} up", pod.ifname)));
+    changes.push((
+        Change::replace_route(MAIN_TABLE, (v4(POD_GATEWAY), 32), None, cl.index, false),
+        format!("route {POD_GATEWAY} dev {}", pod.ifname),
+    ));
+    default_via(&mut changes, cl.index, v4(POD_GATEWAY), &hv.mac);
     if pod.v6.is_some() {
         // A link-local gateway is on-link by definition: no link route.
-        default_via(&mut ctr, cl.index, v6(POD_GATEWAY6), &hv.mac)?;
+        default_via(&mut changes, cl.index, v6(POD_GATEWAY6), &hv.mac);
     }
+    apply_all(&mut ctr, changes)?;
 
     if pod.v6.is_some() {
         enable_ipv6(pod.host_veth)?;
     }
-    route_to_pod(
-        &mut host,
-        (hv.index, pod.host_veth),
-        v4(pod.ip),
-        &cl.mac,
-        table,
-    )?;
-    if let Some(p) = pod.v6 {
-        route_to_pod(
-            &mut host,
-            (hv.index, pod.host_veth),
-            v6(p.ip),
-            &cl.mac,
-            table,
-        )?;
-    }
+    let mut ips = vec![v4(pod.ip)];
+    ips.extend(pod.v6.map(|p| v6(p.ip)));
+    route_to_pod(&mut host, (hv.index, pod.host_veth), &ips, &cl.mac, table)?;
     Ok(Attached {
         host_index: hv.index,
         host_mac: format_mac(&hv.mac),
@@ -310,26 +392,60 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     })
 }
 
-/// On the host: the pod's address `ip` behind its host end (`veth`: index
-/// and name), answered by `pod_mac`; what it sends goes by the ENI's
-/// `table`, what is sent to it by main.
+/// A MAC for the container end of `host_veth`: locally administered,
+/// unicast, and new for each attempt (a hash of the name, the process
+/// and the time).
+fn container_mac(host_veth: &str) -> [u8; 6] {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let h = Sha1::digest(format!("{host_veth}/{}/{now}", std::process::id()).as_bytes());
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&h[..6]);
+    mac[0] = (mac[0] & 0xfe) | 0x02;
+    mac
+}
+
+/// On the host: the pod's addresses `ips` behind its host end (`veth`:
+/// index and name), answered by `pod_mac`; what it sends goes by the
+/// ENI's `table`, what is sent to it by main. The `to` rules go in a
+/// second send, once the `from` rules are made: a rollback finds a `to`
+/// rule through its `from` rule (or the host end's route), so none is
+/// left behind by a `from` rule that failed.
 fn route_to_pod(
     host: &mut Netlink,
     (veth, veth_name): (u32, &str),
-    ip: IpAddr,
+    ips: &[IpAddr],
     pod_mac: &[u8],
     table: u32,
 ) -> Result<(), DatapathError> {
-    host.replace_neigh(veth, ip, pod_mac)
-        .ctx(|| format!("neighbour {ip} on {veth_name}"))?;
-    let (_, len) = host_prefix(ip);
-    host.replace_route(MAIN_TABLE, (ip, len), None, veth, false)
-        .ctx(|| format!("route {ip}/{len} dev {veth_name}"))?;
-    host.add_rule(&pod_rule(ip, veth_name, table))
-        .ctx(|| format!("rule from {ip} lookup {table}"))?;
-    // After the `from` rule: a rollback finds this one through it.
-    host.add_rule(&to_pod_rule(ip))
-        .ctx(|| format!("rule to {ip} lookup main"))
+    let mut changes = Vec::new();
+    for &ip in ips {
+        let (_, len) = host_prefix(ip);
+        changes.push((
+            Change::replace_neigh(veth, ip, pod_mac),
+            format!("neighbour {ip} on {veth_name}"),
+        ));
+        changes.push((
+            Change::replace_route(MAIN_TABLE, (ip, len), None, veth, false),
+            format!("route {ip}/{len} dev {veth_name}"),
+        ));
+        changes.push((
+            Change::add_rule(&pod_rule(ip, veth_name, table)),
+            format!("rule from {ip} lookup {table}"),
+        ));
+    }
+    apply_all(host, changes)?;
+    let to = ips
+        .iter()
+        .map(|&ip| {
+            (
+                Change::add_rule(&to_pod_rule(ip)),
+                format!("rule to {ip} lookup main"),
+            )
+        })
+        .collect();
+    apply_all(host, to)
 }
 
 fn host_prefix(ip: IpAddr) -> (IpAddr, u8) {
@@ -371,51 +487,61 @@ fn routes_pod(r: &Rule, ip: IpAddr) -> bool {
 /// gone is fine.
 pub fn teardown(host_veth: &str) -> Result<(), DatapathError> {
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
+    teardown_on(&mut host, host_veth)
+}
+
+/// [`teardown`] on the host's socket `host`: a lookup of the host end by
+/// its name and one dump of the rules when nothing is left (ADD's
+/// clean-up of an earlier attempt, as a rule, finds nothing).
+fn teardown_on(host: &mut Netlink, host_veth: &str) -> Result<(), DatapathError> {
     // The pod's addresses, from the host end's routes (read before the
     // link goes, taking them along) and from its rules: either may be all
     // that is left of a half-built or hand-edited attachment.
     let mut pods: Vec<IpAddr> = Vec::new();
     if let Some(l) = host.link_by_name(host_veth).ctx(|| "list links".into())? {
         for family in [Family::V4, Family::V6] {
-            let routes = match host.routes(family, MAIN_TABLE) {
+            let routes = match host.routes_out(family, MAIN_TABLE, Some(l.index)) {
                 Err(e) if family == Family::V6 && no_family(&e) => continue,
                 r => r.ctx(|| "list routes".into())?,
             };
             let full = if family == Family::V4 { 32 } else { 128 };
-            pods.extend(
-                routes
-                    .iter()
-                    .filter(|r| r.oif == Some(l.index) && r.dst.1 == full)
-                    .map(|r| r.dst.0),
-            );
+            pods.extend(routes.iter().filter(|r| r.dst.1 == full).map(|r| r.dst.0));
         }
         match host.del_link(l.index) {
             Err(e) if super::netlink::is_missing(&e) => {}
             r => r.ctx(|| format!("delete {host_veth}"))?,
         }
     }
-    for family in [Family::V4, Family::V6] {
-        let rules = match host.rules(family) {
-            // No IPv6 in this kernel: no IPv6 rule of ours either.
-            Err(e) if family == Family::V6 && no_family(&e) => continue,
-            r => r.ctx(|| "list rules".into())?,
-        };
-        let (mine, others): (Vec<Rule>, Vec<Rule>) = rules
-            .into_iter()
-            .partition(|r| r.iif.as_deref() == Some(host_veth));
-        for r in &mine {
-            host.del_rule(r)
-                .ctx(|| format!("delete rule of {host_veth}"))?;
-        }
-        pods.extend(mine.iter().filter_map(|r| r.src.map(|(ip, _)| ip)));
-        // Its addresses' `to` rules, unless another host end of ours still
-        // routes the address (a pod's new sandbox, when this is a late DEL
-        // of the old one).
-        for ip in pods.iter().filter(|ip| Family::of(ip) == family) {
-            if !others.iter().any(|r| routes_pod(r, *ip)) {
-                host.del_rule(&to_pod_rule(*ip))
-                    .ctx(|| format!("delete rule to {ip}"))?;
-            }
+    clear_rules_on(host, host_veth, pods)
+}
+
+/// The rules of the host end `host_veth`, and the `to` rules of their
+/// addresses and of `pods` (the addresses its routes held) that no other
+/// host end of ours routes: [`teardown_on`] once the link is gone.
+fn clear_rules_on(
+    host: &mut Netlink,
+    host_veth: &str,
+    mut pods: Vec<IpAddr>,
+) -> Result<(), DatapathError> {
+    // IPv4 and IPv6 in one dump (a kernel without IPv6 has none of it).
+    let rules = host.all_rules().ctx(|| "list rules".into())?;
+    let (mine, others): (Vec<Rule>, Vec<Rule>) = rules
+        .into_iter()
+        .partition(|r| r.iif.as_deref() == Some(host_veth));
+    for r in &mine {
+        host.del_rule(r)
+            .ctx(|| format!("delete rule of {host_veth}"))?;
+    }
+    pods.extend(mine.iter().filter_map(|r| r.src.map(|(ip, _)| ip)));
+    pods.sort();
+    pods.dedup();
+    // Its addresses' `to` rules, unless another host end of ours still
+    // routes the address (a pod's new sandbox, when this is a late DEL
+    // of the old one).
+    for ip in &pods {
+        if !others.iter().any(|r| routes_pod(r, *ip)) {
+            host.del_rule(&to_pod_rule(*ip))
+                .ctx(|| format!("delete rule to {ip}"))?;
         }
     }
     Ok(())
@@ -457,10 +583,10 @@ pub fn teardown_unless_routing_another(
     };
     let other = |dst: Option<(IpAddr, u8)>| dst.is_some_and(|(a, n)| n == 32 && a != v4(ip));
     let by_route = host
-        .routes(Family::V4, MAIN_TABLE)
+        .routes_out(Family::V4, MAIN_TABLE, Some(l.index))
         .ctx(|| "list routes".into())?
         .iter()
-        .any(|r| r.oif == Some(l.index) && other(Some(r.dst)));
+        .any(|r| other(Some(r.dst)));
     let by_rule = host
         .rules(Family::V4)
         .ctx(|| "list rules".into())?
@@ -469,7 +595,7 @@ pub fn teardown_unless_routing_another(
     if by_route || by_rule {
         return Ok(false);
     }
-    teardown(host_veth)?;
+    teardown_on(&mut host, host_veth)?;
     Ok(true)
 }
 
@@ -517,7 +643,8 @@ pub fn check(e: &Pod) -> Result<(), DatapathError> {
         });
     }
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
-    let eni = eni_link(&mut host, e.eni_mac)?
+    let io = Ioctls::open().ctx(|| "socket".into())?;
+    let eni = eni_link(&io, e.eni_mac)?
         .ok_or_else(|| fail(format!("no ENI link with MAC {}", format_mac(e.eni_mac))))?;
     let table = TABLE_BASE + eni.index;
     let hv = up_link(&mut host, e.host_veth, "list links", |state| {
@@ -526,12 +653,9 @@ pub fn check(e: &Pod) -> Result<(), DatapathError> {
     for w in &wants {
         let family = Family::of(&w.pod);
         let main = host
-            .routes(family, MAIN_TABLE)
+            .routes_out(family, MAIN_TABLE, Some(hv.index))
             .ctx(|| "list routes".into())?;
-        if !main
-            .iter()
-            .any(|r| r.dst == (w.pod, w.prefix) && r.oif == Some(hv.index))
-        {
+        if !main.iter().any(|r| r.dst == (w.pod, w.prefix)) {
             return Err(fail(format!(
                 "route {}/{} dev {} is missing",
                 w.pod, w.prefix, e.host_veth
@@ -590,16 +714,15 @@ pub fn check(e: &Pod) -> Result<(), DatapathError> {
 
 /// In the container: `gateway` answered by the host end (`host_mac`)
 /// and the default route of its family via it, out of `link`.
-fn default_via(
-    ctr: &mut Netlink,
-    link: u32,
-    gateway: IpAddr,
-    host_mac: &[u8],
-) -> Result<(), DatapathError> {
-    ctr.replace_neigh(link, gateway, host_mac)
-        .ctx(|| format!("neighbour {gateway} in the container"))?;
-    ctr.replace_default_route(MAIN_TABLE, gateway, link, false)
-        .ctx(|| format!("default route via {gateway} in the container"))
+fn default_via(changes: &mut Vec<(Change, String)>, link: u32, gateway: IpAddr, host_mac: &[u8]) {
+    changes.push((
+        Change::replace_neigh(link, gateway, host_mac),
+        format!("neighbour {gateway} in the container"),
+    ));
+    changes.push((
+        Change::replace_default_route(MAIN_TABLE, gateway, link, false),
+        format!("default route via {gateway} in the container"),
+    ));
 }
 
 /// The link named `name`, which must be there and up; `listing` names the
@@ -632,6 +755,116 @@ fn has_default_route(routes: &[Route], gateway: IpAddr, oif: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A network namespace of its own for the calling thread (the node),
+    /// and a file of another one (the container's), made by a thread
+    /// that unshares one; `None` without the right to.
+    fn node_and_container() -> io::Result<File> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+        std::thread::spawn(|| {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+            File::open("/proc/thread-self/ns/net")
+        })
+        .join()
+        .unwrap()
+    }
+
+    fn rules_of(nl: &mut Netlink, ip: IpAddr) -> Vec<Rule> {
+        let rules = nl.all_rules().unwrap();
+        rules
+            .into_iter()
+            .filter(|r| r.src.map(|s| s.0) == Some(ip) || r.dst.map(|d| d.0) == Some(ip))
+            .collect()
+    }
+
+    /// ADD after an earlier attempt of the same attachment: its host end
+    /// (found by the kernel's refusal to make it again) and its rules
+    /// go, with the `to` rule of the address they routed, before the new
+    /// one is built; and its rules alone (the host end gone) go as well.
+    /// What is built passes CHECK, and teardown leaves nothing.
+    #[test]
+    fn an_add_clears_what_an_earlier_attempt_left_and_builds_what_check_expects() {
+        let t = std::thread::Builder::new()
+            .name("own-netns".into())
+            .spawn(|| {
+                let ctr = node_and_container()?;
+                let mut nl = Netlink::open()?;
+                // lo up, as on every node (the kernel refuses a gateway
+                // without it).
+                nl.set_up(1)?;
+                // The ENI: a link with its MAC (a veth, as the tests' ENIs).
+                let mac = [0x00, 0x16, 0x3e, 0x00, 0x00, 0x07];
+                let here = File::open("/proc/thread-self/ns/net")?;
+                nl.add_veth_with_mac("eth1", &mac, "eth1p", here.as_raw_fd(), 1500)?;
+                let veth = host_veth_name("c0ffee", "eth0");
+                let (old, new): (IpAddr, IpAddr) = (
+                    "192.168.5.5".parse().unwrap(),
+                    "192.168.5.9".parse().unwrap(),
+                );
+                let gateway = "192.168.5.253".parse().unwrap();
+                let pod = |ip: IpAddr| Pod {
+                    ip: match ip {
+                        IpAddr::V4(v) => v,
+                        IpAddr::V6(_) => unreachable!(),
+                    },
+                    eni_mac: &mac,
+                    gateway,
+                    v6: None,
+                    ifname: "eth0",
+                    host_veth: &veth,
+                    netns: &ctr,
+                };
+                let attach = |ip| Attach {
+                    pod: pod(ip),
+                    mtu: 1500,
+                    link_timeout: Duration::from_secs(1),
+                };
+                // The earlier attempt: built whole for `old`, then its
+                // container end left as it was (a killed ADD).
+                setup(&attach(old)).map_err(io::Error::other)?;
+                assert_eq!(rules_of(&mut nl, old).len(), 2);
+                let built = setup(&attach(new)).map_err(io::Error::other)?;
+                assert_eq!(
+                    rules_of(&mut nl, old),
+                    vec![],
+                    "the earlier attempt's rules"
+                );
+                assert_eq!(rules_of(&mut nl, new).len(), 2);
+                check(&pod(new)).map_err(io::Error::other)?;
+                let hv = nl.link_by_name(&veth)?.expect("the host end");
+                assert_eq!(hv.index, built.host_index);
+                // The container end is what ADD says it is (the host's
+                // neighbour entry for the pod carries its MAC).
+                let cl = netns::netlink_in(&ctr)?
+                    .link_by_name("eth0")?
+                    .expect("the container end");
+                assert!(cl.up, "{cl:?}");
+                assert_eq!(format_mac(&cl.mac), built.container_mac);
+                // Its rules alone: the host end deleted by hand.
+                nl.del_link(hv.index)?;
+                assert_eq!(rules_of(&mut nl, new).len(), 2, "rules outlive a link");
+                setup(&attach(old)).map_err(io::Error::other)?;
+                assert_eq!(
+                    rules_of(&mut nl, new),
+                    vec![],
+                    "the rules of a gone host end"
+                );
+                check(&pod(old)).map_err(io::Error::other)?;
+                teardown(&veth).map_err(io::Error::other)?;
+                assert_eq!(rules_of(&mut nl, old), vec![]);
+                assert_eq!(nl.link_by_name(&veth)?, None);
+                Ok::<(), io::Error>(())
+            })
+            .unwrap();
+        match t.join().unwrap() {
+            Err(e) if e.raw_os_error() == Some(nix::libc::EPERM) => {
+                eniip_util::testing::skip(&format!(
+                    "an_add_clears_what_an_earlier_attempt_left: needs network namespaces ({e})"
+                ));
+            }
+            r => r.unwrap(),
+        }
+    }
 
     #[test]
     fn host_end_names_fit_and_differ() {

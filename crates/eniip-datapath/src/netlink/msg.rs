@@ -15,7 +15,7 @@ use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
 };
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
@@ -45,15 +45,45 @@ fn table_byte(table: u32) -> u8 {
     }
 }
 
-/// A dump of every link.
-pub(super) fn get_links() -> RouteNetlinkMessage {
-    RouteNetlinkMessage::GetLink(LinkMessage::default())
+/// A request's kind, for [`super::stopwatch`]: the message's type in
+/// iproute2's words (`newlink`, `getlink`), a dump's as `dump...`.
+pub(super) fn kind(m: &RouteNetlinkMessage, dump: bool) -> &'static str {
+    use RouteNetlinkMessage as M;
+    match (m, dump) {
+        (M::GetLink(_), true) => "dumplink",
+        (M::GetLink(_), false) => "getlink",
+        (M::NewLink(_), _) => "newlink",
+        (M::SetLink(_), _) => "setlink",
+        (M::DelLink(_), _) => "dellink",
+        (M::NewAddress(_), _) => "newaddr",
+        (M::GetAddress(_), _) => "dumpaddr",
+        (M::NewRoute(_), _) => "newroute",
+        (M::DelRoute(_), _) => "delroute",
+        (M::GetRoute(_), _) => "dumproute",
+        (M::NewRule(_), _) => "newrule",
+        (M::DelRule(_), _) => "delrule",
+        (M::GetRule(_), _) => "dumprule",
+        (M::NewNeighbour(_), _) => "newneigh",
+        _ => "other",
+    }
 }
 
-/// The one link named `name` (a get, not a dump).
+/// A dump of every link, without their counters (what is read of a link
+/// is its name, address and flags; a dump's length is what it costs,
+/// under RTNL, and a node has hundreds of links).
+pub(super) fn get_links() -> RouteNetlinkMessage {
+    let mut m = LinkMessage::default();
+    m.attributes
+        .push(LinkAttribute::ExtMask(vec![LinkExtentMask::SkipStats]));
+    RouteNetlinkMessage::GetLink(m)
+}
+
+/// The one link named `name` (a get, not a dump), without its counters.
 pub(super) fn get_link_named(name: &str) -> RouteNetlinkMessage {
     let mut m = LinkMessage::default();
     m.attributes.push(LinkAttribute::IfName(name.to_string()));
+    m.attributes
+        .push(LinkAttribute::ExtMask(vec![LinkExtentMask::SkipStats]));
     RouteNetlinkMessage::GetLink(m)
 }
 
@@ -79,15 +109,15 @@ pub(super) fn link_of(m: &RouteNetlinkMessage) -> Option<Link> {
 }
 
 /// A veth pair: `name` here (with hardware address `mac` if given),
-/// `peer` in the namespace `peer_ns`; `name` up from the start when `up`
+/// `peer` in the namespace `peer_ns` (with `peer_mac` if given); `name`
+/// up from the start when `up`
 /// (the kernel sets its flags once both ends are made, so no separate
 /// request sets it up later). The peer cannot be: the kernel sets its
 /// flags before the two ends know each other, and a veth without its
 /// peer refuses to go up (ENOTCONN).
 pub(super) fn new_veth(
-    name: &str,
-    mac: Option<&[u8]>,
-    peer: &str,
+    (name, mac): (&str, Option<&[u8]>),
+    (peer, peer_mac): (&str, Option<&[u8]>),
     peer_ns: RawFd,
     mtu: u32,
     up: bool,
@@ -98,6 +128,11 @@ pub(super) fn new_veth(
         LinkAttribute::Mtu(mtu),
         LinkAttribute::NetNsFd(peer_ns),
     ];
+    if let Some(mac) = peer_mac {
+        peer_msg
+            .attributes
+            .push(LinkAttribute::Address(mac.to_vec()));
+    }
     let mut msg = LinkMessage::default();
     if up {
         msg.header.flags = LinkFlags::Up;
@@ -115,6 +150,18 @@ pub(super) fn new_veth(
         msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
     }
     RouteNetlinkMessage::NewLink(msg)
+}
+
+/// The ifindex of the link a link of a dump or echo names as its own
+/// (`IFLA_LINK`: a veth's peer, in the peer's namespace).
+pub(super) fn link_of_link(m: &RouteNetlinkMessage) -> Option<u32> {
+    let RouteNetlinkMessage::NewLink(l) = m else {
+        return None;
+    };
+    l.attributes.iter().find_map(|a| match a {
+        LinkAttribute::Link(i) => Some(*i),
+        _ => None,
+    })
 }
 
 /// Deleting link `index`.
@@ -217,10 +264,17 @@ pub(super) fn new_route(
     RouteNetlinkMessage::NewRoute(msg)
 }
 
-/// A dump of the routes of `family`, every table.
-pub(super) fn get_routes(family: Family) -> RouteNetlinkMessage {
+/// A dump of the routes of `family` in `table` (out of `oif`, if
+/// given): a kernel that checks dump requests strictly
+/// (`NETLINK_GET_STRICT_CHK`) sends only those; another sends every
+/// route of the family, for the reader to filter.
+pub(super) fn get_routes(family: Family, table: u32, oif: Option<u32>) -> RouteNetlinkMessage {
     let mut msg = RouteMessage::default();
     msg.header.address_family = af(family);
+    msg.attributes.push(RouteAttribute::Table(table));
+    if let Some(oif) = oif {
+        msg.attributes.push(RouteAttribute::Oif(oif));
+    }
     RouteNetlinkMessage::GetRoute(msg)
 }
 
@@ -308,17 +362,23 @@ fn rule_msg(rule: &Rule) -> RuleMessage {
     msg
 }
 
-/// A dump of the rules of `family`.
-pub(super) fn get_rules(family: Family) -> RouteNetlinkMessage {
+/// A dump of the rules of `family`, or of every family (IPv4 and IPv6
+/// in one answer) without one.
+pub(super) fn get_rules(family: Option<Family>) -> RouteNetlinkMessage {
     let mut msg = RuleMessage::default();
-    msg.header.family = af(family);
+    msg.header.family = family.map_or(AddressFamily::Unspec, af);
     RouteNetlinkMessage::GetRule(msg)
 }
 
-/// A rule of a dump of `family`.
-pub(super) fn rule_of(m: &RouteNetlinkMessage, family: Family) -> Option<Rule> {
+/// An IPv4 or IPv6 rule of a dump (a multicast routing rule is none).
+pub(super) fn rule_of(m: &RouteNetlinkMessage) -> Option<Rule> {
     let RouteNetlinkMessage::NewRule(r) = m else {
         return None;
+    };
+    let family = match r.header.family {
+        AddressFamily::Inet => Family::V4,
+        AddressFamily::Inet6 => Family::V6,
+        _ => return None,
     };
     let mut rule = Rule {
         family,
@@ -379,7 +439,7 @@ mod tests {
                 panic!("{m:?}");
             };
             assert_eq!(r.header.table, table_byte(table));
-            assert_eq!(rule_of(&m, Family::V4), Some(rule));
+            assert_eq!(rule_of(&m), Some(rule));
         }
     }
 
