@@ -228,11 +228,19 @@ fn twenty_at_once(w: &World, pm: &Podman, net: &str) {
         assert!(out.status.success(), "{n} {ip} on {eni}");
     }
     pm.ok(&["rm", "-af", "-t", "0"]);
-    let left: Vec<_> = pool(w)
-        .into_iter()
-        .filter(|(_, (s, _, _))| s == "inuse")
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    // podman's clean-up (the DEL) may end in conmon's `container
+    // cleanup` just after `rm` returns.
+    let inuse = || -> Vec<_> {
+        pool(w)
+            .into_iter()
+            .filter(|(_, (s, _, _))| s == "inuse")
+            .collect()
+    };
+    assert!(
+        crate::common::eventually(std::time::Duration::from_secs(10), || inuse().is_empty()),
+        "{:?}",
+        inuse()
+    );
 }
 
 #[test]
@@ -307,8 +315,15 @@ fn podman_containers_get_ipv6_in_dual_stack() {
     let out = pm.run(&["exec", "v6", "ping", "-c", "1", "-W", "2", GATEWAY]);
     assert!(out.status.success(), "IPv4 too");
     pm.ok(&["rm", "-f", "-t", "0", "v6"]);
-    let (state, _, _) = pool(&w).get(&ip).cloned().unwrap_or_default();
-    assert_eq!(state, "idle", "{:?}", pool(&w));
+    // podman's clean-up (the DEL) may end in conmon's `container
+    // cleanup` just after `rm` returns.
+    assert!(
+        crate::common::eventually(std::time::Duration::from_secs(10), || pool(&w)
+            .get(&ip)
+            .is_some_and(|(state, _, _)| state == "idle")),
+        "{:?}",
+        pool(&w)
+    );
     let v6 = format!(
         "{}{}",
         w.node_ip(&["-6", "rule"]),

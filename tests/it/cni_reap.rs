@@ -70,6 +70,18 @@ pub(crate) fn metric(w: &World, line_start: &str) -> Option<String> {
         .find(|l| l.starts_with(line_start))
 }
 
+/// Waits (5 s at most) for the metric line starting `line_start` to be
+/// `want`: the reaper counts a reap once it has eniipd's answer, which
+/// comes after the release is visible to `list`.
+fn assert_metric_becomes(w: &World, line_start: &str, want: &str) {
+    assert!(
+        eventually(Duration::from_secs(5), || metric(w, line_start).as_deref()
+            == Some(want)),
+        "{:?}, not {want}",
+        metric(w, line_start)
+    );
+}
+
 /// The reaper's looks so far (`eniipd_sandbox_reaper_looks_total`).
 fn looks(w: &World) -> u64 {
     metric(w, "eniipd_sandbox_reaper_looks_total ")
@@ -135,13 +147,15 @@ fn lost_dels_are_reaped_and_live_sandboxes_kept() {
         );
         assert!(rules_of(&w, &ip).is_empty(), "{:?}", rules_of(&w, &ip));
     }
-    assert_eq!(
-        metric(&w, "eniipd_sandbox_reaped_total{reason=\"netns-gone\"}").as_deref(),
-        Some("eniipd_sandbox_reaped_total{reason=\"netns-gone\"} 1")
+    assert_metric_becomes(
+        &w,
+        "eniipd_sandbox_reaped_total{reason=\"netns-gone\"}",
+        "eniipd_sandbox_reaped_total{reason=\"netns-gone\"} 1",
     );
-    assert_eq!(
-        metric(&w, "eniipd_sandbox_reaped_total{reason=\"netns-empty\"}").as_deref(),
-        Some("eniipd_sandbox_reaped_total{reason=\"netns-empty\"} 1")
+    assert_metric_becomes(
+        &w,
+        "eniipd_sandbox_reaped_total{reason=\"netns-empty\"}",
+        "eniipd_sandbox_reaped_total{reason=\"netns-empty\"} 1",
     );
 
     // Several looks later the live pod and the allocation made by hand
@@ -310,9 +324,10 @@ fn a_sandbox_containerd_forgot_across_its_restart_is_reaped_and_a_live_one_kept(
         "{:?}",
         rules_of(&w, &gone.ip)
     );
-    assert_eq!(
-        metric(&w, "eniipd_sandbox_reaped_total{reason=\"netns-empty\"}").as_deref(),
-        Some("eniipd_sandbox_reaped_total{reason=\"netns-empty\"} 1")
+    assert_metric_becomes(
+        &w,
+        "eniipd_sandbox_reaped_total{reason=\"netns-empty\"}",
+        "eniipd_sandbox_reaped_total{reason=\"netns-empty\"} 1",
     );
     // The live pod, forgotten by containerd too but with its pause still
     // running, keeps its address and its path out, several looks later.
