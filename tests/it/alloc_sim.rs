@@ -636,13 +636,7 @@ fn eni_reuse(dual: bool) {
         .as_str()
         .unwrap()
         .to_string();
-    let live: BTreeSet<String> = sim.state()["enis"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|e| e["private_ips"].as_array().unwrap().clone())
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
+    let live = common::sim_held_v4(&sim.state());
     let rest: Vec<String> = (3..=12)
         .map(|n| format!("10.9.0.{n}"))
         .filter(|a| !held.contains(a) && !live.contains(a))

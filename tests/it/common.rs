@@ -626,6 +626,17 @@ pub fn first_vswitch(state: &Value) -> String {
         .to_string()
 }
 
+/// Every IPv4 address an ENI holds in the emulator's `/__sim/state`.
+pub fn sim_held_v4(state: &Value) -> std::collections::BTreeSet<String> {
+    state["enis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["private_ips"].as_array().unwrap().iter())
+        .map(|ip| ip.as_str().unwrap().to_string())
+        .collect()
+}
+
 /// The entry of `list` (`enis`, `vswitches`) in an emulator's
 /// `/__sim/state` whose `id` is `id`.
 pub fn by_id(state: &Value, list: &str, id: &str) -> Value {

@@ -48,14 +48,7 @@ fn instance_vswitch_sg(c: &AliyunCloud, sim: &Simulator) -> (String, String) {
 /// Three consecutive addresses `net.N` from `from` on that no ENI of the
 /// emulator holds.
 fn three_free_v4(sim: &Simulator, net: &str, from: u8) -> [String; 3] {
-    let state = sim.state();
-    let taken: Vec<String> = state["enis"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|e| e["private_ips"].as_array().unwrap().iter())
-        .map(|ip| ip.as_str().unwrap().to_string())
-        .collect();
+    let taken = crate::common::sim_held_v4(&sim.state());
     (from..250)
         .map(|n| [0, 1, 2].map(|k| format!("{net}.{}", n + k)))
         .find(|run| run.iter().all(|ip| !taken.contains(ip)))

@@ -756,11 +756,9 @@ fn has_default_route(routes: &[Route], gateway: IpAddr, oif: u32) -> bool {
 mod tests {
     use super::*;
 
-    /// A network namespace of its own for the calling thread (the node),
-    /// and a file of another one (the container's), made by a thread
-    /// that unshares one; `None` without the right to.
-    fn node_and_container() -> io::Result<File> {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+    /// A file of a network namespace other than the calling thread's
+    /// (the container's), made by a thread that unshares one.
+    fn container_ns() -> io::Result<File> {
         std::thread::spawn(|| {
             nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
             File::open("/proc/thread-self/ns/net")
@@ -784,10 +782,10 @@ mod tests {
     /// What is built passes CHECK, and teardown leaves nothing.
     #[test]
     fn an_add_clears_what_an_earlier_attempt_left_and_builds_what_check_expects() {
-        let t = std::thread::Builder::new()
-            .name("own-netns".into())
-            .spawn(|| {
-                let ctr = node_and_container()?;
+        crate::netns::in_own_netns(
+            "an_add_clears_what_an_earlier_attempt_left_and_builds_what_check_expects",
+            || {
+                let ctr = container_ns()?;
                 let mut nl = Netlink::open()?;
                 // lo up, as on every node (the kernel refuses a gateway
                 // without it).
@@ -853,17 +851,9 @@ mod tests {
                 teardown(&veth).map_err(io::Error::other)?;
                 assert_eq!(rules_of(&mut nl, old), vec![]);
                 assert_eq!(nl.link_by_name(&veth)?, None);
-                Ok::<(), io::Error>(())
-            })
-            .unwrap();
-        match t.join().unwrap() {
-            Err(e) if e.raw_os_error() == Some(nix::libc::EPERM) => {
-                eniip_util::testing::skip(&format!(
-                    "an_add_clears_what_an_earlier_attempt_left: needs network namespaces ({e})"
-                ));
-            }
-            r => r.unwrap(),
-        }
+                Ok(())
+            },
+        );
     }
 
     #[test]

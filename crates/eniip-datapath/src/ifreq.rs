@@ -157,42 +157,30 @@ mod tests {
     /// link is what netlink says, and every link with a MAC is found.
     #[test]
     fn links_read_by_ioctl_are_the_links_netlink_shows() {
-        let t = std::thread::Builder::new()
-            .name("own-netns".into())
-            .spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
-                let mut nl = Netlink::open()?;
-                let here = std::fs::File::open("/proc/thread-self/ns/net")?;
-                let mac = [0x02, 0, 0, 0, 0, 0x42];
-                nl.add_veth_with_mac("twina", &mac, "twinap", here.as_raw_fd(), 1500)?;
-                nl.add_veth_with_mac("twinb", &mac, "twinbp", here.as_raw_fd(), 1500)?;
-                nl.set_up(1)?;
-                let io = Ioctls::open()?;
-                for mut l in nl.links()? {
-                    // lo's address is none for an Ethernet MAC.
-                    if l.name == "lo" {
-                        l.mac.clear();
-                    }
-                    assert_eq!(io.link(&l.name)?, Some(l.clone()), "{}", l.name);
-                    assert_eq!(io.is_up(&l.name)?, Some(l.up));
+        crate::netns::in_own_netns("links_read_by_ioctl_are_the_links_netlink_shows", || {
+            let mut nl = Netlink::open()?;
+            let here = std::fs::File::open("/proc/thread-self/ns/net")?;
+            let mac = [0x02, 0, 0, 0, 0, 0x42];
+            nl.add_veth_with_mac("twina", &mac, "twinap", here.as_raw_fd(), 1500)?;
+            nl.add_veth_with_mac("twinb", &mac, "twinbp", here.as_raw_fd(), 1500)?;
+            nl.set_up(1)?;
+            let io = Ioctls::open()?;
+            for mut l in nl.links()? {
+                // lo's address is none for an Ethernet MAC.
+                if l.name == "lo" {
+                    l.mac.clear();
                 }
-                assert_eq!(io.link("enipnothere")?, None);
-                assert_eq!(io.is_up("enipnothere")?, None);
-                let mut twins: Vec<String> =
-                    io.links_by_mac(&mac)?.into_iter().map(|l| l.name).collect();
-                twins.sort();
-                assert_eq!(twins, ["twina", "twinb"]);
-                assert_eq!(io.links_by_mac(&[2, 0, 0, 0, 0, 0x43])?, vec![]);
-                Ok::<(), io::Error>(())
-            })
-            .unwrap();
-        match t.join().unwrap() {
-            Err(e) if e.raw_os_error() == Some(nix::libc::EPERM) => {
-                eniip_util::testing::skip(&format!(
-                    "links_read_by_ioctl_are_the_links_netlink_shows: needs a network namespace ({e})"
-                ));
+                assert_eq!(io.link(&l.name)?, Some(l.clone()), "{}", l.name);
+                assert_eq!(io.is_up(&l.name)?, Some(l.up));
             }
-            r => r.unwrap(),
-        }
+            assert_eq!(io.link("enipnothere")?, None);
+            assert_eq!(io.is_up("enipnothere")?, None);
+            let mut twins: Vec<String> =
+                io.links_by_mac(&mac)?.into_iter().map(|l| l.name).collect();
+            twins.sort();
+            assert_eq!(twins, ["twina", "twinb"]);
+            assert_eq!(io.links_by_mac(&[2, 0, 0, 0, 0, 0x43])?, vec![]);
+            Ok(())
+        });
     }
 }

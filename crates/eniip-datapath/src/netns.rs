@@ -54,3 +54,25 @@ pub fn run_in<T: Send + 'static>(
 pub fn netlink_in(ns: &File) -> io::Result<Netlink> {
     run_in(ns, Netlink::open)
 }
+
+/// Runs the test `body` on a thread in a network namespace of its own;
+/// without the right to make one (EPERM) the test `name` is skipped,
+/// loudly ([`eniip_util::testing::skip`]).
+#[cfg(test)]
+pub(crate) fn in_own_netns(name: &str, body: impl FnOnce() -> io::Result<()> + Send + 'static) {
+    let r = std::thread::Builder::new()
+        .name("own-netns".into())
+        .spawn(move || {
+            nix::sched::unshare(CloneFlags::CLONE_NEWNET)?;
+            body()
+        })
+        .expect("a thread")
+        .join()
+        .expect("the test's thread");
+    match r {
+        Err(e) if e.raw_os_error() == Some(nix::libc::EPERM) => {
+            eniip_util::testing::skip(&format!("{name}: needs a network namespace ({e})"));
+        }
+        r => r.unwrap(),
+    }
+}

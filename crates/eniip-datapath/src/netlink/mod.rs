@@ -600,10 +600,9 @@ mod tests {
     /// is none, not an error; a veth made up is up from the start.
     #[test]
     fn a_link_is_found_by_its_name_alone_and_a_veth_is_made_up() {
-        let t = std::thread::Builder::new()
-            .name("own-netns".into())
-            .spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+        crate::netns::in_own_netns(
+            "a_link_is_found_by_its_name_alone_and_a_veth_is_made_up",
+            || {
                 let mut nl = Netlink::open()?;
                 let lo = nl.link_by_name("lo")?.expect("lo is in every namespace");
                 assert_eq!((lo.index, lo.name.as_str()), (1, "lo"));
@@ -627,17 +626,9 @@ mod tests {
                     );
                     assert_eq!(peer_index, Some(peer.index));
                 }
-                Ok::<(), io::Error>(())
-            })
-            .unwrap();
-        match t.join().unwrap() {
-            Err(e) if e.raw_os_error() == Some(nix::libc::EPERM) => {
-                eniip_util::testing::skip(&format!(
-                    "a_link_is_found_by_its_name_alone_and_a_veth_is_made_up: needs a network namespace ({e})"
-                ));
-            }
-            r => r.unwrap(),
-        }
+                Ok(())
+            },
+        );
     }
 
     /// In a network namespace of its own: a batch answers each change,
@@ -646,10 +637,9 @@ mod tests {
     /// routes are its own, none for a table that is not there.
     #[test]
     fn a_batch_answers_each_change_and_dumps_read_what_they_filter() {
-        let t = std::thread::Builder::new()
-            .name("own-netns".into())
-            .spawn(|| {
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)?;
+        crate::netns::in_own_netns(
+            "a_batch_answers_each_change_and_dumps_read_what_they_filter",
+            || {
                 let mut nl = Netlink::open()?;
                 let here = std::fs::File::open("/proc/thread-self/ns/net")?;
                 nl.add_veth_up(
@@ -699,17 +689,9 @@ mod tests {
                 let all = nl.all_rules()?;
                 assert!(all.contains(&r4), "{all:?}");
                 assert_eq!(all.contains(&r6), v6, "{all:?}");
-                Ok::<(), io::Error>(())
-            })
-            .unwrap();
-        match t.join().unwrap() {
-            Err(e) if e.raw_os_error() == Some(nix::libc::EPERM) => {
-                eniip_util::testing::skip(&format!(
-                    "a_batch_answers_each_change_and_dumps_read_what_they_filter: needs a network namespace ({e})"
-                ));
-            }
-            r => r.unwrap(),
-        }
+                Ok(())
+            },
+        );
     }
 
     #[test]
