@@ -709,6 +709,9 @@ impl ReplyRewriter {
                     }
                 };
                 let named = std::thread::Builder::new().name("later-eniipd".into());
+                // Those whose client has gone are let go (their sockets
+                // with them): a long race makes hundreds.
+                conns.retain(|(_, h)| !std::thread::JoinHandle::is_finished(h));
                 conns.push((shut, named.spawn(serve).unwrap()));
             }
             for (s, h) in conns {

@@ -94,7 +94,8 @@ fn ifindex(name: &str) -> Option<u32> {
 
 /// The invariants, checked with the shared state locked; what eniipd
 /// holds only when it is not stalled (the next check after asks it).
-fn check(s: &Shared, socket: &std::path::Path, step: usize, stalled: &AtomicBool) {
+fn check(s: &Shared, w: &World, step: usize, stalled: &AtomicBool) {
+    let socket = &w.socket();
     let mut ips = BTreeSet::new();
     for l in s.live.values() {
         assert!(
@@ -104,9 +105,19 @@ fn check(s: &Shared, socket: &std::path::Path, step: usize, stalled: &AtomicBool
             s.live
         );
     }
-    let inuse: Option<BTreeMap<String, String>> = (!stalled.load(Ordering::SeqCst)).then(|| {
-        ask(socket, "list")
-            .iter()
+    // A list eniipd answered (an `ERR busy` or a broken connection under
+    // load says nothing of what it holds: asked again).
+    let reply = (!stalled.load(Ordering::SeqCst)).then(|| {
+        let mut reply = Vec::new();
+        let answered = eventually(Duration::from_secs(30), || {
+            reply = ask(socket, "list");
+            reply.last().is_some_and(|l| l.starts_with("OK"))
+        });
+        assert!(answered, "step {step}: list: {reply:?}");
+        reply
+    });
+    let inuse: Option<BTreeMap<String, String>> = reply.as_ref().map(|r| {
+        r.iter()
             .filter_map(|l| eniip_protocol::protocol::reply::parse_list_line(l).ok())
             .filter(|l| l.state == "inuse")
             .filter_map(|l| Some((l.ip.to_string(), l.owner?)))
@@ -115,13 +126,23 @@ fn check(s: &Shared, socket: &std::path::Path, step: usize, stalled: &AtomicBool
     let links = links();
     for l in s.live.values() {
         let Some(inuse) = &inuse else { continue };
-        assert_eq!(
-            inuse.get(&l.ip),
-            Some(&l.owner),
-            "step {step}: live {} does not hold {} in eniipd: {inuse:?}",
-            l.id,
-            l.ip
-        );
+        if inuse.get(&l.ip) != Some(&l.owner) {
+            // What eniipd said of this address and this sandbox: who took
+            // it away.
+            let log: Vec<String> = w
+                .daemon()
+                .log_text()
+                .lines()
+                .filter(|line| line.contains(&l.ip) || line.contains(&l.id))
+                .map(str::to_string)
+                .collect();
+            panic!(
+                "step {step}: live {} does not hold {} in eniipd: {inuse:?}\nlist: {reply:?}\neniipd's log of it:\n{}",
+                l.id,
+                l.ip,
+                log.join("\n")
+            );
+        }
     }
     for l in s.live.values() {
         assert_eq!(
@@ -144,7 +165,6 @@ struct Race<'a> {
     steps: AtomicUsize,
     stalled: AtomicBool,
     counts: Mutex<BTreeMap<&'static str, usize>>,
-    socket: PathBuf,
     locks: PathBuf,
     direct: Value,
     held_back: Value,
@@ -202,12 +222,11 @@ impl Race<'_> {
     /// GC, the runtime knowing every live sandbox and every one being
     /// added; an owner's lock held a moment meanwhile.
     fn gc(&self, step: usize) {
-        let (shared, gc_done, locks, held_back, socket, stalled) = (
+        let (shared, gc_done, locks, held_back, stalled) = (
             &self.shared,
             &self.gc_done,
             &self.locks,
             &self.held_back,
-            &self.socket,
             &self.stalled,
         );
         let count = |what| self.count(what);
@@ -257,7 +276,7 @@ impl Race<'_> {
         gc_done.notify_all();
         // What GC collected is gone, its slot free.
         st.forgotten.retain(|_, l| ifindex(&l.veth).is_some());
-        check(&st, socket, step, stalled);
+        check(&st, self.w, step, stalled);
     }
 
     /// ADD of `id` in `slot`; whether it succeeded.
@@ -311,7 +330,7 @@ impl Race<'_> {
                 false
             }
         };
-        check(&st, &self.socket, step, &self.stalled);
+        check(&st, self.w, step, &self.stalled);
         added
     }
 
@@ -323,7 +342,7 @@ impl Race<'_> {
         if forget {
             st.forgotten.insert(slot, l);
             self.count("forgotten");
-            check(&st, &self.socket, step, &self.stalled);
+            check(&st, self.w, step, &self.stalled);
             return;
         }
         drop(st);
@@ -333,7 +352,7 @@ impl Race<'_> {
             .unwrap_or_else(|e| panic!("step {step}: DEL {}: {e}", l.id));
         self.count(if queued { "del while stalled" } else { "del" });
         let st = self.shared.lock().unwrap();
-        check(&st, &self.socket, step, &self.stalled);
+        check(&st, self.w, step, &self.stalled);
     }
 }
 
@@ -358,8 +377,7 @@ fn no_address_is_held_by_two_live_sandboxes_and_none_loses_its_host_end() {
         w.ask("status")
     );
     w.sim.set_free(&first_vswitch(&w.sim.state()), 0);
-    let socket = w.socket();
-    let proxy = ReplyRewriter::start(&w.dir, socket.clone(), |req, last| {
+    let proxy = ReplyRewriter::start(&w.dir, w.socket(), |req, last| {
         if req.starts_with("release ") {
             // eniipd has given the address back; the DEL learns it later
             // (a fault's length, not a wait for anything).
@@ -382,7 +400,6 @@ fn no_address_is_held_by_two_live_sandboxes_and_none_loses_its_host_end() {
         steps: AtomicUsize::new(0),
         stalled: AtomicBool::new(false),
         counts: Mutex::new(BTreeMap::new()),
-        socket,
         locks,
         direct,
         held_back,
