@@ -60,14 +60,30 @@ use mailbox::Request;
 /// Where committed records go: the durable store, or a fake in tests.
 /// `done` runs once the records are durable (or failed); records submitted
 /// later are made durable after earlier ones.
+///
+/// The allocator only queues (under its lock); the thread that let go of
+/// the lock then has what it queued committed: on its own thread when no
+/// commit is in flight ([`lead`](Journal::lead), a client's thread), or by
+/// the store's ([`hand_off`](Journal::hand_off), the allocator's own).
 pub(crate) trait Journal: Send + Sync {
     /// Queues records; never blocks on the disk.
     fn submit(&self, records: Vec<Record>, done: Box<dyn FnOnce(Result<(), StoreError>) + Send>);
+    /// Commits what is queued on this thread unless a commit is in flight
+    /// (its holder takes it); blocks for one fsync at most.
+    fn lead(&self) {}
+    /// Has what is queued committed by the store's thread.
+    fn hand_off(&self) {}
 }
 
 impl Journal for crate::store::Committer {
     fn submit(&self, records: Vec<Record>, done: Box<dyn FnOnce(Result<(), StoreError>) + Send>) {
-        crate::store::Committer::submit(self, records, done);
+        crate::store::Committer::queue(self, records, done);
+    }
+    fn lead(&self) {
+        crate::store::Committer::lead(self);
+    }
+    fn hand_off(&self) {
+        crate::store::Committer::hand_off(self);
     }
 }
 
@@ -302,9 +318,14 @@ impl Allocator {
             },
         )
         .with_first_reconcile(kick_tx);
+        // Clients run commands themselves when the actor is free
+        // (`actor::combine`); a nudge wakes its thread sooner than planned.
+        let shared = actor::Held::new(actor, cmd_rx.clone());
+        let (nudge_tx, nudge_rx) = bounded(1);
+        let combiner = Arc::new(actor::Combiner::new(Arc::clone(&shared), nudge_tx));
         let actor = std::thread::Builder::new()
             .name("eniipd-pool".into())
-            .spawn(move || actor.run(cmd_rx, req_rx, ev_rx, stop_rx))?;
+            .spawn(move || actor::run(shared, nudge_rx, cmd_rx, req_rx, ev_rx, stop_rx))?;
         let reads = vswitch_reads::spawn(
             Arc::clone(&cloud),
             opts.vswitches.clone(),
@@ -324,7 +345,7 @@ impl Allocator {
             fatal_tx,
         )?;
         Ok(Allocator {
-            commands: Commands::new(cmd_tx, opts.alloc_timeout),
+            commands: Commands::new(cmd_tx, opts.alloc_timeout).combining(combiner),
             requests: req_tx,
             stop: stop_tx,
             maint_stop: maint_stop_tx,
