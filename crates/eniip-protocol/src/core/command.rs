@@ -245,7 +245,36 @@ pub trait Combine: Send + Sync {
     /// thread has queued and then `env` (its reply sent as the allocator
     /// would), and has the records committed; gives `env` back untouched
     /// when the state is taken (it then goes to the allocator's thread).
-    fn run(&self, env: Box<Envelope>) -> Option<Box<Envelope>>;
+    ///
+    /// The asker's thread may commit the records itself (no thread to
+    /// wake) only when `overdue` says how its client is answered should
+    /// that commit outlast the asker's deadline: a thread inside an
+    /// fdatasync of a frozen disk can answer nobody.
+    fn run(&self, env: Box<Envelope>, overdue: Option<Overdue>) -> Option<Box<Envelope>>;
+}
+
+/// How a client is answered when its asker's thread is held past the
+/// asker's deadline (inside a commit it leads): `answer` written through
+/// `deliver` at `deadline`, exactly what the asker would have written had
+/// it been waiting (main's path: its wait ends, it revokes the delivery
+/// and answers `timeout`).
+#[derive(Clone)]
+pub struct Overdue {
+    /// When the asker would have given up.
+    pub deadline: Instant,
+    /// The client's reply, claimed by whoever answers first.
+    pub deliver: Arc<dyn Deliver>,
+    /// The `timeout` the asker would have answered.
+    pub answer: AllocError,
+}
+
+impl std::fmt::Debug for Overdue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Overdue")
+            .field("deadline", &self.deadline)
+            .field("answer", &self.answer)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How long a client waits to hand a command over before `busy`.
@@ -334,7 +363,16 @@ impl Commands {
             reply: Reply { tx, deliver },
         });
         let env = match &self.combine {
-            Some(c) => c.run(env),
+            Some(c) => {
+                // Only a change whose client a delivery answers may have
+                // its commit led by this thread (`Combine::run`).
+                let overdue = late.clone().filter(|_| mutating).map(|deliver| Overdue {
+                    deadline: started + wait,
+                    deliver,
+                    answer: timed_out(mutating, wait),
+                });
+                c.run(env, overdue)
+            }
             None => Some(env),
         };
         match env.map_or(Ok(()), |env| self.tx.send_timeout(env, ENQUEUE_TIMEOUT)) {
@@ -354,19 +392,27 @@ impl Commands {
         }
         match got {
             Ok(r) => r,
-            Err(RecvTimeoutError::Timeout) if mutating => Err(AllocError::new(
-                ErrCode::Timeout,
-                format!(
-                    "no answer within {} s (the state could not be made durable in time); the outcome is unknown",
-                    wait.as_secs()
-                ),
-            )),
-            Err(RecvTimeoutError::Timeout) => Err(AllocError::new(
-                ErrCode::Timeout,
-                format!("no answer within {} s", wait.as_secs()),
-            )),
+            Err(RecvTimeoutError::Timeout) => Err(timed_out(mutating, wait)),
             Err(RecvTimeoutError::Disconnected) => Err(AllocError::shutting_down()),
         }
+    }
+}
+
+/// The `timeout` of an ask that waited `wait` in vain.
+fn timed_out(mutating: bool, wait: Duration) -> AllocError {
+    if mutating {
+        AllocError::new(
+            ErrCode::Timeout,
+            format!(
+                "no answer within {} s (the state could not be made durable in time); the outcome is unknown",
+                wait.as_secs()
+            ),
+        )
+    } else {
+        AllocError::new(
+            ErrCode::Timeout,
+            format!("no answer within {} s", wait.as_secs()),
+        )
     }
 }
 

@@ -24,6 +24,7 @@ pub(crate) mod forecast;
 pub(crate) mod idle_target;
 pub(crate) mod mailbox;
 pub(crate) mod maint_thread;
+pub(crate) mod overdue;
 pub(crate) mod ownership;
 pub(crate) mod placement;
 pub(crate) mod prefix_mode;
@@ -266,6 +267,8 @@ pub(crate) struct Allocator {
     reads_stop: Sender<()>,
     reads: parking_lot::Mutex<Option<JoinHandle<()>>>,
     actor: parking_lot::Mutex<Option<JoinHandle<Vec<Joinable>>>>,
+    /// Answers clients whose threads are held in a commit they lead.
+    watchdog: Arc<overdue::Watchdog>,
     fatal: Receiver<Fatal>,
     opts: Arc<AllocatorOptions>,
 }
@@ -322,7 +325,12 @@ impl Allocator {
         // (`actor::combine`); a nudge wakes its thread sooner than planned.
         let shared = actor::Held::new(actor, cmd_rx.clone());
         let (nudge_tx, nudge_rx) = bounded(1);
-        let combiner = Arc::new(actor::Combiner::new(Arc::clone(&shared), nudge_tx));
+        let watchdog = Arc::new(overdue::Watchdog::start()?);
+        let combiner = Arc::new(actor::Combiner::new(
+            Arc::clone(&shared),
+            nudge_tx,
+            Arc::clone(&watchdog),
+        ));
         let actor = std::thread::Builder::new()
             .name("eniipd-pool".into())
             .spawn(move || actor::run(shared, nudge_rx, cmd_rx, req_rx, ev_rx, stop_rx))?;
@@ -353,6 +361,7 @@ impl Allocator {
             reads_stop: reads_stop_tx,
             reads: parking_lot::Mutex::new(Some(reads)),
             actor: parking_lot::Mutex::new(Some(actor)),
+            watchdog,
             fatal: fatal_rx,
             opts,
         })
@@ -463,6 +472,9 @@ impl Allocator {
     /// workers, ENI operations, audits, maintenance), for [`join_all`].
     pub(crate) fn stop_actor(&self, until: Instant) -> Vec<Joinable> {
         self.begin_stop();
+        // The connections are served by now (or left behind, held in the
+        // disk): their clients still waiting are answered `timeout`.
+        self.watchdog.stop(until);
         let mut threads: Vec<Joinable> = Vec::new();
         if let Some(h) = self.maint.lock().take() {
             threads.push(("eniipd-maint".into(), h));

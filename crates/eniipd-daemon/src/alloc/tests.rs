@@ -625,58 +625,6 @@ fn a_failed_commit_is_an_internal_error_and_fatal() {
     a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
-/// Records the thread that writes a reply (`Deliver`).
-#[derive(Default)]
-struct ThreadOfReply(parking_lot::Mutex<Option<std::thread::ThreadId>>);
-
-impl eniip_protocol::core::Deliver for ThreadOfReply {
-    fn deliver(&self, _: &Result<Answer, AllocError>) {
-        *self.0.lock() = Some(std::thread::current().id());
-    }
-    fn revoke(&self) -> bool {
-        false
-    }
-}
-
-#[test]
-fn a_lone_change_is_decided_committed_and_answered_on_the_askers_thread() {
-    let fake = FakeCloud::new(4, 15, 1000);
-    let (a, journal) = start(&fake, options(&fake, r#"{"min_pool_size": 2}"#));
-    assert!(eventually(Duration::from_secs(3), || a
-        .status()
-        .unwrap()
-        .idle
-        >= 1));
-    let commands = a.commands();
-    for command in [
-        Command::Alloc {
-            owner: owner("lone"),
-            sandbox: None,
-            prefer: None,
-            attach: None,
-            intent: Intent::default(),
-        },
-        Command::Release {
-            owner: owner("lone"),
-            sandbox: None,
-            gen: None,
-        },
-    ] {
-        let commits = journal.commits.load(Ordering::SeqCst);
-        let seen = Arc::new(ThreadOfReply::default());
-        let got = commands.ask_delivering(command, Instant::now(), Some(seen.clone()));
-        assert!(got.is_ok(), "{got:?}");
-        assert!(journal.commits.load(Ordering::SeqCst) > commits);
-        assert_eq!(
-            *seen.0.lock(),
-            Some(std::thread::current().id()),
-            "no other thread wakes for a lone change (issue 37)"
-        );
-    }
-    assert!(journal.state.lock().allocations.is_empty());
-    a.shutdown(Instant::now() + Duration::from_secs(5));
-}
-
 #[test]
 fn min_pool_is_filled_in_the_background() {
     let fake = FakeCloud::new(4, 15, 1000);
@@ -1309,4 +1257,5 @@ fn a_release_naming_an_older_generation_changes_nothing() {
     a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
+mod leading;
 mod sg_sets;

@@ -7,7 +7,10 @@
 //! lets go and commits the records itself when no commit is in flight
 //! ([`Journal::lead`](crate::alloc::Journal::lead)): a lone `alloc` goes from its line to its reply on
 //! the connection's own thread, with no sleeping thread to wake (issue
-//! 37). The actor's thread keeps everything else: timers, its helpers'
+//! 37). It leads only while its client's deadline is watched by another
+//! thread ([`Watchdog`]): the disk can hold a leader in its fdatasync for
+//! ever (a frozen filesystem), and its client is then answered `timeout`
+//! at the deadline as if its thread had been waiting. The actor's thread keeps everything else: timers, its helpers'
 //! reports, internal requests, and every command a client could not run
 //! (the state was taken); its records go to the store's thread
 //! ([`Journal::hand_off`](crate::alloc::Journal::hand_off)), so under load commits still gather and
@@ -28,9 +31,10 @@ use std::time::Instant;
 use crossbeam_channel::{select, Receiver, Sender};
 use parking_lot::Mutex;
 
-use eniip_protocol::core::{Combine, Envelope};
+use eniip_protocol::core::{Combine, Envelope, Overdue};
 
 use super::super::mailbox::{Event, Request};
+use super::super::overdue::Watchdog;
 use super::super::Joinable;
 use super::Actor;
 
@@ -55,16 +59,26 @@ pub(in crate::alloc) struct Combiner {
     shared: Shared,
     /// Wakes the actor's thread early.
     nudge: Sender<()>,
+    /// Answers the client of a leader held in the disk past its deadline.
+    watchdog: Arc<Watchdog>,
 }
 
 impl Combiner {
-    pub(in crate::alloc) fn new(shared: Shared, nudge: Sender<()>) -> Combiner {
-        Combiner { shared, nudge }
+    pub(in crate::alloc) fn new(
+        shared: Shared,
+        nudge: Sender<()>,
+        watchdog: Arc<Watchdog>,
+    ) -> Combiner {
+        Combiner {
+            shared,
+            nudge,
+            watchdog,
+        }
     }
 }
 
 impl Combine for Combiner {
-    fn run(&self, env: Box<Envelope>) -> Option<Box<Envelope>> {
+    fn run(&self, env: Box<Envelope>, overdue: Option<Overdue>) -> Option<Box<Envelope>> {
         let Some(mut guard) = self.shared.try_lock() else {
             return Some(env);
         };
@@ -89,8 +103,14 @@ impl Combine for Combiner {
         let nudge = held.actor.stopping || held.actor.next_wakeup(now) < held.actor.planned_wake;
         let journal = held.actor.durable.journal();
         drop(guard);
-        // The commit first: a nudged thread would wake beside it.
-        journal.lead();
+        // The commit first: a nudged thread would wake beside it. Only a
+        // client that someone else can answer at its deadline has its
+        // thread lead (the disk may hold it for ever); the rest (views,
+        // asks without a delivery) have the store's thread commit.
+        match overdue {
+            Some(o) => self.watchdog.watch(o, || journal.lead()),
+            None => journal.hand_off(),
+        }
         if nudge {
             let _ = self.nudge.try_send(());
         }
