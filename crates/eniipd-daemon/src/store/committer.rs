@@ -284,7 +284,11 @@ impl Committer {
     /// the thread and releases the lock — or, if the disk has not answered
     /// by `deadline`, returns [`StoreError::NotDurable`] with the count of
     /// submitted records not made durable, leaving the thread behind.
-    pub(crate) fn close_until(self, deadline: Instant) -> Result<(), StoreError> {
+    /// Nothing is queued once it is called (a later submission fails), so
+    /// it may close a committer still shared: with a leader held in the
+    /// disk, a client's thread holds it too, and the close then waits for
+    /// that commit like for any other.
+    pub(crate) fn close_until(&self, deadline: Instant) -> Result<(), StoreError> {
         let (tx, rx) = bounded(1);
         if !self.end(Ending::Close(tx)) {
             self.reap(deadline);
