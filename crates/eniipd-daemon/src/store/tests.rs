@@ -564,6 +564,43 @@ fn close_gives_up_at_its_deadline_when_the_disk_does_not_answer() {
 }
 
 #[test]
+fn a_store_shared_with_a_leader_held_in_the_disk_closes_by_its_deadline_and_takes_nothing_more() {
+    let d = TempDir::new("frozen-leader-close");
+    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let (wal, unfreeze) = frozen_disk();
+    s.wal = wal;
+    let c = Arc::new(s.start());
+    c.queue(vec![alloc("a", 1)], Box::new(|_| {}));
+    // A client's thread leads the commit and the disk holds it; it keeps
+    // its share of the store meanwhile.
+    let leader = {
+        let c = Arc::clone(&c);
+        std::thread::spawn(move || c.lead())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.token_free() && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let started = Instant::now();
+    let e = c
+        .close_until(started + Duration::from_millis(300))
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(matches!(e, StoreError::NotDurable { records: 1 }), "{e:?}");
+    // Closing: nothing more is queued, whoever still holds the store.
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    c.queue(
+        vec![alloc("b", 2)],
+        Box::new(move |r| {
+            let _ = tx.send(r.is_ok());
+        }),
+    );
+    assert_eq!(rx.try_recv(), Ok(false), "refused at once");
+    drop(unfreeze);
+    leader.join().unwrap();
+}
+
+#[test]
 fn drop_waits_for_the_disk_only_so_long() {
     let d = TempDir::new("frozen-drop");
     let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
