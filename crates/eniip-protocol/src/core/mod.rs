@@ -22,7 +22,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use attachment::Attachment;
 pub use attachment::NsId;
-pub use command::{Answer, Collected, Command, Commands, Deliver, Envelope, Reply};
+pub use command::{
+    Answer, Collected, Combine, Command, Commands, Deliver, Envelope, Overdue, Reply,
+};
 pub use generation::Generation;
 pub use ipv4_prefix::Ipv4Prefix;
 pub use ipv6_prefix::Ipv6Prefix;

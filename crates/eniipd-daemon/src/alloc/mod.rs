@@ -24,6 +24,7 @@ pub(crate) mod forecast;
 pub(crate) mod idle_target;
 pub(crate) mod mailbox;
 pub(crate) mod maint_thread;
+pub(crate) mod overdue;
 pub(crate) mod ownership;
 pub(crate) mod placement;
 pub(crate) mod prefix_mode;
@@ -60,14 +61,30 @@ use mailbox::Request;
 /// Where committed records go: the durable store, or a fake in tests.
 /// `done` runs once the records are durable (or failed); records submitted
 /// later are made durable after earlier ones.
+///
+/// The allocator only queues (under its lock); the thread that let go of
+/// the lock then has what it queued committed: on its own thread when no
+/// commit is in flight ([`lead`](Journal::lead), a client's thread), or by
+/// the store's ([`hand_off`](Journal::hand_off), the allocator's own).
 pub(crate) trait Journal: Send + Sync {
     /// Queues records; never blocks on the disk.
     fn submit(&self, records: Vec<Record>, done: Box<dyn FnOnce(Result<(), StoreError>) + Send>);
+    /// Commits what is queued on this thread unless a commit is in flight
+    /// (its holder takes it); blocks for one fsync at most.
+    fn lead(&self) {}
+    /// Has what is queued committed by the store's thread.
+    fn hand_off(&self) {}
 }
 
 impl Journal for crate::store::Committer {
     fn submit(&self, records: Vec<Record>, done: Box<dyn FnOnce(Result<(), StoreError>) + Send>) {
-        crate::store::Committer::submit(self, records, done);
+        crate::store::Committer::queue(self, records, done);
+    }
+    fn lead(&self) {
+        crate::store::Committer::lead(self);
+    }
+    fn hand_off(&self) {
+        crate::store::Committer::hand_off(self);
     }
 }
 
@@ -250,6 +267,8 @@ pub(crate) struct Allocator {
     reads_stop: Sender<()>,
     reads: parking_lot::Mutex<Option<JoinHandle<()>>>,
     actor: parking_lot::Mutex<Option<JoinHandle<Vec<Joinable>>>>,
+    /// Answers clients whose threads are held in a commit they lead.
+    watchdog: Arc<overdue::Watchdog>,
     fatal: Receiver<Fatal>,
     opts: Arc<AllocatorOptions>,
 }
@@ -302,9 +321,19 @@ impl Allocator {
             },
         )
         .with_first_reconcile(kick_tx);
+        // Clients run commands themselves when the actor is free
+        // (`actor::combine`); a nudge wakes its thread sooner than planned.
+        let shared = actor::Held::new(actor, cmd_rx.clone());
+        let (nudge_tx, nudge_rx) = bounded(1);
+        let watchdog = Arc::new(overdue::Watchdog::start()?);
+        let combiner = Arc::new(actor::Combiner::new(
+            Arc::clone(&shared),
+            nudge_tx,
+            Arc::clone(&watchdog),
+        ));
         let actor = std::thread::Builder::new()
             .name("eniipd-pool".into())
-            .spawn(move || actor.run(cmd_rx, req_rx, ev_rx, stop_rx))?;
+            .spawn(move || actor::run(shared, nudge_rx, cmd_rx, req_rx, ev_rx, stop_rx))?;
         let reads = vswitch_reads::spawn(
             Arc::clone(&cloud),
             opts.vswitches.clone(),
@@ -324,7 +353,7 @@ impl Allocator {
             fatal_tx,
         )?;
         Ok(Allocator {
-            commands: Commands::new(cmd_tx, opts.alloc_timeout),
+            commands: Commands::new(cmd_tx, opts.alloc_timeout).combining(combiner),
             requests: req_tx,
             stop: stop_tx,
             maint_stop: maint_stop_tx,
@@ -332,6 +361,7 @@ impl Allocator {
             reads_stop: reads_stop_tx,
             reads: parking_lot::Mutex::new(Some(reads)),
             actor: parking_lot::Mutex::new(Some(actor)),
+            watchdog,
             fatal: fatal_rx,
             opts,
         })
@@ -442,6 +472,9 @@ impl Allocator {
     /// workers, ENI operations, audits, maintenance), for [`join_all`].
     pub(crate) fn stop_actor(&self, until: Instant) -> Vec<Joinable> {
         self.begin_stop();
+        // The connections are served by now (or left behind, held in the
+        // disk): their clients still waiting are answered `timeout`.
+        self.watchdog.stop(until);
         let mut threads: Vec<Joinable> = Vec::new();
         if let Some(h) = self.maint.lock().take() {
             threads.push(("eniipd-maint".into(), h));

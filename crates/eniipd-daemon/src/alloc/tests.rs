@@ -1257,4 +1257,5 @@ fn a_release_naming_an_older_generation_changes_nothing() {
     a.shutdown(Instant::now() + Duration::from_secs(5));
 }
 
+mod leading;
 mod sg_sets;

@@ -1,7 +1,6 @@
 //! Serving and stopping: signals (SIGHUP reloads the pool sizes), the
 //! systemd watchdog and status line, and the stop against one deadline.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{bounded, select, tick, Receiver};
@@ -192,26 +191,23 @@ fn stop_all(r: Running, code: i32) -> i32 {
     r.server.shutdown(until);
     let stragglers = r.alloc.stop_actor(until);
     drop(r.alloc);
-    // The actor is gone, so nothing submits to the store any more: it
-    // makes the last submissions durable and writes its snapshot, then the
-    // threads still in cloud calls get what is left of the deadline.
+    // The actor is gone, so nothing submits to the store any more (a
+    // client's thread held in a commit it leads still shares it; the
+    // close refuses anything more): it makes the last submissions durable
+    // and writes its snapshot, then the threads still in cloud calls get
+    // what is left of the deadline.
     let mut code = code;
-    match Arc::try_unwrap(r.committer) {
-        Ok(store) => match store.close_until(until) {
-            Ok(()) => {}
-            Err(e @ crate::store::StoreError::NotDurable { .. }) => {
-                error!(
-                    "the state directory did not answer within the stop deadline: {e} (every acknowledged change was already durable; the next start replays the log)"
-                );
-                code = exit::NOT_DURABLE;
-            }
-            Err(e) => {
-                error!("closing the state failed: {e}");
-                code = exit::NOT_DURABLE;
-            }
-        },
-        Err(_) => {
-            warn!("the state store is still shared; its log is complete, the snapshot is skipped")
+    match r.committer.close_until(until) {
+        Ok(()) => {}
+        Err(e @ crate::store::StoreError::NotDurable { .. }) => {
+            error!(
+                "the state directory did not answer within the stop deadline: {e} (every acknowledged change was already durable; the next start replays the log)"
+            );
+            code = exit::NOT_DURABLE;
+        }
+        Err(e) => {
+            error!("closing the state failed: {e}");
+            code = exit::NOT_DURABLE;
         }
     }
     crate::alloc::join_all(stragglers, until);

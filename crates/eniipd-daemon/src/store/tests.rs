@@ -473,6 +473,74 @@ fn frozen_disk() -> (File, File) {
 }
 
 #[test]
+fn a_leader_commits_what_is_queued_on_its_own_thread_in_order() {
+    let d = TempDir::new("lead");
+    let (s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let c = s.start();
+    let done = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    for (name, ip) in [("a", 1), ("b", 2)] {
+        let done = Arc::clone(&done);
+        c.queue(
+            vec![alloc(name, ip)],
+            Box::new(move |r| {
+                done.lock()
+                    .push((name, r.is_ok(), std::thread::current().id()))
+            }),
+        );
+    }
+    c.lead();
+    // Both in one frame, answered in order before `lead` returned, here.
+    let me = std::thread::current().id();
+    assert_eq!(*done.lock(), vec![("a", true, me), ("b", true, me)]);
+    assert_eq!(c.syncs(), 1);
+    c.close().unwrap();
+    let (_s, state) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    assert_eq!(state.allocations.len(), 2);
+}
+
+#[test]
+fn what_is_queued_while_a_commit_is_in_flight_is_taken_by_its_holder() {
+    let d = TempDir::new("lead-busy");
+    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let (wal, unfreeze) = frozen_disk();
+    s.wal = wal;
+    let c = Arc::new(s.start());
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let tx1 = tx.clone();
+    c.queue(
+        vec![alloc("a", 1)],
+        Box::new(move |r| tx1.send(("a", r.is_ok())).unwrap()),
+    );
+    let leader = {
+        let c = Arc::clone(&c);
+        std::thread::spawn(move || c.lead())
+    };
+    // Once the leader is inside its write, the next record waits for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.token_free() && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    c.queue(
+        vec![alloc("b", 2)],
+        Box::new(move |r| tx.send(("b", r.is_ok())).unwrap()),
+    );
+    c.lead();
+    assert!(
+        rx.try_recv().is_err(),
+        "a commit is in flight: nobody answered yet"
+    );
+    // The disk answers (the frozen write fails): the leader answers its
+    // own and leaves "b" to the store's thread, which answers it too.
+    drop(unfreeze);
+    leader.join().unwrap();
+    let mut got: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, vec![("a", false), ("b", false)]);
+}
+
+#[test]
 fn close_gives_up_at_its_deadline_when_the_disk_does_not_answer() {
     let d = TempDir::new("frozen-close");
     let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
@@ -493,6 +561,43 @@ fn close_gives_up_at_its_deadline_when_the_disk_does_not_answer() {
     assert!(matches!(e, StoreError::NotDurable { records: 3 }), "{e:?}");
     assert!(e.to_string().contains("3 submitted record(s)"), "{e}");
     drop(unfreeze);
+}
+
+#[test]
+fn a_store_shared_with_a_leader_held_in_the_disk_closes_by_its_deadline_and_takes_nothing_more() {
+    let d = TempDir::new("frozen-leader-close");
+    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let (wal, unfreeze) = frozen_disk();
+    s.wal = wal;
+    let c = Arc::new(s.start());
+    c.queue(vec![alloc("a", 1)], Box::new(|_| {}));
+    // A client's thread leads the commit and the disk holds it; it keeps
+    // its share of the store meanwhile.
+    let leader = {
+        let c = Arc::clone(&c);
+        std::thread::spawn(move || c.lead())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.token_free() && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    let started = Instant::now();
+    let e = c
+        .close_until(started + Duration::from_millis(300))
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(matches!(e, StoreError::NotDurable { records: 1 }), "{e:?}");
+    // Closing: nothing more is queued, whoever still holds the store.
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    c.queue(
+        vec![alloc("b", 2)],
+        Box::new(move |r| {
+            let _ = tx.send(r.is_ok());
+        }),
+    );
+    assert_eq!(rx.try_recv(), Ok(false), "refused at once");
+    drop(unfreeze);
+    leader.join().unwrap();
 }
 
 #[test]

@@ -29,6 +29,12 @@ impl Durable {
         Durable { journal, fatal }
     }
 
+    /// The journal, for the thread that lets go of the actor to have its
+    /// records committed.
+    pub(super) fn journal(&self) -> Arc<dyn Journal> {
+        Arc::clone(&self.journal)
+    }
+
     /// Answers every waiting `alloc` of one owner with `a` on `eni` once
     /// `records` are durable (the alloc latency is measured from each
     /// request's start).

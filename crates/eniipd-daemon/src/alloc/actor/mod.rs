@@ -1,10 +1,12 @@
-//! The actor: the one thread that owns the pool.
+//! The actor: the state that owns the pool, and its thread.
 //!
 //! Clients, workers, ENI operations and the maintenance thread talk to it by
-//! message; it never calls the cloud and never touches the disk itself (it
-//! hands records to the journal, whose thread answers the client once they
-//! are durable). So no lock is held across I/O, and a slow cloud can never
-//! stall an allocation that idle addresses can serve.
+//! message; a client's thread that finds it free runs its own command on it
+//! ([`combine`]: no thread to wake for a lone `alloc`). It never calls the
+//! cloud and never touches the disk itself (it queues records in the
+//! journal, which answers the client once they are durable, after the
+//! state is let go). So no lock is held across I/O, and a slow cloud can
+//! never stall an allocation that idle addresses can serve.
 //!
 //! The actor is made of parts, each a type with private fields, its
 //! invariant in its doc and its own tests:
@@ -18,6 +20,7 @@
 //! - [`intent`]: what an `alloc` may ask beyond an address (a pod's
 //!   annotations), checked before anything changes;
 //! - [`workers`] and [`threads`]: the threads it starts, every one joined;
+//! - [`combine`]: who runs it, its thread or a client's;
 //! - [`durable`]: answers sent only once their records are on disk;
 //! - [`reconcile`]: the cloud's view applied to the pool, never a stale
 //!   one; [`verify`]: the pool before the first reconcile of a restart;
@@ -34,7 +37,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{select, Receiver, Sender};
+use crossbeam_channel::Sender;
 use log::{error, info};
 
 use crate::metrics::{self, Stage};
@@ -52,10 +55,11 @@ use super::idle_target::IdleTargets;
 use super::mailbox::{Event, Request};
 use super::vswitch_choice::VSwitches;
 use super::worker::WorkerConfig;
-use super::{AllocatorOptions, Fatal, Joinable, Journal, Snapshot};
+use super::{AllocatorOptions, Fatal, Journal, Snapshot};
 
 mod backoff;
 mod clients;
+mod combine;
 mod demand;
 mod durable;
 mod give_back;
@@ -75,6 +79,7 @@ mod workers;
 
 use backoff::{Backoff, FreeBackoff};
 use clients::Clients;
+pub(super) use combine::{run, Combiner, Held};
 use demand::{Ask, Demand};
 use durable::Durable;
 use give_back::Maintenance;
@@ -140,6 +145,9 @@ pub(super) struct Actor {
     clock: Clock,
     /// Whether the node drains (it owns the pool sizes set aside).
     drain: Drain,
+    /// When the actor's thread wakes next unless a message comes: a
+    /// combining client that needs it sooner nudges it.
+    planned_wake: Instant,
 }
 
 impl Actor {
@@ -203,6 +211,7 @@ impl Actor {
             opts,
             fatal_tx,
             stopping: false,
+            planned_wake: now,
         }
         .with_drain()
     }
@@ -224,62 +233,6 @@ impl Actor {
             self.verification = Verification::until_first_reconcile(kick);
         }
         self
-    }
-
-    /// Runs until `stop` fires or every command sender is gone; returns
-    /// the threads it started, for the caller to join.
-    pub(super) fn run(
-        mut self,
-        commands: Receiver<Box<Envelope>>,
-        requests: Receiver<Request>,
-        events: Receiver<Event>,
-        stop: Receiver<()>,
-    ) -> Vec<Joinable> {
-        let enis: Vec<(String, String)> = self
-            .pool
-            .enis()
-            .iter()
-            .map(|e| (e.id().to_string(), e.mac().to_string()))
-            .collect();
-        for (id, mac) in enis {
-            let started = self.reports().start_worker(&id, &mac);
-            self.or_fatal(started);
-        }
-        self.step(Instant::now());
-        loop {
-            let now = Instant::now();
-            let wake = self.next_wakeup(now);
-            select! {
-                recv(stop) -> _ => break,
-                recv(commands) -> c => match c {
-                    Ok(c) => self.on_timed_command(*c),
-                    Err(_) => break,
-                },
-                recv(requests) -> r => if let Ok(r) = r {
-                    self.on_request(r);
-                },
-                recv(events) -> e => if let Ok(e) = e {
-                    self.on_event(e);
-                },
-                default(wake.saturating_duration_since(now)) => {}
-            }
-            if self.stopping {
-                break;
-            }
-            self.step(Instant::now());
-        }
-        self.begin_stop();
-        // Answer what is queued so no client waits for a reply that will
-        // never come.
-        while let Ok(c) = commands.try_recv() {
-            self.on_command(*c);
-        }
-        while let Ok(r) = requests.try_recv() {
-            self.on_request(r);
-        }
-        let mut threads = self.workers.stop_all();
-        threads.append(&mut self.threads.drain());
-        threads
     }
 
     fn begin_stop(&mut self) {
