@@ -169,6 +169,15 @@ fn owner(s: &str) -> Owner {
     Owner::parse(s).unwrap()
 }
 
+/// Waits (3 s at most) for the pool to have an idle address.
+fn wait_for_an_idle_address(a: &Allocator) {
+    assert!(
+        eventually(Duration::from_secs(3), || a.status().unwrap().idle >= 1),
+        "no idle address within 3 s: {:?}",
+        a.status()
+    );
+}
+
 /// Polls `f` until true or the deadline; returns its last answer.
 fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
     eniip_util::thread::poll_until(Instant::now() + limit, Duration::from_millis(20), f)
@@ -613,11 +622,7 @@ fn reconcile_gives_back_an_ipv6_the_allocator_never_heard_of() {
 fn a_failed_commit_is_an_internal_error_and_fatal() {
     let fake = FakeCloud::new(4, 15, 1000);
     let (a, journal) = start(&fake, options(&fake, r#"{"min_pool_size": 2}"#));
-    assert!(eventually(Duration::from_secs(3), || a
-        .status()
-        .unwrap()
-        .idle
-        >= 1));
+    wait_for_an_idle_address(&a);
     journal.fail.store(true, Ordering::SeqCst);
     let err = a.alloc(&owner("x"), None, None).unwrap_err();
     assert_eq!(err.code, ErrCode::Internal);

@@ -452,6 +452,21 @@ fn a_missing_or_unreadable_snapshot_is_blamed_on_state_json() {
     );
 }
 
+/// A thread leading the commit of what `c` has queued, returned once it
+/// holds the commit token (10 s at most): on a [`frozen_disk`], held in
+/// its write.
+fn lead_on_a_thread(c: &Arc<Committer>) -> std::thread::JoinHandle<()> {
+    let leader = {
+        let c = Arc::clone(c);
+        std::thread::spawn(move || c.lead())
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.token_free() && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    leader
+}
+
 /// A log "disk" that never answers: the write end of a pipe that nobody
 /// reads, already full, so the next write blocks. Dropping the returned
 /// read end unblocks it (the write then fails with EPIPE).
@@ -511,15 +526,8 @@ fn what_is_queued_while_a_commit_is_in_flight_is_taken_by_its_holder() {
         vec![alloc("a", 1)],
         Box::new(move |r| tx1.send(("a", r.is_ok())).unwrap()),
     );
-    let leader = {
-        let c = Arc::clone(&c);
-        std::thread::spawn(move || c.lead())
-    };
     // Once the leader is inside its write, the next record waits for it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c.token_free() && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
+    let leader = lead_on_a_thread(&c);
     c.queue(
         vec![alloc("b", 2)],
         Box::new(move |r| tx.send(("b", r.is_ok())).unwrap()),
@@ -573,14 +581,7 @@ fn a_store_shared_with_a_leader_held_in_the_disk_closes_by_its_deadline_and_take
     c.queue(vec![alloc("a", 1)], Box::new(|_| {}));
     // A client's thread leads the commit and the disk holds it; it keeps
     // its share of the store meanwhile.
-    let leader = {
-        let c = Arc::clone(&c);
-        std::thread::spawn(move || c.lead())
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while c.token_free() && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
+    let leader = lead_on_a_thread(&c);
     let started = Instant::now();
     let e = c
         .close_until(started + Duration::from_millis(300))

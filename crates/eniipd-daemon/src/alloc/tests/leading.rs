@@ -24,11 +24,7 @@ impl eniip_protocol::core::Deliver for ThreadOfReply {
 fn a_lone_change_is_decided_committed_and_answered_on_the_askers_thread() {
     let fake = FakeCloud::new(4, 15, 1000);
     let (a, journal) = start(&fake, options(&fake, r#"{"min_pool_size": 2}"#));
-    assert!(eventually(Duration::from_secs(3), || a
-        .status()
-        .unwrap()
-        .idle
-        >= 1));
+    wait_for_an_idle_address(&a);
     let commands = a.commands();
     for command in [
         Command::Alloc {
@@ -125,11 +121,7 @@ fn a_client_whose_thread_the_disk_holds_in_its_commit_is_answered_timeout_at_its
     o.alloc_timeout = Duration::from_millis(300);
     let disk = Arc::new(FreezingDisk::default());
     let a = Allocator::start(o, fake.clone(), disk.clone(), PoolState::new(false)).unwrap();
-    assert!(eventually(Duration::from_secs(3), || a
-        .status()
-        .unwrap()
-        .idle
-        >= 1));
+    wait_for_an_idle_address(&a);
     let commands = a.commands();
     let got = commands.ask(Command::Alloc {
         owner: owner("held"),
