@@ -467,6 +467,17 @@ fn lead_on_a_thread(c: &Arc<Committer>) -> std::thread::JoinHandle<()> {
     leader
 }
 
+/// A store in a new directory named after `tag` whose log is a
+/// [`frozen_disk`]; the directory, the store, and the pipe's read end
+/// (dropping it unfreezes the disk).
+fn on_a_frozen_disk(tag: &str) -> (TempDir, Store, File) {
+    let d = TempDir::new(tag);
+    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
+    let (wal, unfreeze) = frozen_disk();
+    s.wal = wal;
+    (d, s, unfreeze)
+}
+
 /// A log "disk" that never answers: the write end of a pipe that nobody
 /// reads, already full, so the next write blocks. Dropping the returned
 /// read end unblocks it (the write then fails with EPIPE).
@@ -515,10 +526,7 @@ fn a_leader_commits_what_is_queued_on_its_own_thread_in_order() {
 
 #[test]
 fn what_is_queued_while_a_commit_is_in_flight_is_taken_by_its_holder() {
-    let d = TempDir::new("lead-busy");
-    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
-    let (wal, unfreeze) = frozen_disk();
-    s.wal = wal;
+    let (_d, s, unfreeze) = on_a_frozen_disk("lead-busy");
     let c = Arc::new(s.start());
     let (tx, rx) = crossbeam_channel::unbounded();
     let tx1 = tx.clone();
@@ -550,10 +558,7 @@ fn what_is_queued_while_a_commit_is_in_flight_is_taken_by_its_holder() {
 
 #[test]
 fn close_gives_up_at_its_deadline_when_the_disk_does_not_answer() {
-    let d = TempDir::new("frozen-close");
-    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
-    let (wal, unfreeze) = frozen_disk();
-    s.wal = wal;
+    let (_d, s, unfreeze) = on_a_frozen_disk("frozen-close");
     let c = s.start();
     c.submit(vec![alloc("a", 1), alloc("b", 2)], Box::new(|_| {}));
     c.submit(vec![alloc("c", 3)], Box::new(|_| {}));
@@ -573,10 +578,7 @@ fn close_gives_up_at_its_deadline_when_the_disk_does_not_answer() {
 
 #[test]
 fn a_store_shared_with_a_leader_held_in_the_disk_closes_by_its_deadline_and_takes_nothing_more() {
-    let d = TempDir::new("frozen-leader-close");
-    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
-    let (wal, unfreeze) = frozen_disk();
-    s.wal = wal;
+    let (_d, s, unfreeze) = on_a_frozen_disk("frozen-leader-close");
     let c = Arc::new(s.start());
     c.queue(vec![alloc("a", 1)], Box::new(|_| {}));
     // A client's thread leads the commit and the disk holds it; it keeps
@@ -603,10 +605,7 @@ fn a_store_shared_with_a_leader_held_in_the_disk_closes_by_its_deadline_and_take
 
 #[test]
 fn drop_waits_for_the_disk_only_so_long() {
-    let d = TempDir::new("frozen-drop");
-    let (mut s, _) = Store::open(&d.0, StoreOptions::default()).unwrap();
-    let (wal, unfreeze) = frozen_disk();
-    s.wal = wal;
+    let (_d, s, unfreeze) = on_a_frozen_disk("frozen-drop");
     let c = s.start();
     c.submit(vec![alloc("a", 1)], Box::new(|_| {}));
     let started = Instant::now();
