@@ -54,8 +54,12 @@ struct Shared {
     adding: BTreeSet<String>,
     /// Forgotten by the runtime without a DEL, until a GC collects them.
     forgotten: BTreeMap<usize, Live>,
-    /// A GC runs: the runtime starts no ADD it does not list (CNI 1.1).
-    gc_running: bool,
+    /// GCs running (both threads may run one at once): while any runs,
+    /// the runtime starts no ADD, since a GC's list may not name it (CNI
+    /// 1.1). A flag here let an ADD start when the first of two GCs
+    /// ended, and the second, whose list did not name it, collected it:
+    /// "ADD made no enip..." and a live sandbox's address not in `list`.
+    gc_running: usize,
 }
 
 /// One plugin invocation in this thread (in the node namespace).
@@ -232,7 +236,7 @@ impl Race<'_> {
         let count = |what| self.count(what);
         let (valid, busy) = {
             let mut st = shared.lock().unwrap();
-            st.gc_running = true;
+            st.gc_running += 1;
             let mut v: Vec<Value> = st
                 .live
                 .values()
@@ -272,8 +276,10 @@ impl Race<'_> {
             Err(e) => panic!("step {step}: GC: {e}"),
         }
         let mut st = shared.lock().unwrap();
-        st.gc_running = false;
-        gc_done.notify_all();
+        st.gc_running -= 1;
+        if st.gc_running == 0 {
+            gc_done.notify_all();
+        }
         // What GC collected is gone, its slot free.
         st.forgotten.retain(|_, l| ifindex(&l.veth).is_some());
         check(&st, self.w, step, stalled);
@@ -284,11 +290,11 @@ impl Race<'_> {
         let ns = self.slots[slot].ns.path();
         {
             let st = self.shared.lock().unwrap();
-            let mut st = self
+            let (mut st, waited) = self
                 .gc_done
-                .wait_timeout_while(st, Duration::from_secs(60), |st| st.gc_running)
-                .unwrap()
-                .0;
+                .wait_timeout_while(st, Duration::from_secs(60), |st| st.gc_running > 0)
+                .unwrap();
+            assert!(!waited.timed_out(), "step {step}: a GC ran for 60 s");
             st.adding.insert(id.to_string());
         }
         let r = cni(Cni::Add, Some((id, &ns)), &self.direct);
@@ -303,8 +309,21 @@ impl Race<'_> {
                     .unwrap()
                     .trim_end_matches("/32")
                     .to_string();
-                let ifindex =
-                    ifindex(&veth).unwrap_or_else(|| panic!("step {step}: ADD made no {veth}"));
+                let ifindex = ifindex(&veth).unwrap_or_else(|| {
+                    let log: Vec<String> = self
+                        .w
+                        .daemon()
+                        .log_text()
+                        .lines()
+                        .filter(|l| l.contains(id))
+                        .map(str::to_string)
+                        .collect();
+                    panic!(
+                        "step {step}: ADD of {id} made no {veth} ({} GC running)\neniipd's log of it:\n{}",
+                        st.gc_running,
+                        log.join("\n")
+                    )
+                });
                 st.live.insert(
                     slot,
                     Live {
