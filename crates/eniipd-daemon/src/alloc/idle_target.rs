@@ -88,10 +88,22 @@ impl IdleTarget {
         count(&mut self.released, slot);
     }
 
-    /// An `alloc` waited `waited` for an address (none was idle).
-    pub(crate) fn waited(&mut self, waited: Duration) {
-        let w = waited.as_secs_f64().clamp(0.01, 60.0);
+    /// A top-up the pool asked for itself came `lead` after it was asked
+    /// (its aggregation, call and metadata wait included): a refill's
+    /// lead time.
+    pub(crate) fn refilled(&mut self, lead: Duration) {
+        let w = lead.as_secs_f64().clamp(0.01, 60.0);
         self.lead_s += LEAD_WEIGHT * (w - self.lead_s);
+    }
+
+    /// Allocations counted over the whole window.
+    fn allocations(&self, now: Instant) -> u32 {
+        let slot = self.slot(now);
+        self.counts
+            .iter()
+            .filter(|(s, _)| *s != u64::MAX && *s <= slot && slot - *s < BUCKETS as u64)
+            .map(|(_, c)| *c)
+            .sum()
     }
 
     /// Allocations per second: the higher of the last two buckets' rate
@@ -120,7 +132,7 @@ impl IdleTarget {
         per_s(in_last(2), 2).max(per_s(in_last(BUCKETS as u64), BUCKETS as u64))
     }
 
-    /// The lead time a refill takes, as the cold waits say.
+    /// The lead time a refill takes, as the pool's top-ups say.
     #[cfg(test)]
     pub(crate) fn lead(&self) -> Duration {
         Duration::from_secs_f64(self.lead_s)
@@ -135,7 +147,10 @@ impl IdleTarget {
         }
         let net = (allocs - releases).max(0.0) * self.lead_s;
         let arrivals = allocs * self.lead_s;
-        (net + 2.0 * arrivals.sqrt()).ceil() as usize
+        let wanted = (net + 2.0 * arrivals.sqrt()).ceil() as usize;
+        // One pod is not a rate: never more ready than were allocated in
+        // the whole window.
+        wanted.min(self.allocations(now) as usize)
     }
 
     /// Idle addresses the warm-up keeps ready, within `[min, max]`.
@@ -153,7 +168,8 @@ impl IdleTarget {
             return max.max(min);
         }
         let w = self.wanted(now);
-        (w + w.div_ceil(4)).clamp(min, max.max(min))
+        let allocated = self.allocations(now) as usize;
+        (w + w.div_ceil(4)).min(allocated).clamp(min, max.max(min))
     }
 }
 
@@ -196,11 +212,25 @@ impl IdleTargets {
         self.of(set, now).released(now);
     }
 
-    /// An `alloc` waited `waited`: the cloud's refill time, every set's.
-    pub(crate) fn waited(&mut self, waited: Duration) {
+    /// A top-up of the pool came `lead` after it was asked: the cloud's
+    /// refill time, every set's.
+    pub(crate) fn refilled(&mut self, lead: Duration) {
         for t in self.by_set.values_mut() {
-            t.waited(waited);
+            t.refilled(lead);
         }
+    }
+
+    /// Whether `idle` addresses hold a surplus no pod will take: more
+    /// above what a shrink keeps than the allocations expected before
+    /// the next pool check (never when static).
+    pub(crate) fn untaken(&self, now: Instant, idle: usize, min: usize, max: usize) -> bool {
+        if !self.adaptive {
+            return false;
+        }
+        let keep = self.keep(now, min, max);
+        let rate: f64 = self.by_set.values().map(|t| t.rate(now)).sum();
+        let expected = rate * self.pool_check_interval.as_secs_f64();
+        idle.saturating_sub(keep) as f64 > expected
     }
 
     /// Idle addresses of `set` the warm-up keeps ready, within `[min, max]`.
@@ -224,6 +254,41 @@ impl IdleTargets {
         }
         let each: usize = self.by_set.values().map(|t| t.keep(now, 0, max)).sum();
         each.clamp(min, max.max(min))
+    }
+}
+
+/// How soon after a surplus no pod will take appears
+/// ([`IdleTargets::untaken`]) the pool check that gives it back runs.
+pub(crate) const SURPLUS_GIVE_BACK: Duration = Duration::from_millis(100);
+
+/// Brings the pool check forward for a surplus no pod will take: to
+/// [`SURPLUS_GIVE_BACK`] after it appears, and once a check has run,
+/// again only when the surplus grew beyond what that check left (a
+/// surplus it could not give back waits for the next regular check).
+#[derive(Debug, Default)]
+pub(crate) struct SurplusWatch {
+    since: Option<Instant>,
+    left: Option<usize>,
+}
+
+impl SurplusWatch {
+    /// At `now`, `idle` addresses hold (`untaken`) or not a surplus no
+    /// pod will take: when the pool check is due for it, if it is.
+    pub(crate) fn observe(&mut self, now: Instant, idle: usize, untaken: bool) -> Option<Instant> {
+        if !untaken {
+            *self = SurplusWatch::default();
+            return None;
+        }
+        if self.left.is_some_and(|left| idle <= left) {
+            return None;
+        }
+        Some(*self.since.get_or_insert(now) + SURPLUS_GIVE_BACK)
+    }
+
+    /// A pool check ran and left `idle` addresses idle.
+    pub(crate) fn checked(&mut self, idle: usize) {
+        self.since = None;
+        self.left = Some(idle);
     }
 }
 
@@ -348,12 +413,99 @@ mod tests {
             slow.allocated(at(t0, i * 100));
         }
         for _ in 0..10 {
-            quick.waited(Duration::from_millis(100));
-            slow.waited(Duration::from_secs(3));
+            quick.refilled(Duration::from_millis(100));
+            slow.refilled(Duration::from_secs(3));
         }
         let now = at(t0, 2000);
         assert!(slow.warm(now, 0, 100) > quick.warm(now, 0, 100));
         assert!(quick.lead() < Duration::from_millis(200));
+    }
+
+    #[test]
+    fn one_pod_is_not_a_rate() {
+        let t0 = Instant::now();
+        let mut t = IdleTarget::new(true, CHECK, t0);
+        t.allocated(t0);
+        let now = at(t0, 100);
+        assert!(t.warm(now, 0, 64) <= 1, "{}", t.warm(now, 0, 64));
+        assert!(t.keep(now, 0, 64) <= 1, "{}", t.keep(now, 0, 64));
+        // Two: at most two.
+        t.allocated(at(t0, 200));
+        assert!(t.warm(at(t0, 300), 0, 64) <= 2);
+        // min_pool_size still holds.
+        assert_eq!(t.warm(now, 3, 64), 3);
+    }
+
+    #[test]
+    fn the_lead_follows_the_pools_own_refills() {
+        let t0 = Instant::now();
+        let mut t = IdleTarget::new(true, CHECK, t0);
+        assert_eq!(t.lead(), DEFAULT_LEAD, "none seen yet");
+        for _ in 0..20 {
+            t.refilled(Duration::from_millis(250));
+        }
+        let lead = t.lead().as_secs_f64();
+        assert!((0.24..0.26).contains(&lead), "{lead}");
+        // Busy (10 a second, nothing released): a quick refill wants
+        // fewer ready than the default second would.
+        let mut default = IdleTarget::new(true, CHECK, t0);
+        for i in 0..30 {
+            t.allocated(at(t0, i * 100));
+            default.allocated(at(t0, i * 100));
+        }
+        let now = at(t0, 3000);
+        assert!(t.warm(now, 0, 64) < default.warm(now, 0, 64));
+    }
+
+    #[test]
+    fn a_surplus_no_pod_will_take_is_seen() {
+        let t0 = Instant::now();
+        let mut t = IdleTargets::new(true, CHECK, t0);
+        // Four a second, then all leaving: keep is the margin only.
+        for i in 0..24 {
+            t.allocated(None, at(t0, i * 250));
+        }
+        for i in 0..60 {
+            t.released(None, at(t0, 6000 + i * 10));
+        }
+        let now = at(t0, 6600);
+        let keep = t.keep(now, 0, 64);
+        // 19 allocations in the 6 s window: what the next check's may
+        // take (19/6 a second over 2 s, 6.3) is not a surplus; beyond
+        // it is.
+        assert!(!t.untaken(now, keep + 6, 0, 64));
+        assert!(t.untaken(now, keep + 7, 0, 64));
+        // Once allocation stopped for a whole window, any surplus is.
+        let quiet = at(t0, 6000 + 6500);
+        assert!(t.untaken(quiet, 1, 0, 64));
+        assert!(!t.untaken(quiet, 0, 0, 64));
+        // Static pools give back at their checks only.
+        assert!(!IdleTargets::new(false, CHECK, t0).untaken(quiet, 50, 0, 5));
+    }
+
+    #[test]
+    fn a_surplus_brings_one_check_forward_until_it_grows() {
+        let t0 = Instant::now();
+        let mut w = SurplusWatch::default();
+        assert_eq!(w.observe(t0, 3, false), None);
+        let due = at(t0, 0) + SURPLUS_GIVE_BACK;
+        assert_eq!(w.observe(t0, 9, true), Some(due));
+        // Seen again later: still due when it first appeared.
+        assert_eq!(w.observe(at(t0, 50), 9, true), Some(due));
+        // The check ran and left 6 (it could not give all back): not
+        // again for those 6, again once it grows.
+        w.checked(6);
+        assert_eq!(w.observe(at(t0, 200), 6, true), None);
+        assert_eq!(
+            w.observe(at(t0, 300), 7, true),
+            Some(at(t0, 300) + SURPLUS_GIVE_BACK)
+        );
+        // Gone, then back: due anew.
+        assert_eq!(w.observe(at(t0, 400), 2, false), None);
+        assert_eq!(
+            w.observe(at(t0, 500), 6, true),
+            Some(at(t0, 500) + SURPLUS_GIVE_BACK)
+        );
     }
 
     #[test]
