@@ -9,16 +9,26 @@
 //! rates of allocations and of releases over the last [`WINDOW_CHECKS`]
 //! pool checks (in [`BUCKETS`] buckets; a rise shows in the last two
 //! buckets at once, a fall only once it has lasted the whole window), the
-//! lead time as a moving average of the cold waits (an `alloc` no idle
-//! address could answer at once). The warm-up target is the net demand
+//! lead time as a moving average of the pool's own top-ups (from the
+//! moment the pool asked one to its addresses being usable; a top-up
+//! asks at once, see `worker`). The warm-up target is the net demand
 //! during one refill (none when releases outpace allocations) with a
-//! margin of two standard deviations of the arrivals in that time
-//! (taken as Poisson); the shrink keeps at most a quarter more. Both stay within `min_pool_size` and `max_pool_size`, which
-//! remain the bounds. With no allocation for a whole window the target
-//! is 0 and the pool goes back to `min_pool_size`.
+//! margin of two standard deviations of the arrivals in that time (taken
+//! as Poisson), but never more than were allocated in the whole window
+//! (one pod is not a rate); the shrink keeps at most a quarter more
+//! (within the same count). Both stay within `min_pool_size` and
+//! `max_pool_size`, which remain the bounds. With no allocation for a
+//! whole window the target is 0 and the pool goes back to
+//! `min_pool_size`.
+//!
+//! A surplus no pod will take ([`IdleTargets::untaken`]: idle above what
+//! the shrink keeps by more than the allocations expected before the
+//! next pool check, as when a storm's pods leave) brings the pool check
+//! forward to [`SURPLUS_GIVE_BACK`] after it appears ([`SurplusWatch`]).
 //!
 //! Static (`adaptive_pool` false): the warm-up target is `min_pool_size`
-//! and the shrink keeps `max_pool_size`, as Terway's pool does.
+//! and the shrink keeps `max_pool_size`, as Terway's pool does; nothing
+//! brings its pool check forward.
 //!
 //! Invariants: [`IdleTarget::warm`] <= [`IdleTarget::keep`], both within
 //! `[min, max]`; a bucket counts only allocations of its own time slot
@@ -261,14 +271,21 @@ impl IdleTargets {
 /// ([`IdleTargets::untaken`]) the pool check that gives it back runs.
 pub(crate) const SURPLUS_GIVE_BACK: Duration = Duration::from_millis(100);
 
+/// The least time between two pool checks a surplus brings forward: a
+/// surplus that keeps growing (pods leaving one by one) goes back in a
+/// few calls, not one per departure.
+pub(crate) const SURPLUS_GAP: Duration = Duration::from_millis(500);
+
 /// Brings the pool check forward for a surplus no pod will take: to
 /// [`SURPLUS_GIVE_BACK`] after it appears, and once a check has run,
 /// again only when the surplus grew beyond what that check left (a
-/// surplus it could not give back waits for the next regular check).
+/// surplus it could not give back waits for the next regular check),
+/// and no sooner than [`SURPLUS_GAP`] after it.
 #[derive(Debug, Default)]
 pub(crate) struct SurplusWatch {
     since: Option<Instant>,
     left: Option<usize>,
+    checked: Option<Instant>,
 }
 
 impl SurplusWatch {
@@ -276,19 +293,21 @@ impl SurplusWatch {
     /// pod will take: when the pool check is due for it, if it is.
     pub(crate) fn observe(&mut self, now: Instant, idle: usize, untaken: bool) -> Option<Instant> {
         if !untaken {
-            *self = SurplusWatch::default();
+            (self.since, self.left) = (None, None);
             return None;
         }
         if self.left.is_some_and(|left| idle <= left) {
             return None;
         }
-        Some(*self.since.get_or_insert(now) + SURPLUS_GIVE_BACK)
+        let due = *self.since.get_or_insert(now) + SURPLUS_GIVE_BACK;
+        Some(self.checked.map_or(due, |at| due.max(at + SURPLUS_GAP)))
     }
 
-    /// A pool check ran and left `idle` addresses idle.
-    pub(crate) fn checked(&mut self, idle: usize) {
+    /// A pool check ran at `now` and left `idle` addresses idle.
+    pub(crate) fn checked(&mut self, idle: usize, now: Instant) {
         self.since = None;
         self.left = Some(idle);
+        self.checked = Some(now);
     }
 }
 
@@ -493,18 +512,30 @@ mod tests {
         // Seen again later: still due when it first appeared.
         assert_eq!(w.observe(at(t0, 50), 9, true), Some(due));
         // The check ran and left 6 (it could not give all back): not
-        // again for those 6, again once it grows.
-        w.checked(6);
+        // again for those 6, again once it grows, SURPLUS_GAP after it.
+        w.checked(6, at(t0, 100));
         assert_eq!(w.observe(at(t0, 200), 6, true), None);
         assert_eq!(
             w.observe(at(t0, 300), 7, true),
-            Some(at(t0, 300) + SURPLUS_GIVE_BACK)
+            Some(at(t0, 100) + SURPLUS_GAP)
         );
-        // Gone, then back: due anew.
-        assert_eq!(w.observe(at(t0, 400), 2, false), None);
+        w.checked(6, at(t0, 600));
         assert_eq!(
-            w.observe(at(t0, 500), 6, true),
-            Some(at(t0, 500) + SURPLUS_GIVE_BACK)
+            w.observe(at(t0, 1200), 9, true),
+            Some(at(t0, 1200) + SURPLUS_GIVE_BACK)
+        );
+        // Gone, then back right after that check: it waits for the gap.
+        w.checked(3, at(t0, 1300));
+        assert_eq!(w.observe(at(t0, 1350), 2, false), None);
+        assert_eq!(
+            w.observe(at(t0, 1360), 6, true),
+            Some(at(t0, 1300) + SURPLUS_GAP)
+        );
+        // Later on: SURPLUS_GIVE_BACK after it appears.
+        assert_eq!(w.observe(at(t0, 1400), 2, false), None);
+        assert_eq!(
+            w.observe(at(t0, 3000), 6, true),
+            Some(at(t0, 3000) + SURPLUS_GIVE_BACK)
         );
     }
 

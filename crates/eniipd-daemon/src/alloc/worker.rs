@@ -4,7 +4,12 @@
 //! mode) and its control channel. When a unit of demand arrives it
 //! aggregates more for the aggregation window (300 ms by default),
 //! stopping early once it has `max_ips_per_call` units (in prefix mode:
-//! enough for `max_ips_per_call` /28s), then asks for all of them in ONE
+//! enough for `max_ips_per_call` /28s). A top-up the pool planned for
+//! itself knows its whole batch: its last unit says so
+//! ([`Origin::Pool`]), and the worker takes what is already queued and
+//! asks at once instead of waiting out the window (a pod's unit in the
+//! batch, client demand, still gathers for the whole window). Then it
+//! asks for all of them in ONE
 //! AssignPrivateIpAddresses call (paired with AssignIpv6Addresses in dual
 //! stack; with `Ipv4PrefixCount` for prefix units), waits (bounded) for
 //! metadata to show single addresses, and reports the outcome for exactly

@@ -321,7 +321,7 @@ impl Actor {
             if verified {
                 let done = self.maintenance().maintain(now);
                 self.or_fatal(done);
-                self.surplus.checked(self.pool.idle_count());
+                self.surplus.checked(self.pool.idle_count(), now);
             }
             let jitter = eniip_util::rand::jitter(0.2);
             self.next_maintenance = now + self.opts.pool_check_interval.mul_f64(jitter);
