@@ -274,7 +274,7 @@ pub(crate) const SURPLUS_GIVE_BACK: Duration = Duration::from_millis(100);
 /// The least time between two pool checks a surplus brings forward: a
 /// surplus that keeps growing (pods leaving one by one) goes back in a
 /// few calls, not one per departure.
-pub(crate) const SURPLUS_GAP: Duration = Duration::from_millis(500);
+pub(crate) const SURPLUS_GAP: Duration = Duration::from_millis(250);
 
 /// Brings the pool check forward for a surplus no pod will take: to
 /// [`SURPLUS_GIVE_BACK`] after it appears, and once a check has run,
