@@ -514,9 +514,9 @@ mod tests {
         // The check ran and left 6 (it could not give all back): not
         // again for those 6, again once it grows, SURPLUS_GAP after it.
         w.checked(6, at(t0, 100));
-        assert_eq!(w.observe(at(t0, 200), 6, true), None);
+        assert_eq!(w.observe(at(t0, 110), 6, true), None);
         assert_eq!(
-            w.observe(at(t0, 300), 7, true),
+            w.observe(at(t0, 120), 7, true),
             Some(at(t0, 100) + SURPLUS_GAP)
         );
         w.checked(6, at(t0, 600));
