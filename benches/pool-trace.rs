@@ -363,7 +363,7 @@ fn main() {
         }
     }
     if let Some(name) = &only {
-        if !traces().iter().any(|t| &t.name == name) {
+        if !traces().iter().any(|t| t.name == name) {
             support::usage("pool-trace", &format!("no trace {name:?}"));
         }
     }

@@ -6,10 +6,11 @@
 //! stopping early once it has `max_ips_per_call` units (in prefix mode:
 //! enough for `max_ips_per_call` /28s). A top-up the pool planned for
 //! itself knows its whole batch: its last unit says so
-//! ([`Origin::Pool`]), and the worker takes what is already queued and
-//! asks at once instead of waiting out the window (a pod's unit in the
-//! batch, client demand, still gathers for the whole window). Then it
-//! asks for all of them in ONE
+//! ([`Origin::Pool`]), and the worker asks once no unit has come for
+//! 50 ms instead of waiting out the window (the top-ups of one burst of
+//! allocations still share a call; a pod's unit in the batch, client
+//! demand, gathers for the whole window). Then it asks for all of them
+//! in ONE
 //! AssignPrivateIpAddresses call (paired with AssignIpv6Addresses in dual
 //! stack; with `Ipv4PrefixCount` for prefix units), waits (bounded) for
 //! metadata to show single addresses, and reports the outcome for exactly
@@ -44,6 +45,11 @@ use eniip_cloud::{wait, CloudApi, CloudError, CloudErrorKind, Ipv4Prefix, Ipv6Pr
 
 use super::mailbox::{Event, Origin, TicketId, Unit};
 use super::prefix_mode::{Kind, V6From, PER_PREFIX};
+
+/// A pool's batch, whole, still takes what comes this soon after its
+/// last unit (within the window): the top-ups of allocations that came
+/// in one burst go in one call.
+const POOL_QUIET: Duration = Duration::from_millis(50);
 
 /// Backlog capacity of every ENI (the seed's `maxIPBacklog`); prefix mode
 /// multiplies it by the 16 addresses of a /28.
@@ -264,8 +270,9 @@ fn run(
 /// or `max_per_call` /28s); returns the prefix and the single units.
 ///
 /// A batch of the pool's own top-up closes at its last unit: it takes
-/// what is already queued and waits no longer. Once a pod's unit is in
-/// the batch, it gathers for the whole window.
+/// what is queued and what comes within [`POOL_QUIET`] of the last unit,
+/// and waits no longer. Once a pod's unit is in the batch, it gathers
+/// for the whole window.
 fn gather(first: Unit, backlog: &Receiver<Unit>, cfg: &WorkerConfig) -> (Vec<Unit>, Vec<Unit>) {
     let per_unit = |k: Kind| match k {
         Kind::Prefix => 1,
@@ -291,7 +298,10 @@ fn gather(first: Unit, backlog: &Receiver<Unit>, cfg: &WorkerConfig) -> (Vec<Uni
     let deadline = Instant::now() + cfg.window;
     while used < budget {
         let next = if whole && !has_pod {
-            backlog.try_recv().ok()
+            // The next top-up planned in the same burst rides along.
+            backlog
+                .recv_deadline(deadline.min(Instant::now() + POOL_QUIET))
+                .ok()
         } else {
             backlog.recv_deadline(deadline).ok()
         };
