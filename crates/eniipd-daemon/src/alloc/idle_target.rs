@@ -11,7 +11,7 @@
 //! buckets at once, a fall only once it has lasted the whole window), the
 //! lead time as a moving average of the pool's own top-ups (from the
 //! moment the pool asked one to its addresses being usable; a top-up
-//! asks at once, see `worker`). The warm-up target is the net demand
+//! does not wait out the aggregation window, see `worker`). The warm-up target is the net demand
 //! during one refill (none when releases outpace allocations) with a
 //! margin of two standard deviations of the arrivals in that time (taken
 //! as Poisson), but never more than were allocated in the whole window
