@@ -268,27 +268,44 @@ impl IdleTargets {
 }
 
 /// How soon after a surplus no pod will take appears
-/// ([`IdleTargets::untaken`]) the pool check that gives it back runs.
-pub(crate) const SURPLUS_GIVE_BACK: Duration = Duration::from_millis(100);
+/// ([`IdleTargets::untaken`]) the pool check that gives it back runs, in
+/// pool checks: 100 ms at pool-trace's 1 s, 12 s at the default 120 s.
+const SURPLUS_GIVE_BACK: f64 = 0.1;
 
-/// The least time between two pool checks a surplus brings forward: a
-/// surplus that keeps growing (pods leaving one by one) goes back in a
-/// few calls, not one per departure.
-pub(crate) const SURPLUS_GAP: Duration = Duration::from_millis(250);
+/// The least time between two pool checks a surplus brings forward, in
+/// pool checks (250 ms at 1 s, 30 s at the default 120 s): a surplus that
+/// keeps growing (pods leaving one by one) goes back in a few calls, not
+/// one per departure. A fixed time would not do: at the default interval
+/// a scale-down of a few minutes would give back every 250 ms, an
+/// unassign call per ENI each time, against the account's flow control.
+const SURPLUS_GAP: f64 = 0.25;
 
 /// Brings the pool check forward for a surplus no pod will take: to
 /// [`SURPLUS_GIVE_BACK`] after it appears, and once a check has run,
 /// again only when the surplus grew beyond what that check left (a
 /// surplus it could not give back waits for the next regular check),
-/// and no sooner than [`SURPLUS_GAP`] after it.
-#[derive(Debug, Default)]
+/// and no sooner than [`SURPLUS_GAP`] after it; both in pool checks.
+#[derive(Debug)]
 pub(crate) struct SurplusWatch {
+    give_back: Duration,
+    gap: Duration,
     since: Option<Instant>,
     left: Option<usize>,
     checked: Option<Instant>,
 }
 
 impl SurplusWatch {
+    /// A watch for pool checks every `pool_check_interval`.
+    pub(crate) fn new(pool_check_interval: Duration) -> SurplusWatch {
+        SurplusWatch {
+            give_back: pool_check_interval.mul_f64(SURPLUS_GIVE_BACK),
+            gap: pool_check_interval.mul_f64(SURPLUS_GAP),
+            since: None,
+            left: None,
+            checked: None,
+        }
+    }
+
     /// At `now`, `idle` addresses hold (`untaken`) or not a surplus no
     /// pod will take: when the pool check is due for it, if it is.
     pub(crate) fn observe(&mut self, now: Instant, idle: usize, untaken: bool) -> Option<Instant> {
@@ -299,8 +316,8 @@ impl SurplusWatch {
         if self.left.is_some_and(|left| idle <= left) {
             return None;
         }
-        let due = *self.since.get_or_insert(now) + SURPLUS_GIVE_BACK;
-        Some(self.checked.map_or(due, |at| due.max(at + SURPLUS_GAP)))
+        let due = *self.since.get_or_insert(now) + self.give_back;
+        Some(self.checked.map_or(due, |at| due.max(at + self.gap)))
     }
 
     /// A pool check ran at `now` and left `idle` addresses idle.
@@ -505,37 +522,47 @@ mod tests {
     #[test]
     fn a_surplus_brings_one_check_forward_until_it_grows() {
         let t0 = Instant::now();
-        let mut w = SurplusWatch::default();
+        let mut w = SurplusWatch::new(Duration::from_secs(1));
+        let (give_back, gap) = (Duration::from_millis(100), Duration::from_millis(250));
         assert_eq!(w.observe(t0, 3, false), None);
-        let due = at(t0, 0) + SURPLUS_GIVE_BACK;
+        let due = at(t0, 0) + give_back;
         assert_eq!(w.observe(t0, 9, true), Some(due));
         // Seen again later: still due when it first appeared.
         assert_eq!(w.observe(at(t0, 50), 9, true), Some(due));
         // The check ran and left 6 (it could not give all back): not
-        // again for those 6, again once it grows, SURPLUS_GAP after it.
+        // again for those 6, again once it grows, gap after it.
         w.checked(6, at(t0, 100));
         assert_eq!(w.observe(at(t0, 110), 6, true), None);
-        assert_eq!(
-            w.observe(at(t0, 120), 7, true),
-            Some(at(t0, 100) + SURPLUS_GAP)
-        );
+        assert_eq!(w.observe(at(t0, 120), 7, true), Some(at(t0, 100) + gap));
         w.checked(6, at(t0, 600));
         assert_eq!(
             w.observe(at(t0, 1200), 9, true),
-            Some(at(t0, 1200) + SURPLUS_GIVE_BACK)
+            Some(at(t0, 1200) + give_back)
         );
         // Gone, then back right after that check: it waits for the gap.
         w.checked(3, at(t0, 1300));
         assert_eq!(w.observe(at(t0, 1350), 2, false), None);
-        assert_eq!(
-            w.observe(at(t0, 1360), 6, true),
-            Some(at(t0, 1300) + SURPLUS_GAP)
-        );
-        // Later on: SURPLUS_GIVE_BACK after it appears.
+        assert_eq!(w.observe(at(t0, 1360), 6, true), Some(at(t0, 1300) + gap));
+        // Later on: give_back after it appears.
         assert_eq!(w.observe(at(t0, 1400), 2, false), None);
         assert_eq!(
             w.observe(at(t0, 3000), 6, true),
-            Some(at(t0, 3000) + SURPLUS_GIVE_BACK)
+            Some(at(t0, 3000) + give_back)
+        );
+    }
+
+    #[test]
+    fn the_surplus_times_are_in_pool_checks() {
+        // At the default interval a surplus waits 12 s and then 30 s
+        // between checks: not a call per ENI every 250 ms of a
+        // scale-down.
+        let t0 = Instant::now();
+        let mut w = SurplusWatch::new(Duration::from_secs(120));
+        assert_eq!(w.observe(t0, 9, true), Some(t0 + Duration::from_secs(12)));
+        w.checked(6, t0 + Duration::from_secs(12));
+        assert_eq!(
+            w.observe(t0 + Duration::from_secs(13), 7, true),
+            Some(t0 + Duration::from_secs(42))
         );
     }
 

@@ -210,7 +210,7 @@ impl Actor {
             clock: Clock::new(),
             drain: Drain::default(),
             idle_target: IdleTargets::new(opts.adaptive_pool, opts.pool_check_interval, now),
-            surplus: SurplusWatch::default(),
+            surplus: SurplusWatch::new(opts.pool_check_interval),
             opts,
             fatal_tx,
             stopping: false,
