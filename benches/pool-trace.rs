@@ -27,7 +27,8 @@
 //! seconds over the trace; how long each `alloc` waited for its answer;
 //! the OpenAPI calls the emulator counted during the trace.
 //!
-//! Run: `cargo bench --bench pool-trace [-- --json]`.
+//! Run: `cargo bench --bench pool-trace [-- --json] [--trace NAME]`
+//! (`--trace`: that trace only).
 
 #[path = "../tests/it/common.rs"]
 mod common;
@@ -298,9 +299,13 @@ fn run(work: &Path, trace: &Trace, (policy, keys): &(&str, Value)) -> (f64, Vec<
     (idle_s, waits, n)
 }
 
-fn measure(work: &Path) -> Value {
+/// Every trace, or the one named `only`.
+fn measure(work: &Path, only: Option<&str>) -> Value {
     let mut rows = Vec::new();
-    for trace in traces() {
+    for trace in traces()
+        .into_iter()
+        .filter(|t| only.is_none_or(|o| o == t.name))
+    {
         let policies = policies();
         let results: Vec<_> = std::thread::scope(|s| {
             let handles: Vec<_> = policies
@@ -347,13 +352,25 @@ fn table(report: &Value) {
 }
 
 fn main() {
-    let mut json = false;
-    for a in std::env::args().skip(1) {
+    let (mut json, mut only) = (false, None);
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
         match a.as_str() {
             "--json" => json = true,
             "--bench" => {}
+            "--trace" => only = args.next(),
             other => support::usage("pool-trace", &format!("unknown argument {other:?}")),
         }
     }
-    support::run_and_print("pool-trace", json, measure, table);
+    if let Some(name) = &only {
+        if !traces().iter().any(|t| t.name == name) {
+            support::usage("pool-trace", &format!("no trace {name:?}"));
+        }
+    }
+    support::run_and_print(
+        "pool-trace",
+        json,
+        |work| measure(work, only.as_deref()),
+        table,
+    );
 }

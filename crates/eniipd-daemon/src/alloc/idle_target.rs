@@ -9,16 +9,26 @@
 //! rates of allocations and of releases over the last [`WINDOW_CHECKS`]
 //! pool checks (in [`BUCKETS`] buckets; a rise shows in the last two
 //! buckets at once, a fall only once it has lasted the whole window), the
-//! lead time as a moving average of the cold waits (an `alloc` no idle
-//! address could answer at once). The warm-up target is the net demand
+//! lead time as a moving average of the pool's own top-ups (from the
+//! moment the pool asked one to its addresses being usable; a top-up
+//! does not wait out the aggregation window, see `worker`). The warm-up target is the net demand
 //! during one refill (none when releases outpace allocations) with a
-//! margin of two standard deviations of the arrivals in that time
-//! (taken as Poisson); the shrink keeps at most a quarter more. Both stay within `min_pool_size` and `max_pool_size`, which
-//! remain the bounds. With no allocation for a whole window the target
-//! is 0 and the pool goes back to `min_pool_size`.
+//! margin of two standard deviations of the arrivals in that time (taken
+//! as Poisson), but never more than were allocated in the whole window
+//! (one pod is not a rate); the shrink keeps at most a quarter more
+//! (within the same count). Both stay within `min_pool_size` and
+//! `max_pool_size`, which remain the bounds. With no allocation for a
+//! whole window the target is 0 and the pool goes back to
+//! `min_pool_size`.
+//!
+//! A surplus no pod will take ([`IdleTargets::untaken`]: idle above what
+//! the shrink keeps by more than the allocations expected before the
+//! next pool check, as when a storm's pods leave) brings the pool check
+//! forward to [`SURPLUS_GIVE_BACK`] after it appears ([`SurplusWatch`]).
 //!
 //! Static (`adaptive_pool` false): the warm-up target is `min_pool_size`
-//! and the shrink keeps `max_pool_size`, as Terway's pool does.
+//! and the shrink keeps `max_pool_size`, as Terway's pool does; nothing
+//! brings its pool check forward.
 //!
 //! Invariants: [`IdleTarget::warm`] <= [`IdleTarget::keep`], both within
 //! `[min, max]`; a bucket counts only allocations of its own time slot
@@ -88,10 +98,22 @@ impl IdleTarget {
         count(&mut self.released, slot);
     }
 
-    /// An `alloc` waited `waited` for an address (none was idle).
-    pub(crate) fn waited(&mut self, waited: Duration) {
-        let w = waited.as_secs_f64().clamp(0.01, 60.0);
+    /// A top-up the pool asked for itself came `lead` after it was asked
+    /// (its aggregation, call and metadata wait included): a refill's
+    /// lead time.
+    pub(crate) fn refilled(&mut self, lead: Duration) {
+        let w = lead.as_secs_f64().clamp(0.01, 60.0);
         self.lead_s += LEAD_WEIGHT * (w - self.lead_s);
+    }
+
+    /// Allocations counted over the whole window.
+    fn allocations(&self, now: Instant) -> u32 {
+        let slot = self.slot(now);
+        self.counts
+            .iter()
+            .filter(|(s, _)| *s != u64::MAX && *s <= slot && slot - *s < BUCKETS as u64)
+            .map(|(_, c)| *c)
+            .sum()
     }
 
     /// Allocations per second: the higher of the last two buckets' rate
@@ -120,7 +142,7 @@ impl IdleTarget {
         per_s(in_last(2), 2).max(per_s(in_last(BUCKETS as u64), BUCKETS as u64))
     }
 
-    /// The lead time a refill takes, as the cold waits say.
+    /// The lead time a refill takes, as the pool's top-ups say.
     #[cfg(test)]
     pub(crate) fn lead(&self) -> Duration {
         Duration::from_secs_f64(self.lead_s)
@@ -135,7 +157,10 @@ impl IdleTarget {
         }
         let net = (allocs - releases).max(0.0) * self.lead_s;
         let arrivals = allocs * self.lead_s;
-        (net + 2.0 * arrivals.sqrt()).ceil() as usize
+        let wanted = (net + 2.0 * arrivals.sqrt()).ceil() as usize;
+        // One pod is not a rate: never more ready than were allocated in
+        // the whole window.
+        wanted.min(self.allocations(now) as usize)
     }
 
     /// Idle addresses the warm-up keeps ready, within `[min, max]`.
@@ -153,7 +178,8 @@ impl IdleTarget {
             return max.max(min);
         }
         let w = self.wanted(now);
-        (w + w.div_ceil(4)).clamp(min, max.max(min))
+        let allocated = self.allocations(now) as usize;
+        (w + w.div_ceil(4)).min(allocated).clamp(min, max.max(min))
     }
 }
 
@@ -196,11 +222,25 @@ impl IdleTargets {
         self.of(set, now).released(now);
     }
 
-    /// An `alloc` waited `waited`: the cloud's refill time, every set's.
-    pub(crate) fn waited(&mut self, waited: Duration) {
+    /// A top-up of the pool came `lead` after it was asked: the cloud's
+    /// refill time, every set's.
+    pub(crate) fn refilled(&mut self, lead: Duration) {
         for t in self.by_set.values_mut() {
-            t.waited(waited);
+            t.refilled(lead);
         }
+    }
+
+    /// Whether `idle` addresses hold a surplus no pod will take: more
+    /// above what a shrink keeps than the allocations expected before
+    /// the next pool check (never when static).
+    pub(crate) fn untaken(&self, now: Instant, idle: usize, min: usize, max: usize) -> bool {
+        if !self.adaptive {
+            return false;
+        }
+        let keep = self.keep(now, min, max);
+        let rate: f64 = self.by_set.values().map(|t| t.rate(now)).sum();
+        let expected = rate * self.pool_check_interval.as_secs_f64();
+        idle.saturating_sub(keep) as f64 > expected
     }
 
     /// Idle addresses of `set` the warm-up keeps ready, within `[min, max]`.
@@ -224,6 +264,67 @@ impl IdleTargets {
         }
         let each: usize = self.by_set.values().map(|t| t.keep(now, 0, max)).sum();
         each.clamp(min, max.max(min))
+    }
+}
+
+/// How soon after a surplus no pod will take appears
+/// ([`IdleTargets::untaken`]) the pool check that gives it back runs, in
+/// pool checks: 100 ms at pool-trace's 1 s, 12 s at the default 120 s.
+const SURPLUS_GIVE_BACK: f64 = 0.1;
+
+/// The least time between two pool checks a surplus brings forward, in
+/// pool checks (250 ms at 1 s, 30 s at the default 120 s): a surplus that
+/// keeps growing (pods leaving one by one) goes back in a few calls, not
+/// one per departure. A fixed time would not do: at the default interval
+/// a scale-down of a few minutes would give back every 250 ms, an
+/// unassign call per ENI each time, against the account's flow control.
+const SURPLUS_GAP: f64 = 0.25;
+
+/// Brings the pool check forward for a surplus no pod will take: to
+/// [`SURPLUS_GIVE_BACK`] after it appears, and once a check has run,
+/// again only when the surplus grew beyond what that check left (a
+/// surplus it could not give back waits for the next regular check),
+/// and no sooner than [`SURPLUS_GAP`] after it; both in pool checks.
+#[derive(Debug)]
+pub(crate) struct SurplusWatch {
+    give_back: Duration,
+    gap: Duration,
+    since: Option<Instant>,
+    left: Option<usize>,
+    checked: Option<Instant>,
+}
+
+impl SurplusWatch {
+    /// A watch for pool checks every `pool_check_interval`.
+    pub(crate) fn new(pool_check_interval: Duration) -> SurplusWatch {
+        SurplusWatch {
+            give_back: pool_check_interval.mul_f64(SURPLUS_GIVE_BACK),
+            gap: pool_check_interval.mul_f64(SURPLUS_GAP),
+            since: None,
+            left: None,
+            checked: None,
+        }
+    }
+
+    /// At `now`, `idle` addresses hold (`untaken`) or not a surplus no
+    /// pod will take: when the pool check is due for it, if it is.
+    pub(crate) fn observe(&mut self, now: Instant, idle: usize, untaken: bool) -> Option<Instant> {
+        if !untaken {
+            (self.since, self.left) = (None, None);
+            return None;
+        }
+        if self.left.is_some_and(|left| idle <= left) {
+            return None;
+        }
+        let due = *self.since.get_or_insert(now) + self.give_back;
+        Some(self.checked.map_or(due, |at| due.max(at + self.gap)))
+    }
+
+    /// A pool check ran at `now` and left `idle` addresses idle.
+    pub(crate) fn checked(&mut self, idle: usize, now: Instant) {
+        self.since = None;
+        self.left = Some(idle);
+        self.checked = Some(now);
     }
 }
 
@@ -348,12 +449,121 @@ mod tests {
             slow.allocated(at(t0, i * 100));
         }
         for _ in 0..10 {
-            quick.waited(Duration::from_millis(100));
-            slow.waited(Duration::from_secs(3));
+            quick.refilled(Duration::from_millis(100));
+            slow.refilled(Duration::from_secs(3));
         }
         let now = at(t0, 2000);
         assert!(slow.warm(now, 0, 100) > quick.warm(now, 0, 100));
         assert!(quick.lead() < Duration::from_millis(200));
+    }
+
+    #[test]
+    fn one_pod_is_not_a_rate() {
+        let t0 = Instant::now();
+        let mut t = IdleTarget::new(true, CHECK, t0);
+        t.allocated(t0);
+        let now = at(t0, 100);
+        assert!(t.warm(now, 0, 64) <= 1, "{}", t.warm(now, 0, 64));
+        assert!(t.keep(now, 0, 64) <= 1, "{}", t.keep(now, 0, 64));
+        // Two: at most two.
+        t.allocated(at(t0, 200));
+        assert!(t.warm(at(t0, 300), 0, 64) <= 2);
+        // min_pool_size still holds.
+        assert_eq!(t.warm(now, 3, 64), 3);
+    }
+
+    #[test]
+    fn the_lead_follows_the_pools_own_refills() {
+        let t0 = Instant::now();
+        let mut t = IdleTarget::new(true, CHECK, t0);
+        assert_eq!(t.lead(), DEFAULT_LEAD, "none seen yet");
+        for _ in 0..20 {
+            t.refilled(Duration::from_millis(250));
+        }
+        let lead = t.lead().as_secs_f64();
+        assert!((0.24..0.26).contains(&lead), "{lead}");
+        // Busy (10 a second, nothing released): a quick refill wants
+        // fewer ready than the default second would.
+        let mut default = IdleTarget::new(true, CHECK, t0);
+        for i in 0..30 {
+            t.allocated(at(t0, i * 100));
+            default.allocated(at(t0, i * 100));
+        }
+        let now = at(t0, 3000);
+        assert!(t.warm(now, 0, 64) < default.warm(now, 0, 64));
+    }
+
+    #[test]
+    fn a_surplus_no_pod_will_take_is_seen() {
+        let t0 = Instant::now();
+        let mut t = IdleTargets::new(true, CHECK, t0);
+        // Four a second, then all leaving: keep is the margin only.
+        for i in 0..24 {
+            t.allocated(None, at(t0, i * 250));
+        }
+        for i in 0..60 {
+            t.released(None, at(t0, 6000 + i * 10));
+        }
+        let now = at(t0, 6600);
+        let keep = t.keep(now, 0, 64);
+        // 19 allocations in the 6 s window: what the next check's may
+        // take (19/6 a second over 2 s, 6.3) is not a surplus; beyond
+        // it is.
+        assert!(!t.untaken(now, keep + 6, 0, 64));
+        assert!(t.untaken(now, keep + 7, 0, 64));
+        // Once allocation stopped for a whole window, any surplus is.
+        let quiet = at(t0, 6000 + 6500);
+        assert!(t.untaken(quiet, 1, 0, 64));
+        assert!(!t.untaken(quiet, 0, 0, 64));
+        // Static pools give back at their checks only.
+        assert!(!IdleTargets::new(false, CHECK, t0).untaken(quiet, 50, 0, 5));
+    }
+
+    #[test]
+    fn a_surplus_brings_one_check_forward_until_it_grows() {
+        let t0 = Instant::now();
+        let mut w = SurplusWatch::new(Duration::from_secs(1));
+        let (give_back, gap) = (Duration::from_millis(100), Duration::from_millis(250));
+        assert_eq!(w.observe(t0, 3, false), None);
+        let due = at(t0, 0) + give_back;
+        assert_eq!(w.observe(t0, 9, true), Some(due));
+        // Seen again later: still due when it first appeared.
+        assert_eq!(w.observe(at(t0, 50), 9, true), Some(due));
+        // The check ran and left 6 (it could not give all back): not
+        // again for those 6, again once it grows, gap after it.
+        w.checked(6, at(t0, 100));
+        assert_eq!(w.observe(at(t0, 110), 6, true), None);
+        assert_eq!(w.observe(at(t0, 120), 7, true), Some(at(t0, 100) + gap));
+        w.checked(6, at(t0, 600));
+        assert_eq!(
+            w.observe(at(t0, 1200), 9, true),
+            Some(at(t0, 1200) + give_back)
+        );
+        // Gone, then back right after that check: it waits for the gap.
+        w.checked(3, at(t0, 1300));
+        assert_eq!(w.observe(at(t0, 1350), 2, false), None);
+        assert_eq!(w.observe(at(t0, 1360), 6, true), Some(at(t0, 1300) + gap));
+        // Later on: give_back after it appears.
+        assert_eq!(w.observe(at(t0, 1400), 2, false), None);
+        assert_eq!(
+            w.observe(at(t0, 3000), 6, true),
+            Some(at(t0, 3000) + give_back)
+        );
+    }
+
+    #[test]
+    fn the_surplus_times_are_in_pool_checks() {
+        // At the default interval a surplus waits 12 s and then 30 s
+        // between checks: not a call per ENI every 250 ms of a
+        // scale-down.
+        let t0 = Instant::now();
+        let mut w = SurplusWatch::new(Duration::from_secs(120));
+        assert_eq!(w.observe(t0, 9, true), Some(t0 + Duration::from_secs(12)));
+        w.checked(6, t0 + Duration::from_secs(12));
+        assert_eq!(
+            w.observe(t0 + Duration::from_secs(13), 7, true),
+            Some(t0 + Duration::from_secs(42))
+        );
     }
 
     #[test]

@@ -39,6 +39,22 @@ pub(crate) struct Unit {
     pub(crate) kind: super::prefix_mode::Kind,
     /// Where its IPv6 pair comes from (dual stack).
     pub(crate) v6: Option<super::prefix_mode::V6From>,
+    /// Who asked it: a pod, or the pool's own top-up.
+    pub(crate) origin: Origin,
+}
+
+/// Who asked a [`Unit`], which decides how long its worker gathers more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A client's demand (or what rides with it): more may be on its
+    /// way, so the batch gathers for the aggregation window.
+    Pod,
+    /// The pool's own top-up, planned as one batch; `last`: the batch is
+    /// whole with this unit, nothing more is coming for it.
+    Pool {
+        /// The last unit of the planner's batch.
+        last: bool,
+    },
 }
 /// One ENI create or free operation.
 pub(crate) type OpId = u64;

@@ -4,7 +4,13 @@
 //! mode) and its control channel. When a unit of demand arrives it
 //! aggregates more for the aggregation window (300 ms by default),
 //! stopping early once it has `max_ips_per_call` units (in prefix mode:
-//! enough for `max_ips_per_call` /28s), then asks for all of them in ONE
+//! enough for `max_ips_per_call` /28s). A top-up the pool planned for
+//! itself knows its whole batch: its last unit says so
+//! ([`Origin::Pool`]), and the worker asks once no unit has come for
+//! 50 ms instead of waiting out the window (the top-ups of one burst of
+//! allocations still share a call; a pod's unit in the batch, client
+//! demand, gathers for the whole window). Then it asks for all of them
+//! in ONE
 //! AssignPrivateIpAddresses call (paired with AssignIpv6Addresses in dual
 //! stack; with `Ipv4PrefixCount` for prefix units), waits (bounded) for
 //! metadata to show single addresses, and reports the outcome for exactly
@@ -32,15 +38,18 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{
-    bounded, select, unbounded, Receiver, RecvTimeoutError, Sender, TrySendError,
-};
+use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TrySendError};
 use log::{debug, warn};
 
 use eniip_cloud::{wait, CloudApi, CloudError, CloudErrorKind, Ipv4Prefix, Ipv6Prefix};
 
-use super::mailbox::{Event, TicketId, Unit};
+use super::mailbox::{Event, Origin, TicketId, Unit};
 use super::prefix_mode::{Kind, V6From, PER_PREFIX};
+
+/// A pool's batch, whole, still takes what comes this soon after its
+/// last unit (within the window): the top-ups of allocations that came
+/// in one burst go in one call.
+const POOL_QUIET: Duration = Duration::from_millis(50);
 
 /// Backlog capacity of every ENI (the seed's `maxIPBacklog`); prefix mode
 /// multiplies it by the 16 addresses of a /28.
@@ -110,10 +119,10 @@ impl WorkerHandle {
         self.capacity.saturating_sub(self.backlog.len())
     }
 
-    /// Queues a ticket; false if the backlog is full (the unit stays
+    /// Queues a unit; false if the backlog is full (the unit stays
     /// unplanned; nothing is lost).
-    pub(crate) fn try_submit(&self, ticket: TicketId, kind: Kind, v6: Option<V6From>) -> bool {
-        match self.backlog.try_send(Unit { ticket, kind, v6 }) {
+    pub(crate) fn try_submit(&self, unit: Unit) -> bool {
+        match self.backlog.try_send(unit) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
         }
@@ -259,6 +268,11 @@ fn run(
 /// Collects units within the window after the first, until there are
 /// enough for one call of the first unit's kind (`max_per_call` addresses,
 /// or `max_per_call` /28s); returns the prefix and the single units.
+///
+/// A batch of the pool's own top-up closes at its last unit: it takes
+/// what is queued and what comes within [`POOL_QUIET`] of the last unit,
+/// and waits no longer. Once a pod's unit is in the batch, it gathers
+/// for the whole window.
 fn gather(first: Unit, backlog: &Receiver<Unit>, cfg: &WorkerConfig) -> (Vec<Unit>, Vec<Unit>) {
     let per_unit = |k: Kind| match k {
         Kind::Prefix => 1,
@@ -268,20 +282,32 @@ fn gather(first: Unit, backlog: &Receiver<Unit>, cfg: &WorkerConfig) -> (Vec<Uni
     let budget = cfg.max_per_call * PER_PREFIX;
     let mut used = per_unit(first.kind);
     let (mut prefix, mut single) = (Vec::new(), Vec::new());
-    let mut push = |u: Unit| match u.kind {
-        Kind::Prefix => prefix.push(u),
-        Kind::Single => single.push(u),
+    let (mut pod, mut closed) = (false, false);
+    let mut push = |u: Unit| {
+        match u.origin {
+            Origin::Pod => pod = true,
+            Origin::Pool { last } => closed |= last,
+        }
+        match u.kind {
+            Kind::Prefix => prefix.push(u),
+            Kind::Single => single.push(u),
+        }
+        (pod, closed)
     };
-    push(first);
+    let (mut has_pod, mut whole) = push(first);
     let deadline = Instant::now() + cfg.window;
     while used < budget {
-        match backlog.recv_deadline(deadline) {
-            Ok(u) => {
-                used += per_unit(u.kind);
-                push(u);
-            }
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
-        }
+        let next = if whole && !has_pod {
+            // The next top-up planned in the same burst rides along.
+            backlog
+                .recv_deadline(deadline.min(Instant::now() + POOL_QUIET))
+                .ok()
+        } else {
+            backlog.recv_deadline(deadline).ok()
+        };
+        let Some(u) = next else { break };
+        used += per_unit(u.kind);
+        (has_pod, whole) = push(u);
     }
     (prefix, single)
 }
@@ -512,5 +538,81 @@ fn unassign(cloud: &dyn CloudApi, eni: &str, v4: Vec<Ipv4Addr>, v6: &[Ipv6Addr])
         gone_v6,
         gone_prefixes: Vec::new(),
         error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(window: Duration) -> WorkerConfig {
+        WorkerConfig {
+            window,
+            max_per_call: 10,
+            dual: false,
+            prefix_mode: false,
+            metadata_wait: Duration::from_secs(1),
+        }
+    }
+
+    fn unit(ticket: TicketId, origin: Origin) -> Unit {
+        Unit {
+            ticket,
+            kind: Kind::Single,
+            v6: None,
+            origin,
+        }
+    }
+
+    fn tickets(units: &[Unit]) -> Vec<TicketId> {
+        units.iter().map(|u| u.ticket).collect()
+    }
+
+    #[test]
+    fn a_pool_batch_closes_at_its_last_unit() {
+        let (tx, rx) = bounded(BACKLOG);
+        let pool = |last| Origin::Pool { last };
+        for u in [
+            unit(2, pool(false)),
+            unit(3, pool(true)),
+            unit(4, pool(true)),
+        ] {
+            tx.try_send(u).unwrap();
+        }
+        // A unit that comes a while after the batch was taken, within
+        // the (long) window: a batch that gathered for the window would
+        // take it too.
+        let late = tx.clone();
+        let later = std::thread::spawn(move || {
+            while !late.is_empty() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            late.send(unit(99, pool(true))).unwrap();
+        });
+        // Queued before it closed: taken in the same call.
+        let (_, single) = gather(unit(1, pool(false)), &rx, &cfg(Duration::from_secs(30)));
+        assert_eq!(tickets(&single), [1, 2, 3, 4]);
+        later.join().unwrap();
+        assert_eq!(rx.try_recv().map(|u| u.ticket), Ok(99));
+        // A pod's unit queued after a closed batch rides with it, and the
+        // batch then gathers for the window like any pod's.
+        tx.try_send(unit(6, Origin::Pod)).unwrap();
+        let (_, single) = gather(unit(5, pool(true)), &rx, &cfg(Duration::from_millis(50)));
+        assert_eq!(tickets(&single), [5, 6]);
+    }
+
+    #[test]
+    fn pod_demand_gathers_for_the_window_up_to_a_call() {
+        let (tx, rx) = bounded(BACKLOG * 2);
+        // A closing pool unit among pods does not end their window.
+        tx.try_send(unit(2, Origin::Pool { last: true })).unwrap();
+        for t in 3..=12 {
+            tx.try_send(unit(t, Origin::Pod)).unwrap();
+        }
+        let (_, single) = gather(unit(1, Origin::Pod), &rx, &cfg(Duration::from_secs(600)));
+        // Stopped at max_per_call (10 units), not at the pool's unit.
+        assert_eq!(tickets(&single), (1..=10).collect::<Vec<_>>());
+        assert_eq!(rx.len(), 2);
     }
 }

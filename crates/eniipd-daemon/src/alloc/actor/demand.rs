@@ -122,6 +122,9 @@ struct Ticket {
     vswitch: String,
     /// The security-group set of that ENI.
     set: Option<SecurityGroupSet>,
+    /// When the pool asked it for its own top-up (`None`: asked for a
+    /// client): a refill's lead time is measured from it.
+    pool_since: Option<Instant>,
 }
 
 /// Waiters and tickets, with the invariants in the module's doc.
@@ -371,9 +374,22 @@ impl Demand {
                 waiter: slot,
                 vswitch: vswitch.to_string(),
                 set,
+                pool_since: slot.is_none().then(Instant::now),
             },
         );
         t
+    }
+
+    /// How long `tickets`, a batch the pool asked for its own top-up,
+    /// have been outstanding (since the oldest was asked); `None` unless
+    /// every one of them is outstanding and was the pool's.
+    pub(super) fn pool_asked_for(&self, tickets: &[TicketId], now: Instant) -> Option<Duration> {
+        let since: Option<Vec<Instant>> = tickets
+            .iter()
+            .map(|t| self.tickets.get(t)?.pool_since)
+            .collect();
+        let oldest = since?.into_iter().min()?;
+        Some(now.saturating_duration_since(oldest))
     }
 
     /// Ends ticket `t`: `None` if it had already ended (or never was),
@@ -578,6 +594,26 @@ mod tests {
 
     fn ask(owner: &str) -> Ask {
         Ask::plain(owner, crossbeam_channel::bounded(1).0)
+    }
+
+    #[test]
+    fn a_refill_is_timed_only_for_the_pools_own_batches() {
+        let mut d = Demand::default();
+        let w = d.push(ask("ns/a"), Instant::now());
+        let pool = [d.new_ticket(None, "vsw-1"), d.new_ticket(None, "vsw-1")];
+        let client = d.new_ticket(Some(w), "vsw-1");
+        let later = Instant::now() + Duration::from_millis(250);
+        let lead = d.pool_asked_for(&pool, later).unwrap();
+        assert!(lead >= Duration::from_millis(250), "{lead:?}");
+        // A batch with a client's ticket in it gathered for the client.
+        assert_eq!(d.pool_asked_for(&[pool[0], client], later), None);
+        // A pool ticket a waiter adopted was still asked by the pool.
+        d.end_ticket(client);
+        d.bind_spare();
+        assert!(d.pool_asked_for(&pool, later).is_some());
+        // Ended (or unknown) tickets are not timed.
+        d.end_ticket(pool[0]);
+        assert_eq!(d.pool_asked_for(&pool, later), None);
     }
 
     #[test]

@@ -51,7 +51,7 @@ use eniip_util::time::unix_ms;
 use super::capacity::Capacity;
 use super::drain::{self, Drain};
 use super::forecast::{Clock, Forecast};
-use super::idle_target::IdleTargets;
+use super::idle_target::{IdleTargets, SurplusWatch};
 use super::mailbox::{Event, Request};
 use super::vswitch_choice::VSwitches;
 use super::worker::WorkerConfig;
@@ -124,6 +124,8 @@ pub(super) struct Actor {
     demand: Demand,
     surge: Surge,
     idle_target: IdleTargets,
+    /// Brings the pool check forward for a surplus no pod will take.
+    surplus: SurplusWatch,
     vsw: VswState,
     inflight: InFlight,
     workers: Workers,
@@ -208,6 +210,7 @@ impl Actor {
             clock: Clock::new(),
             drain: Drain::default(),
             idle_target: IdleTargets::new(opts.adaptive_pool, opts.pool_check_interval, now),
+            surplus: SurplusWatch::new(opts.pool_check_interval),
             opts,
             fatal_tx,
             stopping: false,
@@ -318,6 +321,7 @@ impl Actor {
             if verified {
                 let done = self.maintenance().maintain(now);
                 self.or_fatal(done);
+                self.surplus.checked(self.pool.idle_count(), now);
             }
             let jitter = eniip_util::rand::jitter(0.2);
             self.next_maintenance = now + self.opts.pool_check_interval.mul_f64(jitter);
@@ -326,9 +330,7 @@ impl Actor {
             // Something is still to give back: check again soon.
             self.next_maintenance = self.next_maintenance.min(now + drain::DRAIN_PASS);
         }
-        for waited in self.clients().serve_waiters() {
-            self.idle_target.waited(waited);
-        }
+        self.clients().serve_waiters();
         if self.surge.observe(now, self.demand.waiting() > 0) {
             info!(
                 "the pool ran dry again within {}s of its last refill: calls carry addresses beyond the shortfall, up to max_pool_size={} idle",
@@ -339,6 +341,17 @@ impl Actor {
         if verified && !self.stopping {
             let planned = self.planning().plan(now);
             self.or_fatal(planned);
+        }
+        if verified && !self.drain.on() {
+            // A surplus no pod will take goes back soon, not at the next
+            // regular pool check.
+            let idle = self.pool.idle_count();
+            let untaken = self
+                .idle_target
+                .untaken(now, idle, self.cap.min_idle, self.cap.max_idle);
+            if let Some(due) = self.surplus.observe(now, idle, untaken) {
+                self.next_maintenance = self.next_maintenance.min(due);
+            }
         }
     }
 
@@ -587,7 +600,19 @@ impl Actor {
             e => e,
         };
         let reconcile = matches!(e, Event::Reconcile { .. });
+        // A top-up of the pool's own that came: how long a refill takes.
+        let refill = match &e {
+            Event::Assigned {
+                tickets,
+                error: None,
+                ..
+            } => self.demand.pool_asked_for(tickets, Instant::now()),
+            _ => None,
+        };
         let done = self.reports().on_event(e);
+        if let Some(lead) = refill {
+            self.idle_target.refilled(lead);
+        }
         self.or_fatal(done);
         if !reconcile {
             return;

@@ -20,7 +20,7 @@ use eniip_util::time::unix_ms;
 use super::super::capacity::Capacity;
 use super::super::eniops::CreateJob;
 use super::super::idle_target::IdleTargets;
-use super::super::mailbox::TicketId;
+use super::super::mailbox::{Origin, TicketId};
 use super::super::placement::{self, EniRoom, PlanInput};
 use super::super::prefix_mode::{self, Kind, V6From};
 use super::super::sg_sets;
@@ -353,7 +353,11 @@ impl Planning<'_> {
                 .eni_room(&eni, now_ms)
                 .min(self.workers.backlog_free(&eni).unwrap_or(0));
             let total = prefix_mode::round_units(kind, n, limit).max(n);
-            for i in 0..total {
+            // A batch of the pool's own (no client's unit in it) is whole
+            // as planned: its worker asks it at once (see `worker`).
+            let count = if units.len() >= n { total } else { units.len() };
+            let pool_only = units.iter().take(n).all(Option::is_none);
+            for i in 0..count {
                 // The planner's `n` units first, then the surplus.
                 let unit = if i < n {
                     match units.front() {
@@ -364,7 +368,13 @@ impl Planning<'_> {
                     None
                 };
                 let t = self.demand.new_ticket_in(unit, &vswitch, want.cloned());
-                if !self.workers.submit(&eni, t, (kind, v6)) {
+                let origin = match pool_only {
+                    true => Origin::Pool {
+                        last: i + 1 == count,
+                    },
+                    false => Origin::Pod,
+                };
+                if !self.workers.submit(&eni, t, (kind, v6), origin) {
                     self.demand.end_ticket(t);
                     break;
                 }

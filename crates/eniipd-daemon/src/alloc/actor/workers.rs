@@ -17,7 +17,7 @@ use crossbeam_channel::Sender;
 use crate::pool::PoolState;
 use eniip_cloud::{CloudApi, Ipv4Prefix};
 
-use super::super::mailbox::{Event, TicketId};
+use super::super::mailbox::{Event, Origin, TicketId, Unit};
 use super::super::prefix_mode::{Kind, V6From};
 use super::super::worker::{self, WorkerConfig, WorkerHandle};
 use super::super::Joinable;
@@ -83,17 +83,22 @@ impl Workers {
         self.by_eni.get(eni).map(WorkerHandle::backlog_free)
     }
 
-    /// Queues a ticket on `eni`'s worker; false if it has none or its
-    /// backlog is full.
+    /// Queues a ticket on `eni`'s worker, asked by `origin`; false if it
+    /// has none or its backlog is full.
     pub(super) fn submit(
         &self,
         eni: &str,
         ticket: TicketId,
         (kind, v6): (Kind, Option<V6From>),
+        origin: Origin,
     ) -> bool {
-        self.by_eni
-            .get(eni)
-            .is_some_and(|w| w.try_submit(ticket, kind, v6))
+        let unit = Unit {
+            ticket,
+            kind,
+            v6,
+            origin,
+        };
+        self.by_eni.get(eni).is_some_and(|w| w.try_submit(unit))
     }
 
     /// Tells `eni`'s worker its /80 is gone (see
@@ -167,7 +172,7 @@ mod tests {
         assert!(w.has("eni-1") && !w.has("eni-3"));
         assert!(w.backlog_free("eni-1").is_some_and(|n| n > 0));
         assert_eq!(w.backlog_free("eni-3"), None);
-        assert!(!w.submit("eni-3", 1, (Kind::Single, None)));
+        assert!(!w.submit("eni-3", 1, (Kind::Single, None), Origin::Pod));
         assert!(!w.unassign("eni-3", Vec::new(), Vec::new()));
         let h = w.stop("eni-1").expect("a running worker's thread");
         h.join().unwrap();
