@@ -316,8 +316,9 @@ fn eniip_containerd(w: &World, me: &Path) -> Containerd {
     )
 }
 
-/// Runs the storms of `sizes` and prints the table.
-pub(crate) fn run(sizes: &[usize]) {
+/// Runs the storms of `sizes` (the cold ones too when `cold`) and
+/// prints the table.
+pub(crate) fn run(sizes: &[usize], cold: bool) {
     let tools = crate::cri::tools();
     let mut tools: Vec<&str> = tools.iter().map(String::as_str).collect();
     tools.extend(["/usr/lib/cni/ptp", "/usr/lib/cni/host-local"]);
@@ -342,9 +343,11 @@ pub(crate) fn run(sizes: &[usize]) {
             drop((ours, reference));
             let _ = std::fs::remove_dir_all(&ipam);
         }
-        let w = world(n, false);
-        let ours = eniip_containerd(&w, &me);
-        storms.push(storm(&ours, &w, n, "eniip-cni, cold", "cold"));
+        if cold {
+            let w = world(n, false);
+            let ours = eniip_containerd(&w, &me);
+            storms.push(storm(&ours, &w, n, "eniip-cni, cold", "cold"));
+        }
     }
     print(&storms, started.elapsed());
 }
