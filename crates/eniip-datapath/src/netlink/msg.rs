@@ -15,7 +15,8 @@ use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
 };
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVeth, LinkAttribute,
+    LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
@@ -177,6 +178,17 @@ pub(super) fn set_up(index: u32) -> RouteNetlinkMessage {
     msg.header.index = index;
     msg.header.flags = LinkFlags::Up;
     msg.header.change_mask = LinkFlags::Up;
+    RouteNetlinkMessage::SetLink(msg)
+}
+
+/// Link `index` to make no IPv6 link-local address when it comes up
+/// (`addrgenmode none`).
+pub(super) fn no_link_local(index: u32) -> RouteNetlinkMessage {
+    let mut msg = LinkMessage::default();
+    msg.header.index = index;
+    msg.attributes = vec![LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
+        vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)],
+    )])];
     RouteNetlinkMessage::SetLink(msg)
 }
 
