@@ -643,6 +643,11 @@ mod tests {
                 let made = nl.link_by_name("enipup")?.expect("the veth was made");
                 let peer = nl.link_by_name("peerup")?.expect("its peer was made");
                 assert!(made.up && !peer.up, "{made:?} {peer:?}");
+                // Made with one queue each way (no grace period under
+                // RTNL to take the others down, see `msg::new_veth`).
+                for end in ["enipup", "peerup"] {
+                    assert_eq!(queues(&mut nl, end)?, (Some(1), Some(1)), "{end}");
+                }
                 assert_eq!(peer.mac, peer_mac);
                 if let Some((e, peer_index)) = echoed {
                     assert_eq!(
@@ -654,6 +659,25 @@ mod tests {
                 Ok(())
             },
         );
+    }
+
+    /// The transmit and receive queues the kernel made `link` with.
+    fn queues(nl: &mut Netlink, link: &str) -> io::Result<(Option<u32>, Option<u32>)> {
+        use netlink_packet_route::link::LinkAttribute;
+        let answer = nl.request(msg::get_link_named(link), 0)?;
+        let attrs = answer.iter().flat_map(|m| match m {
+            RouteNetlinkMessage::NewLink(l) => l.attributes.clone(),
+            _ => Vec::new(),
+        });
+        let (mut tx, mut rx) = (None, None);
+        for a in attrs {
+            match a {
+                LinkAttribute::NumTxQueues(n) => tx = Some(n),
+                LinkAttribute::NumRxQueues(n) => rx = Some(n),
+                _ => {}
+            }
+        }
+        Ok((tx, rx))
     }
 
     /// In a network namespace of its own: a veth made down, both ends

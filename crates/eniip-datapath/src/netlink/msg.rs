@@ -116,6 +116,13 @@ pub(super) fn link_of(m: &RouteNetlinkMessage) -> Option<Link> {
 /// request sets it up later). The peer cannot be: the kernel sets its
 /// flags before the two ends know each other, and a veth without its
 /// peer refuses to go up (ENOTCONN).
+///
+/// Each end with one transmit and one receive queue, said in the
+/// request: without that the kernel makes a queue per possible CPU,
+/// then, each end registered, takes the real ones down to one, which
+/// waits for an RCU grace period (`synchronize_net`, expedited) twice
+/// per pair while holding RTNL — under a storm the longest holds of
+/// RTNL there are.
 pub(super) fn new_veth(
     (name, mac): (&str, Option<&[u8]>),
     (peer, peer_mac): (&str, Option<&[u8]>),
@@ -127,6 +134,8 @@ pub(super) fn new_veth(
     peer_msg.attributes = vec![
         LinkAttribute::IfName(peer.to_string()),
         LinkAttribute::Mtu(mtu),
+        LinkAttribute::NumTxQueues(1),
+        LinkAttribute::NumRxQueues(1),
         LinkAttribute::NetNsFd(peer_ns),
     ];
     if let Some(mac) = peer_mac {
@@ -142,6 +151,8 @@ pub(super) fn new_veth(
     msg.attributes = vec![
         LinkAttribute::IfName(name.to_string()),
         LinkAttribute::Mtu(mtu),
+        LinkAttribute::NumTxQueues(1),
+        LinkAttribute::NumRxQueues(1),
         LinkAttribute::LinkInfo(vec![
             LinkInfo::Kind(InfoKind::Veth),
             LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_msg))),
