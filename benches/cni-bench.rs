@@ -15,10 +15,11 @@
 //! in the same world.
 //!
 //! With `--storm`: pods started at once under containerd, eniip-cni
-//! against the reference plugins (`storm`; `--sizes 50,100` to choose).
+//! against the reference plugins (`storm`; `--sizes 50,100` to choose,
+//! `--warm-only` to leave out the cold storms).
 //!
 //! Run: `cargo bench --bench cni-bench [-- --iters N] [--containerd]
-//! [--storm [--sizes N,...]]` as root (prints SKIPPED otherwise).
+//! [--storm [--sizes N,...] [--warm-only]]` as root (prints SKIPPED otherwise).
 
 #[path = "../tests/it/cnienv.rs"]
 mod cnienv;
@@ -74,6 +75,7 @@ fn main() {
     let mut iters = None;
     let mut under_containerd = false;
     let mut storm_sizes = None;
+    let mut cold = true;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -87,12 +89,13 @@ fn main() {
                     .map(|n| n.parse().ok().filter(|&n: &usize| n > 0));
                 storm_sizes = Some(sizes.collect::<Option<_>>().expect("--sizes N,N,..."));
             }
+            "--warm-only" => cold = false,
             "--bench" => {}
             other => panic!("unknown argument {other}"),
         }
     }
     if let Some(sizes) = storm_sizes {
-        storm::run(&sizes);
+        storm::run(&sizes, cold);
         return;
     }
     if under_containerd {

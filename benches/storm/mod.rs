@@ -106,6 +106,8 @@ struct Storm {
     profile: Vec<([f64; 4], u64)>,
     /// The same ADDs' netlink requests by kind: (kind, requests, ms).
     kinds: Vec<Vec<(String, u64, f64)>>,
+    /// The same ADDs' whole time inside the plugin (`total_us`), ms.
+    totals: Vec<f64>,
     load: String,
     /// The wait for the kernel before it ([`settle`]).
     settled: Duration,
@@ -252,6 +254,7 @@ fn storm(c: &Containerd, w: &World, n: usize, label: &str, prefix: &str) -> Stor
             field(&l, "netlink_requests") as u64,
         ));
         s.kinds.push(kinds(&l));
+        s.totals.push(field(&l, "total_us") / 1000.0);
     }
     s
 }
@@ -316,8 +319,9 @@ fn eniip_containerd(w: &World, me: &Path) -> Containerd {
     )
 }
 
-/// Runs the storms of `sizes` and prints the table.
-pub(crate) fn run(sizes: &[usize]) {
+/// Runs the storms of `sizes` (the cold ones too when `cold`) and
+/// prints the table.
+pub(crate) fn run(sizes: &[usize], cold: bool) {
     let tools = crate::cri::tools();
     let mut tools: Vec<&str> = tools.iter().map(String::as_str).collect();
     tools.extend(["/usr/lib/cni/ptp", "/usr/lib/cni/host-local"]);
@@ -342,9 +346,11 @@ pub(crate) fn run(sizes: &[usize]) {
             drop((ours, reference));
             let _ = std::fs::remove_dir_all(&ipam);
         }
-        let w = world(n, false);
-        let ours = eniip_containerd(&w, &me);
-        storms.push(storm(&ours, &w, n, "eniip-cni, cold", "cold"));
+        if cold {
+            let w = world(n, false);
+            let ours = eniip_containerd(&w, &me);
+            storms.push(storm(&ours, &w, n, "eniip-cni, cold", "cold"));
+        }
     }
     print(&storms, started.elapsed());
 }
@@ -438,6 +444,11 @@ fn print(storms: &[Storm], took: Duration) {
     for s in storms.iter().filter(|s| !s.kinds.is_empty()) {
         print_kinds(s);
     }
+    println!();
+    println!("the tail: ADD p90, p95 and the five longest ADDs (ms); eniip-cni's five longest by its profile");
+    for s in storms {
+        print_tail(s);
+    }
     for n in storms
         .iter()
         .map(|s| s.pods)
@@ -455,6 +466,46 @@ fn print(storms: &[Storm], took: Duration) {
                 e / r
             );
         }
+    }
+}
+
+/// One storm's slowest ADDs: the wrapper's times, then (eniip-cni)
+/// where the five longest by the plugin's own total went.
+fn print_tail(s: &Storm) {
+    let mut add = s.add.clone();
+    add.sort_by(f64::total_cmp);
+    let longest: Vec<String> = add
+        .iter()
+        .rev()
+        .take(5)
+        .map(|v| format!("{v:.0}"))
+        .collect();
+    println!(
+        "{:<5} {:<18} p90 {:.0}, p95 {:.0}; longest {}",
+        s.pods,
+        s.label,
+        pct(&mut add, 0.9),
+        pct(&mut add, 0.95),
+        longest.join(", ")
+    );
+    let mut by_total: Vec<usize> = (0..s.totals.len()).collect();
+    by_total.sort_by(|&a, &b| s.totals[b].total_cmp(&s.totals[a]));
+    for &i in by_total.iter().take(5) {
+        let (p, _) = s.profile[i];
+        let kinds: Vec<String> = s.kinds[i]
+            .iter()
+            .filter(|k| k.2 >= 1.0)
+            .map(|k| format!("{} {:.0}", k.0, k.2))
+            .collect();
+        println!(
+            "      total {:.0}: lock {:.0}, eniipd {:.0}, datapath {:.0} (netlink {:.0}: {})",
+            s.totals[i],
+            p[1],
+            p[2],
+            p[3],
+            p[0],
+            kinds.join(", ")
+        );
     }
 }
 

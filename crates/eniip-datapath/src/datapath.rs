@@ -7,6 +7,8 @@
 //!   never ARPs for its gateway;
 //! - host: the other end, `enip<hash>`, up, with a link route to the pod
 //!   address and a permanent neighbour entry for it;
+//! - neither end with an IPv6 link-local address (`addrgenmode none`),
+//!   unless the pod is dual stack;
 //! - egress: the ENI link found by the MAC eniipd reported (waited for: it
 //!   appears a moment after the attach), up, `rp_filter` loose; routing
 //!   table `1000 + ENI ifindex` with a default route via the vswitch
@@ -277,11 +279,11 @@ fn apply_all(nl: &mut Netlink, changes: Vec<(Change, String)>) -> Result<(), Dat
 /// In as few requests as the kernel allows, since under a storm of pods
 /// each one that takes RTNL waits behind every other pod's: the ENI
 /// found without netlink ([`ifreq`]); its table's default route and the
-/// node's rules read by dumps that take no RTNL; the host end made up
-/// with its peer's MAC chosen here, and read back (its peer's ifindex
-/// too) from the creating request's own answer; then the container's
-/// changes in one send and the host's in two (the `to` rules only after
-/// the `from` rules were made, see [`route_to_pod`]).
+/// node's rules read by dumps that take no RTNL; the veth made with its
+/// peer's MAC chosen here, and read back (its peer's ifindex too) from
+/// the creating request's own answer; then the container's changes in
+/// one send and the host's in two (the `to` rules only after the `from`
+/// rules were made, see [`route_to_pod`]).
 pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     let pod = &a.pod;
     let mut host = Netlink::open().ctx(|| "netlink socket".into())?;
@@ -296,12 +298,21 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     // The container end's MAC is chosen here, and its ifindex is in the
     // create's answer: the container's links need not be read.
     let pod_mac = container_mac(pod.host_veth);
+    // An IPv4-only pod's ends make no IPv6 link-local address (see
+    // [`Change::no_link_local`]): the kernel would make one on each end
+    // when the pair has its carrier (both ends up) and check it for
+    // duplicates, work that takes RTNL behind every other pod's, for an
+    // address nothing uses. A dual-stack pod's IPv6 needs them. The host
+    // end is then made down, and each end is told before it goes up, in
+    // the send that sets it up.
+    let link_local = pod.v6.is_some();
     let create = |host: &mut Netlink| {
-        host.add_veth_up(
+        host.add_veth(
             pod.host_veth,
             (pod.ifname, &pod_mac),
             pod.netns.as_raw_fd(),
             a.mtu,
+            link_local,
         )
     };
     let made = match create(&mut host) {
@@ -365,6 +376,12 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
             format!("address {}/128 on {}", p.ip, pod.ifname),
         ));
     }
+    if !link_local {
+        changes.push((
+            Change::no_link_local(cl.index),
+            format!("addrgenmode none on {}", pod.ifname),
+        ));
+    }
     // Up before its routes: the kernel refuses a route out of a link
     // that is down.
     changes.push((Change::set_up(cl.index), format!("set {} up", pod.ifname)));
@@ -384,7 +401,26 @@ pub fn setup(a: &Attach) -> Result<Attached, DatapathError> {
     }
     let mut ips = vec![v4(pod.ip)];
     ips.extend(pod.v6.map(|p| v6(p.ip)));
-    route_to_pod(&mut host, (hv.index, pod.host_veth), &ips, &cl.mac, table)?;
+    // The host end, made down for an IPv4-only pod, goes up first.
+    let mut changes = Vec::new();
+    if !link_local {
+        changes.push((
+            Change::no_link_local(hv.index),
+            format!("addrgenmode none on {}", pod.host_veth),
+        ));
+        changes.push((
+            Change::set_up(hv.index),
+            format!("set {} up", pod.host_veth),
+        ));
+    }
+    route_to_pod(
+        &mut host,
+        (hv.index, pod.host_veth),
+        &ips,
+        &cl.mac,
+        table,
+        changes,
+    )?;
     Ok(Attached {
         host_index: hv.index,
         host_mac: format_mac(&hv.mac),
@@ -408,18 +444,20 @@ fn container_mac(host_veth: &str) -> [u8; 6] {
 
 /// On the host: the pod's addresses `ips` behind its host end (`veth`:
 /// index and name), answered by `pod_mac`; what it sends goes by the
-/// ENI's `table`, what is sent to it by main. The `to` rules go in a
-/// second send, once the `from` rules are made: a rollback finds a `to`
-/// rule through its `from` rule (or the host end's route), so none is
-/// left behind by a `from` rule that failed.
+/// ENI's `table`, what is sent to it by main. In the same send after
+/// `first` (what the host end needs before its routes). The `to` rules
+/// go in a second send, once the `from` rules are made: a rollback
+/// finds a `to` rule through its `from` rule (or the host end's route),
+/// so none is left behind by a `from` rule that failed.
 fn route_to_pod(
     host: &mut Netlink,
     (veth, veth_name): (u32, &str),
     ips: &[IpAddr],
     pod_mac: &[u8],
     table: u32,
+    first: Vec<(Change, String)>,
 ) -> Result<(), DatapathError> {
-    let mut changes = Vec::new();
+    let mut changes = first;
     for &ip in ips {
         let (_, len) = host_prefix(ip);
         changes.push((
@@ -767,6 +805,16 @@ mod tests {
         .unwrap()
     }
 
+    /// `link`'s IPv6 `addr_gen_mode` in the calling thread's namespace
+    /// (`1`: none); none on a kernel without IPv6.
+    fn addr_gen_mode(link: &str) -> io::Result<Option<String>> {
+        match std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{link}/addr_gen_mode")) {
+            Ok(mode) => Ok(Some(mode.trim().to_string())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn rules_of(nl: &mut Netlink, ip: IpAddr) -> Vec<Rule> {
         let rules = nl.all_rules().unwrap();
         rules
@@ -838,6 +886,12 @@ mod tests {
                     .expect("the container end");
                 assert!(cl.up, "{cl:?}");
                 assert_eq!(format_mac(&cl.mac), built.container_mac);
+                // An IPv4-only pod's ends make no IPv6 link-local address
+                // (`1`: none; a kernel without IPv6 has no knob).
+                let none = |mode: Option<String>| mode.is_none_or(|m| m == "1");
+                assert!(none(addr_gen_mode(&veth)?), "{veth}");
+                let ctr_mode = netns::run_in(&ctr, || addr_gen_mode("eth0"))?;
+                assert!(none(ctr_mode), "eth0 in the container");
                 // Its rules alone: the host end deleted by hand.
                 nl.del_link(hv.index)?;
                 assert_eq!(rules_of(&mut nl, new).len(), 2, "rules outlive a link");

@@ -145,6 +145,11 @@ pub fn is_exists(e: &io::Error) -> bool {
     is_errno(e, nix::libc::EEXIST)
 }
 
+/// True for the answer of a kernel without the address family.
+pub fn is_no_family(e: &io::Error) -> bool {
+    is_errno(e, nix::libc::EAFNOSUPPORT)
+}
+
 /// True for "not there" answers.
 pub fn is_missing(e: &io::Error) -> bool {
     is_errno(e, nix::libc::ENOENT)
@@ -342,20 +347,21 @@ impl Netlink {
         Ok(self.links()?.into_iter().filter(|l| l.mac == mac).collect())
     }
 
-    /// Creates a veth pair, `name` up: `name` here, `peer` (down, with
-    /// the hardware address `peer_mac`) in the namespace `peer_ns`.
-    /// Returns `name` as the kernel made it, from the request's own
-    /// answer (`NLM_F_ECHO`: no lookup after it), with its peer's ifindex
-    /// there when the answer says it; `None` from a kernel that does not
-    /// echo a new link (before 6.3).
-    pub fn add_veth_up(
+    /// Creates a veth pair: `name` here (up from the start when `up`),
+    /// `peer` (down, with the hardware address `peer_mac`) in the
+    /// namespace `peer_ns`. Returns `name` as the kernel made it, from
+    /// the request's own answer (`NLM_F_ECHO`: no lookup after it), with
+    /// its peer's ifindex there when the answer says it; `None` from a
+    /// kernel that does not echo a new link (before 6.3).
+    pub fn add_veth(
         &mut self,
         name: &str,
         (peer, peer_mac): (&str, &[u8]),
         peer_ns: RawFd,
         mtu: u32,
+        up: bool,
     ) -> io::Result<Option<(Link, Option<u32>)>> {
-        let msg = msg::new_veth((name, None), (peer, Some(peer_mac)), peer_ns, mtu, true);
+        let msg = msg::new_veth((name, None), (peer, Some(peer_mac)), peer_ns, mtu, up);
         let echoed = self.request(msg, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ECHO)?;
         Ok(echoed.iter().find_map(|m| {
             let link = msg::link_of(m).filter(|l| l.name == name)?;
@@ -518,6 +524,20 @@ impl Change {
         }
     }
 
+    /// Link `index` to make no IPv6 link-local address when it comes up
+    /// (`addrgenmode none`), so the kernel neither makes one nor runs
+    /// its duplicate address detection (work that takes RTNL). Only a
+    /// link that is there takes it (not its create), and only before it
+    /// has its carrier (when the address is made). A kernel without
+    /// IPv6 (`EAFNOSUPPORT`) makes none anyway: fine.
+    pub fn no_link_local(index: u32) -> Change {
+        Change {
+            msg: msg::no_link_local(index),
+            flags: 0,
+            fine: is_no_family,
+        }
+    }
+
     /// `ip/prefix` on link `index` (already there is fine); an IPv6
     /// address without duplicate address detection.
     pub fn add_addr(index: u32, ip: IpAddr, prefix: u8) -> Change {
@@ -613,11 +633,21 @@ mod tests {
                 // the creating request answers it (a kernel since 6.3).
                 let here = std::fs::File::open("/proc/thread-self/ns/net")?;
                 let peer_mac = [0x02, 0, 0, 0, 0, 0x07];
-                let echoed =
-                    nl.add_veth_up("enipup", ("peerup", &peer_mac), here.as_raw_fd(), 1500)?;
+                let echoed = nl.add_veth(
+                    "enipup",
+                    ("peerup", &peer_mac),
+                    here.as_raw_fd(),
+                    1500,
+                    true,
+                )?;
                 let made = nl.link_by_name("enipup")?.expect("the veth was made");
                 let peer = nl.link_by_name("peerup")?.expect("its peer was made");
                 assert!(made.up && !peer.up, "{made:?} {peer:?}");
+                // Made with one queue each way (no grace period under
+                // RTNL to take the others down, see `msg::new_veth`).
+                for end in ["enipup", "peerup"] {
+                    assert_eq!(queues(&mut nl, end)?, (Some(1), Some(1)), "{end}");
+                }
                 assert_eq!(peer.mac, peer_mac);
                 if let Some((e, peer_index)) = echoed {
                     assert_eq!(
@@ -631,6 +661,66 @@ mod tests {
         );
     }
 
+    /// The transmit and receive queues the kernel made `link` with.
+    fn queues(nl: &mut Netlink, link: &str) -> io::Result<(Option<u32>, Option<u32>)> {
+        use netlink_packet_route::link::LinkAttribute;
+        let answer = nl.request(msg::get_link_named(link), 0)?;
+        let attrs = answer.iter().flat_map(|m| match m {
+            RouteNetlinkMessage::NewLink(l) => l.attributes.clone(),
+            _ => Vec::new(),
+        });
+        let (mut tx, mut rx) = (None, None);
+        for a in attrs {
+            match a {
+                LinkAttribute::NumTxQueues(n) => tx = Some(n),
+                LinkAttribute::NumRxQueues(n) => rx = Some(n),
+                _ => {}
+            }
+        }
+        Ok((tx, rx))
+    }
+
+    /// In a network namespace of its own: a veth made down, both ends
+    /// told to make no IPv6 link-local address before they come up,
+    /// come up without one (`addrgenmode none`, which the kernel keeps
+    /// in the links' `addr_gen_mode`); a kernel without IPv6 has
+    /// nothing to say.
+    #[test]
+    fn a_veth_told_before_it_comes_up_makes_no_link_local() {
+        crate::netns::in_own_netns("a_veth_told_before_it_comes_up_makes_no_link_local", || {
+            let mut nl = Netlink::open()?;
+            let here = std::fs::File::open("/proc/thread-self/ns/net")?;
+            let peer_mac = [0x02, 0, 0, 0, 0, 0x08];
+            nl.add_veth(
+                "enipdn",
+                ("peerdn", &peer_mac),
+                here.as_raw_fd(),
+                1500,
+                false,
+            )?;
+            let a = nl.link_by_name("enipdn")?.expect("the veth was made");
+            let b = nl.link_by_name("peerdn")?.expect("its peer");
+            assert!(!a.up && !b.up, "{a:?} {b:?}");
+            let done = nl.batch(vec![
+                Change::no_link_local(b.index),
+                Change::set_up(b.index),
+                Change::no_link_local(a.index),
+                Change::set_up(a.index),
+            ])?;
+            assert!(done.iter().all(Result::is_ok), "{done:?}");
+            assert!(nl.link_by_name("enipdn")?.is_some_and(|l| l.up));
+            for link in ["enipdn", "peerdn"] {
+                let knob = format!("/proc/sys/net/ipv6/conf/{link}/addr_gen_mode");
+                match std::fs::read_to_string(&knob) {
+                    Ok(mode) => assert_eq!(mode.trim(), "1", "{knob}"),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        });
+    }
+
     /// In a network namespace of its own: a batch answers each change,
     /// in order, one that fails not stopping the next, what was done
     /// already being fine; one dump reads IPv4 and IPv6 rules; a table's
@@ -642,11 +732,12 @@ mod tests {
             || {
                 let mut nl = Netlink::open()?;
                 let here = std::fs::File::open("/proc/thread-self/ns/net")?;
-                nl.add_veth_up(
+                nl.add_veth(
                     "enipa",
                     ("enipb", &[2, 0, 0, 0, 0, 1]),
                     here.as_raw_fd(),
                     1500,
+                    true,
                 )?;
                 let a = nl.link_by_name("enipa")?.expect("the veth was made");
                 let b = nl.link_by_name("enipb")?.expect("its peer");

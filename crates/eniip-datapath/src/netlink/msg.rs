@@ -15,7 +15,8 @@ use netlink_packet_route::address::{
     AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage,
 };
 use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoData, InfoKind, InfoVeth, LinkAttribute,
+    LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
@@ -115,6 +116,13 @@ pub(super) fn link_of(m: &RouteNetlinkMessage) -> Option<Link> {
 /// request sets it up later). The peer cannot be: the kernel sets its
 /// flags before the two ends know each other, and a veth without its
 /// peer refuses to go up (ENOTCONN).
+///
+/// Each end with one transmit and one receive queue, said in the
+/// request: without that the kernel makes a queue per possible CPU,
+/// then, each end registered, takes the real ones down to one, which
+/// waits for an RCU grace period (`synchronize_net`, expedited) twice
+/// per pair while holding RTNL — under a storm the longest holds of
+/// RTNL there are.
 pub(super) fn new_veth(
     (name, mac): (&str, Option<&[u8]>),
     (peer, peer_mac): (&str, Option<&[u8]>),
@@ -126,6 +134,8 @@ pub(super) fn new_veth(
     peer_msg.attributes = vec![
         LinkAttribute::IfName(peer.to_string()),
         LinkAttribute::Mtu(mtu),
+        LinkAttribute::NumTxQueues(1),
+        LinkAttribute::NumRxQueues(1),
         LinkAttribute::NetNsFd(peer_ns),
     ];
     if let Some(mac) = peer_mac {
@@ -141,6 +151,8 @@ pub(super) fn new_veth(
     msg.attributes = vec![
         LinkAttribute::IfName(name.to_string()),
         LinkAttribute::Mtu(mtu),
+        LinkAttribute::NumTxQueues(1),
+        LinkAttribute::NumRxQueues(1),
         LinkAttribute::LinkInfo(vec![
             LinkInfo::Kind(InfoKind::Veth),
             LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer_msg))),
@@ -177,6 +189,17 @@ pub(super) fn set_up(index: u32) -> RouteNetlinkMessage {
     msg.header.index = index;
     msg.header.flags = LinkFlags::Up;
     msg.header.change_mask = LinkFlags::Up;
+    RouteNetlinkMessage::SetLink(msg)
+}
+
+/// Link `index` to make no IPv6 link-local address when it comes up
+/// (`addrgenmode none`).
+pub(super) fn no_link_local(index: u32) -> RouteNetlinkMessage {
+    let mut msg = LinkMessage::default();
+    msg.header.index = index;
+    msg.attributes = vec![LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
+        vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)],
+    )])];
     RouteNetlinkMessage::SetLink(msg)
 }
 
