@@ -55,11 +55,23 @@ pub fn netlink_in(ns: &File) -> io::Result<Netlink> {
     run_in(ns, Netlink::open)
 }
 
-/// Runs the test `body` on a thread in a network namespace of its own;
-/// without the right to make one (EPERM) the test `name` is skipped,
-/// loudly ([`eniip_util::testing::skip`]).
+/// Held by every test that makes netlink requests, and by the one that
+/// counts them: the netlink stopwatch sums the whole process's requests
+/// (eniip-cni runs one command per process), and a test binary runs
+/// its tests side by side.
+#[cfg(test)]
+pub(crate) fn netlink_tests_serially() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs the test `body` on a thread in a network namespace of its own
+/// (one such test at a time, see [`netlink_tests_serially`]); without
+/// the right to make one (EPERM) the test `name` is skipped, loudly
+/// ([`eniip_util::testing::skip`]).
 #[cfg(test)]
 pub(crate) fn in_own_netns(name: &str, body: impl FnOnce() -> io::Result<()> + Send + 'static) {
+    let _serial = netlink_tests_serially();
     let r = std::thread::Builder::new()
         .name("own-netns".into())
         .spawn(move || {
