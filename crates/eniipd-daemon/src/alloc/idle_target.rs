@@ -11,11 +11,11 @@
 //! buckets at once, a fall only once it has lasted the whole window), the
 //! lead time as a moving average of the pool's own top-ups (from the
 //! moment the pool asked one to its addresses being usable; a top-up
-//! does not wait out the aggregation window, see `worker`). The warm-up target is the net demand
-//! during one refill (none when releases outpace allocations) with a
-//! margin of two standard deviations of the arrivals in that time (taken
-//! as Poisson), but never more than were allocated in the whole window
-//! (one pod is not a rate); the shrink keeps at most a quarter more
+//! does not wait out the aggregation window, see `worker`). The warm-up
+//! target is the net demand during one refill (none when releases
+//! outpace allocations) with a margin of two standard deviations of the
+//! arrivals in that time (taken as Poisson), but never more than were
+//! allocated in the whole window (one pod is not a rate); the shrink keeps at most a quarter more
 //! (within the same count). Both stay within `min_pool_size` and
 //! `max_pool_size`, which remain the bounds. With no allocation for a
 //! whole window the target is 0 and the pool goes back to
@@ -24,7 +24,8 @@
 //! A surplus no pod will take ([`IdleTargets::untaken`]: idle above what
 //! the shrink keeps by more than the allocations expected before the
 //! next pool check, as when a storm's pods leave) brings the pool check
-//! forward to [`SURPLUS_GIVE_BACK`] after it appears ([`SurplusWatch`]).
+//! forward to a tenth of a pool check after it appears
+//! ([`SurplusWatch`], [`SURPLUS_GIVE_BACK`]).
 //!
 //! Static (`adaptive_pool` false): the warm-up target is `min_pool_size`
 //! and the shrink keeps `max_pool_size`, as Terway's pool does; nothing
@@ -108,12 +109,7 @@ impl IdleTarget {
 
     /// Allocations counted over the whole window.
     fn allocations(&self, now: Instant) -> u32 {
-        let slot = self.slot(now);
-        self.counts
-            .iter()
-            .filter(|(s, _)| *s != u64::MAX && *s <= slot && slot - *s < BUCKETS as u64)
-            .map(|(_, c)| *c)
-            .sum()
+        in_last(&self.counts, self.slot(now), BUCKETS as u64)
     }
 
     /// Allocations per second: the higher of the last two buckets' rate
@@ -129,17 +125,10 @@ impl IdleTarget {
 
     fn rate_of(&self, counts: &[(u64, u32); BUCKETS], now: Instant) -> f64 {
         let slot = self.slot(now);
-        let in_last = |n: u64| -> u32 {
-            counts
-                .iter()
-                .filter(|(s, _)| *s != u64::MAX && *s <= slot && slot - *s < n)
-                .map(|(_, c)| *c)
-                .sum()
+        let per_s = |buckets: u64| {
+            f64::from(in_last(counts, slot, buckets)) / (self.bucket.as_secs_f64() * buckets as f64)
         };
-        let per_s = |count: u32, buckets: u64| {
-            f64::from(count) / (self.bucket.as_secs_f64() * buckets as f64)
-        };
-        per_s(in_last(2), 2).max(per_s(in_last(BUCKETS as u64), BUCKETS as u64))
+        per_s(2).max(per_s(BUCKETS as u64))
     }
 
     /// The lead time a refill takes, as the pool's top-ups say.
@@ -326,6 +315,16 @@ impl SurplusWatch {
         self.left = Some(idle);
         self.checked = Some(now);
     }
+}
+
+/// The events counted in the `n` buckets up to `slot` (its own
+/// included).
+fn in_last(counts: &[(u64, u32); BUCKETS], slot: u64, n: u64) -> u32 {
+    counts
+        .iter()
+        .filter(|(s, _)| *s != u64::MAX && *s <= slot && slot - *s < n)
+        .map(|(_, c)| *c)
+        .sum()
 }
 
 /// Counts one event in `slot`'s bucket (emptied first if it held an
