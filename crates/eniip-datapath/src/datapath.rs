@@ -805,16 +805,6 @@ mod tests {
         .unwrap()
     }
 
-    /// `link`'s IPv6 `addr_gen_mode` in the calling thread's namespace
-    /// (`1`: none); none on a kernel without IPv6.
-    fn addr_gen_mode(link: &str) -> io::Result<Option<String>> {
-        match std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{link}/addr_gen_mode")) {
-            Ok(mode) => Ok(Some(mode.trim().to_string())),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
     fn rules_of(nl: &mut Netlink, ip: IpAddr) -> Vec<Rule> {
         let rules = nl.all_rules().unwrap();
         rules
@@ -889,8 +879,8 @@ mod tests {
                 // An IPv4-only pod's ends make no IPv6 link-local address
                 // (`1`: none; a kernel without IPv6 has no knob).
                 let none = |mode: Option<String>| mode.is_none_or(|m| m == "1");
-                assert!(none(addr_gen_mode(&veth)?), "{veth}");
-                let ctr_mode = netns::run_in(&ctr, || addr_gen_mode("eth0"))?;
+                assert!(none(netns::addr_gen_mode(&veth)?), "{veth}");
+                let ctr_mode = netns::run_in(&ctr, || netns::addr_gen_mode("eth0"))?;
                 assert!(none(ctr_mode), "eth0 in the container");
                 // Its rules alone: the host end deleted by hand.
                 nl.del_link(hv.index)?;

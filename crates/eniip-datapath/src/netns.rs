@@ -65,6 +65,17 @@ pub(crate) fn netlink_tests_serially() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// `link`'s IPv6 `addr_gen_mode` in the calling thread's namespace (`1`:
+/// none, no link-local address); none on a kernel without IPv6.
+#[cfg(test)]
+pub(crate) fn addr_gen_mode(link: &str) -> io::Result<Option<String>> {
+    match std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{link}/addr_gen_mode")) {
+        Ok(mode) => Ok(Some(mode.trim().to_string())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Runs the test `body` on a thread in a network namespace of its own
 /// (one such test at a time, see [`netlink_tests_serially`]); without
 /// the right to make one (EPERM) the test `name` is skipped, loudly
