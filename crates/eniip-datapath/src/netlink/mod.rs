@@ -1,5 +1,5 @@
 //! A small synchronous rtnetlink client: one blocking `NETLINK_ROUTE` socket
-//! (netlink-sys) speaking netlink-packet-route messages, request by request.
+//! (netlink-sys) speaking rtnetlink messages ([`msg`]), request by request.
 //!
 //! Invariants: every receive has a deadline (`SO_RCVTIMEO`), every reply
 //! loop is bounded in messages, and a reply is matched to its request by
@@ -7,23 +7,33 @@
 //! opened in, whatever thread later uses it (see [`super::netns`]).
 //!
 //! This file is the socket and the vocabulary ([`Link`], [`Route`],
-//! [`Rule`]); what each request says and how its answers read, the
-//! netlink-packet-route messages, is [`msg`]'s.
+//! [`Rule`]); what each request says and how its answers read, in the
+//! kernel's wire form, is [`msg`]'s.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_ECHO,
-    NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST,
-};
-use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+
+use msg::Msg;
 
 mod msg;
 pub mod stopwatch;
+
+// The netlink header's flags and control types (linux/netlink.h).
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
+const NLM_F_ECHO: u16 = 0x8;
+const NLM_F_REPLACE: u16 = 0x100;
+const NLM_F_EXCL: u16 = 0x200;
+const NLM_F_CREATE: u16 = 0x400;
+const NLM_F_DUMP: u16 = 0x300;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+/// The room of `struct nlmsghdr`.
+const NLMSG_HDRLEN: usize = 16;
 
 /// How long one netlink answer may take.
 const RECV_TIMEOUT: Duration = Duration::from_secs(5);
@@ -157,6 +167,24 @@ pub fn is_missing(e: &io::Error) -> bool {
         || is_errno(e, nix::libc::ESRCH)
 }
 
+/// The first netlink message of `bytes`: its type, its sequence number,
+/// its payload, and what follows it. A length that runs past `bytes` or
+/// is shorter than the header is an error, never a panic.
+fn split_message(bytes: &[u8]) -> io::Result<(u16, u32, &[u8], &[u8])> {
+    let bad = || io::Error::other("bad netlink answer: a message's length runs past it");
+    let header = bytes.get(..NLMSG_HDRLEN).ok_or_else(bad)?;
+    let word = |at: usize| {
+        u32::from_ne_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let len = word(0) as usize;
+    if len < NLMSG_HDRLEN || len > bytes.len() {
+        return Err(bad());
+    }
+    let kind = u16::from_ne_bytes([header[4], header[5]]);
+    let next = bytes.get((len + 3) & !3..).unwrap_or(&[]);
+    Ok((kind, word(8), &bytes[NLMSG_HDRLEN..len], next))
+}
+
 impl std::fmt::Debug for Netlink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Netlink")
@@ -204,11 +232,7 @@ impl Netlink {
     /// or nothing for an acknowledged change (the change itself, with
     /// `NLM_F_ECHO`). A kernel error is the errno. Timed by [`stopwatch`]
     /// when it counts.
-    fn request(
-        &mut self,
-        msg: RouteNetlinkMessage,
-        flags: u16,
-    ) -> io::Result<Vec<RouteNetlinkMessage>> {
+    fn request(&mut self, msg: Msg, flags: u16) -> io::Result<Vec<Msg>> {
         let began = stopwatch::begin();
         let kind = msg::kind(&msg, flags & NLM_F_DUMP == NLM_F_DUMP);
         let r = self.exchange(vec![(msg, flags)]);
@@ -219,11 +243,9 @@ impl Netlink {
 
     /// Sends `requests` in one datagram (the kernel takes them in order,
     /// each on its own, and acknowledges each) and collects each one's
-    /// answer, in order. The outer error is the socket's.
-    fn exchange(
-        &mut self,
-        requests: Vec<(RouteNetlinkMessage, u16)>,
-    ) -> io::Result<Vec<io::Result<Vec<RouteNetlinkMessage>>>> {
+    /// answer, in order. The outer error is the socket's, or an answer
+    /// that is not netlink.
+    fn exchange(&mut self, requests: Vec<(Msg, u16)>) -> io::Result<Vec<io::Result<Vec<Msg>>>> {
         if requests.is_empty() {
             return Ok(Vec::new());
         }
@@ -232,21 +254,22 @@ impl Netlink {
         for (msg, flags) in requests {
             self.seq = self.seq.wrapping_add(1);
             let dump = flags & NLM_F_DUMP == NLM_F_DUMP;
-            let mut header = NetlinkHeader::default();
-            header.flags = NLM_F_REQUEST | flags | if dump { 0 } else { NLM_F_ACK };
-            header.sequence_number = self.seq;
-            let mut nl = NetlinkMessage::new(header, NetlinkPayload::from(msg));
-            nl.finalize();
-            let at = out.len();
-            out.resize(at + nl.buffer_len(), 0);
-            nl.serialize(&mut out[at..]);
+            let flags = NLM_F_REQUEST | flags | if dump { 0 } else { NLM_F_ACK };
+            let len = u32::try_from(NLMSG_HDRLEN + msg.body.len())
+                .map_err(|_| io::Error::other("netlink request too long"))?;
+            out.extend_from_slice(&len.to_ne_bytes());
+            out.extend_from_slice(&msg.kind.to_ne_bytes());
+            out.extend_from_slice(&flags.to_ne_bytes());
+            out.extend_from_slice(&self.seq.to_ne_bytes());
+            out.extend_from_slice(&0u32.to_ne_bytes());
+            out.extend_from_slice(&msg.body);
+            out.resize((out.len() + 3) & !3, 0);
         }
         let count = self.seq.wrapping_sub(first).wrapping_add(1) as usize;
         self.sock.send(&out, 0)?;
 
-        let mut answers: Vec<Option<io::Result<Vec<RouteNetlinkMessage>>>> =
-            (0..count).map(|_| None).collect();
-        let mut got: Vec<Vec<RouteNetlinkMessage>> = (0..count).map(|_| Vec::new()).collect();
+        let mut answers: Vec<Option<io::Result<Vec<Msg>>>> = (0..count).map(|_| None).collect();
+        let mut got: Vec<Vec<Msg>> = (0..count).map(|_| Vec::new()).collect();
         let mut open = count;
         let mut seen = 0usize;
         while open > 0 {
@@ -255,33 +278,41 @@ impl Netlink {
             if n > self.buf.len() {
                 return Err(io::Error::other("netlink answer larger than the buffer"));
             }
-            let mut off = 0;
-            while off < n {
+            let mut rest = &self.buf[..n];
+            while !rest.is_empty() {
                 seen += 1;
                 if seen > MAX_REPLY_MESSAGES {
                     return Err(io::Error::other("netlink answer too long"));
                 }
-                let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&self.buf[off..n])
-                    .map_err(|e| io::Error::other(format!("bad netlink answer: {e}")))?;
-                let len = reply.header.length as usize;
-                if len == 0 {
-                    return Err(io::Error::other("zero-length netlink message"));
-                }
-                off += (len + 3) & !3;
-                let i = reply.header.sequence_number.wrapping_sub(first) as usize;
+                let (kind, seq, payload, next) = split_message(rest)?;
+                rest = next;
+                let i = seq.wrapping_sub(first) as usize;
                 if i >= count || answers[i].is_some() {
                     continue;
                 }
-                let done = match reply.payload {
-                    NetlinkPayload::Error(e) => match e.code {
-                        None => Ok(std::mem::take(&mut got[i])),
-                        Some(_) => Err(e.to_io()),
+                let done = match kind {
+                    // An acknowledgement (0) or the request's errno,
+                    // negated; a dump's end, with the dump's own error,
+                    // if it met one (a strict kernel's ENOENT for a
+                    // table that is not there).
+                    NLMSG_ERROR | NLMSG_DONE => match payload.get(..4) {
+                        Some(code) => {
+                            match i32::from_ne_bytes([code[0], code[1], code[2], code[3]]) {
+                                0 => Ok(std::mem::take(&mut got[i])),
+                                e => Err(io::Error::from_raw_os_error(e.saturating_neg())),
+                            }
+                        }
+                        None if kind == NLMSG_DONE => Ok(std::mem::take(&mut got[i])),
+                        None => return Err(io::Error::other("bad netlink answer: short error")),
                     },
-                    NetlinkPayload::Done(_) => Ok(std::mem::take(&mut got[i])),
-                    NetlinkPayload::InnerMessage(m) => {
-                        got[i].push(m);
+                    k if k >= msg::RTM_NEWLINK => {
+                        got[i].push(Msg {
+                            kind: k,
+                            body: payload.to_vec(),
+                        });
                         continue;
                     }
+                    // NLMSG_NOOP, NLMSG_OVERRUN.
                     _ => continue,
                 };
                 answers[i] = Some(done);
@@ -505,7 +536,7 @@ impl Netlink {
 /// answers mean it was made already.
 #[derive(Debug)]
 pub struct Change {
-    msg: RouteNetlinkMessage,
+    msg: Msg,
     flags: u16,
     fine: fn(&io::Error) -> bool,
 }
@@ -663,21 +694,9 @@ mod tests {
 
     /// The transmit and receive queues the kernel made `link` with.
     fn queues(nl: &mut Netlink, link: &str) -> io::Result<(Option<u32>, Option<u32>)> {
-        use netlink_packet_route::link::LinkAttribute;
         let answer = nl.request(msg::get_link_named(link), 0)?;
-        let attrs = answer.iter().flat_map(|m| match m {
-            RouteNetlinkMessage::NewLink(l) => l.attributes.clone(),
-            _ => Vec::new(),
-        });
-        let (mut tx, mut rx) = (None, None);
-        for a in attrs {
-            match a {
-                LinkAttribute::NumTxQueues(n) => tx = Some(n),
-                LinkAttribute::NumRxQueues(n) => rx = Some(n),
-                _ => {}
-            }
-        }
-        Ok((tx, rx))
+        let read = |attr| answer.iter().find_map(|m| msg::link_u32(m, attr));
+        Ok((read(msg::IFLA_NUM_TX_QUEUES), read(msg::IFLA_NUM_RX_QUEUES)))
     }
 
     /// In a network namespace of its own: a veth made down, both ends
@@ -781,6 +800,40 @@ mod tests {
                 Ok(())
             },
         );
+    }
+
+    /// An answer's messages split where their lengths say, and a length
+    /// shorter than the header or past the datagram is an error, not a
+    /// panic or a loop.
+    #[test]
+    fn an_answer_splits_by_its_lengths_and_a_bad_one_is_an_error() {
+        let message = |len: u32, kind: u16, seq: u32, payload: &[u8]| {
+            let mut m = Vec::new();
+            m.extend_from_slice(&len.to_ne_bytes());
+            m.extend_from_slice(&kind.to_ne_bytes());
+            m.extend_from_slice(&0u16.to_ne_bytes());
+            m.extend_from_slice(&seq.to_ne_bytes());
+            m.extend_from_slice(&0u32.to_ne_bytes());
+            m.extend_from_slice(payload);
+            m
+        };
+        // An error of 6 bytes' payload (padded to 8), then a done.
+        let mut two = message(22, NLMSG_ERROR, 7, &[1, 2, 3, 4, 5, 6, 0, 0]);
+        two.extend(message(20, NLMSG_DONE, 8, &0i32.to_ne_bytes()));
+        let (kind, seq, payload, rest) = split_message(&two).unwrap();
+        assert_eq!(
+            (kind, seq, payload),
+            (NLMSG_ERROR, 7, &[1, 2, 3, 4, 5, 6][..])
+        );
+        let (kind, seq, _, rest) = split_message(rest).unwrap();
+        assert_eq!((kind, seq, rest.len()), (NLMSG_DONE, 8, 0));
+        for bad in [
+            message(15, NLMSG_DONE, 1, &[0; 4]),
+            message(21, NLMSG_DONE, 1, &[0; 4]),
+            two[..10].to_vec(),
+        ] {
+            assert!(split_message(&bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
