@@ -32,6 +32,8 @@ const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_DUMP: u16 = 0x300;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
+/// The first type of a message of a protocol's own (below: control).
+const NLMSG_MIN_TYPE: u16 = 0x10;
 /// The room of `struct nlmsghdr`.
 const NLMSG_HDRLEN: usize = 16;
 
@@ -185,6 +187,47 @@ fn split_message(bytes: &[u8]) -> io::Result<(u16, u32, &[u8], &[u8])> {
     Ok((kind, word(8), &bytes[NLMSG_HDRLEN..len], next))
 }
 
+/// What one message of an answer is to its request.
+#[derive(Debug)]
+enum Part {
+    /// One of the answer's messages (a dump's, a get's, an echo).
+    Message(Msg),
+    /// The answer's end: the request's acknowledgement or its error.
+    End(io::Result<()>),
+    /// Nothing to the request (`NLMSG_NOOP`, `NLMSG_OVERRUN`).
+    Skip,
+}
+
+/// Reads one message of an answer, of type `kind`: an error message's
+/// code (0 acknowledges, else the errno negated), a dump's end with the
+/// dump's own error if it met one (a strict kernel's ENOENT for a table
+/// that is not there comes so), or a message of the answer.
+fn part_of(kind: u16, payload: &[u8]) -> io::Result<Part> {
+    if kind >= NLMSG_MIN_TYPE {
+        return Ok(Part::Message(Msg {
+            kind,
+            body: payload.to_vec(),
+        }));
+    }
+    if kind != NLMSG_ERROR && kind != NLMSG_DONE {
+        return Ok(Part::Skip);
+    }
+    let code = match payload.get(..4) {
+        Some(c) => i32::from_ne_bytes([c[0], c[1], c[2], c[3]]),
+        // An old kernel's bare end of a dump.
+        None if kind == NLMSG_DONE => 0,
+        None => {
+            return Err(io::Error::other(
+                "bad netlink answer: an error without its code",
+            ))
+        }
+    };
+    Ok(Part::End(match code {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e.saturating_neg())),
+    }))
+}
+
 impl std::fmt::Debug for Netlink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Netlink")
@@ -290,30 +333,13 @@ impl Netlink {
                 if i >= count || answers[i].is_some() {
                     continue;
                 }
-                let done = match kind {
-                    // An acknowledgement (0) or the request's errno,
-                    // negated; a dump's end, with the dump's own error,
-                    // if it met one (a strict kernel's ENOENT for a
-                    // table that is not there).
-                    NLMSG_ERROR | NLMSG_DONE => match payload.get(..4) {
-                        Some(code) => {
-                            match i32::from_ne_bytes([code[0], code[1], code[2], code[3]]) {
-                                0 => Ok(std::mem::take(&mut got[i])),
-                                e => Err(io::Error::from_raw_os_error(e.saturating_neg())),
-                            }
-                        }
-                        None if kind == NLMSG_DONE => Ok(std::mem::take(&mut got[i])),
-                        None => return Err(io::Error::other("bad netlink answer: short error")),
-                    },
-                    k if k >= msg::RTM_NEWLINK => {
-                        got[i].push(Msg {
-                            kind: k,
-                            body: payload.to_vec(),
-                        });
+                let done = match part_of(kind, payload)? {
+                    Part::Message(m) => {
+                        got[i].push(m);
                         continue;
                     }
-                    // NLMSG_NOOP, NLMSG_OVERRUN.
-                    _ => continue,
+                    Part::Skip => continue,
+                    Part::End(r) => r.map(|()| std::mem::take(&mut got[i])),
                 };
                 answers[i] = Some(done);
                 open -= 1;
@@ -834,6 +860,24 @@ mod tests {
         ] {
             assert!(split_message(&bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// An error message's code and a dump end's are the request's
+    /// outcome: 0 is done, else the errno; the rest is the answer.
+    #[test]
+    fn an_error_or_a_dumps_end_carries_the_requests_outcome() {
+        let end = |kind, code: i32| match part_of(kind, &code.to_ne_bytes()) {
+            Ok(Part::End(r)) => r.map_err(|e| e.raw_os_error()),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(end(NLMSG_ERROR, 0), Ok(()));
+        assert_eq!(end(NLMSG_ERROR, -17), Err(Some(nix::libc::EEXIST)));
+        assert_eq!(end(NLMSG_DONE, 0), Ok(()));
+        assert_eq!(end(NLMSG_DONE, -2), Err(Some(nix::libc::ENOENT)));
+        assert!(matches!(part_of(NLMSG_DONE, &[]), Ok(Part::End(Ok(())))));
+        assert!(part_of(NLMSG_ERROR, &[0, 0]).is_err());
+        assert!(matches!(part_of(1, &[]), Ok(Part::Skip)));
+        assert!(matches!(part_of(16, &[1, 2]), Ok(Part::Message(m)) if m.body == [1, 2]));
     }
 
     #[test]

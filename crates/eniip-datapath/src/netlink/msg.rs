@@ -25,7 +25,7 @@ use std::os::fd::RawFd;
 use super::{Family, Link, Route, Rule};
 
 // Message types (linux/rtnetlink.h).
-pub(super) const RTM_NEWLINK: u16 = 16;
+const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;
 const RTM_GETLINK: u16 = 18;
 const RTM_SETLINK: u16 = 19;
