@@ -54,6 +54,11 @@ const DEFAULT_LEAD: Duration = Duration::from_secs(1);
 /// Weight of a new cold wait in the lead time's average.
 const LEAD_WEIGHT: f64 = 0.3;
 
+/// The chance, at most, that the pods arriving during one refill take
+/// more than the idle addresses ready (less what releases give back
+/// meanwhile): the warm-up target's margin.
+const WAIT_RISK: f64 = 0.01;
+
 /// The rate and lead-time tracker, with the invariants in the module's doc.
 #[derive(Debug, Clone)]
 pub(crate) struct IdleTarget {
@@ -144,9 +149,7 @@ impl IdleTarget {
         if allocs <= 0.0 {
             return 0;
         }
-        let net = (allocs - releases).max(0.0) * self.lead_s;
-        let arrivals = allocs * self.lead_s;
-        let wanted = (net + 2.0 * arrivals.sqrt()).ceil() as usize;
+        let wanted = drop_within(allocs * self.lead_s, releases * self.lead_s, WAIT_RISK);
         // One pod is not a rate: never more ready than were allocated in
         // the whole window.
         wanted.min(self.allocations(now) as usize)
@@ -221,13 +224,19 @@ impl IdleTargets {
 
     /// Whether `idle` addresses hold a surplus no pod will take: more
     /// above what a shrink keeps than the allocations expected before
-    /// the next pool check (never when static).
+    /// the next pool check, less the releases expected meanwhile (under
+    /// steady churn what pods take, others give back: the surplus
+    /// stays), never when static.
     pub(crate) fn untaken(&self, now: Instant, idle: usize, min: usize, max: usize) -> bool {
         if !self.adaptive {
             return false;
         }
         let keep = self.keep(now, min, max);
-        let rate: f64 = self.by_set.values().map(|t| t.rate(now)).sum();
+        let rate: f64 = self
+            .by_set
+            .values()
+            .map(|t| (t.rate(now) - t.release_rate(now)).max(0.0))
+            .sum();
         let expected = rate * self.pool_check_interval.as_secs_f64();
         idle.saturating_sub(keep) as f64 > expected
     }
@@ -315,6 +324,48 @@ impl SurplusWatch {
         self.left = Some(idle);
         self.checked = Some(now);
     }
+}
+
+/// The least `k` such that the idle count falls by more than `k` with a
+/// chance of at most `risk`, when `arrivals` and `releases` are the
+/// means of two Poisson counts over the same time (the fall is their
+/// difference, a Skellam variable: releases give back what arrivals take,
+/// but their variance adds). Summed in log space, so that large means do
+/// not underflow.
+fn drop_within(arrivals: f64, releases: f64, risk: f64) -> usize {
+    fn pmf(mean: f64, n: usize) -> Vec<f64> {
+        let mut lp = -mean;
+        let ln_mean = mean.max(f64::MIN_POSITIVE).ln();
+        (0..n)
+            .map(|k| {
+                if k > 0 {
+                    lp += ln_mean - (k as f64).ln();
+                }
+                lp.exp()
+            })
+            .collect()
+    }
+    let n = |mean: f64| (mean + 12.0 * mean.sqrt() + 12.0).ceil() as usize;
+    let (na, nr) = (n(arrivals), n(releases));
+    let a = pmf(arrivals, na);
+    let r = pmf(releases, nr);
+    // above[k]: the chance of more than k arrivals.
+    let mut above = vec![0.0; na + nr + 1];
+    let mut tail = 0.0;
+    for k in (0..na).rev() {
+        above[k] = tail;
+        tail += a[k];
+    }
+    (0..na)
+        .find(|&k| {
+            let p: f64 = r
+                .iter()
+                .enumerate()
+                .map(|(j, pr)| pr * above[k + j])
+                .sum();
+            p <= risk
+        })
+        .unwrap_or(na)
 }
 
 /// The events counted in the `n` buckets up to `slot` (its own
@@ -439,6 +490,34 @@ mod tests {
     }
 
     #[test]
+    fn the_margin_covers_the_bursts_of_poisson_arrivals() {
+        // One arrival expected per refill: more than 3 come one time in
+        // 53, more than 4 one time in 270.
+        assert_eq!(drop_within(1.0, 0.0, WAIT_RISK), 4);
+        // As many releases: they give back what arrivals take, but the
+        // fall is as likely to exceed 2 as 3 is to be exceeded alone.
+        assert_eq!(drop_within(1.0, 1.0, WAIT_RISK), 3);
+        assert_eq!(drop_within(0.0, 0.0, WAIT_RISK), 0);
+        assert_eq!(drop_within(0.0, 5.0, WAIT_RISK), 0);
+        // Large means neither underflow nor lose the tail (1000 + 2.33 sd).
+        let big = drop_within(1000.0, 0.0, WAIT_RISK);
+        assert!((1065..1085).contains(&big), "{big}");
+        // Four a second come and go, refills of 250 ms: three ready, where
+        // two standard deviations of the arrivals alone made two (a
+        // burst of four within a refill, one in 53, made pods wait).
+        let t0 = Instant::now();
+        let mut t = IdleTarget::new(true, CHECK, t0);
+        for _ in 0..20 {
+            t.refilled(Duration::from_millis(250));
+        }
+        for i in 0..24 {
+            t.allocated(at(t0, i * 250));
+            t.released(at(t0, i * 250 + 125));
+        }
+        assert!(t.warm(at(t0, 6000), 0, 64) >= 3, "{}", t.warm(at(t0, 6000), 0, 64));
+    }
+
+    #[test]
     fn slower_refills_want_more_ready() {
         let t0 = Instant::now();
         let mut quick = IdleTarget::new(true, CHECK, t0);
@@ -496,26 +575,50 @@ mod tests {
     fn a_surplus_no_pod_will_take_is_seen() {
         let t0 = Instant::now();
         let mut t = IdleTargets::new(true, CHECK, t0);
-        // Four a second, then all leaving: keep is the margin only.
+        // Four a second, nothing released, the last 600 ms quiet: what
+        // the next check's may take (19 in the 6 s window: 19/6 a second
+        // over 2 s, 6.3) is
+        // not a surplus; beyond it is.
         for i in 0..24 {
             t.allocated(None, at(t0, i * 250));
         }
+        let now = at(t0, 6600);
+        let keep = t.keep(now, 0, 64);
+        assert!(!t.untaken(now, keep + 6, 0, 64));
+        assert!(t.untaken(now, keep + 7, 0, 64));
+        // Then all leaving: releases outpace allocations, so nothing
+        // beyond what a shrink keeps will be taken.
         for i in 0..60 {
             t.released(None, at(t0, 6000 + i * 10));
         }
         let now = at(t0, 6600);
         let keep = t.keep(now, 0, 64);
-        // 19 allocations in the 6 s window: what the next check's may
-        // take (19/6 a second over 2 s, 6.3) is not a surplus; beyond
-        // it is.
-        assert!(!t.untaken(now, keep + 6, 0, 64));
-        assert!(t.untaken(now, keep + 7, 0, 64));
+        assert!(!t.untaken(now, keep, 0, 64));
+        assert!(t.untaken(now, keep + 1, 0, 64));
         // Once allocation stopped for a whole window, any surplus is.
         let quiet = at(t0, 6000 + 6500);
         assert!(t.untaken(quiet, 1, 0, 64));
         assert!(!t.untaken(quiet, 0, 0, 64));
         // Static pools give back at their checks only.
         assert!(!IdleTargets::new(false, CHECK, t0).untaken(quiet, 50, 0, 5));
+    }
+
+    #[test]
+    fn under_steady_churn_a_surplus_is_not_taken() {
+        // Four a second come and four go: what pods take, others give
+        // back, so idle beyond what a shrink keeps stays idle (before,
+        // the four a second of allocations alone made 8 over a 2 s check
+        // look taken).
+        let t0 = Instant::now();
+        let mut t = IdleTargets::new(true, CHECK, t0);
+        for i in 0..24 {
+            t.allocated(None, at(t0, i * 250));
+            t.released(None, at(t0, i * 250 + 125));
+        }
+        let now = at(t0, 6000);
+        let keep = t.keep(now, 0, 64);
+        assert!(!t.untaken(now, keep, 0, 64));
+        assert!(t.untaken(now, keep + 2, 0, 64), "keep {keep}");
     }
 
     #[test]
