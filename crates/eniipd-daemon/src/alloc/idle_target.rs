@@ -70,6 +70,8 @@ pub(crate) struct IdleTarget {
     /// The same for releases.
     released: [(u64, u32); BUCKETS],
     lead_s: f64,
+    /// `pool_check_interval`: how long a shrink's keep must last.
+    check_s: f64,
 }
 
 impl IdleTarget {
@@ -84,6 +86,7 @@ impl IdleTarget {
             counts: [(u64::MAX, 0); BUCKETS],
             released: [(u64::MAX, 0); BUCKETS],
             lead_s: DEFAULT_LEAD.as_secs_f64(),
+            check_s: pool_check_interval.as_secs_f64(),
         }
     }
 
@@ -164,14 +167,20 @@ impl IdleTarget {
     }
 
     /// Idle addresses a shrink keeps at most, within `[min, max]` and
-    /// never under [`Self::warm`].
+    /// never under [`Self::warm`]: the warm-up target and a quarter more,
+    /// or, when allocations outpace releases (a rise), what that net
+    /// demand takes before the next pool check if more (what it would
+    /// take is not given back only to be asked for again).
     pub(crate) fn keep(&self, now: Instant, min: usize, max: usize) -> usize {
         if !self.adaptive {
             return max.max(min);
         }
         let w = self.wanted(now);
+        let net = (self.rate(now) - self.release_rate(now)).max(0.0) * self.check_s;
         let allocated = self.allocations(now) as usize;
-        (w + w.div_ceil(4)).min(allocated).clamp(min, max.max(min))
+        (w + w.div_ceil(4).max(net.ceil() as usize))
+            .min(allocated)
+            .clamp(min, max.max(min))
     }
 }
 
@@ -569,6 +578,36 @@ mod tests {
         }
         let now = at(t0, 3000);
         assert!(t.warm(now, 0, 64) < default.warm(now, 0, 64));
+    }
+
+    #[test]
+    fn a_rise_keeps_what_it_will_take_before_the_next_check() {
+        // Three a second, one a second released: a shrink keeps the two
+        // a second net demand of a 2 s check beyond the warm-up target
+        // (a quarter more gave back what the rise took right after, and
+        // its pods waited for it to be asked again).
+        let t0 = Instant::now();
+        let mut rise = IdleTarget::new(true, CHECK, t0);
+        for _ in 0..20 {
+            rise.refilled(Duration::from_millis(250));
+        }
+        for i in 0..18 {
+            rise.allocated(at(t0, i * 333));
+            if i % 3 == 0 {
+                rise.released(at(t0, i * 333 + 100));
+            }
+        }
+        let now = at(t0, 6000);
+        let (warm, keep) = (rise.warm(now, 0, 64), rise.keep(now, 0, 64));
+        assert!(keep >= warm + 4, "warm {warm} keep {keep}");
+        // Steady churn: a quarter more only.
+        let mut churn = IdleTarget::new(true, CHECK, t0);
+        for i in 0..24 {
+            churn.allocated(at(t0, i * 250));
+            churn.released(at(t0, i * 250 + 125));
+        }
+        let (warm, keep) = (churn.warm(now, 0, 64), churn.keep(now, 0, 64));
+        assert_eq!(keep, warm + warm.div_ceil(4));
     }
 
     #[test]
