@@ -12,20 +12,22 @@
 //! lead time as a moving average of the pool's own top-ups (from the
 //! moment the pool asked one to its addresses being usable; a top-up
 //! does not wait out the aggregation window, see `worker`). The warm-up
-//! target is the net demand during one refill (none when releases
-//! outpace allocations) with a margin of two standard deviations of the
-//! arrivals in that time (taken as Poisson), but never more than were
-//! allocated in the whole window (one pod is not a rate); the shrink keeps at most a quarter more
-//! (within the same count). Both stay within `min_pool_size` and
-//! `max_pool_size`, which remain the bounds. With no allocation for a
-//! whole window the target is 0 and the pool goes back to
-//! `min_pool_size`.
+//! target is the least count that the arrivals during one refill, less
+//! the releases meanwhile (both taken as Poisson: their difference is a
+//! Skellam variable), exceed with a chance of at most [`WAIT_RISK`], but
+//! never more than were allocated in the whole window (one pod is not a
+//! rate); the shrink keeps at most a quarter more or, while allocations
+//! outpace releases, what that difference takes before the next pool
+//! check if more (within the same count). Both stay within
+//! `min_pool_size` and `max_pool_size`, which remain the bounds. With no
+//! allocation for a whole window the target is 0 and the pool goes back
+//! to `min_pool_size`.
 //!
 //! A surplus no pod will take ([`IdleTargets::untaken`]: idle above what
 //! the shrink keeps by more than the allocations expected before the
-//! next pool check, as when a storm's pods leave) brings the pool check
-//! forward to a tenth of a pool check after it appears
-//! ([`SurplusWatch`], [`SURPLUS_GIVE_BACK`]).
+//! next pool check less the releases expected meanwhile, as when a
+//! storm's pods leave) brings the pool check forward to a tenth of a pool
+//! check after it appears ([`SurplusWatch`], [`SURPLUS_GIVE_BACK`]).
 //!
 //! Static (`adaptive_pool` false): the warm-up target is `min_pool_size`
 //! and the shrink keeps `max_pool_size`, as Terway's pool does; nothing
@@ -365,16 +367,19 @@ fn drop_within(arrivals: f64, releases: f64, risk: f64) -> usize {
         above[k] = tail;
         tail += a[k];
     }
-    (0..na)
-        .find(|&k| {
-            let p: f64 = r
-                .iter()
-                .enumerate()
-                .map(|(j, pr)| pr * above[k + j])
-                .sum();
-            p <= risk
-        })
-        .unwrap_or(na)
+    // The chance of a fall beyond k shrinks as k grows: a binary search
+    // (a few sums of `nr` terms, even for the means of a busy node).
+    let beyond = |k: usize| -> f64 { r.iter().enumerate().map(|(j, pr)| pr * above[k + j]).sum() };
+    let (mut lo, mut hi) = (0, na);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if beyond(mid) <= risk {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
 }
 
 /// The events counted in the `n` buckets up to `slot` (its own
@@ -523,7 +528,11 @@ mod tests {
             t.allocated(at(t0, i * 250));
             t.released(at(t0, i * 250 + 125));
         }
-        assert!(t.warm(at(t0, 6000), 0, 64) >= 3, "{}", t.warm(at(t0, 6000), 0, 64));
+        assert!(
+            t.warm(at(t0, 6000), 0, 64) >= 3,
+            "{}",
+            t.warm(at(t0, 6000), 0, 64)
+        );
     }
 
     #[test]
