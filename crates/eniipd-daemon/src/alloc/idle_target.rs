@@ -12,20 +12,22 @@
 //! lead time as a moving average of the pool's own top-ups (from the
 //! moment the pool asked one to its addresses being usable; a top-up
 //! does not wait out the aggregation window, see `worker`). The warm-up
-//! target is the net demand during one refill (none when releases
-//! outpace allocations) with a margin of two standard deviations of the
-//! arrivals in that time (taken as Poisson), but never more than were
-//! allocated in the whole window (one pod is not a rate); the shrink keeps at most a quarter more
-//! (within the same count). Both stay within `min_pool_size` and
-//! `max_pool_size`, which remain the bounds. With no allocation for a
-//! whole window the target is 0 and the pool goes back to
-//! `min_pool_size`.
+//! target is the least count that the arrivals during one refill, less
+//! the releases meanwhile (both taken as Poisson: their difference is a
+//! Skellam variable), exceed with a chance of at most [`WAIT_RISK`], but
+//! never more than were allocated in the whole window (one pod is not a
+//! rate); the shrink keeps at most a quarter more or, while allocations
+//! outpace releases, what that difference takes before the next pool
+//! check if more (within the same count). Both stay within
+//! `min_pool_size` and `max_pool_size`, which remain the bounds. With no
+//! allocation for a whole window the target is 0 and the pool goes back
+//! to `min_pool_size`.
 //!
 //! A surplus no pod will take ([`IdleTargets::untaken`]: idle above what
 //! the shrink keeps by more than the allocations expected before the
-//! next pool check, as when a storm's pods leave) brings the pool check
-//! forward to a tenth of a pool check after it appears
-//! ([`SurplusWatch`], [`SURPLUS_GIVE_BACK`]).
+//! next pool check less the releases expected meanwhile, as when a
+//! storm's pods leave) brings the pool check forward to a tenth of a pool
+//! check after it appears ([`SurplusWatch`], [`SURPLUS_GIVE_BACK`]).
 //!
 //! Static (`adaptive_pool` false): the warm-up target is `min_pool_size`
 //! and the shrink keeps `max_pool_size`, as Terway's pool does; nothing
@@ -54,6 +56,11 @@ const DEFAULT_LEAD: Duration = Duration::from_secs(1);
 /// Weight of a new cold wait in the lead time's average.
 const LEAD_WEIGHT: f64 = 0.3;
 
+/// The chance, at most, that the pods arriving during one refill take
+/// more than the idle addresses ready (less what releases give back
+/// meanwhile): the warm-up target's margin.
+const WAIT_RISK: f64 = 0.01;
+
 /// The rate and lead-time tracker, with the invariants in the module's doc.
 #[derive(Debug, Clone)]
 pub(crate) struct IdleTarget {
@@ -65,6 +72,8 @@ pub(crate) struct IdleTarget {
     /// The same for releases.
     released: [(u64, u32); BUCKETS],
     lead_s: f64,
+    /// `pool_check_interval`: how long a shrink's keep must last.
+    check_s: f64,
 }
 
 impl IdleTarget {
@@ -79,6 +88,7 @@ impl IdleTarget {
             counts: [(u64::MAX, 0); BUCKETS],
             released: [(u64::MAX, 0); BUCKETS],
             lead_s: DEFAULT_LEAD.as_secs_f64(),
+            check_s: pool_check_interval.as_secs_f64(),
         }
     }
 
@@ -144,9 +154,7 @@ impl IdleTarget {
         if allocs <= 0.0 {
             return 0;
         }
-        let net = (allocs - releases).max(0.0) * self.lead_s;
-        let arrivals = allocs * self.lead_s;
-        let wanted = (net + 2.0 * arrivals.sqrt()).ceil() as usize;
+        let wanted = drop_within(allocs * self.lead_s, releases * self.lead_s, WAIT_RISK);
         // One pod is not a rate: never more ready than were allocated in
         // the whole window.
         wanted.min(self.allocations(now) as usize)
@@ -161,14 +169,20 @@ impl IdleTarget {
     }
 
     /// Idle addresses a shrink keeps at most, within `[min, max]` and
-    /// never under [`Self::warm`].
+    /// never under [`Self::warm`]: the warm-up target and a quarter more,
+    /// or, when allocations outpace releases (a rise), what that net
+    /// demand takes before the next pool check if more (what it would
+    /// take is not given back only to be asked for again).
     pub(crate) fn keep(&self, now: Instant, min: usize, max: usize) -> usize {
         if !self.adaptive {
             return max.max(min);
         }
         let w = self.wanted(now);
+        let net = (self.rate(now) - self.release_rate(now)).max(0.0) * self.check_s;
         let allocated = self.allocations(now) as usize;
-        (w + w.div_ceil(4)).min(allocated).clamp(min, max.max(min))
+        (w + w.div_ceil(4).max(net.ceil() as usize))
+            .min(allocated)
+            .clamp(min, max.max(min))
     }
 }
 
@@ -221,13 +235,19 @@ impl IdleTargets {
 
     /// Whether `idle` addresses hold a surplus no pod will take: more
     /// above what a shrink keeps than the allocations expected before
-    /// the next pool check (never when static).
+    /// the next pool check, less the releases expected meanwhile (under
+    /// steady churn what pods take, others give back: the surplus
+    /// stays), never when static.
     pub(crate) fn untaken(&self, now: Instant, idle: usize, min: usize, max: usize) -> bool {
         if !self.adaptive {
             return false;
         }
         let keep = self.keep(now, min, max);
-        let rate: f64 = self.by_set.values().map(|t| t.rate(now)).sum();
+        let rate: f64 = self
+            .by_set
+            .values()
+            .map(|t| (t.rate(now) - t.release_rate(now)).max(0.0))
+            .sum();
         let expected = rate * self.pool_check_interval.as_secs_f64();
         idle.saturating_sub(keep) as f64 > expected
     }
@@ -315,6 +335,51 @@ impl SurplusWatch {
         self.left = Some(idle);
         self.checked = Some(now);
     }
+}
+
+/// The least `k` such that the idle count falls by more than `k` with a
+/// chance of at most `risk`, when `arrivals` and `releases` are the
+/// means of two Poisson counts over the same time (the fall is their
+/// difference, a Skellam variable: releases give back what arrivals take,
+/// but their variance adds). Summed in log space, so that large means do
+/// not underflow.
+fn drop_within(arrivals: f64, releases: f64, risk: f64) -> usize {
+    fn pmf(mean: f64, n: usize) -> Vec<f64> {
+        let mut lp = -mean;
+        let ln_mean = mean.max(f64::MIN_POSITIVE).ln();
+        (0..n)
+            .map(|k| {
+                if k > 0 {
+                    lp += ln_mean - (k as f64).ln();
+                }
+                lp.exp()
+            })
+            .collect()
+    }
+    let n = |mean: f64| (mean + 12.0 * mean.sqrt() + 12.0).ceil() as usize;
+    let (na, nr) = (n(arrivals), n(releases));
+    let a = pmf(arrivals, na);
+    let r = pmf(releases, nr);
+    // above[k]: the chance of more than k arrivals.
+    let mut above = vec![0.0; na + nr + 1];
+    let mut tail = 0.0;
+    for k in (0..na).rev() {
+        above[k] = tail;
+        tail += a[k];
+    }
+    // The chance of a fall beyond k shrinks as k grows: a binary search
+    // (a few sums of `nr` terms, even for the means of a busy node).
+    let beyond = |k: usize| -> f64 { r.iter().enumerate().map(|(j, pr)| pr * above[k + j]).sum() };
+    let (mut lo, mut hi) = (0, na);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if beyond(mid) <= risk {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
 }
 
 /// The events counted in the `n` buckets up to `slot` (its own
@@ -439,6 +504,38 @@ mod tests {
     }
 
     #[test]
+    fn the_margin_covers_the_bursts_of_poisson_arrivals() {
+        // One arrival expected per refill: more than 3 come one time in
+        // 53, more than 4 one time in 270.
+        assert_eq!(drop_within(1.0, 0.0, WAIT_RISK), 4);
+        // As many releases: they give back what arrivals take, but the
+        // fall is as likely to exceed 2 as 3 is to be exceeded alone.
+        assert_eq!(drop_within(1.0, 1.0, WAIT_RISK), 3);
+        assert_eq!(drop_within(0.0, 0.0, WAIT_RISK), 0);
+        assert_eq!(drop_within(0.0, 5.0, WAIT_RISK), 0);
+        // Large means neither underflow nor lose the tail (1000 + 2.33 sd).
+        let big = drop_within(1000.0, 0.0, WAIT_RISK);
+        assert!((1065..1085).contains(&big), "{big}");
+        // Four a second come and go, refills of 250 ms: three ready, where
+        // two standard deviations of the arrivals alone made two (a
+        // burst of four within a refill, one in 53, made pods wait).
+        let t0 = Instant::now();
+        let mut t = IdleTarget::new(true, CHECK, t0);
+        for _ in 0..20 {
+            t.refilled(Duration::from_millis(250));
+        }
+        for i in 0..24 {
+            t.allocated(at(t0, i * 250));
+            t.released(at(t0, i * 250 + 125));
+        }
+        assert!(
+            t.warm(at(t0, 6000), 0, 64) >= 3,
+            "{}",
+            t.warm(at(t0, 6000), 0, 64)
+        );
+    }
+
+    #[test]
     fn slower_refills_want_more_ready() {
         let t0 = Instant::now();
         let mut quick = IdleTarget::new(true, CHECK, t0);
@@ -493,29 +590,83 @@ mod tests {
     }
 
     #[test]
+    fn a_rise_keeps_what_it_will_take_before_the_next_check() {
+        // Three a second, one a second released: a shrink keeps the two
+        // a second net demand of a 2 s check beyond the warm-up target
+        // (a quarter more gave back what the rise took right after, and
+        // its pods waited for it to be asked again).
+        let t0 = Instant::now();
+        let mut rise = IdleTarget::new(true, CHECK, t0);
+        for _ in 0..20 {
+            rise.refilled(Duration::from_millis(250));
+        }
+        for i in 0..18 {
+            rise.allocated(at(t0, i * 333));
+            if i % 3 == 0 {
+                rise.released(at(t0, i * 333 + 100));
+            }
+        }
+        let now = at(t0, 6000);
+        let (warm, keep) = (rise.warm(now, 0, 64), rise.keep(now, 0, 64));
+        assert!(keep >= warm + 4, "warm {warm} keep {keep}");
+        // Steady churn: a quarter more only.
+        let mut churn = IdleTarget::new(true, CHECK, t0);
+        for i in 0..24 {
+            churn.allocated(at(t0, i * 250));
+            churn.released(at(t0, i * 250 + 125));
+        }
+        let (warm, keep) = (churn.warm(now, 0, 64), churn.keep(now, 0, 64));
+        assert_eq!(keep, warm + warm.div_ceil(4));
+    }
+
+    #[test]
     fn a_surplus_no_pod_will_take_is_seen() {
         let t0 = Instant::now();
         let mut t = IdleTargets::new(true, CHECK, t0);
-        // Four a second, then all leaving: keep is the margin only.
+        // Four a second, nothing released, the last 600 ms quiet: what
+        // the next check's may take (19 in the 6 s window: 19/6 a second
+        // over 2 s, 6.3) is
+        // not a surplus; beyond it is.
         for i in 0..24 {
             t.allocated(None, at(t0, i * 250));
         }
+        let now = at(t0, 6600);
+        let keep = t.keep(now, 0, 64);
+        assert!(!t.untaken(now, keep + 6, 0, 64));
+        assert!(t.untaken(now, keep + 7, 0, 64));
+        // Then all leaving: releases outpace allocations, so nothing
+        // beyond what a shrink keeps will be taken.
         for i in 0..60 {
             t.released(None, at(t0, 6000 + i * 10));
         }
         let now = at(t0, 6600);
         let keep = t.keep(now, 0, 64);
-        // 19 allocations in the 6 s window: what the next check's may
-        // take (19/6 a second over 2 s, 6.3) is not a surplus; beyond
-        // it is.
-        assert!(!t.untaken(now, keep + 6, 0, 64));
-        assert!(t.untaken(now, keep + 7, 0, 64));
+        assert!(!t.untaken(now, keep, 0, 64));
+        assert!(t.untaken(now, keep + 1, 0, 64));
         // Once allocation stopped for a whole window, any surplus is.
         let quiet = at(t0, 6000 + 6500);
         assert!(t.untaken(quiet, 1, 0, 64));
         assert!(!t.untaken(quiet, 0, 0, 64));
         // Static pools give back at their checks only.
         assert!(!IdleTargets::new(false, CHECK, t0).untaken(quiet, 50, 0, 5));
+    }
+
+    #[test]
+    fn under_steady_churn_a_surplus_is_not_taken() {
+        // Four a second come and four go: what pods take, others give
+        // back, so idle beyond what a shrink keeps stays idle (before,
+        // the four a second of allocations alone made 8 over a 2 s check
+        // look taken).
+        let t0 = Instant::now();
+        let mut t = IdleTargets::new(true, CHECK, t0);
+        for i in 0..24 {
+            t.allocated(None, at(t0, i * 250));
+            t.released(None, at(t0, i * 250 + 125));
+        }
+        let now = at(t0, 6000);
+        let keep = t.keep(now, 0, 64);
+        assert!(!t.untaken(now, keep, 0, 64));
+        assert!(t.untaken(now, keep + 2, 0, 64), "keep {keep}");
     }
 
     #[test]
