@@ -18,11 +18,12 @@
 //! its time went (the owner's lock, eniipd, the datapath), and its
 //! netlink time by kind of request (which requests cost).
 //!
-//! Before each storm the bench waits (at most two minutes) until the
-//! kernel answers a request that takes RTNL at once ([`settle`]): it
-//! dismantles the namespaces of the last storm's pods (and of the last
-//! world) later, holding RTNL for seconds, and the next storm, whichever
-//! plugin's, would pay for it.
+//! Before each storm the bench waits (at most two minutes, and prints how
+//! long) until the kernel has dismantled the namespaces of the last
+//! storm's pods and of the last world ([`settle`]: its count of network
+//! namespaces no longer falls and it answers a request that takes RTNL at
+//! once): its `cleanup_net` does that later, holding RTNL, and the next
+//! storm, whichever plugin's, would pay for it.
 //!
 //! Everything is inside the tests' world (tests/it/cnienv: node and VPC
 //! namespaces, eniipd against eniip-sim on loopback) and containerd's own
@@ -76,20 +77,45 @@ pub(crate) fn as_wrapper() -> Option<i32> {
     if name == "eniip-cni" {
         c.env(eniip_cni::add_profile::VAR, dir.join(PROFILE));
     }
-    let t = Instant::now();
-    let status = c.status();
-    let us = t.elapsed().as_micros();
-    let line = format!(
-        "{name} {} {} {us}\n",
+    let call = format!(
+        "{name} {} {}",
         std::env::var("CNI_COMMAND").unwrap_or_default(),
         std::env::var("CNI_CONTAINERID").unwrap_or_default()
     );
+    mark(&format!("{call} start"));
+    let t = Instant::now();
+    let status = c.status();
+    let us = t.elapsed().as_micros();
+    mark(&format!("{call} end {us}"));
+    let line = format!("{call} {us}\n");
     let _ = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join(TIMES))
         .and_then(|mut f| f.write_all(line.as_bytes()));
     Some(status.ok().and_then(|s| s.code()).unwrap_or(1))
+}
+
+/// The variable that turns [`mark`] on: the path of a tracefs
+/// `trace_marker` (containerd passes the bench's environment to the
+/// plugins it runs, so the wrapper sees it too).
+const TRACE_MARKER: &str = "ENIIP_STORM_TRACE_MARKER";
+
+/// A line in the kernel's trace, when [`TRACE_MARKER`] names a marker
+/// file (BENCHMARKS.md, "Pod storms"): each storm's phases and each timed
+/// plugin call's start and end, so that a trace of RTNL's waiters and of
+/// the kernel's work can be read against the ADDs. Off by default, and
+/// not a file probed for: opening a path under `/sys` takes sysfs's lock
+/// for reading, the lock a veth's creation waits for under RTNL (what
+/// the storms' tail is made of), so the marks cost the storm they time.
+fn mark(line: &str) {
+    let Some(path) = std::env::var_os(TRACE_MARKER) else {
+        return;
+    };
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
 }
 
 /// One storm's figures (milliseconds).
@@ -110,7 +136,7 @@ struct Storm {
     totals: Vec<f64>,
     load: String,
     /// The wait for the kernel before it ([`settle`]).
-    settled: Duration,
+    settled: Settled,
 }
 
 /// The 1-minute load average.
@@ -174,22 +200,54 @@ fn kinds(line: &str) -> Vec<(String, u64, f64)> {
 }
 
 /// A request that takes the kernel's RTNL, this fast, three times in a
-/// row: the kernel is done with what the last storm or world left (it
-/// dismantles a removed namespace's links later, holding RTNL, for
-/// seconds after a storm's pods are gone).
+/// row, is one sign the kernel is done with what the last storm or world
+/// left.
 const SETTLED: Duration = Duration::from_millis(5);
-/// The longest wait for it.
+/// The other: the kernel's count of network namespaces has not fallen
+/// for this long. A removed namespace is dismantled later, by the
+/// kernel's `cleanup_net` work, which holds RTNL while it unregisters the
+/// namespace's links (a pod's veth, both ends) and frees the namespace
+/// last; a fast request alone passes in the gaps between its batches.
+const NAMESPACES_STILL: Duration = Duration::from_secs(2);
+/// The longest wait for both.
 const SETTLE_WITHIN: Duration = Duration::from_secs(120);
 
-/// Waits until the kernel no longer holds RTNL for what came before
-/// (see [`SETTLED`]), so that a storm does not pay for the last one;
-/// how long that took.
-fn settle(w: &World) -> Duration {
+/// The kernel's network namespaces, live ones and removed ones not yet
+/// dismantled: the `net_namespace` slab's objects in use
+/// (/proc/slabinfo, root only); None where it cannot be read.
+fn namespaces() -> Option<u64> {
+    let slabs = std::fs::read_to_string("/proc/slabinfo").ok()?;
+    slabs
+        .lines()
+        .find_map(|l| l.strip_prefix("net_namespace "))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// What [`settle`] waited for: how long, and the namespaces at its start
+/// and end.
+#[derive(Debug, Default)]
+struct Settled {
+    took: Duration,
+    namespaces: Option<(u64, u64)>,
+    /// It gave up at [`SETTLE_WITHIN`].
+    timed_out: bool,
+}
+
+/// Waits until the kernel has dismantled what the last storm or world
+/// removed (its count of network namespaces no longer falls, see
+/// [`NAMESPACES_STILL`], and RTNL is free, see [`SETTLED`]), so that no
+/// storm, whichever plugin's, pays for the one before it.
+fn settle(w: &World) -> Settled {
     let t = Instant::now();
     let node = std::fs::File::open(w.node.path()).expect("the node namespace");
     let mut nl = eniip_cni::netns::netlink_in(&node).expect("a netlink socket in the node");
+    let first = namespaces();
+    let (mut count, mut fell) = (first, Instant::now());
     let mut fast = 0;
-    while fast < 3 && t.elapsed() < SETTLE_WITHIN {
+    loop {
         let probe = Instant::now();
         // lo (ifindex 1) is up already: a change of nothing, under RTNL.
         nl.set_up(1).expect("set lo up in the node");
@@ -198,14 +256,28 @@ fn settle(w: &World) -> Duration {
         } else {
             0
         };
+        let now = namespaces();
+        if now < count {
+            fell = Instant::now();
+        }
+        count = now;
+        let done = fast >= 3 && (now.is_none() || fell.elapsed() >= NAMESPACES_STILL);
+        if done || t.elapsed() >= SETTLE_WITHIN {
+            return Settled {
+                took: t.elapsed(),
+                namespaces: first.zip(now),
+                timed_out: !done,
+            };
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
-    t.elapsed()
 }
 
 /// Starts `n` pods at once on `c`, then stops and removes every pod.
 fn storm(c: &Containerd, w: &World, n: usize, label: &str, prefix: &str) -> Storm {
+    mark(&format!("storm {label} settle"));
     let settled = settle(w);
+    mark(&format!("storm {label} start"));
     let w = Some(w).filter(|_| !label.starts_with("ptp"));
     let (times, profile) = (c.dir.join(TIMES), c.dir.join(PROFILE));
     let (t0, p0) = (len(&times), len(&profile));
@@ -229,6 +301,7 @@ fn storm(c: &Containerd, w: &World, n: usize, label: &str, prefix: &str) -> Stor
             None => s.failed.push(format!("{}: {}", p["name"], p["error"])),
         }
     }
+    mark(&format!("storm {label} end"));
     let cleaned = c
         .cri(&["clean"])
         .unwrap_or_else(|e| panic!("removing the storm's pods: {e}"));
@@ -236,6 +309,7 @@ fn storm(c: &Containerd, w: &World, n: usize, label: &str, prefix: &str) -> Stor
         cleaned["errors"].as_array().is_some_and(Vec::is_empty),
         "removing the storm's pods: {cleaned}"
     );
+    mark(&format!("storm {label} cleaned"));
     for l in lines_from(&times, t0) {
         let f: Vec<&str> = l.split(' ').collect();
         if f.len() == 4 && f[1] == "ADD" {
@@ -405,9 +479,17 @@ fn print(storms: &[Storm], took: Duration) {
             r99,
             s.load
         );
+        let count = s.settled.namespaces.map_or(String::new(), |(a, b)| {
+            format!(", network namespaces {a} -> {b}")
+        });
         println!(
-            "      (the kernel settled {:.1} s before it)",
-            s.settled.as_secs_f64()
+            "      (waited {:.1} s for the kernel before it{count}{})",
+            s.settled.took.as_secs_f64(),
+            if s.settled.timed_out {
+                ": gave up, it did not settle"
+            } else {
+                ""
+            }
         );
         for f in s.failed.iter().take(3) {
             println!("      failed: {f}");
