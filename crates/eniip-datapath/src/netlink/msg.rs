@@ -221,7 +221,7 @@ fn table_byte(table: u32) -> u8 {
 
 /// The attributes from `bytes` on, as (type, payload); the read ends at
 /// the first one that runs past `bytes`.
-pub(super) fn attrs(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+fn attrs(bytes: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
     let mut rest = bytes;
     std::iter::from_fn(move || {
         if rest.len() < 4 {

@@ -625,8 +625,7 @@ mod tests {
         let mut t = IdleTargets::new(true, CHECK, t0);
         // Four a second, nothing released, the last 600 ms quiet: what
         // the next check's may take (19 in the 6 s window: 19/6 a second
-        // over 2 s, 6.3) is
-        // not a surplus; beyond it is.
+        // over 2 s, 6.3) is not a surplus; beyond it is.
         for i in 0..24 {
             t.allocated(None, at(t0, i * 250));
         }
