@@ -47,8 +47,16 @@ pub(crate) struct Unit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Origin {
     /// A client's demand (or what rides with it): more may be on its
-    /// way, so the batch gathers for the aggregation window.
-    Pod,
+    /// way, so the batch gathers until its oldest demand has waited the
+    /// aggregation window. Demand that waited it already (for room in
+    /// the backlog, behind the worker's last call) gathers no longer:
+    /// it is asked once its batch is whole, like the pool's.
+    Pod {
+        /// When the oldest client of the planner's batch asked.
+        since: Instant,
+        /// The last unit of the planner's batch.
+        last: bool,
+    },
     /// The pool's own top-up, planned as one batch; `last`: the batch is
     /// whole with this unit, nothing more is coming for it.
     Pool {

@@ -2,15 +2,16 @@
 //!
 //! It waits on its bounded backlog (capacity 10, or 10 x 16 in prefix
 //! mode) and its control channel. When a unit of demand arrives it
-//! aggregates more for the aggregation window (300 ms by default),
-//! stopping early once it has `max_ips_per_call` units (in prefix mode:
-//! enough for `max_ips_per_call` /28s). A top-up the pool planned for
-//! itself knows its whole batch: its last unit says so
-//! ([`Origin::Pool`]), and the worker asks once no unit has come for
-//! 50 ms instead of waiting out the window (the top-ups of one burst of
-//! allocations still share a call; a pod's unit in the batch, client
-//! demand, gathers for the whole window). Then it asks for all of them
-//! in ONE
+//! aggregates more until the oldest client demand in the batch has
+//! waited the aggregation window (300 ms by default) since its client
+//! asked, stopping early once it has `max_ips_per_call` units (in prefix
+//! mode: enough for `max_ips_per_call` /28s). The planner marks the last
+//! unit of each batch it queues ([`Origin`]): a top-up the pool planned
+//! for itself, and client demand that has waited its window already (in
+//! the actor, for room in this backlog while the last call ran), is
+//! asked once its batch is whole and no unit has come for 50 ms, instead
+//! of waiting a window more (the top-ups of one burst of allocations
+//! still share a call). Then it asks for all of them in ONE
 //! AssignPrivateIpAddresses call (paired with AssignIpv6Addresses in dual
 //! stack; with `Ipv4PrefixCount` for prefix units), waits (bounded) for
 //! metadata to show single addresses, and reports the outcome for exactly
@@ -269,10 +270,13 @@ fn run(
 /// enough for one call of the first unit's kind (`max_per_call` addresses,
 /// or `max_per_call` /28s); returns the prefix and the single units.
 ///
-/// A batch of the pool's own top-up closes at its last unit: it takes
+/// A pod's demand gathers until its oldest client has waited the window
+/// (counted from the client's ask, not from this pickup: demand that
+/// waited in the actor for backlog room, behind this worker's last call,
+/// has gathered already). A batch of the pool's own top-up, and pod
+/// demand past its window, close at the planner's last unit: they take
 /// what is queued and what comes within [`POOL_QUIET`] of the last unit,
-/// and waits no longer. Once a pod's unit is in the batch, it gathers
-/// for the whole window.
+/// and wait no longer.
 fn gather(first: Unit, backlog: &Receiver<Unit>, cfg: &WorkerConfig) -> (Vec<Unit>, Vec<Unit>) {
     let per_unit = |k: Kind| match k {
         Kind::Prefix => 1,
@@ -282,32 +286,42 @@ fn gather(first: Unit, backlog: &Receiver<Unit>, cfg: &WorkerConfig) -> (Vec<Uni
     let budget = cfg.max_per_call * PER_PREFIX;
     let mut used = per_unit(first.kind);
     let (mut prefix, mut single) = (Vec::new(), Vec::new());
-    let (mut pod, mut closed) = (false, false);
+    // When the oldest pod demand in the batch has waited the window, and
+    // whether a planner's batch is whole.
+    let (mut pods_until, mut closed): (Option<Instant>, bool) = (None, false);
     let mut push = |u: Unit| {
         match u.origin {
-            Origin::Pod => pod = true,
+            Origin::Pod { since, last } => {
+                let until = since + cfg.window;
+                pods_until = Some(pods_until.map_or(until, |t| t.min(until)));
+                closed |= last;
+            }
             Origin::Pool { last } => closed |= last,
         }
         match u.kind {
             Kind::Prefix => prefix.push(u),
             Kind::Single => single.push(u),
         }
-        (pod, closed)
+        (pods_until, closed)
     };
-    let (mut has_pod, mut whole) = push(first);
+    let (mut pods, mut whole) = push(first);
+    // No batch gathers longer than one window from its pickup.
     let deadline = Instant::now() + cfg.window;
     while used < budget {
-        let next = if whole && !has_pod {
-            // The next top-up planned in the same burst rides along.
-            backlog
-                .recv_deadline(deadline.min(Instant::now() + POOL_QUIET))
-                .ok()
-        } else {
-            backlog.recv_deadline(deadline).ok()
+        let now = Instant::now();
+        let until = match pods {
+            // Fresh pod demand: until its oldest has waited the window.
+            Some(t) if t > now => t.min(deadline),
+            // Whole: the next batch planned in the same burst rides along.
+            _ if whole => deadline.min(now + POOL_QUIET),
+            // The rest of the planner's batch is on its way.
+            _ => deadline,
         };
-        let Some(u) = next else { break };
+        let Ok(u) = backlog.recv_deadline(until) else {
+            break;
+        };
         used += per_unit(u.kind);
-        (has_pod, whole) = push(u);
+        (pods, whole) = push(u);
     }
     (prefix, single)
 }
@@ -568,6 +582,32 @@ mod tests {
         units.iter().map(|u| u.ticket).collect()
     }
 
+    /// A pod's unit whose client asked just now.
+    fn fresh(last: bool) -> Origin {
+        Origin::Pod {
+            since: Instant::now(),
+            last,
+        }
+    }
+
+    /// Sends `u` once `rx` is empty (the batch was taken) and `after` more
+    /// has passed.
+    fn send_after_taken(
+        tx: &crossbeam_channel::Sender<Unit>,
+        rx: &Receiver<Unit>,
+        after: Duration,
+        u: Unit,
+    ) -> JoinHandle<()> {
+        let (tx, rx) = (tx.clone(), rx.clone());
+        std::thread::spawn(move || {
+            while !rx.is_empty() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            std::thread::sleep(after);
+            tx.send(u).unwrap();
+        })
+    }
+
     #[test]
     fn a_pool_batch_closes_at_its_last_unit() {
         let (tx, rx) = bounded(BACKLOG);
@@ -582,14 +622,7 @@ mod tests {
         // A unit that comes a while after the batch was taken, within
         // the (long) window: a batch that gathered for the window would
         // take it too.
-        let late = tx.clone();
-        let later = std::thread::spawn(move || {
-            while !late.is_empty() {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            std::thread::sleep(Duration::from_secs(1));
-            late.send(unit(99, pool(true))).unwrap();
-        });
+        let later = send_after_taken(&tx, &rx, Duration::from_secs(1), unit(99, pool(true)));
         // Queued before it closed: taken in the same call.
         let (_, single) = gather(unit(1, pool(false)), &rx, &cfg(Duration::from_secs(30)));
         assert_eq!(tickets(&single), [1, 2, 3, 4]);
@@ -597,7 +630,7 @@ mod tests {
         assert_eq!(rx.try_recv().map(|u| u.ticket), Ok(99));
         // A pod's unit queued after a closed batch rides with it, and the
         // batch then gathers for the window like any pod's.
-        tx.try_send(unit(6, Origin::Pod)).unwrap();
+        tx.try_send(unit(6, fresh(true))).unwrap();
         let (_, single) = gather(unit(5, pool(true)), &rx, &cfg(Duration::from_millis(50)));
         assert_eq!(tickets(&single), [5, 6]);
     }
@@ -608,11 +641,49 @@ mod tests {
         // A closing pool unit among pods does not end their window.
         tx.try_send(unit(2, Origin::Pool { last: true })).unwrap();
         for t in 3..=12 {
-            tx.try_send(unit(t, Origin::Pod)).unwrap();
+            tx.try_send(unit(t, fresh(t == 12))).unwrap();
         }
-        let (_, single) = gather(unit(1, Origin::Pod), &rx, &cfg(Duration::from_secs(600)));
+        let (_, single) = gather(unit(1, fresh(false)), &rx, &cfg(Duration::from_secs(600)));
         // Stopped at max_per_call (10 units), not at the pool's unit.
         assert_eq!(tickets(&single), (1..=10).collect::<Vec<_>>());
         assert_eq!(rx.len(), 2);
+    }
+
+    #[test]
+    fn fresh_pod_demand_gathers_past_its_batch_end() {
+        // More clients may be on their way: the planner's batch being
+        // whole does not end a fresh pod's window.
+        let (tx, rx) = bounded(BACKLOG);
+        tx.try_send(unit(2, fresh(true))).unwrap();
+        let later = send_after_taken(&tx, &rx, Duration::from_millis(300), unit(3, fresh(true)));
+        let (_, single) = gather(unit(1, fresh(false)), &rx, &cfg(Duration::from_secs(3)));
+        later.join().unwrap();
+        assert_eq!(tickets(&single), [1, 2, 3]);
+    }
+
+    #[test]
+    fn demand_past_its_window_gathers_no_second_one() {
+        // Its clients asked a window ago (it waited in the actor for room
+        // in the backlog while the last call ran): once its batch is
+        // whole it is asked, not held a window more from this pickup.
+        let window = Duration::from_secs(30);
+        let asked = Instant::now()
+            .checked_sub(window)
+            .expect("a monotonic clock past its first 30 s");
+        let old = |last| Origin::Pod { since: asked, last };
+        let (tx, rx) = bounded(BACKLOG);
+        tx.try_send(unit(2, old(false))).unwrap();
+        tx.try_send(unit(3, old(true))).unwrap();
+        let later = send_after_taken(&tx, &rx, Duration::from_secs(1), unit(9, fresh(true)));
+        let (_, single) = gather(unit(1, old(false)), &rx, &cfg(window));
+        later.join().unwrap();
+        assert_eq!(tickets(&single), [1, 2, 3]);
+        assert_eq!(rx.try_recv().map(|u| u.ticket), Ok(9));
+        // Not yet whole: the rest of the planner's batch still rides.
+        tx.try_send(unit(5, old(false))).unwrap();
+        let rest = send_after_taken(&tx, &rx, Duration::from_millis(200), unit(6, old(true)));
+        let (_, single) = gather(unit(4, old(false)), &rx, &cfg(window));
+        rest.join().unwrap();
+        assert_eq!(tickets(&single), [4, 5, 6]);
     }
 }

@@ -521,6 +521,16 @@ impl Demand {
         self.unticketed().map(|w| w.since).max()
     }
 
+    /// Since when the oldest of `ids` (waiters) waits.
+    pub(super) fn oldest_of(&self, ids: impl IntoIterator<Item = u64>) -> Option<Instant> {
+        let ids: Vec<u64> = ids.into_iter().collect();
+        self.waiters
+            .iter()
+            .filter(|w| ids.contains(&w.id))
+            .map(|w| w.since)
+            .min()
+    }
+
     /// Since when the oldest waiter nothing is asked for waits.
     pub(super) fn oldest_unplanned(&self) -> Option<Instant> {
         self.unticketed().map(|w| w.since).min()

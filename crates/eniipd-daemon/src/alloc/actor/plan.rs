@@ -104,7 +104,7 @@ impl Planning<'_> {
         // The surplus rides after every unit of demand.
         units.extend(std::iter::repeat_n(None, plan.surplus));
         let spare_before = self.demand.spare_tickets();
-        self.submit(plan.submits, &mut units, now_ms, want.as_ref());
+        self.submit(plan.submits, &mut units, (now, now_ms), want.as_ref());
         self.create(
             plan.creates,
             &mut units,
@@ -335,7 +335,7 @@ impl Planning<'_> {
         &mut self,
         submits: Vec<(String, usize)>,
         units: &mut VecDeque<Option<u64>>,
-        now_ms: u64,
+        (now, now_ms): (Instant, u64),
         want: Option<&SecurityGroupSet>,
     ) {
         for (eni, n) in submits {
@@ -357,6 +357,11 @@ impl Planning<'_> {
             // as planned: its worker asks it at once (see `worker`).
             let count = if units.len() >= n { total } else { units.len() };
             let pool_only = units.iter().take(n).all(Option::is_none);
+            // The batch's demand gathers from its oldest client's ask.
+            let since = self
+                .demand
+                .oldest_of(units.iter().take(n).flatten().copied())
+                .unwrap_or(now);
             for i in 0..count {
                 // The planner's `n` units first, then the surplus.
                 let unit = if i < n {
@@ -368,11 +373,10 @@ impl Planning<'_> {
                     None
                 };
                 let t = self.demand.new_ticket_in(unit, &vswitch, want.cloned());
+                let last = i + 1 == count;
                 let origin = match pool_only {
-                    true => Origin::Pool {
-                        last: i + 1 == count,
-                    },
-                    false => Origin::Pod,
+                    true => Origin::Pool { last },
+                    false => Origin::Pod { since, last },
                 };
                 if !self.workers.submit(&eni, t, (kind, v6), origin) {
                     self.demand.end_ticket(t);

@@ -172,7 +172,11 @@ mod tests {
         assert!(w.has("eni-1") && !w.has("eni-3"));
         assert!(w.backlog_free("eni-1").is_some_and(|n| n > 0));
         assert_eq!(w.backlog_free("eni-3"), None);
-        assert!(!w.submit("eni-3", 1, (Kind::Single, None), Origin::Pod));
+        let pod = Origin::Pod {
+            since: std::time::Instant::now(),
+            last: true,
+        };
+        assert!(!w.submit("eni-3", 1, (Kind::Single, None), pod));
         assert!(!w.unassign("eni-3", Vec::new(), Vec::new()));
         let h = w.stop("eni-1").expect("a running worker's thread");
         h.join().unwrap();
