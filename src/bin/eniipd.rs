@@ -5,9 +5,6 @@ use std::process::ExitCode;
 use eniipd_daemon::daemon::args;
 
 fn main() -> ExitCode {
-    // Before any thread starts: one malloc arena for every thread.
-    eniip_util::memory::one_arena();
-    eniip_util::memory::no_huge_pages();
     match eniip_protocol::cli::settle("eniipd", args::HELP, args::parse(std::env::args().skip(1))) {
         Ok(a) => ExitCode::from(u8::try_from(eniipd_daemon::daemon::run(a)).unwrap_or(1)),
         Err(code) => code,

@@ -26,8 +26,8 @@
 /// Every thread allocates from the main arena, unless the environment
 /// sets the number of arenas itself (`MALLOC_ARENA_MAX`, or
 /// `glibc.malloc.arena_max` in `GLIBC_TUNABLES`: an operator's choice
-/// wins). Call it first thing in `main`, before any thread starts (an
-/// arena, once made, stays).
+/// wins). Call it before any thread starts (an arena, once made,
+/// stays), once the log is set up (a refusal is logged at debug level).
 pub fn one_arena() {
     if arenas_set_by(
         std::env::var_os("MALLOC_ARENA_MAX").is_some(),
@@ -51,8 +51,9 @@ pub fn one_arena() {
 /// 2 MiB-aligned stretch of the heap or a stack with one huge page, all of
 /// it resident for the few KiB a small daemon touches (an arm64 VM showed
 /// one such 2 MiB page left a minute after 240 connections had gone).
-/// Call it first thing in `main`; children inherit it. A kernel that
-/// refuses it (no THP) changes nothing.
+/// Call it early, before any thread or child starts (children inherit
+/// it), once the log is set up. A kernel that refuses it (no THP)
+/// changes nothing.
 pub fn no_huge_pages() {
     #[cfg(target_os = "linux")]
     if let Err(e) = nix::sys::prctl::set_thp_disable(true) {

@@ -86,6 +86,10 @@ pub fn run(args: Args) -> i32 {
         eprintln!("eniipd: {e} (try --help)");
         return exit::USAGE;
     }
+    // Before any thread starts (one malloc arena for every thread), and
+    // once the log is set up: a refusal is said at debug level.
+    eniip_util::memory::one_arena();
+    eniip_util::memory::no_huge_pages();
     // Before anything else: a signal during start-up is then never the
     // default action (death), and one that comes before readiness is
     // handled once serving starts.
