@@ -271,20 +271,36 @@ fn add_profiled(conf: &NetConf, env: &Env, profile: &mut Profile) -> Result<Stri
 /// middle) it is waited for, up to `daemonWait` at a time and
 /// [`eniipd_client::ADD_BUDGET`] in all, and asked again: `alloc` for a sandbox
 /// is idempotent.
+///
+/// The `show` and the `alloc` go in the `ping`'s write (one round trip,
+/// where three cost an ADD under a pod storm tens of milliseconds of
+/// waiting for the scheduler), answered in order, so the `show` still
+/// sees the owner as it was before this ADD's `alloc`. One case differs:
+/// a `ping` not answered in time leaves its `alloc` in doubt, and the
+/// next try's `show` may see the owner held by this ADD itself. It then
+/// counts as held before: a failed ADD keeps the address rather than
+/// risk taking it from a running pod, and the runtime's DEL gives it back.
 fn allocate(conf: &NetConf, owner: &str, alloc: &str) -> Result<(Client, bool, Reply), CniError> {
     let started = Instant::now();
     let mut held_before = None;
+    let show = format!("show {owner}");
     loop {
         let left = eniipd_client::ADD_BUDGET.saturating_sub(started.elapsed());
-        let mut c = Client::connect_waiting(&conf.socket, conf.daemon_wait.min(left))?;
+        // One write, one round trip: the `ping`, the `show` (until it is
+        // answered once) and the `alloc`, answered in this order.
+        let then = match held_before {
+            None => vec![show.as_str(), alloc],
+            Some(_) => vec![alloc],
+        };
+        let mut c = Client::connect_waiting_then(&conf.socket, conf.daemon_wait.min(left), &then)?;
         let mut ask = || {
             let held = match held_before {
                 Some(h) => h,
-                None => c.ask_found(&format!("show {owner}"))?.is_some(),
+                None => c.read_found("show")?.is_some(),
             };
             held_before = Some(held);
             let left = eniipd_client::ADD_BUDGET.saturating_sub(started.elapsed());
-            c.alloc_within(alloc, left).map(|reply| (held, reply))
+            c.read_alloc(left).map(|reply| (held, reply))
         };
         match ask() {
             Err(e)

@@ -1,14 +1,15 @@
 //! eniipd's line protocol from the plugin's side: the protocol's client
 //! ([`eniip_protocol::protocol::client`], which keeps the deadlines) with its
 //! failures as CNI errors. One connection per invocation, checked with a
-//! `ping` first.
+//! `ping` first; ADD writes its requests behind that `ping`, in the same
+//! write, so its whole conversation is one round trip.
 //!
 //! An eniipd that cannot be asked (away: its socket missing or refusing,
 //! stopped, restarting, replaced by a rollout; or not answering `ping`
 //! within [`PING_TIMEOUT`](eniip_protocol::protocol::client::PING_TIMEOUT), hung;
 //! or going: the connection broke, it answered `shutting-down`) is marked
 //! so ([`went_away`]): ADD waits for it, up to the conflist's `daemonWait`
-//! ([`Client::connect_waiting`]), DEL queues its release. Past that, and
+//! ([`Client::connect_waiting_then`]), DEL queues its release. Past that, and
 //! when eniipd misses a deadline or answers `busy`, `timeout` or `cloud`,
 //! it is CNI error 11 ("try again later"): the runtime retries and nothing
 //! is lost. Any other `ERR` is error 100, in words a user can act on
@@ -55,14 +56,24 @@ impl Client {
     }
 
     /// [`Client::connect`], waiting up to `wait` for an eniipd that
-    /// cannot be asked ([`went_away`]: not listening, not answering).
-    /// An eniipd that answers `ERR busy` (every connection slot serving)
-    /// is there: it is asked again within the same `wait`.
-    pub(crate) fn connect_waiting(socket: &Path, wait: Duration) -> Result<Client, CniError> {
+    /// cannot be asked ([`went_away`]: not listening, not answering), with
+    /// the requests `then` sent behind each `ping`, in its write
+    /// ([`protocol::Client::connect_answering_then`]): their replies are
+    /// read next ([`Client::read_found`], [`Client::read_alloc`]). An
+    /// eniipd that answers `ERR busy` (every connection slot serving) is
+    /// there and did none of them: it is asked again within the same
+    /// `wait`. A `ping` not answered in time leaves what was sent behind
+    /// it in doubt (eniipd may still do it): only idempotent requests go
+    /// there.
+    pub(crate) fn connect_waiting_then(
+        socket: &Path,
+        wait: Duration,
+        then: &[&str],
+    ) -> Result<Client, CniError> {
         let end = Instant::now() + wait;
         loop {
             let left = end.saturating_duration_since(Instant::now());
-            match protocol::Client::connect_answering_within(socket, left)
+            match protocol::Client::connect_answering_within_then(socket, left, then)
                 .map(Client)
                 .map_err(cni_error)
             {
@@ -84,14 +95,26 @@ impl Client {
         }
     }
 
-    /// An `alloc` within `limit` (never more than [`ALLOC_DEADLINE`]),
-    /// eniipd watched as [`Client::ask`] does.
-    pub(crate) fn alloc_within(&mut self, line: &str, limit: Duration) -> Result<Reply, CniError> {
+    /// The reply of an `alloc` already sent, within `limit` (never more
+    /// than [`ALLOC_DEADLINE`]), eniipd watched as [`Client::ask`] does.
+    pub(crate) fn read_alloc(&mut self, limit: Duration) -> Result<Reply, CniError> {
+        let deadline = protocol::Deadline::after(limit.min(ALLOC_DEADLINE));
         let r = self
             .0
-            .alloc_within(line, limit.min(ALLOC_DEADLINE))
+            .read_reply("alloc", &deadline, true)
             .map_err(cni_error)?;
-        ok(verb(line), r)
+        ok("alloc", r)
+    }
+
+    /// The reply of a read-only request `verb` already sent; `ERR
+    /// not-found` is an answer: `None`.
+    pub(crate) fn read_found(&mut self, verb: &str) -> Result<Option<Reply>, CniError> {
+        let deadline = protocol::Deadline::after(REPLY_DEADLINE);
+        let r = self
+            .0
+            .read_reply(verb, &deadline, false)
+            .map_err(cni_error)?;
+        found(verb, r)
     }
 
     /// Sends one request: its reply for `OK`; a CNI error for `ERR`, a
@@ -101,22 +124,22 @@ impl Client {
         ok(verb(line), r)
     }
 
-    /// [`Client::ask`] where `ERR not-found` is an answer: `None`.
-    pub(crate) fn ask_found(&mut self, line: &str) -> Result<Option<Reply>, CniError> {
-        let r = self.0.ask(line).map_err(cni_error)?;
-        if r.outcome()
-            .is_err_and(|e| e.known() == Some(ErrCode::NotFound))
-        {
-            return Ok(None);
-        }
-        ok(verb(line), r).map(Some)
-    }
-
     /// A `gc` of the allocations under `owner_prefix`, keeping `keep`.
     pub(crate) fn gc(&mut self, owner_prefix: &str, keep: &[String]) -> Result<Reply, CniError> {
         let r = self.0.gc(owner_prefix, keep).map_err(cni_error)?;
         ok("gc", r)
     }
+}
+
+/// An `OK` reply as `Some`, `ERR not-found` as `None`, any other `ERR`
+/// as a CNI error.
+fn found(verb: &str, r: Reply) -> Result<Option<Reply>, CniError> {
+    if r.outcome()
+        .is_err_and(|e| e.known() == Some(ErrCode::NotFound))
+    {
+        return Ok(None);
+    }
+    ok(verb, r).map(Some)
 }
 
 /// An `OK` reply as it is, an `ERR` as a CNI error.

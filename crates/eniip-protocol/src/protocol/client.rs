@@ -278,13 +278,38 @@ impl Client {
     /// Connects and checks that eniipd answers `ping` within
     /// [`PING_TIMEOUT`], connecting included.
     pub fn connect_answering(socket: &Path) -> Result<Client, ClientError> {
+        Client::connect_answering_then(socket, &[])
+    }
+
+    /// [`Client::connect_answering`] with the requests `then` written in
+    /// the same write as the `ping`, behind it: one round trip where
+    /// there were `1 + then.len()`. Their replies come next, in order
+    /// ([`Client::read_reply`]). A `ping` refused (`ERR busy`: every slot
+    /// serving, or eniipd starting) was answered without a request of
+    /// the connection served, so none of `then` was done. A `ping` not
+    /// answered in time (`NotAnswering`) leaves `then` in doubt: a slow
+    /// eniipd still does them once it reads them.
+    pub fn connect_answering_then(socket: &Path, then: &[&str]) -> Result<Client, ClientError> {
         let deadline = Deadline::after(PING_TIMEOUT);
         let mut c = Client::connect(socket, PING_TIMEOUT)?;
         let not_answering = || ClientError::NotAnswering {
             socket: socket.to_path_buf(),
             limit: PING_TIMEOUT,
         };
-        let r = c.exchange("ping", &deadline, false).map_err(|e| match e {
+        let lines: Vec<&str> = std::iter::once("ping")
+            .chain(then.iter().copied())
+            .collect();
+        let r = match c.send(&lines, &deadline) {
+            Ok(()) => c.read_reply("ping", &deadline, false),
+            // A refusal written and the connection closed before the
+            // requests arrived: the refusal is still there to be read.
+            Err(e @ ClientError::Send { .. }) => match c.read_reply("ping", &deadline, false) {
+                Ok(r) if !r.is_ok() => Ok(r),
+                _ => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+        .map_err(|e| match e {
             ClientError::Late { .. } => not_answering(),
             e => e,
         })?;
@@ -299,9 +324,20 @@ impl Client {
     /// (it is there, and a slot frees as soon as a request is answered).
     /// Any other outcome is returned at once.
     pub fn connect_answering_within(socket: &Path, wait: Duration) -> Result<Client, ClientError> {
+        Client::connect_answering_within_then(socket, wait, &[])
+    }
+
+    /// [`Client::connect_answering_within`] with `then` sent behind each
+    /// `ping` as [`Client::connect_answering_then`] sends it (a refused
+    /// `ping` did none of it, so it is sent again with the next).
+    pub fn connect_answering_within_then(
+        socket: &Path,
+        wait: Duration,
+        then: &[&str],
+    ) -> Result<Client, ClientError> {
         let end = Instant::now() + wait;
         loop {
-            match Client::connect_answering(socket) {
+            match Client::connect_answering_then(socket, then) {
                 Err(ClientError::Refused(e))
                     if e.code() == "busy" && !e.is_starting() && Instant::now() < end =>
                 {
@@ -560,6 +596,78 @@ mod tests {
             .name("client-test-daemon".into())
             .spawn(serve)
             .unwrap()
+    }
+
+    /// A stand-in that answers nothing before it holds `lines` whole
+    /// request lines of one connection, then writes `answer`; what it
+    /// was sent.
+    fn answer_after_lines(
+        listener: UnixListener,
+        lines: usize,
+        answer: &'static str,
+    ) -> std::thread::JoinHandle<String> {
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let (mut got, mut buf) = (Vec::new(), [0u8; 4096]);
+            while got.iter().filter(|&&b| b == b'\n').count() < lines {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s.write_all(answer.as_bytes());
+            String::from_utf8(got).unwrap()
+        })
+    }
+
+    #[test]
+    fn requests_behind_the_ping_go_without_waiting_for_its_answer() {
+        // The stand-in answers the ping only once the two requests behind
+        // it arrived: a client that waited for the pong before sending
+        // them would get no answer (NotAnswering) instead.
+        let d = dir("then");
+        let path = d.join("d.sock");
+        let daemon = answer_after_lines(
+            UnixListener::bind(&path).unwrap(),
+            3,
+            "OK pong\nERR not-found\nOK ip=10.0.0.5 eni=eni-1\n",
+        );
+        let mut c = Client::connect_answering_then(&path, &["show a/b", "alloc a/b"]).unwrap();
+        let dl = Deadline::after(Duration::from_secs(5));
+        let show = c.read_reply("show", &dl, false).unwrap();
+        assert_eq!(show.outcome().unwrap_err().code(), "not-found");
+        let alloc = c.read_reply("alloc", &dl, true).unwrap();
+        assert_eq!(alloc.outcome(), Ok("ip=10.0.0.5 eni=eni-1"));
+        assert_eq!(daemon.join().unwrap(), "ping\nshow a/b\nalloc a/b\n");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_ping_refused_busy_is_tried_again_with_what_goes_behind_it() {
+        // The first connection is refused as eniipd's listener refuses
+        // one when every slot serves (nothing read, `ERR busy`, closed);
+        // the second is served, and carries the request again.
+        let d = dir("then-busy");
+        let path = d.join("d.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        let l2 = l.try_clone().unwrap();
+        let daemon = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.write_all(b"ERR busy too many connections\n").unwrap();
+            drop(s);
+            answer_after_lines(l2, 2, "OK pong\nOK ip=10.0.0.6\n")
+                .join()
+                .unwrap()
+        });
+        let mut c =
+            Client::connect_answering_within_then(&path, Duration::from_secs(5), &["alloc a/b"])
+                .unwrap();
+        let dl = Deadline::after(Duration::from_secs(5));
+        let alloc = c.read_reply("alloc", &dl, false).unwrap();
+        assert_eq!(alloc.outcome(), Ok("ip=10.0.0.6"));
+        assert_eq!(daemon.join().unwrap(), "ping\nalloc a/b\n");
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
