@@ -16,7 +16,10 @@
 //! netlink requests (its `ENIIP_CNI_PROFILE` report, which the wrapper
 //! asks for): the most it held the kernel's RTNL, with where the rest of
 //! its time went (the owner's lock, eniipd, the datapath), and its
-//! netlink time by kind of request (which requests cost).
+//! netlink time by kind of request (which requests cost); and eniipd's
+//! own time for the storm's requests, by stage (its
+//! `eniipd_request_stage_seconds`, read with the `metrics` verb before
+//! and after the storm), beside what ADD waited for it.
 //!
 //! Before each storm the bench waits (at most two minutes, and prints how
 //! long) until the kernel has dismantled the namespaces of the last
@@ -134,6 +137,8 @@ struct Storm {
     kinds: Vec<Vec<(String, u64, f64)>>,
     /// The same ADDs' whole time inside the plugin (`total_us`), ms.
     totals: Vec<f64>,
+    /// eniipd's stages during the storm ([`Stages`]), for eniip-cni.
+    stages: Option<Stages>,
     load: String,
     /// The wait for the kernel before it ([`settle`]).
     settled: Settled,
@@ -155,6 +160,84 @@ fn calls(w: &World) -> u64 {
         .as_object()
         .map(|m| m.values().filter_map(Value::as_u64).sum())
         .unwrap_or(0)
+}
+
+/// eniipd's request stages as its `metrics` counts them: per stage (in
+/// the order a request goes through them), the cumulative count of each
+/// `eniipd_request_stage_seconds` bucket (upper bound in seconds, count).
+#[derive(Debug, Default, Clone)]
+struct Stages(Vec<(String, Vec<(f64, f64)>)>);
+
+impl Stages {
+    /// The counts now.
+    fn of(w: &World) -> Stages {
+        let mut stages: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+        for line in w.ask("metrics") {
+            let Some(rest) = line.strip_prefix("eniipd_request_stage_seconds_bucket{stage=\"")
+            else {
+                continue;
+            };
+            let Some((stage, rest)) = rest.split_once("\",le=\"") else {
+                continue;
+            };
+            let Some((le, count)) = rest.split_once("\"} ") else {
+                continue;
+            };
+            let le = if le == "+Inf" {
+                Ok(f64::INFINITY)
+            } else {
+                le.parse::<f64>()
+            };
+            let (Ok(le), Ok(count)) = (le, count.trim().parse::<f64>()) else {
+                continue;
+            };
+            match stages.iter_mut().find(|(s, _)| s == stage) {
+                Some((_, b)) => b.push((le, count)),
+                None => stages.push((stage.to_string(), vec![(le, count)])),
+            }
+        }
+        Stages(stages)
+    }
+
+    /// What was counted between `before` and these.
+    fn since(&self, before: &Stages) -> Stages {
+        let was = |stage: &str, le: f64| {
+            before
+                .0
+                .iter()
+                .find(|(s, _)| s == stage)
+                .and_then(|(_, b)| b.iter().find(|(l, _)| *l == le))
+                .map_or(0.0, |(_, c)| *c)
+        };
+        Stages(
+            self.0
+                .iter()
+                .map(|(s, b)| {
+                    (
+                        s.clone(),
+                        b.iter().map(|&(le, c)| (le, c - was(s, le))).collect(),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// Per stage that counted any: how many, and the bucket bounds (ms)
+    /// under which half and 99 in 100 of them ended.
+    fn quantiles(&self) -> Vec<(String, f64, f64, f64)> {
+        self.0
+            .iter()
+            .filter_map(|(s, b)| Some((s, b, b.last().map(|&(_, c)| c).filter(|&c| c > 0.0)?)))
+            .map(|(s, b, n)| {
+                let under = |q: f64| {
+                    b.iter()
+                        .find(|&&(_, c)| c >= q * n)
+                        .map_or(f64::INFINITY, |&(le, _)| le * 1000.0)
+                };
+                (s.clone(), n, under(0.5), under(0.99))
+            })
+            .collect()
+    }
 }
 
 /// The length of `path` now (where a storm's lines start).
@@ -282,17 +365,20 @@ fn storm(c: &Containerd, w: &World, n: usize, label: &str, prefix: &str) -> Stor
     let (times, profile) = (c.dir.join(TIMES), c.dir.join(PROFILE));
     let (t0, p0) = (len(&times), len(&profile));
     let calls0 = w.map(calls);
+    let stages0 = w.map(Stages::of);
     let load = load();
     let out = c
         .cri(&["storm", prefix, "bench", &n.to_string()])
         .unwrap_or_else(|e| panic!("the storm of {n} ({label}): {e}\n{}", c.log()));
     let calls = w.map(calls).zip(calls0).map(|(a, b)| a - b);
+    let stages = w.map(Stages::of).zip(stages0).map(|(a, b)| a.since(&b));
     let mut s = Storm {
         label: label.to_string(),
         pods: n,
         calls,
         load,
         settled,
+        stages,
         ..Storm::default()
     };
     for p in out.as_array().into_iter().flatten() {
@@ -520,6 +606,21 @@ fn print(storms: &[Storm], took: Duration) {
     }
     println!();
     println!(
+        "eniipd's own time for the storm's requests that change the state, by stage \
+         (eniipd_request_stage_seconds: how many, and the bucket bounds in ms that half \
+         and 99 in 100 ended under)"
+    );
+    for s in storms.iter().filter(|s| s.stages.is_some()) {
+        let cells: Vec<String> = s
+            .stages
+            .iter()
+            .flat_map(Stages::quantiles)
+            .map(|(stage, n, p50, p99)| format!("{stage} {n:.0}: {} / {}", bound(p50), bound(p99)))
+            .collect();
+        println!("{:<5} {:<18} {}", s.pods, s.label, cells.join(", "));
+    }
+    println!();
+    println!(
         "eniip-cni's ADD, its netlink requests by kind (a batch's kinds joined by +): \
          requests per ADD, ms per ADD p50 / p99, share of the netlink time"
     );
@@ -549,6 +650,15 @@ fn print(storms: &[Storm], took: Duration) {
             );
         }
     }
+}
+
+/// A bucket bound in ms as `<=N`; past the last one (1 s), `>1000`.
+fn bound(ms: f64) -> String {
+    if !ms.is_finite() {
+        return ">1000".to_string();
+    }
+    let n = format!("{ms:.3}");
+    format!("<={}", n.trim_end_matches('0').trim_end_matches('.'))
 }
 
 /// One storm's slowest ADDs: the wrapper's times, then (eniip-cni)
