@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use common::{says_ready, Sim, DUAL_VSWITCH};
 use eniip_protocol::protocol::client::Client;
 use serde_json::{json, Value};
-use support::{ms, pct, usage, write_config};
+use support::{ms, pct, usage, write_config, StageHistogram, STAGES};
 
 const NAME: &str = "eniip-bench";
 
@@ -224,30 +224,6 @@ impl Conn {
     }
 }
 
-/// The stages of a request that changes the state, as eniipd measures
-/// them (`eniipd_request_stage_seconds{stage}`), in order. `to-connection`
-/// (the connection's thread woken to write the reply) is an older
-/// eniipd's (`--eniipd`): since the store's thread writes the reply
-/// itself, `reply` counts from the commit's end.
-const STAGES: [&str; 7] = [
-    "connection",
-    "to-actor",
-    "actor",
-    "to-committer",
-    "commit",
-    "to-connection",
-    "reply",
-];
-
-/// One stage's histogram as eniipd's `metrics` gives it: its sum
-/// (seconds), and its cumulative buckets (upper bound, count), `+Inf`
-/// last.
-#[derive(Clone, Default)]
-struct StageHistogram {
-    sum: f64,
-    buckets: Vec<(f64, f64)>,
-}
-
 impl Conn {
     /// Each stage's histogram, from eniipd's `metrics`.
     fn stage_histograms(&mut self) -> Vec<StageHistogram> {
@@ -255,30 +231,7 @@ impl Conn {
             .0
             .ask_within("metrics", common::REPLY_WAIT)
             .expect("metrics");
-        STAGES
-            .iter()
-            .map(|stage| {
-                let mut h = StageHistogram::default();
-                let name = "eniipd_request_stage_seconds";
-                let sum = format!("{name}_sum{{stage=\"{stage}\"}} ");
-                let bucket = format!("{name}_bucket{{stage=\"{stage}\",le=\"");
-                for l in reply.data() {
-                    if let Some(v) = l.strip_prefix(&sum) {
-                        h.sum = v.trim().parse().unwrap_or(f64::NAN);
-                    } else if let Some((le, n)) =
-                        l.strip_prefix(&bucket).and_then(|r| r.split_once("\"} "))
-                    {
-                        let le = if le == "+Inf" {
-                            f64::INFINITY
-                        } else {
-                            le.parse().unwrap_or(f64::NAN)
-                        };
-                        h.buckets.push((le, n.trim().parse().unwrap_or(f64::NAN)));
-                    }
-                }
-                h
-            })
-            .collect()
+        StageHistogram::all_of(reply.data())
     }
 }
 
@@ -288,22 +241,17 @@ fn stage_figures(before: &[StageHistogram], after: &[StageHistogram]) -> Value {
     let mut out = serde_json::Map::new();
     let (mut mean_sum, mut p50_sum) = (0.0, 0.0);
     for ((name, b), a) in STAGES.iter().zip(before).zip(after) {
-        let counts: Vec<(f64, f64)> = a
-            .buckets
-            .iter()
-            .zip(&b.buckets)
-            .map(|((le, n1), (_, n0))| (*le, n1 - n0))
-            .collect();
-        let total = counts.last().map(|c| c.1).unwrap_or(0.0);
+        let d = a.since(b);
+        let (counts, total) = (&d.buckets, d.count());
         if total == 0.0 {
             // Not measured by this eniipd.
             continue;
         }
-        let mean = (a.sum - b.sum) / total.max(1.0) * 1e6;
+        let mean = d.sum / total.max(1.0) * 1e6;
         let half = total / 2.0;
         let mut p50 = f64::NAN;
         let mut below = (0.0, 0.0);
-        for (le, n) in &counts {
+        for (le, n) in counts {
             if *n >= half && total > 0.0 {
                 let share = (half - below.1) / (n - below.1).max(1e-9);
                 let top = if le.is_finite() { *le } else { below.0 };

@@ -43,7 +43,7 @@ use serde_json::{json, Value};
 
 use crate::cnienv::{self, World};
 use crate::cri::Containerd;
-use crate::support::pct;
+use crate::support::{pct, StageHistogram, STAGES};
 use crate::{common, shipped};
 
 /// How many pods each storm starts, by default.
@@ -137,8 +137,8 @@ struct Storm {
     kinds: Vec<Vec<(String, u64, f64)>>,
     /// The same ADDs' whole time inside the plugin (`total_us`), ms.
     totals: Vec<f64>,
-    /// eniipd's stages during the storm ([`Stages`]), for eniip-cni.
-    stages: Option<Stages>,
+    /// eniipd's stages during the storm, for eniip-cni.
+    stages: Option<Vec<StageHistogram>>,
     load: String,
     /// The wait for the kernel before it ([`settle`]).
     settled: Settled,
@@ -162,82 +162,30 @@ fn calls(w: &World) -> u64 {
         .unwrap_or(0)
 }
 
-/// eniipd's request stages as its `metrics` counts them: per stage (in
-/// the order a request goes through them), the cumulative count of each
-/// `eniipd_request_stage_seconds` bucket (upper bound in seconds, count).
-#[derive(Debug, Default, Clone)]
-struct Stages(Vec<(String, Vec<(f64, f64)>)>);
+/// eniipd's request stages ([`StageHistogram`]), read now.
+fn read_stages(w: &World) -> Vec<StageHistogram> {
+    StageHistogram::all_of(&w.ask("metrics"))
+}
 
-impl Stages {
-    /// The counts now.
-    fn of(w: &World) -> Stages {
-        let mut stages: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
-        for line in w.ask("metrics") {
-            let Some(rest) = line.strip_prefix("eniipd_request_stage_seconds_bucket{stage=\"")
-            else {
-                continue;
+/// Per stage that counted any between two readings: its name, how many,
+/// and the bucket bounds (ms) under which half and 99 in 100 of them
+/// ended.
+fn stage_quantiles(stages: &[StageHistogram]) -> Vec<(&'static str, f64, f64, f64)> {
+    STAGES
+        .iter()
+        .zip(stages)
+        .filter(|(_, h)| h.count() > 0.0)
+        .map(|(stage, h)| {
+            let n = h.count();
+            let under = |q: f64| {
+                h.buckets
+                    .iter()
+                    .find(|&&(_, c)| c >= q * n)
+                    .map_or(f64::INFINITY, |&(le, _)| le * 1000.0)
             };
-            let Some((stage, rest)) = rest.split_once("\",le=\"") else {
-                continue;
-            };
-            let Some((le, count)) = rest.split_once("\"} ") else {
-                continue;
-            };
-            let le = if le == "+Inf" {
-                Ok(f64::INFINITY)
-            } else {
-                le.parse::<f64>()
-            };
-            let (Ok(le), Ok(count)) = (le, count.trim().parse::<f64>()) else {
-                continue;
-            };
-            match stages.iter_mut().find(|(s, _)| s == stage) {
-                Some((_, b)) => b.push((le, count)),
-                None => stages.push((stage.to_string(), vec![(le, count)])),
-            }
-        }
-        Stages(stages)
-    }
-
-    /// What was counted between `before` and these.
-    fn since(&self, before: &Stages) -> Stages {
-        let was = |stage: &str, le: f64| {
-            before
-                .0
-                .iter()
-                .find(|(s, _)| s == stage)
-                .and_then(|(_, b)| b.iter().find(|(l, _)| *l == le))
-                .map_or(0.0, |(_, c)| *c)
-        };
-        Stages(
-            self.0
-                .iter()
-                .map(|(s, b)| {
-                    (
-                        s.clone(),
-                        b.iter().map(|&(le, c)| (le, c - was(s, le))).collect(),
-                    )
-                })
-                .collect(),
-        )
-    }
-
-    /// Per stage that counted any: how many, and the bucket bounds (ms)
-    /// under which half and 99 in 100 of them ended.
-    fn quantiles(&self) -> Vec<(String, f64, f64, f64)> {
-        self.0
-            .iter()
-            .filter_map(|(s, b)| Some((s, b, b.last().map(|&(_, c)| c).filter(|&c| c > 0.0)?)))
-            .map(|(s, b, n)| {
-                let under = |q: f64| {
-                    b.iter()
-                        .find(|&&(_, c)| c >= q * n)
-                        .map_or(f64::INFINITY, |&(le, _)| le * 1000.0)
-                };
-                (s.clone(), n, under(0.5), under(0.99))
-            })
-            .collect()
-    }
+            (*stage, n, under(0.5), under(0.99))
+        })
+        .collect()
 }
 
 /// The length of `path` now (where a storm's lines start).
@@ -365,13 +313,16 @@ fn storm(c: &Containerd, w: &World, n: usize, label: &str, prefix: &str) -> Stor
     let (times, profile) = (c.dir.join(TIMES), c.dir.join(PROFILE));
     let (t0, p0) = (len(&times), len(&profile));
     let calls0 = w.map(calls);
-    let stages0 = w.map(Stages::of);
+    let stages0 = w.map(read_stages);
     let load = load();
     let out = c
         .cri(&["storm", prefix, "bench", &n.to_string()])
         .unwrap_or_else(|e| panic!("the storm of {n} ({label}): {e}\n{}", c.log()));
     let calls = w.map(calls).zip(calls0).map(|(a, b)| a - b);
-    let stages = w.map(Stages::of).zip(stages0).map(|(a, b)| a.since(&b));
+    let stages = w
+        .map(read_stages)
+        .zip(stages0)
+        .map(|(a, b)| a.iter().zip(&b).map(|(a, b)| a.since(b)).collect());
     let mut s = Storm {
         label: label.to_string(),
         pods: n,
@@ -614,7 +565,7 @@ fn print(storms: &[Storm], took: Duration) {
         let cells: Vec<String> = s
             .stages
             .iter()
-            .flat_map(Stages::quantiles)
+            .flat_map(|h| stage_quantiles(h))
             .map(|(stage, n, p50, p99)| format!("{stage} {n:.0}: {} / {}", bound(p50), bound(p99)))
             .collect();
         println!("{:<5} {:<18} {}", s.pods, s.label, cells.join(", "));

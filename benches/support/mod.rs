@@ -4,7 +4,8 @@
 //! for eniip-sim as a child process and eniipd's config). Here: the end
 //! of a bench's `main` (a work directory, the report as a table or JSON),
 //! the config file, and the figures
-//! (percentiles, milliseconds, a process's `/proc` status).
+//! (percentiles, milliseconds, a process's `/proc` status, eniipd's
+//! request stages from its `metrics`).
 
 // Each bench uses part of it, and `pub` here means "for the benches",
 // not an API.
@@ -80,4 +81,78 @@ pub fn proc_status(status: &str, key: &str) -> u64 {
         .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// The stages of a request that changes the state, as eniipd measures
+/// them (`eniipd_request_stage_seconds{stage}`), in order. `to-connection`
+/// (the connection's thread woken to write the reply) is an older
+/// eniipd's (`eniip-bench --eniipd`): since the store's thread writes the
+/// reply itself, `reply` counts from the commit's end.
+pub const STAGES: [&str; 7] = [
+    "connection",
+    "to-actor",
+    "actor",
+    "to-committer",
+    "commit",
+    "to-connection",
+    "reply",
+];
+
+/// One stage's histogram as eniipd's `metrics` gives it: its sum
+/// (seconds), and its cumulative buckets (upper bound, count), `+Inf`
+/// last.
+#[derive(Clone, Debug, Default)]
+pub struct StageHistogram {
+    pub sum: f64,
+    pub buckets: Vec<(f64, f64)>,
+}
+
+impl StageHistogram {
+    /// Each of [`STAGES`]' histograms, in that order, from the lines of
+    /// eniipd's `metrics` (empty for a stage it does not measure).
+    pub fn all_of<S: AsRef<str>>(metrics: &[S]) -> Vec<StageHistogram> {
+        let name = "eniipd_request_stage_seconds";
+        STAGES
+            .iter()
+            .map(|stage| {
+                let mut h = StageHistogram::default();
+                let sum = format!("{name}_sum{{stage=\"{stage}\"}} ");
+                let bucket = format!("{name}_bucket{{stage=\"{stage}\",le=\"");
+                for l in metrics.iter().map(AsRef::as_ref) {
+                    if let Some(v) = l.strip_prefix(&sum) {
+                        h.sum = v.trim().parse().unwrap_or(f64::NAN);
+                    } else if let Some((le, n)) =
+                        l.strip_prefix(&bucket).and_then(|r| r.split_once("\"} "))
+                    {
+                        let le = if le == "+Inf" {
+                            f64::INFINITY
+                        } else {
+                            le.parse().unwrap_or(f64::NAN)
+                        };
+                        h.buckets.push((le, n.trim().parse().unwrap_or(f64::NAN)));
+                    }
+                }
+                h
+            })
+            .collect()
+    }
+
+    /// What was counted between `before` (an earlier reading of the same
+    /// eniipd, so the same buckets) and this reading.
+    pub fn since(&self, before: &StageHistogram) -> StageHistogram {
+        StageHistogram {
+            sum: self.sum - before.sum,
+            buckets: self
+                .buckets
+                .iter()
+                .zip(&before.buckets)
+                .map(|((le, n1), (_, n0))| (*le, n1 - n0))
+                .collect(),
+        }
+    }
+
+    /// How many it counted.
+    pub fn count(&self) -> f64 {
+        self.buckets.last().map_or(0.0, |b| b.1)
+    }
 }
